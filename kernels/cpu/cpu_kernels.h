@@ -1,0 +1,91 @@
+// CPU kernels of the forward pass: fp32 activations, fp32 accumulation, weights in
+// fp32/bf16/fp16. They are the CPU backend's hot path and the references the CUDA
+// kernels are tested against. Tested by tests/cpu_kernels_test.cc against naive
+// loops; measured by bench/kernels_bench.cc.
+//
+// Threading: kernels parallelize with OpenMP over the calling thread's team size
+// (the caller sets omp_set_num_threads once at start-up). All pointers are dense
+// row-major unless a stride is given.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/base.h"
+
+namespace tpserve::cpu {
+
+// y[M, N] = x[M, K] · w[N, K]^T, w in dtype `w_dtype` (dense rows of K elements).
+// M = 1 (decode) must run at memory bandwidth; large M (prefill) at GEMM speed.
+void Linear(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n,
+            float* y);
+
+// How RMSNorm applies its weight.
+enum class NormKind : uint8_t {
+  kScale,         // x * w            (Llama, Qwen, Gemma 4)
+  kOnePlusScale,  // x * (1 + w)      (Gemma 3)
+  kNoScale,       // x                (Gemma 4's weightless v norm)
+};
+// out[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) then the weight as `kind` says.
+// w: [dim] fp32, may be null for kNoScale. out may alias x.
+void RmsNorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps,
+             NormKind kind, float* out);
+
+// Rotary embedding in place, rotate-half (non-interleaved) form as in transformers:
+// for i < head_dim/2, with a = pos[t] * inv_freq[i] computed in fp32:
+//   x[i]      = x[i] * cos(a) * attn_factor - x[i + h] * sin(a) * attn_factor
+//   x[i + h]  = x[i + h] * cos(a) * attn_factor + x[i] * sin(a) * attn_factor
+// x: [tokens, heads, head_dim]; positions: [tokens]; inv_freq: [head_dim / 2] (zeros
+// leave those dims unrotated, which is how partial/proportional RoPE is expressed).
+void Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, const int32_t* positions,
+          const float* inv_freq, float attn_factor);
+
+enum class Activation : uint8_t { kSilu, kGeluTanh };
+// gate_up: [rows, 2 * dim], the gate in the first `dim` columns, up in the rest.
+// out[r, i] = act(gate[r, i]) * up[r, i]; out: [rows, dim].
+void GatedActivation(const float* gate_up, int64_t rows, int64_t dim, Activation act, float* out);
+
+// x = cap * tanh(x / cap), in place.
+void Softcap(float* x, int64_t n, float cap);
+
+// out = a + b (out may alias a or b).
+void Add(const float* a, const float* b, int64_t n, float* out);
+// x *= s.
+void Scale(float* x, int64_t n, float s);
+
+// Vocab-parallel embedding lookup: rows of `table` hold token ids
+// [vocab_start, vocab_start + vocab_rows). ids outside that range give zero rows (another
+// rank owns them; an all-reduce sums the shards). out[t, :] = table[id - vocab_start] * scale.
+void Embedding(const int32_t* ids, int64_t tokens, const void* table, DType table_dtype,
+               int64_t vocab_start, int64_t vocab_rows, int64_t dim, float scale, float* out);
+
+// Paged KV cache, one layer: cache[num_slots, kv_heads, head_dim] for K and for V,
+// slot = physical_block * block_size + offset_in_block.
+// Writes token t's k/v ([tokens, kv_heads, head_dim]) to slot_mapping[t]; a slot < 0 is
+// skipped (padding).
+void WriteKv(const float* k, const float* v, const int32_t* slot_mapping, int64_t tokens,
+             int64_t kv_heads, int64_t head_dim, float* k_cache, float* v_cache);
+
+struct PagedAttentionParams {
+  int32_t num_q_heads = 0;   // local (this rank's) query heads
+  int32_t num_kv_heads = 0;  // local KV heads; num_q_heads % num_kv_heads == 0 (GQA)
+  int32_t head_dim = 0;
+  int32_t block_size = 16;
+  int32_t max_blocks_per_seq = 0;  // row stride of block_tables
+  float scale = 1.0f;              // applied to q·k before the softcap and softmax
+  int32_t sliding_window = 0;      // > 0: key j is visible to query i iff i - j < window
+  float softcap = 0.0f;            // > 0: scores = softcap * tanh(scores / softcap)
+};
+// Causal attention of a flat batch of query tokens over the paged cache (which already
+// holds every visible key, the query tokens' own included).
+// q, out: [tokens, num_q_heads, head_dim]. token_seq[t]: row of block_tables for token t;
+// token_pos[t]: its position; it sees keys at positions [max(0, pos - window + 1), pos].
+// block_tables: [num_seqs, max_blocks_per_seq] physical block ids.
+// Query head h reads KV head h / (num_q_heads / num_kv_heads).
+void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
+                    const int32_t* token_seq, const int32_t* token_pos, int64_t tokens,
+                    const int32_t* block_tables, const PagedAttentionParams& p, float* out);
+
+// Index of the largest element (the first one on ties).
+int64_t Argmax(const float* x, int64_t n);
+
+}  // namespace tpserve::cpu

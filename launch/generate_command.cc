@@ -1,0 +1,181 @@
+// `tpserve generate`. Tested by tests/cli_test.sh.
+#include "launch/generate_command.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "coordinator/generator.h"
+#include "coordinator/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "worker/worker_loop.h"
+
+namespace tpserve {
+namespace {
+
+using json = nlohmann::json;
+
+struct RankResult {
+  int code = 0;
+};
+
+// Rank 0's part after the engine is up: tokenize, generate, print.
+absl::Status Coordinate(const GenerateCommandOptions& o, Engine& engine, Communicator& comm, const WorldConfig& world) {
+  StepExecutor executor(*engine.model, comm);
+  struct ShutdownOnExit {
+    StepExecutor& e;
+    ~ShutdownOnExit() { e.Shutdown(); }
+  } guard{executor};
+
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::string tok_path = o.tokenizer;
+  if (tok_path.empty() && std::filesystem::is_directory(o.engine.model)) tok_path = o.engine.model + "/tokenizer.json";
+  if (!o.prompt.empty() || (!tok_path.empty() && std::filesystem::exists(tok_path))) {
+    if (tok_path.empty()) {
+      return absl::InvalidArgumentError("--prompt needs a tokenizer: pass --tokenizer PATH/tokenizer.json");
+    }
+    TP_ASSIGN_OR_RETURN(tokenizer, Tokenizer::FromFile(tok_path));
+    if (tokenizer->vocab_size() > engine.config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(tok_path, ": the tokenizer has ", tokenizer->vocab_size(),
+                                                     " tokens but the model's vocab_size is ",
+                                                     engine.config.vocab_size));
+    }
+  }
+  std::vector<int32_t> prompt = o.prompt_ids;
+  if (!o.prompt.empty()) {
+    if (!prompt.empty()) return absl::InvalidArgumentError("pass --prompt or --prompt-ids, not both");
+    prompt = tokenizer->Encode(o.prompt, /*add_special_tokens=*/true);
+  }
+  if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty: pass --prompt TEXT or --prompt-ids 1,2,3");
+
+  GeneratorOptions go;
+  go.max_num_batched_tokens = o.max_num_batched_tokens;
+  Generator gen(*engine.model, executor, go);
+  GenerateParams gp;
+  gp.max_tokens = o.max_tokens;
+  gp.top_logprobs = o.logprobs;
+  gp.ignore_eos = o.ignore_eos;
+  TP_ASSIGN_OR_RETURN(auto outs, gen.Generate({prompt}, gp));
+  const GenerationOutput& out = outs[0];
+  std::string text = tokenizer ? tokenizer->Decode(out.output_ids, /*skip_special_tokens=*/true) : "";
+
+  double prefill_ms = 0, decode_ms = 0, allreduce_ms = 0, total_ms = 0;
+  int64_t decode_steps = 0;
+  std::vector<double> step_ms;
+  for (const auto& s : gen.steps()) {
+    (s.prefill ? prefill_ms : decode_ms) += s.step_ms;
+    if (!s.prefill) ++decode_steps;
+    allreduce_ms += s.allreduce_ms;
+    total_ms += s.step_ms;
+    step_ms.push_back(s.step_ms);
+  }
+  const double decode_tok_s = decode_ms > 0 ? decode_steps / (decode_ms / 1000.0) : 0;
+  if (o.json) {
+    json j;
+    j["model"] = o.engine.model;
+    j["weights"] = engine.weights_description;
+    j["architecture"] = std::string(ArchName(engine.config.arch));
+    j["weight_dtype"] = std::string(DTypeName(engine.model->weight_dtype()));
+    j["tensor_parallel_size"] = comm.size();
+    j["communicator"] = comm.name();
+    j["node"] = world.node;
+    j["prompt"] = o.prompt;
+    j["prompt_ids"] = out.prompt_ids;
+    j["output_ids"] = out.output_ids;
+    j["text"] = text;
+    j["finish_reason"] = out.finish_reason;
+    j["output_logprobs"] = out.output_logprobs;
+    json lp = json::array();
+    for (const auto& step : out.top_logprobs) {
+      json a = json::array();
+      for (const auto& [id, p] : step) a.push_back({{"id", id}, {"logprob", p}});
+      lp.push_back(a);
+    }
+    j["logprobs"] = lp;
+    j["load_time_s"] = engine.load_seconds;
+    j["prefill_ms"] = prefill_ms;
+    j["decode_tok_s"] = decode_tok_s;
+    j["allreduce_share"] = total_ms > 0 ? allreduce_ms / total_ms : 0;
+    j["step_ms"] = step_ms;
+    j["kv_blocks"] = engine.model->num_kv_blocks();
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    if (tokenizer) {
+      std::printf("%s\n", text.c_str());
+    } else {
+      std::string ids;
+      for (int32_t id : out.output_ids) absl::StrAppend(&ids, ids.empty() ? "" : ",", id);
+      std::printf("%s\n", ids.c_str());
+    }
+    std::fprintf(stderr,
+                 "tpserve: %s, tp=%d (%s), load %.2f s; prefill %zu tokens in %.1f ms; decode %lld tokens at %.1f "
+                 "tok/s; all-reduce %.1f%% of step time; finish: %s\n",
+                 std::string(ArchName(engine.config.arch)).c_str(), comm.size(), comm.name().c_str(),
+                 engine.load_seconds, out.prompt_ids.size(), prefill_ms, static_cast<long long>(decode_steps),
+                 decode_tok_s, total_ms > 0 ? 100.0 * allreduce_ms / total_ms : 0.0, out.finish_reason.c_str());
+  }
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+int RunRank(const GenerateCommandOptions& o, const WorldConfig& world, Communicator& comm) {
+  auto engine = StartEngine(o.engine, world, comm);
+  if (!engine.ok()) {
+    if (comm.rank() == 0 || !absl::StartsWith(engine.status().message(), "rank ")) {
+      std::fprintf(stderr, "tpserve: error (rank %d): %s\n", comm.rank(), std::string(engine.status().message()).c_str());
+    }
+    return 1;
+  }
+  if (comm.rank() != 0) {
+    absl::Status st = RunWorkerLoop(*engine->model, comm);
+    return st.ok() ? 0 : 1;
+  }
+  absl::Status st = Coordinate(o, *engine, comm, world);
+  if (!st.ok()) {
+    std::fprintf(stderr, "tpserve: error: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunGenerate(const GenerateCommandOptions& o, const WorldConfig& mpi_world) {
+  const int tp = o.tensor_parallel_size > 0 ? o.tensor_parallel_size : mpi_world.world_size;
+  if (mpi_world.world_size > 1 && tp != mpi_world.world_size) {
+    if (mpi_world.rank == 0) {
+      std::fprintf(stderr, "tpserve: error: --tensor-parallel-size %d differs from the MPI world size %d\n", tp,
+                   mpi_world.world_size);
+    }
+    return 2;
+  }
+  if (mpi_world.world_size > 1) {
+    std::unique_ptr<Communicator> comm = MakeMpiCommunicator();
+    return RunRank(o, mpi_world, *comm);
+  }
+  // One process: `tp` ranks as threads.
+  LocalGroup group(tp);
+  std::vector<int> codes(tp, 0);
+  std::vector<std::thread> threads;
+  for (int r = 1; r < tp; ++r) {
+    threads.emplace_back([&, r] {
+      WorldConfig w = mpi_world;
+      w.rank = r;
+      w.world_size = w.tp_size = w.local_size = tp;
+      w.local_rank = r;
+      auto comm = group.Rank(r);
+      codes[r] = RunRank(o, w, *comm);
+    });
+  }
+  WorldConfig w0 = mpi_world;
+  w0.world_size = w0.tp_size = w0.local_size = tp;
+  auto comm0 = group.Rank(0);
+  codes[0] = RunRank(o, w0, *comm0);
+  for (auto& t : threads) t.join();
+  for (int c : codes) if (c != 0) return c;
+  return 0;
+}
+
+}  // namespace tpserve

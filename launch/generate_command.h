@@ -1,0 +1,30 @@
+// `tpserve generate`: offline generation on every rank of the world (MPI processes, or
+// threads when --tensor-parallel-size exceeds the MPI world). Tested by tests/cli_test.sh.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "launch/engine_setup.h"
+#include "worker/communicator.h"
+
+namespace tpserve {
+
+struct GenerateCommandOptions {
+  EngineOptions engine;
+  int tensor_parallel_size = 0;  // 0 = the MPI world size
+  std::string prompt;            // text (needs a tokenizer)
+  std::vector<int32_t> prompt_ids;
+  std::string tokenizer;         // tokenizer.json path; default MODEL/tokenizer.json
+  int32_t max_tokens = 16;
+  int32_t logprobs = 0;
+  bool ignore_eos = false;
+  bool json = false;
+  int64_t max_num_batched_tokens = 2048;
+};
+
+// Runs on every rank; returns the process exit code.
+int RunGenerate(const GenerateCommandOptions& options, const WorldConfig& mpi_world);
+
+}  // namespace tpserve

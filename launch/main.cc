@@ -1,0 +1,99 @@
+// The tpserve binary: `tpserve generate ...` (offline generation). Flags are parsed here
+// and only here. Tested by tests/cli_test.sh.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "launch/generate_command.h"
+#include "worker/communicator.h"
+
+ABSL_FLAG(std::string, model, "", "Checkpoint directory (Hugging Face layout) or built-in model name "
+                                  "(gemma-4-31b, gemma-4-1b, gemma-4-tiny; needs --load-format dummy)");
+ABSL_FLAG(std::string, load_format, "auto", "auto | safetensors | dummy (deterministic random weights)");
+ABSL_FLAG(std::string, dtype, "auto", "Weight dtype: auto (the checkpoint's) | bfloat16 | float16 | float32");
+ABSL_FLAG(int, tensor_parallel_size, 0, "Ranks to split the model over (default: the MPI world size; "
+                                        "larger than the MPI world runs ranks as threads)");
+ABSL_FLAG(int, threads, 0, "CPU threads per rank (default: cores / ranks on the node)");
+ABSL_FLAG(std::string, kv_cache_memory, "1GiB", "KV cache memory per rank (CPU), e.g. 512MiB");
+ABSL_FLAG(int64_t, max_model_len, 0, "Longest prompt + output, in tokens (default: the model's)");
+ABSL_FLAG(int64_t, max_num_batched_tokens, 2048, "Most tokens per step (prefill chunk size)");
+ABSL_FLAG(int, block_size, 16, "KV cache block size in tokens");
+ABSL_FLAG(std::string, prompt, "", "Prompt text (tokenized with the model's tokenizer.json)");
+ABSL_FLAG(std::string, prompt_ids, "", "Prompt as comma-separated token ids, e.g. 2,651,1234");
+ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json path (default: MODEL/tokenizer.json)");
+ABSL_FLAG(int, max_tokens, 16, "Tokens to generate");
+ABSL_FLAG(int, logprobs, 0, "Top-N logprobs to report per generated token");
+ABSL_FLAG(bool, ignore_eos, false, "Keep generating past EOS");
+ABSL_FLAG(bool, json, false, "Print one JSON object instead of text");
+ABSL_FLAG(uint64_t, seed, 0, "Seed of --load-format dummy weights");
+
+namespace {
+
+constexpr char kUsage[] =
+    "tpserve: tensor-parallel LLM inference.\n\n"
+    "  mpirun -np N tpserve generate --model DIR|PRESET [--load-format dummy] (--prompt TEXT | --prompt-ids 1,2,3)\n"
+    "      [--max-tokens N] [--logprobs N] [--json]\n\n"
+    "Run `tpserve --helpfull` for every flag.";
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "tpserve: error: %s\n", msg.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tpserve::WorldConfig world = tpserve::MpiInit(&argc, &argv);
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  int code = 0;
+  if (args.size() < 2) {
+    if (world.rank == 0) std::fprintf(stderr, "%s\n", kUsage);
+    code = 2;
+  } else if (std::string(args[1]) == "generate") {
+    tpserve::GenerateCommandOptions o;
+    o.engine.model = absl::GetFlag(FLAGS_model);
+    o.engine.load_format = absl::GetFlag(FLAGS_load_format);
+    o.engine.dtype = absl::GetFlag(FLAGS_dtype);
+    o.engine.threads = absl::GetFlag(FLAGS_threads);
+    o.engine.max_model_len = absl::GetFlag(FLAGS_max_model_len);
+    o.engine.block_size = absl::GetFlag(FLAGS_block_size);
+    o.engine.dummy_seed = absl::GetFlag(FLAGS_seed);
+    auto kv = tpserve::ParseByteSize(absl::GetFlag(FLAGS_kv_cache_memory));
+    if (!kv.ok()) {
+      code = Fail("--kv-cache-memory: " + std::string(kv.status().message()));
+    } else {
+      o.engine.kv_cache_bytes = *kv;
+    }
+    o.tensor_parallel_size = absl::GetFlag(FLAGS_tensor_parallel_size);
+    o.prompt = absl::GetFlag(FLAGS_prompt);
+    o.tokenizer = absl::GetFlag(FLAGS_tokenizer);
+    o.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+    o.logprobs = absl::GetFlag(FLAGS_logprobs);
+    o.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+    o.json = absl::GetFlag(FLAGS_json);
+    o.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+    const std::string ids = absl::GetFlag(FLAGS_prompt_ids);
+    if (!ids.empty()) {
+      for (absl::string_view part : absl::StrSplit(ids, ',', absl::SkipWhitespace())) {
+        int32_t id;
+        if (!absl::SimpleAtoi(part, &id)) {
+          code = Fail("--prompt-ids: \"" + std::string(part) + "\" is not a token id");
+          break;
+        }
+        o.prompt_ids.push_back(id);
+      }
+    }
+    if (code == 0) code = tpserve::RunGenerate(o, world);
+  } else {
+    if (world.rank == 0) std::fprintf(stderr, "tpserve: unknown command \"%s\"\n\n%s\n", args[1], kUsage);
+    code = 2;
+  }
+  tpserve::MpiFinalize();
+  return code;
+}

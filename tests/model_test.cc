@@ -1,0 +1,218 @@
+// The whole model against transformers: tiny checkpoints of every supported architecture,
+// at TP = 1, 2 and 4 (ranks as threads), prompt logits and greedy tokens. Also the step
+// plan round trip and tensor-parallel split errors.
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "tests/tp_harness.h"
+#include "worker/backend.h"
+#include "worker/weight_source.h"
+
+namespace tpserve {
+namespace {
+
+using testing::LoadReference;
+using testing::Reference;
+
+struct RunResult {
+  std::vector<std::vector<float>> prompt_logits;
+  std::vector<GenerationOutput> outputs;
+};
+
+struct RunOptions {
+  std::optional<DType> dtype;
+  int64_t chunk = 2048;
+  bool scramble = false;
+  int32_t block_size = 16;
+  int copies = 1;  // identical prompts in one batch
+};
+
+// Loads the fixture on `tp` thread-ranks, runs one prefill returning every position's
+// logits, then greedy generation.
+RunResult RunFixture(const std::string& name, int tp, const Reference& ref, const RunOptions& ro) {
+  RunResult result;
+  testing::RunThreads(tp, [&](Communicator& comm) {
+    auto config = LoadModelConfig(testing::FixtureDir(name));
+    ASSERT_TRUE(config.ok()) << config.status();
+    auto source = OpenCheckpointSource(testing::FixtureDir(name));
+    ASSERT_TRUE(source.ok()) << source.status();
+    auto backend = MakeCpuBackend(BackendOptions{.threads = 1});
+    ModelOptions mo;
+    mo.weight_dtype = ro.dtype;
+    mo.block_size = ro.block_size;
+    auto model = Model::Load(*config, **source, *backend, comm, mo);
+    ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_TRUE((*model)->AllocateKvCache(64).ok());
+    if (comm.rank() != 0) {
+      ASSERT_TRUE(RunWorkerLoop(**model, comm).ok());
+      return;
+    }
+    StepExecutor exec(**model, comm);
+    // One step over the whole prompt with logits at every position.
+    StepPlan plan;
+    const int32_t n = static_cast<int32_t>(ref.prompt_ids.size());
+    plan.num_seqs = 1;
+    plan.max_blocks_per_seq = (n + ro.block_size - 1) / ro.block_size;
+    for (int32_t b = 0; b < plan.max_blocks_per_seq; ++b) plan.block_tables.push_back(b);
+    for (int32_t p = 0; p < n; ++p) {
+      plan.token_ids.push_back(ref.prompt_ids[p]);
+      plan.positions.push_back(p);
+      plan.token_seq.push_back(0);
+      plan.slot_mapping.push_back(p);
+      plan.logit_rows.push_back(p);
+    }
+    auto logits = exec.Execute(plan, nullptr);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    const int64_t V = config->vocab_size;
+    for (int32_t p = 0; p < n; ++p) result.prompt_logits.emplace_back(logits->begin() + p * V, logits->begin() + (p + 1) * V);
+
+    GeneratorOptions go;
+    go.max_num_batched_tokens = ro.chunk;
+    go.scramble_blocks = ro.scramble;
+    Generator gen(**model, exec, go);
+    GenerateParams gp;
+    gp.max_tokens = static_cast<int32_t>(ref.greedy_ids.size());
+    gp.ignore_eos = true;
+    gp.return_logits = true;
+    std::vector<std::vector<int32_t>> prompts(ro.copies, ref.prompt_ids);
+    auto outs = gen.Generate(prompts, gp);
+    ASSERT_TRUE(outs.ok()) << outs.status();
+    result.outputs = std::move(*outs);
+    exec.Shutdown();
+  });
+  return result;
+}
+
+void ExpectMatches(const std::string& name, const Reference& ref, const RunResult& r, double atol, double rtol) {
+  ASSERT_EQ(r.prompt_logits.size(), ref.prompt_logits.size());
+  for (size_t p = 0; p < ref.prompt_logits.size(); ++p) {
+    EXPECT_LE(testing::ToleranceRatio(r.prompt_logits[p], ref.prompt_logits[p], atol, rtol), 1.0)
+        << name << " prompt position " << p;
+  }
+  ASSERT_FALSE(r.outputs.empty());
+  for (const auto& out : r.outputs) {
+    EXPECT_EQ(out.output_ids, ref.greedy_ids) << name;
+    ASSERT_EQ(out.logits.size(), ref.greedy_logits.size());
+    for (size_t s = 0; s < ref.greedy_logits.size(); ++s) {
+      EXPECT_LE(testing::ToleranceRatio(out.logits[s], ref.greedy_logits[s], atol, rtol), 1.0)
+          << name << " greedy step " << s;
+    }
+    EXPECT_EQ(out.finish_reason, "length");
+  }
+}
+
+class FixtureTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(FixtureTest, MatchesTransformers) {
+  const auto& [name, tp] = GetParam();
+  const Reference ref = LoadReference(name);
+  RunResult r = RunFixture(name, tp, ref, RunOptions{});
+  // fp32 compute; the references differ from a cached pass by ~1e-4 in summation order.
+  ExpectMatches(name, ref, r, 2e-3, 2e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllArchitectures, FixtureTest,
+                         ::testing::Combine(::testing::Values("gemma4_text", "gemma4_multimodal", "gemma3_text",
+                                                              "llama3", "qwen2", "qwen3"),
+                                            ::testing::Values(1, 2, 4)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_tp" + std::to_string(std::get<1>(info.param));
+                         });
+
+// Chunked prefill, scrambled physical blocks, a small block size and a batch of
+// identical prompts give the same tokens and logits.
+TEST(ModelTest, ChunkedPrefillScrambledBlocksAndBatching) {
+  const Reference ref = LoadReference("gemma4_text");
+  RunOptions ro;
+  ro.chunk = 5;
+  ro.scramble = true;
+  ro.block_size = 4;
+  ro.copies = 3;
+  RunResult r = RunFixture("gemma4_text", 2, ref, ro);
+  ExpectMatches("gemma4_text chunked", ref, r, 2e-3, 2e-3);
+}
+
+// bf16 weights held as bf16 (the checkpoint's dtype) compute the same as the fp32 upcast.
+TEST(ModelTest, Bf16WeightsKeptInBf16) {
+  const Reference ref = LoadReference("gemma4_multimodal");
+  ASSERT_EQ(ref.dtype_on_disk, "bfloat16");
+  RunOptions ro;
+  ro.dtype = DType::kBF16;
+  RunResult r = RunFixture("gemma4_multimodal", 1, ref, ro);
+  ExpectMatches("gemma4_multimodal bf16", ref, r, 2e-3, 2e-3);
+}
+
+TEST(ModelTest, StepPlanRoundTrip) {
+  StepPlan p;
+  p.token_ids = {5, 6, 7};
+  p.positions = {0, 1, 0};
+  p.token_seq = {0, 0, 1};
+  p.slot_mapping = {0, 1, 16};
+  p.num_seqs = 2;
+  p.max_blocks_per_seq = 1;
+  p.block_tables = {0, 1};
+  p.logit_rows = {1, 2};
+  auto q = StepPlan::Deserialize(p.Serialize());
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->token_ids, p.token_ids);
+  EXPECT_EQ(q->block_tables, p.block_tables);
+  EXPECT_EQ(q->logit_rows, p.logit_rows);
+  EXPECT_TRUE(q->Validate(2, 16).ok());
+  p.slot_mapping[2] = 99;
+  EXPECT_FALSE(p.Validate(2, 16).ok());
+  std::vector<uint8_t> bytes = p.Serialize();
+  bytes.resize(bytes.size() - 4);
+  EXPECT_FALSE(StepPlan::Deserialize(bytes).ok());
+}
+
+TEST(ModelTest, UnevenSplitsAreClearErrors) {
+  auto c = LoadModelConfig(testing::FixtureDir("gemma4_text"));
+  ASSERT_TRUE(c.ok());
+  absl::Status st = ValidateTensorParallel(*c, 3);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("tensor-parallel size 3"), absl::string_view::npos) << st;
+  // 8 heads, 2 global KV heads: TP 8 replicates each KV head on 4 ranks.
+  auto s = ShardHeads(8, 2, 5, 8, 5);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->kv_heads, 1);
+  EXPECT_EQ(s->kv_head0, 1);
+  EXPECT_EQ(s->q_head0, 5);
+}
+
+// Dummy weights do not depend on the split: TP 1 and TP 2 give the same logits.
+TEST(ModelTest, DummyWeightsAreSplitInvariant) {
+  auto config = PresetModelConfig("gemma-4-tiny");
+  ASSERT_TRUE(config.ok()) << config.status();
+  std::vector<std::vector<float>> logits_by_tp;
+  for (int tp : {1, 2}) {
+    std::vector<float> got;
+    testing::RunThreads(tp, [&](Communicator& comm) {
+      auto source = MakeDummySource(*config, 7);
+      auto backend = MakeCpuBackend(BackendOptions{.threads = 1});
+      auto model = Model::Load(*config, *source, *backend, comm, ModelOptions{});
+      ASSERT_TRUE(model.ok()) << model.status();
+      ASSERT_TRUE((*model)->AllocateKvCache(8).ok());
+      StepPlan plan;
+      plan.num_seqs = 1;
+      plan.max_blocks_per_seq = 1;
+      plan.block_tables = {0};
+      for (int p = 0; p < 10; ++p) {
+        plan.token_ids.push_back(100 + 37 * p);
+        plan.positions.push_back(p);
+        plan.token_seq.push_back(0);
+        plan.slot_mapping.push_back(p);
+      }
+      plan.logit_rows = {9};
+      auto out = (*model)->Forward(plan, nullptr);
+      ASSERT_TRUE(out.ok()) << out.status();
+      if (comm.rank() == 0) got = *out;
+    });
+    logits_by_tp.push_back(got);
+  }
+  ASSERT_EQ(logits_by_tp[0].size(), 4096u);
+  for (float v : logits_by_tp[0]) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_LE(testing::ToleranceRatio(logits_by_tp[1], logits_by_tp[0], 1e-4, 1e-4), 1.0);
+}
+
+}  // namespace
+}  // namespace tpserve

@@ -1,0 +1,93 @@
+// The forward pass reaches every op through this interface: the CPU backend
+// (cpu_backend.cc) today, CUDA behind the same calls. Tensors are non-owning 2-D
+// row-major views; buffers are owned by the backend that allocated them.
+// Tested through tests/model_test.cc (the whole model) and the kernels' own tests.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/base.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace tpserve {
+
+// Device memory owned by a backend; freed on destruction.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() = 0;
+  virtual size_t bytes() const = 0;
+};
+
+// A dense row-major [rows, cols] view.
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  int64_t numel() const { return rows * cols; }
+  size_t bytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype); }
+  // Rows [r0, r0 + n).
+  Tensor RowSlice(int64_t r0, int64_t n) const {
+    return Tensor{static_cast<uint8_t*>(data) + r0 * cols * DTypeSize(dtype), dtype, n, cols};
+  }
+  // The same bytes seen as [rows * cols / new_cols, new_cols].
+  Tensor Reshape(int64_t new_cols) const { return Tensor{data, dtype, numel() / new_cols, new_cols}; }
+};
+
+struct BackendOptions {
+  int threads = 1;      // CPU: OpenMP threads for kernels
+  int device = 0;       // CUDA: device ordinal
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // dtype of activations and of the KV cache.
+  virtual DType activation_dtype() const = 0;
+  // True when device memory is host memory (weights are read straight into it).
+  virtual bool device_is_host() const = 0;
+
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) = 0;
+  virtual void CopyFromHost(void* dst, const void* src, size_t bytes) = 0;
+  virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+  virtual void Synchronize() = 0;
+
+  // out[t, :] = table[ids[t] - vocab_start, :] * scale, zero rows for ids outside the shard.
+  // table: [vocab_rows, dim] in the weight dtype; ids on the device.
+  virtual void Embedding(const int32_t* ids, int64_t n, const Tensor& table, int64_t vocab_start, float scale,
+                         Tensor out) = 0;
+  // Row-wise RMSNorm of x [rows, dim] (per-head norms pass [tokens * heads, head_dim]).
+  // w: fp32 [dim] on the device, null for kNoScale.
+  virtual void RmsNorm(const Tensor& x, const float* w, float eps, cpu::NormKind kind, Tensor out) = 0;
+  // y[M, N] = x[M, K] · w[N, K]^T (+ bias[N], fp32, may be null).
+  virtual void Linear(const Tensor& x, const Tensor& w, const float* bias, Tensor y) = 0;
+  // In-place rotary embedding of x [tokens, heads * head_dim]; inv_freq: fp32 [head_dim / 2].
+  virtual void Rope(Tensor x, int64_t head_dim, const int32_t* positions, const float* inv_freq,
+                    float attn_factor) = 0;
+  // gate_up [rows, 2 * dim] -> out [rows, dim].
+  virtual void GatedActivation(const Tensor& gate_up, cpu::Activation act, Tensor out) = 0;
+  virtual void Softcap(Tensor x, float cap) = 0;
+  virtual void Add(const Tensor& a, const Tensor& b, Tensor out) = 0;
+  virtual void Scale(Tensor x, float s) = 0;
+  virtual void Copy(const Tensor& src, Tensor dst) = 0;
+  // out[i, :] = x[rows[i], :].
+  virtual void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, Tensor out) = 0;
+  // k, v: [tokens, kv_heads * head_dim]; caches: [num_slots, kv_heads * head_dim].
+  virtual void WriteKv(const Tensor& k, const Tensor& v, const int32_t* slot_mapping, int64_t head_dim,
+                       void* k_cache, void* v_cache) = 0;
+  // q, out: [tokens, q_heads * head_dim]; see cpu::PagedAttention.
+  virtual void PagedAttention(const Tensor& q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+                              const int32_t* token_pos, const int32_t* block_tables,
+                              const cpu::PagedAttentionParams& p, Tensor out) = 0;
+};
+
+std::unique_ptr<Backend> MakeCpuBackend(const BackendOptions& options);
+
+}  // namespace tpserve

@@ -1,0 +1,41 @@
+// Collective helpers shared by every Communicator. Tested by tests/communicator_test.cc.
+#include <cstring>
+
+#include "worker/communicator.h"
+
+namespace tpserve {
+
+absl::Status Communicator::AgreeOnStatus(const absl::Status& local) {
+  // Each rank contributes (failed ? rank : size); the minimum is the first failing rank.
+  int64_t first = AllReduceMin(local.ok() ? size() : rank());
+  if (first == size()) return absl::OkStatus();
+  std::vector<uint8_t> msg;
+  int32_t code = 0;
+  if (rank() == first) {
+    std::string text(local.message());
+    msg.assign(text.begin(), text.end());
+    code = static_cast<int32_t>(local.code());
+  }
+  Broadcast(&code, sizeof(code), static_cast<int>(first));
+  BroadcastBytes(msg, static_cast<int>(first));
+  std::string text(msg.begin(), msg.end());
+  if (rank() != first) text = "rank " + std::to_string(first) + ": " + text;
+  return absl::Status(static_cast<absl::StatusCode>(code), text);
+}
+
+int64_t Communicator::AllReduceMin(int64_t v) {
+  std::vector<int64_t> all(size());
+  AllGather(&v, sizeof(v), all.data());
+  int64_t m = all[0];
+  for (int64_t x : all) m = std::min(m, x);
+  return m;
+}
+
+void Communicator::BroadcastBytes(std::vector<uint8_t>& bytes, int root) {
+  uint64_t n = bytes.size();
+  Broadcast(&n, sizeof(n), root);
+  bytes.resize(n);
+  if (n > 0) Broadcast(bytes.data(), n, root);
+}
+
+}  // namespace tpserve

@@ -1,0 +1,78 @@
+// Collectives between the ranks of one tensor-parallel group, behind one interface:
+// MPI across processes (mpi_communicator.cc), threads in one process
+// (local_communicator.cc, for tests and MPI-less GPU machines), NCCL later.
+// Tested by tests/communicator_test.cc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/base.h"
+
+namespace tpserve {
+
+// The world layout, built once at start-up and passed down.
+struct WorldConfig {
+  int rank = 0;
+  int world_size = 1;
+  int tp_size = 1;     // == world_size today (one tensor-parallel group)
+  int local_rank = 0;  // rank within this node (picks the GPU)
+  int local_size = 1;  // ranks on this node (they share its cores)
+  std::string node;    // host name
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;
+
+  // In-place sum over ranks of `count` elements (host memory).
+  virtual void AllReduceSum(void* data, size_t count, DType dtype) = 0;
+  // recv[r * bytes_per_rank ...] = rank r's send, on `root` only (recv may be null elsewhere).
+  virtual void Gather(const void* send, size_t bytes_per_rank, void* recv, int root) = 0;
+  // recv[r * bytes_per_rank ...] = rank r's send, on every rank.
+  virtual void AllGather(const void* send, size_t bytes_per_rank, void* recv) = 0;
+  // Copies root's `bytes` bytes to every rank.
+  virtual void Broadcast(void* data, size_t bytes, int root) = 0;
+  virtual void Barrier() = 0;
+  // Stops every rank of the job now (a broken invariant or an unrecoverable mid-step
+  // failure): no rank may be left waiting in a collective.
+  [[noreturn]] virtual void Abort(int code) = 0;
+
+  // Helpers built on the collectives above.
+  // Every rank gets the first failing rank's status (OK when all are OK); used after
+  // start-up phases so that a failure on one rank is an error on all, never a hang.
+  absl::Status AgreeOnStatus(const absl::Status& local);
+  int64_t AllReduceMin(int64_t v);
+  void BroadcastBytes(std::vector<uint8_t>& bytes, int root);
+};
+
+// Threads of one process acting as `world_size` ranks. Create the group once, then hand
+// Rank(r) to the thread that plays rank r.
+class LocalGroup {
+ public:
+  explicit LocalGroup(int world_size);
+  ~LocalGroup();
+  std::unique_ptr<Communicator> Rank(int rank);
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// Where MPI is built in: MpiInit initializes MPI and reads the world layout (rank, size,
+// ranks on this node, host name); MakeMpiCommunicator gives collectives over
+// MPI_COMM_WORLD; MpiFinalize ends MPI. Without MPI, HaveMpi() is false, MpiInit returns a
+// one-rank world and MakeMpiCommunicator returns null.
+bool HaveMpi();
+WorldConfig MpiInit(int* argc, char*** argv);
+void MpiFinalize();
+std::unique_ptr<Communicator> MakeMpiCommunicator();
+
+}  // namespace tpserve

@@ -1,0 +1,99 @@
+// The CPU backend: fp32 activations, weights as loaded, ops from kernels/cpu.
+// Tested through tests/model_test.cc.
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "worker/backend.h"
+
+namespace tpserve {
+namespace {
+
+class HostBuffer : public Buffer {
+ public:
+  HostBuffer(void* p, size_t n) : p_(p), n_(n) {}
+  ~HostBuffer() override { std::free(p_); }
+  void* data() override { return p_; }
+  size_t bytes() const override { return n_; }
+
+ private:
+  void* p_;
+  size_t n_;
+};
+
+float* F32(const Tensor& t) {
+  TP_CHECK(t.dtype == DType::kF32);
+  return static_cast<float*>(t.data);
+}
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& o) : options_(o) { omp_set_num_threads(std::max(1, o.threads)); }
+  std::string name() const override { return absl::StrCat("cpu(threads=", options_.threads, ")"); }
+  DType activation_dtype() const override { return DType::kF32; }
+  bool device_is_host() const override { return true; }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
+    const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("out of host memory allocating ", bytes, " bytes"));
+    }
+    return std::unique_ptr<Buffer>(new HostBuffer(p, bytes));
+  }
+  void CopyFromHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void Synchronize() override {}
+
+  void Embedding(const int32_t* ids, int64_t n, const Tensor& table, int64_t vocab_start, float scale,
+                 Tensor out) override {
+    cpu::Embedding(ids, n, table.data, table.dtype, vocab_start, table.rows, table.cols, scale, F32(out));
+  }
+  void RmsNorm(const Tensor& x, const float* w, float eps, cpu::NormKind kind, Tensor out) override {
+    cpu::RmsNorm(F32(x), w, x.rows, x.cols, eps, kind, F32(out));
+  }
+  void Linear(const Tensor& x, const Tensor& w, const float* bias, Tensor y) override {
+    TP_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows);
+    cpu::Linear(F32(x), x.rows, x.cols, w.data, w.dtype, w.rows, F32(y));
+    if (bias != nullptr) {
+      for (int64_t r = 0; r < y.rows; ++r) cpu::Add(F32(y) + r * y.cols, bias, y.cols, F32(y) + r * y.cols);
+    }
+  }
+  void Rope(Tensor x, int64_t head_dim, const int32_t* positions, const float* inv_freq, float attn_factor) override {
+    cpu::Rope(F32(x), x.rows, x.cols / head_dim, head_dim, positions, inv_freq, attn_factor);
+  }
+  void GatedActivation(const Tensor& gate_up, cpu::Activation act, Tensor out) override {
+    cpu::GatedActivation(F32(gate_up), gate_up.rows, out.cols, act, F32(out));
+  }
+  void Softcap(Tensor x, float cap) override { cpu::Softcap(F32(x), x.numel(), cap); }
+  void Add(const Tensor& a, const Tensor& b, Tensor out) override { cpu::Add(F32(a), F32(b), a.numel(), F32(out)); }
+  void Scale(Tensor x, float s) override { cpu::Scale(F32(x), x.numel(), s); }
+  void Copy(const Tensor& src, Tensor dst) override { std::memcpy(dst.data, src.data, src.bytes()); }
+  void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, Tensor out) override {
+    for (int64_t i = 0; i < n; ++i) std::memcpy(F32(out) + i * x.cols, F32(x) + rows[i] * x.cols, x.cols * 4);
+  }
+  void WriteKv(const Tensor& k, const Tensor& v, const int32_t* slot_mapping, int64_t head_dim, void* k_cache,
+               void* v_cache) override {
+    cpu::WriteKv(F32(k), F32(v), slot_mapping, k.rows, k.cols / head_dim, head_dim, static_cast<float*>(k_cache),
+                 static_cast<float*>(v_cache));
+  }
+  void PagedAttention(const Tensor& q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+                      const int32_t* token_pos, const int32_t* block_tables, const cpu::PagedAttentionParams& p,
+                      Tensor out) override {
+    cpu::PagedAttention(F32(q), static_cast<const float*>(k_cache), static_cast<const float*>(v_cache), token_seq,
+                        token_pos, q.rows, block_tables, p, F32(out));
+  }
+
+ private:
+  BackendOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeCpuBackend(const BackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace tpserve

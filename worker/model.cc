@@ -1,0 +1,367 @@
+// The transformer forward pass over a paged KV cache. Tested by tests/model_test.cc.
+#include "worker/model.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace tpserve {
+
+struct Model::Layer {
+  LayerConfig cfg;
+  HeadShard heads;
+  DeviceTensor input_norm, post_attn_norm, pre_ffn_norm, post_ffn_norm;
+  DeviceTensor q_norm, k_norm;
+  ColumnParallelLinear q_proj, k_proj;
+  std::optional<ColumnParallelLinear> v_proj;  // absent when K = V
+  RowParallelLinear o_proj;
+  ColumnParallelLinear gate_up_proj;
+  RowParallelLinear down_proj;
+  float layer_scalar = 1.0f;
+  DeviceTensor inv_freq;
+  std::unique_ptr<Buffer> k_cache, v_cache;
+};
+
+struct Model::Scratch {
+  int64_t token_capacity = 0, logit_capacity = 0, table_capacity = 0;
+  std::unique_ptr<Buffer> ids, positions, token_seq, slots, logit_rows, block_tables;
+  std::unique_ptr<Buffer> h, x, q, k, v, attn, o, gate_up, act, sel, logits;
+};
+
+absl::StatusOr<HeadShard> ShardHeads(int32_t num_heads, int32_t num_kv_heads, int rank, int tp, int layer) {
+  if (num_heads % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("num_attention_heads ", num_heads,
+                                                   " is not divisible by tensor-parallel size ", tp));
+  }
+  HeadShard s;
+  s.q_heads = num_heads / tp;
+  s.q_head0 = rank * s.q_heads;
+  if (num_kv_heads % tp == 0) {
+    s.kv_heads = num_kv_heads / tp;
+    s.kv_head0 = rank * s.kv_heads;
+  } else if (tp % num_kv_heads == 0) {
+    // More ranks than KV heads: each rank keeps the one KV head its query heads read.
+    s.kv_heads = 1;
+    s.kv_head0 = rank / (tp / num_kv_heads);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("layer ", layer, ": num_key_value_heads ", num_kv_heads,
+                                                   " and tensor-parallel size ", tp,
+                                                   " do not divide one another"));
+  }
+  return s;
+}
+
+absl::Status ValidateTensorParallel(const ModelConfig& c, int tp) {
+  if (tp < 1) return absl::InvalidArgumentError("tensor-parallel size must be at least 1");
+  if (c.intermediate_size % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("intermediate_size ", c.intermediate_size,
+                                                   " is not divisible by tensor-parallel size ", tp));
+  }
+  if (c.vocab_size < tp) return absl::InvalidArgumentError("vocab_size is smaller than the tensor-parallel size");
+  for (int i = 0; i < c.num_layers; ++i) {
+    TP_RETURN_IF_ERROR(ShardHeads(c.num_heads, c.layers[i].num_kv_heads, 0, tp, i).status());
+  }
+  return absl::OkStatus();
+}
+
+Model::Model(const ModelConfig& c, Backend& b, Communicator& comm, const ModelOptions& o)
+    : config_(c), backend_(b), comm_(comm), options_(o), scratch_(std::make_unique<Scratch>()) {}
+Model::~Model() = default;
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, const WeightSource& source,
+                                                   Backend& backend, Communicator& comm,
+                                                   const ModelOptions& options) {
+  TP_RETURN_IF_ERROR(ValidateTensorParallel(config, comm.size()));
+  if (options.block_size <= 0) return absl::InvalidArgumentError("block size must be positive");
+  auto m = std::unique_ptr<Model>(new Model(config, backend, comm, options));
+  TP_RETURN_IF_ERROR(m->LoadWeights(source));
+  return m;
+}
+
+absl::Status Model::LoadWeights(const WeightSource& source) {
+  const ModelConfig& c = config_;
+  const int rank = comm_.rank(), tp = comm_.size();
+  weight_dtype_ = options_.weight_dtype.value_or(c.torch_dtype);
+  LoadContext ctx{source, backend_, weight_dtype_};
+  const int64_t H = c.hidden_size;
+
+  // transformers multiplies by the scale cast to the weight dtype (sqrt(5376) -> 73.5 in bf16).
+  embed_scale_ = c.embed_scale;
+  if (weight_dtype_ == DType::kBF16) embed_scale_ = Bf16ToF32(F32ToBf16(embed_scale_));
+  if (weight_dtype_ == DType::kF16) embed_scale_ = F16ToF32(F32ToF16(embed_scale_));
+
+  TP_ASSIGN_OR_RETURN(embed_, VocabParallelEmbedding::Load(ctx, "embed_tokens.weight", c.vocab_size, H, rank, tp));
+  if (!c.tie_word_embeddings) {
+    if (!source.Has("lm_head.weight")) {
+      return absl::NotFoundError(absl::StrCat(source.Describe(),
+                                              ": missing tensor \"lm_head.weight\" (tie_word_embeddings is false)"));
+    }
+    TP_ASSIGN_OR_RETURN(auto head, VocabParallelEmbedding::Load(ctx, "lm_head.weight", c.vocab_size, H, rank, tp));
+    lm_head_.emplace(std::move(head));
+  }
+  TP_ASSIGN_OR_RETURN(final_norm_, LoadVector(ctx, "norm.weight", H));
+
+  const int64_t I = c.intermediate_size / tp;
+  for (int i = 0; i < c.num_layers; ++i) {
+    auto L = std::make_unique<Layer>();
+    L->cfg = c.layers[i];
+    const int32_t D = L->cfg.head_dim;
+    TP_ASSIGN_OR_RETURN(L->heads, ShardHeads(c.num_heads, L->cfg.num_kv_heads, rank, tp, i));
+    const std::string p = absl::StrCat("layers.", i, ".");
+    const std::string a = p + "self_attn.";
+    TP_ASSIGN_OR_RETURN(L->input_norm, LoadVector(ctx, p + "input_layernorm.weight", H));
+    TP_ASSIGN_OR_RETURN(L->post_attn_norm, LoadVector(ctx, p + "post_attention_layernorm.weight", H));
+    if (c.sandwich_norms) {
+      TP_ASSIGN_OR_RETURN(L->pre_ffn_norm, LoadVector(ctx, p + "pre_feedforward_layernorm.weight", H));
+      TP_ASSIGN_OR_RETURN(L->post_ffn_norm, LoadVector(ctx, p + "post_feedforward_layernorm.weight", H));
+    }
+    if (c.qk_norm) {
+      TP_ASSIGN_OR_RETURN(L->q_norm, LoadVector(ctx, a + "q_norm.weight", D));
+      TP_ASSIGN_OR_RETURN(L->k_norm, LoadVector(ctx, a + "k_norm.weight", D));
+    }
+    const int64_t q_rows = static_cast<int64_t>(c.num_heads) * D;
+    const int64_t kv_rows = static_cast<int64_t>(L->cfg.num_kv_heads) * D;
+    auto bias = [&](const char* n) {
+      return c.qkv_bias ? std::vector<std::string>{a + n + "_proj.bias"} : std::vector<std::string>{};
+    };
+    TP_ASSIGN_OR_RETURN(L->q_proj, ColumnParallelLinear::Load(
+                                       ctx, {{a + "q_proj.weight", q_rows, L->heads.q_head0 * D, L->heads.q_heads * D}},
+                                       H, bias("q")));
+    const RowRange kv_part{"", kv_rows, L->heads.kv_head0 * D, L->heads.kv_heads * D};
+    RowRange k_part = kv_part;
+    k_part.name = a + "k_proj.weight";
+    TP_ASSIGN_OR_RETURN(L->k_proj, ColumnParallelLinear::Load(ctx, {k_part}, H, bias("k")));
+    if (!L->cfg.k_eq_v) {
+      RowRange v_part = kv_part;
+      v_part.name = a + "v_proj.weight";
+      TP_ASSIGN_OR_RETURN(auto v, ColumnParallelLinear::Load(ctx, {v_part}, H, bias("v")));
+      L->v_proj.emplace(std::move(v));
+    }
+    TP_ASSIGN_OR_RETURN(L->o_proj, RowParallelLinear::Load(ctx, a + "o_proj.weight", H, q_rows,
+                                                           L->heads.q_head0 * D, L->heads.q_heads * D));
+    const int64_t full_i = c.intermediate_size;
+    TP_ASSIGN_OR_RETURN(L->gate_up_proj,
+                        ColumnParallelLinear::Load(ctx,
+                                                   {{p + "mlp.gate_proj.weight", full_i, rank * I, I},
+                                                    {p + "mlp.up_proj.weight", full_i, rank * I, I}},
+                                                   H, {}));
+    TP_ASSIGN_OR_RETURN(L->down_proj, RowParallelLinear::Load(ctx, p + "mlp.down_proj.weight", H, full_i, rank * I, I));
+    if (c.layer_scalar) {
+      TP_RETURN_IF_ERROR(source.Read(SliceRequest{p + "layer_scalar", {1}, 0, 1, 0, 1}, DType::kF32, &L->layer_scalar));
+    }
+    TP_ASSIGN_OR_RETURN(L->inv_freq, UploadF32(backend_, RopeInvFreq(L->cfg.rope, D)));
+    weight_bytes_ += (L->heads.q_heads * D * H * 2 + L->heads.kv_heads * D * H * (L->cfg.k_eq_v ? 1 : 2) + 3 * I * H) *
+                     static_cast<int64_t>(DTypeSize(weight_dtype_));
+    layers_.push_back(std::move(L));
+  }
+  weight_bytes_ += embed_.rows() * H * static_cast<int64_t>(DTypeSize(weight_dtype_)) * (lm_head_ ? 2 : 1);
+  return absl::OkStatus();
+}
+
+int64_t Model::KvBytesPerBlock() const {
+  int64_t bytes = 0;
+  for (const auto& L : layers_) {
+    bytes += 2 * static_cast<int64_t>(options_.block_size) * L->heads.kv_heads * L->cfg.head_dim *
+             static_cast<int64_t>(DTypeSize(backend_.activation_dtype()));
+  }
+  return bytes;
+}
+
+absl::Status Model::AllocateKvCache(int64_t num_blocks) {
+  if (num_blocks <= 0) return absl::InvalidArgumentError("the KV cache needs at least one block");
+  for (auto& L : layers_) {
+    L->k_cache.reset();
+    L->v_cache.reset();
+  }
+  for (auto& L : layers_) {
+    const size_t bytes = static_cast<size_t>(num_blocks * options_.block_size) * L->heads.kv_heads *
+                         L->cfg.head_dim * DTypeSize(backend_.activation_dtype());
+    TP_ASSIGN_OR_RETURN(L->k_cache, backend_.Allocate(bytes));
+    TP_ASSIGN_OR_RETURN(L->v_cache, backend_.Allocate(bytes));
+  }
+  num_blocks_ = num_blocks;
+  return absl::OkStatus();
+}
+
+absl::Status Model::EnsureScratch(int64_t tokens, int64_t logit_rows) {
+  Scratch& s = *scratch_;
+  const size_t act = DTypeSize(backend_.activation_dtype());
+  auto alloc = [&](std::unique_ptr<Buffer>& b, size_t bytes) -> absl::Status {
+    TP_ASSIGN_OR_RETURN(b, backend_.Allocate(bytes));
+    return absl::OkStatus();
+  };
+  if (tokens > s.token_capacity) {
+    const int64_t T = std::max<int64_t>(tokens, 16);
+    int64_t max_q = 0, max_kv = 0;
+    for (const auto& L : layers_) {
+      max_q = std::max<int64_t>(max_q, L->heads.q_heads * L->cfg.head_dim);
+      max_kv = std::max<int64_t>(max_kv, L->heads.kv_heads * L->cfg.head_dim);
+    }
+    const int64_t H = config_.hidden_size, I = config_.intermediate_size / comm_.size();
+    for (auto* b : {&s.ids, &s.positions, &s.token_seq, &s.slots}) TP_RETURN_IF_ERROR(alloc(*b, T * 4));
+    TP_RETURN_IF_ERROR(alloc(s.h, T * H * act));
+    TP_RETURN_IF_ERROR(alloc(s.x, T * H * act));
+    TP_RETURN_IF_ERROR(alloc(s.o, T * H * act));
+    TP_RETURN_IF_ERROR(alloc(s.q, T * max_q * act));
+    TP_RETURN_IF_ERROR(alloc(s.attn, T * max_q * act));
+    TP_RETURN_IF_ERROR(alloc(s.k, T * max_kv * act));
+    TP_RETURN_IF_ERROR(alloc(s.v, T * max_kv * act));
+    TP_RETURN_IF_ERROR(alloc(s.gate_up, T * 2 * I * act));
+    TP_RETURN_IF_ERROR(alloc(s.act, T * I * act));
+    s.token_capacity = T;
+  }
+  if (logit_rows > s.logit_capacity) {
+    const int64_t L = std::max<int64_t>(logit_rows, 8);
+    TP_RETURN_IF_ERROR(alloc(s.logit_rows, L * 4));
+    TP_RETURN_IF_ERROR(alloc(s.sel, L * config_.hidden_size * act));
+    TP_RETURN_IF_ERROR(alloc(s.logits, L * embed_.shard_rows() * act));
+    s.logit_capacity = L;
+  }
+  return absl::OkStatus();
+}
+
+void Model::RunLayer(Layer& L, int64_t T, const StepPlan& plan, StepTimes* times) {
+  Scratch& s = *scratch_;
+  const DType adt = backend_.activation_dtype();
+  const int64_t H = config_.hidden_size;
+  const int32_t D = L.cfg.head_dim;
+  const float eps = config_.rms_norm_eps;
+  const cpu::NormKind nk = config_.norm_kind;
+  const Tensor h{s.h->data(), adt, T, H}, x{s.x->data(), adt, T, H}, o{s.o->data(), adt, T, H};
+  const Tensor q{s.q->data(), adt, T, L.heads.q_heads * D};
+  const Tensor k{s.k->data(), adt, T, L.heads.kv_heads * D};
+  const Tensor v{s.v->data(), adt, T, L.heads.kv_heads * D};
+  const Tensor attn{s.attn->data(), adt, T, L.heads.q_heads * D};
+  const int32_t* positions = static_cast<const int32_t*>(s.positions->data());
+
+  // Attention block.
+  backend_.RmsNorm(h, static_cast<const float*>(L.input_norm.view.data), eps, nk, x);
+  L.q_proj.Forward(backend_, x, q);
+  L.k_proj.Forward(backend_, x, k);
+  if (L.v_proj) {
+    L.v_proj->Forward(backend_, x, v);
+  } else {
+    backend_.Copy(k, v);  // K = V: values are the raw key projection
+  }
+  if (config_.qk_norm) {
+    backend_.RmsNorm(q.Reshape(D), static_cast<const float*>(L.q_norm.view.data), eps, nk, q.Reshape(D));
+    backend_.RmsNorm(k.Reshape(D), static_cast<const float*>(L.k_norm.view.data), eps, nk, k.Reshape(D));
+  }
+  if (config_.v_norm) backend_.RmsNorm(v.Reshape(D), nullptr, eps, cpu::NormKind::kNoScale, v.Reshape(D));
+  const float* inv_freq = static_cast<const float*>(L.inv_freq.view.data);
+  backend_.Rope(q, D, positions, inv_freq, 1.0f);
+  backend_.Rope(k, D, positions, inv_freq, 1.0f);
+  backend_.WriteKv(k, v, static_cast<const int32_t*>(s.slots->data()), D, L.k_cache->data(), L.v_cache->data());
+  cpu::PagedAttentionParams ap;
+  ap.num_q_heads = L.heads.q_heads;
+  ap.num_kv_heads = L.heads.kv_heads;
+  ap.head_dim = D;
+  ap.block_size = options_.block_size;
+  ap.max_blocks_per_seq = plan.max_blocks_per_seq;
+  ap.scale = config_.attn_scale;
+  ap.sliding_window = L.cfg.sliding_window;
+  ap.softcap = config_.attn_softcap;
+  backend_.PagedAttention(q, L.k_cache->data(), L.v_cache->data(), static_cast<const int32_t*>(s.token_seq->data()),
+                          positions, static_cast<const int32_t*>(s.block_tables->data()), ap, attn);
+  L.o_proj.Forward(backend_, comm_, attn, o, &times->allreduce_us);
+  if (config_.sandwich_norms) {
+    backend_.RmsNorm(o, static_cast<const float*>(L.post_attn_norm.view.data), eps, nk, o);
+  }
+  backend_.Add(h, o, h);
+
+  // MLP block.
+  const DeviceTensor& pre_mlp_norm = config_.sandwich_norms ? L.pre_ffn_norm : L.post_attn_norm;
+  backend_.RmsNorm(h, static_cast<const float*>(pre_mlp_norm.view.data), eps, nk, x);
+  const int64_t I = L.gate_up_proj.out_features() / 2;
+  const Tensor gu{s.gate_up->data(), adt, T, 2 * I}, a{s.act->data(), adt, T, I};
+  L.gate_up_proj.Forward(backend_, x, gu);
+  backend_.GatedActivation(gu, config_.activation, a);
+  L.down_proj.Forward(backend_, comm_, a, o, &times->allreduce_us);
+  if (config_.sandwich_norms) {
+    backend_.RmsNorm(o, static_cast<const float*>(L.post_ffn_norm.view.data), eps, nk, o);
+  }
+  backend_.Add(h, o, h);
+  if (config_.layer_scalar) backend_.Scale(h, L.layer_scalar);
+}
+
+absl::StatusOr<std::vector<float>> Model::Forward(const StepPlan& plan, StepTimes* times) {
+  const auto t0 = std::chrono::steady_clock::now();
+  StepTimes local;
+  if (times == nullptr) times = &local;
+  *times = StepTimes{};
+  if (num_blocks_ == 0) return absl::FailedPreconditionError("Forward before AllocateKvCache");
+  TP_RETURN_IF_ERROR(plan.Validate(num_blocks_, options_.block_size));
+  const int64_t T = plan.num_tokens();
+  const int64_t Lr = static_cast<int64_t>(plan.logit_rows.size());
+  if (T == 0) return std::vector<float>{};
+  for (int32_t id : plan.token_ids) {
+    if (id < 0 || id >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
+                                                     config_.vocab_size, ")"));
+    }
+  }
+  TP_RETURN_IF_ERROR(EnsureScratch(T, Lr));
+  Scratch& s = *scratch_;
+  if (static_cast<int64_t>(plan.block_tables.size()) > s.table_capacity) {
+    TP_ASSIGN_OR_RETURN(s.block_tables, backend_.Allocate(std::max<size_t>(plan.block_tables.size(), 1) * 4));
+    s.table_capacity = static_cast<int64_t>(plan.block_tables.size());
+  }
+  backend_.CopyFromHost(s.ids->data(), plan.token_ids.data(), T * 4);
+  backend_.CopyFromHost(s.positions->data(), plan.positions.data(), T * 4);
+  backend_.CopyFromHost(s.token_seq->data(), plan.token_seq.data(), T * 4);
+  backend_.CopyFromHost(s.slots->data(), plan.slot_mapping.data(), T * 4);
+  if (!plan.block_tables.empty()) {
+    backend_.CopyFromHost(s.block_tables->data(), plan.block_tables.data(), plan.block_tables.size() * 4);
+  }
+  if (Lr > 0) backend_.CopyFromHost(s.logit_rows->data(), plan.logit_rows.data(), Lr * 4);
+
+  const DType adt = backend_.activation_dtype();
+  const int64_t H = config_.hidden_size;
+  const Tensor h{s.h->data(), adt, T, H};
+  embed_.Lookup(backend_, comm_, static_cast<const int32_t*>(s.ids->data()), T, embed_scale_, h,
+                &times->allreduce_us);
+  for (auto& L : layers_) RunLayer(*L, T, plan, times);
+
+  std::vector<float> out;
+  if (Lr > 0) {
+    const Tensor sel{s.sel->data(), adt, Lr, H};
+    backend_.GatherRows(h, static_cast<const int32_t*>(s.logit_rows->data()), Lr, sel);
+    backend_.RmsNorm(sel, static_cast<const float*>(final_norm_.view.data), config_.rms_norm_eps, config_.norm_kind,
+                     sel);
+    const VocabParallelEmbedding& head = lm_head_ ? *lm_head_ : embed_;
+    const Tensor logits{s.logits->data(), adt, Lr, head.rows()};
+    head.Logits(backend_, sel, logits);
+    if (config_.final_softcap > 0) backend_.Softcap(logits, config_.final_softcap);
+    // Pad this rank's shard to ceil(vocab / tp) columns and gather the shards on rank 0.
+    const int64_t shard = head.shard_rows();
+    std::vector<float> local(Lr * shard, -std::numeric_limits<float>::infinity());
+    std::vector<uint8_t> raw(logits.bytes());
+    backend_.CopyToHost(raw.data(), logits.data, raw.size());
+    for (int64_t r = 0; r < Lr; ++r) ToF32(raw.data() + r * head.rows() * DTypeSize(adt), adt, head.rows(), &local[r * shard]);
+    const int tp = comm_.size();
+    std::vector<float> gathered(comm_.rank() == 0 ? static_cast<size_t>(tp * Lr * shard) : 0);
+    if (tp > 1) {
+      comm_.Gather(local.data(), local.size() * 4, gathered.data(), 0);
+    } else {
+      gathered.swap(local);
+    }
+    if (comm_.rank() == 0) {
+      const int64_t V = config_.vocab_size;
+      out.resize(Lr * V);
+      for (int rk = 0; rk < tp; ++rk) {
+        const int64_t v0 = rk * shard;
+        const int64_t n = std::min<int64_t>(shard, V - v0);
+        for (int64_t r = 0; r < Lr && n > 0; ++r) {
+          std::copy_n(&gathered[(rk * Lr + r) * shard], n, &out[r * V + v0]);
+        }
+      }
+    }
+  }
+  backend_.Synchronize();
+  times->total_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace tpserve

@@ -1,0 +1,96 @@
+// StepPlan serialization: a flat little-endian int32 stream. Tested by tests/model_test.cc.
+#include "worker/step.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace tpserve {
+namespace {
+
+void PutVec(std::vector<int32_t>& out, const std::vector<int32_t>& v) {
+  out.push_back(static_cast<int32_t>(v.size()));
+  out.insert(out.end(), v.begin(), v.end());
+}
+
+bool GetVec(const int32_t*& p, const int32_t* end, std::vector<int32_t>& v) {
+  if (p >= end) return false;
+  const int32_t n = *p++;
+  if (n < 0 || end - p < n) return false;
+  v.assign(p, p + n);
+  p += n;
+  return true;
+}
+
+}  // namespace
+
+std::vector<uint8_t> StepPlan::Serialize() const {
+  std::vector<int32_t> w;
+  w.reserve(8 + token_ids.size() * 4 + block_tables.size() + logit_rows.size());
+  w.push_back(static_cast<int32_t>(kind));
+  w.push_back(num_seqs);
+  w.push_back(max_blocks_per_seq);
+  PutVec(w, token_ids);
+  PutVec(w, positions);
+  PutVec(w, token_seq);
+  PutVec(w, slot_mapping);
+  PutVec(w, block_tables);
+  PutVec(w, logit_rows);
+  std::vector<uint8_t> bytes(w.size() * 4);
+  std::memcpy(bytes.data(), w.data(), bytes.size());
+  return bytes;
+}
+
+absl::StatusOr<StepPlan> StepPlan::Deserialize(const std::vector<uint8_t>& bytes) {
+  if (bytes.size() % 4 != 0 || bytes.size() < 12) return absl::DataLossError("step plan: truncated message");
+  std::vector<int32_t> w(bytes.size() / 4);
+  std::memcpy(w.data(), bytes.data(), bytes.size());
+  const int32_t* p = w.data();
+  const int32_t* end = p + w.size();
+  StepPlan s;
+  s.kind = static_cast<Kind>(*p++);
+  s.num_seqs = *p++;
+  s.max_blocks_per_seq = *p++;
+  if (!GetVec(p, end, s.token_ids) || !GetVec(p, end, s.positions) || !GetVec(p, end, s.token_seq) ||
+      !GetVec(p, end, s.slot_mapping) || !GetVec(p, end, s.block_tables) || !GetVec(p, end, s.logit_rows) ||
+      p != end) {
+    return absl::DataLossError("step plan: malformed message");
+  }
+  return s;
+}
+
+absl::Status StepPlan::Validate(int64_t num_blocks, int32_t block_size) const {
+  const size_t t = token_ids.size();
+  if (positions.size() != t || token_seq.size() != t || slot_mapping.size() != t) {
+    return absl::InvalidArgumentError("step plan: per-token arrays differ in length");
+  }
+  if (num_seqs < 0 || max_blocks_per_seq < 0 ||
+      block_tables.size() != static_cast<size_t>(num_seqs) * static_cast<size_t>(max_blocks_per_seq)) {
+    return absl::InvalidArgumentError("step plan: block_tables is not [num_seqs, max_blocks_per_seq]");
+  }
+  const int64_t num_slots = num_blocks * block_size;
+  for (size_t i = 0; i < t; ++i) {
+    if (token_seq[i] < 0 || token_seq[i] >= num_seqs) {
+      return absl::InvalidArgumentError(absl::StrCat("step plan: token ", i, " has sequence ", token_seq[i]));
+    }
+    if (positions[i] < 0 || positions[i] / block_size >= max_blocks_per_seq) {
+      return absl::InvalidArgumentError(absl::StrCat("step plan: token ", i, " position ", positions[i],
+                                                     " is outside its block table"));
+    }
+    if (slot_mapping[i] >= num_slots) {
+      return absl::InvalidArgumentError(absl::StrCat("step plan: token ", i, " slot ", slot_mapping[i],
+                                                     " exceeds the KV cache (", num_slots, " slots)"));
+    }
+  }
+  for (int32_t b : block_tables) {
+    if (b >= num_blocks) return absl::InvalidArgumentError(absl::StrCat("step plan: block ", b, " out of range"));
+  }
+  for (int32_t r : logit_rows) {
+    if (r < 0 || static_cast<size_t>(r) >= t) {
+      return absl::InvalidArgumentError(absl::StrCat("step plan: logit row ", r, " out of range"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tpserve

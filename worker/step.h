@@ -1,0 +1,35 @@
+// The step plan: what the coordinator decides for one forward step and broadcasts to
+// every rank unchanged. Workers execute it and decide nothing. Tested by
+// tests/model_test.cc (serialization round trip) and every multi-rank test.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tpserve {
+
+struct StepPlan {
+  enum class Kind : int32_t { kForward = 0, kShutdown = 1 };
+  Kind kind = Kind::kForward;
+  // Per token (a flat batch; prefill chunks and decode tokens mixed):
+  std::vector<int32_t> token_ids;
+  std::vector<int32_t> positions;
+  std::vector<int32_t> token_seq;     // row of block_tables
+  std::vector<int32_t> slot_mapping;  // KV slot the token's k/v is written to
+  // Per sequence: physical block ids, [num_seqs, max_blocks_per_seq], -1 padded.
+  int32_t num_seqs = 0;
+  int32_t max_blocks_per_seq = 0;
+  std::vector<int32_t> block_tables;
+  // Token indices whose logits rank 0 wants back (usually each sequence's last token).
+  std::vector<int32_t> logit_rows;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  std::vector<uint8_t> Serialize() const;
+  static absl::StatusOr<StepPlan> Deserialize(const std::vector<uint8_t>& bytes);
+  // Internal consistency (sizes, ranges); `num_blocks` bounds block ids and slots.
+  absl::Status Validate(int64_t num_blocks, int32_t block_size) const;
+};
+
+}  // namespace tpserve

@@ -1,0 +1,182 @@
+// Checkpoint-backed and dummy WeightSources. Tested by tests/safetensors_test.cc and
+// tests/model_test.cc.
+#include "worker/weight_source.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace tpserve {
+namespace {
+
+std::string ShapeStr(const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); }
+
+void ConvertRow(const uint8_t* src, DType src_dtype, int64_t n, DType dst_dtype, void* dst) {
+  if (src_dtype == dst_dtype) {
+    std::memcpy(dst, src, n * DTypeSize(src_dtype));
+    return;
+  }
+  if (dst_dtype == DType::kF32) {
+    ToF32(src, src_dtype, n, static_cast<float*>(dst));
+    return;
+  }
+  // To a 16-bit type: through fp32.
+  for (int64_t i = 0; i < n; ++i) {
+    float v;
+    ToF32(src + i * DTypeSize(src_dtype), src_dtype, 1, &v);
+    static_cast<uint16_t*>(dst)[i] = dst_dtype == DType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
+  }
+}
+
+absl::Status CheckSlice(const SliceRequest& r, const std::string& where) {
+  const int64_t full_rows = r.shape.size() == 1 ? 1 : r.shape[0];
+  const int64_t full_cols = r.shape.size() == 1 ? r.shape[0] : r.shape[1];
+  if (r.shape.empty() || r.shape.size() > 2 || r.row0 < 0 || r.col0 < 0 || r.row0 + r.rows > full_rows ||
+      r.col0 + r.cols > full_cols) {
+    return absl::InternalError(absl::StrCat(where, ": bad slice request"));
+  }
+  return absl::OkStatus();
+}
+
+class CheckpointSource : public WeightSource {
+ public:
+  CheckpointSource(std::unique_ptr<Checkpoint> ckpt, std::string prefix)
+      : ckpt_(std::move(ckpt)), prefix_(std::move(prefix)) {}
+
+  bool Has(const std::string& name) const override { return Lookup(name) != nullptr; }
+
+  std::string Describe() const override { return absl::StrCat("safetensors:", ckpt_->dir()); }
+
+  absl::Status Read(const SliceRequest& r, DType dtype, void* dst) const override {
+    const TensorInfo* t = Lookup(r.name);
+    if (t == nullptr) {
+      return absl::NotFoundError(absl::StrCat(ckpt_->dir(), ": missing tensor \"", prefix_, r.name, "\""));
+    }
+    const std::string where = absl::StrCat(t->file, ": tensor \"", t->name, "\"");
+    // 1-element tensors may be stored as [] or [1].
+    std::vector<int64_t> shape = t->shape;
+    if (shape.empty()) shape = {1};
+    if (shape != r.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " has shape ", ShapeStr(t->shape), ", expected ",
+                                                     ShapeStr(r.shape), " from config.json"));
+    }
+    if (!t->dtype_supported) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " has dtype ", t->dtype_name,
+                                                     "; supported: F32, BF16, F16"));
+    }
+    TP_RETURN_IF_ERROR(CheckSlice(r, where));
+    const int64_t full_cols = shape.size() == 1 ? shape[0] : shape[1];
+    const size_t src_elem = DTypeSize(t->dtype), dst_elem = DTypeSize(dtype);
+    uint8_t* out = static_cast<uint8_t*>(dst);
+#pragma omp parallel for schedule(static) if (r.rows > 64)
+    for (int64_t i = 0; i < r.rows; ++i) {
+      const uint8_t* src = t->data + ((r.row0 + i) * full_cols + r.col0) * src_elem;
+      ConvertRow(src, t->dtype, r.cols, dtype, out + i * r.cols * dst_elem);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const TensorInfo* Lookup(const std::string& name) const {
+    if (name == "lm_head.weight") {
+      for (const char* p : {"lm_head.weight", "language_model.lm_head.weight"}) {
+        if (const TensorInfo* t = ckpt_->Find(p)) return t;
+      }
+      return nullptr;
+    }
+    return ckpt_->Find(prefix_ + name);
+  }
+
+  std::unique_ptr<Checkpoint> ckpt_;
+  std::string prefix_;
+};
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t HashName(const std::string& s, uint64_t seed) {
+  uint64_t h = 1469598103934665603ull ^ seed;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return SplitMix64(h);
+}
+
+class DummySource : public WeightSource {
+ public:
+  DummySource(const ModelConfig& c, uint64_t seed) : config_(c), seed_(seed) {}
+
+  bool Has(const std::string& name) const override {
+    if (name == "lm_head.weight") return !config_.tie_word_embeddings;
+    return true;
+  }
+  std::string Describe() const override { return absl::StrCat("dummy(seed=", seed_, ")"); }
+
+  absl::Status Read(const SliceRequest& r, DType dtype, void* dst) const override {
+    TP_RETURN_IF_ERROR(CheckSlice(r, r.name));
+    const uint64_t h = HashName(r.name, seed_);
+    const int64_t full_cols = r.shape.size() == 1 ? r.shape[0] : r.shape[1];
+    // Norm weights near their identity, scalars 1, matrices uniform with variance 1/fan_in.
+    float center = 0.0f, amp = std::sqrt(3.0f / static_cast<float>(full_cols));
+    const bool is_norm = r.name.find("norm") != std::string::npos;
+    if (is_norm) {
+      center = config_.norm_kind == cpu::NormKind::kOnePlusScale ? 0.0f : 1.0f;
+      amp = 0.1f;
+    } else if (r.name.find("layer_scalar") != std::string::npos) {
+      center = 1.0f;
+      amp = 0.0f;
+    } else if (r.name.find("bias") != std::string::npos) {
+      amp = 0.02f;
+    } else if (r.name.find("embed_tokens") != std::string::npos) {
+      amp = 1.0f;  // scaled by sqrt(hidden) at lookup, divided back by the norms
+    }
+    uint8_t* out = static_cast<uint8_t*>(dst);
+    const size_t elem = DTypeSize(dtype);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < r.rows; ++i) {
+      const uint64_t row_base = static_cast<uint64_t>(r.row0 + i) * static_cast<uint64_t>(full_cols);
+      for (int64_t j = 0; j < r.cols; ++j) {
+        const uint64_t bits = SplitMix64(h ^ (row_base + static_cast<uint64_t>(r.col0 + j)));
+        const float u = static_cast<float>(bits >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+        const float v = center + amp * u;
+        void* p = out + (i * r.cols + j) * elem;
+        if (dtype == DType::kF32) {
+          *static_cast<float*>(p) = v;
+        } else {
+          *static_cast<uint16_t*>(p) = dtype == DType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  ModelConfig config_;
+  uint64_t seed_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WeightSource>> OpenCheckpointSource(const std::string& dir) {
+  TP_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
+  for (const char* prefix : {"model.", "model.language_model.", "language_model.model.", ""}) {
+    if (ckpt->Find(std::string(prefix) + "embed_tokens.weight") != nullptr) {
+      return std::unique_ptr<WeightSource>(new CheckpointSource(std::move(ckpt), prefix));
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(
+      dir, ": missing tensor \"model.embed_tokens.weight\" (also looked for model.language_model.embed_tokens.weight "
+           "and language_model.model.embed_tokens.weight): not a supported checkpoint layout"));
+}
+
+std::unique_ptr<WeightSource> MakeDummySource(const ModelConfig& config, uint64_t seed) {
+  return std::make_unique<DummySource>(config, seed);
+}
+
+}  // namespace tpserve
