@@ -69,8 +69,9 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(const std::vec
     blocks_needed += nb;
     outs[s].prompt_ids = prompts[s];
   }
-  if (blocks_needed > model_.num_kv_blocks()) {
-    return absl::ResourceExhaustedError(absl::StrCat("the KV cache holds ", model_.num_kv_blocks(), " blocks of ", bs,
+  const int64_t have_blocks = *std::min_element(model_.num_kv_blocks().begin(), model_.num_kv_blocks().end());
+  if (blocks_needed > have_blocks) {
+    return absl::ResourceExhaustedError(absl::StrCat("the KV cache holds ", have_blocks, " blocks of ", bs,
                                                      " tokens; this batch needs ", blocks_needed,
                                                      ": raise the KV cache memory or lower max tokens"));
   }
@@ -113,10 +114,13 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(const std::vec
     }
   };
 
+  // Offline generation gives every KV group the same block layout.
+  const size_t groups = model_.num_kv_blocks().size();
+  std::vector<int32_t> slots;  // of the step being built
   auto run = [&](StepPlan& plan, const std::vector<int32_t>& logit_seqs, bool prefill) -> absl::Status {
     plan.num_seqs = S;
-    plan.max_blocks_per_seq = max_blocks;
-    plan.block_tables = tables;
+    plan.kv.assign(groups, KvGroupPlan{slots, max_blocks, tables});
+    slots.clear();
     StepTimes t;
     TP_ASSIGN_OR_RETURN(std::vector<float> logits, executor_.Execute(plan, &t));
     steps_.push_back(StepRecord{plan.num_tokens(), t.total_us / 1000.0, t.allreduce_us / 1000.0, prefill});
@@ -134,7 +138,7 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(const std::vec
         plan.token_ids.push_back(prompts[s][p]);
         plan.positions.push_back(p);
         plan.token_seq.push_back(s);
-        plan.slot_mapping.push_back(slot_of(s, p));
+        slots.push_back(slot_of(s, p));
         if (p == n - 1) {
           plan.logit_rows.push_back(static_cast<int32_t>(plan.token_ids.size() - 1));
           logit_seqs.push_back(s);
@@ -158,7 +162,7 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(const std::vec
       plan.token_ids.push_back(next_token[s]);
       plan.positions.push_back(length[s]);
       plan.token_seq.push_back(s);
-      plan.slot_mapping.push_back(slot_of(s, length[s]));
+      slots.push_back(slot_of(s, length[s]));
       plan.logit_rows.push_back(static_cast<int32_t>(plan.token_ids.size() - 1));
       logit_seqs.push_back(s);
       ++length[s];

@@ -97,8 +97,10 @@ absl::StatusOr<Engine> StartEngine(const EngineOptions& o, const WorldConfig& wo
   auto local = StartLocal(o, world, comm);
   TP_RETURN_IF_ERROR(comm.AgreeOnStatus(local.status()));
   Engine e = std::move(local).value();
-  // KV cache: the smallest budget across ranks wins.
-  const int64_t per_block = e.model->KvBytesPerBlock();
+  // KV cache: every group gets the same number of blocks; the smallest budget across
+  // ranks wins.
+  int64_t per_block = 0;
+  for (int64_t b : e.model->KvBytesPerBlock()) per_block += b;
   const int64_t my_blocks = o.kv_cache_bytes / std::max<int64_t>(per_block, 1);
   const int64_t blocks = comm.AllReduceMin(my_blocks);
   absl::Status kv = absl::OkStatus();

@@ -52,15 +52,17 @@ RunResult RunFixture(const std::string& name, int tp, const Reference& ref, cons
     StepPlan plan;
     const int32_t n = static_cast<int32_t>(ref.prompt_ids.size());
     plan.num_seqs = 1;
-    plan.max_blocks_per_seq = (n + ro.block_size - 1) / ro.block_size;
-    for (int32_t b = 0; b < plan.max_blocks_per_seq; ++b) plan.block_tables.push_back(b);
+    KvGroupPlan kv;
+    kv.max_blocks_per_seq = (n + ro.block_size - 1) / ro.block_size;
+    for (int32_t b = 0; b < kv.max_blocks_per_seq; ++b) kv.block_tables.push_back(b);
     for (int32_t p = 0; p < n; ++p) {
       plan.token_ids.push_back(ref.prompt_ids[p]);
       plan.positions.push_back(p);
       plan.token_seq.push_back(0);
-      plan.slot_mapping.push_back(p);
+      kv.slot_mapping.push_back(p);
       plan.logit_rows.push_back(p);
     }
+    plan.kv.assign((*model)->num_kv_blocks().size(), kv);
     auto logits = exec.Execute(plan, nullptr);
     ASSERT_TRUE(logits.ok()) << logits.status();
     const int64_t V = config->vocab_size;
@@ -147,19 +149,20 @@ TEST(ModelTest, StepPlanRoundTrip) {
   p.token_ids = {5, 6, 7};
   p.positions = {0, 1, 0};
   p.token_seq = {0, 0, 1};
-  p.slot_mapping = {0, 1, 16};
   p.num_seqs = 2;
-  p.max_blocks_per_seq = 1;
-  p.block_tables = {0, 1};
+  p.kv = {KvGroupPlan{{0, 1, 16}, 1, {0, 1}}, KvGroupPlan{{3, 4, 5}, 2, {0, -1, 1, -1}}};
   p.logit_rows = {1, 2};
   auto q = StepPlan::Deserialize(p.Serialize());
   ASSERT_TRUE(q.ok());
   EXPECT_EQ(q->token_ids, p.token_ids);
-  EXPECT_EQ(q->block_tables, p.block_tables);
+  ASSERT_EQ(q->kv.size(), 2u);
+  EXPECT_EQ(q->kv[1].block_tables, p.kv[1].block_tables);
+  EXPECT_EQ(q->kv[1].slot_mapping, p.kv[1].slot_mapping);
   EXPECT_EQ(q->logit_rows, p.logit_rows);
-  EXPECT_TRUE(q->Validate(2, 16).ok());
-  p.slot_mapping[2] = 99;
-  EXPECT_FALSE(p.Validate(2, 16).ok());
+  EXPECT_TRUE(q->Validate({2, 2}, 16).ok());
+  EXPECT_FALSE(q->Validate({2}, 16).ok());
+  p.kv[0].slot_mapping[2] = 99;
+  EXPECT_FALSE(p.Validate({2, 2}, 16).ok());
   std::vector<uint8_t> bytes = p.Serialize();
   bytes.resize(bytes.size() - 4);
   EXPECT_FALSE(StepPlan::Deserialize(bytes).ok());
@@ -194,14 +197,14 @@ TEST(ModelTest, DummyWeightsAreSplitInvariant) {
       ASSERT_TRUE((*model)->AllocateKvCache(8).ok());
       StepPlan plan;
       plan.num_seqs = 1;
-      plan.max_blocks_per_seq = 1;
-      plan.block_tables = {0};
+      KvGroupPlan kv{{}, 1, {0}};
       for (int p = 0; p < 10; ++p) {
         plan.token_ids.push_back(100 + 37 * p);
         plan.positions.push_back(p);
         plan.token_seq.push_back(0);
-        plan.slot_mapping.push_back(p);
+        kv.slot_mapping.push_back(p);
       }
+      plan.kv.assign((*model)->num_kv_blocks().size(), kv);
       plan.logit_rows = {9};
       auto out = (*model)->Forward(plan, nullptr);
       ASSERT_TRUE(out.ok()) << out.status();

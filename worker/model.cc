@@ -25,8 +25,11 @@ struct Model::Layer {
 };
 
 struct Model::Scratch {
-  int64_t token_capacity = 0, logit_capacity = 0, table_capacity = 0;
-  std::unique_ptr<Buffer> ids, positions, token_seq, slots, logit_rows, block_tables;
+  int64_t token_capacity = 0, logit_capacity = 0;
+  std::unique_ptr<Buffer> ids, positions, token_seq, logit_rows;
+  // Per KV group.
+  std::vector<std::unique_ptr<Buffer>> slots, block_tables;
+  std::vector<int64_t> table_capacity;
   std::unique_ptr<Buffer> h, x, q, k, v, attn, o, gate_up, act, sel, logits;
 };
 
@@ -160,23 +163,34 @@ absl::Status Model::LoadWeights(const WeightSource& source) {
   return absl::OkStatus();
 }
 
-int64_t Model::KvBytesPerBlock() const {
-  int64_t bytes = 0;
+std::vector<int64_t> Model::KvBytesPerBlock() const {
+  std::vector<int64_t> bytes(config_.kv_group_windows.size(), 0);
   for (const auto& L : layers_) {
-    bytes += 2 * static_cast<int64_t>(options_.block_size) * L->heads.kv_heads * L->cfg.head_dim *
-             static_cast<int64_t>(DTypeSize(backend_.activation_dtype()));
+    bytes[L->cfg.kv_group] += 2 * static_cast<int64_t>(options_.block_size) * L->heads.kv_heads * L->cfg.head_dim *
+                              static_cast<int64_t>(DTypeSize(backend_.activation_dtype()));
   }
   return bytes;
 }
 
 absl::Status Model::AllocateKvCache(int64_t num_blocks) {
-  if (num_blocks <= 0) return absl::InvalidArgumentError("the KV cache needs at least one block");
+  return AllocateKvCache(std::vector<int64_t>(config_.kv_group_windows.size(), num_blocks));
+}
+
+absl::Status Model::AllocateKvCache(const std::vector<int64_t>& num_blocks) {
+  if (num_blocks.size() != config_.kv_group_windows.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the model has ", config_.kv_group_windows.size(),
+                                                   " KV cache groups, got block counts for ", num_blocks.size()));
+  }
+  for (int64_t n : num_blocks) {
+    if (n <= 0) return absl::InvalidArgumentError("the KV cache needs at least one block per group");
+  }
   for (auto& L : layers_) {
     L->k_cache.reset();
     L->v_cache.reset();
   }
+  num_blocks_.clear();
   for (auto& L : layers_) {
-    const size_t bytes = static_cast<size_t>(num_blocks * options_.block_size) * L->heads.kv_heads *
+    const size_t bytes = static_cast<size_t>(num_blocks[L->cfg.kv_group] * options_.block_size) * L->heads.kv_heads *
                          L->cfg.head_dim * DTypeSize(backend_.activation_dtype());
     TP_ASSIGN_OR_RETURN(L->k_cache, backend_.Allocate(bytes));
     TP_ASSIGN_OR_RETURN(L->v_cache, backend_.Allocate(bytes));
@@ -200,7 +214,9 @@ absl::Status Model::EnsureScratch(int64_t tokens, int64_t logit_rows) {
       max_kv = std::max<int64_t>(max_kv, L->heads.kv_heads * L->cfg.head_dim);
     }
     const int64_t H = config_.hidden_size, I = config_.intermediate_size / comm_.size();
-    for (auto* b : {&s.ids, &s.positions, &s.token_seq, &s.slots}) TP_RETURN_IF_ERROR(alloc(*b, T * 4));
+    for (auto* b : {&s.ids, &s.positions, &s.token_seq}) TP_RETURN_IF_ERROR(alloc(*b, T * 4));
+    s.slots.resize(config_.kv_group_windows.size());
+    for (auto& b : s.slots) TP_RETURN_IF_ERROR(alloc(b, T * 4));
     TP_RETURN_IF_ERROR(alloc(s.h, T * H * act));
     TP_RETURN_IF_ERROR(alloc(s.x, T * H * act));
     TP_RETURN_IF_ERROR(alloc(s.o, T * H * act));
@@ -253,18 +269,19 @@ void Model::RunLayer(Layer& L, int64_t T, const StepPlan& plan, StepTimes* times
   const float* inv_freq = static_cast<const float*>(L.inv_freq.view.data);
   backend_.Rope(q, D, positions, inv_freq, 1.0f);
   backend_.Rope(k, D, positions, inv_freq, 1.0f);
-  backend_.WriteKv(k, v, static_cast<const int32_t*>(s.slots->data()), D, L.k_cache->data(), L.v_cache->data());
+  const int32_t g = L.cfg.kv_group;
+  backend_.WriteKv(k, v, static_cast<const int32_t*>(s.slots[g]->data()), D, L.k_cache->data(), L.v_cache->data());
   cpu::PagedAttentionParams ap;
   ap.num_q_heads = L.heads.q_heads;
   ap.num_kv_heads = L.heads.kv_heads;
   ap.head_dim = D;
   ap.block_size = options_.block_size;
-  ap.max_blocks_per_seq = plan.max_blocks_per_seq;
+  ap.max_blocks_per_seq = plan.kv[g].max_blocks_per_seq;
   ap.scale = config_.attn_scale;
   ap.sliding_window = L.cfg.sliding_window;
   ap.softcap = config_.attn_softcap;
   backend_.PagedAttention(q, L.k_cache->data(), L.v_cache->data(), static_cast<const int32_t*>(s.token_seq->data()),
-                          positions, static_cast<const int32_t*>(s.block_tables->data()), ap, attn);
+                          positions, static_cast<const int32_t*>(s.block_tables[g]->data()), ap, attn);
   L.o_proj.Forward(backend_, comm_, attn, o, &times->allreduce_us);
   if (config_.sandwich_norms) {
     backend_.RmsNorm(o, static_cast<const float*>(L.post_attn_norm.view.data), eps, nk, o);
@@ -291,7 +308,7 @@ absl::StatusOr<std::vector<float>> Model::Forward(const StepPlan& plan, StepTime
   StepTimes local;
   if (times == nullptr) times = &local;
   *times = StepTimes{};
-  if (num_blocks_ == 0) return absl::FailedPreconditionError("Forward before AllocateKvCache");
+  if (num_blocks_.empty()) return absl::FailedPreconditionError("Forward before AllocateKvCache");
   TP_RETURN_IF_ERROR(plan.Validate(num_blocks_, options_.block_size));
   const int64_t T = plan.num_tokens();
   const int64_t Lr = static_cast<int64_t>(plan.logit_rows.size());
@@ -304,17 +321,20 @@ absl::StatusOr<std::vector<float>> Model::Forward(const StepPlan& plan, StepTime
   }
   TP_RETURN_IF_ERROR(EnsureScratch(T, Lr));
   Scratch& s = *scratch_;
-  if (static_cast<int64_t>(plan.block_tables.size()) > s.table_capacity) {
-    TP_ASSIGN_OR_RETURN(s.block_tables, backend_.Allocate(std::max<size_t>(plan.block_tables.size(), 1) * 4));
-    s.table_capacity = static_cast<int64_t>(plan.block_tables.size());
+  s.block_tables.resize(plan.kv.size());
+  s.table_capacity.resize(plan.kv.size(), 0);
+  for (size_t g = 0; g < plan.kv.size(); ++g) {
+    const std::vector<int32_t>& bt = plan.kv[g].block_tables;
+    if (static_cast<int64_t>(bt.size()) > s.table_capacity[g] || !s.block_tables[g]) {
+      TP_ASSIGN_OR_RETURN(s.block_tables[g], backend_.Allocate(std::max<size_t>(bt.size(), 1) * 4));
+      s.table_capacity[g] = static_cast<int64_t>(bt.size());
+    }
+    if (!bt.empty()) backend_.CopyFromHost(s.block_tables[g]->data(), bt.data(), bt.size() * 4);
+    backend_.CopyFromHost(s.slots[g]->data(), plan.kv[g].slot_mapping.data(), T * 4);
   }
   backend_.CopyFromHost(s.ids->data(), plan.token_ids.data(), T * 4);
   backend_.CopyFromHost(s.positions->data(), plan.positions.data(), T * 4);
   backend_.CopyFromHost(s.token_seq->data(), plan.token_seq.data(), T * 4);
-  backend_.CopyFromHost(s.slots->data(), plan.slot_mapping.data(), T * 4);
-  if (!plan.block_tables.empty()) {
-    backend_.CopyFromHost(s.block_tables->data(), plan.block_tables.data(), plan.block_tables.size() * 4);
-  }
   if (Lr > 0) backend_.CopyFromHost(s.logit_rows->data(), plan.logit_rows.data(), Lr * 4);
 
   const DType adt = backend_.activation_dtype();

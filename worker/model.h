@@ -47,11 +47,13 @@ class Model {
                                                      const ModelOptions& options);
   ~Model();
 
-  // Bytes of KV cache one block takes on this rank, all layers together.
-  int64_t KvBytesPerBlock() const;
-  // (Re)allocates the paged KV cache with `num_blocks` blocks on every layer.
+  // Bytes one block of KV group g takes on this rank (all of the group's layers), per group.
+  std::vector<int64_t> KvBytesPerBlock() const;
+  // (Re)allocates the paged KV cache: num_blocks[g] blocks for group g.
+  absl::Status AllocateKvCache(const std::vector<int64_t>& num_blocks);
+  // The same number of blocks for every group.
   absl::Status AllocateKvCache(int64_t num_blocks);
-  int64_t num_kv_blocks() const { return num_blocks_; }
+  const std::vector<int64_t>& num_kv_blocks() const { return num_blocks_; }
   int64_t weight_bytes() const { return weight_bytes_; }  // this rank's
   DType weight_dtype() const { return weight_dtype_; }
 
@@ -81,7 +83,7 @@ class Model {
   std::optional<VocabParallelEmbedding> lm_head_;  // untied models only
   DeviceTensor final_norm_;
   std::vector<std::unique_ptr<Layer>> layers_;
-  int64_t num_blocks_ = 0;
+  std::vector<int64_t> num_blocks_;
 
   // Step inputs on the device and scratch activations, grown on demand.
   struct Scratch;

@@ -2,6 +2,7 @@
 // for each architecture. Tested by tests/model_config_test.cc.
 #include "worker/model_config.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <fstream>
@@ -435,6 +436,12 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
       return absl::InvalidArgumentError(absl::StrCat(text_source, ": layer ", i, " num_key_value_heads ", l.num_kv_heads,
                                                      " must divide num_attention_heads ", c.num_heads));
     }
+  }
+
+  for (auto& l : c.layers) {
+    auto it = std::find(c.kv_group_windows.begin(), c.kv_group_windows.end(), l.sliding_window);
+    if (it == c.kv_group_windows.end()) it = c.kv_group_windows.insert(c.kv_group_windows.end(), l.sliding_window);
+    l.kv_group = static_cast<int32_t>(it - c.kv_group_windows.begin());
   }
 
   for (const json* j : std::array<const json*, 2>{text, &top}) {

@@ -33,6 +33,7 @@ struct LayerConfig {
   int32_t num_kv_heads = 0;
   bool k_eq_v = false;  // no v_proj: values are the raw key projection (Gemma 4 full layers)
   RopeConfig rope;
+  int32_t kv_group = 0;  // index into ModelConfig::kv_group_windows
 };
 
 struct ModelConfig {
@@ -61,6 +62,9 @@ struct ModelConfig {
   float final_softcap = 0.0f; // 0: none
 
   std::vector<LayerConfig> layers;
+  // KV cache groups: layers with the same attention window share block tables. Entry g
+  // is group g's window (0 = full attention). Gemma 4: {0, 1024}; Llama: {0}.
+  std::vector<int32_t> kv_group_windows;
 
   DType torch_dtype = DType::kBF16;  // checkpoint's declared dtype
   std::vector<int32_t> eos_token_ids;

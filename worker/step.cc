@@ -26,15 +26,18 @@ bool GetVec(const int32_t*& p, const int32_t* end, std::vector<int32_t>& v) {
 
 std::vector<uint8_t> StepPlan::Serialize() const {
   std::vector<int32_t> w;
-  w.reserve(8 + token_ids.size() * 4 + block_tables.size() + logit_rows.size());
+  w.reserve(8 + token_ids.size() * 5 + logit_rows.size());
   w.push_back(static_cast<int32_t>(kind));
   w.push_back(num_seqs);
-  w.push_back(max_blocks_per_seq);
+  w.push_back(static_cast<int32_t>(kv.size()));
   PutVec(w, token_ids);
   PutVec(w, positions);
   PutVec(w, token_seq);
-  PutVec(w, slot_mapping);
-  PutVec(w, block_tables);
+  for (const KvGroupPlan& g : kv) {
+    w.push_back(g.max_blocks_per_seq);
+    PutVec(w, g.slot_mapping);
+    PutVec(w, g.block_tables);
+  }
   PutVec(w, logit_rows);
   std::vector<uint8_t> bytes(w.size() * 4);
   std::memcpy(bytes.data(), w.data(), bytes.size());
@@ -50,40 +53,58 @@ absl::StatusOr<StepPlan> StepPlan::Deserialize(const std::vector<uint8_t>& bytes
   StepPlan s;
   s.kind = static_cast<Kind>(*p++);
   s.num_seqs = *p++;
-  s.max_blocks_per_seq = *p++;
-  if (!GetVec(p, end, s.token_ids) || !GetVec(p, end, s.positions) || !GetVec(p, end, s.token_seq) ||
-      !GetVec(p, end, s.slot_mapping) || !GetVec(p, end, s.block_tables) || !GetVec(p, end, s.logit_rows) ||
-      p != end) {
-    return absl::DataLossError("step plan: malformed message");
+  const int32_t groups = *p++;
+  if (groups < 0 || groups > 16) return absl::DataLossError("step plan: malformed message");
+  bool ok = GetVec(p, end, s.token_ids) && GetVec(p, end, s.positions) && GetVec(p, end, s.token_seq);
+  s.kv.resize(groups);
+  for (KvGroupPlan& g : s.kv) {
+    if (!ok || p >= end) {
+      ok = false;
+      break;
+    }
+    g.max_blocks_per_seq = *p++;
+    ok = GetVec(p, end, g.slot_mapping) && GetVec(p, end, g.block_tables);
   }
+  if (!ok || !GetVec(p, end, s.logit_rows) || p != end) return absl::DataLossError("step plan: malformed message");
   return s;
 }
 
-absl::Status StepPlan::Validate(int64_t num_blocks, int32_t block_size) const {
+absl::Status StepPlan::Validate(const std::vector<int64_t>& num_blocks, int32_t block_size) const {
   const size_t t = token_ids.size();
-  if (positions.size() != t || token_seq.size() != t || slot_mapping.size() != t) {
+  if (positions.size() != t || token_seq.size() != t) {
     return absl::InvalidArgumentError("step plan: per-token arrays differ in length");
   }
-  if (num_seqs < 0 || max_blocks_per_seq < 0 ||
-      block_tables.size() != static_cast<size_t>(num_seqs) * static_cast<size_t>(max_blocks_per_seq)) {
-    return absl::InvalidArgumentError("step plan: block_tables is not [num_seqs, max_blocks_per_seq]");
+  if (num_seqs < 0) return absl::InvalidArgumentError("step plan: negative num_seqs");
+  if (kv.size() != num_blocks.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("step plan: ", kv.size(), " KV groups, the model has ",
+                                                   num_blocks.size()));
   }
-  const int64_t num_slots = num_blocks * block_size;
   for (size_t i = 0; i < t; ++i) {
     if (token_seq[i] < 0 || token_seq[i] >= num_seqs) {
       return absl::InvalidArgumentError(absl::StrCat("step plan: token ", i, " has sequence ", token_seq[i]));
     }
-    if (positions[i] < 0 || positions[i] / block_size >= max_blocks_per_seq) {
-      return absl::InvalidArgumentError(absl::StrCat("step plan: token ", i, " position ", positions[i],
-                                                     " is outside its block table"));
-    }
-    if (slot_mapping[i] >= num_slots) {
-      return absl::InvalidArgumentError(absl::StrCat("step plan: token ", i, " slot ", slot_mapping[i],
-                                                     " exceeds the KV cache (", num_slots, " slots)"));
-    }
+    if (positions[i] < 0) return absl::InvalidArgumentError(absl::StrCat("step plan: token ", i, " has a negative position"));
   }
-  for (int32_t b : block_tables) {
-    if (b >= num_blocks) return absl::InvalidArgumentError(absl::StrCat("step plan: block ", b, " out of range"));
+  for (size_t g = 0; g < kv.size(); ++g) {
+    const KvGroupPlan& k = kv[g];
+    if (k.slot_mapping.size() != t || k.max_blocks_per_seq < 0 ||
+        k.block_tables.size() != static_cast<size_t>(num_seqs) * static_cast<size_t>(k.max_blocks_per_seq)) {
+      return absl::InvalidArgumentError(absl::StrCat("step plan: KV group ", g, " arrays have the wrong sizes"));
+    }
+    const int64_t num_slots = num_blocks[g] * block_size;
+    for (size_t i = 0; i < t; ++i) {
+      if (positions[i] / block_size >= k.max_blocks_per_seq) {
+        return absl::InvalidArgumentError(absl::StrCat("step plan: token ", i, " position ", positions[i],
+                                                       " is outside its block table"));
+      }
+      if (k.slot_mapping[i] >= num_slots) {
+        return absl::InvalidArgumentError(absl::StrCat("step plan: token ", i, " slot ", k.slot_mapping[i],
+                                                       " exceeds KV group ", g, " (", num_slots, " slots)"));
+      }
+    }
+    for (int32_t b : k.block_tables) {
+      if (b >= num_blocks[g]) return absl::InvalidArgumentError(absl::StrCat("step plan: block ", b, " out of range"));
+    }
   }
   for (int32_t r : logit_rows) {
     if (r < 0 || static_cast<size_t>(r) >= t) {

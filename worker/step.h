@@ -10,26 +10,34 @@
 
 namespace tpserve {
 
+// One KV cache group's part of a step: where each token's k/v goes, and each sequence's
+// physical blocks, [num_seqs, max_blocks_per_seq]. -1 marks a block the sequence does not
+// hold (padding, or a sliding-window block that fell out of the window and was freed).
+struct KvGroupPlan {
+  std::vector<int32_t> slot_mapping;  // per token; slot = block * block_size + offset
+  int32_t max_blocks_per_seq = 0;
+  std::vector<int32_t> block_tables;
+};
+
 struct StepPlan {
   enum class Kind : int32_t { kForward = 0, kShutdown = 1 };
   Kind kind = Kind::kForward;
   // Per token (a flat batch; prefill chunks and decode tokens mixed):
   std::vector<int32_t> token_ids;
   std::vector<int32_t> positions;
-  std::vector<int32_t> token_seq;     // row of block_tables
-  std::vector<int32_t> slot_mapping;  // KV slot the token's k/v is written to
-  // Per sequence: physical block ids, [num_seqs, max_blocks_per_seq], -1 padded.
+  std::vector<int32_t> token_seq;  // row of each group's block_tables
   int32_t num_seqs = 0;
-  int32_t max_blocks_per_seq = 0;
-  std::vector<int32_t> block_tables;
+  // One entry per KV cache group (layers with the same attention window share one; see
+  // ModelConfig::kv_group_windows).
+  std::vector<KvGroupPlan> kv;
   // Token indices whose logits rank 0 wants back (usually each sequence's last token).
   std::vector<int32_t> logit_rows;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   std::vector<uint8_t> Serialize() const;
   static absl::StatusOr<StepPlan> Deserialize(const std::vector<uint8_t>& bytes);
-  // Internal consistency (sizes, ranges); `num_blocks` bounds block ids and slots.
-  absl::Status Validate(int64_t num_blocks, int32_t block_size) const;
+  // Internal consistency (sizes, ranges); num_blocks[g] bounds group g's block ids.
+  absl::Status Validate(const std::vector<int64_t>& num_blocks, int32_t block_size) const;
 };
 
 }  // namespace tpserve
