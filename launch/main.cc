@@ -40,6 +40,23 @@ constexpr char kUsage[] =
     "      [--max-tokens N] [--logprobs N] [--json]\n\n"
     "Run `tpserve --helpfull` for every flag.";
 
+// Accepts vLLM-style --max-model-len as well as absl's --max_model_len.
+void NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& storage) {
+  storage.reserve(argc);
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") break;
+    if (a.size() > 2 && a[0] == '-' && a[1] == '-') {
+      const size_t end = std::min(a.find('='), a.size());
+      for (size_t k = 2; k < end; ++k) {
+        if (a[k] == '-') a[k] = '_';
+      }
+      storage.push_back(a);
+      argv[i] = storage.back().data();
+    }
+  }
+}
+
 int Fail(const std::string& msg) {
   std::fprintf(stderr, "tpserve: error: %s\n", msg.c_str());
   return 2;
@@ -50,6 +67,8 @@ int Fail(const std::string& msg) {
 int main(int argc, char** argv) {
   tpserve::WorldConfig world = tpserve::MpiInit(&argc, &argv);
   absl::SetProgramUsageMessage(kUsage);
+  std::vector<std::string> flag_storage;
+  NormalizeFlagNames(argc, argv, flag_storage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   int code = 0;
   if (args.size() < 2) {

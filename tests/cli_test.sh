@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# End-to-end checks of `tpserve generate` under mpirun: greedy output equals transformers'
+# for a real checkpoint at 1, 2 and 4 ranks, and every bad input ends every rank with a
+# non-zero exit and a message naming the file/field, within seconds (no rank hangs).
+# Usage: cli_test.sh TPSERVE_BINARY FIXTURES_DIR   (run by ctest)
+set -u
+TPSERVE=$1
+FIX=$2
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
+MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+pass=0
+fail=0
+
+ok() { echo "PASS: $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+
+ids() { grep -o "\"$1\": \[[^]]*\]" "$2" | head -1 | sed 's/.*\[//; s/\]//; s/ //g'; }
+
+# 1. Greedy tokens equal transformers' at TP 1, 2, 4 (gemma4_text) and TP 2 for the rest.
+check_greedy() {
+  local model=$1 np=$2
+  local prompt expect got
+  prompt=$(ids prompt_ids "$FIX/models/$model/reference.json")
+  expect=$(ids greedy_ids "$FIX/models/$model/reference.json")
+  got=$(timeout 120 "${MPIRUN[@]}" -np "$np" "$TPSERVE" generate --model "$FIX/models/$model" \
+        --prompt-ids "$prompt" --max-tokens 8 --ignore-eos 2>"$WORK/err")
+  if [ "$got" = "$expect" ]; then ok "$model np=$np greedy = transformers"; else bad "$model np=$np: got '$got' want '$expect' ($(tail -2 "$WORK/err"))"; fi
+}
+for np in 1 2 4; do check_greedy gemma4_text $np; done
+for m in gemma4_multimodal gemma3_text llama3 qwen2 qwen3; do check_greedy $m 2; done
+
+# 2. Bad inputs: non-zero exit on every rank, message names the culprit, fast.
+expect_error() {
+  local name=$1 pattern=$2
+  shift 2
+  local start end rc
+  start=$(date +%s)
+  timeout 60 "$@" >"$WORK/out" 2>"$WORK/err"
+  rc=$?
+  end=$(date +%s)
+  if [ $rc -eq 124 ]; then bad "$name: hung (killed after 60 s)"; return; fi
+  if [ $rc -eq 0 ]; then bad "$name: exit 0"; return; fi
+  if ! grep -q -- "$pattern" "$WORK/err"; then bad "$name: stderr lacks '$pattern': $(head -3 "$WORK/err")"; return; fi
+  ok "$name (exit $rc in $((end - start)) s)"
+}
+
+copy_model() { rm -rf "$WORK/m"; cp -r "$FIX/models/$1" "$WORK/m"; }
+GEN=(generate --model "$WORK/m" --prompt-ids 5,6,7 --max-tokens 2)
+
+copy_model llama3
+truncate -s -1000 "$WORK/m/model.safetensors"
+expect_error "truncated safetensors" "model.safetensors" "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}"
+
+copy_model llama3
+rm "$WORK/m/model.safetensors"
+expect_error "missing safetensors" "$WORK/m" "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}"
+
+copy_model llama3
+sed -i 's/"intermediate_size": [0-9]*/"intermediate_size": 96/' "$WORK/m/config.json"
+expect_error "wrong tensor shape" "mlp.gate_proj.weight" "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}"
+
+copy_model llama3
+sed -i 's/"num_hidden_layers": [0-9]*/"num_hidden_layers": 9/' "$WORK/m/config.json"
+expect_error "missing tensor" "missing tensor" "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}"
+
+copy_model llama3
+echo '{"model_type": "llama", ' > "$WORK/m/config.json"
+expect_error "malformed config.json" "config.json" "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}"
+
+copy_model llama3
+sed -i 's/"model_type": "llama"/"model_type": "mamba"/' "$WORK/m/config.json"
+expect_error "unsupported architecture" "unsupported architecture" "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}"
+
+copy_model gemma4_text
+expect_error "uneven tensor-parallel split" "tensor-parallel size 3" "${MPIRUN[@]}" -np 3 "$TPSERVE" "${GEN[@]}"
+
+copy_model llama3
+expect_error "token id outside the vocabulary" "outside the vocabulary" \
+  "${MPIRUN[@]}" -np 2 "$TPSERVE" generate --model "$WORK/m" --prompt-ids 5,99999 --max-tokens 2
+
+# Only rank 1 fails (its model directory is broken): rank 0 must not wait forever.
+copy_model llama3
+truncate -s -1000 "$WORK/m/model.safetensors"
+expect_error "failure on one rank only" "rank 1" "${MPIRUN[@]}" \
+  -np 1 "$TPSERVE" generate --model "$FIX/models/llama3" --prompt-ids 5,6 --max-tokens 2 : \
+  -np 1 "$TPSERVE" "${GEN[@]}"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,24 @@
+# Engine tests: config, checkpoints, the whole model against transformers.
+tp_add_test(model_config_test SOURCES model_config_test.cc LIBS tpserve_engine)
+tp_add_test(safetensors_test SOURCES safetensors_test.cc LIBS tpserve_engine)
+tp_add_test(model_test SOURCES model_test.cc LIBS tpserve_coordinator)
+
+# The same under real MPI ranks. --oversubscribe: CI has 2 cores; the vader single-copy
+# mechanism needs ptrace rights that containers often lack.
+if(MPI_CXX_FOUND)
+  add_executable(mpi_model_test mpi_model_test.cc)
+  target_link_libraries(mpi_model_test PRIVATE tpserve_coordinator tpserve_mpi GTest::gtest)
+  target_compile_definitions(mpi_model_test PRIVATE TPSERVE_FIXTURES="${TPSERVE_FIXTURES}")
+  foreach(np 1 2 4)
+    add_test(NAME mpi_model_test_np${np}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe --allow-run-as-root
+                     $<TARGET_FILE:mpi_model_test>)
+    set_tests_properties(mpi_model_test_np${np} PROPERTIES TIMEOUT 300 LABELS mpi
+                         ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none;OMP_NUM_THREADS=1")
+  endforeach()
+endif()
+
+if(MPI_CXX_FOUND)
+  add_test(NAME cli_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli_test.sh $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES})
+  set_tests_properties(cli_test PROPERTIES TIMEOUT 600 LABELS mpi)
+endif()
