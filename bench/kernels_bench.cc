@@ -1,0 +1,269 @@
+// Micro-benchmark of the CPU kernels: decode Linear's weight bandwidth beside the STREAM
+// triad, prefill Linear's GFLOP/s beside OpenBLAS sgemm, and paged-attention decode time.
+// Usage: kernels_bench [--threads N] [--sweep]   (--sweep adds Linear over batch sizes).
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/stream.h"
+#include "kernels/base.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace tpserve::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Weights of one dtype, as raw bytes.
+std::vector<uint8_t> RandomWeights(int64_t count, DType dtype, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-0.05f, 0.05f);
+  std::vector<uint8_t> bytes(count * DTypeSize(dtype));
+  for (int64_t i = 0; i < count; ++i) {
+    const float f = dist(rng);
+    if (dtype == DType::kF32) {
+      std::memcpy(bytes.data() + 4 * i, &f, 4);
+    } else {
+      const uint16_t h = dtype == DType::kBF16 ? F32ToBf16(f) : F32ToF16(f);
+      std::memcpy(bytes.data() + 2 * i, &h, 2);
+    }
+  }
+  return bytes;
+}
+
+std::vector<float> RandomFloats(int64_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(count);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+// Best wall time in seconds of `fn` over `reps` runs after one warm-up run.
+template <typename Fn>
+double BestSeconds(int reps, Fn fn) {
+  fn();
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto start = Clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return best;
+}
+
+struct Shape {
+  int64_t n;
+  int64_t k;
+};
+constexpr Shape kShapes[] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
+constexpr DType kDtypes[] = {DType::kBF16, DType::kF16, DType::kF32};
+
+// Enough distinct weight copies to total >= 256 MiB, cycled through so every call streams
+// its weights from DRAM as a real decode step does (one layer's weights never hit the L3
+// warm), instead of re-reading an L3-resident matrix.
+struct WeightCopies {
+  WeightCopies(Shape s, DType dtype) {
+    const int64_t bytes = s.n * s.k * static_cast<int64_t>(DTypeSize(dtype));
+    const int64_t count = std::max<int64_t>(2, ((int64_t{256} << 20) + bytes - 1) / bytes);
+    for (int64_t c = 0; c < count; ++c) {
+      copies.push_back(RandomWeights(s.n * s.k, dtype, static_cast<uint32_t>(c + 1)));
+    }
+    bytes_per_copy = bytes;
+  }
+  std::vector<std::vector<uint8_t>> copies;
+  int64_t bytes_per_copy = 0;
+};
+
+// Fastest single call of fn(copy) over `passes` passes through every copy. Each call reads
+// a copy that the previous calls have evicted from the L3, so every sample streams from
+// DRAM; taking the best (as STREAM does) discards calls slowed by other processes on this
+// shared machine.
+template <typename Fn>
+double BestCallSeconds(const WeightCopies& w, int passes, Fn fn) {
+  for (const auto& c : w.copies) fn(c.data());  // warm-up: page faults, thread start
+  double best = 1e30;
+  for (int p = 0; p < passes; ++p) {
+    for (const auto& c : w.copies) {
+      const auto start = Clock::now();
+      fn(c.data());
+      best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+    }
+  }
+  return best;
+}
+
+// OpenBLAS's own worker threads, woken by a threaded reference call, spin for up to
+// ~0.1 s afterwards and would steal cores from the next measurement; let them sleep.
+void LetBlasThreadsSleep() { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }
+
+void BenchDecodeLinear(int threads, double triad_gbs) {
+  std::printf("\nLinear, M=1 (decode GEMV): weight GB/s streamed from DRAM; triad = %.1f GB/s\n",
+              triad_gbs);
+  std::printf("%-9s %6s %6s  %9s %9s %7s  %s\n", "dtype", "N", "K", "us/call", "GB/s", "%triad",
+              "cblas_sgemv GB/s");
+  for (const Shape s : kShapes) {
+    for (const DType dtype : kDtypes) {
+      WeightCopies w(s, dtype);
+      const std::vector<float> x = RandomFloats(s.k, 7);
+      std::vector<float> y(s.n);
+      const double call_s = BestCallSeconds(w, 5, [&](const uint8_t* weights) {
+        cpu::Linear(x.data(), 1, s.k, weights, dtype, s.n, y.data());
+      });
+      const double gbs = w.bytes_per_copy / call_s / 1e9;
+      std::string blas = "";
+      if (dtype == DType::kF32) {
+        openblas_set_num_threads(threads);
+        const double blas_s = BestCallSeconds(w, 5, [&](const uint8_t* weights) {
+          cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(s.n),
+                      static_cast<blasint>(s.k), 1.0f, reinterpret_cast<const float*>(weights),
+                      static_cast<blasint>(s.k), x.data(), 1, 0.0f, y.data(), 1);
+        });
+        LetBlasThreadsSleep();
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%.1f", w.bytes_per_copy / blas_s / 1e9);
+        blas = buf;
+      }
+      std::printf("%-9s %6lld %6lld  %9.1f %9.1f %6.0f%%  %s\n",
+                  std::string(DTypeName(dtype)).c_str(), static_cast<long long>(s.n),
+                  static_cast<long long>(s.k), call_s * 1e6, gbs, 100.0 * gbs / triad_gbs,
+                  blas.c_str());
+    }
+  }
+}
+
+// Decode batches: how weight bandwidth holds up, and where sgemm takes over.
+void BenchBatchSweep() {
+  const Shape s{8192, 2048};
+  std::printf("\nLinear over batch size M, N=%lld K=%lld: GFLOP/s and weight GB/s\n",
+              static_cast<long long>(s.n), static_cast<long long>(s.k));
+  std::printf("%-9s %4s  %9s %9s %9s\n", "dtype", "M", "us/call", "GFLOP/s", "wGB/s");
+  for (const DType dtype : {DType::kBF16, DType::kF32}) {
+    WeightCopies w(s, dtype);
+    for (const int64_t m : {1, 2, 3, 4, 8, 12, 16, 17, 24, 32, 64}) {
+      const std::vector<float> x = RandomFloats(m * s.k, 7);
+      std::vector<float> y(m * s.n);
+      const double call_s = BestCallSeconds(w, 3, [&](const uint8_t* weights) {
+        cpu::Linear(x.data(), m, s.k, weights, dtype, s.n, y.data());
+      });
+      std::printf("%-9s %4lld  %9.1f %9.1f %9.1f\n", std::string(DTypeName(dtype)).c_str(),
+                  static_cast<long long>(m), call_s * 1e6, 2.0 * m * s.n * s.k / call_s / 1e9,
+                  w.bytes_per_copy / call_s / 1e9);
+    }
+  }
+}
+
+void BenchPrefillLinear(int threads) {
+  constexpr int64_t kM = 512;
+  std::printf(
+      "\nLinear, M=%lld (prefill): GFLOP/s vs cblas_sgemm on fp32 weights (%d OpenBLAS "
+      "threads)\n",
+      static_cast<long long>(kM), threads);
+  std::printf("%-9s %6s %6s  %9s %9s  %s\n", "dtype", "N", "K", "ms/call", "GFLOP/s",
+              "sgemm GFLOP/s");
+  for (const Shape s : kShapes) {
+    const std::vector<float> x = RandomFloats(kM * s.k, 3);
+    std::vector<float> y(kM * s.n);
+    const double flop = 2.0 * kM * s.n * s.k;
+    double ours_s[std::size(kDtypes)];
+    for (size_t d = 0; d < std::size(kDtypes); ++d) {
+      const std::vector<uint8_t> w = RandomWeights(s.n * s.k, kDtypes[d], 5);
+      ours_s[d] = BestSeconds(
+          5, [&] { cpu::Linear(x.data(), kM, s.k, w.data(), kDtypes[d], s.n, y.data()); });
+    }
+    // The reference runs last: its thread pool would disturb the measurements after it.
+    const std::vector<uint8_t> w32 = RandomWeights(s.n * s.k, DType::kF32, 5);
+    openblas_set_num_threads(threads);
+    const double blas_s = BestSeconds(5, [&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(kM),
+                  static_cast<blasint>(s.n), static_cast<blasint>(s.k), 1.0f, x.data(),
+                  static_cast<blasint>(s.k), reinterpret_cast<const float*>(w32.data()),
+                  static_cast<blasint>(s.k), 0.0f, y.data(), static_cast<blasint>(s.n));
+    });
+    LetBlasThreadsSleep();
+    for (size_t d = 0; d < std::size(kDtypes); ++d) {
+      std::printf("%-9s %6lld %6lld  %9.2f %9.1f  %.1f\n",
+                  std::string(DTypeName(kDtypes[d])).c_str(), static_cast<long long>(s.n),
+                  static_cast<long long>(s.k), ours_s[d] * 1e3, flop / ours_s[d] / 1e9,
+                  flop / blas_s / 1e9);
+    }
+  }
+}
+
+// Decode attention over a 1024-token context per sequence: 32 query heads, 8 KV heads,
+// head_dim 128, block_size 16 (Llama-3-8B on one rank).
+void BenchDecodeAttention() {
+  constexpr int64_t kContext = 1024;
+  cpu::PagedAttentionParams p;
+  p.num_q_heads = 32;
+  p.num_kv_heads = 8;
+  p.head_dim = 128;
+  p.block_size = 16;
+  p.max_blocks_per_seq = kContext / p.block_size;
+  p.scale = 1.0f / std::sqrt(128.0f);
+  std::printf("\nPagedAttention decode, context %lld, %d q heads / %d kv heads, head_dim %d\n",
+              static_cast<long long>(kContext), p.num_q_heads, p.num_kv_heads, p.head_dim);
+  std::printf("%6s  %9s %12s\n", "seqs", "us/step", "KV GB/s");
+  for (const int64_t seqs : {1, 8, 32}) {
+    const int64_t blocks = seqs * p.max_blocks_per_seq;
+    const int64_t row = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+    const std::vector<float> k_cache = RandomFloats(blocks * p.block_size * row, 1);
+    const std::vector<float> v_cache = RandomFloats(blocks * p.block_size * row, 2);
+    std::vector<int32_t> block_tables(blocks);
+    std::iota(block_tables.begin(), block_tables.end(), 0);
+    std::shuffle(block_tables.begin(), block_tables.end(), std::mt19937(9));
+    std::vector<int32_t> token_seq(seqs), token_pos(seqs, kContext - 1);
+    std::iota(token_seq.begin(), token_seq.end(), 0);
+    const std::vector<float> q = RandomFloats(seqs * p.num_q_heads * p.head_dim, 3);
+    std::vector<float> out(q.size());
+    const double t = BestSeconds(10, [&] {
+      cpu::PagedAttention(q.data(), k_cache.data(), v_cache.data(), token_seq.data(),
+                          token_pos.data(), seqs, block_tables.data(), p, out.data());
+    });
+    const double kv_bytes = 2.0 * seqs * kContext * row * sizeof(float);
+    std::printf("%6lld  %9.1f %12.1f\n", static_cast<long long>(seqs), t * 1e6, kv_bytes / t / 1e9);
+  }
+}
+
+}  // namespace
+}  // namespace tpserve::bench
+
+int main(int argc, char** argv) {
+  int threads = omp_get_max_threads();
+  bool sweep = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+      threads = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--sweep") == 0) {
+      sweep = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--threads N] [--sweep]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (threads < 1) {
+    std::fprintf(stderr, "--threads must be >= 1\n");
+    return 2;
+  }
+  omp_set_num_threads(threads);
+  std::printf("kernels_bench: %d threads\n", threads);
+  const double triad_gbs = tpserve::bench::MeasureTriadBandwidthGBs(threads);
+  std::printf("STREAM triad (3 x 256 MiB, write-allocate not counted): %.1f GB/s\n", triad_gbs);
+  tpserve::bench::BenchDecodeLinear(threads, triad_gbs);
+  if (sweep) tpserve::bench::BenchBatchSweep();
+  tpserve::bench::BenchPrefillLinear(threads);
+  tpserve::bench::BenchDecodeAttention();
+  return 0;
+}

@@ -1,0 +1,200 @@
+// Paged attention on the CPU: causal, GQA, sliding window and softcap, with an online
+// (chunked) fp32 softmax. Tested by tests/cpu_kernels_test.cc; measured by
+// bench/kernels_bench.cc.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/avx2.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace tpserve::cpu {
+namespace {
+
+// Keys scored per online-softmax step (a multiple of 8): large enough to vectorize the
+// exp, small enough that the scores of a whole GQA group stay in L1.
+constexpr int kKeyChunk = 64;
+
+float Dot(const float* a, const float* b, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps();
+  __m256 acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  }
+  float sum = avx2::HorizontalSum(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// acc[0:n] += sum over c < count of p[c] * rows[c][0:n], rows[c] = base + offsets[c].
+// Each 64-float slice of acc stays in 8 registers across all the rows, so the loop is
+// bound by loads and FMAs rather than by storing acc back once per row.
+void AccumulateRows(const float* p, int count, const float* base, const int64_t* offsets, int64_t n,
+                    float* acc) {
+  int64_t d = 0;
+  for (; d + 64 <= n; d += 64) {
+    __m256 a[8];
+    for (int j = 0; j < 8; ++j) a[j] = _mm256_loadu_ps(acc + d + 8 * j);
+    for (int c = 0; c < count; ++c) {
+      const __m256 pc = _mm256_set1_ps(p[c]);
+      const float* row = base + offsets[c] + d;
+      for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(pc, _mm256_loadu_ps(row + 8 * j), a[j]);
+    }
+    for (int j = 0; j < 8; ++j) _mm256_storeu_ps(acc + d + 8 * j, a[j]);
+  }
+  for (; d + 8 <= n; d += 8) {
+    __m256 a = _mm256_loadu_ps(acc + d);
+    for (int c = 0; c < count; ++c) {
+      a = _mm256_fmadd_ps(_mm256_set1_ps(p[c]), _mm256_loadu_ps(base + offsets[c] + d), a);
+    }
+    _mm256_storeu_ps(acc + d, a);
+  }
+  for (; d < n; ++d) {
+    float a = acc[d];
+    for (int c = 0; c < count; ++c) a += p[c] * base[offsets[c] + d];
+    acc[d] = a;
+  }
+}
+
+// Per-thread working set for one (token, KV head, run of query heads) task.
+struct Scratch {
+  explicit Scratch(int max_heads, int head_dim)
+      : acc(static_cast<size_t>(max_heads) * head_dim),
+        scores(static_cast<size_t>(max_heads) * kKeyChunk),
+        row_max(max_heads),
+        row_sum(max_heads),
+        key_offsets(kKeyChunk) {}
+  std::vector<float> acc;     // [heads, head_dim] unnormalized output
+  std::vector<float> scores;  // [heads, kKeyChunk] scores, then probabilities
+  std::vector<float> row_max;
+  std::vector<float> row_sum;
+  std::vector<int64_t> key_offsets;  // cache offsets of the chunk's keys for this KV head
+};
+
+// Attention of query heads [q_begin, q_end) of one token, all reading KV head `kv_head`.
+// Sharing the loop over keys lets every K and V row be loaded once for the whole group.
+void AttendGroup(const float* q, const float* k_cache, const float* v_cache,
+                 const int32_t* block_table, int32_t pos, int32_t kv_head, int32_t q_begin,
+                 int32_t q_end, const PagedAttentionParams& p, float* out, Scratch& s) {
+  const int heads = q_end - q_begin;
+  const int64_t hd = p.head_dim;
+  const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * hd;
+  std::fill_n(s.acc.begin(), heads * hd, 0.0f);
+  std::fill_n(s.row_max.begin(), heads, -INFINITY);
+  std::fill_n(s.row_sum.begin(), heads, 0.0f);
+  const int32_t first = p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
+  const __m256 cap = _mm256_set1_ps(p.softcap);
+
+  for (int32_t j0 = first; j0 <= pos; j0 += kKeyChunk) {
+    const int count = std::min(kKeyChunk, pos + 1 - j0);
+    int32_t block = j0 / p.block_size;
+    int32_t offset = j0 % p.block_size;
+    for (int c = 0; c < count; ++c) {
+      const int64_t slot = static_cast<int64_t>(block_table[block]) * p.block_size + offset;
+      s.key_offsets[c] = slot * kv_row + kv_head * hd;
+      if (++offset == p.block_size) {
+        offset = 0;
+        ++block;
+      }
+    }
+    // Scores are padded with -inf to a multiple of 8 so the tail lanes get probability 0.
+    const int padded = (count + 7) & ~7;
+    for (int c = 0; c < count; ++c) {
+      const float* key = k_cache + s.key_offsets[c];
+      for (int h = 0; h < heads; ++h) {
+        s.scores[h * kKeyChunk + c] = Dot(q + (q_begin + h) * hd, key, hd) * p.scale;
+      }
+    }
+    for (int h = 0; h < heads; ++h) {
+      float* sc = s.scores.data() + h * kKeyChunk;
+      if (p.softcap > 0.0f) {
+        for (int c = 0; c < padded; c += 8) {
+          const __m256 v = _mm256_loadu_ps(sc + c);
+          _mm256_storeu_ps(sc + c, _mm256_mul_ps(cap, avx2::Tanh(_mm256_div_ps(v, cap))));
+        }
+      }
+      // After the softcap, which would map -inf to -cap.
+      for (int c = count; c < padded; ++c) sc[c] = -INFINITY;
+      __m256 vmax = _mm256_set1_ps(-INFINITY);
+      for (int c = 0; c < padded; c += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(sc + c));
+      // Online softmax: rescale what was accumulated under the previous maximum.
+      const float new_max = std::max(s.row_max[h], avx2::HorizontalMax(vmax));
+      const float correction = std::exp(s.row_max[h] - new_max);
+      s.row_max[h] = new_max;
+      if (correction != 1.0f) {
+        float* acc = s.acc.data() + h * hd;
+        for (int64_t d = 0; d < hd; ++d) acc[d] *= correction;
+      }
+      const __m256 m = _mm256_set1_ps(new_max);
+      __m256 vsum = _mm256_setzero_ps();
+      for (int c = 0; c < padded; c += 8) {
+        const __m256 e = avx2::Exp(_mm256_sub_ps(_mm256_loadu_ps(sc + c), m));
+        _mm256_storeu_ps(sc + c, e);
+        vsum = _mm256_add_ps(vsum, e);
+      }
+      s.row_sum[h] = s.row_sum[h] * correction + avx2::HorizontalSum(vsum);
+    }
+    for (int h = 0; h < heads; ++h) {
+      AccumulateRows(s.scores.data() + h * kKeyChunk, count, v_cache, s.key_offsets.data(), hd,
+                     s.acc.data() + h * hd);
+    }
+  }
+  for (int h = 0; h < heads; ++h) {
+    const float inv_sum = 1.0f / s.row_sum[h];
+    const float* acc = s.acc.data() + h * hd;
+    float* o = out + (q_begin + h) * hd;
+    for (int64_t d = 0; d < hd; ++d) o[d] = acc[d] * inv_sum;
+  }
+}
+
+}  // namespace
+
+void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
+                    const int32_t* token_seq, const int32_t* token_pos, int64_t tokens,
+                    const int32_t* block_tables, const PagedAttentionParams& p, float* out) {
+  TP_CHECK(p.num_kv_heads > 0 && p.num_q_heads % p.num_kv_heads == 0);
+  TP_CHECK(p.head_dim > 0 && p.block_size > 0);
+  const int32_t group = p.num_q_heads / p.num_kv_heads;
+  // A task is (token, KV head, run of that head's query heads). Whole groups share K/V
+  // loads; a decode step with few tokens and KV heads splits groups to occupy every thread.
+  const int64_t threads = omp_get_max_threads();
+  const int64_t groups = tokens * p.num_kv_heads;
+  int32_t splits = 1;
+  while (splits < group && groups * splits < 2 * threads) splits *= 2;
+  splits = std::min(splits, group);
+  const int32_t heads_per_task = (group + splits - 1) / splits;
+  const int64_t tasks = groups * splits;
+  const int64_t q_stride = static_cast<int64_t>(p.num_q_heads) * p.head_dim;
+
+#pragma omp parallel if (tasks > 1)
+  {
+    Scratch scratch(heads_per_task, p.head_dim);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t t = task / (p.num_kv_heads * splits);
+      const int32_t kv_head = static_cast<int32_t>(task / splits % p.num_kv_heads);
+      const int32_t part = static_cast<int32_t>(task % splits);
+      const int32_t q_begin = kv_head * group + part * heads_per_task;
+      const int32_t q_end = std::min(q_begin + heads_per_task, (kv_head + 1) * group);
+      if (q_begin >= q_end) continue;
+      float* out_t = out + t * q_stride;
+      if (token_pos[t] < 0) {  // a padding query: nothing to attend to
+        std::fill(out_t + q_begin * p.head_dim, out_t + q_end * p.head_dim, 0.0f);
+        continue;
+      }
+      AttendGroup(q + t * q_stride, k_cache, v_cache,
+                  block_tables + static_cast<int64_t>(token_seq[t]) * p.max_blocks_per_seq,
+                  token_pos[t], kv_head, q_begin, q_end, p, out_t, scratch);
+    }
+  }
+}
+
+}  // namespace tpserve::cpu

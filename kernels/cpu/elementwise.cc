@@ -1,0 +1,252 @@
+// Row-wise and elementwise CPU kernels: RMSNorm, RoPE, gated activations, softcap, add,
+// scale, embedding lookup, argmax and the KV-cache write. Tested by
+// tests/cpu_kernels_test.cc.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/avx2.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace tpserve::cpu {
+namespace {
+
+using avx2::Bf16;
+using avx2::F16;
+
+// Below this many elements an OpenMP fork costs more than the work.
+constexpr int64_t kMinParallelElems = int64_t{1} << 15;
+
+float SumOfSquares(const float* x, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps();
+  __m256 acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 a = _mm256_loadu_ps(x + i);
+    const __m256 b = _mm256_loadu_ps(x + i + 8);
+    acc0 = _mm256_fmadd_ps(a, a, acc0);
+    acc1 = _mm256_fmadd_ps(b, b, acc1);
+  }
+  if (i < n) {  // masked lanes load as 0 and add nothing
+    const __m256i mask = avx2::TailMask(std::min<int64_t>(8, n - i));
+    const __m256 a = _mm256_maskload_ps(x + i, mask);
+    acc0 = _mm256_fmadd_ps(a, a, acc0);
+    i += 8;
+    if (i < n) {
+      const __m256 b = _mm256_maskload_ps(x + i, avx2::TailMask(n - i));
+      acc1 = _mm256_fmadd_ps(b, b, acc1);
+    }
+  }
+  return avx2::HorizontalSum(_mm256_add_ps(acc0, acc1));
+}
+
+// Applies `op` (a functor on __m256) to n floats, the tail through masked loads and stores
+// so every element takes the same path whatever its position.
+template <typename Op>
+void MapInPlace(float* x, int64_t n, Op op) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, op(_mm256_loadu_ps(x + i)));
+  if (i < n) {
+    const __m256i mask = avx2::TailMask(n - i);
+    _mm256_maskstore_ps(x + i, mask, op(_mm256_maskload_ps(x + i, mask)));
+  }
+}
+
+// out = act(gate) * up over one row, with the same tail handling as MapInPlace.
+template <typename Act>
+void GatedRow(const float* gate, const float* up, int64_t dim, Act act, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= dim; i += 8) {
+    _mm256_storeu_ps(out + i,
+                     _mm256_mul_ps(act(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
+  }
+  if (i < dim) {
+    const __m256i mask = avx2::TailMask(dim - i);
+    const __m256 g = _mm256_maskload_ps(gate + i, mask);
+    _mm256_maskstore_ps(out + i, mask, _mm256_mul_ps(act(g), _mm256_maskload_ps(up + i, mask)));
+  }
+}
+
+// silu(x) = x / (1 + e^-x), as torch computes it.
+__m256 Silu(__m256 x) {
+  const __m256 e = avx2::Exp(_mm256_sub_ps(_mm256_setzero_ps(), x));
+  return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+// gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+__m256 GeluTanh(__m256 x) {
+  const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+  const __m256 inner = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f),
+                                     _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
+  const __m256 t = avx2::Tanh(inner);
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x),
+                       _mm256_add_ps(_mm256_set1_ps(1.0f), t));
+}
+
+template <typename T>
+void EmbeddingRow(const T* row, int64_t dim, float scale, float* out) {
+  const __m256 s = _mm256_set1_ps(scale);
+  int64_t i = 0;
+  for (; i + 8 <= dim; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(avx2::Load8(row + i), s));
+  for (; i < dim; ++i) out[i] = avx2::ToF32(row[i]) * scale;
+}
+
+}  // namespace
+
+void RmsNorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, NormKind kind,
+             float* out) {
+#pragma omp parallel for schedule(static) if (rows * dim >= kMinParallelElems)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* o = out + r * dim;
+    const float mean_sq = SumOfSquares(xr, dim) / static_cast<float>(dim);
+    // transformers: x * torch.rsqrt(mean + eps), then the weight; same rounding order here.
+    const float inv_rms = 1.0f / std::sqrt(mean_sq + eps);
+    switch (kind) {
+      case NormKind::kScale:
+        for (int64_t i = 0; i < dim; ++i) o[i] = (xr[i] * inv_rms) * w[i];
+        break;
+      case NormKind::kOnePlusScale:
+        for (int64_t i = 0; i < dim; ++i) o[i] = (xr[i] * inv_rms) * (1.0f + w[i]);
+        break;
+      case NormKind::kNoScale:
+        for (int64_t i = 0; i < dim; ++i) o[i] = xr[i] * inv_rms;
+        break;
+    }
+  }
+}
+
+void Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, const int32_t* positions,
+          const float* inv_freq, float attn_factor) {
+  const int64_t half = head_dim / 2;
+#pragma omp parallel if (tokens * heads * head_dim >= kMinParallelElems)
+  {
+    // cos/sin of one token, shared by all its heads.
+    std::vector<float> cos_a(half), sin_a(half);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tokens; ++t) {
+      const float pos = static_cast<float>(positions[t]);
+      for (int64_t i = 0; i < half; ++i) {
+        // The angle is rounded to fp32 before cos/sin, as transformers computes it; at
+        // large positions that rounding dominates the result.
+        const float angle = pos * inv_freq[i];
+        cos_a[i] = std::cos(angle) * attn_factor;
+        sin_a[i] = std::sin(angle) * attn_factor;
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        float* xh = x + (t * heads + h) * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+          const float x0 = xh[i];
+          const float x1 = xh[i + half];
+          xh[i] = x0 * cos_a[i] - x1 * sin_a[i];
+          xh[i + half] = x1 * cos_a[i] + x0 * sin_a[i];
+        }
+      }
+    }
+  }
+}
+
+void GatedActivation(const float* gate_up, int64_t rows, int64_t dim, Activation act, float* out) {
+#pragma omp parallel for schedule(static) if (rows * dim >= kMinParallelElems)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* gate = gate_up + r * 2 * dim;
+    if (act == Activation::kSilu) {
+      GatedRow(gate, gate + dim, dim, Silu, out + r * dim);
+    } else {
+      GatedRow(gate, gate + dim, dim, GeluTanh, out + r * dim);
+    }
+  }
+}
+
+void Softcap(float* x, int64_t n, float cap) {
+  const __m256 c = _mm256_set1_ps(cap);
+  // Divide (not multiply by 1/cap) to round exactly as logits / cap does.
+  MapInPlace(x, n, [c](__m256 v) { return _mm256_mul_ps(c, avx2::Tanh(_mm256_div_ps(v, c))); });
+}
+
+void Add(const float* a, const float* b, int64_t n, float* out) {
+#pragma omp parallel for simd schedule(static) if (n >= 4 * kMinParallelElems)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void Scale(float* x, int64_t n, float s) {
+#pragma omp parallel for simd schedule(static) if (n >= 4 * kMinParallelElems)
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void Embedding(const int32_t* ids, int64_t tokens, const void* table, DType table_dtype,
+               int64_t vocab_start, int64_t vocab_rows, int64_t dim, float scale, float* out) {
+#pragma omp parallel for schedule(static) if (tokens * dim >= kMinParallelElems)
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t row = static_cast<int64_t>(ids[t]) - vocab_start;
+    float* o = out + t * dim;
+    if (row < 0 || row >= vocab_rows) {
+      std::memset(o, 0, sizeof(float) * dim);
+      continue;
+    }
+    switch (table_dtype) {
+      case DType::kF32:
+        EmbeddingRow(static_cast<const float*>(table) + row * dim, dim, scale, o);
+        break;
+      case DType::kBF16:
+        EmbeddingRow(static_cast<const Bf16*>(table) + row * dim, dim, scale, o);
+        break;
+      case DType::kF16:
+        EmbeddingRow(static_cast<const F16*>(table) + row * dim, dim, scale, o);
+        break;
+    }
+  }
+}
+
+int64_t Argmax(const float* x, int64_t n) {
+  TP_CHECK(n > 0);
+  // Pass 1: the maximum, and whether any NaN is present (torch.argmax treats NaN as the
+  // largest value, so the first NaN wins).
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  __m256 vnan = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    vmax = _mm256_max_ps(vmax, v);
+    vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  }
+  float max = avx2::HorizontalMax(vmax);
+  bool has_nan = _mm256_movemask_ps(vnan) != 0;
+  for (int64_t j = i; j < n; ++j) {
+    has_nan |= std::isnan(x[j]);
+    max = std::max(max, x[j]);
+  }
+  if (has_nan) {
+    for (int64_t j = 0; j < n; ++j) {
+      if (std::isnan(x[j])) return j;
+    }
+  }
+  // Pass 2: the first element equal to the maximum.
+  const __m256 target = _mm256_set1_ps(max);
+  for (i = 0; i + 8 <= n; i += 8) {
+    const int hits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), target, _CMP_EQ_OQ));
+    if (hits != 0) return i + std::countr_zero(static_cast<unsigned>(hits));
+  }
+  for (; i < n; ++i) {
+    if (x[i] == max) return i;
+  }
+  return 0;  // unreachable: max is one of the elements
+}
+
+void WriteKv(const float* k, const float* v, const int32_t* slot_mapping, int64_t tokens,
+             int64_t kv_heads, int64_t head_dim, float* k_cache, float* v_cache) {
+  const int64_t row = kv_heads * head_dim;
+#pragma omp parallel for schedule(static) if (tokens * row >= kMinParallelElems)
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t slot = slot_mapping[t];
+    if (slot < 0) continue;
+    std::memcpy(k_cache + slot * row, k + t * row, sizeof(float) * row);
+    std::memcpy(v_cache + slot * row, v + t * row, sizeof(float) * row);
+  }
+}
+
+}  // namespace tpserve::cpu

@@ -1,0 +1,285 @@
+// Linear (y = x · w^T) on the CPU: a weight-streaming AVX2 kernel for decode batches and
+// single-threaded sgemm over fp32 weight panels for prefill. Tested by
+// tests/cpu_kernels_test.cc; measured by bench/kernels_bench.cc.
+#include <cblas.h>
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/avx2.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace tpserve::cpu {
+namespace {
+
+using avx2::Bf16;
+using avx2::F16;
+
+// Up to this many rows of x the streaming kernel wins: it reads each weight once from
+// DRAM and is bandwidth-bound, while sgemm pays for packing. Above it the panel sgemm
+// path is faster (kernels_bench --sweep prints the crossover).
+constexpr int64_t kMaxStreamingRows = 16;
+// The streaming kernel keeps this much of x (all rows, one K block) hot in the L2 (512 KiB
+// per core on Zen 3).
+constexpr int64_t kXBlockBytes = int64_t{128} << 10;
+// Below this many multiply-adds an OpenMP fork costs more than it saves.
+constexpr int64_t kMinParallelMacs = int64_t{1} << 16;
+// fp32 elements per sgemm weight panel (4 MiB): big enough that re-packing x per panel is
+// noise, small enough that the per-thread conversion buffer stays in L3.
+constexpr int64_t kPanelElems = int64_t{1} << 20;
+
+// 16 consecutive weights of one row as two fp32 vectors. bf16 avoids the cross-lane widen
+// (vpmovzxwd): a 32-bit lane holds elements 2j (low half) and 2j+1 (high half), so a shift
+// and a mask give the even and the odd elements, matched by an x whose 16-element groups
+// were reordered evens-then-odds (kPermutesX). fp32 and fp16 keep x's order.
+template <typename W>
+struct Weights16;
+
+template <>
+struct Weights16<float> {
+  static constexpr bool kPermutesX = false;
+  explicit Weights16(const float* p) : p(p) {}
+  __m256 Half(int h) const { return _mm256_loadu_ps(p + 8 * h); }
+  const float* p;
+};
+
+template <>
+struct Weights16<F16> {
+  static constexpr bool kPermutesX = false;
+  explicit Weights16(const F16* p) : p(p) {}
+  __m256 Half(int h) const { return avx2::Load8(p + 8 * h); }
+  const F16* p;
+};
+
+template <>
+struct Weights16<Bf16> {
+  static constexpr bool kPermutesX = true;
+  explicit Weights16(const Bf16* p)
+      : raw(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))) {}
+  __m256 Half(int h) const {
+    return _mm256_castsi256_ps(h == 0 ? _mm256_slli_epi32(raw, 16)
+                                      : _mm256_and_si256(raw, _mm256_set1_epi32(-65536)));
+  }
+  __m256i raw;
+};
+
+// Reorders each full 16-element group of x's rows into evens then odds (see Weights16);
+// the k % 16 tail is left in order for the scalar loop.
+void PermuteForBf16(const float* x, int64_t m, int64_t k, float* out) {
+  const int64_t k16 = k & ~int64_t{15};
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xi = x + i * k;
+    float* oi = out + i * k;
+    for (int64_t kk = 0; kk < k16; kk += 16) {
+      for (int j = 0; j < 8; ++j) {
+        oi[kk + j] = xi[kk + 2 * j];
+        oi[kk + 8 + j] = xi[kk + 2 * j + 1];
+      }
+    }
+    for (int64_t kk = k16; kk < k; ++kk) oi[kk] = xi[kk];
+  }
+}
+
+// acc[i][r] += x[i, kk : kk + 16 * kGroups] · w[r, same], xv being x as permuted for W.
+template <typename W, int kM, int kR, int kGroups>
+inline void AccumulateGroups(const float* xv, int64_t k, const W* w, int64_t kk,
+                             __m256 (&acc)[kM][kR]) {
+#pragma GCC unroll 16
+  for (int r = 0; r < kR; ++r) {
+#pragma GCC unroll 4
+    for (int g = 0; g < kGroups; ++g) {
+      const Weights16<W> wr(w + r * k + kk + 16 * g);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256 wv = wr.Half(h);
+        const float* xg = xv + kk + 16 * g + 8 * h;
+#pragma GCC unroll 16
+        for (int i = 0; i < kM; ++i) {
+          acc[i][r] = _mm256_fmadd_ps(_mm256_loadu_ps(xg + i * k), wv, acc[i][r]);
+        }
+      }
+    }
+  }
+}
+
+// y[i, r] (+)= x[i, k_begin:k_end] · w[r, k_begin:k_end] for kM rows of x and kR rows of
+// w (both with row stride k); xv is x as the vector loop reads it (permuted for bf16).
+// The kM*kR accumulators stay in registers, so each weight vector is loaded once and used
+// kM times. The main loop consumes a whole 64-byte line of every weight row per step: with
+// power-of-two K all kR rows map to the same L1 set, and a line left half-used could be
+// evicted before its second half is read.
+template <typename W, int kM, int kR>
+inline void DotTile(const float* xv, const float* x, int64_t k, int64_t k_begin, int64_t k_end,
+                    const W* w, bool accumulate, float* y, int64_t ldy) {
+  constexpr int kLineGroups = 64 / (16 * sizeof(W));
+  __m256 acc[kM][kR];
+#pragma GCC unroll 16
+  for (int i = 0; i < kM; ++i) {
+#pragma GCC unroll 16
+    for (int r = 0; r < kR; ++r) acc[i][r] = _mm256_setzero_ps();
+  }
+  int64_t kk = k_begin;
+  for (; kk + 16 * kLineGroups <= k_end; kk += 16 * kLineGroups) {
+    AccumulateGroups<W, kM, kR, kLineGroups>(xv, k, w, kk, acc);
+  }
+  for (; kk + 16 <= k_end; kk += 16) AccumulateGroups<W, kM, kR, 1>(xv, k, w, kk, acc);
+  for (int i = 0; i < kM; ++i) {
+    for (int r = 0; r < kR; ++r) {
+      // The scalar tail is the last partial 16-group, which x's bf16 permutation leaves alone.
+      float sum = avx2::HorizontalSum(acc[i][r]);
+      for (int64_t j = kk; j < k_end; ++j) sum += x[i * k + j] * avx2::ToF32(w[r * k + j]);
+      y[i * ldy + r] = accumulate ? y[i * ldy + r] + sum : sum;
+    }
+  }
+}
+
+// DotTile for a runtime number (1..kMaxM) of x rows.
+template <typename W, int kMaxM, int kR>
+inline void DotTileM(int m, const float* xv, const float* x, int64_t k, int64_t k_begin,
+                     int64_t k_end, const W* w, bool accumulate, float* y, int64_t ldy) {
+  if constexpr (kMaxM >= 1) {
+    if (m == kMaxM) return DotTile<W, kMaxM, kR>(xv, x, k, k_begin, k_end, w, accumulate, y, ldy);
+    if constexpr (kMaxM > 1) {
+      return DotTileM<W, kMaxM - 1, kR>(m, xv, x, k, k_begin, k_end, w, accumulate, y, ldy);
+    }
+  }
+}
+
+// Parallel over blocks of kR weight rows; each block is read from DRAM once and reused
+// from L1/L2 for every chunk of (at most kM) rows of x. When x is too big for the L2, K is
+// cut into blocks so the x block stays cached while all weight rows stream past it (the
+// weights are still read once). Dynamic scheduling in ~8 chunks per thread: a thread that
+// loses its core for a while (another process, a spinning BLAS thread) then delays the call
+// by one chunk, not by its whole static share.
+template <typename W, int kM, int kR>
+void StreamingLinear(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y) {
+  const float* xv = x;
+  if constexpr (Weights16<W>::kPermutesX) {
+    thread_local std::vector<float> permuted;
+    if (permuted.size() < static_cast<size_t>(m * k)) permuted.resize(m * k);
+    PermuteForBf16(x, m, k, permuted.data());
+    xv = permuted.data();
+  }
+  // x rows in chunks of at most kM, as even as possible (16 = 6 + 5 + 5, not 6 + 6 + 4).
+  const int64_t chunks = (m + kM - 1) / kM;
+  const int64_t chunk_rows = m / chunks;
+  const int64_t longer_chunks = m % chunks;
+  int64_t k_block = k;
+  if (m * k * static_cast<int64_t>(sizeof(float)) > kXBlockBytes) {
+    k_block = std::max<int64_t>(64, kXBlockBytes / (m * sizeof(float)) / 64 * 64);
+  }
+  const int64_t blocks = (n + kR - 1) / kR;
+  const int64_t sched_chunk = std::max<int64_t>(1, blocks / (8 * omp_get_max_threads()));
+#pragma omp parallel if (m * n * k >= kMinParallelMacs)
+  for (int64_t k_begin = 0; k_begin < k; k_begin += k_block) {
+    const int64_t k_end = std::min(k, k_begin + k_block);
+    const bool accumulate = k_begin > 0;
+    // The loop's closing barrier orders the K blocks' read-modify-writes of y.
+#pragma omp for schedule(dynamic, sched_chunk)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t r0 = b * kR;
+      const int64_t rows = std::min<int64_t>(kR, n - r0);
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t i0 = c * chunk_rows + std::min(c, longer_chunks);
+        const int mc = static_cast<int>(chunk_rows + (c < longer_chunks ? 1 : 0));
+        const float* xc = x + i0 * k;
+        const float* xvc = xv + i0 * k;
+        float* yc = y + i0 * n + r0;
+        if (rows == kR) {
+          DotTileM<W, kM, kR>(mc, xvc, xc, k, k_begin, k_end, w + r0 * k, accumulate, yc, n);
+        } else {
+          for (int64_t r = 0; r < rows; ++r) {
+            DotTileM<W, kM, 1>(mc, xvc, xc, k, k_begin, k_end, w + (r0 + r) * k, accumulate, yc + r,
+                               n);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Tile shapes (x rows x weight rows): one x row needs many weight rows in flight to hide
+// FMA latency; for batches, tall thin tiles measured fastest (6x2: 12 accumulators, and
+// the weights are converted once per 6 rows of x).
+template <typename W>
+void StreamingLinearAnyM(const float* x, int64_t m, int64_t k, const void* w, int64_t n, float* y) {
+  const W* wt = static_cast<const W*>(w);
+  if (m == 1) return StreamingLinear<W, 1, 8>(x, m, k, wt, n, y);
+  return StreamingLinear<W, 6, 2>(x, m, k, wt, n, y);
+}
+
+template <typename W>
+void ConvertToF32(const W* src, int64_t count, float* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(dst + i, avx2::Load8(src + i));
+  for (; i < count; ++i) dst[i] = avx2::ToF32(src[i]);
+}
+
+// OpenBLAS runs single-threaded and is called from inside our OpenMP team, one weight panel
+// per call. Letting OpenBLAS thread instead would put a second pool of threads on the same
+// cores: its workers spin (sched_yield) for a long while after each call and slow down the
+// OpenMP kernels that follow, and calling threaded OpenBLAS from an OpenMP region is unsafe.
+void MakeBlasSingleThreaded() {
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
+// Prefill: each thread takes whole panels of weight rows, widens them to fp32 (bf16/fp16)
+// in a thread-local buffer and computes y[:, panel] with one sgemm.
+void PanelSgemm(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n,
+                float* y) {
+  MakeBlasSingleThreaded();
+  const int64_t threads = omp_get_max_threads();
+  // Rows per panel: a multiple of 16 (sgemm's register tile), at most kPanelElems fp32, and
+  // small enough to give every thread a few panels to balance.
+  int64_t panel_rows = std::max<int64_t>(16, kPanelElems / k / 16 * 16);
+  const int64_t balanced = ((n + 4 * threads - 1) / (4 * threads) + 15) / 16 * 16;
+  panel_rows = std::max<int64_t>(64, std::min(panel_rows, balanced));
+  const int64_t panels = (n + panel_rows - 1) / panel_rows;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t n0 = p * panel_rows;
+    const int64_t rows = std::min(panel_rows, n - n0);
+    const float* panel = nullptr;
+    if (w_dtype == DType::kF32) {
+      panel = static_cast<const float*>(w) + n0 * k;
+    } else {
+      thread_local std::vector<float> buffer;
+      if (buffer.size() < static_cast<size_t>(rows * k)) buffer.resize(rows * k);
+      if (w_dtype == DType::kBF16) {
+        ConvertToF32(static_cast<const Bf16*>(w) + n0 * k, rows * k, buffer.data());
+      } else {
+        ConvertToF32(static_cast<const F16*>(w) + n0 * k, rows * k, buffer.data());
+      }
+      panel = buffer.data();
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+                static_cast<blasint>(rows), static_cast<blasint>(k), 1.0f, x,
+                static_cast<blasint>(k), panel, static_cast<blasint>(k), 0.0f, y + n0,
+                static_cast<blasint>(n));
+  }
+}
+
+}  // namespace
+
+void Linear(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n,
+            float* y) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    std::memset(y, 0, sizeof(float) * m * n);
+    return;
+  }
+  if (m > kMaxStreamingRows) return PanelSgemm(x, m, k, w, w_dtype, n, y);
+  switch (w_dtype) {
+    case DType::kF32:
+      return StreamingLinearAnyM<float>(x, m, k, w, n, y);
+    case DType::kBF16:
+      return StreamingLinearAnyM<Bf16>(x, m, k, w, n, y);
+    case DType::kF16:
+      return StreamingLinearAnyM<F16>(x, m, k, w, n, y);
+  }
+}
+
+}  // namespace tpserve::cpu

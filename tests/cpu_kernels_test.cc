@@ -1,0 +1,557 @@
+// Tests for kernels/cpu/cpu_kernels.h: each kernel against a naive double-precision
+// reference written here, over sweeps of shapes and dtypes.
+#include "kernels/cpu/cpu_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tpserve {
+// Names dtypes in parameterized test output.
+void PrintTo(DType t, std::ostream* os) { *os << DTypeName(t); }
+
+namespace cpu {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// |got - want| <= atol + rtol * |want|, per element.
+struct Tolerance {
+  double atol;
+  double rtol;
+};
+
+::testing::AssertionResult AllClose(const std::vector<float>& got, const std::vector<double>& want,
+                                    Tolerance tol) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
+  }
+  int bad = 0;
+  ::testing::AssertionResult result = ::testing::AssertionFailure();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(static_cast<double>(got[i]) - want[i]);
+    if (!(err <= tol.atol + tol.rtol * std::abs(want[i]))) {  // NaN fails too
+      if (++bad <= 5) result << "\n  [" << i << "] got " << got[i] << " want " << want[i];
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return result << "\n  " << bad << " of " << got.size() << " elements out of tolerance";
+}
+
+std::vector<float> RandomFloats(size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+// A tensor stored in `dtype`, with the exact values it decodes to for the references.
+struct Stored {
+  std::vector<uint8_t> bytes;
+  std::vector<double> values;
+};
+
+Stored RandomStored(size_t n, DType dtype, std::mt19937& rng) {
+  Stored s;
+  s.bytes.resize(n * DTypeSize(dtype));
+  s.values.resize(n);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (size_t i = 0; i < n; ++i) {
+    const float f = dist(rng);
+    if (dtype == DType::kF32) {
+      std::memcpy(s.bytes.data() + 4 * i, &f, 4);
+      s.values[i] = f;
+    } else {
+      const uint16_t h = dtype == DType::kBF16 ? F32ToBf16(f) : F32ToF16(f);
+      std::memcpy(s.bytes.data() + 2 * i, &h, 2);
+      s.values[i] = dtype == DType::kBF16 ? Bf16ToF32(h) : F16ToF32(h);
+    }
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------
+// Linear
+
+std::vector<double> RefLinear(const std::vector<float>& x, int64_t m, int64_t k,
+                              const std::vector<double>& w, int64_t n) {
+  std::vector<double> y(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t r = 0; r < n; ++r) {
+      double sum = 0.0;
+      for (int64_t kk = 0; kk < k; ++kk) sum += x[i * k + kk] * w[r * k + kk];
+      y[i * n + r] = sum;
+    }
+  }
+  return y;
+}
+
+// Inputs are exactly representable in every dtype, so the only error is fp32 accumulation,
+// the same for all weight dtypes; it grows like sqrt(k) with |x|, |w| <= 1.
+Tolerance LinearTolerance(int64_t k) { return {2e-6 * std::sqrt(static_cast<double>(k)), 1e-5}; }
+
+void CheckLinear(int64_t m, int64_t k, int64_t n, DType dtype, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message()
+               << "m=" << m << " k=" << k << " n=" << n << " " << DTypeName(dtype));
+  std::mt19937 rng(seed);
+  const std::vector<float> x = RandomFloats(m * k, rng);
+  const Stored w = RandomStored(n * k, dtype, rng);
+  std::vector<float> y(m * n, kNaN);
+  Linear(x.data(), m, k, w.bytes.data(), dtype, n, y.data());
+  EXPECT_TRUE(AllClose(y, RefLinear(x, m, k, w.values, n), LinearTolerance(k)));
+}
+
+class LinearTest : public ::testing::TestWithParam<std::tuple<DType, int64_t>> {};
+
+TEST_P(LinearTest, MatchesReferenceOverShapes) {
+  const auto [dtype, m] = GetParam();
+  uint32_t seed = 1;
+  for (const int64_t k : {1, 8, 13, 67, 257, 1031}) {
+    for (const int64_t n : {1, 13, 67, 257}) CheckLinear(m, k, n, dtype, seed++);
+  }
+}
+
+// Big enough for the multi-threaded paths and several sgemm panels.
+TEST_P(LinearTest, MatchesReferenceOnLargeShape) {
+  const auto [dtype, m] = GetParam();
+  CheckLinear(m, 2048, 1000, dtype, 99);
+}
+
+// Long rows: for batches x then exceeds the streaming kernel's cache budget and K is
+// processed in blocks, the last one ragged.
+TEST_P(LinearTest, MatchesReferenceWithLongRows) {
+  const auto [dtype, m] = GetParam();
+  CheckLinear(m, 5000, 37, dtype, 98);
+  CheckLinear(m, 20000, 9, dtype, 97);
+}
+
+INSTANTIATE_TEST_SUITE_P(DtypesAndBatches, LinearTest,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16,
+                                                              DType::kF16),
+                                            ::testing::Values(1, 2, 3, 7, 16, 17, 64, 130)),
+                         [](const auto& info) {
+                           return std::string(DTypeName(std::get<0>(info.param))) + "_m" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(Linear, ZeroKGivesZeros) {
+  std::vector<float> y(6, kNaN);
+  const float x = 0.0f;
+  const float w = 0.0f;
+  Linear(&x, 2, 0, &w, DType::kF32, 3, y.data());
+  EXPECT_TRUE(AllClose(y, std::vector<double>(6, 0.0), {0, 0}));
+}
+
+// ---------------------------------------------------------------------------------------
+// RmsNorm
+
+TEST(RmsNorm, MatchesReferenceForEveryKind) {
+  std::mt19937 rng(2);
+  constexpr Tolerance kTol{1e-6, 1e-5};
+  for (const int64_t dim : {1, 7, 8, 17, 64, 1000, 4096}) {
+    for (const NormKind kind : {NormKind::kScale, NormKind::kOnePlusScale, NormKind::kNoScale}) {
+      for (const bool in_place : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "dim=" << dim << " kind=" << static_cast<int>(kind)
+                                          << " in_place=" << in_place);
+        const int64_t rows = dim >= 1000 ? 33 : 3;
+        const float eps = 1e-6f;
+        std::vector<float> x = RandomFloats(rows * dim, rng, -3.0f, 3.0f);
+        const std::vector<float> w = RandomFloats(dim, rng);
+        std::vector<double> want(rows * dim);
+        for (int64_t r = 0; r < rows; ++r) {
+          double ss = 0.0;
+          for (int64_t i = 0; i < dim; ++i)
+            ss += static_cast<double>(x[r * dim + i]) * x[r * dim + i];
+          const double inv = 1.0 / std::sqrt(ss / dim + eps);
+          for (int64_t i = 0; i < dim; ++i) {
+            const double scale = kind == NormKind::kScale          ? w[i]
+                                 : kind == NormKind::kOnePlusScale ? 1.0 + w[i]
+                                                                   : 1.0;
+            want[r * dim + i] = x[r * dim + i] * inv * scale;
+          }
+        }
+        std::vector<float> out(rows * dim, kNaN);
+        float* dst = in_place ? x.data() : out.data();
+        RmsNorm(x.data(), kind == NormKind::kNoScale ? nullptr : w.data(), rows, dim, eps, kind,
+                dst);
+        EXPECT_TRUE(AllClose(in_place ? x : out, want, kTol));
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Rope
+
+TEST(Rope, MatchesReferenceWithPartialFrequenciesAndAttnFactor) {
+  std::mt19937 rng(3);
+  constexpr Tolerance kTol{2e-6, 1e-5};
+  const std::vector<int32_t> positions = {0, 1, 17, 4095, 131071};
+  const int64_t tokens = static_cast<int64_t>(positions.size());
+  const int64_t heads = 3;
+  for (const int64_t head_dim : {2, 16, 64, 128, 256}) {
+    for (const bool partial : {false, true}) {
+      for (const float attn_factor : {1.0f, 1.3f}) {
+        SCOPED_TRACE(::testing::Message() << "head_dim=" << head_dim << " partial=" << partial
+                                          << " attn_factor=" << attn_factor);
+        const int64_t half = head_dim / 2;
+        std::vector<float> inv_freq(half);
+        for (int64_t i = 0; i < half; ++i) {
+          inv_freq[i] = 1.0f / std::pow(10000.0f, 2.0f * i / head_dim);
+          // Proportional RoPE: only the first quarter of the pairs rotate.
+          if (partial && i >= (half + 3) / 4) inv_freq[i] = 0.0f;
+        }
+        std::vector<float> x = RandomFloats(tokens * heads * head_dim, rng);
+        std::vector<double> want(x.size());
+        for (int64_t t = 0; t < tokens; ++t) {
+          for (int64_t h = 0; h < heads; ++h) {
+            const float* xh = x.data() + (t * heads + h) * head_dim;
+            double* wh = want.data() + (t * heads + h) * head_dim;
+            for (int64_t i = 0; i < half; ++i) {
+              const float angle = static_cast<float>(positions[t]) * inv_freq[i];  // fp32, as HF
+              const double c = std::cos(static_cast<double>(angle)) * attn_factor;
+              const double s = std::sin(static_cast<double>(angle)) * attn_factor;
+              wh[i] = xh[i] * c - xh[i + half] * s;
+              wh[i + half] = xh[i + half] * c + xh[i] * s;
+            }
+          }
+        }
+        Rope(x.data(), tokens, heads, head_dim, positions.data(), inv_freq.data(), attn_factor);
+        EXPECT_TRUE(AllClose(x, want, kTol));
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// GatedActivation, Softcap, Add, Scale
+
+double RefSilu(double x) { return x / (1.0 + std::exp(-x)); }
+double RefGeluTanh(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+TEST(GatedActivation, MatchesReference) {
+  std::mt19937 rng(4);
+  constexpr Tolerance kTol{1e-6, 1e-5};
+  for (const Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
+    for (const int64_t dim : {1, 7, 8, 9, 33, 1024}) {
+      SCOPED_TRACE(::testing::Message() << "act=" << static_cast<int>(act) << " dim=" << dim);
+      const int64_t rows = dim == 1024 ? 40 : 4;
+      std::vector<float> gate_up = RandomFloats(rows * 2 * dim, rng, -12.0f, 12.0f);
+      // Extremes and the small-|x| branch of tanh.
+      const float specials[] = {0.0f, -0.0f, 1e-4f, -1e-3f, 0.3f, -95.0f, 95.0f, 20.0f, -7.0f};
+      for (size_t i = 0; i < std::size(specials) && i < static_cast<size_t>(dim); ++i) {
+        gate_up[i] = specials[i];
+      }
+      std::vector<double> want(rows * dim);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t i = 0; i < dim; ++i) {
+          const double g = gate_up[r * 2 * dim + i];
+          const double a = act == Activation::kSilu ? RefSilu(g) : RefGeluTanh(g);
+          want[r * dim + i] = a * gate_up[r * 2 * dim + dim + i];
+        }
+      }
+      std::vector<float> out(rows * dim, kNaN);
+      GatedActivation(gate_up.data(), rows, dim, act, out.data());
+      EXPECT_TRUE(AllClose(out, want, kTol));
+    }
+  }
+}
+
+TEST(Softcap, MatchesReference) {
+  std::mt19937 rng(5);
+  for (const float cap : {30.0f, 1.5f}) {
+    for (const int64_t n : {1, 7, 8, 100, 1001}) {
+      SCOPED_TRACE(::testing::Message() << "cap=" << cap << " n=" << n);
+      std::vector<float> x = RandomFloats(n, rng, -100.0f, 100.0f);
+      x[0] = 0.01f;  // inside tanh's polynomial branch
+      std::vector<double> want(n);
+      for (int64_t i = 0; i < n; ++i) want[i] = cap * std::tanh(x[i] / static_cast<double>(cap));
+      Softcap(x.data(), n, cap);
+      EXPECT_TRUE(AllClose(x, want, {1e-6, 1e-6}));
+    }
+  }
+}
+
+TEST(AddAndScale, ExactIncludingAliasing) {
+  std::mt19937 rng(6);
+  for (const int64_t n : {1, 13, 1 << 18}) {
+    const std::vector<float> a = RandomFloats(n, rng);
+    const std::vector<float> b = RandomFloats(n, rng);
+    std::vector<double> sum(n), scaled(n);
+    for (int64_t i = 0; i < n; ++i) {
+      sum[i] = a[i] + b[i];  // float addition, the exact expected bits
+      scaled[i] = sum[i] * 0.5;
+    }
+    std::vector<float> out(n, kNaN);
+    Add(a.data(), b.data(), n, out.data());
+    EXPECT_TRUE(AllClose(out, sum, {0, 0}));
+    std::vector<float> alias = a;
+    Add(alias.data(), b.data(), n, alias.data());
+    EXPECT_TRUE(AllClose(alias, sum, {0, 0}));
+    Scale(alias.data(), n, 0.5f);
+    EXPECT_TRUE(AllClose(alias, scaled, {0, 0}));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Embedding, Argmax, WriteKv
+
+TEST(Embedding, ShardRowsScaledAndOutOfShardIdsZero) {
+  std::mt19937 rng(7);
+  const int64_t vocab_start = 100;
+  const int64_t vocab_rows = 50;
+  const std::vector<int32_t> ids = {100, 149, 99, 150, -1, 125, 0, 1 << 30, 100};
+  const int64_t tokens = static_cast<int64_t>(ids.size());
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const int64_t dim : {1, 7, 64, 300}) {
+      for (const float scale : {1.0f, std::sqrt(static_cast<float>(dim))}) {
+        SCOPED_TRACE(::testing::Message()
+                     << DTypeName(dtype) << " dim=" << dim << " scale=" << scale);
+        const Stored table = RandomStored(vocab_rows * dim, dtype, rng);
+        std::vector<double> want(tokens * dim, 0.0);
+        for (int64_t t = 0; t < tokens; ++t) {
+          const int64_t row = ids[t] - vocab_start;
+          if (row < 0 || row >= vocab_rows) continue;
+          for (int64_t i = 0; i < dim; ++i) want[t * dim + i] = table.values[row * dim + i] * scale;
+        }
+        std::vector<float> out(tokens * dim, kNaN);
+        Embedding(ids.data(), tokens, table.bytes.data(), dtype, vocab_start, vocab_rows, dim,
+                  scale, out.data());
+        EXPECT_TRUE(AllClose(out, want, {0, 1e-7}));
+      }
+    }
+  }
+}
+
+TEST(Argmax, FirstIndexOnTies) {
+  EXPECT_EQ(Argmax(std::vector<float>{5.0f}.data(), 1), 0);
+  EXPECT_EQ(Argmax(std::vector<float>{1, 3, 3, 2}.data(), 4), 1);
+  std::vector<float> v(100, -1.0f);
+  v[50] = 2.0f;
+  v[9] = 2.0f;
+  v[99] = 2.0f;
+  EXPECT_EQ(Argmax(v.data(), 100), 9);
+  v.assign(19, -3.0f);
+  v[18] = -2.0f;  // the maximum in the non-vector tail
+  EXPECT_EQ(Argmax(v.data(), 19), 18);
+  v.assign(37, -INFINITY);
+  EXPECT_EQ(Argmax(v.data(), 37), 0);
+  v.assign(37, 0.0f);
+  v[3] = -0.0f;
+  v[0] = -1.0f;
+  EXPECT_EQ(Argmax(v.data(), 37), 1);  // -0 and +0 tie
+}
+
+TEST(Argmax, NanWinsAsInTorch) {
+  std::vector<float> v(20, 1.0f);
+  v[13] = kNaN;
+  v[17] = kNaN;
+  EXPECT_EQ(Argmax(v.data(), 20), 13);
+}
+
+TEST(Argmax, MatchesFirstMaxElementOnLargeInput) {
+  std::mt19937 rng(8);
+  for (const int64_t n : {8, 255, 262144 + 5}) {
+    std::vector<float> v = RandomFloats(n, rng);
+    // Coarse values make ties likely.
+    for (float& f : v) f = std::round(f * 50.0f);
+    const int64_t want = std::max_element(v.begin(), v.end()) - v.begin();
+    EXPECT_EQ(Argmax(v.data(), n), want) << "n=" << n;
+  }
+}
+
+TEST(WriteKv, WritesSlotsAndSkipsPadding) {
+  std::mt19937 rng(9);
+  for (const int64_t head_dim : {3, 128}) {
+    const int64_t kv_heads = 2;
+    const int64_t row = kv_heads * head_dim;
+    const std::vector<int32_t> slots = {3, -1, 0, 7, 5};
+    const int64_t tokens = static_cast<int64_t>(slots.size());
+    const int64_t num_slots = 9;
+    const std::vector<float> k = RandomFloats(tokens * row, rng);
+    const std::vector<float> v = RandomFloats(tokens * row, rng);
+    std::vector<float> k_cache(num_slots * row, 42.0f), v_cache(num_slots * row, 43.0f);
+    std::vector<double> want_k(k_cache.begin(), k_cache.end()),
+        want_v(v_cache.begin(), v_cache.end());
+    for (int64_t t = 0; t < tokens; ++t) {
+      if (slots[t] < 0) continue;
+      for (int64_t i = 0; i < row; ++i) {
+        want_k[slots[t] * row + i] = k[t * row + i];
+        want_v[slots[t] * row + i] = v[t * row + i];
+      }
+    }
+    WriteKv(k.data(), v.data(), slots.data(), tokens, kv_heads, head_dim, k_cache.data(),
+            v_cache.data());
+    EXPECT_TRUE(AllClose(k_cache, want_k, {0, 0}));
+    EXPECT_TRUE(AllClose(v_cache, want_v, {0, 0}));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// PagedAttention
+
+// A batch over a shuffled paged cache. Every cache slot that holds no key is NaN, so a
+// kernel that reads past a sequence's keys or through a wrong block id produces NaN.
+struct AttentionCase {
+  PagedAttentionParams p;
+  std::vector<float> k_cache, v_cache, q;
+  std::vector<int32_t> block_tables, token_seq, token_pos;
+  int64_t tokens = 0;
+};
+
+AttentionCase MakeAttentionCase(int32_t head_dim, int32_t group, int32_t block_size,
+                                const std::vector<int32_t>& seq_lens,
+                                const std::vector<std::pair<int32_t, int32_t>>& queries,
+                                std::mt19937& rng) {
+  AttentionCase c;
+  c.p.num_kv_heads = 2;
+  c.p.num_q_heads = 2 * group;
+  c.p.head_dim = head_dim;
+  c.p.block_size = block_size;
+  const int32_t max_len = *std::max_element(seq_lens.begin(), seq_lens.end());
+  c.p.max_blocks_per_seq = (max_len + block_size - 1) / block_size + 1;  // a spare column
+  c.p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int64_t num_seqs = static_cast<int64_t>(seq_lens.size());
+  // Physical block 0 is left NaN and fills the unused block-table entries.
+  int32_t blocks_used = 0;
+  for (const int32_t len : seq_lens) blocks_used += (len + block_size - 1) / block_size;
+  std::vector<int32_t> physical(blocks_used);
+  std::iota(physical.begin(), physical.end(), 1);
+  std::shuffle(physical.begin(), physical.end(), rng);
+  c.block_tables.assign(num_seqs * c.p.max_blocks_per_seq, 0);
+  const int64_t row = 2 * static_cast<int64_t>(head_dim);
+  const int64_t num_slots = static_cast<int64_t>(blocks_used + 1) * block_size;
+  c.k_cache.assign(num_slots * row, kNaN);
+  c.v_cache.assign(num_slots * row, kNaN);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  int32_t next = 0;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    for (int32_t b = 0; b * block_size < seq_lens[s]; ++b) {
+      c.block_tables[s * c.p.max_blocks_per_seq + b] = physical[next++];
+    }
+    for (int32_t pos = 0; pos < seq_lens[s]; ++pos) {
+      const int64_t slot =
+          static_cast<int64_t>(c.block_tables[s * c.p.max_blocks_per_seq + pos / block_size]) *
+              block_size +
+          pos % block_size;
+      for (int64_t i = 0; i < row; ++i) {
+        c.k_cache[slot * row + i] = dist(rng);
+        c.v_cache[slot * row + i] = dist(rng);
+      }
+    }
+  }
+  for (const auto& [seq, pos] : queries) {
+    c.token_seq.push_back(seq);
+    c.token_pos.push_back(pos);
+  }
+  c.tokens = static_cast<int64_t>(queries.size());
+  // Queries of a few units so that scores spread over several units and the softcap bites.
+  c.q = RandomFloats(c.tokens * c.p.num_q_heads * head_dim, rng, -3.0f, 3.0f);
+  return c;
+}
+
+std::vector<double> RefAttention(const AttentionCase& c) {
+  const PagedAttentionParams& p = c.p;
+  const int64_t hd = p.head_dim;
+  const int32_t group = p.num_q_heads / p.num_kv_heads;
+  std::vector<double> out(c.tokens * p.num_q_heads * hd);
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    const int32_t pos = c.token_pos[t];
+    const int32_t first = p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
+    for (int32_t h = 0; h < p.num_q_heads; ++h) {
+      const int32_t kvh = h / group;
+      const float* qh = c.q.data() + (t * p.num_q_heads + h) * hd;
+      std::vector<double> scores;
+      std::vector<int64_t> offsets;
+      for (int32_t j = first; j <= pos; ++j) {
+        const int64_t slot =
+            static_cast<int64_t>(
+                c.block_tables[c.token_seq[t] * p.max_blocks_per_seq + j / p.block_size]) *
+                p.block_size +
+            j % p.block_size;
+        const int64_t off = (slot * p.num_kv_heads + kvh) * hd;
+        double s = 0.0;
+        for (int64_t d = 0; d < hd; ++d) s += static_cast<double>(qh[d]) * c.k_cache[off + d];
+        s *= p.scale;
+        if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
+        scores.push_back(s);
+        offsets.push_back(off);
+      }
+      const double max = *std::max_element(scores.begin(), scores.end());
+      double denom = 0.0;
+      for (double& s : scores) denom += (s = std::exp(s - max));
+      double* o = out.data() + (t * p.num_q_heads + h) * hd;
+      for (size_t j = 0; j < scores.size(); ++j) {
+        for (int64_t d = 0; d < hd; ++d) o[d] += scores[j] / denom * c.v_cache[offsets[j] + d];
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<float> RunAttention(const AttentionCase& c) {
+  std::vector<float> out(c.q.size(), kNaN);
+  PagedAttention(c.q.data(), c.k_cache.data(), c.v_cache.data(), c.token_seq.data(),
+                 c.token_pos.data(), c.tokens, c.block_tables.data(), c.p, out.data());
+  return out;
+}
+
+constexpr Tolerance kAttentionTol{2e-5, 1e-4};
+
+class PagedAttentionTest : public ::testing::TestWithParam<std::tuple<int32_t, int32_t>> {};
+
+// Four sequences in one batch: a 7-token prefill chunk (positions 30..36 of 37 cached keys,
+// so later keys must be masked) and three single decode tokens, in mixed order.
+TEST_P(PagedAttentionTest, MixedPrefillAndDecodeBatch) {
+  const auto [head_dim, group] = GetParam();
+  std::mt19937 rng(10 + head_dim + group);
+  const std::vector<int32_t> seq_lens = {37, 1, 100, 16};
+  std::vector<std::pair<int32_t, int32_t>> queries = {{2, 99}};
+  for (int32_t pos = 30; pos < 37; ++pos) queries.push_back({0, pos});
+  queries.push_back({1, 0});
+  queries.push_back({3, 15});
+  for (const int32_t block_size : {1, 7, 16}) {
+    for (const int32_t window : {0, 3, 40, 4096}) {
+      for (const float softcap : {0.0f, 2.0f}) {
+        SCOPED_TRACE(::testing::Message() << "block_size=" << block_size << " window=" << window
+                                          << " softcap=" << softcap);
+        AttentionCase c = MakeAttentionCase(head_dim, group, block_size, seq_lens, queries, rng);
+        c.p.sliding_window = window;
+        c.p.softcap = softcap;
+        EXPECT_TRUE(AllClose(RunAttention(c), RefAttention(c), kAttentionTol));
+      }
+    }
+  }
+}
+
+// One decode token over a long context: the case where query groups are split across
+// threads and the online softmax runs over many chunks.
+TEST_P(PagedAttentionTest, SingleDecodeTokenLongContext) {
+  const auto [head_dim, group] = GetParam();
+  std::mt19937 rng(20 + head_dim + group);
+  AttentionCase c = MakeAttentionCase(head_dim, group, 16, {1000}, {{0, 999}}, rng);
+  EXPECT_TRUE(AllClose(RunAttention(c), RefAttention(c), kAttentionTol));
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDimsAndGroups, PagedAttentionTest,
+                         ::testing::Combine(::testing::Values(16, 20, 64, 256, 512),
+                                            ::testing::Values(1, 2, 4)),
+                         [](const auto& info) {
+                           return "hd" + std::to_string(std::get<0>(info.param)) + "_group" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+}  // namespace
+}  // namespace cpu
+}  // namespace tpserve

@@ -1,0 +1,2 @@
+# CPU kernel tests, include()d by tests/CMakeLists.txt.
+tp_add_test(cpu_kernels_test SOURCES cpu_kernels_test.cc LIBS tpserve_kernels_cpu)
