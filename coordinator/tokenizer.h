@@ -1,0 +1,90 @@
+// A Hugging Face tokenizer.json tokenizer for BPE models: SentencePiece-style with
+// byte fallback (Gemma, Llama 2) and byte-level (Llama 3, Qwen, GPT-2). Tested by
+// tests/tokenizer_test.cc against references made with the Python `tokenizers` library.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace tpserve {
+
+namespace tokenizer_internal {
+class AddedVocabulary;
+class BpeModel;
+class Decoder;
+class Normalizer;
+class PostProcessor;
+class PreTokenizer;
+}  // namespace tokenizer_internal
+
+// Encodes and decodes exactly as the `tokenizers` library does for the components it
+// supports (see the parse functions in coordinator/tokenizer_*.h); loading a file with
+// any other component fails with an error naming it. Thread-safe: all methods are const.
+class Tokenizer {
+ public:
+  // Loads tokenizer.json and, when present in the same directory, tokenizer_config.json
+  // (bos_token, eos_token, add_bos_token, add_eos_token, added_tokens_decoder) and
+  // generation_config.json (eos_token_id, added to eos_ids()). Errors name the file and
+  // the field.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromFile(
+      const std::string& tokenizer_json_path);
+  // `source_name` prefixes error messages. `tokenizer_config_json`, when not empty, is
+  // the text of the matching tokenizer_config.json.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(
+      std::string_view json, std::string_view source_name,
+      std::string_view tokenizer_config_json = {});
+
+  ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  // As tokenizers' encode(text, add_special_tokens). Added tokens in `text` (special or
+  // not) are recognised. With add_special_tokens the post-processor runs (e.g. adds
+  // BOS); if tokenizer_config.json sets add_bos_token or add_eos_token, that choice
+  // replaces the post-processor, as transformers does. Invalid UTF-8 in `text` is
+  // read as U+FFFD.
+  std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens) const;
+  // As tokenizers' decode(ids, skip_special_tokens). Unknown ids are skipped. The
+  // result is valid UTF-8 (incomplete byte sequences decode to U+FFFD).
+  std::string Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const;
+
+  // One more than the largest id of the vocabulary and the added tokens.
+  int32_t vocab_size() const { return vocab_size_; }
+  std::optional<int32_t> TokenToId(std::string_view token) const;
+  // The token string ("" for an unknown id).
+  std::string IdToToken(int32_t id) const;
+  std::optional<int32_t> bos_id() const { return bos_id_; }
+  // Ids that end generation: tokenizer_config.json's eos_token, then
+  // generation_config.json's eos_token_id, without repeats.
+  std::vector<int32_t> eos_ids() const { return eos_ids_; }
+  // True for added tokens marked special (skipped by Decode(ids, true)).
+  bool IsSpecial(int32_t id) const;
+
+ private:
+  Tokenizer();
+  absl::Status LoadTokenizerJson(std::string_view json, const std::string& source);
+  absl::Status LoadTokenizerConfig(std::string_view json, const std::string& source);
+  absl::Status LoadGenerationConfig(std::string_view json, const std::string& source);
+  void AddEosId(int32_t id);
+
+  std::unique_ptr<tokenizer_internal::Normalizer> normalizer_;
+  std::unique_ptr<tokenizer_internal::PreTokenizer> pre_tokenizer_;
+  std::unique_ptr<tokenizer_internal::BpeModel> model_;
+  std::unique_ptr<tokenizer_internal::PostProcessor> post_processor_;
+  std::unique_ptr<tokenizer_internal::Decoder> decoder_;
+  std::unique_ptr<tokenizer_internal::AddedVocabulary> added_;
+  absl::flat_hash_set<std::string> special_contents_;
+  int32_t vocab_size_ = 0;
+  std::optional<int32_t> bos_id_;
+  std::vector<int32_t> eos_ids_;
+};
+
+}  // namespace tpserve

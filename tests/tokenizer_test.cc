@@ -1,0 +1,377 @@
+// Tests for coordinator/tokenizer.h and tokenizer_incremental_decoder.h: exact ids and
+// text against references that tools/make_tokenizer_fixtures.py made with the Python
+// `tokenizers` library (tests/fixtures/tokenizers/<name>/), streaming, and load errors.
+#include "coordinator/tokenizer.h"
+
+#include <algorithm>
+#include <ctime>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "coordinator/tokenizer_incremental_decoder.h"
+#include "coordinator/tokenizer_regex.h"
+#include "coordinator/tokenizer_unicode.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace tpserve {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string FixturePath(const std::string& name, const std::string& file) {
+  return std::string(TPSERVE_FIXTURES) + "/tokenizers/" + name + "/" + file;
+}
+
+Json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return Json::parse(buffer.str());
+}
+
+std::unique_ptr<Tokenizer> LoadFixture(const std::string& name) {
+  auto tokenizer = Tokenizer::FromFile(FixturePath(name, "tokenizer.json"));
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  return tokenizer.ok() ? std::move(tokenizer).value() : nullptr;
+}
+
+// Printable form of a sample for failure messages.
+std::string Show(const std::string& text) { return Json(text).dump(); }
+
+class FixtureTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    tokenizer_ = LoadFixture(GetParam());
+    ASSERT_NE(tokenizer_, nullptr);
+    reference_ = ReadJson(FixturePath(GetParam(), "reference.json"));
+    ASSERT_GT(reference_["samples"].size(), 100u);
+  }
+  std::unique_ptr<Tokenizer> tokenizer_;
+  Json reference_;
+};
+
+TEST_P(FixtureTest, EncodeMatchesReference) {
+  for (const Json& sample : reference_["samples"]) {
+    const std::string text = sample["text"];
+    EXPECT_EQ(tokenizer_->Encode(text, true),
+              sample["ids_with_special"].get<std::vector<int32_t>>())
+        << "text: " << Show(text);
+    EXPECT_EQ(tokenizer_->Encode(text, false),
+              sample["ids_without_special"].get<std::vector<int32_t>>())
+        << "text: " << Show(text);
+  }
+}
+
+TEST_P(FixtureTest, DecodeMatchesReference) {
+  for (const Json& sample : reference_["samples"]) {
+    const auto ids = sample["ids_with_special"].get<std::vector<int32_t>>();
+    EXPECT_EQ(tokenizer_->Decode(ids, false), sample["decoded"].get<std::string>())
+        << "text: " << Show(sample["text"]);
+    EXPECT_EQ(tokenizer_->Decode(ids, true), sample["decoded_skip_special"].get<std::string>())
+        << "text: " << Show(sample["text"]);
+  }
+}
+
+TEST_P(FixtureTest, IncrementalDecodeEqualsDecodeAndIsAlwaysValidUtf8) {
+  for (const bool skip : {false, true}) {
+    for (const Json& sample : reference_["samples"]) {
+      const auto ids = sample["ids_with_special"].get<std::vector<int32_t>>();
+      IncrementalDecoder stream(*tokenizer_, skip);
+      std::string streamed;
+      for (const int32_t id : ids) {
+        const std::string chunk = stream.Push(id);
+        EXPECT_TRUE(tokenizer_internal::IsValidUtf8(chunk)) << "text: " << Show(sample["text"]);
+        streamed += chunk;
+      }
+      const std::string rest = stream.Flush();
+      EXPECT_TRUE(tokenizer_internal::IsValidUtf8(rest));
+      streamed += rest;
+      EXPECT_EQ(streamed, tokenizer_->Decode(ids, skip))
+          << "skip=" << skip << " text: " << Show(sample["text"]);
+    }
+  }
+}
+
+TEST_P(FixtureTest, MetadataMatchesReference) {
+  EXPECT_EQ(tokenizer_->vocab_size(), reference_["vocab_size"].get<int32_t>());
+  if (reference_["bos_id"].is_null()) {
+    EXPECT_FALSE(tokenizer_->bos_id().has_value());
+  } else {
+    EXPECT_EQ(tokenizer_->bos_id(), reference_["bos_id"].get<int32_t>());
+  }
+  EXPECT_EQ(tokenizer_->eos_ids(), reference_["eos_ids"].get<std::vector<int32_t>>());
+  const auto special = reference_["special_ids"].get<std::vector<int32_t>>();
+  for (int32_t id = 0; id < tokenizer_->vocab_size(); ++id) {
+    const bool expected = std::find(special.begin(), special.end(), id) != special.end();
+    EXPECT_EQ(tokenizer_->IsSpecial(id), expected) << "id " << id;
+  }
+  // Added tokens matched after normalization read back in normalized form, as in
+  // tokenizers (Llama 2's "<<SYS>>" is "▁<<SYS>>").
+  for (const auto& [id, token] : reference_["added_token_strings"].items()) {
+    EXPECT_EQ(tokenizer_->IdToToken(std::stoi(id)), token.get<std::string>());
+  }
+  const Json tokenizer_json = ReadJson(FixturePath(GetParam(), "tokenizer.json"));
+  for (const auto& [token, id] : tokenizer_json["model"]["vocab"].items()) {
+    EXPECT_EQ(tokenizer_->TokenToId(token), id.get<int32_t>()) << "token " << Show(token);
+  }
+  EXPECT_EQ(tokenizer_->IdToToken(-1), "");
+  EXPECT_EQ(tokenizer_->IdToToken(tokenizer_->vocab_size()), "");
+  EXPECT_FALSE(tokenizer_->TokenToId("no such token in any vocab").has_value());
+}
+
+// Encoding 1 MB must stay well under a second of CPU time (RelWithDebInfo build; CPU
+// time rather than wall time so that a loaded CI machine does not fail the test).
+TEST_P(FixtureTest, EncodesOneMegabyteQuickly) {
+  std::string text;
+  while (text.size() < (1 << 20)) {
+    for (const Json& sample : reference_["samples"])
+      text += sample["text"].get<std::string>() + " ";
+  }
+  const std::clock_t start = std::clock();
+  const std::vector<int32_t> ids = tokenizer_->Encode(text, false);
+  const double seconds = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
+  std::printf("%s: encoded %zu bytes into %zu tokens in %.3f s CPU\n", GetParam().c_str(),
+              text.size(), ids.size(), seconds);
+  EXPECT_LT(seconds, 1.0);
+  EXPECT_GT(ids.size(), text.size() / 16);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, FixtureTest,
+                         ::testing::Values("gemma", "llama2", "mistral", "llama3", "qwen2", "gpt2"),
+                         [](const auto& info) { return info.param; });
+
+TEST(IncrementalDecoder, HoldsBytesOfASplitCharacterUntilComplete) {
+  auto tokenizer = LoadFixture("gemma");
+  ASSERT_NE(tokenizer, nullptr);
+  // U+9F98 is not in the vocabulary, so it encodes as three <0xNN> byte tokens.
+  const std::vector<int32_t> ids = tokenizer->Encode("a龘b", false);
+  ASSERT_EQ(ids.size(), 5u);
+  EXPECT_EQ(tokenizer->IdToToken(ids[1]), "<0xE9>");
+  IncrementalDecoder stream(*tokenizer, true);
+  EXPECT_EQ(stream.Push(ids[0]), "a");
+  EXPECT_EQ(stream.Push(ids[1]), "");
+  EXPECT_EQ(stream.Push(ids[2]), "");
+  EXPECT_EQ(stream.Push(ids[3]), "龘");
+  EXPECT_EQ(stream.Push(ids[4]), "b");
+  EXPECT_EQ(stream.Flush(), "");
+}
+
+TEST(IncrementalDecoder, FlushReturnsAnIncompleteTailAsReplacementCharacters) {
+  auto tokenizer = LoadFixture("gemma");
+  ASSERT_NE(tokenizer, nullptr);
+  const auto e9 = tokenizer->TokenToId("<0xE9>");
+  ASSERT_TRUE(e9.has_value());
+  IncrementalDecoder stream(*tokenizer, true);
+  EXPECT_EQ(stream.Push(*e9), "");
+  EXPECT_EQ(stream.Flush(), "\xEF\xBF\xBD");
+  EXPECT_EQ(tokenizer->Decode({*e9}, true), "\xEF\xBF\xBD");
+}
+
+// Random ids include byte tokens that form no valid UTF-8. Chunks must still be valid;
+// they equal Decode() except where a ByteFallback run is invalid (see the header).
+TEST(IncrementalDecoder, RandomIdsGiveValidUtf8Chunks) {
+  for (const std::string name : {"gemma", "llama3"}) {
+    auto tokenizer = LoadFixture(name);
+    ASSERT_NE(tokenizer, nullptr);
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int32_t> pick(0, tokenizer->vocab_size() - 1);
+    for (int trial = 0; trial < 300; ++trial) {
+      std::vector<int32_t> ids(1 + trial % 17);
+      for (int32_t& id : ids) id = pick(rng);
+      IncrementalDecoder stream(*tokenizer, trial % 2 == 0);
+      std::string streamed;
+      for (const int32_t id : ids) {
+        const std::string chunk = stream.Push(id);
+        ASSERT_TRUE(tokenizer_internal::IsValidUtf8(chunk));
+        streamed += chunk;
+      }
+      streamed += stream.Flush();
+      const std::string full = tokenizer->Decode(ids, trial % 2 == 0);
+      if (full.find("\xEF\xBF\xBD") == std::string::npos) {
+        EXPECT_EQ(streamed, full);
+      }
+    }
+  }
+}
+
+TEST(IncrementalDecoder, KeepsSpacesThatADecoderStripsAtTheStart) {
+  auto tokenizer = LoadFixture("llama2");  // decoder ends with Strip(" ", 1, 0)
+  ASSERT_NE(tokenizer, nullptr);
+  const std::vector<int32_t> ids = tokenizer->Encode("Hello world again", true);
+  IncrementalDecoder stream(*tokenizer, true);
+  std::string streamed;
+  for (const int32_t id : ids) streamed += stream.Push(id);
+  streamed += stream.Flush();
+  EXPECT_EQ(streamed, "Hello world again");
+}
+
+TEST(Tokenizer, InvalidUtf8InputIsReadAsReplacementCharacters) {
+  auto tokenizer = LoadFixture("llama3");
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_EQ(tokenizer->Encode("a\xFF"
+                              "b",
+                              false),
+            tokenizer->Encode("a\xEF\xBF\xBD"
+                              "b",
+                              false));
+}
+
+TEST(Tokenizer, ConfigAddBosTokenReplacesThePostProcessor) {
+  const std::string json = R"({"model": {"type": "BPE", "vocab": {"<s>": 0, "a": 1}, "merges": []},
+      "added_tokens": [{"id": 0, "content": "<s>", "special": true}]})";
+  auto plain = Tokenizer::FromJson(json, "inline.json");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ((*plain)->Encode("a", true), std::vector<int32_t>({1}));
+  EXPECT_FALSE((*plain)->bos_id().has_value());
+  auto with_bos =
+      Tokenizer::FromJson(json, "inline.json", R"({"bos_token": "<s>", "add_bos_token": true})");
+  ASSERT_TRUE(with_bos.ok()) << with_bos.status();
+  EXPECT_EQ((*with_bos)->Encode("a", true), std::vector<int32_t>({0, 1}));
+  EXPECT_EQ((*with_bos)->Encode("a<s>", false), std::vector<int32_t>({1, 0}));
+  EXPECT_EQ((*with_bos)->bos_id(), 0);
+}
+
+// ---- Load errors name the file and the field ----
+
+// Passes when the status message contains `needle`.
+::testing::AssertionResult MessageHas(const absl::Status& status, const std::string& needle) {
+  if (std::string(status.message()).find(needle) != std::string::npos)
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "message \"" << status.message() << "\" lacks \"" << needle << "\"";
+}
+
+absl::Status LoadError(const std::string& json, const std::string& config = "") {
+  auto tokenizer = Tokenizer::FromJson(json, "my/tokenizer.json", config);
+  EXPECT_FALSE(tokenizer.ok());
+  return tokenizer.status();
+}
+
+constexpr char kMinimalModel[] =
+    R"("model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]})";
+
+TEST(TokenizerErrors, MalformedJson) {
+  const absl::Status status = LoadError(R"({"model": {"type": "BPE",)");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageHas(status, "my/tokenizer.json: invalid JSON"));
+}
+
+TEST(TokenizerErrors, MissingModelSection) {
+  const absl::Status status = LoadError(R"({"version": "1.0", "normalizer": null})");
+  EXPECT_TRUE(MessageHas(status, "my/tokenizer.json"));
+  EXPECT_TRUE(MessageHas(status, "\"model\""));
+}
+
+TEST(TokenizerErrors, UnsupportedModelType) {
+  const absl::Status status = LoadError(R"({"model": {"type": "Unigram", "vocab": []}})");
+  EXPECT_TRUE(
+      MessageHas(status, "my/tokenizer.json: model.type: unsupported model type \"Unigram\""));
+}
+
+TEST(TokenizerErrors, UnsupportedPreTokenizerType) {
+  const absl::Status status =
+      LoadError(std::string(R"({"pre_tokenizer": {"type": "Whitespace"}, )") + kMinimalModel + "}");
+  EXPECT_TRUE(MessageHas(
+      status, "my/tokenizer.json: pre_tokenizer: unsupported pre_tokenizer type \"Whitespace\""));
+}
+
+TEST(TokenizerErrors, UnsupportedNestedNormalizerNamesItsPath) {
+  const absl::Status status = LoadError(
+      std::string(
+          R"({"normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Precompiled"}]}, )") +
+      kMinimalModel + "}");
+  EXPECT_TRUE(MessageHas(
+      status,
+      "my/tokenizer.json: normalizer.normalizers[1]: unsupported normalizer type \"Precompiled\""));
+}
+
+TEST(TokenizerErrors, UnsupportedDecoderAndPostProcessor) {
+  EXPECT_TRUE(MessageHas(
+      LoadError(std::string(R"({"decoder": {"type": "WordPiece"}, )") + kMinimalModel + "}"),
+      "decoder: unsupported decoder type \"WordPiece\""));
+  EXPECT_TRUE(MessageHas(
+      LoadError(std::string(R"({"post_processor": {"type": "Foo"}, )") + kMinimalModel + "}"),
+      "post_processor: unsupported post_processor type \"Foo\""));
+}
+
+TEST(TokenizerErrors, MergeWithUnknownToken) {
+  const absl::Status status =
+      LoadError(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [["a", "zz"]]}})");
+  EXPECT_TRUE(
+      MessageHas(status, "my/tokenizer.json: model.merges[0]: token \"zz\" is not in model.vocab"));
+}
+
+TEST(TokenizerErrors, BadRegexNamesThePattern) {
+  const absl::Status status = LoadError(
+      std::string(
+          R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated", "invert": false}, )") +
+      kMinimalModel + "}");
+  EXPECT_TRUE(MessageHas(status, "pre_tokenizer.pattern: cannot compile regex \"(unclosed\""));
+}
+
+TEST(TokenizerErrors, DropoutIsRejected) {
+  const absl::Status status =
+      LoadError(R"({"model": {"type": "BPE", "dropout": 0.1, "vocab": {}, "merges": []}})");
+  EXPECT_TRUE(MessageHas(status, "model.dropout"));
+}
+
+TEST(TokenizerErrors, ConfigNamesAnUnknownBosToken) {
+  const absl::Status status =
+      LoadError(std::string("{") + kMinimalModel + "}", R"({"bos_token": "<nope>"})");
+  EXPECT_TRUE(MessageHas(status, "tokenizer_config.json: bos_token: \"<nope>\" is not a token"));
+}
+
+TEST(TokenizerErrors, MissingFile) {
+  auto tokenizer = Tokenizer::FromFile("/nonexistent/dir/tokenizer.json");
+  ASSERT_FALSE(tokenizer.ok());
+  EXPECT_EQ(tokenizer.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(MessageHas(tokenizer.status(), "/nonexistent/dir/tokenizer.json"));
+}
+
+// ---- Internals whose behaviour the fixtures exercise only indirectly ----
+
+TEST(TokenizerUnicode, Utf8LossyReplacesMaximalInvalidSubsequences) {
+  using tokenizer_internal::Utf8Lossy;
+  EXPECT_EQ(Utf8Lossy("ok"), "ok");
+  EXPECT_EQ(Utf8Lossy("\xE4\xBD"), "\xEF\xBF\xBD");  // truncated 3-byte
+  EXPECT_EQ(Utf8Lossy("\xE4\xBD"
+                      "a"),
+            "\xEF\xBF\xBD"
+            "a");
+  EXPECT_EQ(Utf8Lossy("\xFF\xFE"), "\xEF\xBF\xBD\xEF\xBF\xBD");                  // two stray bytes
+  EXPECT_EQ(Utf8Lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
+  EXPECT_EQ(Utf8Lossy("\xF0\x9F\x98\x80"), "\xF0\x9F\x98\x80");
+}
+
+TEST(TokenizerRegex, FollowsOnigurumaSemantics) {
+  using tokenizer_internal::TokenizerRegex;
+  // \s includes U+0085 (NEL), as Oniguruma's does.
+  auto space = TokenizerRegex::Compile(R"(\s+)");
+  ASSERT_TRUE(space.ok());
+  EXPECT_EQ((*space)
+                ->FindAll("a\xC2\x85"
+                          "b")
+                .size(),
+            1u);
+  // Empty matches: none right after a match, the search moves on one character.
+  auto star = TokenizerRegex::Compile("x*");
+  ASSERT_TRUE(star.ok());
+  const std::vector<tokenizer_internal::MatchRange> expected = {{0, 0}, {1, 1}, {2, 4}, {5, 5}};
+  EXPECT_EQ((*star)->FindAll("abxxc"), expected);
+  // `$` is a line anchor (Ruby syntax).
+  auto eol = TokenizerRegex::Compile("b$");
+  ASSERT_TRUE(eol.ok());
+  EXPECT_EQ((*eol)->FindAll("ab\nab").size(), 2u);
+  // A literal pattern matches regex metacharacters verbatim.
+  auto literal = TokenizerRegex::CompileLiteral("a.b(");
+  ASSERT_TRUE(literal.ok());
+  EXPECT_EQ((*literal)->FindAll("axb( a.b("),
+            std::vector<tokenizer_internal::MatchRange>({{5, 9}}));
+}
+
+}  // namespace
+}  // namespace tpserve
