@@ -1,0 +1,261 @@
+// Randomized scheduler test: random arrivals, prompt lengths, finishes and cancels over
+// a tiny KV pool, thousands of steps per fixed seed, checking after every step the limits,
+// block accounting (ref counts = block table entries), StepPlan::Validate, and a simulated
+// KV cache: every key a query reads holds what that sequence wrote there. Pure CPU, seconds.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/scheduler.h"
+#include "gtest/gtest.h"
+
+namespace tpserve {
+namespace {
+
+uint64_t Fnv(const std::vector<int32_t>& tokens) {
+  uint64_t h = 1469598103934665603ull;
+  for (int32_t t : tokens) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ull;
+  return h;
+}
+
+std::vector<int32_t> Prompt(int32_t n, int32_t first) {
+  std::vector<int32_t> p(n);
+  for (int32_t i = 0; i < n; ++i) p[i] = first + i;
+  return p;
+}
+
+struct RandomCase {
+  std::vector<int64_t> num_blocks;
+  std::vector<int32_t> windows;
+  int32_t block_size;
+  bool caching;
+  uint32_t seed;
+};
+
+// Rolling hash of tokens[0..j]: what position j's k/v depend on.
+std::vector<uint64_t> PrefixHashes(const std::vector<int32_t>& tokens) {
+  std::vector<uint64_t> h(tokens.size());
+  uint64_t x = 7;
+  for (size_t j = 0; j < tokens.size(); ++j) h[j] = x = (x ^ static_cast<uint32_t>(tokens[j])) * 0x100000001b3ull + j;
+  return h;
+}
+
+// Stop token 0 comes up about one time in 23.
+int32_t RandomModelToken(const std::vector<int32_t>& tokens) {
+  const uint64_t h = Fnv(tokens);
+  return h % 23 == 0 ? 0 : 1 + static_cast<int32_t>(h % 30);
+}
+
+// Checks the plan against the scheduler's state and a simulated KV cache, then writes
+// the step's k/v into it. kv[g][slot] holds the prefix hash of whatever was written there.
+::testing::AssertionResult CheckPlanAgainstKv(const Scheduler& s, const ScheduleDecision& d, const StepPlan& plan,
+                                              std::vector<std::vector<uint64_t>>& kv) {
+  const int32_t bs = s.config().block_size;
+  const BlockManager& bm = s.block_manager();
+  std::vector<std::vector<uint64_t>> hashes;
+  for (const ScheduledSequence& x : d.scheduled) hashes.push_back(PrefixHashes(x.seq->token_ids()));
+  std::set<std::pair<int32_t, int32_t>> written;
+  // Every rank writes the whole step's k/v before attention reads it.
+  for (size_t i = 0; i < plan.token_ids.size(); ++i) {
+    const int32_t row = plan.token_seq[i], pos = plan.positions[i];
+    const Sequence* seq = d.scheduled[row].seq;
+    if (plan.token_ids[i] != seq->token_ids()[pos]) return ::testing::AssertionFailure() << "wrong token";
+    for (int32_t g = 0; g < bm.num_groups(); ++g) {
+      const int32_t slot = plan.kv[g].slot_mapping[i];
+      const int32_t block = slot / bs;
+      if (seq->kv().block_tables[g][pos / bs] != block || slot % bs != pos % bs) {
+        return ::testing::AssertionFailure() << seq->request_id() << " writes outside its own block, pos " << pos;
+      }
+      if (bm.pool(g).ref_count(block) != 1) {
+        return ::testing::AssertionFailure() << "writes into shared or free block " << block << " of group " << g;
+      }
+      if (!written.insert({g, slot}).second) return ::testing::AssertionFailure() << "slot written twice";
+      kv[g][slot] = hashes[row][pos];
+    }
+  }
+  for (size_t i = 0; i < plan.token_ids.size(); ++i) {
+    const int32_t row = plan.token_seq[i], pos = plan.positions[i];
+    for (int32_t g = 0; g < bm.num_groups(); ++g) {
+      const int32_t w = s.config().kv_group_windows[g];
+      const KvGroupPlan& k = plan.kv[g];
+      for (int32_t j = w > 0 ? std::max(0, pos - w + 1) : 0; j <= pos; ++j) {
+        const int32_t block = k.block_tables[static_cast<size_t>(row) * k.max_blocks_per_seq + j / bs];
+        if (block < 0) return ::testing::AssertionFailure() << "query " << pos << " reads a dropped block";
+        if (kv[g][static_cast<size_t>(block) * bs + j % bs] != hashes[row][j]) {
+          return ::testing::AssertionFailure() << d.scheduled[row].seq->request_id() << " query " << pos
+                                               << " reads stale k/v at key " << j << " in group " << g;
+        }
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult CheckBlockAccounting(const Scheduler& s) {
+  const BlockManager& bm = s.block_manager();
+  for (const Sequence* w : s.waiting()) {
+    if (!w->kv().block_tables.empty() || w->num_computed_tokens() != 0) {
+      return ::testing::AssertionFailure() << "waiting " << w->request_id() << " holds KV";
+    }
+  }
+  for (int32_t g = 0; g < bm.num_groups(); ++g) {
+    const absl::Status st = bm.pool(g).CheckInvariants();
+    if (!st.ok()) return ::testing::AssertionFailure() << st;
+    std::vector<int32_t> refs(bm.pool(g).num_blocks(), 0);
+    for (const Sequence* r : s.running()) {
+      for (int32_t b : r->kv().block_tables[g]) {
+        if (b != -1) ++refs[b];
+      }
+    }
+    for (int32_t b = 0; b < bm.pool(g).num_blocks(); ++b) {
+      if (refs[b] != bm.pool(g).ref_count(b)) {
+        return ::testing::AssertionFailure() << "group " << g << " block " << b << ": " << refs[b]
+                                             << " table entries, ref count " << bm.pool(g).ref_count(b);
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+void RunRandom(const RandomCase& rc) {
+  std::mt19937 rng(rc.seed);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto chance = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
+  SchedulerConfig c;
+  c.max_num_batched_tokens = uniform(1, 48);
+  c.max_num_seqs = uniform(1, 8);
+  c.max_model_len = 128;
+  c.block_size = rc.block_size;
+  c.enable_prefix_caching = rc.caching;
+  c.num_kv_blocks = rc.num_blocks;
+  c.kv_group_windows = rc.windows;
+  Scheduler s(c);
+  SCOPED_TRACE(absl::StrCat("seed ", rc.seed, " budget ", c.max_num_batched_tokens, " max_num_seqs ",
+                            c.max_num_seqs, " blocks ", c.num_kv_blocks[0]));
+  std::vector<std::vector<uint64_t>> kv;
+  for (int64_t n : c.num_kv_blocks) kv.emplace_back(n * c.block_size, 0);
+  // Shared system prompts make the prefix cache matter.
+  std::vector<std::vector<int32_t>> prefixes = {{}, Prompt(8, 1), Prompt(17, 40), Prompt(33, 90)};
+
+  struct Expect {
+    std::vector<int32_t> tokens;  // prompt, then outputs as reported
+    int32_t prompt_len;
+    int32_t max_tokens;
+    FinishReason reason = FinishReason::kNone;
+  };
+  std::map<std::string, Expect> reqs;
+  std::vector<std::string> live;
+  int next_id = 0;
+  constexpr int kArrivalSteps = 2500;
+  int step = 0;
+  for (; step < 60000 && (step < kArrivalSteps || s.has_unfinished()); ++step) {
+    if (step < kArrivalSteps && chance(0.3)) {
+      std::vector<int32_t> prompt = prefixes[uniform(0, 3)];
+      const int suffix = chance(0.03) ? 90 : uniform(1, 40);
+      for (int i = 0; i < suffix; ++i) prompt.push_back(uniform(1, 30));
+      const std::string id = absl::StrCat("r", next_id++);
+      const int32_t max_tokens = uniform(1, 30);
+      reqs[id] = Expect{prompt, static_cast<int32_t>(prompt.size()), max_tokens};
+      live.push_back(id);
+      ASSERT_TRUE(s.AddRequest(SequenceRequest{id, prompt, max_tokens, {0}}).ok());
+    }
+    if (!live.empty() && chance(0.02)) {
+      const std::string id = live[uniform(0, static_cast<int>(live.size()) - 1)];
+      if (s.Abort(id).ok()) reqs[id].reason = FinishReason::kCancelled;
+    }
+
+    ScheduleDecision d = s.Schedule();
+    for (const auto& r : d.rejected) {
+      ASSERT_EQ(reqs[r.request_id].reason, FinishReason::kNone);
+      reqs[r.request_id].reason = FinishReason::kError;
+    }
+    ASSERT_LE(d.num_batched_tokens, c.max_num_batched_tokens);
+    ASSERT_LE(static_cast<int32_t>(s.running().size()), c.max_num_seqs);
+    int32_t total = 0;
+    std::set<const Sequence*> seen;
+    for (const ScheduledSequence& x : d.scheduled) {
+      ASSERT_TRUE(seen.insert(x.seq).second) << "scheduled twice";
+      ASSERT_TRUE(x.seq->is_running());
+      ASSERT_GT(x.num_tokens, 0);
+      ASSERT_EQ(x.start, x.seq->num_computed_tokens());
+      ASSERT_LE(x.start + x.num_tokens, x.seq->num_tokens());
+      total += x.num_tokens;
+    }
+    ASSERT_EQ(total, d.num_batched_tokens);
+    for (const std::string& p : d.preempted) {
+      for (const Sequence* r : s.running()) ASSERT_LT(r->arrival(), s.Find(p)->arrival()) << "preempted not newest";
+    }
+    StepPlan plan = s.BuildStepPlan(d);
+    const absl::Status valid = plan.Validate(c.num_kv_blocks, c.block_size);
+    ASSERT_TRUE(valid.ok()) << valid;
+    ASSERT_TRUE(CheckPlanAgainstKv(s, d, plan, kv)) << "step " << step;
+
+    if (!d.scheduled.empty() && chance(0.01)) {  // cancelled while the step runs
+      const std::string id = d.scheduled[uniform(0, static_cast<int>(d.scheduled.size()) - 1)].seq->request_id();
+      if (s.Abort(id).ok()) reqs[id].reason = FinishReason::kCancelled;
+    }
+    std::vector<int32_t> sampled;
+    for (const ScheduledSequence& x : d.scheduled) {
+      if (x.sample) sampled.push_back(RandomModelToken(x.seq->token_ids()));
+    }
+    for (const SequenceOutput& o : s.Update(d, sampled)) {
+      Expect& e = reqs[o.request_id];
+      ASSERT_EQ(e.reason, FinishReason::kNone) << o.request_id << " output after finishing";
+      ASSERT_EQ(o.token_id, RandomModelToken(e.tokens)) << o.request_id;
+      e.tokens.push_back(o.token_id);
+      e.reason = o.finish_reason;
+    }
+    ASSERT_TRUE(CheckBlockAccounting(s)) << "step " << step;
+    live.erase(std::remove_if(live.begin(), live.end(),
+                              [&](const std::string& id) { return reqs[id].reason != FinishReason::kNone; }),
+               live.end());
+  }
+  ASSERT_FALSE(s.has_unfinished()) << "not drained after " << step << " steps";
+  int finished_by[5] = {};
+  for (const auto& [id, e] : reqs) {
+    ASSERT_NE(e.reason, FinishReason::kNone) << id << " never finished";
+    ++finished_by[static_cast<int>(e.reason)];
+    const int32_t outputs = static_cast<int32_t>(e.tokens.size()) - e.prompt_len;
+    ASSERT_LE(outputs, e.max_tokens) << id;
+    if (e.reason == FinishReason::kLength) {
+      ASSERT_EQ(outputs, e.max_tokens) << id;
+    }
+    if (e.reason == FinishReason::kStop) {
+      ASSERT_EQ(e.tokens.back(), 0) << id;
+    }
+    if (e.reason == FinishReason::kError) {
+      ASSERT_EQ(outputs, 0) << id;
+    }
+  }
+  for (int32_t g = 0; g < s.block_manager().num_groups(); ++g) {
+    EXPECT_EQ(s.block_manager().pool(g).num_free(), s.block_manager().pool(g).num_blocks());
+  }
+  EXPECT_GT(finished_by[static_cast<int>(FinishReason::kLength)], 0);
+  EXPECT_GT(finished_by[static_cast<int>(FinishReason::kStop)], 0);
+  EXPECT_GT(finished_by[static_cast<int>(FinishReason::kCancelled)], 0);
+  const SchedulerStats st = s.stats();
+  std::printf("seed %u groups %zu caching %d: %zu requests, %d steps, %lld preemptions, hit rate %.2f, "
+              "finished length/stop/cancelled/error %d/%d/%d/%d\n",
+              rc.seed, rc.windows.size(), rc.caching, reqs.size(), step, static_cast<long long>(st.num_preemptions),
+              st.prefix_cache_hit_rate(), finished_by[2], finished_by[1], finished_by[3], finished_by[4]);
+}
+
+TEST(SchedulerRandomTest, InvariantsHoldAfterEveryStep) {
+  const RandomCase cases[] = {
+      {{24}, {0}, 4, true, 1},          {{24}, {0}, 4, false, 2},        {{30}, {0}, 4, true, 3},
+      {{24, 3}, {0, 8}, 4, true, 4},    {{26, 5}, {0, 8}, 4, false, 5},  {{24, 4}, {0, 8}, 4, true, 6},
+      {{12, 4}, {0, 5}, 8, true, 7},    {{40, 14}, {0, 8}, 4, true, 10},    {{9, 3}, {0, 16}, 16, true, 8},  {{4}, {12}, 4, true, 9},
+  };
+  for (const RandomCase& rc : cases) {
+    RunRandom(rc);
+    if (HasFatalFailure()) return;
+  }
+}
+
+}  // namespace
+}  // namespace tpserve

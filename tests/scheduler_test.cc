@@ -1,0 +1,346 @@
+// Scheduler tests: token budget, chunked prefill, decode priority, preemption, abort,
+// admission errors, stop conditions, prefix reuse. Pure CPU, milliseconds. The randomized
+// invariant test is tests/scheduler_random_test.cc.
+#include "coordinator/scheduler.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace tpserve {
+namespace {
+
+SchedulerConfig Config(std::vector<int64_t> num_blocks, std::vector<int32_t> windows, int32_t budget,
+                       int32_t max_num_seqs = 8, int32_t block_size = 4, bool caching = true) {
+  SchedulerConfig c;
+  c.max_num_seqs = max_num_seqs;
+  c.max_num_batched_tokens = budget;
+  c.max_model_len = 512;
+  c.block_size = block_size;
+  c.enable_prefix_caching = caching;
+  c.num_kv_blocks = std::move(num_blocks);
+  c.kv_group_windows = std::move(windows);
+  return c;
+}
+
+// The fake model: the next token is a function of every token before it, so recompute
+// after preemption must reproduce exactly what an uninterrupted run samples.
+uint64_t Fnv(const std::vector<int32_t>& tokens) {
+  uint64_t h = 1469598103934665603ull;
+  for (int32_t t : tokens) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ull;
+  return h;
+}
+int32_t NextToken(const std::vector<int32_t>& tokens) { return 1 + static_cast<int32_t>(Fnv(tokens) % 97); }
+
+std::vector<int32_t> Prompt(int32_t n, int32_t first) {
+  std::vector<int32_t> p(n);
+  for (int32_t i = 0; i < n; ++i) p[i] = first + i;
+  return p;
+}
+
+SequenceRequest Req(std::string id, std::vector<int32_t> prompt, int32_t max_tokens,
+                    std::vector<int32_t> stop = {}) {
+  return SequenceRequest{std::move(id), std::move(prompt), max_tokens, std::move(stop)};
+}
+
+struct StepResult {
+  ScheduleDecision decision;
+  StepPlan plan;
+  std::vector<SequenceOutput> outputs;
+};
+
+StepResult Step(Scheduler& s, const Scheduler::FinishFn& finish_check = nullptr) {
+  StepResult r;
+  r.decision = s.Schedule();
+  r.plan = s.BuildStepPlan(r.decision);
+  const absl::Status valid = r.plan.Validate(s.config().num_kv_blocks, s.config().block_size);
+  EXPECT_TRUE(valid.ok()) << valid;
+  std::vector<int32_t> sampled;
+  for (const ScheduledSequence& x : r.decision.scheduled) {
+    if (x.sample) sampled.push_back(NextToken(x.seq->token_ids()));
+  }
+  r.outputs = s.Update(r.decision, sampled, finish_check);
+  return r;
+}
+
+// Runs to completion; returns each request's generated tokens and finish reason.
+struct Finished {
+  std::vector<int32_t> tokens;
+  FinishReason reason = FinishReason::kNone;
+};
+void Record(const StepResult& r, std::map<std::string, Finished>& out) {
+  for (const auto& rej : r.decision.rejected) out[rej.request_id].reason = FinishReason::kError;
+  for (const SequenceOutput& o : r.outputs) {
+    out[o.request_id].tokens.push_back(o.token_id);
+    out[o.request_id].reason = o.finish_reason;
+  }
+}
+std::map<std::string, Finished> RunToCompletion(Scheduler& s, std::map<std::string, Finished> out = {}) {
+  for (int i = 0; i < 10000 && s.has_unfinished(); ++i) Record(Step(s), out);
+  EXPECT_FALSE(s.has_unfinished());
+  return out;
+}
+
+std::vector<int32_t> ReferenceOutput(std::vector<int32_t> tokens, int32_t max_tokens) {
+  std::vector<int32_t> out;
+  for (int32_t i = 0; i < max_tokens; ++i) {
+    out.push_back(NextToken(tokens));
+    tokens.push_back(out.back());
+  }
+  return out;
+}
+
+TEST(SequenceTest, FollowsTheLifecycle) {
+  Sequence seq(Req("a", {1, 2, 3}, 4, {9}), 7);
+  EXPECT_EQ(seq.status(), SequenceStatus::kWaiting);
+  EXPECT_EQ(seq.arrival(), 7);
+  EXPECT_EQ(seq.num_prompt_tokens(), 3);
+  seq.SetRunning();
+  EXPECT_TRUE(seq.is_prefill());  // no KV yet
+  seq.AppendToken(5);
+  EXPECT_EQ(seq.num_output_tokens(), 1);
+  EXPECT_EQ(std::vector<int32_t>(seq.output_token_ids().begin(), seq.output_token_ids().end()),
+            std::vector<int32_t>{5});
+  EXPECT_EQ(seq.prompt_token_ids().size(), 3u);
+  seq.SetPreempted();
+  EXPECT_EQ(SequenceStatusName(seq.status()), "preempted");
+  seq.SetRunning();
+  seq.Finish(FinishReason::kError, "boom");
+  EXPECT_TRUE(seq.is_finished());
+  EXPECT_EQ(seq.finish_reason(), FinishReason::kError);
+  EXPECT_EQ(seq.error_message(), "boom");
+  EXPECT_DEATH(seq.Finish(FinishReason::kStop), "CHECK failed");
+  EXPECT_DEATH(seq.SetRunning(), "CHECK failed");
+}
+
+TEST(SchedulerConfigTest, ValidatesEveryField) {
+  EXPECT_TRUE(Config({8}, {0}, 16).Validate().ok());
+  SchedulerConfig c = Config({8}, {0}, 16);
+  c.max_num_seqs = 0;
+  EXPECT_FALSE(c.Validate().ok());
+  c = Config({8}, {0}, 0);
+  EXPECT_FALSE(c.Validate().ok());
+  c = Config({8}, {0, 4}, 16);
+  EXPECT_FALSE(c.Validate().ok());
+  EXPECT_FALSE(Scheduler::Create(c).ok());
+  EXPECT_TRUE(Scheduler::Create(Config({8}, {0}, 16)).ok());
+}
+
+TEST(SchedulerTest, ChunkedPrefillRespectsTheTokenBudget) {
+  Scheduler s(Config({64}, {0}, 16));
+  ASSERT_TRUE(s.AddRequest(Req("a", Prompt(40, 1), 3)).ok());
+  const int32_t starts[] = {0, 16, 32};
+  const int32_t counts[] = {16, 16, 8};
+  for (int i = 0; i < 3; ++i) {
+    StepResult r = Step(s);
+    ASSERT_EQ(r.decision.scheduled.size(), 1u);
+    EXPECT_EQ(r.decision.scheduled[0].start, starts[i]);
+    EXPECT_EQ(r.decision.scheduled[0].num_tokens, counts[i]);
+    EXPECT_EQ(r.decision.num_batched_tokens, counts[i]);
+    EXPECT_EQ(r.decision.scheduled[0].sample, i == 2);
+    EXPECT_EQ(r.outputs.size(), i == 2 ? 1u : 0u);
+    EXPECT_EQ(r.plan.positions.front(), starts[i]);
+    if (i == 2) {
+      EXPECT_EQ(r.plan.logit_rows, std::vector<int32_t>{7});
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    StepResult r = Step(s);
+    ASSERT_EQ(r.decision.num_batched_tokens, 1);
+    EXPECT_EQ(r.plan.positions, std::vector<int32_t>{40 + i});
+  }
+  EXPECT_FALSE(s.has_unfinished());
+  EXPECT_DOUBLE_EQ(s.stats().kv_usage[0], 0.0);
+  const SchedulerStats st = s.stats();
+  EXPECT_EQ(st.num_scheduled_tokens, 42);
+  EXPECT_EQ(st.num_steps, 5);
+  EXPECT_EQ(st.num_running + st.num_waiting, 0);
+}
+
+TEST(SchedulerTest, DecodesGoFirstAndALongPromptNeverStallsThem) {
+  Scheduler s(Config({256}, {0}, 8));
+  ASSERT_TRUE(s.AddRequest(Req("short", Prompt(4, 1), 30)).ok());
+  std::map<std::string, Finished> out;
+  Record(Step(s), out);  // prefill; "short" is decoding from now on
+  ASSERT_TRUE(s.AddRequest(Req("long", Prompt(100, 200), 1)).ok());
+  int32_t long_prefilled = 0;
+  for (int step = 0; long_prefilled < 100; ++step) {
+    ASSERT_LT(step, 100);
+    StepResult r = Step(s);
+    Record(r, out);
+    ASSERT_EQ(r.decision.scheduled.size(), 2u);
+    EXPECT_EQ(r.decision.scheduled[0].seq->request_id(), "short");
+    EXPECT_EQ(r.decision.scheduled[0].num_tokens, 1);
+    EXPECT_LE(r.decision.num_batched_tokens, 8);
+    long_prefilled += r.decision.scheduled[1].num_tokens;
+  }
+  out = RunToCompletion(s, out);
+  EXPECT_EQ(out["long"].reason, FinishReason::kLength);
+  EXPECT_EQ(out["short"].tokens, ReferenceOutput(Prompt(4, 1), 30));
+}
+
+TEST(SchedulerTest, MaxNumSeqsBoundsTheRunningSet) {
+  Scheduler s(Config({256}, {0}, 64, /*max_num_seqs=*/2));
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(s.AddRequest(Req(absl::StrCat("r", i), Prompt(5, 10 * i), 4)).ok());
+  std::map<std::string, Finished> out;
+  while (s.has_unfinished()) {
+    StepResult r = Step(s);
+    Record(r, out);
+    EXPECT_LE(r.decision.scheduled.size(), 2u);
+    EXPECT_LE(s.running().size(), 2u);
+  }
+  EXPECT_EQ(out.size(), 5u);
+  for (const auto& [id, f] : out) EXPECT_EQ(f.tokens.size(), 4u) << id;
+}
+
+class PreemptionTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PreemptionTest, TinyPoolPreemptsTheNewestAndEveryRequestStillFinishes) {
+  // 6 blocks of 4 tokens; each request needs 5 of them alone (8 + 10 - 1 tokens of KV).
+  Scheduler s(Config({6}, {0}, 32, 8, 4, /*caching=*/GetParam()));
+  std::map<std::string, std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    const std::string id = absl::StrCat("r", i);
+    prompts[id] = Prompt(8, 100 * i + 1);
+    ASSERT_TRUE(s.AddRequest(Req(id, prompts[id], 10)).ok());
+  }
+  std::map<std::string, Finished> out;
+  for (int i = 0; i < 2000 && s.has_unfinished(); ++i) {
+    StepResult r = Step(s);
+    for (const std::string& p : r.decision.preempted) {
+      for (const Sequence* run : s.running()) EXPECT_LT(run->arrival(), s.Find(p)->arrival());
+      EXPECT_EQ(s.Find(p)->status(), SequenceStatus::kPreempted);
+    }
+    for (const SequenceOutput& o : r.outputs) {
+      out[o.request_id].tokens.push_back(o.token_id);
+      out[o.request_id].reason = o.finish_reason;
+    }
+  }
+  ASSERT_FALSE(s.has_unfinished());
+  EXPECT_GT(s.stats().num_preemptions, 0);
+  for (const auto& [id, p] : prompts) {
+    EXPECT_EQ(out[id].reason, FinishReason::kLength) << id;
+    EXPECT_EQ(out[id].tokens, ReferenceOutput(p, 10)) << id;
+  }
+  EXPECT_DOUBLE_EQ(s.stats().kv_usage[0], 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(PrefixCaching, PreemptionTest, ::testing::Bool());
+
+TEST(SchedulerTest, AbortFreesBlocksInEveryState) {
+  Scheduler s(Config({64}, {0}, 12, /*max_num_seqs=*/2));
+  ASSERT_TRUE(s.AddRequest(Req("decoding", Prompt(4, 1), 50)).ok());
+  Step(s);
+  ASSERT_TRUE(s.AddRequest(Req("prefilling", Prompt(40, 100), 50)).ok());
+  ASSERT_TRUE(s.AddRequest(Req("waiting", Prompt(8, 300), 50)).ok());
+  Step(s);
+  ASSERT_TRUE(s.Find("decoding")->is_running());
+  ASSERT_TRUE(s.Find("prefilling")->is_prefill());
+  ASSERT_EQ(s.Find("waiting")->status(), SequenceStatus::kWaiting);
+  EXPECT_GT(s.stats().kv_usage[0], 0.0);
+
+  // Aborted between Schedule() and Update(): the step's result for it is dropped.
+  ScheduleDecision d = s.Schedule();
+  StepPlan plan = s.BuildStepPlan(d);
+  ASSERT_TRUE(s.Abort("decoding").ok());
+  std::vector<int32_t> sampled(d.num_logit_rows(), 5);
+  for (const SequenceOutput& o : s.Update(d, sampled)) EXPECT_NE(o.request_id, "decoding");
+
+  EXPECT_TRUE(s.Abort("prefilling").ok());
+  EXPECT_TRUE(s.Abort("waiting").ok());
+  EXPECT_EQ(s.Abort("waiting").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.Abort("nobody").code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(s.has_unfinished());
+  EXPECT_DOUBLE_EQ(s.stats().kv_usage[0], 0.0);
+  EXPECT_TRUE(s.block_manager().pool(0).CheckInvariants().ok());
+  EXPECT_TRUE(s.Schedule().empty());
+}
+
+TEST(SchedulerTest, RequestsThatCanNeverRunFinishWithAnErrorAtAdmission) {
+  SchedulerConfig c = Config({8}, {0}, 16);  // 32 tokens of KV
+  c.max_model_len = 64;
+  Scheduler s(c);
+  ASSERT_TRUE(s.AddRequest(Req("too_much_kv", Prompt(30, 1), 10)).ok());
+  ASSERT_TRUE(s.AddRequest(Req("too_long", Prompt(60, 1), 10)).ok());
+  ASSERT_TRUE(s.AddRequest(Req("empty", {}, 10)).ok());
+  ASSERT_TRUE(s.AddRequest(Req("no_tokens", Prompt(3, 1), 0)).ok());
+  ASSERT_TRUE(s.AddRequest(Req("fine", Prompt(20, 1), 13)).ok());  // 32 tokens of KV exactly
+  EXPECT_EQ(s.AddRequest(Req("fine", Prompt(2, 1), 1)).code(), absl::StatusCode::kAlreadyExists);
+  ScheduleDecision d = s.Schedule();
+  ASSERT_EQ(d.rejected.size(), 4u);
+  std::map<std::string, std::string> errors;
+  for (const auto& r : d.rejected) errors[r.request_id] = r.error_message;
+  EXPECT_NE(errors["too_much_kv"].find("KV cache"), std::string::npos) << errors["too_much_kv"];
+  EXPECT_NE(errors["too_long"].find("max_model_len"), std::string::npos) << errors["too_long"];
+  EXPECT_NE(errors["empty"].find("empty"), std::string::npos);
+  EXPECT_NE(errors["no_tokens"].find("max_tokens"), std::string::npos);
+  std::vector<int32_t> sampled(d.num_logit_rows(), 7);
+  s.Update(d, sampled);
+  std::map<std::string, Finished> out = RunToCompletion(s);
+  EXPECT_EQ(out["fine"].reason, FinishReason::kLength);
+  EXPECT_EQ(out["fine"].tokens.size(), 13u);
+}
+
+TEST(SchedulerTest, StopTokensAndTheCallersFinishCheckEndSequences) {
+  Scheduler s(Config({64}, {0}, 64));
+  const std::vector<int32_t> p = Prompt(6, 1);
+  ASSERT_TRUE(s.AddRequest(Req("stop_token", p, 10, {NextToken(p)})).ok());
+  ASSERT_TRUE(s.AddRequest(Req("stop_string", Prompt(6, 50), 10)).ok());
+  auto stop_after_two = [](const Sequence& seq) {
+    return seq.request_id() == "stop_string" && seq.num_output_tokens() == 2 ? FinishReason::kStop
+                                                                              : FinishReason::kNone;
+  };
+  StepResult r = Step(s, stop_after_two);
+  ASSERT_EQ(r.outputs.size(), 2u);
+  EXPECT_EQ(r.outputs[0].finish_reason, FinishReason::kStop);
+  EXPECT_EQ(r.outputs[1].finish_reason, FinishReason::kNone);
+  r = Step(s, stop_after_two);
+  ASSERT_EQ(r.outputs.size(), 1u);
+  EXPECT_EQ(r.outputs[0].finish_reason, FinishReason::kStop);
+  EXPECT_FALSE(s.has_unfinished());
+}
+
+TEST(SchedulerTest, MaxTokensBoundsEvenACheckThatNeverFinishes) {
+  Scheduler s(Config({64}, {0}, 64));
+  ASSERT_TRUE(s.AddRequest(Req("a", Prompt(6, 1), 3)).ok());
+  int calls = 0;
+  auto never = [&](const Sequence&) {
+    ++calls;
+    return FinishReason::kNone;
+  };
+  StepResult r;
+  for (int i = 0; i < 3; ++i) r = Step(s, never);
+  ASSERT_EQ(r.outputs.size(), 1u);
+  EXPECT_EQ(r.outputs[0].finish_reason, FinishReason::kLength);
+  EXPECT_EQ(calls, 3);
+  EXPECT_FALSE(s.has_unfinished());
+}
+
+TEST(SchedulerTest, SecondRequestWithTheSamePromptReusesItsBlocks) {
+  for (const bool caching : {true, false}) {
+    Scheduler s(Config({64}, {0}, 64, 8, 4, caching));
+    ASSERT_TRUE(s.AddRequest(Req("a", Prompt(33, 1), 2)).ok());
+    RunToCompletion(s);
+    ASSERT_TRUE(s.AddRequest(Req("b", Prompt(33, 1), 2)).ok());
+    StepResult r = Step(s);
+    ASSERT_EQ(r.decision.scheduled.size(), 1u);
+    EXPECT_EQ(r.decision.scheduled[0].start, caching ? 32 : 0);
+    EXPECT_DOUBLE_EQ(s.stats().prefix_cache_hit_rate(), caching ? 32.0 / 66.0 : 0.0);
+  }
+}
+
+TEST(SchedulerTest, HybridModelFreesSlidingBlocksAsItDecodes) {
+  // A full group and a window-8 group with only 3 blocks: long generations still fit.
+  Scheduler s(Config({64, 3}, {0, 8}, 16, 8, 4));
+  ASSERT_TRUE(s.AddRequest(Req("a", Prompt(10, 1), 100)).ok());
+  std::map<std::string, Finished> out = RunToCompletion(s);
+  EXPECT_EQ(out["a"].tokens, ReferenceOutput(Prompt(10, 1), 100));
+  EXPECT_EQ(s.stats().num_preemptions, 0);
+}
+
+}  // namespace
+}  // namespace tpserve
