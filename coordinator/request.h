@@ -1,0 +1,104 @@
+// What the API front ends (gRPC, HTTP) hand the serving engine and get back: a request
+// with its sampling parameters, and a thread-safe stream of output events. Tested by
+// tests/serving_engine_test.cc.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace tpserve {
+
+// Sampling and stopping, as OpenAI/vLLM define them. Validated by the engine.
+struct RequestParams {
+  int32_t max_tokens = 16;
+  float temperature = 1.0f;  // 0 = greedy
+  int32_t top_k = 0;         // 0 = off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  std::optional<uint64_t> seed;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::vector<std::string> stop;          // stop strings (never emitted)
+  std::vector<int32_t> stop_token_ids;    // in addition to the model's EOS ids
+  bool ignore_eos = false;
+  int32_t min_tokens = 0;
+  int32_t logprobs = -1;  // -1: none; 0: the chosen token's logprob; N: also the top N
+};
+
+struct ServeRequest {
+  std::string request_id;
+  std::vector<int32_t> prompt_ids;
+  RequestParams params;
+};
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
+const char* FinishReasonName(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+struct TokenLogprob {
+  int32_t token_id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // top-N alternatives
+};
+
+// Server-side timings of one request, in milliseconds since it arrived.
+struct RequestTimings {
+  double queue_ms = 0;        // arrival -> first scheduled
+  double prefill_ms = 0;      // first scheduled -> prefill done
+  double first_token_ms = 0;  // arrival -> first token
+  double decode_ms = 0;       // first token -> finish
+};
+
+// One increment of a request's output. The last event has finish != kNone.
+struct OutputEvent {
+  std::vector<int32_t> token_ids;  // new tokens
+  std::string text;                // new text (stop strings held back / removed)
+  std::vector<TokenLogprob> logprobs;
+  FinishReason finish = FinishReason::kNone;
+  std::string error;  // with kError
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;  // so far
+  RequestTimings timings;         // final on the last event
+};
+
+// The per-request queue between the engine thread (producer) and a front end (consumer).
+class RequestStream {
+ public:
+  explicit RequestStream(std::string request_id) : request_id_(std::move(request_id)) {}
+  const std::string& request_id() const { return request_id_; }
+
+  // Producer side (engine thread).
+  void Push(OutputEvent e);
+  // Consumer side: waits up to `timeout` for the next event; false on timeout.
+  bool Next(OutputEvent* e, absl::Duration timeout);
+  // Non-blocking variant for reactor-style front ends.
+  bool TryNext(OutputEvent* e);
+  // Called (from the engine thread, without the lock held) whenever an event is pushed;
+  // set it before submitting. Must not block.
+  void SetNotify(std::function<void()> notify);
+  // The client went away or asked to stop: the engine finishes the request with
+  // kCancelled and frees its KV blocks at its next step.
+  void Cancel();
+  bool cancelled() const;
+  bool finished() const;  // the final event was pushed
+
+ private:
+  const std::string request_id_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<OutputEvent> events_;
+  std::function<void()> notify_;
+  bool cancelled_ = false;
+  bool finished_ = false;
+};
+
+}  // namespace tpserve

@@ -1,0 +1,84 @@
+// The coordinator loop on rank 0: owns the scheduler, the block tables and every active
+// request; each step it schedules, broadcasts the StepPlan (StepExecutor), samples,
+// detokenizes, checks stops and streams events to the front ends. Front-end threads only
+// call Submit/Stats/Info and read RequestStreams. Tested by tests/serving_engine_test.cc.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "coordinator/engine_api.h"
+#include "coordinator/sampler.h"
+#include "coordinator/scheduler.h"
+#include "coordinator/stop_checker.h"
+#include "coordinator/tokenizer.h"
+#include "coordinator/tokenizer_incremental_decoder.h"
+#include "worker/worker_loop.h"
+
+namespace tpserve {
+
+struct ServingConfig {
+  SchedulerConfig scheduler;  // limits, block size, prefix caching, KV pools
+  int32_t max_queue = 1024;   // requests waiting (not yet running) at most; more: RESOURCE_EXHAUSTED
+  int64_t vocab_size = 0;
+  std::vector<int32_t> eos_token_ids;  // the model's (generation_config.json)
+};
+
+class ServingEngine : public EngineApi {
+ public:
+  // `executor` runs plans on every rank; `tokenizer` detokenizes outputs.
+  ServingEngine(StepExecutor& executor, const Tokenizer& tokenizer, ServingConfig config, ModelInfo info);
+  ~ServingEngine() override;
+
+  absl::StatusOr<std::shared_ptr<RequestStream>> Submit(ServeRequest request) override;
+  EngineStats Stats() const override;
+  const ModelInfo& Info() const override { return info_; }
+  bool Ready() const override { return ready_.load() && !draining_.load(); }
+
+  // The loop; returns once Shutdown's drain finished (every request has a finish reason).
+  void Run();
+  // Thread-safe (a signal-handling thread may call it): stop accepting requests, let
+  // in-flight ones finish for up to `drain_timeout`, then cancel the rest.
+  void Shutdown(absl::Duration drain_timeout);
+
+ private:
+  struct Active;
+  void AdmitNew();
+  void HandleCancellations();
+  void Step();
+  void Finish(Active& a, FinishReason reason, const std::string& error, std::vector<int32_t> tokens,
+              std::string text, std::vector<TokenLogprob> logprobs);
+  void FailAll(const std::string& error);
+  void PublishStats();
+
+  StepExecutor& executor_;
+  const Tokenizer& tokenizer_;
+  const ServingConfig config_;
+  const ModelInfo info_;
+  std::unique_ptr<Scheduler> scheduler_;
+  Sampler sampler_;
+
+  // Shared with front-end threads.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<ServeRequest, std::shared_ptr<RequestStream>>> inbox_;
+  int64_t waiting_estimate_ = 0;  // inbox + scheduler waiting, as of the last step
+  EngineStats stats_;
+  absl::Time drain_deadline_ = absl::InfiniteFuture();
+  std::atomic<bool> ready_{true};
+  std::atomic<bool> draining_{false};
+
+  // Engine thread only.
+  std::map<std::string, std::unique_ptr<Active>> active_;
+  double compute_ms_ = 0, allreduce_ms_ = 0, scheduling_ms_ = 0;
+  int64_t prompt_tokens_ = 0, generation_tokens_ = 0, finished_ = 0;
+};
+
+}  // namespace tpserve

@@ -1,0 +1,3 @@
+# The serving engine on a real model (threads as ranks).
+tp_add_test(serving_engine_test SOURCES serving_engine_test.cc
+            LIBS tpserve_serving_engine tpserve_coordinator absl::time)
