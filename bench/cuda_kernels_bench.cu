@@ -1,0 +1,235 @@
+// Micro-benchmark of the CUDA kernels at Gemma 4 31B shapes (TP 1): achieved GB/s or
+// TFLOP/s of each next to the device's measured copy bandwidth. Not a test; run by
+// bench/gpu_check.sh and by hand: build/bench/cuda_kernels_bench [--device N]
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/sampling.h"
+
+namespace tpserve::cuda {
+namespace {
+
+constexpr int kWarmup = 3, kIters = 20;
+
+// Fills n bf16 values with a hash-based pattern in [-1, 1) (zeros would flatter the
+// tensor cores).
+__global__ void FillKernel(bf16* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    p[i] = __float2bfloat16_rn(static_cast<float>(h & 0xffff) / 32768.0f - 1.0f);
+  }
+}
+
+template <typename T>
+T* Alloc(int64_t n) {
+  T* p = nullptr;
+  TP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), std::max<int64_t>(n, 1) * sizeof(T)));
+  return p;
+}
+bf16* RandomBf16(int64_t n, uint32_t seed) {
+  bf16* p = Alloc<bf16>(n);
+  FillKernel<<<1024, 256>>>(p, n, seed);
+  TP_CUDA_CHECK_LAUNCH();
+  return p;
+}
+template <typename T>
+T* Upload(const std::vector<T>& v) {
+  T* p = Alloc<T>(static_cast<int64_t>(v.size()));
+  TP_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return p;
+}
+
+// Median microseconds of `f` enqueued on `stream`.
+double TimeUs(cudaStream_t stream, const std::function<void()>& f) {
+  cudaEvent_t a, b;
+  TP_CUDA_CHECK(cudaEventCreate(&a));
+  TP_CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < kWarmup; ++i) f();
+  std::vector<double> us;
+  for (int i = 0; i < kIters; ++i) {
+    TP_CUDA_CHECK(cudaEventRecord(a, stream));
+    f();
+    TP_CUDA_CHECK(cudaEventRecord(b, stream));
+    TP_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    TP_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    us.push_back(ms * 1e3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+void Row(const char* kernel, const std::string& shape, double us, double amount, const char* unit, double peak) {
+  const double rate = amount / (us * 1e-6) / (unit[0] == 'G' ? 1e9 : 1e12);
+  std::printf("%-22s %-44s %10.1f %10.1f %-7s", kernel, shape.c_str(), us, rate, unit);
+  if (peak > 0) std::printf(" %5.0f%% of %.0f", 100.0 * rate / peak, peak);
+  std::printf("\n");
+}
+
+// Paged attention inputs: `seqs` sequences of `ctx` keys each in consecutive blocks,
+// `q_per_seq` queries at the last positions of each.
+struct AttnInputs {
+  cpu::PagedAttentionParams p;
+  int64_t tokens = 0;
+  bf16 *q, *kc, *vc, *out;
+  int32_t *seq, *pos, *tables;
+};
+AttnInputs MakeAttn(int32_t q_heads, int32_t kv_heads, int32_t head_dim, int32_t window, int32_t seqs, int32_t ctx,
+                    int32_t q_per_seq) {
+  AttnInputs a;
+  a.p.num_q_heads = q_heads;
+  a.p.num_kv_heads = kv_heads;
+  a.p.head_dim = head_dim;
+  a.p.block_size = 16;
+  a.p.max_blocks_per_seq = (ctx + 15) / 16;
+  a.p.scale = 0.0625f;
+  a.p.sliding_window = window;
+  std::vector<int32_t> seq, pos, tables;
+  for (int32_t s = 0; s < seqs; ++s) {
+    for (int32_t b = 0; b < a.p.max_blocks_per_seq; ++b) tables.push_back(s * a.p.max_blocks_per_seq + b);
+    for (int32_t t = ctx - q_per_seq; t < ctx; ++t) {
+      seq.push_back(s);
+      pos.push_back(t);
+    }
+  }
+  a.tokens = static_cast<int64_t>(seq.size());
+  const int64_t slots = static_cast<int64_t>(tables.size()) * 16;
+  a.q = RandomBf16(a.tokens * q_heads * head_dim, 1);
+  a.kc = RandomBf16(slots * kv_heads * head_dim, 2);
+  a.vc = RandomBf16(slots * kv_heads * head_dim, 3);
+  a.out = Alloc<bf16>(a.tokens * q_heads * head_dim);
+  a.seq = Upload(seq);
+  a.pos = Upload(pos);
+  a.tables = Upload(tables);
+  return a;
+}
+
+int Main(int argc, char** argv) {
+  int device = 0;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--device") == 0) device = std::atoi(argv[i + 1]);
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("cuda_kernels_bench: no CUDA device\n");
+    return 0;
+  }
+  TP_CUDA_CHECK(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  TP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  cudaStream_t st;
+  TP_CUDA_CHECK(cudaStreamCreate(&st));
+
+  // The copy bandwidth (bytes read + written) is the memory-bound kernels' ceiling.
+  const int64_t copy_bytes = int64_t{1} << 31;
+  bf16* src = RandomBf16(copy_bytes / 2, 9);
+  bf16* dst = Alloc<bf16>(copy_bytes / 2);
+  const double copy_us = TimeUs(st, [&] { TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, st)); });
+  const double peak_gbs = 2.0 * copy_bytes / (copy_us * 1e-6) / 1e9;
+  std::printf("device %d: %s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n", device, prop.name,
+              prop.multiProcessorCount, peak_gbs);
+  std::printf("%-22s %-44s %10s %10s %-7s\n", "kernel", "shape", "time_us", "rate", "unit");
+  cudaFree(src);
+  cudaFree(dst);
+
+  const int64_t H = 5376, I = 21504;
+  {  // Decode GEMV: the MLP's gate|up projection, W read once.
+    bf16* w = RandomBf16(2 * I * H, 4);
+    bf16* x = RandomBf16(8 * H, 5);
+    bf16* y = Alloc<bf16>(8 * 2 * I);
+    for (int64_t m : {1, 4}) {
+      const double us = TimeUs(st, [&] { Gemv(x, m, H, w, DType::kBF16, 2 * I, y, st); });
+      Row("gemv bf16", "m=" + std::to_string(m) + " k=5376 n=43008", us, 2.0 * I * H * 2, "GB/s", peak_gbs);
+    }
+    Gemm gemm;
+    bf16* xs = RandomBf16(2048 * H, 6);
+    bf16* ys = Alloc<bf16>(2048 * 2 * I);
+    const double us = TimeUs(st, [&] { gemm.Run(xs, 2048, H, w, 2 * I, ys, st); });
+    Row("gemm cuBLASLt bf16", "m=2048 k=5376 n=43008", us, 2.0 * 2048 * H * 2 * I, "TFLOP/s", 0);
+    for (void* p : {static_cast<void*>(w), static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(xs),
+                    static_cast<void*>(ys)}) {
+      cudaFree(p);
+    }
+  }
+  {  // RMSNorm over a prefill chunk.
+    bf16* x = RandomBf16(4096 * H, 7);
+    std::vector<float> w(H, 1.0f);
+    float* dw = Upload(w);
+    const double us = TimeUs(st, [&] { RmsNorm(x, dw, 4096, H, 1e-6f, cpu::NormKind::kScale, x, st); });
+    Row("rms_norm", "rows=4096 dim=5376", us, 2.0 * 4096 * H * 2, "GB/s", peak_gbs);
+    cudaFree(x);
+    cudaFree(dw);
+  }
+  struct DecodeCase {
+    const char* name;
+    int32_t q, kv, d, window, seqs, ctx;
+  };
+  for (const DecodeCase& c : {DecodeCase{"decode attn global", 32, 4, 512, 0, 1, 32768},
+                              DecodeCase{"decode attn global", 32, 4, 512, 0, 32, 4096},
+                              DecodeCase{"decode attn sliding", 32, 16, 256, 1024, 64, 4096}}) {
+    AttnInputs a = MakeAttn(c.q, c.kv, c.d, c.window, c.seqs, c.ctx, 1);
+    const size_t ws_bytes = DecodeAttentionWorkspaceBytes(a.tokens, a.p, prop.multiProcessorCount);
+    void* ws = Alloc<uint8_t>(static_cast<int64_t>(ws_bytes));
+    const double us = TimeUs(st, [&] {
+      DecodeAttention(a.q, a.kc, a.vc, a.seq, a.pos, a.tokens, a.tables, a.p, prop.multiProcessorCount, ws, ws_bytes,
+                      a.out, st);
+    });
+    const int64_t keys = c.window > 0 ? std::min(c.window, c.ctx) : c.ctx;
+    Row(c.name,
+        "seqs=" + std::to_string(c.seqs) + " ctx=" + std::to_string(c.ctx) + " q/kv=" + std::to_string(c.q) + "/" +
+            std::to_string(c.kv) + " d=" + std::to_string(c.d),
+        us, 2.0 * c.seqs * keys * c.kv * c.d * 2, "GB/s", peak_gbs);
+  }
+  {  // Prefill: one causal 4096-token sequence, sliding-layer and global-layer shapes.
+    for (int32_t d : {256, 512}) {
+      const int32_t kv = d == 256 ? 16 : 4, T = 4096;
+      AttnInputs a = MakeAttn(32, kv, d, 0, 1, T, T);
+      const size_t ws_bytes = PrefillAttentionWorkspaceBytes(a.tokens);
+      void* ws = Alloc<uint8_t>(static_cast<int64_t>(ws_bytes));
+      const double us = TimeUs(st, [&] {
+        PrefillAttention(a.q, a.kc, a.vc, a.seq, a.pos, a.tokens, a.tables, a.p, ws, ws_bytes, a.out, st);
+      });
+      Row("prefill attn causal", "tokens=4096 q/kv=32/" + std::to_string(kv) + " d=" + std::to_string(d), us,
+          4.0 * (static_cast<double>(T) * T / 2) * 32 * d, "TFLOP/s", 0);
+    }
+  }
+  {  // Sampling over Gemma's vocabulary.
+    const int64_t rows = 64, V = 262144;
+    std::vector<float> logits(rows * V);
+    for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>((i * 2654435761u) % 1000) / 100.0f;
+    float* dl = Upload(logits);
+    std::vector<SamplingParams> params(rows);
+    for (auto& p : params) {
+      p.top_k = 50;
+      p.top_p = 0.9f;
+    }
+    SamplingParams* dp = Upload(params);
+    int32_t* out = Alloc<int32_t>(rows);
+    const double us = TimeUs(st, [&] { Sample(dl, rows, V, dp, out, st); });
+    Row("sample top-k+top-p", "rows=64 vocab=262144", us, 1.0 * rows * V * 4, "GB/s", peak_gbs);
+    const double us_argmax = TimeUs(st, [&] { Argmax(dl, DType::kF32, rows, V, out, st); });
+    Row("argmax", "rows=64 vocab=262144", us_argmax, 1.0 * rows * V * 4, "GB/s", peak_gbs);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tpserve::cuda
+
+int main(int argc, char** argv) { return tpserve::cuda::Main(argc, argv); }

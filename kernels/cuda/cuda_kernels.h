@@ -1,0 +1,106 @@
+// CUDA kernels of the forward pass and of sampling: bf16 activations, fp32 accumulation.
+// Each launcher mirrors a kernels/cpu op (same shapes, same semantics; the CPU kernel is
+// its reference) and is tested against it by tests/cuda_*_test.cc (ctest -L gpu).
+//
+// Launchers take device pointers, sizes and an explicit stream, enqueue asynchronously,
+// check cudaGetLastError, and never synchronize, so they may be captured in a CUDA graph.
+// All tensors are dense row-major unless a stride is given.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/base.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace tpserve::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- Row-wise and elementwise ops (kernels/cuda/embedding.cu, norm.cu, rope.cu,
+// elementwise.cu, kv_cache.cu) ----
+
+// out[t, :] = table[ids[t] - vocab_start, :] * scale, zero rows for ids outside
+// [vocab_start, vocab_start + vocab_rows). table: [vocab_rows, dim] in table_dtype.
+void Embedding(const int32_t* ids, int64_t tokens, const void* table, DType table_dtype, int64_t vocab_start,
+               int64_t vocab_rows, int64_t dim, float scale, bf16* out, cudaStream_t stream);
+
+// out[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps), then the weight as `kind` says.
+// x, out: [rows, dim] (out may alias x); w: fp32 [dim], null for kNoScale.
+void RmsNorm(const bf16* x, const float* w, int64_t rows, int64_t dim, float eps, cpu::NormKind kind, bf16* out,
+             cudaStream_t stream);
+// Fused residual add + norm: residual += x (rounded to bf16), out = RmsNorm(residual).
+// out may alias x, not residual.
+void AddRmsNorm(const bf16* x, bf16* residual, const float* w, int64_t rows, int64_t dim, float eps,
+                cpu::NormKind kind, bf16* out, cudaStream_t stream);
+
+// Rotate-half RoPE in place, as cpu::Rope. x: [tokens, heads, head_dim]; positions:
+// [tokens]; inv_freq: fp32 [head_dim / 2] (zeros leave dims unrotated).
+void Rope(bf16* x, int64_t tokens, int64_t heads, int64_t head_dim, const int32_t* positions,
+          const float* inv_freq, float attn_factor, cudaStream_t stream);
+
+// gate_up: [rows, 2 * dim] (gate | up) -> out[rows, dim] = act(gate) * up.
+void GatedActivation(const bf16* gate_up, int64_t rows, int64_t dim, cpu::Activation act, bf16* out,
+                     cudaStream_t stream);
+
+// Elementwise over n values of `dtype` (kBF16 or kF32), computed in fp32.
+void Softcap(void* x, DType dtype, int64_t n, float cap, cudaStream_t stream);  // x = cap * tanh(x / cap)
+void Add(const void* a, const void* b, DType dtype, int64_t n, void* out, cudaStream_t stream);
+void Scale(void* x, DType dtype, int64_t n, float s, cudaStream_t stream);
+// y[r, c] += bias[c]; y: [rows, cols] bf16, bias fp32.
+void AddBias(bf16* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream);
+
+// out[i, :] = x[rows[i], :] for rows of row_bytes bytes.
+void GatherRows(const void* x, int64_t row_bytes, const int32_t* rows, int64_t n, void* out, cudaStream_t stream);
+
+// Paged KV cache write, as cpu::WriteKv: k, v: [tokens, kv_heads * head_dim];
+// caches: [num_slots, kv_heads * head_dim]; slot_mapping[t] < 0 is skipped.
+void WriteKv(const bf16* k, const bf16* v, const int32_t* slot_mapping, int64_t tokens, int64_t kv_heads,
+             int64_t head_dim, bf16* k_cache, bf16* v_cache, cudaStream_t stream);
+
+// ---- Paged attention (kernels/cuda/decode_attention.cu, prefill_attention.cu) ----
+// Both compute exactly cpu::PagedAttention (causal, GQA, sliding window, softcap,
+// block tables whose -1 entries are never read, padding queries with pos < 0 give
+// zeros) for any flat batch; they differ in how they spend the GPU.
+
+// head_dim values the attention kernels are built for.
+bool AttentionHeadDimSupported(int32_t head_dim);
+
+// Decode: one query token at a time, keys split into partitions that run in parallel
+// and are merged by a second kernel (flash-decoding), so one long sequence still fills
+// the GPU. Best for few tokens. `workspace` holds the partial results; size it with
+// DecodeAttentionWorkspaceBytes for the same (tokens, p, num_sms).
+size_t DecodeAttentionWorkspaceBytes(int64_t tokens, const cpu::PagedAttentionParams& p, int num_sms);
+void DecodeAttention(const bf16* q, const bf16* k_cache, const bf16* v_cache, const int32_t* token_seq,
+                     const int32_t* token_pos, int64_t tokens, const int32_t* block_tables,
+                     const cpu::PagedAttentionParams& p, int num_sms, void* workspace, size_t workspace_bytes,
+                     bf16* out, cudaStream_t stream);
+
+// Prefill: tiles of consecutive query tokens of one sequence (tiles are planned on the
+// device from token_seq, so chunked-prefill batches that mix sequences and decode tokens
+// work) share each K/V tile loaded to shared memory; tensor-core (WMMA) products with an
+// online softmax. Best for many tokens. workspace: PrefillAttentionWorkspaceBytes(tokens).
+size_t PrefillAttentionWorkspaceBytes(int64_t tokens);
+void PrefillAttention(const bf16* q, const bf16* k_cache, const bf16* v_cache, const int32_t* token_seq,
+                      const int32_t* token_pos, int64_t tokens, const int32_t* block_tables,
+                      const cpu::PagedAttentionParams& p, void* workspace, size_t workspace_bytes, bf16* out,
+                      cudaStream_t stream);
+
+// ---- Linear (kernels/cuda/gemv.cu; large M goes through kernels/cuda/gemm.h) ----
+
+// y[m, n] = x[m, k] · w[n, k]^T for small m, reading w once per 8 rows of x at memory
+// bandwidth (16-byte loads, several in flight per lane). w: bf16, fp16 or fp32; k % 8 == 0
+// for the vectorized path (any k works). Also the fallback for fp16/fp32 weights at any m.
+void Gemv(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, bf16* y,
+          cudaStream_t stream);
+
+// ---- Sampling (kernels/cuda/sampling.cu; semantics in kernels/cuda/sampling.h) ----
+
+// out[r] = index of the largest logits[r, :] (the first on ties; NaN counts as largest,
+// as torch.argmax). logits: [rows, vocab] bf16 or fp32.
+void Argmax(const void* logits, DType dtype, int64_t rows, int64_t vocab, int32_t* out, cudaStream_t stream);
+
+}  // namespace tpserve::cuda

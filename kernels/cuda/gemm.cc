@@ -1,0 +1,64 @@
+// cuBLASLt bf16 GEMM with cached per-shape heuristics. Tested by tests/cuda_linear_test.cc.
+#include "kernels/cuda/gemm.h"
+
+#include <cstdio>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace tpserve::cuda {
+
+Gemm::Gemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+  TP_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  TP_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+}
+
+Gemm::~Gemm() {
+  for (auto& [shape, p] : plans_) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.c);
+    cublasLtMatmulDescDestroy(p.op);
+  }
+  cudaFree(workspace_);
+  cublasLtDestroy(handle_);
+}
+
+// Column-major view: y^T [n, m] = op_T(w: [k, n], ld k) · x^T ([k, m], ld k).
+const Gemm::Plan& Gemm::PlanFor(int64_t m, int64_t n, int64_t k) {
+  const auto key = std::make_tuple(m, n, k);
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  Plan p;
+  TP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  TP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  TP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  TP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, k, n, k));
+  TP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, m, k));
+  TP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_16BF, n, m, n));
+  cublasLtMatmulPreference_t pref;
+  TP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  TP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &workspace_bytes_, sizeof(workspace_bytes_)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  TP_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found));
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (found == 0) {
+    std::fprintf(stderr, "tpserve: cuBLASLt has no bf16 algorithm for m=%lld n=%lld k=%lld\n",
+                 static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k));
+    std::abort();
+  }
+  p.algo = result.algo;
+  return plans_.emplace(key, p).first->second;
+}
+
+void Gemm::Run(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, bf16* y, cudaStream_t stream) {
+  if (m == 0 || n == 0) return;
+  const Plan& p = PlanFor(m, n, k);
+  const float alpha = 1.0f, beta = 0.0f;
+  TP_CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo, workspace_,
+                                 workspace_bytes_, stream));
+}
+
+}  // namespace tpserve::cuda

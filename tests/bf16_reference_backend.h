@@ -1,0 +1,88 @@
+// A CPU reference at the CUDA backend's precision: the CPU backend with every op's output
+// rounded to bf16, where the CUDA backend stores bf16 activations and KV cache. The fp32
+// CPU pass is no tight reference for a bf16 pass (on the Gemma 4 fixture bf16 rounding
+// alone moves logits by up to ~2), this one is (summation order moves them < 0.1).
+// Used by tests/cuda_model_test.cc.
+#pragma once
+
+#include <memory>
+
+#include "worker/backend.h"
+
+namespace tpserve::testing {
+
+class Bf16ReferenceBackend : public Backend {
+ public:
+  Bf16ReferenceBackend() : cpu_(MakeCpuBackend(BackendOptions{.threads = 2})) {}
+  std::string name() const override { return "cpu-bf16-reference"; }
+  DType activation_dtype() const override { return DType::kF32; }  // bf16 values held in fp32
+  bool device_is_host() const override { return true; }
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override { return cpu_->Allocate(bytes); }
+  void CopyFromHost(void* dst, const void* src, size_t bytes) override { cpu_->CopyFromHost(dst, src, bytes); }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override { cpu_->CopyToHost(dst, src, bytes); }
+  void Synchronize() override {}
+
+  void Embedding(const int32_t* ids, int64_t n, const Tensor& table, int64_t vocab_start, float scale,
+                 Tensor out) override {
+    cpu_->Embedding(ids, n, table, vocab_start, scale, out);
+    Round(out.RowSlice(0, n));
+  }
+  void RmsNorm(const Tensor& x, const float* w, float eps, cpu::NormKind kind, Tensor out) override {
+    cpu_->RmsNorm(x, w, eps, kind, out);
+    Round(out);
+  }
+  // As the CUDA backend: the product rounded, then the bias added and rounded again.
+  void Linear(const Tensor& x, const Tensor& w, const float* bias, Tensor y) override {
+    cpu_->Linear(x, w, nullptr, y);
+    Round(y);
+    if (bias == nullptr) return;
+    float* p = static_cast<float*>(y.data);
+    for (int64_t r = 0; r < y.rows; ++r) {
+      for (int64_t c = 0; c < y.cols; ++c) p[r * y.cols + c] += bias[c];
+    }
+    Round(y);
+  }
+  void Rope(Tensor x, int64_t head_dim, const int32_t* positions, const float* inv_freq, float attn_factor) override {
+    cpu_->Rope(x, head_dim, positions, inv_freq, attn_factor);
+    Round(x);
+  }
+  void GatedActivation(const Tensor& gate_up, cpu::Activation act, Tensor out) override {
+    cpu_->GatedActivation(gate_up, act, out);
+    Round(out);
+  }
+  void Softcap(Tensor x, float cap) override {
+    cpu_->Softcap(x, cap);
+    Round(x);
+  }
+  void Add(const Tensor& a, const Tensor& b, Tensor out) override {
+    cpu_->Add(a, b, out);
+    Round(out);
+  }
+  void Scale(Tensor x, float s) override {
+    cpu_->Scale(x, s);
+    Round(x);
+  }
+  void Copy(const Tensor& src, Tensor dst) override { cpu_->Copy(src, dst); }
+  void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, Tensor out) override {
+    cpu_->GatherRows(x, rows, n, out);
+  }
+  void WriteKv(const Tensor& k, const Tensor& v, const int32_t* slot_mapping, int64_t head_dim, void* k_cache,
+               void* v_cache) override {
+    cpu_->WriteKv(k, v, slot_mapping, head_dim, k_cache, v_cache);
+  }
+  void PagedAttention(const Tensor& q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+                      const int32_t* token_pos, const int32_t* block_tables, const cpu::PagedAttentionParams& p,
+                      Tensor out) override {
+    cpu_->PagedAttention(q, k_cache, v_cache, token_seq, token_pos, block_tables, p, out);
+    Round(out);
+  }
+
+ private:
+  static void Round(Tensor t) {
+    float* p = static_cast<float*>(t.data);
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = Bf16ToF32(F32ToBf16(p[i]));
+  }
+  std::unique_ptr<Backend> cpu_;
+};
+
+}  // namespace tpserve::testing

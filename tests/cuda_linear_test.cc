@@ -1,0 +1,97 @@
+// y = x · W^T on the GPU against cpu::Linear: the GEMV kernel (decode rows, every weight
+// dtype, odd K) and the cuBLASLt GEMM (prefill rows) at 31B-like shapes.
+// GPU test (ctest -L gpu).
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm.h"
+#include "tests/cuda_test_util.h"
+
+namespace tpserve {
+namespace {
+
+using cuda::bf16;
+using testing::AllClose;
+using testing::DeviceArray;
+using testing::FromBf16;
+using testing::RandomVector;
+using testing::RoundBf16;
+using testing::ToBf16;
+
+// w as raw bytes of `dt` (values chosen so that bf16 rounding of the inputs is the only
+// difference from the reference), and the same values as fp32 for the reference.
+std::vector<uint8_t> WeightBytes(const std::vector<float>& w, DType dt) {
+  std::vector<uint8_t> raw(w.size() * DTypeSize(dt));
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (dt == DType::kF32) reinterpret_cast<float*>(raw.data())[i] = w[i];
+    if (dt == DType::kBF16) reinterpret_cast<uint16_t*>(raw.data())[i] = F32ToBf16(w[i]);
+    if (dt == DType::kF16) reinterpret_cast<uint16_t*>(raw.data())[i] = F32ToF16(w[i]);
+  }
+  return raw;
+}
+
+struct LinearCase {
+  int64_t m, k, n;
+};
+
+class CudaGemvTest : public ::testing::TestWithParam<LinearCase> {};
+
+TEST_P(CudaGemvTest, AllWeightDtypes) {
+  TP_SKIP_WITHOUT_GPU();
+  const auto [m, k, n] = GetParam();
+  const std::vector<float> x = RoundBf16(RandomVector(m * k, 1));
+  const std::vector<float> w = RandomVector(n * k, 2, -1.0f / std::sqrt(k), 1.0f / std::sqrt(k));
+  DeviceArray<uint16_t> d_x(ToBf16(x)), d_y(m * n);
+  for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
+    const std::vector<uint8_t> raw = WeightBytes(w, dt);
+    std::vector<float> want(m * n);
+    cpu::Linear(x.data(), m, k, raw.data(), dt, n, want.data());
+    DeviceArray<uint8_t> d_w(raw);
+    cuda::Gemv(reinterpret_cast<bf16*>(d_x.get()), m, k, d_w.get(), dt, n, reinterpret_cast<bf16*>(d_y.get()),
+               nullptr);
+    EXPECT_TRUE(AllClose(FromBf16(d_y.Download()), want, testing::kBf16Reduction)) << DTypeName(dt);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemvTest,
+                         ::testing::Values(LinearCase{1, 5376, 4096},   // decode, 31B hidden
+                                           LinearCase{2, 5376, 1000},
+                                           LinearCase{3, 1024, 777},    // rows of the 4-row kernel unused
+                                           LinearCase{4, 21504 / 8, 5376},
+                                           LinearCase{13, 512, 300},    // several 8-row passes
+                                           LinearCase{1, 100, 64}),     // K not a multiple of 8
+                         [](const auto& info) {
+                           return std::to_string(info.param.m) + "x" + std::to_string(info.param.k) + "x" +
+                                  std::to_string(info.param.n);
+                         });
+
+class CudaGemmTest : public ::testing::TestWithParam<LinearCase> {};
+
+TEST_P(CudaGemmTest, CublasLtMatchesCpu) {
+  TP_SKIP_WITHOUT_GPU();
+  const auto [m, k, n] = GetParam();
+  const std::vector<float> x = RoundBf16(RandomVector(m * k, 3));
+  const std::vector<float> w = RoundBf16(RandomVector(n * k, 4, -1.0f / std::sqrt(k), 1.0f / std::sqrt(k)));
+  std::vector<float> want(m * n);
+  cpu::Linear(x.data(), m, k, w.data(), DType::kF32, n, want.data());
+  DeviceArray<uint16_t> d_x(ToBf16(x)), d_w(ToBf16(w)), d_y(m * n);
+  cuda::Gemm gemm;
+  for (int rep = 0; rep < 2; ++rep) {  // the second call reuses the cached plan
+    gemm.Run(reinterpret_cast<bf16*>(d_x.get()), m, k, reinterpret_cast<bf16*>(d_w.get()), n,
+             reinterpret_cast<bf16*>(d_y.get()), nullptr);
+    EXPECT_TRUE(AllClose(FromBf16(d_y.Download()), want, testing::kBf16Reduction)) << "call " << rep;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemmTest,
+                         ::testing::Values(LinearCase{5, 5376, 1024}, LinearCase{128, 5376, 4096 + 2 * 2048},
+                                           LinearCase{300, 8192 / 4, 5376}, LinearCase{33, 64, 512}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.m) + "x" + std::to_string(info.param.k) + "x" +
+                                  std::to_string(info.param.n);
+                         });
+
+}  // namespace
+}  // namespace tpserve

@@ -1,0 +1,218 @@
+// The whole model on the CUDA backend against the CPU backend at bf16 precision
+// (tests/bf16_reference_backend.h), on the tiny transformers checkpoints
+// (tests/fixtures/models), both with bf16 weights: prompt logits and teacher-forced decode
+// logits within tolerance and the same greedy tokens; a batch of prompts through the tiled
+// prefill kernel; and 2 thread-ranks sharing one GPU through StagedCommunicator(LocalGroup)
+// against 1 rank. GPU test (ctest -L gpu).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "gtest/gtest.h"
+#include "tests/bf16_reference_backend.h"
+#include "tests/cuda_test_util.h"
+#include "tests/tp_harness.h"
+#include "worker/cuda_backend.h"
+#include "worker/staged_communicator.h"
+#include "worker/weight_source.h"
+
+namespace tpserve {
+namespace {
+
+// The CPU reference rounds where the GPU rounds, so what remains is fp32 summation order
+// flipping bf16 roundings (measured on CPU: < 0.1 on these fixtures) and the GPU's bf16
+// attention probabilities; 2.5x that margin.
+constexpr testing::Tolerance kModelTol{0.25, 0.03};
+// A greedy choice must agree unless the reference's top-2 gap is within this (bf16
+// logits of magnitude 16 are 0.0625 apart, so near ties are common).
+constexpr float kGreedyMargin = 0.3f;
+constexpr int32_t kBlock = 16;
+
+// One sequence (or `copies` identical ones in scrambled blocks) stepped by hand: the
+// prompt in one step with logits at every prompt position, then one decode step per
+// teacher-forced token. Returns every logits row, [rows][vocab].
+struct Steps {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> forced;  // decode inputs
+  int copies = 1;
+};
+
+StepPlan PrefillPlan(const Steps& s, size_t groups, int32_t max_blocks) {
+  StepPlan plan;
+  plan.num_seqs = s.copies;
+  KvGroupPlan kv;
+  kv.max_blocks_per_seq = max_blocks;
+  const int32_t n = static_cast<int32_t>(s.prompt.size());
+  for (int c = 0; c < s.copies; ++c) {
+    // Copy c holds blocks c, c + copies, c + 2 copies, ... (interleaved physical blocks).
+    for (int32_t b = 0; b < max_blocks; ++b) kv.block_tables.push_back(b * s.copies + c);
+    for (int32_t p = 0; p < n; ++p) {
+      plan.token_ids.push_back(s.prompt[p]);
+      plan.positions.push_back(p);
+      plan.token_seq.push_back(c);
+      kv.slot_mapping.push_back(kv.block_tables[c * max_blocks + p / kBlock] * kBlock + p % kBlock);
+      if (s.copies == 1 || p == n - 1) plan.logit_rows.push_back(c * n + p);
+    }
+  }
+  plan.kv.assign(groups, kv);
+  return plan;
+}
+
+StepPlan DecodePlan(int32_t token, int32_t pos, size_t groups, int32_t max_blocks) {
+  StepPlan plan;
+  plan.num_seqs = 1;
+  KvGroupPlan kv;
+  kv.max_blocks_per_seq = max_blocks;
+  for (int32_t b = 0; b < max_blocks; ++b) kv.block_tables.push_back(b);
+  plan.token_ids = {token};
+  plan.positions = {pos};
+  plan.token_seq = {0};
+  kv.slot_mapping = {pos};
+  plan.kv.assign(groups, kv);
+  plan.logit_rows = {0};
+  return plan;
+}
+
+// Runs the steps on every rank of `comm` with `backend`; rank 0 returns the logits rows.
+std::vector<std::vector<float>> RunSteps(const std::string& fixture, Backend& backend, Communicator& comm,
+                                         const Steps& s) {
+  std::vector<std::vector<float>> rows;
+  auto config = LoadModelConfig(testing::FixtureDir(fixture));
+  EXPECT_TRUE(config.ok()) << config.status();
+  auto source = OpenCheckpointSource(testing::FixtureDir(fixture));
+  EXPECT_TRUE(source.ok()) << source.status();
+  if (!config.ok() || !source.ok()) return rows;
+  ModelOptions mo;
+  mo.weight_dtype = DType::kBF16;
+  mo.block_size = kBlock;
+  auto model = Model::Load(*config, **source, backend, comm, mo);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return rows;
+  const int32_t total = static_cast<int32_t>(s.prompt.size() + s.forced.size());
+  const int32_t max_blocks = (total + kBlock - 1) / kBlock;
+  EXPECT_TRUE((*model)->AllocateKvCache(max_blocks * s.copies).ok());
+  const size_t groups = (*model)->num_kv_blocks().size();
+  const int64_t V = config->vocab_size;
+  auto collect = [&](const absl::StatusOr<std::vector<float>>& logits) {
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    if (!logits.ok() || comm.rank() != 0) return;
+    for (size_t r = 0; r * V < logits->size(); ++r) rows.emplace_back(logits->begin() + r * V, logits->begin() + (r + 1) * V);
+  };
+  collect((*model)->Forward(PrefillPlan(s, groups, max_blocks), nullptr));
+  for (size_t i = 0; i < s.forced.size(); ++i) {
+    const int32_t pos = static_cast<int32_t>(s.prompt.size() + i);
+    collect((*model)->Forward(DecodePlan(s.forced[i], pos, groups, max_blocks), nullptr));
+  }
+  return rows;
+}
+
+std::vector<std::vector<float>> RunOnCpu(const std::string& fixture, const Steps& s) {
+  std::vector<std::vector<float>> rows;
+  testing::RunThreads(1, [&](Communicator& comm) {
+    testing::Bf16ReferenceBackend backend;
+    rows = RunSteps(fixture, backend, comm, s);
+  });
+  return rows;
+}
+
+// `ranks` thread-ranks sharing GPU 0, collectives staged through pinned host memory.
+std::vector<std::vector<float>> RunOnGpu(const std::string& fixture, const Steps& s, int ranks) {
+  std::vector<std::vector<float>> rows;
+  testing::RunThreads(ranks, [&](Communicator& host) {
+    auto backend = MakeCudaBackend(BackendOptions{.device = 0});
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    StagedCommunicator comm(host, (*backend)->stream());
+    auto got = RunSteps(fixture, **backend, comm, s);
+    if (host.rank() == 0) rows = std::move(got);
+  });
+  return rows;
+}
+
+int32_t Argmax(const std::vector<float>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+float TopGap(const std::vector<float>& v) {
+  std::vector<float> c = v;
+  std::partial_sort(c.begin(), c.begin() + 2, c.end(), std::greater<float>());
+  return c[0] - c[1];
+}
+
+// Logits close everywhere; the argmax equal wherever the reference is not a near tie.
+void ExpectSameModel(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want,
+                     const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t r = 0; r < want.size(); ++r) {
+    EXPECT_TRUE(testing::AllClose(got[r], want[r], kModelTol)) << what << " row " << r;
+    if (TopGap(want[r]) > kGreedyMargin) {
+      EXPECT_EQ(Argmax(got[r]), Argmax(want[r])) << what << " row " << r;
+    }
+  }
+}
+
+class CudaModelTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaModelTest, MatchesCpuBf16Reference) {
+  TP_SKIP_WITHOUT_GPU();
+  const std::string fixture = GetParam();
+  const testing::Reference ref = testing::LoadReference(fixture);
+  Steps s;
+  s.prompt = ref.prompt_ids;
+  // Teacher-forced with the reference's own greedy tokens: 7 decode steps after the prompt.
+  const std::vector<std::vector<float>> prompt_only = RunOnCpu(fixture, s);
+  ASSERT_EQ(prompt_only.size(), s.prompt.size());
+  s.forced.push_back(Argmax(prompt_only.back()));
+  for (int i = 0; i < 6; ++i) {
+    const auto rows = RunOnCpu(fixture, s);
+    s.forced.push_back(Argmax(rows.back()));
+  }
+  const auto cpu = RunOnCpu(fixture, s);
+  const auto gpu = RunOnGpu(fixture, s, 1);
+  ExpectSameModel(gpu, cpu, fixture + " cuda vs cpu");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelTest,
+                         ::testing::Values("gemma4_text", "gemma4_multimodal", "gemma3_text", "llama3", "qwen2",
+                                           "qwen3"));
+
+// Three copies of the prompt in one step (72 tokens: the tiled prefill kernel, tiles
+// planned across sequence boundaries, interleaved physical blocks) give each copy the
+// single-sequence logits (decode kernel). The tiled kernel rounds probabilities to bf16,
+// so this takes Gemma 3 (sliding window 8): Gemma 4's fixture turns any change of rounding
+// into logit moves of ~2 (measured on CPU).
+TEST(CudaModelBatchTest, BatchedPrefillThroughTiledKernel) {
+  TP_SKIP_WITHOUT_GPU();
+  const testing::Reference ref = testing::LoadReference("gemma3_text");
+  Steps one;
+  one.prompt = ref.prompt_ids;
+  const auto single = RunOnGpu("gemma3_text", one, 1);
+  Steps three = one;
+  three.copies = 3;
+  const auto batched = RunOnGpu("gemma3_text", three, 1);
+  ASSERT_EQ(batched.size(), 3u);
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_TRUE(testing::AllClose(batched[c], single.back(), kModelTol)) << "copy " << c;
+    if (TopGap(single.back()) > kGreedyMargin) {
+      EXPECT_EQ(Argmax(batched[c]), Argmax(single.back())) << "copy " << c;
+    }
+  }
+}
+
+// Two ranks sharing one GPU (StagedCommunicator over LocalGroup) match one rank. Row-
+// parallel partial sums are rounded to bf16 per rank, an extra rounding the 1-rank pass
+// lacks: on CPU at bf16 precision that stays within kModelTol (0.7 of it) for these
+// fixtures, not for Gemma 4's or Qwen2's (up to 7x and 1.6x).
+TEST(CudaModelTpTest, TwoRanksOnOneGpuMatchOneRank) {
+  TP_SKIP_WITHOUT_GPU();
+  for (const std::string fixture : {"llama3", "qwen3", "gemma3_text"}) {
+    const testing::Reference ref = testing::LoadReference(fixture);
+    Steps s;
+    s.prompt = ref.prompt_ids;
+    s.forced.assign(ref.greedy_ids.begin(), ref.greedy_ids.end() - 1);
+    const auto one = RunOnGpu(fixture, s, 1);
+    const auto two = RunOnGpu(fixture, s, 2);
+    ExpectSameModel(two, one, fixture + " tp2 vs tp1");
+  }
+}
+
+}  // namespace
+}  // namespace tpserve

@@ -1,0 +1,261 @@
+// The CUDA backend: Backend's ops on one stream of one GPU. Tested by
+// tests/cuda_model_test.cc and tests/cuda_graph_test.cc.
+#include "worker/cuda_backend.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm.h"
+
+namespace tpserve {
+namespace {
+
+// Linear with at most this many rows goes through the GEMV kernel (reads W once at
+// memory bandwidth); more rows go to cuBLASLt.
+constexpr int64_t kGemvMaxRows = 4;
+// Attention over at most this many query tokens uses the split-K decode kernel; more
+// tokens use the tiled prefill kernel.
+constexpr int64_t kDecodeMaxTokens = 64;
+
+using cuda::bf16;
+
+class CudaBuffer : public Buffer {
+ public:
+  CudaBuffer(void* p, size_t n, int device, std::shared_ptr<std::atomic<int64_t>> live)
+      : p_(p), n_(n), device_(device), live_(std::move(live)) {
+    *live_ += static_cast<int64_t>(n_);
+  }
+  ~CudaBuffer() override {
+    int current = 0;
+    cudaGetDevice(&current);
+    if (current != device_) cudaSetDevice(device_);
+    TP_CUDA_CHECK(cudaFree(p_));
+    if (current != device_) cudaSetDevice(current);
+    *live_ -= static_cast<int64_t>(n_);
+  }
+  void* data() override { return p_; }
+  size_t bytes() const override { return n_; }
+
+ private:
+  void* p_;
+  size_t n_;
+  int device_;
+  std::shared_ptr<std::atomic<int64_t>> live_;  // the backend's count of live bytes
+};
+
+bf16* Bf16(const Tensor& t) {
+  TP_CHECK(t.dtype == DType::kBF16);
+  return static_cast<bf16*>(t.data);
+}
+
+class CudaBackendImpl : public CudaBackend {
+ public:
+  CudaBackendImpl(int device, cudaStream_t stream, int num_sms, std::string device_name)
+      : device_(device), stream_(stream), num_sms_(num_sms), device_name_(std::move(device_name)) {}
+  ~CudaBackendImpl() override {
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_);
+    gemm_.reset();
+    if (workspace_ != nullptr) cudaFree(workspace_);
+    cudaStreamDestroy(stream_);
+  }
+
+  // Called once the device is selected.
+  void Init() { gemm_ = std::make_unique<cuda::Gemm>(); }
+
+  std::string name() const override { return absl::StrCat("cuda(device=", device_, ", ", device_name_, ")"); }
+  DType activation_dtype() const override { return DType::kBF16; }
+  bool device_is_host() const override { return false; }
+
+  int device() const override { return device_; }
+  cudaStream_t stream() const override { return stream_; }
+  int num_sms() const override { return num_sms_; }
+  DeviceMemoryInfo MemoryInfo() const override {
+    size_t free_bytes = 0, total_bytes = 0;
+    TP_CUDA_CHECK(cudaSetDevice(device_));
+    TP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return DeviceMemoryInfo{static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+  }
+  int64_t allocated_bytes() const override {
+    return live_bytes_->load() + static_cast<int64_t>(workspace_bytes_ + (gemm_ ? gemm_->workspace_bytes() : 0));
+  }
+  bool capturing() const override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    TP_CUDA_CHECK(cudaStreamIsCapturing(stream_, &status));
+    return status != cudaStreamCaptureStatusNone;
+  }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
+    TP_CHECK(!capturing());  // allocations belong before capture (warm-up step)
+    TP_CUDA_CHECK(cudaSetDevice(device_));
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // clear it, or the next launch check would report it
+      const DeviceMemoryInfo m = MemoryInfo();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "out of GPU memory allocating ", bytes, " bytes on device ", device_, " (", m.free_bytes >> 20, " MiB free of ",
+          m.total_bytes >> 20, " MiB): lower --gpu-memory-utilization, the batch or the context length, or use more "
+          "tensor-parallel ranks"));
+    }
+    return std::unique_ptr<Buffer>(new CudaBuffer(p, bytes, device_, live_bytes_));
+  }
+
+  // The pageable source is staged by the driver before the call returns, so the caller
+  // may reuse it at once; the copy is ordered with the kernels on the stream.
+  void CopyFromHost(void* dst, const void* src, size_t bytes) override {
+    TP_CHECK(!capturing());
+    if (bytes == 0) return;
+    TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override {
+    TP_CHECK(!capturing());
+    if (bytes == 0) return;
+    TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    TP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  // A no-op while capturing: the layers synchronize before host collectives, which a
+  // captured step replaces by NCCL on this stream.
+  void Synchronize() override {
+    if (capturing()) return;
+    TP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void Embedding(const int32_t* ids, int64_t n, const Tensor& table, int64_t vocab_start, float scale,
+                 Tensor out) override {
+    TP_CHECK(out.cols == table.cols && out.rows >= n);
+    cuda::Embedding(ids, n, table.data, table.dtype, vocab_start, table.rows, table.cols, scale, Bf16(out), stream_);
+  }
+  void RmsNorm(const Tensor& x, const float* w, float eps, cpu::NormKind kind, Tensor out) override {
+    TP_CHECK(x.rows == out.rows && x.cols == out.cols);
+    cuda::RmsNorm(Bf16(x), w, x.rows, x.cols, eps, kind, Bf16(out), stream_);
+  }
+  void Linear(const Tensor& x, const Tensor& w, const float* bias, Tensor y) override {
+    TP_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows);
+    if (w.dtype == DType::kBF16 && x.rows > kGemvMaxRows) {
+      gemm_->Run(Bf16(x), x.rows, x.cols, static_cast<const bf16*>(w.data), w.rows, Bf16(y), stream_);
+    } else {
+      // fp16/fp32 weights also land here at any M: correct, not fast (load bf16 weights).
+      cuda::Gemv(Bf16(x), x.rows, x.cols, w.data, w.dtype, w.rows, Bf16(y), stream_);
+    }
+    if (bias != nullptr) cuda::AddBias(Bf16(y), bias, y.rows, y.cols, stream_);
+  }
+  void Rope(Tensor x, int64_t head_dim, const int32_t* positions, const float* inv_freq, float attn_factor) override {
+    cuda::Rope(Bf16(x), x.rows, x.cols / head_dim, head_dim, positions, inv_freq, attn_factor, stream_);
+  }
+  void GatedActivation(const Tensor& gate_up, cpu::Activation act, Tensor out) override {
+    TP_CHECK(gate_up.cols == 2 * out.cols && gate_up.rows == out.rows);
+    cuda::GatedActivation(Bf16(gate_up), gate_up.rows, out.cols, act, Bf16(out), stream_);
+  }
+  void Softcap(Tensor x, float cap) override { cuda::Softcap(x.data, x.dtype, x.numel(), cap, stream_); }
+  void Add(const Tensor& a, const Tensor& b, Tensor out) override {
+    TP_CHECK(a.dtype == b.dtype && a.dtype == out.dtype && a.numel() == b.numel() && a.numel() == out.numel());
+    cuda::Add(a.data, b.data, a.dtype, a.numel(), out.data, stream_);
+  }
+  void Scale(Tensor x, float s) override { cuda::Scale(x.data, x.dtype, x.numel(), s, stream_); }
+  void Copy(const Tensor& src, Tensor dst) override {
+    TP_CHECK(src.bytes() <= dst.bytes());
+    if (src.bytes() == 0) return;
+    TP_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, stream_));
+  }
+  void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, Tensor out) override {
+    TP_CHECK(x.dtype == out.dtype && x.cols == out.cols);
+    cuda::GatherRows(x.data, x.cols * static_cast<int64_t>(DTypeSize(x.dtype)), rows, n, out.data, stream_);
+  }
+  void WriteKv(const Tensor& k, const Tensor& v, const int32_t* slot_mapping, int64_t head_dim, void* k_cache,
+               void* v_cache) override {
+    cuda::WriteKv(Bf16(k), Bf16(v), slot_mapping, k.rows, k.cols / head_dim, head_dim, static_cast<bf16*>(k_cache),
+                  static_cast<bf16*>(v_cache), stream_);
+  }
+  void PagedAttention(const Tensor& q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+                      const int32_t* token_pos, const int32_t* block_tables, const cpu::PagedAttentionParams& p,
+                      Tensor out) override {
+    TP_CHECK(cuda::AttentionHeadDimSupported(p.head_dim));
+    const auto* kc = static_cast<const bf16*>(k_cache);
+    const auto* vc = static_cast<const bf16*>(v_cache);
+    TP_CHECK(EnsureWorkspace(WorkspaceBytes(q.rows, p)).ok());
+    if (q.rows <= kDecodeMaxTokens) {
+      cuda::DecodeAttention(Bf16(q), kc, vc, token_seq, token_pos, q.rows, block_tables, p, num_sms_, workspace_,
+                            workspace_bytes_, Bf16(out), stream_);
+    } else {
+      cuda::PrefillAttention(Bf16(q), kc, vc, token_seq, token_pos, q.rows, block_tables, p, workspace_,
+                             workspace_bytes_, Bf16(out), stream_);
+    }
+  }
+
+  absl::Status ReserveAttentionWorkspace(int64_t tokens, const cpu::PagedAttentionParams& p) override {
+    return EnsureWorkspace(WorkspaceBytes(tokens, p));
+  }
+
+ private:
+  size_t WorkspaceBytes(int64_t tokens, const cpu::PagedAttentionParams& p) const {
+    return tokens <= kDecodeMaxTokens ? cuda::DecodeAttentionWorkspaceBytes(tokens, p, num_sms_)
+                                      : cuda::PrefillAttentionWorkspaceBytes(tokens);
+  }
+  // Grows (never shrinks) the attention workspace. Growing inside a capture is a bug: the
+  // warm-up run before capture sizes it.
+  absl::Status EnsureWorkspace(size_t bytes) {
+    if (bytes <= workspace_bytes_) return absl::OkStatus();
+    TP_CHECK(!capturing());
+    TP_CUDA_CHECK(cudaSetDevice(device_));
+    TP_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old workspace may still be in use
+    if (workspace_ != nullptr) TP_CUDA_CHECK(cudaFree(workspace_));
+    workspace_ = nullptr;
+    workspace_bytes_ = 0;
+    const size_t rounded = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
+    if (cudaMalloc(&workspace_, rounded) != cudaSuccess) {
+      cudaGetLastError();
+      workspace_ = nullptr;
+      return absl::ResourceExhaustedError(absl::StrCat("out of GPU memory for a ", rounded >> 20,
+                                                       " MiB attention workspace on device ", device_));
+    }
+    workspace_bytes_ = rounded;
+    return absl::OkStatus();
+  }
+
+  const int device_;
+  cudaStream_t stream_;
+  const int num_sms_;
+  const std::string device_name_;
+  std::unique_ptr<cuda::Gemm> gemm_;
+  void* workspace_ = nullptr;  // attention partials / tile plans, shared by all layers
+  size_t workspace_bytes_ = 0;
+  std::shared_ptr<std::atomic<int64_t>> live_bytes_ = std::make_shared<std::atomic<int64_t>>(0);
+};
+
+}  // namespace
+
+int CudaDeviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(const BackendOptions& options) {
+  const int count = CudaDeviceCount();
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", options.device, " requested but ", count,
+                                                   " device(s) are visible"));
+  }
+  TP_CUDA_CHECK(cudaSetDevice(options.device));
+  cudaDeviceProp prop{};
+  TP_CUDA_CHECK(cudaGetDeviceProperties(&prop, options.device));
+  if (prop.major < 8) {
+    return absl::FailedPreconditionError(absl::StrCat("CUDA device ", options.device, " (", prop.name,
+                                                      ") has compute capability ", prop.major, ".", prop.minor,
+                                                      "; the bf16 kernels need 8.0 or newer"));
+  }
+  cudaStream_t stream = nullptr;
+  TP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto backend = std::make_unique<CudaBackendImpl>(options.device, stream, prop.multiProcessorCount, prop.name);
+  backend->Init();
+  return std::unique_ptr<CudaBackend>(std::move(backend));
+}
+
+}  // namespace tpserve

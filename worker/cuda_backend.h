@@ -1,0 +1,48 @@
+// The CUDA backend: bf16 activations and KV cache on one GPU, every op enqueued on one
+// stream (kernels/cuda), Linear through the bf16 GEMV (M <= 4, any weight dtype) or
+// cuBLASLt. Tested by tests/cuda_model_test.cc (the whole model vs the CPU backend) and
+// tests/cuda_graph_test.cc.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "worker/backend.h"
+
+namespace tpserve {
+
+struct DeviceMemoryInfo {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+
+// Backend plus what the CUDA side of the engine needs: the stream that NCCL, staging
+// copies and graph capture use, and memory figures for planning. Use it from the thread
+// that made it (or one that has selected the same device).
+class CudaBackend : public Backend {
+ public:
+  virtual int device() const = 0;
+  virtual cudaStream_t stream() const = 0;
+  virtual int num_sms() const = 0;
+  // The device's free and total memory now.
+  virtual DeviceMemoryInfo MemoryInfo() const = 0;
+  // Bytes this backend holds: live Buffers plus its own workspaces.
+  virtual int64_t allocated_bytes() const = 0;
+  // True while the stream is being captured into a CUDA graph: nothing may allocate, copy
+  // from/to the host or synchronize then (Synchronize() is a no-op).
+  virtual bool capturing() const = 0;
+  // Grows the attention workspaces for steps of up to `tokens` tokens with these
+  // attention shapes now, so a later capture needs no allocation.
+  virtual absl::Status ReserveAttentionWorkspace(int64_t tokens, const cpu::PagedAttentionParams& p) = 0;
+};
+
+// Number of CUDA devices; 0 when there is no device or no driver.
+int CudaDeviceCount();
+
+// Selects BackendOptions::device and creates the stream, cuBLASLt handle and workspaces.
+absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(const BackendOptions& options);
+
+}  // namespace tpserve
