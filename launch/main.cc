@@ -1,5 +1,9 @@
-// The tpserve binary: `tpserve generate ...` (offline generation). Flags are parsed here
-// and only here. Tested by tests/cli_test.sh.
+// The tpserve binary: `tpserve generate` (offline generation), `tpserve serve` (gRPC and
+// OpenAI HTTP APIs), `tpserve client`. Flags are parsed here and only here. Tested by
+// tests/cli_test.sh and tests/serve_test.sh.
+#include <pthread.h>
+#include <signal.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -11,6 +15,10 @@
 #include "absl/strings/str_split.h"
 #include "launch/generate_command.h"
 #include "worker/communicator.h"
+#if TPSERVE_HAVE_SERVING
+#include "launch/client_command.h"
+#include "launch/serve_command.h"
+#endif
 
 ABSL_FLAG(std::string, model, "", "Checkpoint directory (Hugging Face layout) or built-in model name "
                                   "(gemma-4-31b, gemma-4-1b, gemma-4-tiny; needs --load-format dummy)");
@@ -31,13 +39,33 @@ ABSL_FLAG(int, logprobs, 0, "Top-N logprobs to report per generated token");
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating past EOS");
 ABSL_FLAG(bool, json, false, "Print one JSON object instead of text");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of --load-format dummy weights");
+// `tpserve serve` (also the engine flags above).
+ABSL_FLAG(std::string, host, "0.0.0.0", "serve: address the APIs listen on");
+ABSL_FLAG(int, grpc_port, 50051, "serve: gRPC port (-1: off)");
+ABSL_FLAG(int, http_port, 8000, "serve: OpenAI-compatible HTTP port (-1: off)");
+ABSL_FLAG(std::string, served_model_name, "", "serve: names clients use in \"model\", comma-separated "
+                                              "(default: the --model argument)");
+ABSL_FLAG(int, max_num_seqs, 256, "serve: sequences running at once");
+ABSL_FLAG(int, max_queue, 1024, "serve: waiting requests at most; more get RESOURCE_EXHAUSTED / HTTP 429");
+ABSL_FLAG(bool, enable_prefix_caching, true, "serve: reuse the KV cache of shared prompt prefixes");
+ABSL_FLAG(double, shutdown_timeout, 30, "serve: seconds SIGTERM waits for in-flight requests");
+ABSL_FLAG(int64_t, max_body_bytes, 4 << 20, "serve: largest request body");
+
+// `tpserve client` (also --model: the served model name, --prompt, --max-tokens).
+ABSL_FLAG(std::string, grpc, "", "client: the server's gRPC address, HOST:PORT");
+ABSL_FLAG(std::string, http, "", "client: the server's HTTP URL, e.g. http://127.0.0.1:8000");
+ABSL_FLAG(bool, chat, false, "client: send --prompt as a user message (the chat template applies)");
+ABSL_FLAG(double, temperature, -1, "client: sampling temperature (negative: the server's default)");
 
 namespace {
 
 constexpr char kUsage[] =
     "tpserve: tensor-parallel LLM inference.\n\n"
+    "  mpirun -np N tpserve serve --model DIR|PRESET [--grpc-port 50051] [--http-port 8000] [--tokenizer PATH]\n"
     "  mpirun -np N tpserve generate --model DIR|PRESET [--load-format dummy] (--prompt TEXT | --prompt-ids 1,2,3)\n"
-    "      [--max-tokens N] [--logprobs N] [--json]\n\n"
+    "      [--max-tokens N] [--logprobs N] [--json]\n"
+    "  tpserve client (--grpc HOST:PORT | --http URL) --prompt TEXT [--chat] [--model NAME]\n"
+    "      [--max-tokens N] [--temperature T]\n\n"
     "Run `tpserve --helpfull` for every flag.";
 
 // Accepts vLLM-style --max-model-len as well as absl's --max_model_len.
@@ -62,9 +90,34 @@ int Fail(const std::string& msg) {
   return 2;
 }
 
+int RunClientFromFlags() {
+#if TPSERVE_HAVE_SERVING
+  tpserve::ClientCommandOptions o;
+  o.grpc_target = absl::GetFlag(FLAGS_grpc);
+  o.http_url = absl::GetFlag(FLAGS_http);
+  o.model = absl::GetFlag(FLAGS_model);
+  o.prompt = absl::GetFlag(FLAGS_prompt);
+  o.chat = absl::GetFlag(FLAGS_chat);
+  o.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  if (absl::GetFlag(FLAGS_temperature) >= 0) o.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
+  return tpserve::RunClient(o);
+#else
+  return Fail("this tpserve was built without gRPC and cpp-httplib, so `client` is not available");
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "serve") {
+    // `serve` drains on SIGTERM/SIGINT from one watcher thread (serve_command.cc): block
+    // them before MPI or anything else starts threads, so every thread inherits the mask.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  }
   tpserve::WorldConfig world = tpserve::MpiInit(&argc, &argv);
   absl::SetProgramUsageMessage(kUsage);
   std::vector<std::string> flag_storage;
@@ -109,6 +162,42 @@ int main(int argc, char** argv) {
       }
     }
     if (code == 0) code = tpserve::RunGenerate(o, world);
+  } else if (std::string(args[1]) == "serve") {
+#if TPSERVE_HAVE_SERVING
+    tpserve::ServeCommandOptions o;
+    o.engine.model = absl::GetFlag(FLAGS_model);
+    o.engine.load_format = absl::GetFlag(FLAGS_load_format);
+    o.engine.dtype = absl::GetFlag(FLAGS_dtype);
+    o.engine.threads = absl::GetFlag(FLAGS_threads);
+    o.engine.max_model_len = absl::GetFlag(FLAGS_max_model_len);
+    o.engine.block_size = absl::GetFlag(FLAGS_block_size);
+    o.engine.dummy_seed = absl::GetFlag(FLAGS_seed);
+    auto kv = tpserve::ParseByteSize(absl::GetFlag(FLAGS_kv_cache_memory));
+    if (!kv.ok()) {
+      code = Fail("--kv-cache-memory: " + std::string(kv.status().message()));
+    } else {
+      o.engine.kv_cache_bytes = *kv;
+    }
+    o.tensor_parallel_size = absl::GetFlag(FLAGS_tensor_parallel_size);
+    o.tokenizer = absl::GetFlag(FLAGS_tokenizer);
+    o.host = absl::GetFlag(FLAGS_host);
+    o.grpc_port = absl::GetFlag(FLAGS_grpc_port);
+    o.http_port = absl::GetFlag(FLAGS_http_port);
+    for (absl::string_view n : absl::StrSplit(absl::GetFlag(FLAGS_served_model_name), ',', absl::SkipWhitespace())) {
+      o.served_model_names.emplace_back(n);
+    }
+    o.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+    o.max_num_batched_tokens = static_cast<int32_t>(absl::GetFlag(FLAGS_max_num_batched_tokens));
+    o.max_queue = absl::GetFlag(FLAGS_max_queue);
+    o.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
+    o.shutdown_timeout_s = absl::GetFlag(FLAGS_shutdown_timeout);
+    o.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
+    if (code == 0) code = tpserve::RunServe(o, world);
+#else
+    code = Fail("this tpserve was built without gRPC and cpp-httplib, so `serve` is not available");
+#endif
+  } else if (std::string(args[1]) == "client") {
+    if (world.rank == 0) code = RunClientFromFlags();
   } else {
     if (world.rank == 0) std::fprintf(stderr, "tpserve: unknown command \"%s\"\n\n%s\n", args[1], kUsage);
     code = 2;

@@ -1,0 +1,194 @@
+// The engine benchmark: decode and prefill of a dummy-weight model at chosen tensor-
+// parallel sizes and batch sizes, with the machine's measured memory bandwidth beside the
+// achieved weight bandwidth, all in one run. Ranks run as threads of this process (the
+// same code path as MPI ranks, communicator aside). Not a test: numbers go to docs/.
+//
+//   build/bench/engine_bench --model gemma-4-1b --tp 1,2 --batch 1 --context 128
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "bench/stream.h"
+#include "coordinator/generator.h"
+#include "nlohmann/json.hpp"
+#include "worker/backend.h"
+#include "worker/communicator.h"
+#include "worker/model.h"
+#include "worker/weight_source.h"
+#include "worker/worker_loop.h"
+
+ABSL_FLAG(std::string, model, "gemma-4-1b", "Built-in model (dummy weights): gemma-4-1b, gemma-4-31b, gemma-4-tiny");
+ABSL_FLAG(std::string, tp, "1,2", "Tensor-parallel sizes to run, comma-separated");
+ABSL_FLAG(std::string, batch, "1", "Decode batch sizes, comma-separated");
+ABSL_FLAG(int, context, 128, "Prompt tokens per sequence before decoding");
+ABSL_FLAG(int, decode_steps, 16, "Decode steps measured per configuration");
+ABSL_FLAG(int, threads, 0, "Total CPU threads, split across ranks (default: all cores)");
+ABSL_FLAG(std::string, dtype, "bfloat16", "Weight dtype");
+ABSL_FLAG(bool, json, false, "Also print one JSON object per configuration");
+
+namespace tpserve {
+namespace {
+
+std::vector<int> ParseList(const std::string& s) {
+  std::vector<int> v;
+  for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipWhitespace())) {
+    int x;
+    if (absl::SimpleAtoi(part, &x) && x > 0) v.push_back(x);
+  }
+  return v;
+}
+
+struct Result {
+  int tp = 0, threads_per_rank = 0, batch = 0;
+  double load_s = 0;
+  double prefill_ms = 0;        // whole prompt batch, one or more chunks
+  double decode_step_ms = 0;    // median over decode steps
+  double decode_step_max_ms = 0;
+  double allreduce_share = 0;   // of decode step time
+  int64_t weight_bytes = 0;     // all ranks together
+  bool ok = false;
+};
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+Result RunOne(const ModelConfig& config, DType dtype, int tp, int threads_per_rank, int batch, int context,
+              int decode_steps) {
+  Result r;
+  r.tp = tp;
+  r.threads_per_rank = threads_per_rank;
+  r.batch = batch;
+  std::vector<int64_t> rank_weight_bytes(tp, 0);
+  LocalGroup group(tp);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < tp; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto comm = group.Rank(rank);
+      const auto t0 = std::chrono::steady_clock::now();
+      auto source = MakeDummySource(config, 1);
+      auto backend = MakeCpuBackend(BackendOptions{.threads = threads_per_rank});
+      ModelOptions mo;
+      mo.weight_dtype = dtype;
+      auto model = Model::Load(config, *source, *backend, *comm, mo);
+      absl::Status st = comm->AgreeOnStatus(model.status());
+      if (!st.ok()) {
+        if (rank == 0) std::fprintf(stderr, "engine_bench: %s\n", std::string(st.message()).c_str());
+        return;
+      }
+      const int64_t per_seq_blocks = (context + decode_steps + 15) / 16;
+      st = comm->AgreeOnStatus((*model)->AllocateKvCache(per_seq_blocks * batch + 1));
+      if (!st.ok()) return;
+      rank_weight_bytes[rank] = (*model)->weight_bytes();
+      if (rank != 0) {
+        (void)RunWorkerLoop(**model, *comm);
+        return;
+      }
+      r.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      StepExecutor exec(**model, *comm);
+      Generator gen(**model, exec, GeneratorOptions{});
+      std::vector<std::vector<int32_t>> prompts(batch);
+      for (int b = 0; b < batch; ++b) {
+        for (int i = 0; i < context; ++i) prompts[b].push_back(static_cast<int32_t>((1000 + 7919 * (i + 31 * b)) % config.vocab_size));
+      }
+      GenerateParams gp;
+      gp.max_tokens = decode_steps + 1;
+      gp.ignore_eos = true;
+      auto outs = gen.Generate(prompts, gp);
+      exec.Shutdown();
+      if (!outs.ok()) {
+        std::fprintf(stderr, "engine_bench: %s\n", std::string(outs.status().message()).c_str());
+        return;
+      }
+      std::vector<double> decode_ms;
+      double decode_total = 0, allreduce_total = 0;
+      for (const StepRecord& s : gen.steps()) {
+        if (s.prefill) {
+          r.prefill_ms += s.step_ms;
+        } else {
+          decode_ms.push_back(s.step_ms);
+          decode_total += s.step_ms;
+          allreduce_total += s.allreduce_ms;
+        }
+      }
+      r.decode_step_ms = Median(decode_ms);
+      r.decode_step_max_ms = decode_ms.empty() ? 0 : *std::max_element(decode_ms.begin(), decode_ms.end());
+      r.allreduce_share = decode_total > 0 ? allreduce_total / decode_total : 0;
+      r.ok = true;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int64_t b : rank_weight_bytes) r.weight_bytes += b;
+  return r;
+}
+
+int Main() {
+  auto config = PresetModelConfig(absl::GetFlag(FLAGS_model));
+  if (!config.ok()) {
+    std::fprintf(stderr, "engine_bench: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  auto dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok()) {
+    std::fprintf(stderr, "engine_bench: %s\n", std::string(dtype.status().message()).c_str());
+    return 2;
+  }
+  int threads = absl::GetFlag(FLAGS_threads);
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int context = absl::GetFlag(FLAGS_context);
+  const int steps = absl::GetFlag(FLAGS_decode_steps);
+
+  std::printf("engine_bench: %s (%.2fB params, dummy weights, %s), %d CPU threads in all, context %d, %d decode steps\n",
+              absl::GetFlag(FLAGS_model).c_str(), config->ParameterCount() / 1e9,
+              std::string(DTypeName(*dtype)).c_str(), threads, context, steps);
+  const double triad_gbs = bench::MeasureTriadBandwidthGBs(threads);
+  std::printf("STREAM triad bandwidth (%d threads): %.2f GB/s\n\n", threads, triad_gbs);
+  std::printf("%4s %7s %6s %9s %11s %11s %10s %12s %9s %10s\n", "tp", "thr/rk", "batch", "load s", "prefill ms",
+              "step ms", "tok/s", "weight GB/s", "of triad", "allreduce");
+  std::vector<Result> results;
+  for (int batch : ParseList(absl::GetFlag(FLAGS_batch))) {
+    for (int tp : ParseList(absl::GetFlag(FLAGS_tp))) {
+      const int per_rank = std::max(1, threads / tp);
+      Result r = RunOne(*config, *dtype, tp, per_rank, batch, context, steps);
+      if (!r.ok) return 1;
+      // Each decode step streams every weight once (the tied embedding as the LM head).
+      const double weight_gbs = r.weight_bytes / (r.decode_step_ms / 1e3) / 1e9;
+      std::printf("%4d %7d %6d %9.2f %11.1f %11.2f %10.1f %12.2f %8.0f%% %9.1f%%\n", r.tp, r.threads_per_rank, r.batch,
+                  r.load_s, r.prefill_ms, r.decode_step_ms, batch / (r.decode_step_ms / 1e3), weight_gbs,
+                  100.0 * weight_gbs / triad_gbs, 100.0 * r.allreduce_share);
+      if (absl::GetFlag(FLAGS_json)) {
+        nlohmann::json j = {{"model", absl::GetFlag(FLAGS_model)}, {"tp", r.tp}, {"threads_per_rank", r.threads_per_rank},
+                            {"batch", batch}, {"context", context}, {"load_s", r.load_s}, {"prefill_ms", r.prefill_ms},
+                            {"decode_step_ms", r.decode_step_ms}, {"decode_step_max_ms", r.decode_step_max_ms},
+                            {"weight_gbs", weight_gbs}, {"triad_gbs", triad_gbs}, {"allreduce_share", r.allreduce_share}};
+        std::printf("%s\n", j.dump().c_str());
+      }
+      results.push_back(r);
+    }
+  }
+  // TP scaling at each batch: step time at TP = t over TP = first.
+  std::printf("\n");
+  for (size_t i = 1; i < results.size(); ++i) {
+    if (results[i].batch == results[0].batch) {
+      std::printf("decode step time TP=%d / TP=%d at batch %d: %.2f\n", results[i].tp, results[0].tp, results[i].batch,
+                  results[i].decode_step_ms / results[0].decode_step_ms);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tpserve
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return tpserve::Main();
+}

@@ -1,0 +1,272 @@
+// `tpserve serve`. Tested by tests/serve_test.sh.
+#include "launch/serve_command.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "coordinator/chat_template_loader.h"
+#include "coordinator/frontend_metrics.h"
+#include "coordinator/grpc_server.h"
+#include "coordinator/http_server.h"
+#include "coordinator/serving_engine.h"
+#include "coordinator/tokenizer.h"
+#include "worker/worker_loop.h"
+
+namespace tpserve {
+namespace {
+
+// Stands in for the engine while the model loads, so /health answers 503 and requests get
+// UNAVAILABLE instead of a refused connection.
+class DeferredEngine : public EngineApi {
+ public:
+  explicit DeferredEngine(ModelInfo loading_info) : loading_info_(std::move(loading_info)) {}
+  void Set(EngineApi* e) { engine_.store(e); }
+  absl::StatusOr<std::shared_ptr<RequestStream>> Submit(ServeRequest r) override {
+    EngineApi* e = engine_.load();
+    if (e == nullptr) return absl::UnavailableError("the model is still loading");
+    return e->Submit(std::move(r));
+  }
+  EngineStats Stats() const override {
+    EngineApi* e = engine_.load();
+    return e ? e->Stats() : EngineStats{};
+  }
+  const ModelInfo& Info() const override {
+    EngineApi* e = engine_.load();
+    return e ? e->Info() : loading_info_;
+  }
+  bool Ready() const override {
+    EngineApi* e = engine_.load();
+    return e != nullptr && e->Ready();
+  }
+
+ private:
+  ModelInfo loading_info_;
+  std::atomic<EngineApi*> engine_{nullptr};
+};
+
+void Log(const WorldConfig& w, const std::string& msg) {
+  std::fprintf(stderr, "tpserve[rank %d]: %s\n", w.rank, msg.c_str());
+  std::fflush(stderr);
+}
+
+// Host names of every rank, on every rank.
+std::vector<RankInfo> GatherRanks(Communicator& comm, const std::string& host) {
+  char mine[64] = {0};
+  std::snprintf(mine, sizeof(mine), "%s", host.c_str());
+  std::vector<char> all(64 * comm.size());
+  comm.AllGather(mine, 64, all.data());
+  std::vector<RankInfo> out;
+  for (int r = 0; r < comm.size(); ++r) out.push_back(RankInfo{r, std::string(&all[64 * r])});
+  return out;
+}
+
+struct SignalWatcher {
+  std::atomic<ServingEngine*> engine{nullptr};
+  std::atomic<bool> stop{false};
+  std::atomic<int> received{0};
+};
+
+int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator& comm, SignalWatcher& signals) {
+  const bool coordinator = comm.rank() == 0;
+  const std::vector<std::string> names =
+      o.served_model_names.empty() ? std::vector<std::string>{o.engine.model} : o.served_model_names;
+  ModelInfo loading;
+  loading.served_model_name = names[0];
+  DeferredEngine deferred(loading);
+
+  // Rank 0 answers (503 / UNAVAILABLE) while the model loads.
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<ModelChatTemplate> chat;
+  FrontendMetrics metrics(deferred, names[0]);
+  std::unique_ptr<GrpcServer> grpc;
+  std::unique_ptr<HttpServer> http;
+  absl::Status front = absl::OkStatus();
+  if (coordinator) {
+    std::string tok_path = o.tokenizer;
+    if (tok_path.empty()) tok_path = o.engine.model + "/tokenizer.json";
+    auto tok = Tokenizer::FromFile(tok_path);
+    if (!tok.ok()) {
+      front = absl::Status(tok.status().code(),
+                           absl::StrCat(tok.status().message(), " (serving needs a tokenizer: pass --tokenizer)"));
+    } else {
+      tokenizer = std::move(*tok);
+      const std::string tmpl_dir = std::filesystem::path(tok_path).parent_path().string();
+      auto ct = LoadChatTemplate(tmpl_dir.empty() ? "." : tmpl_dir);
+      if (ct.ok()) {
+        chat = std::make_unique<ModelChatTemplate>(std::move(*ct));
+      } else {
+        Log(world, absl::StrCat("no chat template (chat requests will fail): ", ct.status().message()));
+      }
+      if (o.grpc_port >= 0) {
+        GrpcServerOptions go;
+        go.address = absl::StrCat(o.host, ":", o.grpc_port);
+        go.served_model_names = names;
+        go.metrics = &metrics;
+        go.max_receive_message_bytes = static_cast<int>(o.max_body_bytes);
+        grpc = std::make_unique<GrpcServer>(deferred, *tokenizer, chat.get(), go);
+        front = grpc->Start();
+      }
+      if (front.ok() && o.http_port >= 0) {
+        HttpServerOptions ho;
+        ho.host = o.host;
+        ho.port = o.http_port;
+        ho.served_model_names = names;
+        ho.metrics = &metrics;
+        ho.max_body_bytes = o.max_body_bytes;
+        http = std::make_unique<HttpServer>(deferred, *tokenizer, chat.get(), ho);
+        front = http->Start();
+      }
+      if (front.ok()) {
+        Log(world, absl::StrCat("listening: gRPC ", grpc ? absl::StrCat(o.host, ":", grpc->port()) : "off", ", HTTP ",
+                                http ? absl::StrCat(o.host, ":", http->port()) : "off", " (loading the model)"));
+      }
+    }
+  }
+  absl::Status front_agreed = comm.AgreeOnStatus(front);
+  if (!front_agreed.ok()) {
+    if (coordinator) Log(world, absl::StrCat("error: ", front_agreed.message()));
+    return 1;
+  }
+
+  auto engine = StartEngine(o.engine, world, comm);
+  if (!engine.ok()) {
+    if (coordinator || !absl::StartsWith(engine.status().message(), "rank ")) {
+      Log(world, absl::StrCat("error: ", engine.status().message()));
+    }
+    return 1;
+  }
+  const std::vector<RankInfo> ranks = GatherRanks(comm, world.node);
+  if (!coordinator) {
+    absl::Status st = RunWorkerLoop(*engine->model, comm);
+    return st.ok() ? 0 : 1;
+  }
+
+  // Rank 0: the coordinator loop.
+  const ModelConfig& mc = engine->config;
+  if (tokenizer->vocab_size() > mc.vocab_size) {
+    Log(world, absl::StrCat("error: the tokenizer has ", tokenizer->vocab_size(), " tokens but the model's vocab_size is ",
+                            mc.vocab_size));
+    StepExecutor(*engine->model, comm).Shutdown();
+    return 1;
+  }
+  ModelInfo info;
+  info.served_model_name = names[0];
+  info.architecture = std::string(ArchName(mc.arch));
+  info.parameter_count = mc.ParameterCount();
+  info.dtype = std::string(DTypeName(engine->model->weight_dtype()));
+  info.tensor_parallel_size = comm.size();
+  info.ranks = ranks;
+  info.max_model_len = mc.max_position_embeddings;
+  info.block_size = engine->model->block_size();
+  info.kv_blocks = engine->model->num_kv_blocks();
+  info.weights = engine->weights_description;
+  info.engine_version = "tpserve 0.1.0";
+
+  ServingConfig sc;
+  sc.scheduler.max_num_seqs = o.max_num_seqs;
+  sc.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  sc.scheduler.max_model_len = static_cast<int32_t>(std::min<int64_t>(mc.max_position_embeddings, 1 << 30));
+  sc.scheduler.block_size = engine->model->block_size();
+  sc.scheduler.enable_prefix_caching = o.enable_prefix_caching;
+  sc.scheduler.num_kv_blocks = engine->model->num_kv_blocks();
+  sc.scheduler.kv_group_windows = mc.kv_group_windows;
+  sc.max_queue = o.max_queue;
+  sc.vocab_size = mc.vocab_size;
+  sc.eos_token_ids = mc.eos_token_ids;
+  for (int32_t id : tokenizer->eos_ids()) {
+    if (std::find(sc.eos_token_ids.begin(), sc.eos_token_ids.end(), id) == sc.eos_token_ids.end()) {
+      sc.eos_token_ids.push_back(id);
+    }
+  }
+  absl::Status sched_ok = sc.scheduler.Validate();
+  StepExecutor executor(*engine->model, comm);
+  if (!sched_ok.ok()) {
+    Log(world, absl::StrCat("error: ", sched_ok.message()));
+    executor.Shutdown();
+    return 1;
+  }
+  ServingEngine serving(executor, *tokenizer, sc, info);
+  signals.engine.store(&serving);
+  deferred.Set(&serving);
+  Log(world, absl::StrCat("ready: ", info.architecture, " ", names[0], ", tp=", comm.size(), " (", comm.name(),
+                          "), load ", engine->load_seconds, " s, KV blocks per group ",
+                          info.kv_blocks.empty() ? 0 : info.kv_blocks[0]));
+  if (signals.received.load() > 0) serving.Shutdown(absl::Seconds(o.shutdown_timeout_s));
+  serving.Run();  // returns after a drain
+  signals.engine.store(nullptr);
+  Log(world, "drained; shutting down");
+  if (grpc) grpc->Shutdown(absl::Seconds(1));
+  if (http) http->Shutdown();
+  deferred.Set(nullptr);
+  executor.Shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int RunServe(const ServeCommandOptions& o, const WorldConfig& mpi_world) {
+  const int tp = o.tensor_parallel_size > 0 ? o.tensor_parallel_size : mpi_world.world_size;
+  if (mpi_world.world_size > 1 && tp != mpi_world.world_size) {
+    if (mpi_world.rank == 0) {
+      std::fprintf(stderr, "tpserve: error: --tensor-parallel-size %d differs from the MPI world size %d\n", tp,
+                   mpi_world.world_size);
+    }
+    return 2;
+  }
+  // SIGTERM/SIGINT: rank 0 drains; other ranks wait for rank 0's shutdown plan. Block them
+  // before any thread starts so that only the watcher thread receives them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  SignalWatcher signals;
+  std::thread watcher([&] {
+    while (!signals.stop.load()) {
+      timespec ts{0, 200 * 1000 * 1000};
+      const int sig = sigtimedwait(&set, nullptr, &ts);
+      if (sig <= 0) continue;
+      signals.received.fetch_add(1);
+      if (ServingEngine* e = signals.engine.load()) e->Shutdown(absl::Seconds(o.shutdown_timeout_s));
+      if (mpi_world.rank == 0) {
+        std::fprintf(stderr, "tpserve[rank 0]: signal %d: draining (up to %.0f s)\n", sig, o.shutdown_timeout_s);
+      }
+    }
+  });
+  int code = 0;
+  if (mpi_world.world_size > 1) {
+    std::unique_ptr<Communicator> comm = MakeMpiCommunicator();
+    code = RunRank(o, mpi_world, *comm, signals);
+  } else {
+    LocalGroup group(tp);
+    std::vector<int> codes(tp, 0);
+    std::vector<std::thread> threads;
+    for (int r = 1; r < tp; ++r) {
+      threads.emplace_back([&, r] {
+        WorldConfig w = mpi_world;
+        w.rank = w.local_rank = r;
+        w.world_size = w.tp_size = w.local_size = tp;
+        auto comm = group.Rank(r);
+        codes[r] = RunRank(o, w, *comm, signals);
+      });
+    }
+    WorldConfig w0 = mpi_world;
+    w0.world_size = w0.tp_size = w0.local_size = tp;
+    auto comm0 = group.Rank(0);
+    codes[0] = RunRank(o, w0, *comm0, signals);
+    for (auto& t : threads) t.join();
+    for (int c : codes) code = code != 0 ? code : c;
+  }
+  signals.stop.store(true);
+  watcher.join();
+  return code;
+}
+
+}  // namespace tpserve

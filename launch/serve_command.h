@@ -1,0 +1,33 @@
+// `tpserve serve`: rank 0 runs the API front ends (gRPC, OpenAI HTTP) and the coordinator
+// loop; every rank, rank 0 included, executes its shard in lockstep. SIGTERM drains.
+// Tested by tests/serve_test.sh (curl and the gRPC client against a 2-rank server).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "launch/engine_setup.h"
+#include "worker/communicator.h"
+
+namespace tpserve {
+
+struct ServeCommandOptions {
+  EngineOptions engine;
+  int tensor_parallel_size = 0;  // 0 = the MPI world size
+  std::string tokenizer;         // tokenizer.json; default MODEL/tokenizer.json
+  std::string host = "0.0.0.0";
+  int grpc_port = 50051;         // < 0: no gRPC server
+  int http_port = 8000;          // < 0: no HTTP server
+  std::vector<std::string> served_model_names;  // default: the --model argument
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 2048;
+  int32_t max_queue = 1024;
+  bool enable_prefix_caching = true;
+  double shutdown_timeout_s = 30;
+  size_t max_body_bytes = size_t{4} << 20;
+};
+
+// Runs on every rank; returns the process exit code.
+int RunServe(const ServeCommandOptions& options, const WorldConfig& mpi_world);
+
+}  // namespace tpserve

@@ -1,0 +1,314 @@
+// Tests of the chat template interpreter (coordinator/chat_template*.h). Every published
+// template under fixtures/chat_templates/ must render byte for byte what transformers
+// rendered (expected.json, recorded by tools/make_chat_template_fixtures.py); small
+// templates probe Jinja semantics (expressions.json); model directories test loading.
+#include "coordinator/chat_template.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "coordinator/chat_template_globals.h"
+#include "coordinator/chat_template_loader.h"
+#include "gtest/gtest.h"
+
+namespace tpserve {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+
+const fs::path kFixtures = fs::path(TPSERVE_FIXTURES) / "chat_templates";
+
+std::string ReadText(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+Json ReadJson(const fs::path& path) { return Json::parse(ReadText(path)); }
+
+void WriteText(const fs::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// The time the fixtures pinned strftime_now() to (2024-07-26 12:00:00).
+ChatTemplateRenderOptions FixedTime() {
+  ChatTemplateRenderOptions options;
+  options.time_zone = absl::UTCTimeZone();
+  options.now = absl::FromCivil(absl::CivilSecond(2024, 7, 26, 12, 0, 0), absl::UTCTimeZone());
+  return options;
+}
+
+// Points at the first difference, which a plain EXPECT_EQ on 10 kB prompts hides.
+std::string FirstDifference(const std::string& want, const std::string& got) {
+  size_t i = 0;
+  while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
+  size_t from = i < 60 ? 0 : i - 60;
+  return "first difference at byte " + std::to_string(i) +
+         "\n  want: " + Json(want.substr(from, 120)).dump() +
+         "\n  got:  " + Json(got.substr(from, 120)).dump();
+}
+
+// Compares a rendering with a fixture case's "expected" or "expected_error".
+void ExpectMatches(const Json& c, const absl::StatusOr<std::string>& rendered) {
+  if (c.contains("expected")) {
+    ASSERT_TRUE(rendered.ok()) << rendered.status();
+    const std::string want = c["expected"].get<std::string>();
+    EXPECT_TRUE(*rendered == want) << FirstDifference(want, *rendered);
+  } else {
+    ASSERT_FALSE(rendered.ok()) << "expected an error containing: " << c["expected_error"];
+    EXPECT_TRUE(
+        absl::StrContains(rendered.status().message(), c["expected_error"].get<std::string>()))
+        << rendered.status() << "\n  want: " << c["expected_error"];
+  }
+}
+
+ApplyChatTemplateOptions OptionsFrom(const Json& c) {
+  ApplyChatTemplateOptions options;
+  const Json& o = c["options"];
+  options.add_generation_prompt = o["add_generation_prompt"].get<bool>();
+  options.tools = o["tools"];
+  options.documents = o["documents"];
+  options.extra_context = o["extra_context"];
+  options.render = FixedTime();
+  return options;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "chat_template_test_XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+TEST(ChatTemplateFixtures, RenderMatchesTransformers) {
+  const Json fixtures = ReadJson(kFixtures / "expected.json");
+  std::map<std::string, ChatTemplate> parsed;
+  int checked = 0;
+  for (const Json& c : fixtures["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const std::string file = c["template"].get<std::string>();
+    if (!parsed.count(file)) {
+      auto t = ChatTemplate::Parse(ReadText(kFixtures / file));
+      ASSERT_TRUE(t.ok()) << t.status();
+      parsed.emplace(file, *t);
+    }
+    ExpectMatches(c, parsed.at(file).Render(c["render_context"], FixedTime()));
+    ++checked;
+  }
+  EXPECT_GE(checked, 300);
+}
+
+// The same conversations through LoadChatTemplate + Apply, which must reproduce
+// apply_chat_template's own input handling (special tokens, dropped null keys, reasoning
+// aliases) from a model directory laid out as the generator laid it out.
+TEST(ChatTemplateFixtures, ApplyFromModelDirMatchesTransformers) {
+  const Json fixtures = ReadJson(kFixtures / "expected.json");
+  TempDir tmp;
+  std::map<std::string, ModelChatTemplate> loaded;
+  for (const Json& c : fixtures["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const std::string file = c["template"].get<std::string>();
+    if (!loaded.count(file)) {
+      const fs::path dir = tmp.path() / file;
+      fs::create_directories(dir);
+      Json config = {{"tokenizer_class", "PreTrainedTokenizerFast"}};
+      for (const auto& [key, value] : c["special_tokens"].items()) config[key] = value;
+      WriteText(dir / "tokenizer_config.json", config.dump(2));
+      WriteText(dir / "chat_template.jinja", ReadText(kFixtures / file));
+      auto model = LoadChatTemplate(dir.string());
+      ASSERT_TRUE(model.ok()) << model.status();
+      EXPECT_EQ(nlohmann::json(model->special_tokens()), nlohmann::json(c["special_tokens"]));
+      loaded.emplace(file, std::move(*model));
+    }
+    ExpectMatches(c, loaded.at(file).Apply(c["messages"], OptionsFrom(c)));
+  }
+}
+
+TEST(ChatTemplateFixtures, ExpressionsMatchJinja) {
+  const Json fixtures = ReadJson(kFixtures / "expressions.json");
+  for (const Json& c : fixtures["cases"]) {
+    const std::string source = c["template"].get<std::string>();
+    SCOPED_TRACE(source);
+    absl::StatusOr<std::string> rendered = absl::UnknownError("not parsed");
+    auto t = ChatTemplate::Parse(source);
+    if (t.ok())
+      rendered = t->Render(c["context"], FixedTime());
+    else
+      rendered = t.status();
+    if (c.contains("expected")) {
+      ASSERT_TRUE(rendered.ok()) << rendered.status();
+      EXPECT_EQ(*rendered, c["expected"].get<std::string>());
+    } else {
+      EXPECT_FALSE(rendered.ok()) << "Jinja raised " << c["expected_error"] << ", we rendered "
+                                  << Json(*rendered).dump();
+    }
+  }
+}
+
+TEST(ChatTemplateLoader, ModelDirectoryLayouts) {
+  const Json fixtures = ReadJson(kFixtures / "loader_expected.json");
+  for (const Json& c : fixtures["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    auto model = LoadChatTemplate((kFixtures / c["model_dir"].get<std::string>()).string());
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_EQ(nlohmann::json(model->special_tokens()), nlohmann::json(c["special_tokens"]));
+    ExpectMatches(c, model->Apply(c["messages"], OptionsFrom(c)));
+  }
+}
+
+TEST(ChatTemplateLoader, NamedTemplates) {
+  auto model = LoadChatTemplate((kFixtures / "model_dirs" / "config_named_list").string());
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->template_names(), (std::vector<std::string>{"default", "tool_use"}));
+  ApplyChatTemplateOptions options;
+  options.template_name = "rag";
+  auto missing = model->Apply(Json::array({{{"role", "user"}, {"content", "x"}}}), options);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), "default, tool_use"));
+}
+
+TEST(ChatTemplateLoader, ErrorsSayWhatToFix) {
+  auto no_dir = LoadChatTemplate("/nonexistent/model");
+  EXPECT_EQ(no_dir.status().code(), absl::StatusCode::kNotFound);
+
+  TempDir tmp;
+  auto no_template = LoadChatTemplate(tmp.path().string());
+  EXPECT_EQ(no_template.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(no_template.status().message(), "chat_template.jinja"));
+
+  WriteText(tmp.path() / "tokenizer_config.json", R"({"chat_template": "{% for x in y %}"})");
+  auto bad = LoadChatTemplate(tmp.path().string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "tokenizer_config.json"));
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "'endfor'"));
+
+  WriteText(tmp.path() / "tokenizer_config.json", R"({"chat_template": "{{ messages }}"})");
+  auto model = LoadChatTemplate(tmp.path().string());
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->Apply(Json::array()).status().code(), absl::StatusCode::kInvalidArgument);
+  ApplyChatTemplateOptions options;
+  options.extra_context = {{"messages", 1}};
+  EXPECT_FALSE(model->Apply(Json::array({{{"role", "user"}}}), options).ok());
+}
+
+std::string SyntaxError(const std::string& source) {
+  auto t = ChatTemplate::Parse(source);
+  return t.ok() ? "parsed" : std::string(t.status().message());
+}
+
+TEST(ChatTemplateErrors, SyntaxErrorsNameLineAndColumn) {
+  EXPECT_EQ(SyntaxError("line one\n{% if x %}\n  {{ x + }}\n{% endif %}"),
+            "chat template syntax error at line 3, column 10: unexpected end of print "
+            "statement '}}'");
+  EXPECT_EQ(SyntaxError("{% for m in messages %}\n{{ m }}"),
+            "chat template syntax error at line 2, column 8: unexpected end of template: "
+            "expected 'endfor' or 'else' to close the 'for' tag at line 1, column 4");
+  EXPECT_EQ(SyntaxError("ok\n  {% frobnicate %}"),
+            "chat template syntax error at line 2, column 6: unknown tag 'frobnicate'");
+  EXPECT_TRUE(absl::StartsWith(SyntaxError("{{ 'é' | nosuchfilter }}"),
+                               "chat template syntax error at line 1, column 10: unknown filter "
+                               "'nosuchfilter'"));
+  EXPECT_EQ(SyntaxError("{{ 'abc }}"),
+            "chat template syntax error at line 1, column 4: unterminated string literal");
+  EXPECT_EQ(SyntaxError("a {{ x"),
+            "chat template syntax error at line 1, column 3: missing '}}' "
+            "to close this tag");
+  EXPECT_EQ(SyntaxError("{{ (1 }}"),
+            "chat template syntax error at line 1, column 7: "
+            "unexpected '}', expected ')'");
+  EXPECT_EQ(SyntaxError("{% break %}"),
+            "chat template syntax error at line 1, column 4: "
+            "'break' outside of a for loop");
+  EXPECT_EQ(SyntaxError("{# never closed"),
+            "chat template syntax error at line 1, column 1: "
+            "missing end of comment tag '#}'");
+  EXPECT_TRUE(absl::StrContains(SyntaxError("{% include 'x.jinja' %}"), "not supported"));
+}
+
+TEST(ChatTemplateErrors, RaiseExceptionIsAClearError) {
+  auto t = ChatTemplate::Parse(ReadText(kFixtures / "gemma3.jinja"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  Json context = {{"messages", Json::array({{{"role", "user"}, {"content", "a"}},
+                                            {{"role", "user"}, {"content", "b"}}})},
+                  {"bos_token", "<bos>"}};
+  auto rendered = t->Render(context);
+  ASSERT_FALSE(rendered.ok());
+  EXPECT_EQ(rendered.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(rendered.status().message()),
+            "chat template raised an exception at line 15, column 12: Conversation roles must "
+            "alternate user/assistant/user/assistant/...");
+  EXPECT_TRUE(
+      rendered.status().GetPayload(chat_template_internal::kRaisedByTemplatePayload).has_value());
+}
+
+TEST(ChatTemplateErrors, RuntimeErrorsNamePosition) {
+  auto t = ChatTemplate::Parse("{%- for m in messages %}\n{{ m.content.upper() + 1 }}{% endfor %}");
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto rendered = t->Render({{"messages", Json::array({{{"content", "x"}}})}});
+  EXPECT_EQ(std::string(rendered.status().message()),
+            "chat template error at line 2, column 22: can only concatenate str (not \"int\") "
+            "to str");
+  auto undefined = ChatTemplate::Parse("{{ messages[0].role.upper() }}")->Render({{"x", 1}});
+  EXPECT_EQ(std::string(undefined.status().message()),
+            "chat template error at line 1, column 12: 'messages' is undefined");
+}
+
+TEST(ChatTemplate, StrftimeNowUsesTheGivenTime) {
+  auto t = ChatTemplate::Parse("{{ strftime_now('%d %b %Y') }}");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(*t->Render(Json::object(), FixedTime()), "26 Jul 2024");
+  EXPECT_EQ(t->Render(Json::object())->size(), 11u);  // the current date
+}
+
+TEST(ChatTemplate, TojsonKeepsOrderedJsonKeyOrder) {
+  auto t = ChatTemplate::Parse("{{ tool | tojson }}");
+  ASSERT_TRUE(t.ok());
+  Json ordered = {{"tool", {{"name", "f"}, {"description", "d"}}}};
+  EXPECT_EQ(*t->Render(ordered), R"({"name": "f", "description": "d"})");
+  nlohmann::json sorted = {{"tool", {{"name", "f"}, {"description", "d"}}}};
+  EXPECT_EQ(*t->Render(sorted), R"({"description": "d", "name": "f"})");
+}
+
+TEST(ChatTemplate, RenderIsThreadSafe) {
+  auto t = ChatTemplate::Parse(ReadText(kFixtures / "gemma4.jinja"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  Json context = {{"messages", Json::array({{{"role", "user"}, {"content", "hi"}}})},
+                  {"bos_token", "<bos>"},
+                  {"add_generation_prompt", true}};
+  const std::string want = *t->Render(context);
+  std::vector<std::string> got(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      for (int k = 0; k < 50; ++k) got[i] = *t->Render(context);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (const auto& g : got) EXPECT_EQ(g, want);
+}
+
+TEST(ChatTemplate, DeepRecursionFailsCleanly) {
+  auto t = ChatTemplate::Parse("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+  ASSERT_TRUE(t.ok());
+  auto rendered = t->Render(Json::object());
+  ASSERT_FALSE(rendered.ok());
+  EXPECT_TRUE(absl::StrContains(rendered.status().message(), "nested more than"));
+}
+
+}  // namespace
+}  // namespace tpserve

@@ -1,0 +1,308 @@
+// The HTTP server end to end (tests/frontend_fixture.h): completions and chat, JSON and SSE,
+// concurrency, disconnects, 400/404/429/503, /health, /v1/models, /metrics as Prometheus text.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/frontend_fixture.h"
+
+namespace tpserve {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+TEST_F(FrontendTest, HttpCompletion) {
+  StartServers();
+  HttpResult r = Post("/v1/completions", R"({"model": "fake-model", "prompt": "Hello world", "max_tokens": 4})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  Json body = Json::parse(r.body);
+  EXPECT_EQ(body["object"], "text_completion");
+  EXPECT_EQ(body["model"], "fake-model");
+  EXPECT_THAT(body["id"].get<std::string>(), ::testing::StartsWith("cmpl-"));
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  std::vector<int32_t> prompt = tokenizer_->Encode("Hello world", true);
+  std::vector<int32_t> echoed;
+  for (int i = 0; i < 4; ++i) echoed.push_back(prompt[i % prompt.size()]);
+  EXPECT_EQ(body["choices"][0]["text"], tokenizer_->Decode(echoed, true));
+  EXPECT_EQ(body["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(body["usage"]["prompt_tokens"], prompt.size());
+}
+
+TEST_F(FrontendTest, HttpCompletionStreamsServerSentEvents) {
+  StartServers();
+  HttpResult r = Post("/v1/completions", R"({"prompt": [5, 6, 7], "max_tokens": 6, "stream": true,
+                                             "stream_options": {"include_usage": true}, "logprobs": 1})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::vector<std::string> payloads = SsePayloads(r.body);
+  ASSERT_GE(payloads.size(), 3u);
+  EXPECT_EQ(payloads.back(), "[DONE]");
+  Json usage = Json::parse(payloads[payloads.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 6);
+  EXPECT_EQ(usage["usage"]["total_tokens"], 9);
+  int tokens = 0;
+  std::string finish;
+  for (size_t i = 0; i + 2 < payloads.size(); ++i) {
+    Json chunk = Json::parse(payloads[i]);
+    EXPECT_EQ(chunk["object"], "text_completion");
+    tokens += chunk["choices"][0]["logprobs"]["tokens"].size();
+    if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(tokens, 6);
+  EXPECT_EQ(finish, "length");
+}
+
+TEST_F(FrontendTest, HttpChatCompletionStreamingAndNot) {
+  StartServers();
+  HttpResult r = Post("/v1/chat/completions",
+                      R"({"messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 3})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  Json body = Json::parse(r.body);
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(body["usage"]["completion_tokens"], 3);
+
+  r = Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "Hi"}], "stream": true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::vector<std::string> payloads = SsePayloads(r.body);
+  ASSERT_GE(payloads.size(), 3u);
+  EXPECT_EQ(Json::parse(payloads[0])["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(payloads.back(), "[DONE]");
+  EXPECT_EQ(Json::parse(payloads[payloads.size() - 2])["choices"][0]["finish_reason"], "length");
+  // Without max_tokens a chat request may use the rest of the context.
+  EXPECT_EQ(engine_->last_request().params.max_tokens,
+            256 - static_cast<int>(engine_->last_request().prompt_ids.size()));
+}
+
+TEST_F(FrontendTest, HttpManyConcurrentStreams) {
+  StartServers();
+  constexpr int kClients = 24;
+  std::atomic<int> ok{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      HttpResult r = Post("/v1/completions", absl::StrCat(R"({"prompt": "client )", i,
+                                                          R"(", "max_tokens": 20, "stream": true})"));
+      if (r.status == 200 && absl::EndsWith(r.body, "data: [DONE]\n\n") &&
+          r.body.find("\"finish_reason\":\"length\"") != std::string::npos) {
+        ++ok;
+      } else {
+        ADD_FAILURE() << "client " << i << ": HTTP " << r.status << ": " << r.body;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(ok.load(), kClients);
+  EXPECT_EQ(engine_->cancelled(), 0);
+  EXPECT_EQ(engine_->submitted(), kClients);
+}
+
+TEST_F(FrontendTest, HttpStreamingClientDisconnectCancels) {
+  StartServers(Slow());
+  httplib::Client client("127.0.0.1", http_->port());
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.headers = {{"Content-Type", "application/json"}};
+  req.body = R"({"prompt": "Hello", "max_tokens": 200, "stream": true})";
+  int chunks = 0;
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 2; };
+  httplib::Response res;
+  httplib::Error error;
+  client.send(req, res, error);  // returns once the receiver says stop and the socket closes
+  EXPECT_EQ(chunks, 2);
+  EXPECT_TRUE(engine_->WaitForCancelled(1, absl::Seconds(10)));
+}
+
+TEST_F(FrontendTest, HttpNonStreamingClientDisconnectCancels) {
+  StartServers(Slow());
+  const std::string body = R"({"prompt": "Hello", "max_tokens": 200})";
+  const std::string request = absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+                                           "Content-Type: application/json\r\nContent-Length: ", body.size(),
+                                           "\r\n\r\n", body);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(http_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  ASSERT_TRUE(Eventually([&] { return engine_->submitted() == 1; }));
+  close(fd);
+  EXPECT_TRUE(engine_->WaitForCancelled(1, absl::Seconds(10)));
+}
+
+TEST_F(FrontendTest, HttpErrors) {
+  StartServers();
+  auto error_of = [](const HttpResult& r) { return Json::parse(r.body)["error"]; };
+
+  HttpResult r = Post("/v1/completions", R"({"prompt": "x",)");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(error_of(r)["message"].get<std::string>(), HasSubstr("not valid JSON"));
+
+  r = Post("/v1/completions", R"({"prompt": "x", "temperature": "hot"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(error_of(r)["param"], "temperature");
+  EXPECT_EQ(error_of(r)["type"], "invalid_request_error");
+
+  r = Post("/v1/completions", R"({"prompt": "x", "top_p": 2})");  // the engine's check
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(error_of(r)["message"].get<std::string>(), HasSubstr("top_p"));
+
+  r = Post("/v1/completions", R"({"prompt": "x", "max_tokens": 0})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(error_of(r)["message"].get<std::string>(), HasSubstr("max_tokens"));
+
+  r = Post("/v1/completions", R"({"prompt": "", "max_tokens": 2})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(error_of(r)["param"], "prompt");
+
+  r = Post("/v1/completions", R"({"prompt": "x", "max_tokens": 300})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(error_of(r)["param"], "max_tokens");
+  EXPECT_THAT(error_of(r)["message"].get<std::string>(), HasSubstr("max_model_len (256)"));
+
+  r = Post("/v1/completions", R"({"prompt": "x", "n": 3})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(error_of(r)["param"], "n");
+
+  r = Post("/v1/completions", R"({"prompt": "x", "model": "gpt-4"})");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(error_of(r)["code"], "model_not_found");
+  EXPECT_THAT(error_of(r)["message"].get<std::string>(), HasSubstr("served models: fake-model"));
+
+  r = Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "model": "gpt-4"})");
+  EXPECT_EQ(r.status, 404);
+
+  r = Post("/v1/completions", absl::StrCat(R"({"prompt": ")", std::string(100 << 10, 'a'), R"("})"));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(error_of(r)["message"].get<std::string>(), HasSubstr("exceeds the limit of 65536 bytes"));
+
+  r = Get("/v1/nothing");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_THAT(error_of(r)["message"].get<std::string>(), HasSubstr("no route for GET /v1/nothing"));
+
+  engine_->SetSubmitError(absl::ResourceExhaustedError("waiting queue is full"));
+  r = Post("/v1/completions", R"({"prompt": "x"})");
+  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(error_of(r)["message"], "waiting queue is full");
+  r = Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "stream": true})");
+  EXPECT_EQ(r.status, 429);
+}
+
+TEST_F(FrontendTest, HttpHealthAndModels) {
+  StartServers({}, {"alias-a", "alias-b"});
+  EXPECT_EQ(Get("/health").status, 200);
+  engine_->SetReady(false);
+  HttpResult r = Get("/health");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_THAT(r.body, HasSubstr("not ready"));
+  EXPECT_EQ(Post("/v1/completions", R"({"prompt": "x"})").status, 503);
+  engine_->SetReady(true);
+  EXPECT_EQ(Get("/health").status, 200);
+
+  r = Get("/v1/models");
+  ASSERT_EQ(r.status, 200);
+  Json models = Json::parse(r.body);
+  ASSERT_EQ(models["data"].size(), 2u);
+  EXPECT_EQ(models["data"][0]["id"], "alias-a");
+  EXPECT_EQ(models["data"][1]["max_model_len"], 256);
+
+  r = Post("/v1/completions", R"({"prompt": "x", "model": "alias-b", "max_tokens": 1})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Json::parse(r.body)["model"], "alias-b");
+  r = Post("/v1/completions", R"({"prompt": "x", "max_tokens": 1})");
+  EXPECT_EQ(Json::parse(r.body)["model"], "alias-a");  // the default
+}
+
+// Checks the text exposition format line by line; returns each sample's value by its
+// name and labels, e.g. "tpserve_num_requests_running{model_name=\"fake-model\"}".
+std::map<std::string, double> ParsePrometheus(const std::string& text) {
+  static const std::regex kHelp(R"(# HELP [a-zA-Z_:][a-zA-Z0-9_:]* .*)");
+  static const std::regex kType(R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped))");
+  static const std::regex kSample(
+      R"(([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="(?:\\.|[^"\\])*"(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:\\.|[^"\\])*")*\})? ([^ ]+))");
+  std::map<std::string, double> samples;
+  std::map<std::string, std::string> types;
+  EXPECT_TRUE(absl::EndsWith(text, "\n"));
+  for (absl::string_view line_view : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    const std::string line(line_view);
+    std::smatch m;
+    if (std::regex_match(line, kHelp)) continue;
+    if (std::regex_match(line, m, kType)) {
+      types[m[1]] = m[2];
+      continue;
+    }
+    if (!std::regex_match(line, m, kSample)) {
+      ADD_FAILURE() << "not Prometheus text: " << line;
+      continue;
+    }
+    std::string family = m[1];
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      if (types.count(family) == 0 && absl::EndsWith(family, suffix)) {
+        family = family.substr(0, family.size() - strlen(suffix));
+      }
+    }
+    EXPECT_EQ(types.count(family), 1u) << "sample before its # TYPE: " << line;
+    const std::string value = m[3];
+    double v = 0;
+    if (value == "+Inf") {
+      v = INFINITY;
+    } else {
+      char* end = nullptr;
+      v = std::strtod(value.c_str(), &end);
+      EXPECT_EQ(*end, '\0') << "bad value: " << line;
+    }
+    samples[absl::StrCat(std::string(m[1]), std::string(m[2]))] = v;
+  }
+  return samples;
+}
+
+TEST_F(FrontendTest, MetricsAreValidPrometheusText) {
+  StartServers();
+  // Traffic from both front ends lands in the shared metrics.
+  ASSERT_EQ(Post("/v1/completions", R"({"prompt": "Hello", "max_tokens": 5})").status, 200);
+  std::vector<v1::GenerateResponse> responses;
+  ASSERT_TRUE(Generate(TextRequest("Hello", 5), &responses).ok());
+
+  HttpResult r = Get("/metrics");
+  ASSERT_EQ(r.status, 200);
+  std::map<std::string, double> s = ParsePrometheus(r.body);
+  const std::string model = "model_name=\"fake-model\"";
+  auto value = [&](const std::string& name, const std::string& labels = "") {
+    const std::string key = absl::StrCat(name, "{", model, labels.empty() ? "" : ",", labels, "}");
+    EXPECT_EQ(s.count(key), 1u) << key << " missing from\n" << r.body;
+    return s[key];
+  };
+  EXPECT_EQ(value("tpserve_num_requests_running"), 0);
+  EXPECT_EQ(value("tpserve_num_requests_waiting"), 0);
+  EXPECT_EQ(value("tpserve_kv_cache_usage_perc"), 0.25);
+  EXPECT_EQ(value("tpserve_num_preemptions_total"), 3);
+  EXPECT_GT(value("tpserve_prompt_tokens_total"), 0);
+  EXPECT_EQ(value("tpserve_generation_tokens_total"), 10);
+  EXPECT_EQ(value("tpserve_requests_finished_total", "finished_reason=\"length\""), 2);
+  EXPECT_EQ(value("tpserve_step_time_seconds_total", "phase=\"allreduce\""), 0.002);
+  for (const char* h : {"tpserve_time_to_first_token_seconds", "tpserve_e2e_request_latency_seconds",
+                        "tpserve_request_queue_time_seconds"}) {
+    EXPECT_EQ(value(absl::StrCat(h, "_count")), 2) << h;
+    EXPECT_EQ(value(absl::StrCat(h, "_bucket"), "le=\"+Inf\""), 2) << h;
+  }
+  EXPECT_EQ(value("tpserve_inter_token_latency_seconds_count"), 8);  // 4 gaps per request
+}
+
+}  // namespace
+}  // namespace tpserve

@@ -1,0 +1,284 @@
+// The gRPC server end to end (tests/frontend_fixture.h): streaming, concurrency, cancel and
+// deadline, errors, ModelInfo/Stats, health; shutdown; `tpserve client` against both servers.
+#include <atomic>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launch/client_command.h"
+#include "tests/frontend_fixture.h"
+
+namespace tpserve {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+TEST_F(FrontendTest, GrpcGenerateStreamsTokensThenFinishes) {
+  StartServers();
+  std::vector<v1::GenerateResponse> responses;
+  grpc::Status status = Generate(TextRequest("Hello world", 8), &responses);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_FALSE(responses.empty());
+  std::vector<int32_t> ids;
+  std::string text;
+  for (const auto& r : responses) {
+    EXPECT_THAT(r.request_id(), ::testing::StartsWith("gen-"));
+    ids.insert(ids.end(), r.token_ids().begin(), r.token_ids().end());
+    text += r.text();
+  }
+  const v1::GenerateResponse& last = responses.back();
+  EXPECT_EQ(ids.size(), 8u);
+  EXPECT_EQ(text, tokenizer_->Decode(ids, /*skip_special_tokens=*/true));
+  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(last.usage().completion_tokens(), 8);
+  EXPECT_EQ(last.usage().prompt_tokens(), static_cast<int>(tokenizer_->Encode("Hello world", true).size()));
+  EXPECT_GT(last.timings().first_token_ms(), 0);
+  EXPECT_GE(last.timings().decode_ms(), 0);
+  for (size_t i = 0; i + 1 < responses.size(); ++i) {
+    EXPECT_EQ(responses[i].finish_reason(), v1::FINISH_REASON_UNSPECIFIED);
+  }
+  EXPECT_EQ(engine_->last_request().params.max_tokens, 8);
+}
+
+TEST_F(FrontendTest, GrpcTokenIdsChatAndSamplingReachTheEngine) {
+  StartServers();
+  v1::GenerateRequest ids_request;
+  for (int id : {10, 11, 12}) ids_request.mutable_token_ids()->add_ids(id);
+  v1::SamplingParams* s = ids_request.mutable_sampling();
+  s->set_temperature(0);
+  s->set_top_k(5);
+  s->set_seed(9);
+  s->add_stop("x");
+  s->add_stop_token_ids(99);
+  s->set_logprobs(2);
+  std::vector<v1::GenerateResponse> responses;
+  ASSERT_TRUE(Generate(ids_request, &responses).ok());
+  ServeRequest seen = engine_->last_request();
+  EXPECT_THAT(seen.prompt_ids, ::testing::ElementsAre(10, 11, 12));
+  EXPECT_EQ(seen.params.max_tokens, 16);  // the completions default
+  EXPECT_EQ(seen.params.temperature, 0);
+  EXPECT_EQ(seen.params.top_k, 5);
+  EXPECT_EQ(seen.params.seed, 9u);
+  EXPECT_THAT(seen.params.stop, ::testing::ElementsAre("x"));
+  EXPECT_THAT(seen.params.stop_token_ids, ::testing::ElementsAre(99));
+  ASSERT_FALSE(responses.empty());
+  ASSERT_GT(responses[0].logprobs_size(), 0);
+  EXPECT_EQ(responses[0].logprobs(0).token_id(), 10);
+  EXPECT_EQ(responses[0].logprobs(0).top_size(), 2);
+  EXPECT_FLOAT_EQ(responses[0].logprobs(0).logprob(), -0.5f);
+
+  v1::GenerateRequest chat;
+  v1::ChatMessage* m = chat.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("Hi");
+  chat.mutable_sampling()->set_max_tokens(2);
+  responses.clear();
+  ASSERT_TRUE(Generate(chat, &responses).ok());
+  ApplyChatTemplateOptions generation_prompt;
+  generation_prompt.add_generation_prompt = true;
+  auto rendered =
+      chat_template_->Apply(Json::parse(R"([{"role": "user", "content": "Hi"}])"), generation_prompt);
+  ASSERT_TRUE(rendered.ok());
+  EXPECT_EQ(engine_->last_request().prompt_ids, tokenizer_->Encode(*rendered, /*add_special_tokens=*/false));
+  EXPECT_THAT(*rendered, ::testing::EndsWith("<|im_start|>assistant\n"));
+}
+
+TEST_F(FrontendTest, GrpcManyConcurrentStreams) {
+  StartServers();
+  constexpr int kClients = 24;
+  std::atomic<int> ok{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      std::vector<v1::GenerateResponse> responses;
+      grpc::Status status = Generate(TextRequest(absl::StrCat("prompt number ", i), 20), &responses);
+      int tokens = 0;
+      for (const auto& r : responses) tokens += r.token_ids_size();
+      if (status.ok() && tokens == 20 && responses.back().finish_reason() == v1::FINISH_REASON_LENGTH) ++ok;
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(ok.load(), kClients);
+  EXPECT_EQ(engine_->cancelled(), 0);
+}
+
+TEST_F(FrontendTest, GrpcClientCancelCancelsTheRequest) {
+  StartServers(Slow());
+  grpc::ClientContext context;
+  auto reader = stub_->Generate(&context, TextRequest("Hello", 200));
+  v1::GenerateResponse r;
+  ASSERT_TRUE(reader->Read(&r));
+  context.TryCancel();
+  while (reader->Read(&r)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(engine_->WaitForCancelled(1, absl::Seconds(10)));
+}
+
+TEST_F(FrontendTest, GrpcDeadlineCancelsTheRequest) {
+  StartServers(Slow());
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  auto reader = stub_->Generate(&context, TextRequest("Hello", 200));
+  v1::GenerateResponse r;
+  while (reader->Read(&r)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(engine_->WaitForCancelled(1, absl::Seconds(10)));
+}
+
+TEST_F(FrontendTest, GrpcErrors) {
+  StartServers();
+  std::vector<v1::GenerateResponse> responses;
+  v1::GenerateRequest unknown = TextRequest("Hi", 2);
+  unknown.set_model("no-such-model");
+  grpc::Status status = Generate(unknown, &responses);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(status.error_message(), HasSubstr("served models: fake-model"));
+
+  status = Generate(TextRequest("", 2), &responses);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("prompt"));
+
+  status = Generate(v1::GenerateRequest(), &responses);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("prompt is required"));
+
+  v1::GenerateRequest hot = TextRequest("Hi", 2);
+  hot.mutable_sampling()->set_temperature(-1);
+  status = Generate(hot, &responses);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("temperature"));
+
+  status = Generate(TextRequest("Hi", 1000), &responses);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("max_model_len (256)"));
+
+  // gRPC's own size check (GrpcServerOptions::max_receive_message_bytes, 4 MiB).
+  status = Generate(TextRequest(std::string(5 << 20, 'a'), 2), &responses);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  engine_->SetSubmitError(absl::ResourceExhaustedError("waiting queue is full"));
+  status = Generate(TextRequest("Hi", 2), &responses);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("waiting queue is full"));
+  EXPECT_TRUE(responses.empty());
+}
+
+TEST_F(FrontendTest, GrpcModelInfoAndStats) {
+  StartServers({}, {"alias-a", "alias-b"});
+  grpc::ClientContext c1;
+  v1::ModelInfoRequest info_request;
+  v1::ModelInfoResponse info;
+  ASSERT_TRUE(stub_->ModelInfo(&c1, info_request, &info).ok());
+  EXPECT_THAT(info.served_model_names(), ::testing::ElementsAre("alias-a", "alias-b"));
+  EXPECT_EQ(info.architecture(), "fake");
+  EXPECT_EQ(info.parameter_count(), 1234);
+  EXPECT_EQ(info.dtype(), "bfloat16");
+  EXPECT_EQ(info.tensor_parallel_size(), 2);
+  ASSERT_EQ(info.ranks_size(), 2);
+  EXPECT_EQ(info.ranks(1).host(), "node-b");
+  EXPECT_EQ(info.max_model_len(), 256);
+  EXPECT_THAT(info.kv_blocks(), ::testing::ElementsAre(100, 50));
+
+  grpc::ClientContext c2;
+  info_request.set_model("other");
+  EXPECT_EQ(stub_->ModelInfo(&c2, info_request, &info).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  grpc::ClientContext c3;
+  v1::StatsResponse stats;
+  ASSERT_TRUE(stub_->Stats(&c3, v1::StatsRequest(), &stats).ok());
+  EXPECT_EQ(stats.preemptions(), 3);
+  EXPECT_DOUBLE_EQ(stats.kv_usage(), 0.25);
+  EXPECT_DOUBLE_EQ(stats.prefix_cache_hit_rate(), 0.5);
+  EXPECT_DOUBLE_EQ(stats.step_time().allreduce_ms(), 2);
+
+  std::vector<v1::GenerateResponse> responses;
+  v1::GenerateRequest to_b = TextRequest("Hi", 1);
+  to_b.set_model("alias-b");
+  EXPECT_TRUE(Generate(to_b, &responses).ok());
+}
+
+TEST_F(FrontendTest, GrpcHealthFollowsReady) {
+  StartServers();
+  using grpc::health::v1::HealthCheckResponse;
+  EXPECT_EQ(HealthStatus(""), HealthCheckResponse::SERVING);
+  EXPECT_EQ(HealthStatus("tpserve.v1.TpServe"), HealthCheckResponse::SERVING);
+  engine_->SetReady(false);
+  EXPECT_TRUE(Eventually([&] { return HealthStatus("") == HealthCheckResponse::NOT_SERVING; }));
+  EXPECT_EQ(HealthStatus("tpserve.v1.TpServe"), HealthCheckResponse::NOT_SERVING);
+  engine_->SetReady(true);
+  EXPECT_TRUE(Eventually([&] { return HealthStatus("") == HealthCheckResponse::SERVING; }));
+}
+
+TEST_F(FrontendTest, GrpcHealthStartsNotServingWhileNotReady) {
+  StartServers({}, {}, /*ready=*/false);
+  EXPECT_EQ(HealthStatus(""), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  std::vector<v1::GenerateResponse> responses;
+  EXPECT_EQ(Generate(TextRequest("Hi", 1), &responses).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(FrontendTest, ShutdownWithOpenStreamsCancelsThem) {
+  StartServers(Slow());
+  std::thread grpc_client([&] {
+    std::vector<v1::GenerateResponse> responses;
+    Generate(TextRequest("Hello", 200), &responses);
+  });
+  std::thread http_client([&] { Post("/v1/completions", R"({"prompt": "Hello", "max_tokens": 200})"); });
+  ASSERT_TRUE(Eventually([&] { return engine_->submitted() == 2; }));
+  http_->Shutdown();
+  grpc_->Shutdown();
+  EXPECT_TRUE(engine_->WaitForCancelled(2, absl::Seconds(10)));
+  grpc_client.join();
+  http_client.join();
+}
+
+TEST_F(FrontendTest, ClientCommandTalksToBothServers) {
+  StartServers();
+  for (bool chat : {false, true}) {
+    for (bool grpc : {true, false}) {
+      ClientCommandOptions o;
+      if (grpc) {
+        o.grpc_target = absl::StrCat("127.0.0.1:", grpc_->port());
+      } else {
+        o.http_url = absl::StrCat("http://127.0.0.1:", http_->port(), "/v1");
+      }
+      o.prompt = "Hello world";
+      o.chat = chat;
+      o.max_tokens = 5;
+      o.temperature = 0;
+      std::ostringstream streamed;
+      absl::StatusOr<ClientResult> r = RunClientRequest(o, streamed);
+      ASSERT_TRUE(r.ok()) << r.status() << " grpc=" << grpc << " chat=" << chat;
+      EXPECT_EQ(streamed.str(), r->text);
+      EXPECT_EQ(r->completion_tokens, 5);
+      EXPECT_EQ(r->finish_reason, "length");
+      EXPECT_GT(r->ttft_ms, 0);
+      EXPECT_GE(r->total_ms, r->ttft_ms);
+      EXPECT_EQ(engine_->last_request().params.temperature, 0);
+      if (!chat) {
+        std::vector<int32_t> prompt = tokenizer_->Encode("Hello world", true);
+        std::vector<int32_t> echoed;
+        for (int i = 0; i < 5; ++i) echoed.push_back(prompt[i % prompt.size()]);
+        EXPECT_EQ(r->text, tokenizer_->Decode(echoed, true));
+      }
+    }
+  }
+  ClientCommandOptions bad;
+  bad.prompt = "x";
+  EXPECT_EQ(RunClientRequest(bad, std::cout).status().code(), absl::StatusCode::kInvalidArgument);
+  ClientCommandOptions unknown;
+  unknown.http_url = absl::StrCat("http://127.0.0.1:", http_->port());
+  unknown.prompt = "x";
+  unknown.model = "nope";
+  absl::StatusOr<ClientResult> r = RunClientRequest(unknown, std::cout);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("HTTP 404"));
+}
+
+}  // namespace
+}  // namespace tpserve

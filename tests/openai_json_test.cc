@@ -1,0 +1,328 @@
+// The OpenAI JSON layer without sockets: request parsing and the errors that name fields,
+// error bodies and HTTP codes, response bodies, SSE chunk sequences and logprobs shapes.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coordinator/api_error.h"
+#include "coordinator/openai_json.h"
+#include "coordinator/openai_response.h"
+#include "coordinator/tokenizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace tpserve {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using Json = nlohmann::ordered_json;
+
+absl::StatusOr<OpenAiRequest> ParseCompletion(const std::string& body) {
+  return ParseOpenAiRequest(OpenAiEndpoint::kCompletions, body);
+}
+absl::StatusOr<OpenAiRequest> ParseChat(const std::string& body) {
+  return ParseOpenAiRequest(OpenAiEndpoint::kChatCompletions, body);
+}
+
+// The status is INVALID_ARGUMENT, tagged with `field`, and its message names the field.
+void ExpectFieldError(const absl::StatusOr<OpenAiRequest>& r, const std::string& field,
+                      const std::string& message_part) {
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_EQ(ErrorField(r.status()).value_or("<none>"), field) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr(message_part));
+}
+
+TEST(OpenAiParseTest, CompletionFieldsMapToRequestParams) {
+  auto r = ParseCompletion(R"({
+    "model": "m", "prompt": "Hello", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9,
+    "top_k": -1, "min_p": 0.05, "seed": 42, "stop": "\n", "stop_token_ids": [5, 6],
+    "presence_penalty": 0.1, "frequency_penalty": 0.2, "repetition_penalty": 1.1,
+    "ignore_eos": true, "min_tokens": 2, "stream": true, "stream_options": {"include_usage": true},
+    "logprobs": 3, "n": 1, "user": "ignored", "unknown_field": [1, 2]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->input.model, "m");
+  EXPECT_EQ(std::get<std::string>(r->input.prompt), "Hello");
+  const RequestParams& p = r->input.params;
+  EXPECT_TRUE(r->input.max_tokens_set);
+  EXPECT_EQ(p.max_tokens, 7);
+  EXPECT_FLOAT_EQ(p.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(p.top_p, 0.9f);
+  EXPECT_EQ(p.top_k, 0);
+  EXPECT_FLOAT_EQ(p.min_p, 0.05f);
+  EXPECT_EQ(p.seed, 42u);
+  EXPECT_THAT(p.stop, ElementsAre("\n"));
+  EXPECT_THAT(p.stop_token_ids, ElementsAre(5, 6));
+  EXPECT_FLOAT_EQ(p.presence_penalty, 0.1f);
+  EXPECT_FLOAT_EQ(p.frequency_penalty, 0.2f);
+  EXPECT_FLOAT_EQ(p.repetition_penalty, 1.1f);
+  EXPECT_TRUE(p.ignore_eos);
+  EXPECT_EQ(p.min_tokens, 2);
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  EXPECT_TRUE(r->logprobs);
+  EXPECT_EQ(p.logprobs, 3);
+}
+
+TEST(OpenAiParseTest, DefaultsWhenFieldsAreAbsentOrNull) {
+  auto r = ParseCompletion(R"({"prompt": "x", "temperature": null, "stop": null, "seed": null})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->input.max_tokens_set);
+  EXPECT_FLOAT_EQ(r->input.params.temperature, 1.0f);
+  EXPECT_FALSE(r->input.params.seed.has_value());
+  EXPECT_TRUE(r->input.params.stop.empty());
+  EXPECT_FALSE(r->stream);
+  EXPECT_FALSE(r->logprobs);
+  EXPECT_EQ(r->input.model, "");
+}
+
+TEST(OpenAiParseTest, PromptForms) {
+  auto ids = ParseCompletion(R"({"prompt": [1, 2, 3]})");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(std::get<std::vector<int32_t>>(ids->input.prompt), ElementsAre(1, 2, 3));
+  auto one_text = ParseCompletion(R"({"prompt": ["only"]})");
+  ASSERT_TRUE(one_text.ok());
+  EXPECT_EQ(std::get<std::string>(one_text->input.prompt), "only");
+  auto one_ids = ParseCompletion(R"({"prompt": [[4, 5]]})");
+  ASSERT_TRUE(one_ids.ok());
+  EXPECT_THAT(std::get<std::vector<int32_t>>(one_ids->input.prompt), ElementsAre(4, 5));
+  auto stops = ParseCompletion(R"({"prompt": "x", "stop": ["a", "b"]})");
+  ASSERT_TRUE(stops.ok());
+  EXPECT_THAT(stops->input.params.stop, ElementsAre("a", "b"));
+}
+
+TEST(OpenAiParseTest, ErrorsNameTheField) {
+  ExpectFieldError(ParseCompletion(R"({"max_tokens": 5})"), "prompt", "'prompt' is required");
+  ExpectFieldError(ParseCompletion(R"({"prompt": []})"), "prompt", "must not be empty");
+  ExpectFieldError(ParseCompletion(R"({"prompt": ["a", "b"]})"), "prompt", "batch of 2 prompts");
+  ExpectFieldError(ParseCompletion(R"({"prompt": {"text": "a"}})"), "prompt", "a string or a list of token ids");
+  ExpectFieldError(ParseCompletion(R"({"prompt": [1, -2]})"), "prompt[1]", "between 0 and");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "temperature": "hot"})"), "temperature",
+                   "'temperature' must be a number, got \"hot\"");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "max_tokens": 1.5})"), "max_tokens",
+                   "'max_tokens' must be an integer");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "max_tokens": 1e12})"), "max_tokens", "between");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "n": 2})"), "n", "'n' must be 1");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "stop": [1]})"), "stop", "a string or a list of strings");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "stream": "yes"})"), "stream", "true or false");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "logprobs": 50})"), "logprobs", "between 0 and 20");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "model": 3})"), "model", "'model' must be a string");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "echo": true})"), "echo", "not supported");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "stop_token_ids": "1"})"), "stop_token_ids",
+                   "a list of token ids");
+}
+
+TEST(OpenAiParseTest, MalformedBodies) {
+  auto bad = ParseCompletion(R"({"prompt": "x",)");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("not valid JSON"));
+  auto array = ParseCompletion(R"([1, 2])");
+  ASSERT_FALSE(array.ok());
+  EXPECT_THAT(std::string(array.status().message()), HasSubstr("must be a JSON object"));
+}
+
+TEST(OpenAiParseTest, ChatMessagesAndOptions) {
+  auto r = ParseChat(R"({
+    "messages": [{"role": "system", "content": "Be brief."},
+                 {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]},
+                 {"role": "assistant", "content": null, "tool_calls": []}],
+    "max_tokens": 3, "max_completion_tokens": 9, "logprobs": true, "top_logprobs": 2,
+    "chat_template_kwargs": {"enable_thinking": false}, "add_generation_prompt": false})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& chat = std::get<ChatPrompt>(r->input.prompt);
+  ASSERT_EQ(chat.messages.size(), 3u);
+  EXPECT_EQ(chat.messages[1]["content"], "Hi\nthere");
+  EXPECT_TRUE(chat.messages[2]["content"].is_null());
+  EXPECT_TRUE(chat.messages[2].contains("tool_calls"));
+  EXPECT_FALSE(chat.add_generation_prompt);
+  EXPECT_EQ(chat.template_kwargs["enable_thinking"], false);
+  EXPECT_EQ(r->input.params.max_tokens, 9);  // max_completion_tokens wins
+  EXPECT_TRUE(r->logprobs);
+  EXPECT_EQ(r->input.params.logprobs, 2);
+}
+
+TEST(OpenAiParseTest, ChatErrorsNameTheField) {
+  ExpectFieldError(ParseChat(R"({"prompt": "x"})"), "messages", "'messages' is required");
+  ExpectFieldError(ParseChat(R"({"messages": []})"), "messages", "non-empty");
+  ExpectFieldError(ParseChat(R"({"messages": "hi"})"), "messages", "a list of messages");
+  ExpectFieldError(ParseChat(R"({"messages": [{"content": "hi"}]})"), "messages[0].role", "must be a string");
+  ExpectFieldError(ParseChat(R"({"messages": [{"role": "user", "content":
+      [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x"}}]}]})"),
+                   "messages[0].content[1]", "only {\"type\": \"text\"} parts");
+  ExpectFieldError(ParseChat(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})"),
+                   "top_logprobs", "needs \"logprobs\": true");
+  ExpectFieldError(ParseChat(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 2})"), "logprobs",
+                   "true or false");
+}
+
+TEST(OpenAiErrorTest, StatusesMapToHttpCodesAndOpenAiShape) {
+  HttpError bad = ToHttpError(FieldError("temperature", "'temperature' must be a number"));
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(Json::parse(bad.body),
+            Json::parse(R"({"error": {"message": "'temperature' must be a number",
+                                      "type": "invalid_request_error", "param": "temperature", "code": null}})"));
+  HttpError missing = ToHttpError(absl::NotFoundError("model \"x\" is not served here"));
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(Json::parse(missing.body)["error"]["code"], "model_not_found");
+  EXPECT_TRUE(Json::parse(missing.body)["error"]["param"].is_null());
+  HttpError busy = ToHttpError(absl::ResourceExhaustedError("queue full"));
+  EXPECT_EQ(busy.status, 429);
+  EXPECT_EQ(Json::parse(busy.body)["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(ToHttpError(absl::UnavailableError("loading")).status, 503);
+  EXPECT_EQ(ToHttpError(absl::InternalError("boom")).status, 500);
+}
+
+TEST(OpenAiJsonTest, SseFramingAndModelList) {
+  EXPECT_EQ(SseEvent("{\"a\":1}"), "data: {\"a\":1}\n\n");
+  EXPECT_EQ(std::string(kSseDone), "data: [DONE]\n\n");
+  Json models = Json::parse(ModelListJson({"a", "b"}, 100, 4096));
+  EXPECT_EQ(models["object"], "list");
+  ASSERT_EQ(models["data"].size(), 2u);
+  EXPECT_EQ(models["data"][1]["id"], "b");
+  EXPECT_EQ(models["data"][1]["object"], "model");
+  EXPECT_EQ(models["data"][1]["max_model_len"], 4096);
+}
+
+class OpenAiResponseTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto t = Tokenizer::FromFile(std::string(TPSERVE_FIXTURES) + "/tokenizers/gpt2/tokenizer.json");
+    ASSERT_TRUE(t.ok()) << t.status();
+    tokenizer_ = *std::move(t);
+  }
+
+  OutputEvent Event(const std::string& text, std::vector<int32_t> ids, int32_t completion_tokens,
+                    FinishReason finish = FinishReason::kNone) {
+    OutputEvent e;
+    e.text = text;
+    e.token_ids = ids;
+    for (int32_t id : ids) e.logprobs.push_back(TokenLogprob{id, -0.25f, {{id, -0.25f}}});
+    e.prompt_tokens = 4;
+    e.completion_tokens = completion_tokens;
+    e.finish = finish;
+    return e;
+  }
+
+  // Splits an SSE stream into its data payloads.
+  static std::vector<std::string> Payloads(const std::string& sse) {
+    std::vector<std::string> out;
+    size_t pos = 0;
+    while (pos < sse.size()) {
+      EXPECT_EQ(sse.compare(pos, 6, "data: "), 0) << sse.substr(pos);
+      const size_t end = sse.find("\n\n", pos);
+      EXPECT_NE(end, std::string::npos);
+      out.push_back(sse.substr(pos + 6, end - pos - 6));
+      pos = end + 2;
+    }
+    return out;
+  }
+
+  std::unique_ptr<Tokenizer> tokenizer_;
+};
+
+TEST_F(OpenAiResponseTest, CompletionBody) {
+  OpenAiRequest req;
+  req.endpoint = OpenAiEndpoint::kCompletions;
+  OpenAiResponseBuilder b(req, "cmpl-1", "m", 123, *tokenizer_);
+  b.Accumulate(Event("Hello", {576}, 1));
+  EXPECT_FALSE(b.finished());
+  b.Accumulate(Event(" world", {379}, 2, FinishReason::kLength));
+  ASSERT_TRUE(b.finished());
+  EXPECT_EQ(Json::parse(b.Body()), Json::parse(R"({
+    "id": "cmpl-1", "object": "text_completion", "created": 123, "model": "m",
+    "choices": [{"index": 0, "text": "Hello world", "logprobs": null, "finish_reason": "length"}],
+    "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}})"));
+}
+
+TEST_F(OpenAiResponseTest, ChatBodyWithLogprobs) {
+  OpenAiRequest req;
+  req.endpoint = OpenAiEndpoint::kChatCompletions;
+  req.logprobs = true;
+  OpenAiResponseBuilder b(req, "chatcmpl-1", "m", 5, *tokenizer_);
+  b.Accumulate(Event("Hello", {576}, 1, FinishReason::kStop));
+  Json body = Json::parse(b.Body());
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["choices"][0]["message"], Json::parse(R"({"role": "assistant", "content": "Hello"})"));
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
+  const Json& lp = body["choices"][0]["logprobs"]["content"][0];
+  EXPECT_EQ(lp["token"], "Hello");
+  EXPECT_EQ(lp["logprob"], -0.25);
+  EXPECT_EQ(lp["bytes"], Json::parse("[72, 101, 108, 108, 111]"));
+  EXPECT_EQ(lp["top_logprobs"][0]["token"], "Hello");
+}
+
+TEST_F(OpenAiResponseTest, CompletionLogprobsShape) {
+  OpenAiRequest req;
+  req.endpoint = OpenAiEndpoint::kCompletions;
+  req.logprobs = true;
+  OpenAiResponseBuilder b(req, "c", "m", 0, *tokenizer_);
+  b.Accumulate(Event("Hello world", {576, 379}, 2, FinishReason::kLength));
+  Json lp = Json::parse(b.Body())["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"], Json::parse(R"(["Hello", " world"])"));
+  EXPECT_EQ(lp["token_logprobs"], Json::parse("[-0.25, -0.25]"));
+  EXPECT_EQ(lp["top_logprobs"][1], Json::parse(R"({" world": -0.25})"));
+  EXPECT_EQ(lp["text_offset"], Json::parse("[0, 5]"));
+}
+
+TEST_F(OpenAiResponseTest, ChatStreamChunkSequence) {
+  OpenAiRequest req;
+  req.endpoint = OpenAiEndpoint::kChatCompletions;
+  req.stream = true;
+  req.include_usage = true;
+  OpenAiResponseBuilder b(req, "chatcmpl-2", "m", 7, *tokenizer_);
+  std::string sse = b.Chunks(Event("Hel", {1}, 1));
+  sse += b.Chunks(Event("", {2}, 2));  // text held back: no chunk
+  sse += b.Chunks(Event("lo", {3}, 3, FinishReason::kStop));
+  std::vector<std::string> p = Payloads(sse);
+  ASSERT_EQ(p.size(), 5u) << sse;
+  Json role = Json::parse(p[0]);
+  EXPECT_EQ(role["object"], "chat.completion.chunk");
+  EXPECT_EQ(role["choices"][0]["delta"], Json::parse(R"({"role": "assistant", "content": ""})"));
+  EXPECT_EQ(Json::parse(p[1])["choices"][0]["delta"]["content"], "Hel");
+  EXPECT_TRUE(Json::parse(p[1])["choices"][0]["finish_reason"].is_null());
+  Json last = Json::parse(p[2]);
+  EXPECT_EQ(last["choices"][0]["delta"]["content"], "lo");
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+  Json usage = Json::parse(p[3]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"], Json::parse(R"({"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7})"));
+  EXPECT_EQ(p[4], "[DONE]");
+}
+
+TEST_F(OpenAiResponseTest, CompletionStreamWithoutUsageEndsWithFinishThenDone) {
+  OpenAiRequest req;
+  req.endpoint = OpenAiEndpoint::kCompletions;
+  req.stream = true;
+  OpenAiResponseBuilder b(req, "cmpl-3", "m", 7, *tokenizer_);
+  std::string sse = b.Chunks(Event("a", {64}, 1));
+  sse += b.Chunks(Event("", {}, 1, FinishReason::kLength));
+  std::vector<std::string> p = Payloads(sse);
+  ASSERT_EQ(p.size(), 3u) << sse;
+  EXPECT_EQ(Json::parse(p[0])["choices"][0]["text"], "a");
+  EXPECT_EQ(Json::parse(p[1])["choices"][0]["text"], "");
+  EXPECT_EQ(Json::parse(p[1])["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(p[2], "[DONE]");
+}
+
+TEST_F(OpenAiResponseTest, EngineErrorEndsTheStreamWithAnErrorEvent) {
+  OpenAiRequest req;
+  req.endpoint = OpenAiEndpoint::kCompletions;
+  req.stream = true;
+  OpenAiResponseBuilder b(req, "cmpl-4", "m", 7, *tokenizer_);
+  OutputEvent e = Event("", {}, 0, FinishReason::kError);
+  e.error = "worker 1 died";
+  std::vector<std::string> p = Payloads(b.Chunks(e));
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(Json::parse(p[0])["error"]["message"], "worker 1 died");
+  EXPECT_EQ(p[1], "[DONE]");
+  OpenAiRequest plain;
+  OpenAiResponseBuilder nb(plain, "cmpl-5", "m", 7, *tokenizer_);
+  nb.Accumulate(e);
+  EXPECT_EQ(Json::parse(nb.Body())["error"]["type"], "server_error");
+}
+
+}  // namespace
+}  // namespace tpserve

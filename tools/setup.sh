@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 / Ubuntu 22.04+ machine and builds tpserve into build/.
+# Installs only Debian packages; the CUDA backend is built too where /usr/local/cuda exists.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
+PKGS=(build-essential cmake ninja-build pkg-config git
+      libabsl-dev nlohmann-json3-dev libpcre2-dev libicu-dev libopenblas-dev
+      libgtest-dev libgmock-dev libopenmpi-dev openmpi-bin
+      libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcpp-httplib-dev)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${TPSERVE_CMAKE_ARGS:-}
+cmake --build build -j"$(nproc)"
