@@ -22,3 +22,9 @@ if(MPI_CXX_FOUND)
   add_test(NAME cli_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli_test.sh $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES})
   set_tests_properties(cli_test PROPERTIES TIMEOUT 600 LABELS mpi)
 endif()
+
+# tpserve serve under mpirun, driven by curl and the gRPC client.
+if(MPI_CXX_FOUND AND TPSERVE_HAVE_SERVING)
+  add_test(NAME serve_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/serve_test.sh $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES})
+  set_tests_properties(serve_test PROPERTIES TIMEOUT 600 LABELS mpi RUN_SERIAL TRUE)
+endif()

@@ -7,7 +7,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
 PKGS=(build-essential cmake ninja-build pkg-config git
       libabsl-dev nlohmann-json3-dev libpcre2-dev libicu-dev libopenblas-dev
-      libgtest-dev libgmock-dev libopenmpi-dev openmpi-bin
+      libgtest-dev libgmock-dev libopenmpi-dev openmpi-bin curl
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcpp-httplib-dev)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# `tpserve serve` under mpirun with 2 ranks, driven by real clients: 8 concurrent curl
+# completions (greedy) must equal `tpserve generate`'s output for the same prompts
+# (batching must not change results); streaming SSE ends with [DONE]; bad requests get
+# 400/404; /health, /metrics; the gRPC path through `tpserve client`; SIGTERM drains and
+# every rank exits 0.  Usage: serve_test.sh TPSERVE_BINARY FIXTURES_DIR   (run by ctest)
+set -u
+TPSERVE=$1
+FIX=$2
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
+MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
+TOK="$FIX/tokenizers/gemma/tokenizer.json"
+MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK")
+WORK=$(mktemp -d)
+HTTP=$((20000 + RANDOM % 20000))
+GRPC=$((HTTP + 1))
+pass=0
+fail=0
+ok() { echo "PASS: $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+cleanup() { pkill -KILL -f "^$TPSERVE serve" 2>/dev/null; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+PROMPTS=("Hello there" "The capital of France is" "1 2 3 4" "def f(x):" "你好，世界" "emoji 🙂 test" "a b c d e f g" "Tensor parallel")
+for i in "${!PROMPTS[@]}"; do
+  timeout 60 "${MPIRUN[@]}" -np 2 "$TPSERVE" generate "${MODEL[@]}" --prompt "${PROMPTS[$i]}" --max-tokens 12 \
+    --ignore-eos --json 2>/dev/null | grep -o '"text":"[^"]*"' > "$WORK/expect.$i"
+done
+
+timeout 300 "${MPIRUN[@]}" -np 2 "$TPSERVE" serve "${MODEL[@]}" --host 127.0.0.1 --http-port $HTTP \
+  --grpc-port $GRPC --kv-cache-memory 128MiB >"$WORK/server.log" 2>&1 &
+SERVER=$!
+for _ in $(seq 1 120); do
+  curl -sf "http://127.0.0.1:$HTTP/health" >/dev/null 2>&1 && break
+  sleep 0.5
+done
+curl -sf "http://127.0.0.1:$HTTP/health" >/dev/null && ok "health 200 when ready" || bad "server not ready: $(cat "$WORK/server.log")"
+
+for i in "${!PROMPTS[@]}"; do
+  body=$(printf '{"model":"gemma-4-tiny","prompt":"%s","max_tokens":12,"temperature":0,"ignore_eos":true}' "${PROMPTS[$i]}")
+  curl -s -m 60 "http://127.0.0.1:$HTTP/v1/completions" -H 'Content-Type: application/json' -d "$body" \
+    > "$WORK/got.$i" &
+done
+wait $(jobs -p | grep -v "^$SERVER$") 2>/dev/null
+same=0
+for i in "${!PROMPTS[@]}"; do
+  if [ -s "$WORK/expect.$i" ] && grep -qF "$(cat "$WORK/expect.$i")" "$WORK/got.$i"; then same=$((same + 1)); else
+    echo "  prompt $i: expected $(cat "$WORK/expect.$i") got $(head -c 300 "$WORK/got.$i")"; fi
+done
+[ $same -eq ${#PROMPTS[@]} ] && ok "8 concurrent curl completions equal tpserve generate" || bad "only $same/8 equal"
+
+sse=$(curl -s -N -m 60 "http://127.0.0.1:$HTTP/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}')
+echo "$sse" | tail -3 | grep -q "data: \[DONE\]" && echo "$sse" | grep -q '"usage"' && ok "chat SSE stream ends with usage and [DONE]" || bad "SSE: $(echo "$sse" | tail -3)"
+
+code=$(curl -s -o "$WORK/e1" -w '%{http_code}' "http://127.0.0.1:$HTTP/v1/completions" -d '{"prompt":"x","max_tokens":0}')
+[ "$code" = 400 ] && grep -q max_tokens "$WORK/e1" && ok "max_tokens 0 -> 400 naming the field" || bad "max_tokens 0 -> $code $(cat "$WORK/e1")"
+code=$(curl -s -o "$WORK/e2" -w '%{http_code}' "http://127.0.0.1:$HTTP/v1/completions" -d '{"model":"nope","prompt":"x"}')
+[ "$code" = 404 ] && ok "unknown model -> 404" || bad "unknown model -> $code"
+code=$(curl -s -o "$WORK/e3" -w '%{http_code}' "http://127.0.0.1:$HTTP/v1/completions" -d '{"prompt": ')
+[ "$code" = 400 ] && ok "malformed JSON -> 400" || bad "malformed JSON -> $code"
+curl -s "http://127.0.0.1:$HTTP/metrics" | grep -q "^# TYPE" && ok "/metrics is Prometheus text" || bad "/metrics"
+
+timeout 60 "$TPSERVE" client --grpc "127.0.0.1:$GRPC" --prompt "Hello there" --max-tokens 6 >"$WORK/grpc.out" 2>&1 \
+  && grep -q "finish_reason length" "$WORK/grpc.out" && ok "gRPC Generate via tpserve client" || bad "gRPC: $(cat "$WORK/grpc.out")"
+
+pkill -TERM -f "^$TPSERVE serve"
+rc=0
+wait $SERVER || rc=$?
+[ $rc -eq 0 ] && grep -q "drained" "$WORK/server.log" && ok "SIGTERM drains, every rank exits 0" || bad "shutdown rc=$rc: $(tail -5 "$WORK/server.log")"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
