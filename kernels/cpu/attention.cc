@@ -17,6 +17,10 @@ namespace {
 // Keys scored per online-softmax step (a multiple of 8): large enough to vectorize the
 // exp, small enough that the scores of a whole GQA group stay in L1.
 constexpr int kKeyChunk = 64;
+// Keys ahead whose K rows are prefetched. Each key of one KV head is a separate short run
+// (head_dim floats, a whole slot row apart), which the hardware prefetchers do not follow;
+// 2 ahead measured best for decode over a 1k context (1.7x).
+constexpr int kPrefetchKeys = 2;
 
 float Dot(const float* a, const float* b, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps();
@@ -32,6 +36,14 @@ float Dot(const float* a, const float* b, int64_t n) {
   float sum = avx2::HorizontalSum(_mm256_add_ps(acc0, acc1));
   for (; i < n; ++i) sum += a[i] * b[i];
   return sum;
+}
+
+// Brings the cache lines of one K or V row (n floats) towards L1.
+inline void PrefetchRow(const float* row, int64_t n) {
+  const char* p = reinterpret_cast<const char*>(row);
+  for (int64_t b = 0; b < n * static_cast<int64_t>(sizeof(float)); b += 64) {
+    _mm_prefetch(p + b, _MM_HINT_T0);
+  }
 }
 
 // acc[0:n] += sum over c < count of p[c] * rows[c][0:n], rows[c] = base + offsets[c].
@@ -109,6 +121,7 @@ void AttendGroup(const float* q, const float* k_cache, const float* v_cache,
     const int padded = (count + 7) & ~7;
     for (int c = 0; c < count; ++c) {
       const float* key = k_cache + s.key_offsets[c];
+      if (c + kPrefetchKeys < count) PrefetchRow(k_cache + s.key_offsets[c + kPrefetchKeys], hd);
       for (int h = 0; h < heads; ++h) {
         s.scores[h * kKeyChunk + c] = Dot(q + (q_begin + h) * hd, key, hd) * p.scale;
       }

@@ -105,6 +105,18 @@ inline void AccumulateGroups(const float* xv, int64_t k, const W* w, int64_t kk,
   }
 }
 
+// The kR weight rows a tile's thread streams next (rows may be null). The tiles of one
+// weight block (one per chunk of x rows) take turns pulling them into L2, a line of each
+// row every `period` steps, so DRAM streams the next block at an even rate while the
+// current one is computed from cache; without it DRAM idles during the later chunks
+// (2-8 row batches measured ~1.5x slower).
+template <typename W>
+struct NextBlock {
+  const W* rows = nullptr;
+  int phase = 0;   // this tile prefetches at steps phase, phase + period, ...
+  int period = 1;  // tiles per weight block
+};
+
 // y[i, r] (+)= x[i, k_begin:k_end] · w[r, k_begin:k_end] for kM rows of x and kR rows of
 // w (both with row stride k); xv is x as the vector loop reads it (permuted for bf16).
 // The kM*kR accumulators stay in registers, so each weight vector is loaded once and used
@@ -113,7 +125,7 @@ inline void AccumulateGroups(const float* xv, int64_t k, const W* w, int64_t kk,
 // evicted before its second half is read.
 template <typename W, int kM, int kR>
 inline void DotTile(const float* xv, const float* x, int64_t k, int64_t k_begin, int64_t k_end,
-                    const W* w, bool accumulate, float* y, int64_t ldy) {
+                    const W* w, NextBlock<W> next, bool accumulate, float* y, int64_t ldy) {
   constexpr int kLineGroups = 64 / (16 * sizeof(W));
   __m256 acc[kM][kR];
 #pragma GCC unroll 16
@@ -122,7 +134,15 @@ inline void DotTile(const float* xv, const float* x, int64_t k, int64_t k_begin,
     for (int r = 0; r < kR; ++r) acc[i][r] = _mm256_setzero_ps();
   }
   int64_t kk = k_begin;
+  int steps_to_prefetch = next.phase;
   for (; kk + 16 * kLineGroups <= k_end; kk += 16 * kLineGroups) {
+    if (next.rows != nullptr && steps_to_prefetch-- == 0) {
+      steps_to_prefetch = next.period - 1;
+#pragma GCC unroll 16
+      for (int r = 0; r < kR; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(next.rows + r * k + kk), _MM_HINT_T1);
+      }
+    }
     AccumulateGroups<W, kM, kR, kLineGroups>(xv, k, w, kk, acc);
   }
   for (; kk + 16 <= k_end; kk += 16) AccumulateGroups<W, kM, kR, 1>(xv, k, w, kk, acc);
@@ -139,11 +159,14 @@ inline void DotTile(const float* xv, const float* x, int64_t k, int64_t k_begin,
 // DotTile for a runtime number (1..kMaxM) of x rows.
 template <typename W, int kMaxM, int kR>
 inline void DotTileM(int m, const float* xv, const float* x, int64_t k, int64_t k_begin,
-                     int64_t k_end, const W* w, bool accumulate, float* y, int64_t ldy) {
+                     int64_t k_end, const W* w, NextBlock<W> next, bool accumulate, float* y,
+                     int64_t ldy) {
   if constexpr (kMaxM >= 1) {
-    if (m == kMaxM) return DotTile<W, kMaxM, kR>(xv, x, k, k_begin, k_end, w, accumulate, y, ldy);
+    if (m == kMaxM) {
+      return DotTile<W, kMaxM, kR>(xv, x, k, k_begin, k_end, w, next, accumulate, y, ldy);
+    }
     if constexpr (kMaxM > 1) {
-      return DotTileM<W, kMaxM - 1, kR>(m, xv, x, k, k_begin, k_end, w, accumulate, y, ldy);
+      return DotTileM<W, kMaxM - 1, kR>(m, xv, x, k, k_begin, k_end, w, next, accumulate, y, ldy);
     }
   }
 }
@@ -163,7 +186,7 @@ void StreamingLinear(const float* x, int64_t m, int64_t k, const W* w, int64_t n
     PermuteForBf16(x, m, k, permuted.data());
     xv = permuted.data();
   }
-  // x rows in chunks of at most kM, as even as possible (16 = 6 + 5 + 5, not 6 + 6 + 4).
+  // x rows in chunks of at most kM, as even as possible (7 = 4 + 3, 10 = 4 + 3 + 3).
   const int64_t chunks = (m + kM - 1) / kM;
   const int64_t chunk_rows = m / chunks;
   const int64_t longer_chunks = m % chunks;
@@ -189,11 +212,18 @@ void StreamingLinear(const float* x, int64_t m, int64_t k, const W* w, int64_t n
         const float* xvc = xv + i0 * k;
         float* yc = y + i0 * n + r0;
         if (rows == kR) {
-          DotTileM<W, kM, kR>(mc, xvc, xc, k, k_begin, k_end, w + r0 * k, accumulate, yc, n);
+          // Usually this thread's next block (dynamic chunks are runs of blocks); a ragged
+          // last block is not prefetched. A single x row is left to the hardware
+          // prefetchers, which keep up with it (software prefetch measured ~10% slower).
+          NextBlock<W> next;
+          if (m > 1 && r0 + 2 * kR <= n) {
+            next = {w + (r0 + kR) * k, static_cast<int>(c), static_cast<int>(chunks)};
+          }
+          DotTileM<W, kM, kR>(mc, xvc, xc, k, k_begin, k_end, w + r0 * k, next, accumulate, yc, n);
         } else {
           for (int64_t r = 0; r < rows; ++r) {
-            DotTileM<W, kM, 1>(mc, xvc, xc, k, k_begin, k_end, w + (r0 + r) * k, accumulate, yc + r,
-                               n);
+            DotTileM<W, kM, 1>(mc, xvc, xc, k, k_begin, k_end, w + (r0 + r) * k, NextBlock<W>{},
+                               accumulate, yc + r, n);
           }
         }
       }
@@ -201,14 +231,14 @@ void StreamingLinear(const float* x, int64_t m, int64_t k, const W* w, int64_t n
   }
 }
 
-// Tile shapes (x rows x weight rows): one x row needs many weight rows in flight to hide
-// FMA latency; for batches, tall thin tiles measured fastest (6x2: 12 accumulators, and
-// the weights are converted once per 6 rows of x).
+// Tile shapes (x rows x weight rows), as measured with weights streamed from DRAM: one x
+// row needs many weight rows in flight; batches share each weight vector among 4 x rows
+// (12 accumulators), beating 2x4 and 6x2 for 3-8 rows and tying at 12-16.
 template <typename W>
 void StreamingLinearAnyM(const float* x, int64_t m, int64_t k, const void* w, int64_t n, float* y) {
   const W* wt = static_cast<const W*>(w);
   if (m == 1) return StreamingLinear<W, 1, 8>(x, m, k, wt, n, y);
-  return StreamingLinear<W, 6, 2>(x, m, k, wt, n, y);
+  return StreamingLinear<W, 4, 3>(x, m, k, wt, n, y);
 }
 
 template <typename W>
@@ -219,9 +249,11 @@ void ConvertToF32(const W* src, int64_t count, float* dst) {
 }
 
 // OpenBLAS runs single-threaded and is called from inside our OpenMP team, one weight panel
-// per call. Letting OpenBLAS thread instead would put a second pool of threads on the same
-// cores: its workers spin (sched_yield) for a long while after each call and slow down the
-// OpenMP kernels that follow, and calling threaded OpenBLAS from an OpenMP region is unsafe.
+// per call; this measured as fast as OpenBLAS's own threading (kernels_bench). Letting
+// OpenBLAS thread instead would put a second pool of threads on the same cores: its pthread
+// workers spin (sched_yield) for a while after each call and slow down the OpenMP kernels
+// that follow, and its pthread build must not be entered by several threads at once unless
+// it is single-threaded. Note this is process-wide: other BLAS callers get one thread too.
 void MakeBlasSingleThreaded() {
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 }
