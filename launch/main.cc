@@ -90,6 +90,21 @@ int Fail(const std::string& msg) {
   return 2;
 }
 
+// The engine flags shared by `generate` and `serve`; returns an exit code (0 = ok).
+int EngineOptionsFromFlags(tpserve::EngineOptions& e) {
+  e.model = absl::GetFlag(FLAGS_model);
+  e.load_format = absl::GetFlag(FLAGS_load_format);
+  e.dtype = absl::GetFlag(FLAGS_dtype);
+  e.threads = absl::GetFlag(FLAGS_threads);
+  e.max_model_len = absl::GetFlag(FLAGS_max_model_len);
+  e.block_size = absl::GetFlag(FLAGS_block_size);
+  e.dummy_seed = absl::GetFlag(FLAGS_seed);
+  auto kv = tpserve::ParseByteSize(absl::GetFlag(FLAGS_kv_cache_memory));
+  if (!kv.ok()) return Fail("--kv-cache-memory: " + std::string(kv.status().message()));
+  e.kv_cache_bytes = *kv;
+  return 0;
+}
+
 int RunClientFromFlags() {
 #if TPSERVE_HAVE_SERVING
   tpserve::ClientCommandOptions o;
@@ -129,19 +144,7 @@ int main(int argc, char** argv) {
     code = 2;
   } else if (std::string(args[1]) == "generate") {
     tpserve::GenerateCommandOptions o;
-    o.engine.model = absl::GetFlag(FLAGS_model);
-    o.engine.load_format = absl::GetFlag(FLAGS_load_format);
-    o.engine.dtype = absl::GetFlag(FLAGS_dtype);
-    o.engine.threads = absl::GetFlag(FLAGS_threads);
-    o.engine.max_model_len = absl::GetFlag(FLAGS_max_model_len);
-    o.engine.block_size = absl::GetFlag(FLAGS_block_size);
-    o.engine.dummy_seed = absl::GetFlag(FLAGS_seed);
-    auto kv = tpserve::ParseByteSize(absl::GetFlag(FLAGS_kv_cache_memory));
-    if (!kv.ok()) {
-      code = Fail("--kv-cache-memory: " + std::string(kv.status().message()));
-    } else {
-      o.engine.kv_cache_bytes = *kv;
-    }
+    code = EngineOptionsFromFlags(o.engine);
     o.tensor_parallel_size = absl::GetFlag(FLAGS_tensor_parallel_size);
     o.prompt = absl::GetFlag(FLAGS_prompt);
     o.tokenizer = absl::GetFlag(FLAGS_tokenizer);
@@ -165,19 +168,7 @@ int main(int argc, char** argv) {
   } else if (std::string(args[1]) == "serve") {
 #if TPSERVE_HAVE_SERVING
     tpserve::ServeCommandOptions o;
-    o.engine.model = absl::GetFlag(FLAGS_model);
-    o.engine.load_format = absl::GetFlag(FLAGS_load_format);
-    o.engine.dtype = absl::GetFlag(FLAGS_dtype);
-    o.engine.threads = absl::GetFlag(FLAGS_threads);
-    o.engine.max_model_len = absl::GetFlag(FLAGS_max_model_len);
-    o.engine.block_size = absl::GetFlag(FLAGS_block_size);
-    o.engine.dummy_seed = absl::GetFlag(FLAGS_seed);
-    auto kv = tpserve::ParseByteSize(absl::GetFlag(FLAGS_kv_cache_memory));
-    if (!kv.ok()) {
-      code = Fail("--kv-cache-memory: " + std::string(kv.status().message()));
-    } else {
-      o.engine.kv_cache_bytes = *kv;
-    }
+    code = EngineOptionsFromFlags(o.engine);
     o.tensor_parallel_size = absl::GetFlag(FLAGS_tensor_parallel_size);
     o.tokenizer = absl::GetFlag(FLAGS_tokenizer);
     o.host = absl::GetFlag(FLAGS_host);
