@@ -151,6 +151,12 @@ double BlockManager::usage(int32_t group) const {
   return 1.0 - static_cast<double>(p.num_free()) / p.num_blocks();
 }
 
+int64_t BlockManager::NumLiveTokens(int32_t group, const Sequence& seq) const {
+  const int32_t w = config_.windows[group];
+  const int64_t computed = seq.num_computed_tokens();
+  return w == 0 ? computed : std::min<int64_t>(computed, w - 1);
+}
+
 int32_t BlockManager::FirstNeededBlock(int32_t group, int64_t pos) const {
   const int32_t w = config_.windows[group];
   if (w == 0) return 0;
@@ -162,8 +168,7 @@ absl::Status BlockManager::CheckFitsAlone(int64_t num_kv_tokens) const {
   for (int32_t g = 0; g < num_groups(); ++g) {
     int64_t need = (num_kv_tokens + bs - 1) / bs;
     const int32_t w = config_.windows[g];
-    // A sliding group holds the blocks under one query's window, plus the one it writes.
-    if (w > 0) need = std::min<int64_t>(need, (w - 1) / bs + 2);
+    if (w > 0) need = std::min<int64_t>(need, SlidingWindowBlocksPerSequence(w, bs));
     if (need > pools_[g].num_blocks()) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the request needs ", need, " KV cache blocks of ", bs, " tokens in KV group ", g,

@@ -69,6 +69,13 @@ class BlockPool {
   int64_t num_evictions_ = 0;
 };
 
+// Blocks a sequence holds at most in a sliding group of window `window` (> 0) while it
+// decodes: those under its query's window plus the one the new token is written to.
+// A prefill chunk of n tokens holds up to about n / block_size more.
+inline int64_t SlidingWindowBlocksPerSequence(int32_t window, int32_t block_size) {
+  return (window - 1) / block_size + 2;
+}
+
 struct BlockManagerConfig {
   std::vector<int64_t> num_blocks;  // per KV group (Model::num_kv_blocks())
   std::vector<int32_t> windows;     // per KV group, ModelConfig::kv_group_windows; 0 = full
@@ -90,6 +97,10 @@ class BlockManager {
   const BlockManagerConfig& config() const { return config_; }
   const BlockPool& pool(int32_t group) const { return pools_[group]; }
   double usage(int32_t group) const;  // fraction of the group's blocks referenced
+  int32_t num_used(int32_t group) const { return pools_[group].num_blocks() - pools_[group].num_free(); }
+  // Tokens of `seq` whose k/v group `group` must keep for the sequence's next query: all
+  // computed tokens in a full group, at most window - 1 of them in a sliding group.
+  int64_t NumLiveTokens(int32_t group, const Sequence& seq) const;
 
   // OK when a sequence computing KV for `num_kv_tokens` tokens could get its blocks with
   // the cache to itself; else ResourceExhausted saying what to change.

@@ -30,7 +30,13 @@ struct ModelInfo {
   int32_t block_size = 16;
   std::vector<int64_t> kv_blocks;  // per KV cache group
   std::string weights;             // source description
-  std::string engine_version;
+  std::string engine_version;     // version and git hash
+  std::string device;             // rank 0's device, e.g. "NVIDIA H200" or "CPU: <model>"
+  int32_t device_count = 0;       // GPUs across all ranks; 0 on the CPU backend
+  std::string driver_version = "none";
+  std::string cuda_version = "none";
+  int32_t max_num_seqs = 0;
+  int32_t max_num_batched_tokens = 0;
 };
 
 struct EngineStats {
@@ -46,7 +52,9 @@ struct EngineStats {
   // Per-step time split, cumulative milliseconds since start.
   double compute_ms = 0;     // forward pass excluding all-reduce
   double allreduce_ms = 0;
-  double scheduling_ms = 0;  // scheduling, plan building, sampling, detokenizing
+  // Everything else the coordinator thread does while requests are active: admission,
+  // scheduling, plan building and broadcast, sampling, detokenizing, stop checks, streaming.
+  double scheduling_ms = 0;
 };
 
 class EngineApi {

@@ -3,6 +3,8 @@
 
 #include <vector>
 
+#include "coordinator/process_info.h"
+
 namespace tpserve {
 namespace {
 
@@ -60,8 +62,14 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
   Counter* compute_s = &registry_.AddCounter(kStepTime, kStepTimeHelp, {{"phase", "compute"}});
   Counter* allreduce_s = &registry_.AddCounter(kStepTime, kStepTimeHelp, {{"phase", "allreduce"}});
   Counter* scheduling_s = &registry_.AddCounter(kStepTime, kStepTimeHelp, {{"phase", "scheduling"}});
+  Gauge* rss = &registry_.AddGauge("process_resident_memory_bytes", "Resident memory of rank 0's process.");
+  Gauge* peak_rss = &registry_.AddGauge("tpserve_process_peak_resident_memory_bytes",
+                                        "Peak resident memory of rank 0's process since start.");
   registry_.AddCollector([&engine, running, waiting, kv_usage, prefix_hit_rate, preemptions, prompt_tokens,
-                          generation_tokens, steps, compute_s, allreduce_s, scheduling_s] {
+                          generation_tokens, steps, compute_s, allreduce_s, scheduling_s, rss, peak_rss] {
+    const ProcessMemory memory = ReadProcessMemory();
+    rss->Set(static_cast<double>(memory.rss_bytes));
+    peak_rss->Set(static_cast<double>(memory.peak_rss_bytes));
     const EngineStats s = engine.Stats();
     running->Set(s.running);
     waiting->Set(s.waiting);

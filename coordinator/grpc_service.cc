@@ -8,6 +8,7 @@
 #include "coordinator/api_error.h"
 #include "coordinator/grpc_generate_reactor.h"
 #include "coordinator/grpc_status.h"
+#include "coordinator/process_info.h"
 
 namespace tpserve {
 namespace {
@@ -103,6 +104,12 @@ grpc::ServerUnaryReactor* TpServeService::ModelInfo(grpc::CallbackServerContext*
   for (int64_t blocks : info.kv_blocks) response->add_kv_blocks(blocks);
   response->set_weights(info.weights);
   response->set_engine_version(info.engine_version);
+  response->set_device(info.device);
+  response->set_device_count(info.device_count);
+  response->set_driver_version(info.driver_version);
+  response->set_cuda_version(info.cuda_version);
+  response->set_max_num_seqs(info.max_num_seqs);
+  response->set_max_num_batched_tokens(info.max_num_batched_tokens);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -122,6 +129,9 @@ grpc::ServerUnaryReactor* TpServeService::Stats(grpc::CallbackServerContext* con
   response->mutable_step_time()->set_compute_ms(s.compute_ms);
   response->mutable_step_time()->set_allreduce_ms(s.allreduce_ms);
   response->mutable_step_time()->set_scheduling_ms(s.scheduling_ms);
+  const ProcessMemory memory = ReadProcessMemory();
+  response->set_rss_bytes(memory.rss_bytes);
+  response->set_peak_rss_bytes(memory.peak_rss_bytes);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

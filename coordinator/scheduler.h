@@ -71,6 +71,11 @@ struct SchedulerStats {
   int32_t num_running = 0;
   int32_t num_waiting = 0;
   std::vector<double> kv_usage;   // per KV group, fraction of blocks in use
+  // Per KV group, between steps: blocks referenced, and the tokens that running sequences
+  // still need from them (BlockManager::NumLiveTokens). 1 - live / (used * block_size) is
+  // the paged cache's waste.
+  std::vector<int64_t> kv_blocks_used;
+  std::vector<int64_t> kv_live_tokens;
   int64_t num_preemptions = 0;    // since start
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;

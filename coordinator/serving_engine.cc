@@ -190,8 +190,10 @@ void ServingEngine::FailAll(const std::string& error) {
   active_.clear();
 }
 
-void ServingEngine::Step() {
-  const absl::Time t0 = absl::Now();
+// `t0`: when this loop iteration began (before admission); all of the iteration but the
+// forward pass counts as coordinator time.
+void ServingEngine::Step(absl::Time t0) {
+  const absl::Time scheduled_at = absl::Now();
   ScheduleDecision decision = scheduler_->Schedule();
   for (const auto& r : decision.rejected) {
     auto it = active_.find(r.request_id);
@@ -205,13 +207,14 @@ void ServingEngine::Step() {
   }
   for (const auto& s : decision.scheduled) {
     auto it = active_.find(s.seq->request_id());
-    if (it != active_.end() && it->second->first_scheduled == absl::InfinitePast()) it->second->first_scheduled = t0;
+    if (it != active_.end() && it->second->first_scheduled == absl::InfinitePast()) {
+      it->second->first_scheduled = scheduled_at;
+    }
   }
   StepPlan plan = scheduler_->BuildStepPlan(decision);
-  const double plan_ms = MsSince(t0);
   StepTimes times;
   auto logits = executor_.Execute(plan, &times);
-  const absl::Time t1 = absl::Now();
+  const double forward_ms = times.total_us / 1000.0;
   if (!logits.ok()) {
     FailAll(absl::StrCat("the model step failed: ", logits.status().message()));
     scheduler_ = std::make_unique<Scheduler>(config_.scheduler);
@@ -290,7 +293,19 @@ void ServingEngine::Step() {
       a.stream->Push(std::move(e));
     }
   }
-  scheduling_ms_ += plan_ms + MsSince(t1);
+  // The plan's validation, serialization and broadcast (inside Execute) count here too.
+  const double coordinator_ms = MsSince(t0) - forward_ms;
+  scheduling_ms_ += coordinator_ms;
+  if (config_.on_step) {
+    EngineStepStats st;
+    st.num_seqs = static_cast<int32_t>(decision.scheduled.size());
+    st.num_tokens = decision.num_batched_tokens;
+    st.forward_ms = forward_ms;
+    st.allreduce_ms = times.allreduce_us / 1000.0;
+    st.coordinator_ms = coordinator_ms;
+    st.scheduler = scheduler_->stats();
+    config_.on_step(st);
+  }
 }
 
 void ServingEngine::PublishStats() {
@@ -314,6 +329,7 @@ void ServingEngine::PublishStats() {
 
 void ServingEngine::Run() {
   while (true) {
+    const absl::Time iteration_start = absl::Now();
     AdmitNew();
     HandleCancellations();
     PublishStats();
@@ -323,7 +339,7 @@ void ServingEngine::Run() {
       cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return !inbox_.empty() || draining_.load(); });
       continue;
     }
-    Step();
+    Step(iteration_start);
   }
   PublishStats();
 }

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,11 +25,27 @@
 
 namespace tpserve {
 
+// One engine step, as ServingConfig::on_step reports it.
+struct EngineStepStats {
+  int32_t num_seqs = 0;    // sequences in the step
+  int32_t num_tokens = 0;  // tokens in the step: one per decode, plus prefill chunks
+  // The loop iteration's wall time split in two: the forward pass on rank 0 (all-reduce
+  // included), and everything else the coordinator thread did (admission, cancellations,
+  // scheduling, plan building and broadcast, sampling, detokenizing, stop checks, streaming).
+  double forward_ms = 0;
+  double allreduce_ms = 0;
+  double coordinator_ms = 0;
+  SchedulerStats scheduler;  // after the step: running, waiting, KV blocks and live tokens per group
+};
+
 struct ServingConfig {
   SchedulerConfig scheduler;  // limits, block size, prefix caching, KV pools
   int32_t max_queue = 1024;   // requests waiting (not yet running) at most; more: RESOURCE_EXHAUSTED
   int64_t vocab_size = 0;
   std::vector<int32_t> eos_token_ids;  // the model's (generation_config.json)
+  // Called on the engine thread after every step that ran (benchmarks); not counted in
+  // the step's times. Must not call back into the engine.
+  std::function<void(const EngineStepStats&)> on_step;
 };
 
 class ServingEngine : public EngineApi {
@@ -52,7 +69,7 @@ class ServingEngine : public EngineApi {
   struct Active;
   void AdmitNew();
   void HandleCancellations();
-  void Step();
+  void Step(absl::Time iteration_start);
   void Finish(Active& a, FinishReason reason, const std::string& error, std::vector<int32_t> tokens,
               std::string text, std::vector<TokenLogprob> logprobs);
   void FailAll(const std::string& error);

@@ -9,6 +9,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/kv_split.h"
 
 namespace tpserve {
 
@@ -54,9 +55,10 @@ absl::StatusOr<ModelConfig> ResolveModelConfig(const EngineOptions& o) {
 
 namespace {
 
-absl::StatusOr<Engine> StartLocal(const EngineOptions& o, const WorldConfig& world, Communicator& comm) {
+absl::StatusOr<Engine> StartLocal(absl::StatusOr<ModelConfig> config, const EngineOptions& o,
+                                  const WorldConfig& world, Communicator& comm) {
   Engine e;
-  TP_ASSIGN_OR_RETURN(e.config, ResolveModelConfig(o));
+  TP_ASSIGN_OR_RETURN(e.config, std::move(config));
   if (o.max_model_len > 0) {
     if (o.max_model_len > e.config.max_position_embeddings) {
       return absl::InvalidArgumentError(absl::StrCat("--max-model-len ", o.max_model_len, " exceeds the model's ",
@@ -90,30 +92,57 @@ absl::StatusOr<Engine> StartLocal(const EngineOptions& o, const WorldConfig& wor
   return e;
 }
 
-}  // namespace
+// Blocks per KV group from this rank's budget (kv_split.h has the rule).
+std::vector<int64_t> LocalKvBlocks(const EngineOptions& o, const Engine& e) {
+  const std::vector<int64_t> per_block = e.model->KvBytesPerBlock();
+  if (!o.split_kv_by_need) {
+    int64_t sum = 0;
+    for (int64_t b : per_block) sum += b;
+    return std::vector<int64_t>(per_block.size(), o.kv_cache_bytes / std::max<int64_t>(sum, 1));
+  }
+  KvSplitInputs in;
+  in.budget_bytes = o.kv_cache_bytes;
+  in.bytes_per_block = per_block;
+  in.windows = e.config.kv_group_windows;
+  in.block_size = e.model->block_size();
+  in.max_model_len = e.config.max_position_embeddings;
+  in.max_num_batched_tokens = o.max_num_batched_tokens;
+  return SplitKvBlocks(in);
+}
 
-absl::StatusOr<Engine> StartEngine(const EngineOptions& o, const WorldConfig& world, Communicator& comm) {
+absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const EngineOptions& o,
+                                 const WorldConfig& world, Communicator& comm) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto local = StartLocal(o, world, comm);
+  auto local = StartLocal(std::move(config), o, world, comm);
   TP_RETURN_IF_ERROR(comm.AgreeOnStatus(local.status()));
   Engine e = std::move(local).value();
-  // KV cache: every group gets the same number of blocks; the smallest budget across
-  // ranks wins.
-  int64_t per_block = 0;
-  for (int64_t b : e.model->KvBytesPerBlock()) per_block += b;
-  const int64_t my_blocks = o.kv_cache_bytes / std::max<int64_t>(per_block, 1);
-  const int64_t blocks = comm.AllReduceMin(my_blocks);
+  // Each group takes the smallest count across ranks, so no rank exceeds its budget.
+  std::vector<int64_t> blocks = LocalKvBlocks(o, e);
   absl::Status kv = absl::OkStatus();
-  if (blocks < 1) {
-    kv = absl::ResourceExhaustedError(absl::StrCat("the KV cache budget (", o.kv_cache_bytes,
-                                                   " bytes per rank) holds no block of ", per_block,
-                                                   " bytes; raise --kv-cache-memory"));
-  } else {
-    kv = e.model->AllocateKvCache(blocks);
+  for (size_t g = 0; g < blocks.size(); ++g) {
+    blocks[g] = comm.AllReduceMin(blocks[g]);
+    if (blocks[g] < 1 && kv.ok()) {
+      kv = absl::ResourceExhaustedError(absl::StrCat(
+          "the KV cache budget (", o.kv_cache_bytes, " bytes per rank) leaves KV group ", g, " (window ",
+          e.config.kv_group_windows[g], ") no block of ", e.model->KvBytesPerBlock()[g],
+          " bytes; raise --kv-cache-memory"));
+    }
   }
+  if (kv.ok()) kv = e.model->AllocateKvCache(blocks);
   TP_RETURN_IF_ERROR(comm.AgreeOnStatus(kv));
   e.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return e;
+}
+
+}  // namespace
+
+absl::StatusOr<Engine> StartEngine(const EngineOptions& o, const WorldConfig& world, Communicator& comm) {
+  return StartWith(ResolveModelConfig(o), o, world, comm);
+}
+
+absl::StatusOr<Engine> StartEngine(const ModelConfig& config, const EngineOptions& o, const WorldConfig& world,
+                                   Communicator& comm) {
+  return StartWith(config, o, world, comm);
 }
 
 }  // namespace tpserve

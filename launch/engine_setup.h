@@ -25,6 +25,12 @@ struct EngineOptions {
   int64_t kv_cache_bytes = int64_t{1} << 30;  // per rank
   int64_t max_model_len = 0;         // 0 = the model's max_position_embeddings
   int32_t block_size = 16;
+  int32_t max_num_batched_tokens = 2048;  // the scheduler's tokens per step (sizes sliding KV groups)
+  // true: the KV budget is split between KV groups by what max-length sequences need
+  // (SplitKvBlocks; the serving scheduler frees blocks that left a sliding window).
+  // false: every group gets the same number of blocks, as the offline Generator needs
+  // (it gives all groups one block layout).
+  bool split_kv_by_need = true;
   uint64_t dummy_seed = 0;
 };
 
@@ -43,6 +49,9 @@ absl::StatusOr<ModelConfig> ResolveModelConfig(const EngineOptions& options);
 // Loads the engine on this rank. Collective: every rank must call it; all ranks return the
 // same error when any rank fails.
 absl::StatusOr<Engine> StartEngine(const EngineOptions& options, const WorldConfig& world, Communicator& comm);
+// The same for a config resolved (and perhaps adjusted, as benchmarks do) by the caller.
+absl::StatusOr<Engine> StartEngine(const ModelConfig& config, const EngineOptions& options, const WorldConfig& world,
+                                   Communicator& comm);
 
 // Parses "1073741824", "512MiB", "2GiB", "1.5GB", "64K".
 absl::StatusOr<int64_t> ParseByteSize(const std::string& text);

@@ -121,7 +121,9 @@ absl::Status Coordinate(const GenerateCommandOptions& o, Engine& engine, Communi
 }
 
 int RunRank(const GenerateCommandOptions& o, const WorldConfig& world, Communicator& comm) {
-  auto engine = StartEngine(o.engine, world, comm);
+  EngineOptions eo = o.engine;
+  eo.split_kv_by_need = false;  // the Generator gives every KV group the same block layout
+  auto engine = StartEngine(eo, world, comm);
   if (!engine.ok()) {
     if (comm.rank() == 0 || !absl::StartsWith(engine.status().message(), "rank ")) {
       std::fprintf(stderr, "tpserve: error (rank %d): %s\n", comm.rank(), std::string(engine.status().message()).c_str());

@@ -98,6 +98,7 @@ int EngineOptionsFromFlags(tpserve::EngineOptions& e) {
   e.threads = absl::GetFlag(FLAGS_threads);
   e.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   e.block_size = absl::GetFlag(FLAGS_block_size);
+  e.max_num_batched_tokens = static_cast<int32_t>(absl::GetFlag(FLAGS_max_num_batched_tokens));
   e.dummy_seed = absl::GetFlag(FLAGS_seed);
   auto kv = tpserve::ParseByteSize(absl::GetFlag(FLAGS_kv_cache_memory));
   if (!kv.ok()) return Fail("--kv-cache-memory: " + std::string(kv.status().message()));

@@ -11,10 +11,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "coordinator/chat_template_loader.h"
 #include "coordinator/frontend_metrics.h"
 #include "coordinator/grpc_server.h"
 #include "coordinator/http_server.h"
+#include "coordinator/process_info.h"
 #include "coordinator/serving_engine.h"
 #include "coordinator/tokenizer.h"
 #include "worker/worker_loop.h"
@@ -167,7 +169,11 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   info.block_size = engine->model->block_size();
   info.kv_blocks = engine->model->num_kv_blocks();
   info.weights = engine->weights_description;
-  info.engine_version = "tpserve 0.1.0";
+  info.engine_version = absl::StrCat("tpserve ", EngineVersion());
+  info.device = CpuDeviceName();  // the serving engine runs the CPU backend
+  info.device_count = 0;
+  info.max_num_seqs = o.max_num_seqs;
+  info.max_num_batched_tokens = o.max_num_batched_tokens;
 
   ServingConfig sc;
   sc.scheduler.max_num_seqs = o.max_num_seqs;
@@ -197,7 +203,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   deferred.Set(&serving);
   Log(world, absl::StrCat("ready: ", info.architecture, " ", names[0], ", tp=", comm.size(), " (", comm.name(),
                           "), load ", engine->load_seconds, " s, KV blocks per group ",
-                          info.kv_blocks.empty() ? 0 : info.kv_blocks[0]));
+                          absl::StrJoin(info.kv_blocks, "/")));
   if (signals.received.load() > 0) serving.Shutdown(absl::Seconds(o.shutdown_timeout_s));
   serving.Run();  // returns after a drain
   signals.engine.store(nullptr);

@@ -48,6 +48,8 @@ class FakeEngine : public EngineApi {
     info_.kv_blocks = {100, 50};
     info_.weights = "dummy";
     info_.engine_version = "test";
+    info_.device = "CPU: fake";
+    info_.max_num_seqs = 7;
     thread_ = std::thread([this] { Loop(); });
   }
 

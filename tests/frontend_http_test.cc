@@ -296,6 +296,8 @@ TEST_F(FrontendTest, MetricsAreValidPrometheusText) {
   EXPECT_EQ(value("tpserve_generation_tokens_total"), 10);
   EXPECT_EQ(value("tpserve_requests_finished_total", "finished_reason=\"length\""), 2);
   EXPECT_EQ(value("tpserve_step_time_seconds_total", "phase=\"allreduce\""), 0.002);
+  EXPECT_GT(value("process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GE(value("tpserve_process_peak_resident_memory_bytes"), value("process_resident_memory_bytes"));
   for (const char* h : {"tpserve_time_to_first_token_seconds", "tpserve_e2e_request_latency_seconds",
                         "tpserve_request_queue_time_seconds"}) {
     EXPECT_EQ(value(absl::StrCat(h, "_count")), 2) << h;

@@ -184,6 +184,10 @@ TEST_F(FrontendTest, GrpcModelInfoAndStats) {
   EXPECT_EQ(info.ranks(1).host(), "node-b");
   EXPECT_EQ(info.max_model_len(), 256);
   EXPECT_THAT(info.kv_blocks(), ::testing::ElementsAre(100, 50));
+  EXPECT_EQ(info.device(), "CPU: fake");
+  EXPECT_EQ(info.device_count(), 0);
+  EXPECT_EQ(info.driver_version(), "none");
+  EXPECT_EQ(info.max_num_seqs(), 7);
 
   grpc::ClientContext c2;
   info_request.set_model("other");
@@ -196,6 +200,9 @@ TEST_F(FrontendTest, GrpcModelInfoAndStats) {
   EXPECT_DOUBLE_EQ(stats.kv_usage(), 0.25);
   EXPECT_DOUBLE_EQ(stats.prefix_cache_hit_rate(), 0.5);
   EXPECT_DOUBLE_EQ(stats.step_time().allreduce_ms(), 2);
+  // This test process's own memory, read from /proc.
+  EXPECT_GT(stats.rss_bytes(), 1 << 20);
+  EXPECT_GE(stats.peak_rss_bytes(), stats.rss_bytes());
 
   std::vector<v1::GenerateResponse> responses;
   v1::GenerateRequest to_b = TextRequest("Hi", 1);

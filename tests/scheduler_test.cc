@@ -1,6 +1,6 @@
 // Scheduler tests: token budget, chunked prefill, decode priority, preemption, abort,
-// admission errors, stop conditions, prefix reuse. Pure CPU, milliseconds. The randomized
-// invariant test is tests/scheduler_random_test.cc.
+// admission errors, stop conditions, prefix reuse, KV occupancy stats. Pure CPU,
+// milliseconds. The randomized invariant test is tests/scheduler_random_test.cc.
 #include "coordinator/scheduler.h"
 
 #include <algorithm>
@@ -340,6 +340,23 @@ TEST(SchedulerTest, HybridModelFreesSlidingBlocksAsItDecodes) {
   std::map<std::string, Finished> out = RunToCompletion(s);
   EXPECT_EQ(out["a"].tokens, ReferenceOutput(Prompt(10, 1), 100));
   EXPECT_EQ(s.stats().num_preemptions, 0);
+}
+
+TEST(SchedulerTest, StatsCountBlocksUsedAndLiveTokensPerGroup) {
+  // Group 0 full attention, group 1 window 8; blocks of 4 tokens.
+  Scheduler s(Config({16, 16}, {0, 8}, /*budget=*/64));
+  ASSERT_TRUE(s.AddRequest(Req("a", Prompt(10, 1), 8)).ok());
+  ASSERT_TRUE(s.AddRequest(Req("b", Prompt(5, 100), 2)).ok());
+  Step(s);  // both prompts: a has 10 tokens of KV (3 blocks), b 5 (2 blocks)
+  SchedulerStats st = s.stats();
+  EXPECT_EQ(st.kv_blocks_used, (std::vector<int64_t>{5, 5}));
+  // The next query reads at most window - 1 = 7 cached tokens of a sequence.
+  EXPECT_EQ(st.kv_live_tokens, (std::vector<int64_t>{15, 7 + 5}));
+  Step(s);  // a's 11th token: its sliding block 0 left the window; b finished (max_tokens)
+  st = s.stats();
+  EXPECT_EQ(st.num_running, 1);
+  EXPECT_EQ(st.kv_blocks_used, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(st.kv_live_tokens, (std::vector<int64_t>{11, 7}));
 }
 
 }  // namespace

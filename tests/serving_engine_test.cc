@@ -1,7 +1,8 @@
 // The serving engine on a real model (the gemma4_text fixture at TP 2, ranks as threads):
 // concurrent requests give the same greedy tokens as offline generation (batching must
 // not change results), cancellation frees blocks, a tiny KV cache forces preemption and
-// every request still completes correctly, bad requests are clear errors, drain works.
+// every request still completes correctly, bad requests are clear errors, drain works,
+// per-step stats report KV occupancy and the time split.
 #include "coordinator/serving_engine.h"
 
 #include <thread>
@@ -50,7 +51,8 @@ std::vector<int32_t> Prompt(int i, int len) {
 // engine loop runs on its own thread; `offline` generates greedily without the engine.
 void WithEngine(int64_t kv_blocks, int32_t max_num_seqs, int32_t max_queue,
                 const std::function<void(ServingEngine&, const std::function<std::vector<int32_t>(
-                                                               const std::vector<int32_t>&, int)>&)>& body) {
+                                                               const std::vector<int32_t>&, int)>&)>& body,
+                std::function<void(const EngineStepStats&)> on_step = nullptr) {
   auto tok = Tokenizer::FromFile(std::string(TPSERVE_FIXTURES) + "/tokenizers/gemma/tokenizer.json");
   ASSERT_TRUE(tok.ok()) << tok.status();
   testing::RunThreads(kTp, [&](Communicator& comm) {
@@ -77,6 +79,7 @@ void WithEngine(int64_t kv_blocks, int32_t max_num_seqs, int32_t max_queue,
     sc.scheduler.kv_group_windows = config->kv_group_windows;
     sc.max_queue = max_queue;
     sc.vocab_size = config->vocab_size;
+    sc.on_step = on_step;
     ModelInfo info;
     info.served_model_name = "tiny";
     ServingEngine engine(exec, **tok, sc, info);
@@ -218,6 +221,49 @@ TEST(ServingEngine, SeededSamplingIsReproducibleAndStopStringsEndOutput) {
       EXPECT_EQ(c.text, g.text.substr(0, 2));
     }
   });
+}
+
+TEST(ServingEngine, StepStatsReportKvOccupancyAndTimes) {
+  std::vector<EngineStepStats> steps;  // written on the engine thread, read after it ended
+  auto config = LoadModelConfig(testing::FixtureDir("gemma4_text"));
+  ASSERT_TRUE(config.ok());
+  const std::vector<int32_t> windows = config->kv_group_windows;  // one full, one sliding
+  WithEngine(
+      /*kv_blocks=*/64, /*max_num_seqs=*/4, /*max_queue=*/100,
+      [&](ServingEngine& engine, auto&) {
+        auto s = engine.Submit(Greedy("a", Prompt(1, 20), 5));
+        ASSERT_TRUE(s.ok());
+        EXPECT_EQ(Drain(**s).finish, FinishReason::kLength);
+      },
+      [&](const EngineStepStats& st) { steps.push_back(st); });
+  // One prefill step (20 tokens, within the 64-token budget), then 4 decodes; the 5th
+  // token finishes the request and frees its blocks.
+  ASSERT_EQ(steps.size(), 5u);
+  ASSERT_EQ(windows.size(), 2u);
+  for (int k = 0; k < 5; ++k) {
+    const EngineStepStats& st = steps[k];
+    EXPECT_EQ(st.num_seqs, 1);
+    EXPECT_EQ(st.num_tokens, k == 0 ? 20 : 1);
+    EXPECT_GT(st.forward_ms, 0);
+    EXPECT_GT(st.coordinator_ms, 0);
+    EXPECT_GE(st.allreduce_ms, 0);
+    EXPECT_LE(st.allreduce_ms, st.forward_ms);
+    const int64_t computed = 20 + k;  // tokens with KV after the step
+    for (int g = 0; g < 2; ++g) {
+      const int32_t w = windows[g];
+      if (k == 4) {
+        EXPECT_EQ(st.scheduler.num_running, 0);
+        EXPECT_EQ(st.scheduler.kv_blocks_used[g], 0);
+        EXPECT_EQ(st.scheduler.kv_live_tokens[g], 0);
+        continue;
+      }
+      EXPECT_EQ(st.scheduler.num_running, 1);
+      // Blocks of 16 tokens: [first block under the next query's window, last written].
+      const int64_t first = w == 0 ? 0 : std::max<int64_t>(0, computed - w + 1) / 16;
+      EXPECT_EQ(st.scheduler.kv_blocks_used[g], (computed + 15) / 16 - first) << "step " << k << " group " << g;
+      EXPECT_EQ(st.scheduler.kv_live_tokens[g], w == 0 ? computed : std::min<int64_t>(computed, w - 1));
+    }
+  }
 }
 
 }  // namespace
