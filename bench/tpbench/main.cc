@@ -1,0 +1,337 @@
+// tpbench: the serving benchmark client.
+//   tpbench run --target grpc://localhost:50051 --concurrency 1,2,4,8,16 --out results/run1
+//   tpbench run --target http://localhost:8000/v1 --api chat --request-rate 1,2,4 --out ...
+//   tpbench report results/run1 results/run2 --out results/report
+// Method and metric definitions: docs/bench.md. Tested by tests/tpbench_test.sh.
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "bench/tpbench/grpc_target.h"
+#include "bench/tpbench/metrics.h"
+#include "bench/tpbench/openai_target.h"
+#include "bench/tpbench/record.h"
+#include "bench/tpbench/report.h"
+#include "bench/tpbench/runner.h"
+#include "bench/tpbench/workload.h"
+#include "coordinator/process_info.h"
+#include "coordinator/tokenizer.h"
+
+// Target.
+ABSL_FLAG(std::string, target, "", "grpc://HOST:PORT (tpserve) or an OpenAI-compatible base URL, http(s)://HOST[:PORT]/v1");
+ABSL_FLAG(std::string, api, "completions", "completions (prompt text or token ids) or chat (one user message)");
+ABSL_FLAG(std::string, model, "", "Model name sent in each request (empty: the server's default)");
+ABSL_FLAG(std::string, api_key_env, "", "Name of the environment variable holding the API key (e.g. GROQ_API_KEY)");
+// Workload.
+ABSL_FLAG(std::string, dataset, "random", "random, jsonl or sharegpt");
+ABSL_FLAG(std::string, dataset_path, "", "The jsonl or sharegpt file");
+ABSL_FLAG(int, num_prompts, 200, "Prompts prepared (cycled through)");
+ABSL_FLAG(int, input_len, 128, "random: prompt tokens");
+ABSL_FLAG(int, output_len, 128, "random: output tokens (max_tokens); jsonl: the default");
+ABSL_FLAG(double, range_ratio, 0.0, "random: lengths drawn from [len*(1-r), len*(1+r)]");
+ABSL_FLAG(int, fixed_output_len, 0, "jsonl/sharegpt: override every request's output length");
+ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json: exact random prompts as token ids, and token counts of files");
+ABSL_FLAG(bool, ignore_eos, false, "Ask the server to ignore EOS so output lengths are exact (tpserve, vLLM)");
+ABSL_FLAG(double, temperature, 0.0, "Sampling temperature sent with each request; negative: the server's default");
+// Load.
+ABSL_FLAG(std::string, concurrency, "1,2,4,8,16", "Closed-loop levels: clients sending back to back");
+ABSL_FLAG(std::string, request_rate, "", "Open-loop levels in requests/s (Poisson arrivals); replaces --concurrency unless both are given");
+ABSL_FLAG(int, rounds, 10, "Rounds per level (closed loop: requests per client)");
+ABSL_FLAG(int, round_size, 10, "Open loop: arrivals per round");
+ABSL_FLAG(int, warmup, 1, "Warm-up requests before the levels, reported apart");
+ABSL_FLAG(double, timeout, 120, "Per-request timeout in seconds");
+ABSL_FLAG(uint64_t, seed, 0, "Seed for prompts and arrival times");
+ABSL_FLAG(bool, progress, true, "Progress on stderr");
+// Records.
+ABSL_FLAG(std::string, out, "", "Directory for run.json, requests.jsonl and summary.json (run) or report.md (report)");
+ABSL_FLAG(std::string, label, "", "Run label in reports (default: from api, tp and nodes)");
+ABSL_FLAG(std::string, weights_source, "", "Checkpoint or source of the weights (default: what the server says)");
+ABSL_FLAG(std::string, dtype, "", "dtype/quantization (default: what the server says)");
+ABSL_FLAG(std::string, gpu_model, "", "GPU model (default: what the server says, else unknown)");
+ABSL_FLAG(int, gpu_count, -1, "GPU count (default: what the server says)");
+ABSL_FLAG(std::string, driver_version, "", "GPU driver version (default: what the server says)");
+ABSL_FLAG(std::string, cuda_version, "", "CUDA version (default: what the server says)");
+ABSL_FLAG(int, nodes, 0, "Nodes the server spans (default: distinct rank hosts the server reports, else 1)");
+ABSL_FLAG(int, tp_size, 0, "Tensor-parallel size (default: what the server says)");
+ABSL_FLAG(int, max_model_len, 0, "Recorded, and prompts that do not fit are skipped (default: the server's)");
+ABSL_FLAG(int, max_num_seqs, 0, "Recorded (default: what the server says)");
+ABSL_FLAG(double, load_time_s, -1, "Server load time measured by the caller (e.g. bench/scaling.sh)");
+ABSL_FLAG(std::string, meta, "", "Extra key=value pairs for the run record, comma-separated");
+ABSL_FLAG(bool, fail_on_error, false, "Exit 3 when any request failed or timed out");
+// SLOs (goodput).
+ABSL_FLAG(double, goodput_ttft_ms, 0, "SLO: TTFT at most this (0 = none)");
+ABSL_FLAG(double, goodput_tpot_ms, 0, "SLO: TPOT at most this (0 = none)");
+ABSL_FLAG(double, goodput_e2e_ms, 0, "SLO: end-to-end latency at most this (0 = none)");
+// Report.
+ABSL_FLAG(std::string, baselines, "", "Cloud baselines JSON for the report (e.g. bench/baselines/cloud.json)");
+
+namespace tpserve::bench {
+namespace {
+
+int Fail(const std::string& message, int code = 2) {
+  std::fprintf(stderr, "tpbench: %s\n", message.c_str());
+  return code;
+}
+
+absl::StatusOr<std::vector<int>> ParseInts(const std::string& flag, const std::string& s) {
+  std::vector<int> v;
+  for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipWhitespace())) {
+    int x;
+    if (!absl::SimpleAtoi(part, &x)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": \"", std::string(part), "\" is not an integer"));
+    }
+    v.push_back(x);
+  }
+  return v;
+}
+
+absl::StatusOr<std::vector<double>> ParseDoubles(const std::string& flag, const std::string& s) {
+  std::vector<double> v;
+  for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipWhitespace())) {
+    double x;
+    if (!absl::SimpleAtod(part, &x)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": \"", std::string(part), "\" is not a number"));
+    }
+    v.push_back(x);
+  }
+  return v;
+}
+
+SloSpec SloFromFlags() {
+  SloSpec slo;
+  slo.ttft_ms = absl::GetFlag(FLAGS_goodput_ttft_ms);
+  slo.tpot_ms = absl::GetFlag(FLAGS_goodput_tpot_ms);
+  slo.e2e_ms = absl::GetFlag(FLAGS_goodput_e2e_ms);
+  return slo;
+}
+
+absl::StatusOr<std::unique_ptr<Target>> MakeTarget() {
+  const std::string target = absl::GetFlag(FLAGS_target);
+  const std::string api = absl::GetFlag(FLAGS_api);
+  if (api != "completions" && api != "chat") {
+    return absl::InvalidArgumentError(absl::StrCat("--api must be completions or chat, got \"", api, "\""));
+  }
+  if (target.empty()) return absl::InvalidArgumentError("--target is required (grpc://HOST:PORT or http(s)://.../v1)");
+  absl::string_view rest = target;
+  if (absl::ConsumePrefix(&rest, "grpc://")) {
+    return MakeGrpcTarget({.address = std::string(rest), .model = absl::GetFlag(FLAGS_model), .chat = api == "chat"});
+  }
+  if (!absl::StartsWith(target, "http://") && !absl::StartsWith(target, "https://")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--target \"", target, "\" must start with grpc://, http:// or https://"));
+  }
+  OpenAiTargetOptions o;
+  o.base_url = target;
+  o.chat = api == "chat";
+  o.model = absl::GetFlag(FLAGS_model);
+  const std::string key_env = absl::GetFlag(FLAGS_api_key_env);
+  if (!key_env.empty()) {
+    const char* key = std::getenv(key_env.c_str());
+    if (key == nullptr || *key == '\0') {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--api-key-env ", key_env, ": the environment variable is not set; export it or drop the flag"));
+    }
+    o.api_key = key;
+  }
+  return MakeOpenAiTarget(o);
+}
+
+void FillEnvironment(Target& target, RunRecord* run) {
+  absl::StatusOr<ServerInfo> info = target.Info();
+  ServerInfo i = info.ok() ? *info : ServerInfo{};
+  auto pick = [](const std::string& flag, const std::string& server, const std::string& fallback) {
+    return !flag.empty() ? flag : !server.empty() ? server : fallback;
+  };
+  run->model = pick(absl::GetFlag(FLAGS_model), i.model, "unknown");
+  run->engine_version = pick("", i.engine_version, "unknown");
+  run->weights_source = pick(absl::GetFlag(FLAGS_weights_source), i.weights, "unknown");
+  run->dtype = pick(absl::GetFlag(FLAGS_dtype), i.dtype, "unknown");
+  run->gpu_model = pick(absl::GetFlag(FLAGS_gpu_model), i.device, "unknown");
+  run->driver_version = pick(absl::GetFlag(FLAGS_driver_version), i.driver_version, "unknown");
+  run->cuda_version = pick(absl::GetFlag(FLAGS_cuda_version), i.cuda_version, "unknown");
+  run->gpu_count = absl::GetFlag(FLAGS_gpu_count) >= 0 ? absl::GetFlag(FLAGS_gpu_count) : info.ok() ? i.device_count : -1;
+  run->tp_size = absl::GetFlag(FLAGS_tp_size) > 0 ? absl::GetFlag(FLAGS_tp_size) : i.tp_size;
+  run->max_model_len = absl::GetFlag(FLAGS_max_model_len) > 0 ? absl::GetFlag(FLAGS_max_model_len) : i.max_model_len;
+  run->max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs) > 0 ? absl::GetFlag(FLAGS_max_num_seqs) : i.max_num_seqs;
+  std::vector<std::string> hosts = i.hosts;
+  std::sort(hosts.begin(), hosts.end());
+  hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
+  run->nodes = absl::GetFlag(FLAGS_nodes) > 0 ? absl::GetFlag(FLAGS_nodes) : std::max<int>(1, hosts.size());
+  if (!i.hosts.empty()) run->extra["rank_hosts"] = absl::StrJoin(i.hosts, ",");
+  if (!info.ok()) run->extra["server_info"] = std::string(info.status().message());
+}
+
+int RunCommand() {
+  absl::StatusOr<std::unique_ptr<Target>> target = MakeTarget();
+  if (!target.ok()) return Fail(std::string(target.status().message()));
+  const std::string out_dir = absl::GetFlag(FLAGS_out);
+  if (out_dir.empty()) return Fail("--out DIR is required: run.json and requests.jsonl go there");
+
+  LoadOptions load;
+  absl::StatusOr<std::vector<double>> rates = ParseDoubles("request-rate", absl::GetFlag(FLAGS_request_rate));
+  if (!rates.ok()) return Fail(std::string(rates.status().message()));
+  load.request_rates = *rates;
+  const bool concurrency_given = absl::GetFlag(FLAGS_concurrency) != "1,2,4,8,16";
+  if (load.request_rates.empty() || concurrency_given) {
+    absl::StatusOr<std::vector<int>> c = ParseInts("concurrency", absl::GetFlag(FLAGS_concurrency));
+    if (!c.ok()) return Fail(std::string(c.status().message()));
+    load.concurrencies = *c;
+  } else {
+    load.concurrencies.clear();
+  }
+  load.rounds = absl::GetFlag(FLAGS_rounds);
+  load.round_size = absl::GetFlag(FLAGS_round_size);
+  load.warmup_requests = absl::GetFlag(FLAGS_warmup);
+  load.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout));
+  load.seed = absl::GetFlag(FLAGS_seed);
+  load.progress = absl::GetFlag(FLAGS_progress);
+  if (absl::Status s = load.Validate(); !s.ok()) return Fail(std::string(s.message()));
+
+  RunRecord run;
+  run.run_id = Rfc3339(absl::Now());
+  run.target = (*target)->Name();
+  const bool grpc = absl::StartsWith(absl::GetFlag(FLAGS_target), "grpc://");
+  run.api = grpc ? (absl::GetFlag(FLAGS_api) == "chat" ? "tpserve-grpc-chat" : "tpserve-grpc")
+                 : absl::StrCat("openai-", absl::GetFlag(FLAGS_api));
+  run.tpbench_version = absl::StrCat("tpbench ", EngineVersion());
+  FillEnvironment(**target, &run);
+  run.load_time_s = absl::GetFlag(FLAGS_load_time_s);
+  run.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+  for (absl::string_view kv : absl::StrSplit(absl::GetFlag(FLAGS_meta), ',', absl::SkipWhitespace())) {
+    std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+    if (p.first.empty() || p.second.empty()) return Fail(absl::StrCat("--meta: \"", std::string(kv), "\" is not key=value"));
+    run.extra[p.first] = p.second;
+  }
+  if (!absl::GetFlag(FLAGS_label).empty()) run.extra["label"] = absl::GetFlag(FLAGS_label);
+
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!absl::GetFlag(FLAGS_tokenizer).empty()) {
+    auto t = Tokenizer::FromFile(absl::GetFlag(FLAGS_tokenizer));
+    if (!t.ok()) return Fail(absl::StrCat("--tokenizer: ", t.status().message()));
+    tokenizer = *std::move(t);
+  }
+  WorkloadOptions w;
+  w.kind = absl::GetFlag(FLAGS_dataset);
+  w.path = absl::GetFlag(FLAGS_dataset_path);
+  w.num_prompts = absl::GetFlag(FLAGS_num_prompts);
+  w.input_len = absl::GetFlag(FLAGS_input_len);
+  w.output_len = absl::GetFlag(FLAGS_output_len);
+  w.range_ratio = absl::GetFlag(FLAGS_range_ratio);
+  w.fixed_output_len = absl::GetFlag(FLAGS_fixed_output_len);
+  w.max_model_len = static_cast<int>(run.max_model_len);
+  w.seed = absl::GetFlag(FLAGS_seed);
+  absl::StatusOr<std::vector<BenchRequest>> workload = MakeWorkload(w, tokenizer.get());
+  if (!workload.ok()) return Fail(std::string(workload.status().message()));
+  for (BenchRequest& r : *workload) {
+    r.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+    if (absl::GetFlag(FLAGS_temperature) >= 0) r.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
+  }
+  run.workload = DescribeWorkload(w);
+
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return Fail(absl::StrCat("--out ", out_dir, ": ", ec.message()));
+  std::ofstream jsonl(absl::StrCat(out_dir, "/requests.jsonl"), std::ios::trunc);
+  if (!jsonl) return Fail(absl::StrCat("cannot write ", out_dir, "/requests.jsonl"));
+  std::vector<RequestRecord> records;
+  auto write_run = [&] {
+    std::ofstream f(absl::StrCat(out_dir, "/run.json"), std::ios::trunc);
+    f << ToJson(run).dump(2) << "\n";
+    return static_cast<bool>(f);
+  };
+  write_run();  // a run that dies early still says what it was
+
+  std::fprintf(stderr, "tpbench: %s (%s), %s; %s\n", run.target.c_str(), run.api.c_str(), run.model.c_str(),
+               run.workload.c_str());
+  Runner runner(**target, *std::move(workload), load, [&](const RequestRecord& r) {
+    jsonl << ToJson(r).dump() << "\n" << std::flush;
+    records.push_back(r);
+  });
+  absl::Status status = runner.Run(&run);
+  if (!write_run()) return Fail(absl::StrCat("cannot write ", out_dir, "/run.json"), 1);
+  if (!status.ok()) return Fail(std::string(status.message()), 1);
+
+  const std::vector<LevelSummary> levels = SummarizeLevels(run, records, SloFromFlags());
+  nlohmann::json summary = nlohmann::json::array();
+  for (const LevelSummary& l : levels) summary.push_back(ToJson(l));
+  std::ofstream(absl::StrCat(out_dir, "/summary.json"), std::ios::trunc) << summary.dump(2) << "\n";
+  std::printf("%s", FormatLevelTable(levels).c_str());
+  std::printf("records: %s/requests.jsonl, %s/run.json\n", out_dir.c_str(), out_dir.c_str());
+
+  bool any_failed = false;
+  for (const RequestRecord& r : records) any_failed |= !r.outcome.success;
+  if (any_failed && absl::GetFlag(FLAGS_fail_on_error)) return Fail("some requests failed (--fail-on-error)", 3);
+  return 0;
+}
+
+int ReportCommand(const std::vector<std::string>& dirs) {
+  if (dirs.empty()) return Fail("report: give one or more run directories (each with run.json and requests.jsonl)");
+  const std::string out_dir = absl::GetFlag(FLAGS_out);
+  if (out_dir.empty()) return Fail("report: --out DIR is required");
+  std::vector<ReportRun> runs;
+  for (const std::string& dir : dirs) {
+    absl::StatusOr<ReportRun> run = LoadReportRun(dir);
+    if (!run.ok()) return Fail(std::string(run.status().message()));
+    runs.push_back(*std::move(run));
+  }
+  std::vector<Baseline> baselines;
+  if (!absl::GetFlag(FLAGS_baselines).empty()) {
+    absl::StatusOr<std::vector<Baseline>> b = ReadBaselines(absl::GetFlag(FLAGS_baselines));
+    if (!b.ok()) return Fail(std::string(b.status().message()));
+    baselines = *std::move(b);
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return Fail(absl::StrCat("--out ", out_dir, ": ", ec.message()));
+  absl::StatusOr<std::string> md = WriteReport(runs, baselines, SloFromFlags(), out_dir);
+  if (!md.ok()) return Fail(std::string(md.status().message()), 1);
+  std::printf("report: %s/report.md (%zu runs)\n", out_dir.c_str(), runs.size());
+  return 0;
+}
+
+}  // namespace
+}  // namespace tpserve::bench
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "tpbench run --target grpc://HOST:PORT|http(s)://HOST/v1 [--concurrency 1,2,4,8,16 | --request-rate R,...] "
+      "--out DIR\n  tpbench report RUN_DIR... --out DIR [--baselines FILE]\nSee docs/bench.md.");
+  // Accept --flag-name as well as --flag_name, as tpserve does.
+  std::vector<std::string> args(argv, argv + argc);
+  for (std::string& a : args) {
+    if (!absl::StartsWith(a, "--")) continue;
+    const size_t end = std::min(a.find('='), a.size());
+    for (size_t i = 2; i < end; ++i) {
+      if (a[i] == '-') a[i] = '_';
+    }
+  }
+  std::vector<char*> cargs;
+  for (std::string& a : args) cargs.push_back(a.data());
+  std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(cargs.size()), cargs.data());
+  if (positional.size() < 2) {
+    return tpserve::bench::Fail("usage: tpbench run ... | tpbench report RUN_DIR... (see --help)");
+  }
+  const std::string command = positional[1];
+  if (command == "run") {
+    if (positional.size() > 2) return tpserve::bench::Fail(absl::StrCat("run: unexpected argument \"", positional[2], "\""));
+    return tpserve::bench::RunCommand();
+  }
+  if (command == "report") return tpserve::bench::ReportCommand({positional.begin() + 2, positional.end()});
+  return tpserve::bench::Fail(absl::StrCat("unknown command \"", command, "\": use run or report"));
+}

@@ -1,0 +1,38 @@
+// Any OpenAI-compatible HTTP(S) endpoint (tpserve, vLLM, Groq) as a tpbench target: streams
+// /completions or /chat/completions over libcurl and times the Server-Sent Events.
+// Tested by tests/tpbench_http_test.cc against an in-process cpp-httplib server.
+#ifndef TPSERVE_BENCH_TPBENCH_OPENAI_TARGET_H_
+#define TPSERVE_BENCH_TPBENCH_OPENAI_TARGET_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "bench/tpbench/target.h"
+
+namespace tpserve::bench {
+
+struct OpenAiTargetOptions {
+  // e.g. "http://localhost:8000/v1" or "https://api.groq.com/openai/v1"; a trailing '/' is
+  // dropped. Must be http:// or https://.
+  std::string base_url;
+  // true: POST {base}/chat/completions with one user message; false: {base}/completions.
+  bool chat = false;
+  // The "model" field, sent only when non-empty (for servers with a default model).
+  std::string model;
+  // Sent as "Authorization: Bearer <api_key>" when non-empty. The caller reads it (e.g.
+  // from an environment variable in main); it never appears in errors.
+  std::string api_key;
+  // Completions API: send the prompt as an array of token ids when the request has them
+  // (vLLM and tpserve accept this; many hosted APIs do not).
+  bool send_token_ids = true;
+  // stream_options.include_usage: the server's own token counts in the last chunk.
+  bool include_usage = true;
+};
+
+// Fails with InvalidArgument when base_url is not an http(s) URL with a host.
+absl::StatusOr<std::unique_ptr<Target>> MakeOpenAiTarget(OpenAiTargetOptions options);
+
+}  // namespace tpserve::bench
+
+#endif  // TPSERVE_BENCH_TPBENCH_OPENAI_TARGET_H_

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# tpbench end to end against a real server: `tpserve serve` under mpirun with 2 ranks on
+# the built-in tiny model, benchmarked over gRPC (token-id prompts), over HTTP
+# completions and over HTTP chat; records checked line by line; faults (unreachable
+# target, timeouts, bad flags) become error records or clear messages; `tpbench report`
+# renders the runs. Usage: tpbench_test.sh TPSERVE TPBENCH FIXTURES_DIR (run by ctest)
+set -u
+TPSERVE=$1
+TPBENCH=$2
+FIX=$3
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
+TOK="$FIX/tokenizers/gemma/tokenizer.json"
+WORK=$(mktemp -d)
+HTTP=$((20000 + RANDOM % 20000))
+GRPC=$((HTTP + 1))
+pass=0
+fail=0
+ok() { echo "PASS: $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+cleanup() { pkill -KILL -f "^$TPSERVE serve" 2>/dev/null; rm -rf "$WORK"; }
+trap cleanup EXIT
+# jq is not required: python-free checks with grep/awk on the one-object-per-line records.
+count() { grep -c "$1" "$2" 2>/dev/null || true; }
+
+timeout 600 mpirun --oversubscribe --allow-run-as-root -np 2 "$TPSERVE" serve --model gemma-4-tiny \
+  --load-format dummy --tokenizer "$TOK" --host 127.0.0.1 --http-port $HTTP --grpc-port $GRPC \
+  --kv-cache-memory 128MiB --max-num-seqs 8 >"$WORK/server.log" 2>&1 &
+SERVER=$!
+for _ in $(seq 1 240); do
+  curl -sf "http://127.0.0.1:$HTTP/health" >/dev/null 2>&1 && break
+  sleep 0.5
+done
+curl -sf "http://127.0.0.1:$HTTP/health" >/dev/null || { bad "server not ready: $(cat "$WORK/server.log")"; exit 1; }
+
+COMMON=(--tokenizer "$TOK" --input-len 16 --output-len 8 --ignore-eos --concurrency 1,2 --rounds 2
+        --warmup 1 --timeout 60 --progress=false --num-prompts 8)
+
+# 1. gRPC: 1 warm-up + (1 + 2) clients x 2 rounds = 7 records, all with exactly 8 tokens.
+if "$TPBENCH" run --target "grpc://127.0.0.1:$GRPC" "${COMMON[@]}" --fail-on-error --out "$WORK/grpc" \
+     >"$WORK/grpc.out" 2>&1; then ok "tpbench run over gRPC exits 0"; else bad "gRPC run: $(tail -5 "$WORK/grpc.out")"; fi
+lines=$(wc -l < "$WORK/grpc/requests.jsonl")
+[ "$lines" = 7 ] && ok "gRPC: 7 request records" || bad "gRPC: $lines records"
+n=$(count '"completion_tokens":8,' "$WORK/grpc/requests.jsonl")
+[ "$n" = 7 ] && ok "gRPC: every request got exactly 8 tokens (ignore_eos)" || bad "gRPC: $n/7 with 8 tokens"
+n=$(count '"prompt_tokens":16,' "$WORK/grpc/requests.jsonl")  # token ids are used as is: no BOS added
+[ "$n" = 7 ] && ok "gRPC: token-id prompts of exactly 16 tokens" || bad "gRPC: prompt_tokens 16 in $n/7"
+missing=""
+for k in seq timestamp latency_ms ttft_ms prompt_tokens completion_tokens success error concurrency round target; do
+  [ "$(count "\"$k\":" "$WORK/grpc/requests.jsonl")" = 7 ] || missing="$missing $k"
+done
+[ -z "$missing" ] && ok "gRPC: every record has the spec's fields" || bad "gRPC: fields missing:$missing"
+[ "$(count '"round":-1' "$WORK/grpc/requests.jsonl")" = 1 ] && ok "gRPC: one warm-up record" || bad "warm-up records"
+grep -q '"engine_version": "tpserve' "$WORK/grpc/run.json" && grep -q '"tp_size": 2' "$WORK/grpc/run.json" \
+  && grep -q '"available": true' "$WORK/grpc/run.json" && ok "run.json: server version, tp 2, step split" \
+  || bad "run.json: $(head -c 1500 "$WORK/grpc/run.json")"
+grep -q "TTFT" "$WORK/grpc.out" && ok "run prints the level table" || bad "no table: $(cat "$WORK/grpc.out")"
+
+# 2. HTTP completions (token ids as the prompt array) and chat.
+if "$TPBENCH" run --target "http://127.0.0.1:$HTTP/v1" "${COMMON[@]}" --fail-on-error --out "$WORK/http" \
+     >"$WORK/http.out" 2>&1; then ok "tpbench run over HTTP completions exits 0"; else bad "HTTP: $(tail -5 "$WORK/http.out")"; fi
+n=$(count '"success":true' "$WORK/http/requests.jsonl")
+[ "$n" = 7 ] && [ "$(count '"completion_tokens":8,' "$WORK/http/requests.jsonl")" = 7 ] \
+  && ok "HTTP completions: 7 successful records of 8 tokens" || bad "HTTP completions: $n/7 ok"
+if "$TPBENCH" run --target "http://127.0.0.1:$HTTP/v1" --api chat "${COMMON[@]}" --concurrency 2 --fail-on-error \
+     --out "$WORK/chat" >"$WORK/chat.out" 2>&1; then ok "tpbench run over HTTP chat exits 0"; else bad "chat: $(tail -5 "$WORK/chat.out")"; fi
+[ "$(count '"success":true' "$WORK/chat/requests.jsonl")" = 5 ] && ok "HTTP chat: 5 successful records" \
+  || bad "chat records: $(head -3 "$WORK/chat/requests.jsonl")"
+
+# 3. Open loop: Poisson arrivals at 20 requests/s, 2 rounds of 3.
+"$TPBENCH" run --target "grpc://127.0.0.1:$GRPC" --tokenizer "$TOK" --input-len 8 --output-len 4 --ignore-eos \
+  --request-rate 20 --rounds 2 --round-size 3 --warmup 0 --progress=false --out "$WORK/rate" >"$WORK/rate.out" 2>&1
+[ "$(count '"request_rate":20' "$WORK/rate/requests.jsonl")" = 6 ] && ok "open loop: 6 arrivals at rate 20" \
+  || bad "open loop: $(cat "$WORK/rate.out")"
+
+# 4. Faults: a timeout shorter than any request, an unreachable target, bad flags.
+"$TPBENCH" run --target "grpc://127.0.0.1:$GRPC" "${COMMON[@]}" --concurrency 1 --rounds 2 --timeout 0.001 \
+  --out "$WORK/timeout" >"$WORK/timeout.out" 2>&1
+rc=$?
+[ $rc = 0 ] && [ "$(count '"timeout":true' "$WORK/timeout/requests.jsonl")" = 3 ] \
+  && ok "timeouts are records with timeout=true; the run completes" || bad "timeout run rc=$rc: $(head -2 "$WORK/timeout/requests.jsonl")"
+DEAD=$((HTTP + 2))
+"$TPBENCH" run --target "http://127.0.0.1:$DEAD/v1" --input-len 4 --output-len 4 --concurrency 1 --rounds 2 \
+  --progress=false --out "$WORK/dead" >"$WORK/dead.out" 2>&1
+rc=$?
+[ $rc = 0 ] && [ "$(count '"success":false' "$WORK/dead/requests.jsonl")" = 3 ] && grep -qi "refused\|connect" "$WORK/dead/requests.jsonl" \
+  && ok "unreachable target: every request an error record with its reason" || bad "dead target rc=$rc: $(cat "$WORK/dead.out")"
+"$TPBENCH" run --target "http://127.0.0.1:$DEAD/v1" --input-len 4 --output-len 4 --concurrency 1 --rounds 1 \
+  --progress=false --fail-on-error --out "$WORK/dead2" >/dev/null 2>&1
+[ $? = 3 ] && ok "--fail-on-error exits 3 when requests failed" || bad "--fail-on-error"
+out=$("$TPBENCH" run --target "grpc://127.0.0.1:$GRPC" --concurrency 0 --out "$WORK/x" 2>&1)
+[ $? = 2 ] && echo "$out" | grep -q "concurrency" && ok "bad --concurrency: exit 2 naming the flag" || bad "bad flag: $out"
+out=$("$TPBENCH" run --target "ftp://x" --out "$WORK/x" 2>&1)
+[ $? = 2 ] && echo "$out" | grep -q "grpc://" && ok "bad --target: exit 2 saying what is accepted" || bad "bad target: $out"
+out=$(env -u TPBENCH_NO_SUCH_KEY "$TPBENCH" run --target "https://api.groq.com/openai/v1" --api-key-env TPBENCH_NO_SUCH_KEY --out "$WORK/x" 2>&1)
+[ $? = 2 ] && echo "$out" | grep -q "TPBENCH_NO_SUCH_KEY" && ok "missing API key variable: clear message" || bad "api key: $out"
+
+# 5. Report over three runs, with the cloud baselines.
+if "$TPBENCH" report "$WORK/grpc" "$WORK/http" "$WORK/dead" --baselines "$(dirname "$0")/../bench/baselines/cloud.json" \
+     --out "$WORK/report" >"$WORK/report.out" 2>&1; then ok "tpbench report exits 0"; else bad "report: $(cat "$WORK/report.out")"; fi
+grep -q "TTFT" "$WORK/report/report.md" && grep -q "Groq" "$WORK/report/report.md" && ls "$WORK"/report/*.svg >/dev/null 2>&1 \
+  && ok "report.md has level tables, baselines and SVG plots" || bad "report: $(head -40 "$WORK/report/report.md")"
+grep -q "(no GPU)" "$WORK/report/report.md" && grep -q "Server memory (rank 0 peak RSS) | [1-9]" "$WORK/report/report.md" \
+  && ok "report: the CPU device and the server's peak memory" || bad "report environment: $(grep -n "Device\|memory" "$WORK/report/report.md")"
+
+pkill -TERM -f "^$TPSERVE serve"
+wait $SERVER
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

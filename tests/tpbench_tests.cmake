@@ -1,0 +1,10 @@
+# tpbench end to end against `tpserve serve` (2 ranks under mpirun): gRPC, HTTP, faults,
+# report. Needs the serving build (gRPC, httplib) and libcurl.
+if(TARGET tpbench AND TARGET tpserve AND MPIEXEC_EXECUTABLE)
+  add_test(NAME tpbench_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tpbench_test.sh $<TARGET_FILE:tpserve>
+           $<TARGET_FILE:tpbench> ${TPSERVE_FIXTURES})
+  set_tests_properties(tpbench_test PROPERTIES TIMEOUT 600 LABELS mpi RUN_SERIAL TRUE)
+endif()
+
+# The load generator against a fake target, and the workloads.
+tp_add_test(tpbench_load_test SOURCES tpbench_load_test.cc LIBS tpbench_load)
