@@ -8,12 +8,14 @@
 #include <string_view>
 #include <vector>
 
+#include "coordinator/utf8.h"
+
 namespace tpserve::chat_template_internal {
 
 // Decodes UTF-8; each invalid byte becomes U+FFFD.
 std::u32string DecodeUtf8(std::string_view text);
 std::string EncodeUtf8(std::u32string_view text);
-void AppendUtf8(char32_t cp, std::string* out);
+using ::tpserve::AppendUtf8;  // coordinator/utf8.h
 // Number of code points (Python's len() of the string).
 int64_t CodePointCount(std::string_view text);
 

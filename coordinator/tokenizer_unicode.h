@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "coordinator/utf8.h"
+
 namespace tpserve::tokenizer_internal {
 
 inline constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
@@ -21,7 +23,7 @@ inline size_t Utf8SeqLen(unsigned char lead) {
 
 // Decodes the code point at text[*pos] and advances *pos. `text` must be valid UTF-8.
 char32_t NextCodePoint(std::string_view text, size_t* pos);
-void AppendUtf8(char32_t cp, std::string* out);
+using ::tpserve::AppendUtf8;  // coordinator/utf8.h
 
 bool IsValidUtf8(std::string_view bytes);
 // Replaces each maximal invalid subsequence with U+FFFD, as Rust's String::from_utf8_lossy.

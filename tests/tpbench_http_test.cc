@@ -125,6 +125,11 @@ class OpenAiTargetTest : public ::testing::Test {
     };
     server_.Post("/v1/completions", handler);
     server_.Post("/v1/chat/completions", handler);
+    server_.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"object": "list", "data": [{"id": "other", "object": "model"},
+                          {"id": "fake-model", "object": "model", "max_model_len": 4096}]})",
+                      "application/json");
+    });
     port_ = server_.bind_to_any_port("127.0.0.1");
     ASSERT_GT(port_, 0);
     thread_ = std::thread([this] { server_.listen_after_bind(); });
@@ -206,6 +211,21 @@ TEST_F(OpenAiTargetTest, CompletionsStreamTimesEveryChunk) {
   EXPECT_FALSE(r.body.contains("temperature"));
   EXPECT_FALSE(r.body.contains("messages"));
   EXPECT_FALSE(r.authorization.has_value());
+}
+
+TEST_F(OpenAiTargetTest, InfoReadsTheModelList) {
+  Serve(Script{});
+  absl::StatusOr<std::unique_ptr<Target>> target = MakeOpenAiTarget(Options());
+  ASSERT_TRUE(target.ok());
+  absl::StatusOr<ServerInfo> info = (*target)->Info();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->model, "fake-model") << "the requested model, not the first listed";
+  EXPECT_EQ(info->max_model_len, 4096);
+  OpenAiTargetOptions dead = Options();
+  dead.base_url = "http://127.0.0.1:1/v1";
+  absl::StatusOr<ServerInfo> none = (*MakeOpenAiTarget(dead))->Info();
+  EXPECT_FALSE(none.ok());
+  EXPECT_THAT(std::string(none.status().message()), HasSubstr("/v1/models"));
 }
 
 TEST_F(OpenAiTargetTest, ChatRoleOnlyDeltaIsNotAToken) {

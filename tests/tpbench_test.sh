@@ -61,6 +61,8 @@ if "$TPBENCH" run --target "http://127.0.0.1:$HTTP/v1" "${COMMON[@]}" --fail-on-
 n=$(count '"success":true' "$WORK/http/requests.jsonl")
 [ "$n" = 7 ] && [ "$(count '"completion_tokens":8,' "$WORK/http/requests.jsonl")" = 7 ] \
   && ok "HTTP completions: 7 successful records of 8 tokens" || bad "HTTP completions: $n/7 ok"
+grep -q '"model": "gemma-4-tiny"' "$WORK/http/run.json" && grep -q '"max_model_len": 4096' "$WORK/http/run.json" \
+  && ok "HTTP: model and max_model_len from /v1/models" || bad "HTTP run.json: $(head -c 600 "$WORK/http/run.json")"
 if "$TPBENCH" run --target "http://127.0.0.1:$HTTP/v1" --api chat "${COMMON[@]}" --concurrency 2 --fail-on-error \
      --out "$WORK/chat" >"$WORK/chat.out" 2>&1; then ok "tpbench run over HTTP chat exits 0"; else bad "chat: $(tail -5 "$WORK/chat.out")"; fi
 [ "$(count '"success":true' "$WORK/chat/requests.jsonl")" = 5 ] && ok "HTTP chat: 5 successful records" \

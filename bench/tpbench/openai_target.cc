@@ -291,6 +291,51 @@ class OpenAiTarget : public Target {
   std::string Name() const override { return options_.base_url; }
   bool AcceptsTokenIds() const override { return !options_.chat && options_.send_token_ids; }
 
+  // GET {base}/models: the served model (the requested one, else the first) and, where
+  // the server says (vLLM, tpserve), its max_model_len.
+  absl::StatusOr<ServerInfo> Info() override {
+    const std::string url = absl::StrCat(options_.base_url, "/models");
+    std::unique_ptr<CURL, CurlEasyDeleter> curl(curl_easy_init());
+    std::unique_ptr<curl_slist, CurlSlistDeleter> headers = Headers();
+    if (curl == nullptr || headers == nullptr) return absl::InternalError("cannot set up a libcurl request");
+    std::string body;
+    char curl_error[CURL_ERROR_SIZE] = {};
+    CURL* c = curl.get();
+    curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
+    curl_easy_setopt(c, CURLOPT_USERAGENT, "tpbench");
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, curl_error);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, +[](char* data, size_t size, size_t n, void* out) {
+      static_cast<std::string*>(out)->append(data, size * n);
+      return size * n;
+    });
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+    const CURLcode rc = curl_easy_perform(c);
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    if (rc != CURLE_OK) {
+      return absl::UnavailableError(absl::StrCat("GET ", url, ": ", curl_error[0] ? curl_error : curl_easy_strerror(rc)));
+    }
+    if (status != 200) return absl::UnavailableError(absl::StrCat("GET ", url, ": HTTP ", status));
+    const Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+    const Json* data = Find(j, "data");
+    if (data == nullptr || !data->is_array() || data->empty()) {
+      return absl::UnavailableError(absl::StrCat("GET ", url, ": no \"data\" list of models"));
+    }
+    const Json* model = &(*data)[0];
+    for (const Json& m : *data) {
+      if (const Json* id = Find(m, "id"); NonEmptyString(id) && id->get<std::string>() == options_.model) model = &m;
+    }
+    ServerInfo info;
+    if (const Json* id = Find(*model, "id"); NonEmptyString(id)) info.model = id->get<std::string>();
+    if (const Json* len = Find(*model, "max_model_len"); len != nullptr && len->is_number_integer()) {
+      info.max_model_len = len->get<int64_t>();
+    }
+    return info;
+  }
+
   RequestOutcome Send(const BenchRequest& request, absl::Duration timeout) override {
     const std::string body = Dump(Body(request));
     // Non-positive or infinite: no limit (curl's 0).
