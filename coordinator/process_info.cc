@@ -9,12 +9,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "git_version.h"  // generated: TPSERVE_GIT_HASH
 
 #ifndef TPSERVE_VERSION
 #define TPSERVE_VERSION "unknown"
-#endif
-#ifndef TPSERVE_GIT_HASH
-#define TPSERVE_GIT_HASH "unknown"
 #endif
 
 namespace tpserve {
