@@ -2,8 +2,10 @@
 // parallel sizes and batch sizes, with the machine's measured memory bandwidth beside the
 // achieved weight bandwidth, all in one run. Ranks run as threads of this process (the
 // same code path as MPI ranks, communicator aside). Not a test: numbers go to docs/.
+// --backend cuda runs the GPU measurements of bench/engine_bench_gpu.h instead.
 //
 //   build/bench/engine_bench --model gemma-4-1b --tp 1,2 --batch 1 --context 128
+//   build/bench/engine_bench --backend cuda --model gemma-4-31b --tp 1 --batch 1,8,64,256 --context 1024
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -14,6 +16,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/engine_bench_gpu.h"
 #include "bench/stream.h"
 #include "coordinator/generator.h"
 #include "nlohmann/json.hpp"
@@ -31,6 +34,11 @@ ABSL_FLAG(int, decode_steps, 16, "Decode steps measured per configuration");
 ABSL_FLAG(int, threads, 0, "Total CPU threads, split across ranks (default: all cores)");
 ABSL_FLAG(std::string, dtype, "bfloat16", "Weight dtype");
 ABSL_FLAG(bool, json, false, "Also print one JSON object per configuration");
+ABSL_FLAG(std::string, backend, "cpu", "cpu | cuda (the GPU measurements: copy bandwidth, cuBLAS GEMM, prefill "
+                                       "TFLOP/s, decode roofline, peak memory, KV blocks)");
+ABSL_FLAG(double, gpu_memory_utilization, 0.9, "cuda: fraction of the GPU's memory the engine may use");
+ABSL_FLAG(int, prefill_tokens, 2048, "cuda: tokens of the prefill measurement's prompt");
+ABSL_FLAG(int, num_layers, 0, "cuda: run the model's first N layers only (0: all); shortens the dummy load");
 
 namespace tpserve {
 namespace {
@@ -130,7 +138,28 @@ Result RunOne(const ModelConfig& config, DType dtype, int tp, int threads_per_ra
   return r;
 }
 
+int MainGpu() {
+  bench::GpuBenchOptions o;
+  o.model = absl::GetFlag(FLAGS_model);
+  o.dtype = absl::GetFlag(FLAGS_dtype);
+  o.tp = ParseList(absl::GetFlag(FLAGS_tp));
+  o.batch = ParseList(absl::GetFlag(FLAGS_batch));
+  o.context = absl::GetFlag(FLAGS_context);
+  o.decode_steps = std::max(1, absl::GetFlag(FLAGS_decode_steps));
+  o.prefill_tokens = std::max(1, absl::GetFlag(FLAGS_prefill_tokens));
+  o.gpu_memory_utilization = absl::GetFlag(FLAGS_gpu_memory_utilization);
+  o.num_layers = absl::GetFlag(FLAGS_num_layers);
+  o.json = absl::GetFlag(FLAGS_json);
+  return bench::RunGpuEngineBench(o);
+}
+
 int Main() {
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend == "cuda") return MainGpu();
+  if (backend != "cpu") {
+    std::fprintf(stderr, "engine_bench: --backend \"%s\" is not one of cpu, cuda\n", backend.c_str());
+    return 2;
+  }
   auto config = PresetModelConfig(absl::GetFlag(FLAGS_model));
   if (!config.ok()) {
     std::fprintf(stderr, "engine_bench: %s\n", std::string(config.status().message()).c_str());

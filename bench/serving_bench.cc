@@ -286,6 +286,7 @@ int Main() {
   EngineOptions eo;
   eo.model = absl::GetFlag(FLAGS_model);
   eo.load_format = "dummy";
+  eo.device = "cpu";  // the CPU serving numbers of docs/serving.md
   eo.dtype = "auto";
   eo.threads = std::max(1, threads / tp);
   eo.kv_cache_bytes = *kv_bytes;

@@ -1,15 +1,20 @@
-// Engine start-up: model resolution, shard loading, KV sizing. Tested by
-// tests/model_test.cc and tests/cli_test.sh.
+// Engine start-up: model resolution, device and communicator, shard loading, KV sizing.
+// Tested by tests/model_test.cc, tests/device_choice_test.cc, tests/cli_test.sh and (GPU)
+// tests/cuda_engine_test.cc.
 #include "launch/engine_setup.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/kv_split.h"
+#include "worker/device.h"
+#include "worker/memory_planner.h"
 
 namespace tpserve {
 
@@ -53,11 +58,37 @@ absl::StatusOr<ModelConfig> ResolveModelConfig(const EngineOptions& o) {
                                           preset.status().message(), ")"));
 }
 
+WarmupStep MakeWarmupStep(int64_t tokens, int64_t max_len, int32_t block_size, size_t kv_groups,
+                          int64_t logit_rows) {
+  WarmupStep w;
+  tokens = std::max<int64_t>(tokens, 1);
+  const int64_t seq_len = std::clamp<int64_t>(max_len, 1, tokens);
+  const int64_t num_seqs = (tokens + seq_len - 1) / seq_len;
+  const int64_t blocks_per_seq = (seq_len + block_size - 1) / block_size;
+  w.blocks = num_seqs * blocks_per_seq;
+  StepPlan& p = w.plan;
+  p.num_seqs = static_cast<int32_t>(num_seqs);
+  KvGroupPlan kv;
+  kv.max_blocks_per_seq = static_cast<int32_t>(blocks_per_seq);
+  for (int64_t b = 0; b < w.blocks; ++b) kv.block_tables.push_back(static_cast<int32_t>(b));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t seq = t / seq_len, pos = t % seq_len;
+    p.token_ids.push_back(0);
+    p.positions.push_back(static_cast<int32_t>(pos));
+    p.token_seq.push_back(static_cast<int32_t>(seq));
+    kv.slot_mapping.push_back(static_cast<int32_t>((seq * blocks_per_seq + pos / block_size) * block_size +
+                                                   pos % block_size));
+  }
+  const int64_t rows = std::clamp<int64_t>(logit_rows, 1, tokens);
+  for (int64_t r = 0; r < rows; ++r) p.logit_rows.push_back(static_cast<int32_t>(r));
+  p.kv.assign(kv_groups, kv);
+  return w;
+}
+
 namespace {
 
-absl::StatusOr<Engine> StartLocal(absl::StatusOr<ModelConfig> config, const EngineOptions& o,
-                                  const WorldConfig& world, Communicator& comm) {
-  Engine e;
+// Options, model config, device and weight source on this rank; no collectives.
+absl::Status PrepareLocal(absl::StatusOr<ModelConfig> config, const EngineOptions& o, Engine& e) {
   TP_ASSIGN_OR_RETURN(e.config, std::move(config));
   if (o.max_model_len > 0) {
     if (o.max_model_len > e.config.max_position_embeddings) {
@@ -66,12 +97,9 @@ absl::StatusOr<Engine> StartLocal(absl::StatusOr<ModelConfig> config, const Engi
     }
     e.config.max_position_embeddings = o.max_model_len;
   }
-  ModelOptions mo;
-  mo.block_size = o.block_size;
-  if (o.dtype != "auto") {
-    TP_ASSIGN_OR_RETURN(DType d, ParseDType(o.dtype));
-    mo.weight_dtype = d;
-  }
+  if (o.dtype != "auto") TP_RETURN_IF_ERROR(ParseDType(o.dtype).status());
+  TP_RETURN_IF_ERROR(ValidateGpuMemoryUtilization(o.gpu_memory_utilization));
+  TP_ASSIGN_OR_RETURN(e.device, ChooseDevice(o.device, BuiltWithCuda(), CudaDeviceCount()));
   if (o.load_format == "dummy") {
     e.source = MakeDummySource(e.config, o.dummy_seed);
   } else if (o.load_format == "auto" || o.load_format == "safetensors") {
@@ -81,6 +109,16 @@ absl::StatusOr<Engine> StartLocal(absl::StatusOr<ModelConfig> config, const Engi
                                                    "\" is not one of auto, safetensors, dummy"));
   }
   e.weights_description = e.source->Describe();
+  return absl::OkStatus();
+}
+
+// This rank's backend: the CPU's cores shared by the node's ranks, or its GPU.
+absl::Status MakeBackend(const EngineOptions& o, const WorldConfig& world, Engine& e) {
+  if (e.device == DeviceKind::kCuda) {
+    e.gpu = GpuForLocalRank(world.local_rank, CudaDeviceCount());
+    TP_ASSIGN_OR_RETURN(e.backend, MakeCudaEngineBackend(e.gpu));
+    return absl::OkStatus();
+  }
   BackendOptions bo;
   bo.threads = o.threads;
   if (bo.threads <= 0) {
@@ -88,20 +126,69 @@ absl::StatusOr<Engine> StartLocal(absl::StatusOr<ModelConfig> config, const Engi
     bo.threads = std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(std::max(1, world.local_size)));
   }
   e.backend = MakeCpuBackend(bo);
-  TP_ASSIGN_OR_RETURN(e.model, Model::Load(e.config, *e.source, *e.backend, comm, mo));
-  return e;
+  return absl::OkStatus();
+}
+
+// The communicator the model's collectives go through: the caller's on the CPU and for one
+// rank; on GPUs NCCL if every rank can have it, else staged through pinned memory.
+// Collective; returns the same error on every rank.
+absl::StatusOr<Communicator*> SetUpTpCommunicator(const WorldConfig& world, Communicator& comm, Engine& e) {
+  if (e.device != DeviceKind::kCuda) return &comm;
+  const TpCommKind mine = ChooseTpCommunicator(comm.size(), world.local_size, CudaDeviceCount(), BuiltWithNccl());
+  if (mine == TpCommKind::kHost) return &comm;
+  // NCCL only where every rank can run it (nodes may differ).
+  const bool nccl = comm.AllReduceMin(mine == TpCommKind::kNccl ? 1 : 0) == 1;
+  e.tp_comm = nccl ? TpCommKind::kNccl : TpCommKind::kStaged;
+  auto made = MakeCudaTpCommunicator(nccl, comm, *e.backend);
+  TP_RETURN_IF_ERROR(comm.AgreeOnStatus(made.status()));
+  e.device_comm = std::move(made).value();
+  return e.device_comm.get();
+}
+
+// This rank's KV budget on a GPU: a warm-up step at the largest step size first (scratch,
+// attention workspace and cuBLASLt plans allocated, so the measurement counts them), then
+// the memory planner on what is left, minimum over ranks. Collective.
+absl::StatusOr<int64_t> PlanGpuKvBudget(const EngineOptions& o, const WorldConfig& world, Communicator& comm,
+                                        Engine& e) {
+  Model& m = *e.model;
+  const int64_t tokens = std::max<int32_t>(o.max_num_batched_tokens, 1);
+  const WarmupStep warm = MakeWarmupStep(tokens, e.config.max_position_embeddings, m.block_size(),
+                                         e.config.kv_group_windows.size(), std::max<int32_t>(o.max_num_seqs, 1));
+  absl::Status st = m.AllocateKvCache(warm.blocks);
+  if (st.ok()) st = m.ReserveScratch(tokens, static_cast<int64_t>(warm.plan.logit_rows.size()));
+  if (!st.ok()) {
+    st = absl::Status(st.code(), absl::StrCat("the warm-up step of --max-num-batched-tokens ", tokens,
+                                              " tokens does not fit after the weights: ", st.message()));
+  }
+  TP_RETURN_IF_ERROR(comm.AgreeOnStatus(st));
+  TP_RETURN_IF_ERROR(comm.AgreeOnStatus(m.Forward(warm.plan, nullptr).status()));
+  m.FreeKvCache();
+  e.backend->Synchronize();
+  comm.Barrier();  // every rank on the GPU has loaded, warmed up and freed its warm-up KV
+  absl::StatusOr<DeviceMemoryInfo> mem = CudaDeviceMemory(e.gpu);
+  TP_RETURN_IF_ERROR(comm.AgreeOnStatus(mem.status()));
+  KvMemoryInputs in;
+  in.gpu_memory_utilization = o.gpu_memory_utilization;
+  in.total_bytes = mem->total_bytes;
+  in.free_bytes = mem->free_bytes;
+  in.ranks_sharing_device = RanksSharingGpu(world.local_rank, world.local_size, CudaDeviceCount());
+  in.activation_bytes = 0;  // the warm-up step allocated them: already in use
+  in.graph_pool_bytes = 0;  // the model captures no CUDA graphs yet
+  in.kv_bytes_per_block = m.KvBytesPerBlock();
+  TP_ASSIGN_OR_RETURN(KvMemoryPlan plan, PlanKvMemoryAcrossRanks(comm, in));
+  return plan.budget_bytes;
 }
 
 // Blocks per KV group from this rank's budget (kv_split.h has the rule).
-std::vector<int64_t> LocalKvBlocks(const EngineOptions& o, const Engine& e) {
+std::vector<int64_t> LocalKvBlocks(const EngineOptions& o, const Engine& e, int64_t budget_bytes) {
   const std::vector<int64_t> per_block = e.model->KvBytesPerBlock();
   if (!o.split_kv_by_need) {
     int64_t sum = 0;
     for (int64_t b : per_block) sum += b;
-    return std::vector<int64_t>(per_block.size(), o.kv_cache_bytes / std::max<int64_t>(sum, 1));
+    return std::vector<int64_t>(per_block.size(), budget_bytes / std::max<int64_t>(sum, 1));
   }
   KvSplitInputs in;
-  in.budget_bytes = o.kv_cache_bytes;
+  in.budget_bytes = budget_bytes;
   in.bytes_per_block = per_block;
   in.windows = e.config.kv_group_windows;
   in.block_size = e.model->block_size();
@@ -113,19 +200,42 @@ std::vector<int64_t> LocalKvBlocks(const EngineOptions& o, const Engine& e) {
 absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const EngineOptions& o,
                                  const WorldConfig& world, Communicator& comm) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto local = StartLocal(std::move(config), o, world, comm);
-  TP_RETURN_IF_ERROR(comm.AgreeOnStatus(local.status()));
-  Engine e = std::move(local).value();
-  // Each group takes the smallest count across ranks, so no rank exceeds its budget.
-  std::vector<int64_t> blocks = LocalKvBlocks(o, e);
+  Engine e;
+  TP_RETURN_IF_ERROR(comm.AgreeOnStatus(PrepareLocal(std::move(config), o, e)));
+  // `--device auto` may see GPUs on one node and none on another: all ranks take the CPU then.
+  if (comm.AllReduceMin(e.device == DeviceKind::kCuda ? 1 : 0) == 0) e.device = DeviceKind::kCpu;
+  TP_RETURN_IF_ERROR(comm.AgreeOnStatus(MakeBackend(o, world, e)));
+  TP_ASSIGN_OR_RETURN(Communicator * model_comm, SetUpTpCommunicator(world, comm, e));
+  ModelOptions mo;
+  mo.block_size = o.block_size;
+  if (o.dtype != "auto") mo.weight_dtype = ParseDType(o.dtype).value();
+  auto model = Model::Load(e.config, *e.source, *e.backend, *model_comm, mo);
+  TP_RETURN_IF_ERROR(comm.AgreeOnStatus(model.status()));
+  e.model = std::move(model).value();
+
+  const bool gpu = e.device == DeviceKind::kCuda;
+  if (gpu) {
+    TP_ASSIGN_OR_RETURN(e.kv_budget_bytes, PlanGpuKvBudget(o, world, comm, e));
+    // Distinct GPUs over all nodes: each node's first rank counts its own.
+    const int32_t mine = world.local_rank == 0 ? GpusInUseOnNode(world.local_size, CudaDeviceCount()) : 0;
+    std::vector<int32_t> all(comm.size());
+    comm.AllGather(&mine, sizeof(mine), all.data());
+    for (int32_t n : all) e.gpus_in_use += n;
+  } else {
+    e.kv_budget_bytes = o.kv_cache_bytes;
+  }
+  // Each group takes the smallest count across ranks, so no rank exceeds its budget. Slots
+  // are int32 in step plans: a tiny model on a large GPU must not overflow them.
+  std::vector<int64_t> blocks = LocalKvBlocks(o, e, e.kv_budget_bytes);
+  const int64_t max_blocks = std::numeric_limits<int32_t>::max() / std::max<int64_t>(e.model->block_size(), 1);
   absl::Status kv = absl::OkStatus();
   for (size_t g = 0; g < blocks.size(); ++g) {
-    blocks[g] = comm.AllReduceMin(blocks[g]);
+    blocks[g] = comm.AllReduceMin(std::min(blocks[g], max_blocks));
     if (blocks[g] < 1 && kv.ok()) {
       kv = absl::ResourceExhaustedError(absl::StrCat(
-          "the KV cache budget (", o.kv_cache_bytes, " bytes per rank) leaves KV group ", g, " (window ",
-          e.config.kv_group_windows[g], ") no block of ", e.model->KvBytesPerBlock()[g],
-          " bytes; raise --kv-cache-memory"));
+          "the KV cache budget (", e.kv_budget_bytes, " bytes per rank) leaves KV group ", g, " (window ",
+          e.config.kv_group_windows[g], ") no block of ", e.model->KvBytesPerBlock()[g], " bytes; ",
+          gpu ? "raise --gpu-memory-utilization or use more GPUs" : "raise --kv-cache-memory"));
     }
   }
   if (kv.ok()) kv = e.model->AllocateKvCache(blocks);

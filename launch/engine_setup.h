@@ -1,7 +1,9 @@
 // Start-up shared by `tpserve generate`, `tpserve serve` and the engine benchmark: resolve
-// the model (directory or built-in preset), load this rank's shard, agree on the KV cache
-// size across ranks. Every failure is agreed on by all ranks, so none is left waiting.
-// Tested by tests/model_test.cc and tests/cli_test.sh.
+// the model (directory or built-in preset), pick the device (CPU or CUDA) and the
+// tensor-parallel communicator, load this rank's shard, agree on the KV cache size across
+// ranks. Every failure is agreed on by all ranks, so none is left waiting. Tested by
+// tests/model_test.cc, tests/device_choice_test.cc, tests/cli_test.sh and (GPU)
+// tests/cuda_engine_test.cc.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "launch/device_choice.h"
 #include "worker/backend.h"
 #include "worker/communicator.h"
 #include "worker/model.h"
@@ -21,11 +24,20 @@ struct EngineOptions {
   std::string model;                 // checkpoint directory, or a built-in preset name
   std::string load_format = "auto";  // auto | safetensors | dummy
   std::string dtype = "auto";        // auto (checkpoint's) | bfloat16 | float16 | float32
+  // auto | cpu | cuda. auto: cuda where tpserve is built with CUDA and a GPU is visible.
+  // On cuda, the rank with node-local index i runs on GPU i % (GPUs on the node).
+  std::string device = "auto";
   int threads = 0;                   // CPU threads per rank; 0 = cores / local ranks
-  int64_t kv_cache_bytes = int64_t{1} << 30;  // per rank
+  int64_t kv_cache_bytes = int64_t{1} << 30;  // per rank, CPU only (on cuda the planner sizes it)
+  // cuda: the fraction of each GPU's memory that the ranks on it may hold in all (weights,
+  // activations, KV cache), in (0, 1]; the KV cache gets what the rest leaves.
+  double gpu_memory_utilization = 0.9;
   int64_t max_model_len = 0;         // 0 = the model's max_position_embeddings
   int32_t block_size = 16;
   int32_t max_num_batched_tokens = 2048;  // the scheduler's tokens per step (sizes sliding KV groups)
+  // Sequences per step at most; on cuda with max_num_batched_tokens it sizes the warm-up
+  // step whose activations the KV planning leaves room for.
+  int32_t max_num_seqs = 256;
   // true: the KV budget is split between KV groups by what max-length sequences need
   // (SplitKvBlocks; the serving scheduler frees blocks that left a sliding window).
   // false: every group gets the same number of blocks, as the offline Generator needs
@@ -38,9 +50,20 @@ struct Engine {
   ModelConfig config;
   std::unique_ptr<WeightSource> source;
   std::unique_ptr<Backend> backend;
+  // The communicator the model's collectives use when it is not the caller's: NCCL or the
+  // staged one on cuda with tp > 1 (it passes host buffers on to the caller's, so step
+  // plans may still go through either). Declared between backend and model: it uses the
+  // backend's stream and the model uses it.
+  std::unique_ptr<Communicator> device_comm;
   std::unique_ptr<Model> model;
   std::string weights_description;
   double load_seconds = 0;
+
+  DeviceKind device = DeviceKind::kCpu;
+  TpCommKind tp_comm = TpCommKind::kHost;
+  int gpu = -1;          // cuda: this rank's device ordinal
+  int gpus_in_use = 0;   // cuda: distinct GPUs all ranks use together; 0 on the CPU
+  int64_t kv_budget_bytes = 0;  // this rank's KV cache budget before the split between groups
 };
 
 // Resolves config (from DIR/config.json or a preset). Pure: no collectives.
@@ -52,6 +75,16 @@ absl::StatusOr<Engine> StartEngine(const EngineOptions& options, const WorldConf
 // The same for a config resolved (and perhaps adjusted, as benchmarks do) by the caller.
 absl::StatusOr<Engine> StartEngine(const ModelConfig& config, const EngineOptions& options, const WorldConfig& world,
                                    Communicator& comm);
+
+// The forward step that start-up runs once on a GPU before planning the KV cache, so that
+// scratch and attention workspaces have their largest size (`tokens` prompt tokens,
+// `logit_rows` of them sampled) when free memory is measured. Sequences of at most
+// `max_len` tokens, each in blocks of its own; needs `blocks` KV blocks in every group.
+struct WarmupStep {
+  StepPlan plan;
+  int64_t blocks = 0;
+};
+WarmupStep MakeWarmupStep(int64_t tokens, int64_t max_len, int32_t block_size, size_t kv_groups, int64_t logit_rows);
 
 // Parses "1073741824", "512MiB", "2GiB", "1.5GB", "64K".
 absl::StatusOr<int64_t> ParseByteSize(const std::string& text);

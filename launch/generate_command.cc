@@ -79,7 +79,9 @@ absl::Status Coordinate(const GenerateCommandOptions& o, Engine& engine, Communi
     j["architecture"] = std::string(ArchName(engine.config.arch));
     j["weight_dtype"] = std::string(DTypeName(engine.model->weight_dtype()));
     j["tensor_parallel_size"] = comm.size();
-    j["communicator"] = comm.name();
+    j["communicator"] = engine.device_comm ? engine.device_comm->name() : comm.name();
+    j["device"] = std::string(DeviceKindName(engine.device));
+    j["backend"] = engine.backend->name();
     j["node"] = world.node;
     j["prompt"] = o.prompt;
     j["prompt_ids"] = out.prompt_ids;
@@ -110,9 +112,10 @@ absl::Status Coordinate(const GenerateCommandOptions& o, Engine& engine, Communi
       std::printf("%s\n", ids.c_str());
     }
     std::fprintf(stderr,
-                 "tpserve: %s, tp=%d (%s), load %.2f s; prefill %zu tokens in %.1f ms; decode %lld tokens at %.1f "
+                 "tpserve: %s on %s, tp=%d (%s), load %.2f s; prefill %zu tokens in %.1f ms; decode %lld tokens at %.1f "
                  "tok/s; all-reduce %.1f%% of step time; finish: %s\n",
-                 std::string(ArchName(engine.config.arch)).c_str(), comm.size(), comm.name().c_str(),
+                 std::string(ArchName(engine.config.arch)).c_str(), engine.backend->name().c_str(), comm.size(),
+                 (engine.device_comm ? engine.device_comm->name() : comm.name()).c_str(),
                  engine.load_seconds, out.prompt_ids.size(), prefill_ms, static_cast<long long>(decode_steps),
                  decode_tok_s, total_ms > 0 ? 100.0 * allreduce_ms / total_ms : 0.0, out.finish_reason.c_str());
   }
@@ -123,6 +126,7 @@ absl::Status Coordinate(const GenerateCommandOptions& o, Engine& engine, Communi
 int RunRank(const GenerateCommandOptions& o, const WorldConfig& world, Communicator& comm) {
   EngineOptions eo = o.engine;
   eo.split_kv_by_need = false;  // the Generator gives every KV group the same block layout
+  eo.max_num_seqs = 1;          // one prompt: steps sample one row
   auto engine = StartEngine(eo, world, comm);
   if (!engine.ok()) {
     if (comm.rank() == 0 || !absl::StartsWith(engine.status().message(), "rank ")) {

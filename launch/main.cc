@@ -26,8 +26,13 @@ ABSL_FLAG(std::string, load_format, "auto", "auto | safetensors | dummy (determi
 ABSL_FLAG(std::string, dtype, "auto", "Weight dtype: auto (the checkpoint's) | bfloat16 | float16 | float32");
 ABSL_FLAG(int, tensor_parallel_size, 0, "Ranks to split the model over (default: the MPI world size; "
                                         "larger than the MPI world runs ranks as threads)");
+ABSL_FLAG(std::string, device, "auto", "auto | cpu | cuda (auto: cuda where tpserve is built with CUDA and a GPU "
+                                      "is visible; rank i of a node runs on GPU i % GPUs)");
+ABSL_FLAG(double, gpu_memory_utilization, 0.9, "cuda: fraction of each GPU's memory the ranks on it may use "
+                                              "(weights, activations, KV cache), in (0, 1]");
 ABSL_FLAG(int, threads, 0, "CPU threads per rank (default: cores / ranks on the node)");
-ABSL_FLAG(std::string, kv_cache_memory, "1GiB", "KV cache memory per rank (CPU), e.g. 512MiB");
+ABSL_FLAG(std::string, kv_cache_memory, "1GiB", "KV cache memory per rank on the CPU, e.g. 512MiB (on cuda the KV "
+                                                "cache takes what --gpu-memory-utilization leaves)");
 ABSL_FLAG(int64_t, max_model_len, 0, "Longest prompt + output, in tokens (default: the model's)");
 ABSL_FLAG(int64_t, max_num_batched_tokens, 2048, "Most tokens per step (prefill chunk size)");
 ABSL_FLAG(int, block_size, 16, "KV cache block size in tokens");
@@ -45,7 +50,7 @@ ABSL_FLAG(int, grpc_port, 50051, "serve: gRPC port (-1: off)");
 ABSL_FLAG(int, http_port, 8000, "serve: OpenAI-compatible HTTP port (-1: off)");
 ABSL_FLAG(std::string, served_model_name, "", "serve: names clients use in \"model\", comma-separated "
                                               "(default: the --model argument)");
-ABSL_FLAG(int, max_num_seqs, 256, "serve: sequences running at once");
+ABSL_FLAG(int, max_num_seqs, 256, "serve: sequences running at once (on cuda it also sizes the start-up step)");
 ABSL_FLAG(int, max_queue, 1024, "serve: waiting requests at most; more get RESOURCE_EXHAUSTED / HTTP 429");
 ABSL_FLAG(bool, enable_prefix_caching, true, "serve: reuse the KV cache of shared prompt prefixes");
 ABSL_FLAG(double, shutdown_timeout, 30, "serve: seconds SIGTERM waits for in-flight requests");
@@ -64,6 +69,7 @@ constexpr char kUsage[] =
     "  mpirun -np N tpserve serve --model DIR|PRESET [--grpc-port 50051] [--http-port 8000] [--tokenizer PATH]\n"
     "  mpirun -np N tpserve generate --model DIR|PRESET [--load-format dummy] (--prompt TEXT | --prompt-ids 1,2,3)\n"
     "      [--max-tokens N] [--logprobs N] [--json]\n"
+    "  Both take --device auto|cpu|cuda and --gpu-memory-utilization F (cuda).\n"
     "  tpserve client (--grpc HOST:PORT | --http URL) --prompt TEXT [--chat] [--model NAME]\n"
     "      [--max-tokens N] [--temperature T]\n\n"
     "Run `tpserve --helpfull` for every flag.";
@@ -95,10 +101,13 @@ int EngineOptionsFromFlags(tpserve::EngineOptions& e) {
   e.model = absl::GetFlag(FLAGS_model);
   e.load_format = absl::GetFlag(FLAGS_load_format);
   e.dtype = absl::GetFlag(FLAGS_dtype);
+  e.device = absl::GetFlag(FLAGS_device);
+  e.gpu_memory_utilization = absl::GetFlag(FLAGS_gpu_memory_utilization);
   e.threads = absl::GetFlag(FLAGS_threads);
   e.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   e.block_size = absl::GetFlag(FLAGS_block_size);
   e.max_num_batched_tokens = static_cast<int32_t>(absl::GetFlag(FLAGS_max_num_batched_tokens));
+  e.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   e.dummy_seed = absl::GetFlag(FLAGS_seed);
   auto kv = tpserve::ParseByteSize(absl::GetFlag(FLAGS_kv_cache_memory));
   if (!kv.ok()) return Fail("--kv-cache-memory: " + std::string(kv.status().message()));

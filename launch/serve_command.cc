@@ -19,6 +19,7 @@
 #include "coordinator/process_info.h"
 #include "coordinator/serving_engine.h"
 #include "coordinator/tokenizer.h"
+#include "worker/device.h"
 #include "worker/worker_loop.h"
 
 namespace tpserve {
@@ -170,8 +171,16 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   info.kv_blocks = engine->model->num_kv_blocks();
   info.weights = engine->weights_description;
   info.engine_version = absl::StrCat("tpserve ", EngineVersion());
-  info.device = CpuDeviceName();  // the serving engine runs the CPU backend
-  info.device_count = 0;
+  if (engine->device == DeviceKind::kCuda) {
+    auto facts = DescribeCudaDevice(engine->gpu);
+    info.device = facts.ok() ? facts->name : engine->backend->name();
+    info.driver_version = facts.ok() ? CudaVersionString(facts->driver_version) : "unknown";
+    info.cuda_version = facts.ok() ? CudaVersionString(facts->runtime_version) : "unknown";
+    info.device_count = engine->gpus_in_use;
+  } else {
+    info.device = CpuDeviceName();
+    info.device_count = 0;
+  }
   info.max_num_seqs = o.max_num_seqs;
   info.max_num_batched_tokens = o.max_num_batched_tokens;
 
@@ -201,9 +210,10 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   ServingEngine serving(executor, *tokenizer, sc, info);
   signals.engine.store(&serving);
   deferred.Set(&serving);
-  Log(world, absl::StrCat("ready: ", info.architecture, " ", names[0], ", tp=", comm.size(), " (", comm.name(),
-                          "), load ", engine->load_seconds, " s, KV blocks per group ",
-                          absl::StrJoin(info.kv_blocks, "/")));
+  Log(world, absl::StrCat("ready: ", info.architecture, " ", names[0], " on ", engine->backend->name(),
+                          ", tp=", comm.size(), " (",
+                          engine->device_comm ? engine->device_comm->name() : comm.name(), "), load ",
+                          engine->load_seconds, " s, KV blocks per group ", absl::StrJoin(info.kv_blocks, "/")));
   if (signals.received.load() > 0) serving.Shutdown(absl::Seconds(o.shutdown_timeout_s));
   serving.Run();  // returns after a drain
   signals.engine.store(nullptr);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end checks of `tpserve generate` under mpirun: greedy output equals transformers'
-# for a real checkpoint at 1, 2 and 4 ranks, and every bad input ends every rank with a
-# non-zero exit and a message naming the file/field, within seconds (no rank hangs).
+# for a real checkpoint at 1, 2 and 4 ranks, and every bad input (files, fields, --device)
+# ends every rank with a non-zero exit and a message naming the culprit, within seconds
+# (no rank hangs).
 # Usage: cli_test.sh TPSERVE_BINARY FIXTURES_DIR   (run by ctest)
 set -u
 TPSERVE=$1
@@ -18,13 +19,14 @@ bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
 
 ids() { grep -o "\"$1\": \[[^]]*\]" "$2" | head -1 | sed 's/.*\[//; s/\]//; s/ //g'; }
 
-# 1. Greedy tokens equal transformers' at TP 1, 2, 4 (gemma4_text) and TP 2 for the rest.
+# 1. Greedy tokens equal transformers' at TP 1, 2, 4 (gemma4_text) and TP 2 for the rest, on
+# the CPU backend (fp32 like transformers; a GPU's bf16 may flip near ties).
 check_greedy() {
   local model=$1 np=$2
   local prompt expect got
   prompt=$(ids prompt_ids "$FIX/models/$model/reference.json")
   expect=$(ids greedy_ids "$FIX/models/$model/reference.json")
-  got=$(timeout 120 "${MPIRUN[@]}" -np "$np" "$TPSERVE" generate --model "$FIX/models/$model" \
+  got=$(timeout 120 "${MPIRUN[@]}" -np "$np" "$TPSERVE" generate --model "$FIX/models/$model" --device cpu \
         --prompt-ids "$prompt" --max-tokens 8 --ignore-eos 2>"$WORK/err")
   if [ "$got" = "$expect" ]; then ok "$model np=$np greedy = transformers"; else bad "$model np=$np: got '$got' want '$expect' ($(tail -2 "$WORK/err"))"; fi
 }
@@ -79,6 +81,15 @@ expect_error "uneven tensor-parallel split" "tensor-parallel size 3" "${MPIRUN[@
 copy_model llama3
 expect_error "token id outside the vocabulary" "outside the vocabulary" \
   "${MPIRUN[@]}" -np 2 "$TPSERVE" generate --model "$WORK/m" --prompt-ids 5,99999 --max-tokens 2
+
+# --device cuda where no GPU is visible (hidden here, so a GPU machine checks it too), or a
+# build without CUDA: every rank ends with the reason, none waits.
+copy_model llama3
+expect_error "--device cuda without a GPU" "--device cuda" \
+  env CUDA_VISIBLE_DEVICES= "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --device cuda
+expect_error "unknown --device" "auto, cpu, cuda" "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --device gpu
+expect_error "--gpu-memory-utilization out of range" "gpu-memory-utilization must be in (0, 1]" \
+  "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --gpu-memory-utilization 1.5
 
 # Only rank 1 fails (its model directory is broken): rank 0 must not wait forever.
 copy_model llama3

@@ -2,6 +2,8 @@
 tp_add_test(model_config_test SOURCES model_config_test.cc LIBS tpserve_engine)
 tp_add_test(safetensors_test SOURCES safetensors_test.cc LIBS tpserve_engine)
 tp_add_test(model_test SOURCES model_test.cc LIBS tpserve_coordinator)
+# Device and communicator choice, the KV planner's budget split, --device errors (CPU).
+tp_add_test(device_choice_test SOURCES device_choice_test.cc LIBS tpserve_launch)
 
 # The same under real MPI ranks. --oversubscribe: CI has 2 cores; the vader single-copy
 # mechanism needs ptrace rights that containers often lack.

@@ -11,13 +11,9 @@
 
 #include "absl/status/statusor.h"
 #include "worker/backend.h"
+#include "worker/device.h"  // DeviceMemoryInfo, CudaDeviceCount
 
 namespace tpserve {
-
-struct DeviceMemoryInfo {
-  int64_t free_bytes = 0;
-  int64_t total_bytes = 0;
-};
 
 // Backend plus what the CUDA side of the engine needs: the stream that NCCL, staging
 // copies and graph capture use, and memory figures for planning. Use it from the thread
@@ -38,9 +34,6 @@ class CudaBackend : public Backend {
   // attention shapes now, so a later capture needs no allocation.
   virtual absl::Status ReserveAttentionWorkspace(int64_t tokens, const cpu::PagedAttentionParams& p) = 0;
 };
-
-// Number of CUDA devices; 0 when there is no device or no driver.
-int CudaDeviceCount();
 
 // Selects BackendOptions::device and creates the stream, cuBLASLt handle and workspaces.
 absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(const BackendOptions& options);

@@ -184,11 +184,7 @@ absl::Status Model::AllocateKvCache(const std::vector<int64_t>& num_blocks) {
   for (int64_t n : num_blocks) {
     if (n <= 0) return absl::InvalidArgumentError("the KV cache needs at least one block per group");
   }
-  for (auto& L : layers_) {
-    L->k_cache.reset();
-    L->v_cache.reset();
-  }
-  num_blocks_.clear();
+  FreeKvCache();
   for (auto& L : layers_) {
     const size_t bytes = static_cast<size_t>(num_blocks[L->cfg.kv_group] * options_.block_size) * L->heads.kv_heads *
                          L->cfg.head_dim * DTypeSize(backend_.activation_dtype());
@@ -197,6 +193,14 @@ absl::Status Model::AllocateKvCache(const std::vector<int64_t>& num_blocks) {
   }
   num_blocks_ = num_blocks;
   return absl::OkStatus();
+}
+
+void Model::FreeKvCache() {
+  for (auto& L : layers_) {
+    L->k_cache.reset();
+    L->v_cache.reset();
+  }
+  num_blocks_.clear();
 }
 
 absl::Status Model::EnsureScratch(int64_t tokens, int64_t logit_rows) {

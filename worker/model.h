@@ -53,6 +53,12 @@ class Model {
   absl::Status AllocateKvCache(const std::vector<int64_t>& num_blocks);
   // The same number of blocks for every group.
   absl::Status AllocateKvCache(int64_t num_blocks);
+  // Frees the KV cache (Forward needs AllocateKvCache again).
+  void FreeKvCache();
+  // Grows the step inputs and activations for steps of up to `tokens` tokens and
+  // `logit_rows` logit rows now (they never shrink), so a failure is an error here rather
+  // than inside a step's collectives.
+  absl::Status ReserveScratch(int64_t tokens, int64_t logit_rows) { return EnsureScratch(tokens, logit_rows); }
   const std::vector<int64_t>& num_kv_blocks() const { return num_blocks_; }
   int64_t weight_bytes() const { return weight_bytes_; }  // this rank's
   DType weight_dtype() const { return weight_dtype_; }

@@ -100,6 +100,8 @@ class NcclCommunicator : public Communicator {
 
 }  // namespace
 
+bool HaveNccl() { return true; }
+
 absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator& bootstrap, int device,
                                                                    cudaStream_t stream) {
   absl::Status local;

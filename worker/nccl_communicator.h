@@ -15,6 +15,9 @@
 
 namespace tpserve {
 
+// False where tpserve was built without NCCL (worker/no_nccl.cc).
+bool HaveNccl();
+
 // Every rank of `bootstrap` calls this at once, with its own device (normally
 // WorldConfig::local_rank) and the stream its CudaBackend runs on. `bootstrap` must
 // outlive the result. Fails on every rank if NCCL fails on any.

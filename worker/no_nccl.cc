@@ -6,6 +6,8 @@
 
 namespace tpserve {
 
+bool HaveNccl() { return false; }
+
 absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator&, int, cudaStream_t) {
   return absl::UnimplementedError(
       "tpserve was built without NCCL (set NCCL_ROOT and rebuild); use StagedCommunicator instead");

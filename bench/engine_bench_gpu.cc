@@ -1,0 +1,373 @@
+// engine_bench --backend cuda (engine_bench_gpu.h). Decode steps are driven by hand-made
+// step plans over a KV cache that was never prefilled: step time depends on how much KV
+// attention reads, not on its values, and it spares a 31B prefill of batch x context tokens.
+#include "bench/engine_bench_gpu.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bench/gpu_peaks.h"
+#include "launch/engine_setup.h"
+#include "nlohmann/json.hpp"
+#include "worker/device.h"
+#include "worker/worker_loop.h"
+
+namespace tpserve::bench {
+namespace {
+
+constexpr int kWarmupDecodeSteps = 2;
+constexpr int kPrefillReps = 3;
+constexpr size_t kCopyBytes = size_t{1} << 31;
+constexpr int kPeakReps = 10;
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
+
+// Keeps the model's first n layers; every KV group must keep one.
+absl::Status KeepLayers(ModelConfig& c, int n) {
+  if (n <= 0 || n >= c.num_layers) return absl::OkStatus();
+  std::vector<bool> kept(c.kv_group_windows.size(), false);
+  for (int i = 0; i < n; ++i) kept[c.layers[i].kv_group] = true;
+  for (size_t g = 0; g < kept.size(); ++g) {
+    if (!kept[g]) {
+      return absl::InvalidArgumentError(absl::StrCat("--num_layers ", n, " keeps no layer of KV group ", g,
+                                                     " (window ", c.kv_group_windows[g], "); take more layers"));
+    }
+  }
+  c.layers.resize(n);
+  c.num_layers = n;
+  return absl::OkStatus();
+}
+
+// Where `batch` decoding sequences keep their KV: blocks of their own when the cache holds
+// them all, else (shared) one copy of the context's blocks that every sequence reads plus
+// blocks of its own for the tokens it decodes. Every group gets the same layout.
+struct DecodeLayout {
+  bool fits = false;
+  bool shared = false;
+  int32_t blocks_per_seq = 0;
+  std::vector<int32_t> block_tables;  // [batch, blocks_per_seq]
+  int64_t blocks_needed = 0;          // with blocks of their own
+};
+
+DecodeLayout LayoutDecode(int batch, int context, int steps, int32_t block_size, int64_t num_blocks) {
+  DecodeLayout d;
+  d.blocks_per_seq = (context + steps - 1) / block_size + 1;
+  d.blocks_needed = static_cast<int64_t>(batch) * d.blocks_per_seq;
+  const int32_t bps = d.blocks_per_seq;
+  const int32_t common = context / block_size;  // blocks holding only context tokens
+  const int32_t own = bps - common;
+  if (d.blocks_needed <= num_blocks) {
+    d.fits = true;
+    for (int32_t i = 0; i < batch * bps; ++i) d.block_tables.push_back(i);
+  } else if (common + static_cast<int64_t>(batch) * own <= num_blocks) {
+    d.fits = d.shared = true;
+    for (int32_t s = 0; s < batch; ++s) {
+      for (int32_t b = 0; b < bps; ++b) d.block_tables.push_back(b < common ? b : common + s * own + (b - common));
+    }
+  }
+  return d;
+}
+
+StepPlan DecodePlan(const DecodeLayout& d, int batch, int32_t pos, int32_t block_size, size_t groups, int64_t vocab) {
+  StepPlan p;
+  p.num_seqs = batch;
+  KvGroupPlan kv;
+  kv.max_blocks_per_seq = d.blocks_per_seq;
+  kv.block_tables = d.block_tables;
+  for (int32_t s = 0; s < batch; ++s) {
+    p.token_ids.push_back(static_cast<int32_t>((1000 + 7919 * static_cast<int64_t>(s)) % vocab));
+    p.positions.push_back(pos);
+    p.token_seq.push_back(s);
+    kv.slot_mapping.push_back(d.block_tables[s * d.blocks_per_seq + pos / block_size] * block_size + pos % block_size);
+    p.logit_rows.push_back(s);
+  }
+  p.kv.assign(groups, kv);
+  return p;
+}
+
+StepPlan PrefillPlan(int tokens, int32_t block_size, size_t groups, int64_t vocab) {
+  StepPlan p;
+  p.num_seqs = 1;
+  KvGroupPlan kv;
+  kv.max_blocks_per_seq = (tokens + block_size - 1) / block_size;
+  for (int32_t b = 0; b < kv.max_blocks_per_seq; ++b) kv.block_tables.push_back(b);
+  for (int32_t t = 0; t < tokens; ++t) {
+    p.token_ids.push_back(static_cast<int32_t>((1000 + 7919 * static_cast<int64_t>(t)) % vocab));
+    p.positions.push_back(t);
+    p.token_seq.push_back(0);
+    kv.slot_mapping.push_back(t);
+  }
+  p.logit_rows.push_back(tokens - 1);
+  p.kv.assign(groups, kv);
+  return p;
+}
+
+struct DecodeResult {
+  int batch = 0;
+  std::string kv = "own";  // own | shared | skipped
+  double step_ms = 0, step_max_ms = 0, allreduce_share = 0;
+};
+
+struct TpResult {
+  int tp = 0;
+  std::string error;
+  double load_s = 0;
+  int64_t weight_bytes = 0;  // all ranks
+  std::vector<int64_t> kv_blocks;
+  int64_t kv_budget_bytes = 0;
+  int32_t block_size = 16;
+  std::string communicator;
+  double prefill_ms = 0, prefill_allreduce_share = 0;
+  bool prefill_ran = false;
+  std::vector<DecodeResult> decode;
+  int64_t peak_used_bytes = 0, total_bytes = 0;
+};
+
+// One Execute, timed on the host (plan broadcast, the step and the logits included).
+absl::StatusOr<std::pair<double, double>> TimedStep(StepExecutor& exec, const StepPlan& plan) {
+  StepTimes times;
+  const auto t0 = std::chrono::steady_clock::now();
+  TP_RETURN_IF_ERROR(exec.Execute(plan, &times).status());
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return std::make_pair(ms, times.allreduce_us / 1e3);
+}
+
+// Rank 0's measurements once the engine is up.
+absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exec, TpResult& r) {
+  const ModelConfig& c = engine.config;
+  const size_t groups = c.kv_group_windows.size();
+  const int32_t bs = engine.model->block_size();
+  const int64_t blocks = *std::min_element(r.kv_blocks.begin(), r.kv_blocks.end());
+  auto sample = [&] {
+    auto mem = CudaDeviceMemory(engine.gpu);
+    if (mem.ok()) {
+      r.peak_used_bytes = std::max(r.peak_used_bytes, mem->total_bytes - mem->free_bytes);
+      r.total_bytes = mem->total_bytes;
+    }
+  };
+  sample();
+  // Prefill: one prompt of prefill_tokens tokens, one step.
+  if ((o.prefill_tokens + bs - 1) / bs <= blocks) {
+    const StepPlan plan = PrefillPlan(o.prefill_tokens, bs, groups, c.vocab_size);
+    std::vector<double> ms;
+    double allreduce = 0, total = 0;
+    for (int i = 0; i <= kPrefillReps; ++i) {
+      TP_ASSIGN_OR_RETURN(auto t, TimedStep(exec, plan));
+      if (i == 0) continue;  // warm-up
+      ms.push_back(t.first);
+      total += t.first;
+      allreduce += t.second;
+    }
+    r.prefill_ms = Median(ms);
+    r.prefill_allreduce_share = total > 0 ? allreduce / total : 0;
+    r.prefill_ran = true;
+    sample();
+  }
+  // Decode at each batch over `context` tokens of KV.
+  const int steps = kWarmupDecodeSteps + o.decode_steps;
+  for (int batch : o.batch) {
+    DecodeResult d;
+    d.batch = batch;
+    const DecodeLayout layout = LayoutDecode(batch, o.context, steps, bs, blocks);
+    if (!layout.fits) {
+      d.kv = "skipped";
+      std::fprintf(stderr, "engine_bench: batch %d x context %d needs %lld KV blocks per group; the cache holds %lld\n",
+                   batch, o.context, static_cast<long long>(layout.blocks_needed), static_cast<long long>(blocks));
+      r.decode.push_back(d);
+      continue;
+    }
+    d.kv = layout.shared ? "shared" : "own";
+    std::vector<double> ms;
+    double allreduce = 0, total = 0;
+    for (int s = 0; s < steps; ++s) {
+      const StepPlan plan = DecodePlan(layout, batch, o.context + s, bs, groups, c.vocab_size);
+      TP_ASSIGN_OR_RETURN(auto t, TimedStep(exec, plan));
+      if (s < kWarmupDecodeSteps) continue;
+      ms.push_back(t.first);
+      total += t.first;
+      allreduce += t.second;
+    }
+    d.step_ms = Median(ms);
+    d.step_max_ms = *std::max_element(ms.begin(), ms.end());
+    d.allreduce_share = total > 0 ? allreduce / total : 0;
+    r.decode.push_back(d);
+    sample();
+  }
+  return absl::OkStatus();
+}
+
+TpResult RunTp(const GpuBenchOptions& o, const ModelConfig& config, int tp) {
+  TpResult r;
+  r.tp = tp;
+  EngineOptions eo;
+  eo.model = o.model;
+  eo.load_format = "dummy";
+  eo.dtype = o.dtype;
+  eo.device = "cuda";
+  eo.gpu_memory_utilization = o.gpu_memory_utilization;
+  const int max_batch = *std::max_element(o.batch.begin(), o.batch.end());
+  eo.max_num_batched_tokens = std::max(o.prefill_tokens, max_batch);
+  eo.max_num_seqs = max_batch;
+  eo.split_kv_by_need = false;  // every group the same blocks, as the hand-made plans assume
+  eo.dummy_seed = 1;
+  std::vector<int64_t> weight_bytes(tp, 0);
+  LocalGroup group(tp);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < tp; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto comm = group.Rank(rank);
+      const WorldConfig world{rank, tp, tp, rank, tp, "local"};
+      const auto t0 = std::chrono::steady_clock::now();
+      auto engine = StartEngine(config, eo, world, *comm);
+      if (!engine.ok()) {
+        if (rank == 0) r.error = std::string(engine.status().message());
+        return;
+      }
+      weight_bytes[rank] = engine->model->weight_bytes();
+      if (rank != 0) {
+        (void)RunWorkerLoop(*engine->model, *comm);
+        return;
+      }
+      r.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      r.kv_blocks = engine->model->num_kv_blocks();
+      r.kv_budget_bytes = engine->kv_budget_bytes;
+      r.block_size = engine->model->block_size();
+      r.communicator = engine->device_comm ? engine->device_comm->name() : comm->name();
+      StepExecutor exec(*engine->model, *comm);
+      absl::Status st = Measure(o, *engine, exec, r);
+      exec.Shutdown();
+      if (!st.ok()) r.error = std::string(st.message());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int64_t b : weight_bytes) r.weight_bytes += b;
+  return r;
+}
+
+}  // namespace
+
+int RunGpuEngineBench(const GpuBenchOptions& o) {
+  auto config = PresetModelConfig(o.model);
+  absl::Status st = config.status();
+  if (st.ok()) st = KeepLayers(*config, o.num_layers);
+  if (st.ok() && (o.tp.empty() || o.batch.empty())) st = absl::InvalidArgumentError("--tp and --batch need values");
+  if (st.ok() && CudaDeviceCount() == 0) {
+    st = absl::FailedPreconditionError(BuiltWithCuda() ? "--backend cuda: no CUDA device is visible"
+                                                        : "--backend cuda: engine_bench was built without CUDA");
+  }
+  if (!st.ok()) {
+    std::fprintf(stderr, "engine_bench: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
+  const int full_layers = PresetModelConfig(o.model)->num_layers;
+  auto facts = DescribeCudaDevice(0);
+  const std::string gpu = facts.ok() ? facts->name : "?";
+  std::printf("engine_bench: %s (%.2fB params, %d of %d layers%s, dummy weights, %s) on %d x %s (driver CUDA %s, "
+              "runtime %s), --gpu-memory-utilization %.2f\n",
+              o.model.c_str(), config->ParameterCount() / 1e9, config->num_layers, full_layers,
+              config->num_layers < full_layers ? " (--num_layers: load time)" : "", o.dtype.c_str(),
+              CudaDeviceCount(), gpu.c_str(), CudaVersionString(facts.ok() ? facts->driver_version : 0).c_str(),
+              CudaVersionString(facts.ok() ? facts->runtime_version : 0).c_str(), o.gpu_memory_utilization);
+  // The GPU's own rates, before any model is loaded.
+  const int64_t gemm_m = o.prefill_tokens, gemm_n = 2 * config->intermediate_size, gemm_k = config->hidden_size;
+  auto copy_gbs = MeasureDeviceCopyGBs(0, kCopyBytes, kPeakReps);
+  auto gemm_tflops = MeasureCublasBf16GemmTflops(0, gemm_m, gemm_n, gemm_k, kPeakReps);
+  if (!copy_gbs.ok() || !gemm_tflops.ok()) {
+    std::fprintf(stderr, "engine_bench: %s\n",
+                 std::string((copy_gbs.ok() ? gemm_tflops.status() : copy_gbs.status()).message()).c_str());
+    return 1;
+  }
+  std::printf("device-to-device copy (%zu MiB, read + write): %.0f GB/s\n", kCopyBytes >> 20, *copy_gbs);
+  std::printf("cuBLAS bf16 GEMM m=%lld n=%lld k=%lld (the largest prefill GEMM at TP 1): %.0f TFLOP/s\n",
+              static_cast<long long>(gemm_m), static_cast<long long>(gemm_n), static_cast<long long>(gemm_k),
+              *gemm_tflops);
+  // Prefill FLOPs: 2 x matmul params x tokens (the embedding is a lookup and the LM head runs
+  // on one row; attention's own FLOPs are not counted).
+  const int64_t embed_params = config->vocab_size * config->hidden_size * (config->tie_word_embeddings ? 1 : 2);
+  const double matmul_params = static_cast<double>(config->ParameterCount() - embed_params);
+
+  int code = 0;
+  for (int tp : o.tp) {
+    TpResult r = RunTp(o, *config, tp);
+    if (!r.error.empty()) {
+      std::fprintf(stderr, "engine_bench: tp %d: %s\n", tp, r.error.c_str());
+      code = 1;
+      continue;
+    }
+    std::printf("\ntp %d (%s): load %.1f s, weights %.2f GiB, KV cache %.2f GiB per rank = %s blocks per group of %d "
+                "tokens, peak GPU memory %.2f of %.2f GiB\n",
+                tp, r.communicator.c_str(), r.load_s, GiB(r.weight_bytes), GiB(r.kv_budget_bytes),
+                absl::StrJoin(r.kv_blocks, "/").c_str(), r.block_size, GiB(r.peak_used_bytes), GiB(r.total_bytes));
+    const double prefill_tflops =
+        r.prefill_ran ? 2.0 * matmul_params * o.prefill_tokens / (r.prefill_ms / 1e3) / 1e12 : 0;
+    if (r.prefill_ran) {
+      std::printf("prefill %d tokens: %.1f ms, %.0f tok/s, %.0f TFLOP/s = %.0f%% of the GEMM (target 70%%), "
+                  "all-reduce %.1f%%\n",
+                  o.prefill_tokens, r.prefill_ms, o.prefill_tokens / (r.prefill_ms / 1e3), prefill_tflops,
+                  100.0 * prefill_tflops / *gemm_tflops, 100.0 * r.prefill_allreduce_share);
+    } else {
+      std::printf("prefill %d tokens: skipped (more KV blocks than the cache holds)\n", o.prefill_tokens);
+    }
+    std::printf("%4s %6s %8s %10s %10s %10s %12s %9s %10s\n", "tp", "batch", "context", "KV", "step ms", "tok/s",
+                "weight GB/s", "of copy", "allreduce");
+    nlohmann::json decode = nlohmann::json::array();
+    for (const DecodeResult& d : r.decode) {
+      if (d.kv == "skipped") {
+        std::printf("%4d %6d %8d %10s %10s\n", tp, d.batch, o.context, "too big", "-");
+        decode.push_back({{"batch", d.batch}, {"kv", d.kv}});
+        continue;
+      }
+      // Every decode step streams every weight once (the tied embedding as the LM head).
+      const double weight_gbs = r.weight_bytes / (d.step_ms / 1e3) / 1e9;
+      std::printf("%4d %6d %8d %10s %10.2f %10.0f %12.0f %8.0f%% %9.1f%%\n", tp, d.batch, o.context, d.kv.c_str(),
+                  d.step_ms, d.batch / (d.step_ms / 1e3), weight_gbs, 100.0 * weight_gbs / *copy_gbs,
+                  100.0 * d.allreduce_share);
+      decode.push_back({{"batch", d.batch}, {"kv", d.kv}, {"step_ms", d.step_ms}, {"step_max_ms", d.step_max_ms},
+                        {"tok_s", d.batch / (d.step_ms / 1e3)}, {"weight_gbs", weight_gbs},
+                        {"of_copy", weight_gbs / *copy_gbs}, {"allreduce_share", d.allreduce_share}});
+    }
+    if (std::any_of(r.decode.begin(), r.decode.end(), [](const DecodeResult& d) { return d.kv == "shared"; })) {
+      std::printf("(KV shared: the batch's own context blocks do not fit, so its sequences read one copy of them)\n");
+    }
+    if (o.json) {
+      nlohmann::json j = {{"backend", "cuda"},
+                          {"model", o.model},
+                          {"layers", config->num_layers},
+                          {"model_layers", full_layers},
+                          {"dtype", o.dtype},
+                          {"gpu", gpu},
+                          {"tp", tp},
+                          {"communicator", r.communicator},
+                          {"gpu_memory_utilization", o.gpu_memory_utilization},
+                          {"copy_gbs", *copy_gbs},
+                          {"gemm_tflops", *gemm_tflops},
+                          {"load_s", r.load_s},
+                          {"weight_bytes", r.weight_bytes},
+                          {"kv_budget_bytes", r.kv_budget_bytes},
+                          {"kv_blocks", r.kv_blocks},
+                          {"peak_gpu_memory_bytes", r.peak_used_bytes},
+                          {"gpu_memory_total_bytes", r.total_bytes},
+                          {"context", o.context},
+                          {"decode", decode}};
+      if (r.prefill_ran) {
+        j["prefill"] = {{"tokens", o.prefill_tokens},       {"ms", r.prefill_ms},
+                        {"tflops", prefill_tflops},         {"of_gemm", prefill_tflops / *gemm_tflops},
+                        {"allreduce_share", r.prefill_allreduce_share}};
+      }
+      std::printf("%s\n", j.dump().c_str());
+    }
+  }
+  return code;
+}
+
+}  // namespace tpserve::bench

@@ -1,0 +1,31 @@
+// `engine_bench --backend cuda`: in one run, the GPU's copy bandwidth and a cuBLAS bf16
+// GEMM (bench/gpu_peaks.h), then per tensor-parallel size the engine started as `tpserve`
+// starts it (StartEngine, --device cuda, KV cache from --gpu-memory-utilization) on
+// dummy weights: prefill of one long prompt (TFLOP/s beside the GEMM), decode steps at
+// each batch over a given context (weight GB/s beside the copy bandwidth), the all-reduce
+// share, peak GPU memory and KV blocks. Ranks are threads of this process on GPU
+// rank % devices. Not a test: run by bench/gpu_check.sh, numbers go to docs/.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tpserve::bench {
+
+struct GpuBenchOptions {
+  std::string model = "gemma-4-31b";  // built-in model (dummy weights)
+  std::string dtype = "bfloat16";     // weight dtype
+  std::vector<int> tp = {1};          // tensor-parallel sizes, one engine start each
+  std::vector<int> batch = {1};       // decode batch sizes
+  int context = 1024;                 // tokens in each sequence's KV cache before decoding
+  int decode_steps = 16;              // measured decode steps per batch (after 2 warm-up steps)
+  int prefill_tokens = 2048;          // the prompt of the prefill measurement
+  double gpu_memory_utilization = 0.9;
+  int num_layers = 0;                 // 0: the model's; N: its first N layers (shorter load)
+  bool json = false;                  // also one JSON object per tensor-parallel size
+};
+
+// Prints the table (and JSON); returns the process exit code.
+int RunGpuEngineBench(const GpuBenchOptions& options);
+
+}  // namespace tpserve::bench

@@ -1,0 +1,61 @@
+// worker/device.h where CUDA is built: device facts, memory, the engine's backend and its
+// tensor-parallel communicator. Tested by tests/cuda_engine_test.cc (GPU).
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/str_cat.h"
+#include "worker/cuda_backend.h"
+#include "worker/device.h"
+#include "worker/nccl_communicator.h"
+#include "worker/staged_communicator.h"
+
+namespace tpserve {
+namespace {
+
+absl::Status CudaError(const char* what, cudaError_t err) {
+  cudaGetLastError();  // clear it, or the next launch check would report it
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
+}
+
+}  // namespace
+
+bool BuiltWithCuda() { return true; }
+bool BuiltWithNccl() { return HaveNccl(); }
+
+absl::StatusOr<DeviceMemoryInfo> CudaDeviceMemory(int device) {
+  cudaError_t err = cudaSetDevice(device);
+  if (err != cudaSuccess) return CudaError("cudaSetDevice", err);
+  size_t free_bytes = 0, total_bytes = 0;
+  err = cudaMemGetInfo(&free_bytes, &total_bytes);
+  if (err != cudaSuccess) return CudaError("cudaMemGetInfo", err);
+  return DeviceMemoryInfo{static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+}
+
+absl::StatusOr<CudaDeviceFacts> DescribeCudaDevice(int device) {
+  cudaDeviceProp prop{};
+  cudaError_t err = cudaGetDeviceProperties(&prop, device);
+  if (err != cudaSuccess) return CudaError("cudaGetDeviceProperties", err);
+  int driver = 0, runtime = 0;
+  if ((err = cudaDriverGetVersion(&driver)) != cudaSuccess) return CudaError("cudaDriverGetVersion", err);
+  if ((err = cudaRuntimeGetVersion(&runtime)) != cudaSuccess) return CudaError("cudaRuntimeGetVersion", err);
+  CudaDeviceFacts f;
+  f.name = prop.name;
+  f.driver_version = driver;
+  f.runtime_version = runtime;
+  f.total_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  return f;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaEngineBackend(int device) {
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, MakeCudaBackend(BackendOptions{.device = device}));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> MakeCudaTpCommunicator(bool nccl, Communicator& host,
+                                                                     Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  TP_CHECK(cuda != nullptr);  // only the engine calls this, with its CUDA backend
+  if (nccl) return MakeNcclCommunicator(host, cuda->device(), cuda->stream());
+  return std::unique_ptr<Communicator>(new StagedCommunicator(host, cuda->stream()));
+}
+
+}  // namespace tpserve
