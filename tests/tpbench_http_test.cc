@@ -74,6 +74,7 @@ struct Received {
   std::string path;
   Json body;
   std::optional<std::string> authorization;
+  int remote_port = 0;  // the client's end of the connection
 };
 
 class OpenAiTargetTest : public ::testing::Test {
@@ -94,7 +95,7 @@ class OpenAiTargetTest : public ::testing::Test {
         absl::MutexLock lock(&mu_);
         received_.push_back({req.path, Json::parse(req.body, nullptr, false),
                              req.has_header("Authorization") ? std::optional(req.get_header_value("Authorization"))
-                                                             : std::nullopt});
+                                                             : std::nullopt, req.remote_port});
       }
       const Script& s = *shared;
       if (s.status != 200) {
@@ -226,6 +227,23 @@ TEST_F(OpenAiTargetTest, InfoReadsTheModelList) {
   absl::StatusOr<ServerInfo> none = (*MakeOpenAiTarget(dead))->Info();
   EXPECT_FALSE(none.ok());
   EXPECT_THAT(std::string(none.status().message()), HasSubstr("/v1/models"));
+}
+
+TEST_F(OpenAiTargetTest, ConnectionsAreReusedUnlessTurnedOff) {
+  Serve(Script{.pieces = {Event(TextChunk("a", "length")), "data: [DONE]\n\n"}});
+  for (bool reuse : {true, false}) {
+    OpenAiTargetOptions o = Options();
+    o.reuse_connections = reuse;
+    absl::StatusOr<std::unique_ptr<Target>> target = MakeOpenAiTarget(o);
+    ASSERT_TRUE(target.ok());
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE((*target)->Send(Request(1), absl::Seconds(30)).success);
+  }
+  std::vector<Received> got = received();
+  ASSERT_EQ(got.size(), 6u);
+  EXPECT_EQ(got[0].remote_port, got[1].remote_port) << "one connection for sequential requests";
+  EXPECT_EQ(got[1].remote_port, got[2].remote_port);
+  EXPECT_NE(got[3].remote_port, got[4].remote_port) << "reuse_connections = false: a new connection each";
+  EXPECT_NE(got[4].remote_port, got[5].remote_port);
 }
 
 TEST_F(OpenAiTargetTest, ChatRoleOnlyDeltaIsNotAToken) {

@@ -37,6 +37,7 @@
 ABSL_FLAG(std::string, target, "", "grpc://HOST:PORT (tpserve) or an OpenAI-compatible base URL, http(s)://HOST[:PORT]/v1");
 ABSL_FLAG(std::string, api, "completions", "completions (prompt text or token ids) or chat (one user message)");
 ABSL_FLAG(std::string, model, "", "Model name sent in each request (empty: the server's default)");
+ABSL_FLAG(bool, reuse_connections, true, "HTTP: keep connections open between requests (no handshake in TTFT)");
 ABSL_FLAG(std::string, api_key_env, "", "Name of the environment variable holding the API key (e.g. GROQ_API_KEY)");
 // Workload.
 ABSL_FLAG(std::string, dataset, "random", "random, jsonl or sharegpt");
@@ -140,6 +141,7 @@ absl::StatusOr<std::unique_ptr<Target>> MakeTarget() {
   o.base_url = target;
   o.chat = api == "chat";
   o.model = absl::GetFlag(FLAGS_model);
+  o.reuse_connections = absl::GetFlag(FLAGS_reuse_connections);
   const std::string key_env = absl::GetFlag(FLAGS_api_key_env);
   if (!key_env.empty()) {
     const char* key = std::getenv(key_env.c_str());

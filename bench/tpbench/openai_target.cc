@@ -342,7 +342,7 @@ class OpenAiTarget : public Target {
     const int64_t timeout_ms = timeout == absl::InfiniteDuration() || timeout <= absl::ZeroDuration()
                                    ? 0
                                    : std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout));
-    std::unique_ptr<CURL, CurlEasyDeleter> curl(curl_easy_init());
+    std::unique_ptr<CURL, CurlEasyDeleter> curl = TakeHandle();
     std::unique_ptr<curl_slist, CurlSlistDeleter> headers = Headers();
     if (curl == nullptr || headers == nullptr) {
       RequestOutcome out;
@@ -366,10 +366,32 @@ class OpenAiTarget : public Target {
     Transfer transfer(c, options_.chat);  // starts the clock
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &transfer);
     const CURLcode rc = curl_easy_perform(c);
-    return transfer.Finish(rc, curl_error, url_, timeout_ms);
+    RequestOutcome out = transfer.Finish(rc, curl_error, url_, timeout_ms);
+    ReturnHandle(std::move(curl));
+    return out;
   }
 
  private:
+  // An idle handle (its connection still open, options reset) or a new one.
+  std::unique_ptr<CURL, CurlEasyDeleter> TakeHandle() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!idle_.empty()) {
+        std::unique_ptr<CURL, CurlEasyDeleter> h = std::move(idle_.back());
+        idle_.pop_back();
+        curl_easy_reset(h.get());  // keeps live connections and the DNS/TLS session caches
+        return h;
+      }
+    }
+    return std::unique_ptr<CURL, CurlEasyDeleter>(curl_easy_init());
+  }
+  // At most one idle handle per request that ran at once: the closed loop's concurrency.
+  void ReturnHandle(std::unique_ptr<CURL, CurlEasyDeleter> h) {
+    if (!options_.reuse_connections || h == nullptr) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    idle_.push_back(std::move(h));
+  }
+
   std::unique_ptr<curl_slist, CurlSlistDeleter> Headers() const {
     curl_slist* list = nullptr;
     for (const std::string& line : header_lines_) {
@@ -404,6 +426,8 @@ class OpenAiTarget : public Target {
   const OpenAiTargetOptions options_;
   const std::string url_;
   std::vector<std::string> header_lines_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<CURL, CurlEasyDeleter>> idle_;  // guarded by mu_
 };
 
 absl::Status InitCurlOnce() {

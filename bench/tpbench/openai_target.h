@@ -23,6 +23,10 @@ struct OpenAiTargetOptions {
   // Sent as "Authorization: Bearer <api_key>" when non-empty. The caller reads it (e.g.
   // from an environment variable in main); it never appears in errors.
   std::string api_key;
+  // Keep connections open between requests (an idle libcurl handle per finished request),
+  // as vLLM's client and real applications do, so that TTFT does not include a TCP (and
+  // TLS) handshake per request. false: a new connection every request.
+  bool reuse_connections = true;
   // Completions API: send the prompt as an array of token ids when the request has them
   // (vLLM and tpserve accept this; many hosted APIs do not).
   bool send_token_ids = true;
