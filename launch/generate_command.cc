@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/generator.h"
+#include "launch/ranks.h"
 #include "coordinator/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "worker/worker_loop.h"
@@ -149,39 +150,8 @@ int RunRank(const GenerateCommandOptions& o, const WorldConfig& world, Communica
 }  // namespace
 
 int RunGenerate(const GenerateCommandOptions& o, const WorldConfig& mpi_world) {
-  const int tp = o.tensor_parallel_size > 0 ? o.tensor_parallel_size : mpi_world.world_size;
-  if (mpi_world.world_size > 1 && tp != mpi_world.world_size) {
-    if (mpi_world.rank == 0) {
-      std::fprintf(stderr, "tpserve: error: --tensor-parallel-size %d differs from the MPI world size %d\n", tp,
-                   mpi_world.world_size);
-    }
-    return 2;
-  }
-  if (mpi_world.world_size > 1) {
-    std::unique_ptr<Communicator> comm = MakeMpiCommunicator();
-    return RunRank(o, mpi_world, *comm);
-  }
-  // One process: `tp` ranks as threads.
-  LocalGroup group(tp);
-  std::vector<int> codes(tp, 0);
-  std::vector<std::thread> threads;
-  for (int r = 1; r < tp; ++r) {
-    threads.emplace_back([&, r] {
-      WorldConfig w = mpi_world;
-      w.rank = r;
-      w.world_size = w.tp_size = w.local_size = tp;
-      w.local_rank = r;
-      auto comm = group.Rank(r);
-      codes[r] = RunRank(o, w, *comm);
-    });
-  }
-  WorldConfig w0 = mpi_world;
-  w0.world_size = w0.tp_size = w0.local_size = tp;
-  auto comm0 = group.Rank(0);
-  codes[0] = RunRank(o, w0, *comm0);
-  for (auto& t : threads) t.join();
-  for (int c : codes) if (c != 0) return c;
-  return 0;
+  return RunOnRanks(mpi_world, o.tensor_parallel_size,
+                    [&](const WorldConfig& world, Communicator& comm) { return RunRank(o, world, comm); });
 }
 
 }  // namespace tpserve

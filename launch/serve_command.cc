@@ -19,6 +19,7 @@
 #include "coordinator/process_info.h"
 #include "coordinator/serving_engine.h"
 #include "coordinator/tokenizer.h"
+#include "launch/ranks.h"
 #include "worker/device.h"
 #include "worker/worker_loop.h"
 
@@ -228,14 +229,6 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
 }  // namespace
 
 int RunServe(const ServeCommandOptions& o, const WorldConfig& mpi_world) {
-  const int tp = o.tensor_parallel_size > 0 ? o.tensor_parallel_size : mpi_world.world_size;
-  if (mpi_world.world_size > 1 && tp != mpi_world.world_size) {
-    if (mpi_world.rank == 0) {
-      std::fprintf(stderr, "tpserve: error: --tensor-parallel-size %d differs from the MPI world size %d\n", tp,
-                   mpi_world.world_size);
-    }
-    return 2;
-  }
   // SIGTERM/SIGINT: rank 0 drains; other ranks wait for rank 0's shutdown plan. Block them
   // before any thread starts so that only the watcher thread receives them.
   sigset_t set;
@@ -256,30 +249,9 @@ int RunServe(const ServeCommandOptions& o, const WorldConfig& mpi_world) {
       }
     }
   });
-  int code = 0;
-  if (mpi_world.world_size > 1) {
-    std::unique_ptr<Communicator> comm = MakeMpiCommunicator();
-    code = RunRank(o, mpi_world, *comm, signals);
-  } else {
-    LocalGroup group(tp);
-    std::vector<int> codes(tp, 0);
-    std::vector<std::thread> threads;
-    for (int r = 1; r < tp; ++r) {
-      threads.emplace_back([&, r] {
-        WorldConfig w = mpi_world;
-        w.rank = w.local_rank = r;
-        w.world_size = w.tp_size = w.local_size = tp;
-        auto comm = group.Rank(r);
-        codes[r] = RunRank(o, w, *comm, signals);
-      });
-    }
-    WorldConfig w0 = mpi_world;
-    w0.world_size = w0.tp_size = w0.local_size = tp;
-    auto comm0 = group.Rank(0);
-    codes[0] = RunRank(o, w0, *comm0, signals);
-    for (auto& t : threads) t.join();
-    for (int c : codes) code = code != 0 ? code : c;
-  }
+  const int code = RunOnRanks(mpi_world, o.tensor_parallel_size, [&](const WorldConfig& world, Communicator& comm) {
+    return RunRank(o, world, comm, signals);
+  });
   signals.stop.store(true);
   watcher.join();
   return code;
