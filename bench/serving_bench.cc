@@ -135,7 +135,7 @@ RunResult RunMode(const Setup& setup, int32_t max_num_seqs, const std::vector<Re
     r.contiguous_bytes_ms += contiguous * dt;
     live = used = contiguous = 0;
     for (size_t g = 0; g < setup.bytes_per_token.size(); ++g) {
-      live += st.scheduler.kv_live_tokens[g] * setup.bytes_per_token[g];
+      live += st.kv_live_tokens[g] * setup.bytes_per_token[g];
       used += static_cast<double>(st.scheduler.kv_blocks_used[g]) * setup.block_size * setup.bytes_per_token[g];
       contiguous += static_cast<double>(st.scheduler.num_running) * max_len * setup.bytes_per_token[g];
     }
@@ -233,7 +233,7 @@ double ProjectedGpuSeconds(const RunResult& r, const ModelConfig& bench, const M
   double seconds = 0;
   for (const EngineStepStats& st : r.per_step) {
     double kv = 0;
-    for (size_t g = 0; g < bytes_per_token.size(); ++g) kv += st.scheduler.kv_live_tokens[g] * bytes_per_token[g];
+    for (size_t g = 0; g < bytes_per_token.size(); ++g) kv += st.kv_live_tokens[g] * bytes_per_token[g];
     seconds += std::max((weight_bytes + kv) / bytes_per_s, 2.0 * ref.ParameterCount() * st.num_tokens / flops);
   }
   return seconds;

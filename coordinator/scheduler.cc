@@ -244,6 +244,14 @@ std::vector<SequenceOutput> Scheduler::Update(const ScheduleDecision& decision,
   return outputs;
 }
 
+std::vector<int64_t> Scheduler::KvLiveTokens() const {
+  std::vector<int64_t> live(block_manager_.num_groups(), 0);
+  for (int32_t g = 0; g < block_manager_.num_groups(); ++g) {
+    for (const Sequence* seq : running_) live[g] += block_manager_.NumLiveTokens(g, *seq);
+  }
+  return live;
+}
+
 SchedulerStats Scheduler::stats() const {
   SchedulerStats s;
   s.num_running = static_cast<int32_t>(running_.size());
@@ -251,9 +259,6 @@ SchedulerStats Scheduler::stats() const {
   for (int32_t g = 0; g < block_manager_.num_groups(); ++g) {
     s.kv_usage.push_back(block_manager_.usage(g));
     s.kv_blocks_used.push_back(block_manager_.num_used(g));
-    int64_t live = 0;
-    for (const Sequence* seq : running_) live += block_manager_.NumLiveTokens(g, *seq);
-    s.kv_live_tokens.push_back(live);
   }
   s.num_preemptions = num_preemptions_;
   s.prefix_query_tokens = block_manager_.prefix_query_tokens();

@@ -71,11 +71,8 @@ struct SchedulerStats {
   int32_t num_running = 0;
   int32_t num_waiting = 0;
   std::vector<double> kv_usage;   // per KV group, fraction of blocks in use
-  // Per KV group, between steps: blocks referenced, and the tokens that running sequences
-  // still need from them (BlockManager::NumLiveTokens). 1 - live / (used * block_size) is
-  // the paged cache's waste.
+  // Per KV group, between steps: blocks referenced.
   std::vector<int64_t> kv_blocks_used;
-  std::vector<int64_t> kv_live_tokens;
   int64_t num_preemptions = 0;    // since start
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;
@@ -120,6 +117,10 @@ class Scheduler {
 
   bool has_unfinished() const { return !running_.empty() || !waiting_.empty() || !rejected_.empty(); }
   SchedulerStats stats() const;
+  // Per KV group: the tokens running sequences still need from it
+  // (BlockManager::NumLiveTokens); 1 - live / (blocks used * block_size) is the paged
+  // cache's waste. A pass over the running sequences: for benchmarks, not every step.
+  std::vector<int64_t> KvLiveTokens() const;
   const SchedulerConfig& config() const { return config_; }
   const BlockManager& block_manager() const { return block_manager_; }
   const std::vector<Sequence*>& running() const { return running_; }  // oldest first

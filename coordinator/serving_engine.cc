@@ -304,6 +304,7 @@ void ServingEngine::Step(absl::Time t0) {
     st.allreduce_ms = times.allreduce_us / 1000.0;
     st.coordinator_ms = coordinator_ms;
     st.scheduler = scheduler_->stats();
+    st.kv_live_tokens = scheduler_->KvLiveTokens();
     config_.on_step(st);
   }
 }

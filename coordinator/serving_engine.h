@@ -35,7 +35,8 @@ struct EngineStepStats {
   double forward_ms = 0;
   double allreduce_ms = 0;
   double coordinator_ms = 0;
-  SchedulerStats scheduler;  // after the step: running, waiting, KV blocks and live tokens per group
+  SchedulerStats scheduler;           // after the step: running, waiting, KV blocks per group
+  std::vector<int64_t> kv_live_tokens;  // after the step, per group (Scheduler::KvLiveTokens)
 };
 
 struct ServingConfig {

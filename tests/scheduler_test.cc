@@ -351,12 +351,12 @@ TEST(SchedulerTest, StatsCountBlocksUsedAndLiveTokensPerGroup) {
   SchedulerStats st = s.stats();
   EXPECT_EQ(st.kv_blocks_used, (std::vector<int64_t>{5, 5}));
   // The next query reads at most window - 1 = 7 cached tokens of a sequence.
-  EXPECT_EQ(st.kv_live_tokens, (std::vector<int64_t>{15, 7 + 5}));
+  EXPECT_EQ(s.KvLiveTokens(), (std::vector<int64_t>{15, 7 + 5}));
   Step(s);  // a's 11th token: its sliding block 0 left the window; b finished (max_tokens)
   st = s.stats();
   EXPECT_EQ(st.num_running, 1);
   EXPECT_EQ(st.kv_blocks_used, (std::vector<int64_t>{3, 2}));
-  EXPECT_EQ(st.kv_live_tokens, (std::vector<int64_t>{11, 7}));
+  EXPECT_EQ(s.KvLiveTokens(), (std::vector<int64_t>{11, 7}));
 }
 
 }  // namespace

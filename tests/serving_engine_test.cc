@@ -254,14 +254,14 @@ TEST(ServingEngine, StepStatsReportKvOccupancyAndTimes) {
       if (k == 4) {
         EXPECT_EQ(st.scheduler.num_running, 0);
         EXPECT_EQ(st.scheduler.kv_blocks_used[g], 0);
-        EXPECT_EQ(st.scheduler.kv_live_tokens[g], 0);
+        EXPECT_EQ(st.kv_live_tokens[g], 0);
         continue;
       }
       EXPECT_EQ(st.scheduler.num_running, 1);
       // Blocks of 16 tokens: [first block under the next query's window, last written].
       const int64_t first = w == 0 ? 0 : std::max<int64_t>(0, computed - w + 1) / 16;
       EXPECT_EQ(st.scheduler.kv_blocks_used[g], (computed + 15) / 16 - first) << "step " << k << " group " << g;
-      EXPECT_EQ(st.scheduler.kv_live_tokens[g], w == 0 ? computed : std::min<int64_t>(computed, w - 1));
+      EXPECT_EQ(st.kv_live_tokens[g], w == 0 ? computed : std::min<int64_t>(computed, w - 1));
     }
   }
 }
