@@ -7,15 +7,8 @@
 set -u
 TPSERVE=$1
 FIX=$2
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
-MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
-WORK=$(mktemp -d)
+source "$(dirname "$0")/harness.sh"
 trap 'rm -rf "$WORK"' EXIT
-pass=0
-fail=0
-
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
 
 ids() { grep -o "\"$1\": \[[^]]*\]" "$2" | head -1 | sed 's/.*\[//; s/\]//; s/ //g'; }
 
@@ -100,5 +93,4 @@ expect_error "failure on one rank only" "rank 1" "${MPIRUN[@]}" \
   -np 1 "$TPSERVE" generate --model "$FIX/models/llama3" --prompt-ids 5,6 --max-tokens 2 : \
   -np 1 "$TPSERVE" "${GEN[@]}"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -7,18 +7,12 @@
 set -u
 TPSERVE=$1
 FIX=$2
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
-MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
+source "$(dirname "$0")/harness.sh"
 TOK="$FIX/tokenizers/gemma/tokenizer.json"
 # The CPU backend: on a GPU, batching changes bf16 rounding and so may flip near-tied tokens.
 MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu)
-WORK=$(mktemp -d)
 HTTP=$((20000 + RANDOM % 20000))
 GRPC=$((HTTP + 1))
-pass=0
-fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
 cleanup() { pkill -KILL -f "^$TPSERVE serve" 2>/dev/null; rm -rf "$WORK"; }
 trap cleanup EXIT
 
@@ -31,11 +25,7 @@ done
 timeout 300 "${MPIRUN[@]}" -np 2 "$TPSERVE" serve "${MODEL[@]}" --host 127.0.0.1 --http-port $HTTP \
   --grpc-port $GRPC --kv-cache-memory 128MiB >"$WORK/server.log" 2>&1 &
 SERVER=$!
-for _ in $(seq 1 120); do
-  curl -sf "http://127.0.0.1:$HTTP/health" >/dev/null 2>&1 && break
-  sleep 0.5
-done
-curl -sf "http://127.0.0.1:$HTTP/health" >/dev/null && ok "health 200 when ready" || bad "server not ready: $(cat "$WORK/server.log")"
+wait_healthy $HTTP && ok "health 200 when ready" || bad "server not ready: $(cat "$WORK/server.log")"
 
 for i in "${!PROMPTS[@]}"; do
   body=$(printf '{"model":"gemma-4-tiny","prompt":"%s","max_tokens":12,"temperature":0,"ignore_eos":true}' "${PROMPTS[$i]}")
@@ -69,5 +59,4 @@ rc=0
 wait $SERVER || rc=$?
 [ $rc -eq 0 ] && grep -q "drained" "$WORK/server.log" && ok "SIGTERM drains, every rank exits 0" || bad "shutdown rc=$rc: $(tail -5 "$WORK/server.log")"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -8,29 +8,20 @@ set -u
 TPSERVE=$1
 TPBENCH=$2
 FIX=$3
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
+source "$(dirname "$0")/harness.sh"
 TOK="$FIX/tokenizers/gemma/tokenizer.json"
-WORK=$(mktemp -d)
 HTTP=$((20000 + RANDOM % 20000))
 GRPC=$((HTTP + 1))
-pass=0
-fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
 cleanup() { pkill -KILL -f "^$TPSERVE serve" 2>/dev/null; rm -rf "$WORK"; }
 trap cleanup EXIT
 # jq is not required: python-free checks with grep/awk on the one-object-per-line records.
 count() { grep -c "$1" "$2" 2>/dev/null || true; }
 
-timeout 600 mpirun --oversubscribe --allow-run-as-root -np 2 "$TPSERVE" serve --model gemma-4-tiny \
+timeout 600 "${MPIRUN[@]}" -np 2 "$TPSERVE" serve --model gemma-4-tiny \
   --load-format dummy --tokenizer "$TOK" --host 127.0.0.1 --http-port $HTTP --grpc-port $GRPC \
   --kv-cache-memory 128MiB --max-num-seqs 8 >"$WORK/server.log" 2>&1 &
 SERVER=$!
-for _ in $(seq 1 240); do
-  curl -sf "http://127.0.0.1:$HTTP/health" >/dev/null 2>&1 && break
-  sleep 0.5
-done
-curl -sf "http://127.0.0.1:$HTTP/health" >/dev/null || { bad "server not ready: $(cat "$WORK/server.log")"; exit 1; }
+wait_healthy $HTTP || { bad "server not ready: $(cat "$WORK/server.log")"; exit 1; }
 
 COMMON=(--tokenizer "$TOK" --input-len 16 --output-len 8 --ignore-eos --concurrency 1,2 --rounds 2
         --warmup 1 --timeout 60 --progress=false --num-prompts 8)
@@ -106,5 +97,4 @@ grep -q "(no GPU)" "$WORK/report/report.md" && grep -q "Server memory (rank 0 pe
 
 pkill -TERM -f "^$TPSERVE serve"
 wait $SERVER
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish
