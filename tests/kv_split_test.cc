@@ -43,6 +43,39 @@ TEST(KvSplitTest, GroupsRunOutAtTheSameNumberOfMaxLengthSequences) {
   EXPECT_EQ(in.budget_bytes / 1100 / 512, 2);
 }
 
+// The figure docs/serving.md quotes: Gemma 4 31B (gemma-4-31b preset) on one GPU with
+// 60 GB of bf16 KV cache. Per token, a sliding layer keeps K and V of 16 heads x 256 and a
+// full layer of 4 heads x 512, 2 bytes each: 50 sliding layers x 16384 B and 10 full
+// layers x 8192 B; blocks of 16 tokens.
+TEST(KvSplitTest, Gemma4At32kHoldsSixteenMaxLengthSequencesInsteadOfTwo) {
+  KvSplitInputs in;
+  in.budget_bytes = 60'000'000'000;
+  in.bytes_per_block = {10 * 8192 * 16, 50 * 16384 * 16};  // full: 1.31 MB, sliding: 13.1 MB
+  in.windows = {0, 1024};
+  in.block_size = 16;
+  in.max_model_len = 32768;
+  in.max_num_batched_tokens = 2048;
+  const std::vector<int64_t> blocks = SplitKvBlocks(in);
+  ASSERT_EQ(blocks.size(), 2u);
+  EXPECT_EQ(blocks[1], KvBlocksNeeded(in, 1, 16));  // 16 x 65 + 128 = 1168
+  EXPECT_EQ(blocks[1], 1168);
+  EXPECT_GE(blocks[0], KvBlocksNeeded(in, 0, 16));
+  EXPECT_LT(blocks[0], KvBlocksNeeded(in, 0, 17));
+  EXPECT_EQ(blocks[0], 34096);
+  // The equal split: every group the same count, 60 GB / (1.31 + 13.1 MB) = 4161 blocks,
+  // 2 sequences of 2048 full blocks.
+  const int64_t equal = in.budget_bytes / (in.bytes_per_block[0] + in.bytes_per_block[1]);
+  EXPECT_EQ(equal, 4161);
+  EXPECT_EQ(equal / KvBlocksNeeded(in, 0, 1), 2);
+  // At max_model_len 8192: 38 max-length sequences against 4161 / 512 = 8.
+  in.max_model_len = 8192;
+  const std::vector<int64_t> at8k = SplitKvBlocks(in);
+  EXPECT_GE(at8k[0], KvBlocksNeeded(in, 0, 38));
+  EXPECT_LT(at8k[0], KvBlocksNeeded(in, 0, 39));
+  EXPECT_EQ(at8k[1], KvBlocksNeeded(in, 1, 38));
+  EXPECT_EQ(equal / KvBlocksNeeded(in, 0, 1), 8);
+}
+
 TEST(KvSplitTest, WindowAtLeastTheModelLengthIsSizedLikeFullAttention) {
   KvSplitInputs in = Gemma(1 << 20);
   in.windows = {0, 16384};
