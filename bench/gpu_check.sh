@@ -13,6 +13,7 @@
 #
 #   tools/make_gpu_deps_bundle.sh      # once, on a Debian 12 dev machine: fills .gpu_deps/
 #   bash bench/gpu_check.sh            # on the GPU machine, from the repository root
+#   bash bench/gpu_check.sh --build-only   # configure and build, run nothing
 #
 # Environment (all optional): TPSERVE_GPU_DEPS (bundle, default .gpu_deps),
 # TPSERVE_GPU_BUILD (build dir, default build-gpu), TPSERVE_CUDA_ARCHS (default 90),
@@ -20,6 +21,12 @@
 # TPSERVE_GPU_CHECK_BUDGET_S (default 480: the whole script's time budget).
 # Exits non-zero if the build or any GPU test fails. Without a GPU the tests skip.
 set -uo pipefail
+build_only=0
+case "${1:-}" in
+  "") ;;
+  --build-only) build_only=1 ;;
+  *) echo "usage: bash bench/gpu_check.sh [--build-only]" >&2; exit 2 ;;
+esac
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -116,9 +123,14 @@ for extra in cuda_kernels_bench engine_bench tpserve; do
   fi
 done
 
+if (( build_only )); then
+  for r in "${rows[@]}"; do IFS='|' read -r step result secs <<< "$r"; log "$step: $result ($secs s)"; done
+  exit $failed
+fi
+
 # ---- 4. GPU tests (plus the CPU planner test). ----
 t=$(date +%s)
-ctest --test-dir "$build" -L gpu -j 4 --timeout 300 --output-on-failure > "$build/gpu_check.ctest.log" 2>&1
+ctest --test-dir "$build" -L gpu -j 4 --timeout 120 --output-on-failure > "$build/gpu_check.ctest.log" 2>&1
 ctest_rc=$?
 ctest --test-dir "$build" -R '^memory_planner_test$' --output-on-failure >> "$build/gpu_check.ctest.log" 2>&1 || ctest_rc=1
 while read -r name result secs; do
@@ -132,6 +144,20 @@ if (( ctest_rc != 0 )); then
   grep -E "Failure|FAILED|Expected|Which is|error" "$build/gpu_check.ctest.log" | head -60
 fi
 row "ctest -L gpu" "$( (( ctest_rc == 0 )) && echo ok || echo FAILED)" "$(elapsed "$t")"
+# A failing GPU test runs again under compute-sanitizer (memcheck), where the machine has it
+# and time allows, so that one run shows out-of-bounds accesses and launch errors too.
+if (( ctest_rc != 0 )) && command -v compute-sanitizer > /dev/null; then
+  for name in $(awk '/Test +#[0-9]+:/ && !/Passed|Skipped/ { for (i = 1; i <= NF; i++) if ($i ~ /^#[0-9]+:$/) print $(i + 1) }' \
+                "$build/gpu_check.ctest.log"); do
+    bin=$build/tests/$name
+    [[ -x $bin && $name == cuda_* ]] || continue
+    (( budget_s - $(elapsed "$t_start") > 240 )) || { log "no time left for compute-sanitizer"; break; }
+    log "compute-sanitizer $name (log: $build/gpu_check.sanitizer.log)"
+    (cd "$build/tests" && timeout 90 compute-sanitizer --tool memcheck --print-limit 20 "$bin") \
+      >> "$build/gpu_check.sanitizer.log" 2>&1
+    grep -E "ERROR SUMMARY|Invalid|out of bounds|FAILED" "$build/gpu_check.sanitizer.log" | tail -8
+  done
+fi
 
 # ---- 5. Benchmarks. ----
 bench_out=""
@@ -220,6 +246,7 @@ fi
 
 # ---- 7. One table. ----
 echo
+printf '%s' "$bench_out" > "$build/gpu_check.bench.log"
 [[ -n $bench_out ]] && printf '%s' "$bench_out"
 printf '\n%-72s %-10s %8s\n' "step" "result" "seconds"
 printf '%-72s %-10s %8s\n' "$(printf '%.0s-' {1..72})" "----------" "--------"

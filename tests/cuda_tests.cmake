@@ -4,9 +4,11 @@
 # The memory planner's test is plain CPU and always built.
 tp_add_test(memory_planner_test SOURCES memory_planner_test.cc LIBS tpserve_memory_planner)
 
-# A whole test binary that skipped for want of a device reports "Skipped" in ctest.
+# A whole test binary that skipped for want of a device reports "Skipped" in ctest. Each
+# runs in seconds on a GPU: 120 s means a hang, and a hang must not eat a GPU lease.
 function(tp_gpu_test_skips name)
-  set_tests_properties(${name} PROPERTIES SKIP_REGULAR_EXPRESSION "no CUDA device \\(cudaGetDeviceCount")
+  set_tests_properties(${name} PROPERTIES SKIP_REGULAR_EXPRESSION "no CUDA device \\(cudaGetDeviceCount"
+                       TIMEOUT 120)
 endfunction()
 
 if(TPSERVE_HAVE_CUDA)
