@@ -158,7 +158,27 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{"tiny_d16_window_softcap", 8, 4, 16, 4, 8, 50.0f, {{24, 24}, {30, 5}}},
         AttnCase{"tiny_d32", 4, 2, 32, 16, 0, 0.0f, {{24, 24}, {3, 1}}},
         AttnCase{"mha_d64", 8, 8, 64, 16, 0, 0.0f, {{130, 130}}},
-        AttnCase{"d256_window_small_blocks", 8, 2, 256, 4, 37, 30.0f, {{200, 70}, {61, 1}}}),
+        AttnCase{"d256_window_small_blocks", 8, 2, 256, 4, 37, 30.0f, {{200, 70}, {61, 1}}},
+        // The prefill kernel's edges (64 rows per tile: 32 tokens at group 2, 8 at group 8;
+        // 32-key tiles at head_dim 256 and 512, 64 below).
+        // Chunked prefill: 300 queries after 1800 keys of context, window 1024 over freed blocks.
+        AttnCase{"prefill_chunk_d256", 32, 16, 256, 16, 1024, 0.0f, {{2100, 300}}},
+        // Several whole sequences whose lengths are not multiples of the tile, plus a chunk.
+        AttnCase{"prefill_ragged_seqs", 16, 8, 128, 16, 0, 0.0f, {{37, 37}, {129, 129}, {5, 5}, {300, 77}}},
+        // Window 8 < a key tile, crossing 16-key blocks; the blocks behind it freed.
+        AttnCase{"prefill_window8", 8, 4, 64, 16, 8, 0.0f, {{100, 100}, {40, 13}}},
+        AttnCase{"prefill_window8_d512_softcap", 8, 2, 512, 16, 8, 30.0f, {{60, 60}, {33, 1}}},
+        // Softcap at the 31B sliding shape.
+        AttnCase{"prefill_softcap_d256", 32, 16, 256, 16, 1024, 50.0f, {{300, 300}}},
+        // 31B global shape: a whole prompt and a chunk with context (8 tokens per tile).
+        AttnCase{"prefill_global_d512", 32, 4, 512, 16, 0, 0.0f, {{300, 300}, {450, 130}}},
+        // Prefill chunks and single decode tokens in one batch, both 31B layer shapes.
+        AttnCase{"prefill_mixed_d512", 32, 4, 512, 16, 0, 0.0f, {{50, 1}, {257, 200}, {9, 1}, {130, 130}, {1000, 1}},
+                 true},
+        AttnCase{"prefill_mixed_d256_window", 32, 16, 256, 16, 1024, 0.0f, {{1200, 100}, {3, 1}, {70, 70}, {2000, 1}},
+                 true},
+        // Group 16 (4 tokens per tile) with odd block size 5 at head_dim 512.
+        AttnCase{"prefill_group16_block5", 16, 1, 512, 5, 0, 0.0f, {{77, 45}, {12, 12}}}),
     [](const auto& info) { return info.param.name; });
 
 TEST(CudaKvCacheTest, WriteKvMatchesCpuAndSkipsPadding) {

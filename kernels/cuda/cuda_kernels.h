@@ -81,8 +81,9 @@ void DecodeAttention(const bf16* q, const bf16* k_cache, const bf16* v_cache, co
 
 // Prefill: tiles of consecutive query tokens of one sequence (tiles are planned on the
 // device from token_seq, so chunked-prefill batches that mix sequences and decode tokens
-// work) share each K/V tile loaded to shared memory; tensor-core (WMMA) products with an
-// online softmax. Best for many tokens. workspace: PrefillAttentionWorkspaceBytes(tokens).
+// work) share each K/V tile loaded to shared memory; FlashAttention-2 style tensor-core
+// (mma.sync) products with the online softmax in registers. Best for many tokens.
+// workspace: PrefillAttentionWorkspaceBytes(tokens).
 size_t PrefillAttentionWorkspaceBytes(int64_t tokens);
 void PrefillAttention(const bf16* q, const bf16* k_cache, const bf16* v_cache, const int32_t* token_seq,
                       const int32_t* token_pos, int64_t tokens, const int32_t* block_tables,

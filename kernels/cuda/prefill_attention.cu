@@ -1,11 +1,23 @@
-// Paged attention for many query tokens (prefill, chunked prefill, mixed batches): a
-// block takes a tile of consecutive query tokens of one sequence times the query heads of
-// one KV head, walks the union of their key ranges in shared-memory K/V tiles, and does
-// both products on tensor cores (WMMA, bf16 in, fp32 accumulate) with an online softmax.
-// Tiles are planned on the device from token_seq, so the launch never reads the batch
-// on the host. Tested by tests/cuda_attention_test.cc against cpu::PagedAttention.
-#include <mma.h>
-
+// Paged attention for many query tokens (prefill, chunked prefill, mixed batches),
+// FlashAttention-2 style. Tested by tests/cuda_attention_test.cc against cpu::PagedAttention.
+//
+// A CTA takes a tile of consecutive query tokens of one sequence times the query heads of
+// one KV head: R = 64 rows (token x head pairs, so GQA groups share every K/V tile). Each
+// warp owns 16 rows; for head_dim 512 two warps share those rows and each owns half of D
+// (they add their partial Q·K^T over 2 KB of shared memory and keep identical softmax
+// state), so the fp32 output stays at <= 128 registers per thread. Per key tile of BK keys:
+// S = Q·K^T and O += P·V on mma.sync m16n8k16 (bf16 in, fp32 accumulate) with ldmatrix
+// operands (.trans for V); scores, running max and sum live in registers and P turns into
+// bf16 A fragments in place. K/V rows are gathered through the block table by cp.async
+// (16-byte chunks; freed blocks and keys outside the tile's range are zero-filled and
+// masked) into a double buffer, so tile j + 1 loads while tile j computes. Key tiles span
+// the union of the rows' [FirstKey, pos] ranges; a warp skips tiles none of its rows see
+// and masks only tiles some of its rows see in part. Rows of shared memory are padded by
+// 16 bytes, which keeps ldmatrix and cp.async free of bank conflicts.
+//   D <= 128: BK 64, 4 warps;  D 256: BK 32, 4 warps, 99 KB (2 CTAs per SM on sm_90);
+//   D 512: BK 32, 8 warps, 211 KB where the device allows it (sm_90), else BK 16, 141 KB.
+// Tiles are planned on the device from token_seq, so the launch never reads the batch on
+// the host.
 #include <algorithm>
 #include <climits>
 #include <cub/block/block_scan.cuh>
@@ -18,43 +30,77 @@
 namespace tpserve::cuda {
 namespace {
 
-namespace wmma = nvcuda::wmma;
-
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / kWarp;
 constexpr int kPlanThreads = 1024;
+constexpr float kLog2e = 1.4426950408889634f;
 
-// Tile shape per head dim: R query rows (token x head pairs), BK keys per K/V tile; sized
-// so that Q, one K-or-V tile, the scores and the fp32 output fit in shared memory on
-// sm_80 (163 KB) and sm_90.
-template <int D>
-struct Tile {
-  static constexpr int R = D >= 512 ? 32 : 64;
-  static constexpr int BK = D >= 256 ? 32 : 64;
-  static constexpr int kLdQ = D + 8;   // bf16 rows, padded against bank conflicts
-  static constexpr int kLdS = BK + 4;  // fp32 scores
-  static constexpr int kLdP = BK + 8;  // bf16 probabilities
-  static constexpr int kLdO = D + 4;   // fp32 output accumulator
-};
-
-constexpr size_t Align128(size_t x) { return (x + 127) / 128 * 128; }
-
-// Shared-memory layout; every array starts 128-byte aligned (WMMA needs 32).
-template <int D>
-struct Smem {
-  using T = Tile<D>;
+// Tile shape and shared-memory layout for head dim D, BK keys per K/V tile, and kSplit
+// warps sharing each 16 rows (each owning D / kSplit output columns).
+template <int D, int BK, int kSplit>
+struct Cfg {
+  static constexpr int kRowWarps = 4;
+  static constexpr int kThreads = kRowWarps * kSplit * kWarp;
+  static constexpr int R = 16 * kRowWarps;  // query rows per CTA
+  static constexpr int kDw = D / kSplit;    // D columns per warp
+  static constexpr int kLd = D + 8;         // bf16 row stride in shared memory
+  static constexpr int kChunks = D / 8;     // 16-byte chunks per row
+  static constexpr int kKeysPerPass = kThreads / kChunks;
+  static constexpr int kPasses = (BK + kKeysPerPass - 1) / kKeysPerPass;
+  static_assert(kDw % 16 == 0 && BK % 16 == 0 && kThreads % kChunks == 0);
+  // Q [R][kLd]; K, V [2 stages][BK][kLd]; the split warps' partial scores; key_ok [2][BK].
   static constexpr size_t kQ = 0;
-  static constexpr size_t kKv = kQ + Align128(sizeof(bf16) * T::R * T::kLdQ);
-  static constexpr size_t kS = kKv + Align128(sizeof(bf16) * T::BK * T::kLdQ);
-  static constexpr size_t kP = kS + Align128(sizeof(float) * T::R * T::kLdS);
-  static constexpr size_t kO = kP + Align128(sizeof(bf16) * T::R * T::kLdP);
-  static constexpr size_t kRowM = kO + Align128(sizeof(float) * T::R * T::kLdO);
-  static constexpr size_t kRowL = kRowM + Align128(sizeof(float) * T::R);
-  static constexpr size_t kRowPos = kRowL + Align128(sizeof(float) * T::R);
-  static constexpr size_t kRowFirst = kRowPos + Align128(sizeof(int32_t) * T::R);
-  static constexpr size_t kKeyOff = kRowFirst + Align128(sizeof(int32_t) * T::R);
-  static constexpr size_t kBytes = kKeyOff + Align128(sizeof(int64_t) * T::BK);
+  static constexpr size_t kK = kQ + sizeof(bf16) * R * kLd;
+  static constexpr size_t kV = kK + sizeof(bf16) * 2 * BK * kLd;
+  static constexpr size_t kXch = kV + sizeof(bf16) * 2 * BK * kLd;
+  static constexpr size_t kKeyOk = kXch + (kSplit > 1 ? sizeof(float) * kThreads * (BK / 2) : 0);
+  static constexpr size_t kBytes = kKeyOk + 2 * BK;
 };
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronously; zero-fills (reads nothing) unless `valid`.
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void Ldmatrix4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void Ldmatrix4Trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// c[16x8] += a[16x16] · b[16x8], bf16 in, fp32 accumulate.
+__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Synchronizes the kCount threads (whole warps) that use barrier `id` (0 is __syncthreads).
+__device__ __forceinline__ void NamedBarrier(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
 
 struct MaxOp {
   __device__ int operator()(int a, int b) const { return a > b ? a : b; }
@@ -98,181 +144,240 @@ __global__ void __launch_bounds__(kPlanThreads) PlanTilesKernel(const int32_t* _
   if (threadIdx.x == 0) *tile_count = carry_tiles;
 }
 
-template <int D>
-__global__ void __launch_bounds__(kThreads) PrefillKernel(AttnArgs a, const int32_t* __restrict__ tile_start,
-                                                         const int32_t* __restrict__ tile_len,
-                                                         const int32_t* __restrict__ tile_count) {
-  using T = Tile<D>;
-  using S = Smem<D>;
-  constexpr int R = T::R, BK = T::BK;
+template <int D, int BK, int kSplit>
+__global__ void __launch_bounds__(Cfg<D, BK, kSplit>::kThreads, kSplit == 1 ? 2 : 1)
+    PrefillKernel(AttnArgs a, const int32_t* __restrict__ tile_start, const int32_t* __restrict__ tile_len,
+                  const int32_t* __restrict__ tile_count) {
+  using C = Cfg<D, BK, kSplit>;
+  constexpr int kLd = C::kLd, kDw = C::kDw, kThreads = C::kThreads;
+  constexpr int kNt = BK / 8;  // 8-key column tiles of S per warp
   extern __shared__ __align__(128) uint8_t smem[];
-  bf16* q_s = reinterpret_cast<bf16*>(smem + S::kQ);
-  bf16* kv_s = reinterpret_cast<bf16*>(smem + S::kKv);
-  float* s_s = reinterpret_cast<float*>(smem + S::kS);
-  bf16* p_s = reinterpret_cast<bf16*>(smem + S::kP);
-  float* o_s = reinterpret_cast<float*>(smem + S::kO);
-  float* row_m = reinterpret_cast<float*>(smem + S::kRowM);
-  float* row_l = reinterpret_cast<float*>(smem + S::kRowL);
-  int32_t* row_pos = reinterpret_cast<int32_t*>(smem + S::kRowPos);
-  int32_t* row_first = reinterpret_cast<int32_t*>(smem + S::kRowFirst);
-  int64_t* key_off = reinterpret_cast<int64_t*>(smem + S::kKeyOff);
-  __shared__ int lo_s, hi_s;
+  bf16* q_s = reinterpret_cast<bf16*>(smem + C::kQ);
+  bf16* k_s = reinterpret_cast<bf16*>(smem + C::kK);
+  bf16* v_s = reinterpret_cast<bf16*>(smem + C::kV);
+  float* xch = reinterpret_cast<float*>(smem + C::kXch);
+  uint8_t* key_ok = smem + C::kKeyOk;
 
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+  const int row_warp = warp / kSplit, part = warp % kSplit;
+  const int g = lane / 4, t4 = lane % 4;  // mma fragment coordinates: rows g, g + 8; columns 2 * t4 + {0, 1}
+  const int d0 = part * kDw;              // this warp's columns of D
   const int kv_head = blockIdx.y;
   const int group = a.num_q_heads / a.num_kv_heads;
   const int64_t kv_stride = static_cast<int64_t>(a.num_kv_heads) * D;
+  const bool softcap = a.softcap > 0.0f;
+  const float score_mul = a.scale * kLog2e;  // scores in the log2 domain: exp2 instead of exp
   const int num_tiles = *tile_count;
 
-  for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+  // Heaviest tiles (the last of a causal sequence) first.
+  for (int tile = num_tiles - 1 - static_cast<int>(blockIdx.x); tile >= 0; tile -= gridDim.x) {
     const int t0 = tile_start[tile], nt = tile_len[tile];
     const int rows = nt * group;  // row r: token t0 + r / group, query head kv_head * group + r % group
     const int32_t* table = a.block_tables + static_cast<int64_t>(a.token_seq[t0]) * a.max_blocks_per_seq;
-    if (tid == 0) {
-      lo_s = INT_MAX;
-      hi_s = -1;
-    }
-    __syncthreads();
-    for (int r = tid; r < R; r += kThreads) {
-      const int32_t pos = r < rows ? a.token_pos[t0 + r / group] : -1;
-      row_pos[r] = pos;
-      row_first[r] = FirstKey(pos, a.sliding_window);
-      row_m[r] = -INFINITY;
-      row_l[r] = 0.0f;
-      if (pos >= 0) {
-        atomicMin(&lo_s, row_first[r]);
-        atomicMax(&hi_s, pos);
-      }
-    }
-    for (int i = tid; i < R * (D / 8); i += kThreads) {
-      const int r = i / (D / 8), c = i % (D / 8);
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (r < rows) {
-        const int64_t row = static_cast<int64_t>(t0 + r / group) * a.num_q_heads + kv_head * group + r % group;
-        v = *reinterpret_cast<const uint4*>(a.q + row * D + c * 8);
-      }
-      *reinterpret_cast<uint4*>(q_s + r * T::kLdQ + c * 8) = v;
-    }
-    for (int i = tid; i < R * D; i += kThreads) o_s[(i / D) * T::kLdO + i % D] = 0.0f;
-    __syncthreads();
-    const int lo = lo_s, hi = hi_s;
 
-    for (int j0 = lo; j0 <= hi; j0 += BK) {
-      for (int c = tid; c < BK; c += kThreads) {
-        const int32_t key = j0 + c;
-        int64_t off = -1;
-        if (key <= hi) {
-          const int32_t block = table[key / a.block_size];
-          if (block >= 0) {
-            off = (static_cast<int64_t>(block) * a.block_size + key % a.block_size) * kv_stride +
-                  static_cast<int64_t>(kv_head) * D;
+    // This thread's two rows, its warp's key range and the CTA's (all warps compute it alike).
+    const int r0 = row_warp * 16 + g, r1 = r0 + 8;
+    const int32_t pos0 = r0 < rows ? a.token_pos[t0 + r0 / group] : -1;
+    const int32_t pos1 = r1 < rows ? a.token_pos[t0 + r1 / group] : -1;
+    const int32_t first0 = FirstKey(pos0, a.sliding_window), first1 = FirstKey(pos1, a.sliding_window);
+    // Keys any row of the warp sees: [w_lo, w_hi]; keys every row sees: [w_all_lo, w_all_hi].
+    const int w_lo = __reduce_min_sync(0xffffffffu, min(pos0 >= 0 ? first0 : INT_MAX, pos1 >= 0 ? first1 : INT_MAX));
+    const int w_hi = __reduce_max_sync(0xffffffffu, max(pos0, pos1));
+    const int w_all_lo = __reduce_max_sync(0xffffffffu, max(first0, first1));
+    const int w_all_hi = __reduce_min_sync(0xffffffffu, min(pos0, pos1));
+    int lo = INT_MAX, hi = -1;
+    for (int i = lane; i < nt; i += kWarp) {
+      const int32_t p = a.token_pos[t0 + i];
+      if (p >= 0) {
+        lo = min(lo, FirstKey(p, a.sliding_window));
+        hi = max(hi, p);
+      }
+    }
+    lo = __reduce_min_sync(0xffffffffu, lo);
+    hi = __reduce_max_sync(0xffffffffu, hi);
+    const int num_kt = hi >= lo ? (hi - lo) / BK + 1 : 0;
+
+    // Q rows -> shared memory (zeros past the tile's rows); joins the first K/V tile's group.
+    for (int i = tid; i < C::R * C::kChunks; i += kThreads) {
+      const int r = i / C::kChunks, c = i % C::kChunks;
+      const bool valid = r < rows;
+      const int64_t row = static_cast<int64_t>(t0 + r / group) * a.num_q_heads + kv_head * group + r % group;
+      CpAsync16(SmemAddr(q_s + r * kLd + c * 8), valid ? a.q + row * D + c * 8 : a.q, valid);
+    }
+    // Keys [j0, j0 + BK) -> stage; a thread copies one 16-byte column of every
+    // kKeysPerPass-th key, and the first column's thread records whether the key exists.
+    auto load_kv = [&](int kt) {
+      const int stage = kt & 1, j0 = lo + kt * BK, col = tid % C::kChunks;
+      bf16* ks = k_s + stage * BK * kLd;
+      bf16* vs = v_s + stage * BK * kLd;
+#pragma unroll
+      for (int p = 0; p < C::kPasses; ++p) {
+        const int k = tid / C::kChunks + p * C::kKeysPerPass;
+        if (C::kPasses * C::kKeysPerPass > BK && k >= BK) break;
+        const int32_t key = j0 + k;
+        const int32_t block = key <= hi ? table[key / a.block_size] : -1;
+        const bool valid = block >= 0;
+        const int64_t off = valid ? (static_cast<int64_t>(block) * a.block_size + key % a.block_size) * kv_stride +
+                                        static_cast<int64_t>(kv_head) * D + col * 8
+                                  : 0;
+        CpAsync16(SmemAddr(ks + k * kLd + col * 8), a.k_cache + off, valid);
+        CpAsync16(SmemAddr(vs + k * kLd + col * 8), a.v_cache + off, valid);
+        if (col == 0) key_ok[stage * BK + k] = valid ? 1 : 0;
+      }
+    };
+    if (num_kt > 0) load_kv(0);
+    CpAsyncCommit();
+
+    float o[kDw / 8][4];
+#pragma unroll
+    for (int j = 0; j < kDw / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // l: this thread's columns only
+
+    for (int kt = 0; kt < num_kt; ++kt) {
+      if (kt + 1 < num_kt) load_kv(kt + 1);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+      __syncthreads();
+      const int j0 = lo + kt * BK, stage = kt & 1;
+      if (j0 <= w_hi && j0 + BK - 1 >= w_lo) {
+        // S[16, BK] = Q[16, D] · K^T over this warp's columns of D.
+        float s[kNt][4];
+#pragma unroll
+        for (int j = 0; j < kNt; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+        const bf16* ks = k_s + stage * BK * kLd;
+#pragma unroll
+        for (int kk = 0; kk < kDw / 16; ++kk) {
+          uint32_t qa[4];
+          Ldmatrix4(qa, SmemAddr(q_s + (row_warp * 16 + lane % 16) * kLd + d0 + kk * 16 + (lane / 16) * 8));
+#pragma unroll
+          for (int np = 0; np < BK / 16; ++np) {
+            uint32_t kb[4];
+            Ldmatrix4(kb, SmemAddr(ks + (np * 16 + (lane / 16) * 8 + lane % 8) * kLd + d0 + kk * 16 +
+                                   ((lane / 8) % 2) * 8));
+            Mma(s[2 * np], qa, kb[0], kb[1]);
+            Mma(s[2 * np + 1], qa, kb[2], kb[3]);
           }
         }
-        key_off[c] = off;
-      }
-      __syncthreads();
-      auto load_tile = [&](const bf16* cache) {
-        for (int i = tid; i < BK * (D / 8); i += kThreads) {
-          const int k = i / (D / 8), c = i % (D / 8);
-          const int64_t off = key_off[k];
-          uint4 v = make_uint4(0, 0, 0, 0);
-          if (off >= 0) v = *reinterpret_cast<const uint4*>(cache + off + c * 8);
-          *reinterpret_cast<uint4*>(kv_s + k * T::kLdQ + c * 8) = v;
-        }
-      };
-      load_tile(a.k_cache);
-      __syncthreads();
-
-      // S[R, BK] = Q · K^T.
-      for (int f = warp; f < (R / 16) * (BK / 16); f += kWarps) {
-        const int fi = f / (BK / 16), fj = f % (BK / 16);
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-        wmma::fill_fragment(acc, 0.0f);
-#pragma unroll 4
-        for (int kk = 0; kk < D / 16; ++kk) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> qa;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> kb;
-          wmma::load_matrix_sync(qa, q_s + fi * 16 * T::kLdQ + kk * 16, T::kLdQ);
-          wmma::load_matrix_sync(kb, kv_s + fj * 16 * T::kLdQ + kk * 16, T::kLdQ);
-          wmma::mma_sync(acc, qa, kb, acc);
-        }
-        wmma::store_matrix_sync(s_s + fi * 16 * T::kLdS + fj * 16, acc, T::kLdS, wmma::mem_row_major);
-      }
-      __syncthreads();
-
-      // V replaces K in shared memory while the softmax runs on the scores.
-      load_tile(a.v_cache);
-      for (int r = warp; r < R; r += kWarps) {
-        const int32_t pos = row_pos[r], first = row_first[r];
-        float s[BK / kWarp > 0 ? BK / kWarp : 1];
-        float mx = -INFINITY;
+        if constexpr (kSplit > 1) {  // add the partner warp's half of the dot products
+          static_assert(kSplit == 2);
+          float* mine = xch + warp * kWarp * (BK / 2);
+          const float* other = xch + (warp ^ 1) * kWarp * (BK / 2);
 #pragma unroll
-        for (int i = 0; i < BK / kWarp; ++i) {
-          const int c = lane + i * kWarp;
-          const int32_t key = j0 + c;
-          const bool visible = pos >= 0 && key >= first && key <= pos && key_off[c] >= 0;
-          s[i] = visible ? ScoreTransform(s_s[r * T::kLdS + c], a.scale, a.softcap) : -INFINITY;
-          mx = fmaxf(mx, s[i]);
-        }
-        mx = WarpMax(mx);
-        const float m_old = row_m[r];
-        const float m_new = fmaxf(m_old, mx);
-        float sum = 0.0f;
+          for (int j = 0; j < kNt; ++j) {
 #pragma unroll
-        for (int i = 0; i < BK / kWarp; ++i) {
-          const float p = m_new == -INFINITY ? 0.0f : expf(s[i] - m_new);
-          const bf16 pb = __float2bfloat16_rn(p);
-          p_s[r * T::kLdP + lane + i * kWarp] = pb;
-          sum += __bfloat162float(pb);  // the weights P·V will actually use
+            for (int e = 0; e < 4; ++e) mine[(j * 4 + e) * kWarp + lane] = s[j][e];
+          }
+          NamedBarrier(1 + row_warp, 2 * kWarp);
+#pragma unroll
+          for (int j = 0; j < kNt; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[j][e] += other[(j * 4 + e) * kWarp + lane];
+          }
         }
-        sum = WarpSum(sum);
-        const float corr = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
-        if (corr != 1.0f) {
-          for (int d = lane; d < D; d += kWarp) o_s[r * T::kLdO + d] *= corr;
-        }
-        __syncwarp();
-        if (lane == 0) {
-          row_l[r] = row_l[r] * corr + sum;
-          row_m[r] = m_new;
-        }
-      }
-      __syncthreads();
 
-      // O[R, D] += P · V.
-      for (int f = warp; f < (R / 16) * (D / 16); f += kWarps) {
-        const int fi = f / (D / 16), fj = f % (D / 16);
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-        float* o_tile = o_s + fi * 16 * T::kLdO + fj * 16;
-        wmma::load_matrix_sync(acc, o_tile, T::kLdO, wmma::mem_row_major);
+        // Scores (log2 domain), masked: keys that do not exist, and keys outside a row's
+        // [first, pos] unless every row of the warp sees the whole tile.
+        const bool whole = j0 >= w_all_lo && j0 + BK - 1 <= w_all_hi;
+        const uint8_t* ok = key_ok + stage * BK;
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kNt; ++j) {
+          const int c = j * 8 + 2 * t4;
+          const uint32_t ok2 = *reinterpret_cast<const uint16_t*>(ok + c);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int32_t key = j0 + c + (e & 1);
+            float v = softcap ? ScoreTransform(s[j][e], a.scale, a.softcap) * kLog2e : s[j][e] * score_mul;
+            bool visible = ((ok2 >> (8 * (e & 1))) & 0xffu) != 0;
+            if (!whole) visible = visible && (e < 2 ? key >= first0 && key <= pos0 : key >= first1 && key <= pos1);
+            v = visible ? v : -INFINITY;
+            s[j][e] = v;
+            if (e < 2) {
+              mx0 = fmaxf(mx0, v);
+            } else {
+              mx1 = fmaxf(mx1, v);
+            }
+          }
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        // Online softmax; a row that has seen no key yet keeps max -inf and weights 0.
+        const float new0 = fmaxf(m0, mx0), new1 = fmaxf(m1, mx1);
+        const float base0 = new0 == -INFINITY ? 0.0f : new0, base1 = new1 == -INFINITY ? 0.0f : new1;
+        const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
+        m0 = new0;
+        m1 = new1;
+        float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kNt; ++j) {
+          s[j][0] = exp2f(s[j][0] - base0);
+          s[j][1] = exp2f(s[j][1] - base0);
+          s[j][2] = exp2f(s[j][2] - base1);
+          s[j][3] = exp2f(s[j][3] - base1);
+          sum0 += s[j][0] + s[j][1];
+          sum1 += s[j][2] + s[j][3];
+        }
+        l0 = l0 * corr0 + sum0;
+        l1 = l1 * corr1 + sum1;
+        if (__any_sync(0xffffffffu, corr0 != 1.0f || corr1 != 1.0f)) {
+#pragma unroll
+          for (int j = 0; j < kDw / 8; ++j) {
+            o[j][0] *= corr0;
+            o[j][1] *= corr0;
+            o[j][2] *= corr1;
+            o[j][3] *= corr1;
+          }
+        }
+
+        // O[16, kDw] += P[16, BK] · V[BK, this warp's columns]; P's C fragments are A fragments.
+        const bf16* vs = v_s + stage * BK * kLd;
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> pa;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> vb;
-          wmma::load_matrix_sync(pa, p_s + fi * 16 * T::kLdP + kk * 16, T::kLdP);
-          wmma::load_matrix_sync(vb, kv_s + kk * 16 * T::kLdQ + fj * 16, T::kLdQ);
-          wmma::mma_sync(acc, pa, vb, acc);
+          const uint32_t pa[4] = {PackBf16(s[2 * kk][0], s[2 * kk][1]), PackBf16(s[2 * kk][2], s[2 * kk][3]),
+                                  PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                  PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+          for (int dp = 0; dp < kDw / 16; ++dp) {
+            uint32_t vb[4];
+            Ldmatrix4Trans(vb, SmemAddr(vs + (kk * 16 + ((lane / 8) % 2) * 8 + lane % 8) * kLd + d0 + dp * 16 +
+                                        (lane / 16) * 8));
+            Mma(o[2 * dp], pa, vb[0], vb[1]);
+            Mma(o[2 * dp + 1], pa, vb[2], vb[3]);
+          }
         }
-        wmma::store_matrix_sync(o_tile, acc, T::kLdO, wmma::mem_row_major);
       }
-      __syncthreads();
+      __syncthreads();  // the next iteration refills this stage
     }
+    CpAsyncWait<0>();  // Q's copies when there was no key tile
 
-    for (int i = tid; i < rows * D; i += kThreads) {
-      const int r = i / D, d = i % D;
-      const float l = row_l[r];
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = pos0 >= 0 && l0 > 0.0f ? 1.0f / l0 : 0.0f;
+    const float inv1 = pos1 >= 0 && l1 > 0.0f ? 1.0f / l1 : 0.0f;
+    auto store_row = [&](int r, float inv, int e) {
       const int64_t row = static_cast<int64_t>(t0 + r / group) * a.num_q_heads + kv_head * group + r % group;
-      a.out[row * D + d] = __float2bfloat16_rn(row_pos[r] >= 0 && l > 0.0f ? o_s[r * T::kLdO + d] / l : 0.0f);
-    }
+      bf16* dst = a.out + row * D + d0 + 2 * t4;
+#pragma unroll
+      for (int j = 0; j < kDw / 8; ++j) {
+        *reinterpret_cast<__nv_bfloat162*>(dst + j * 8) = __floats2bfloat162_rn(o[j][e] * inv, o[j][e + 1] * inv);
+      }
+    };
+    if (r0 < rows) store_row(r0, inv0, 0);
+    if (r1 < rows) store_row(r1, inv1, 2);
     __syncthreads();  // the next tile reuses shared memory
   }
 }
 
-template <int D>
+template <int D, int BK, int kSplit>
 void RaiseSmemLimit() {
   static std::once_flag once;
   std::call_once(once, [] {
-    TP_CUDA_CHECK(cudaFuncSetAttribute(PrefillKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(Smem<D>::kBytes)));
+    TP_CUDA_CHECK(cudaFuncSetAttribute(PrefillKernel<D, BK, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(Cfg<D, BK, kSplit>::kBytes)));
   });
 }
 
@@ -291,22 +396,41 @@ struct LaunchPrefill {
   const AttnArgs& a;
   const TilePlan& plan;
   int group;
+  int smem_optin;  // the device's cudaDevAttrMaxSharedMemoryPerBlockOptin
   cudaStream_t stream;
-  template <int D>
-  void operator()() const {
-    const int tokens_per_tile = Tile<D>::R / group;
+
+  template <int D, int BK, int kSplit>
+  void Launch() const {
+    using C = Cfg<D, BK, kSplit>;
+    const int tokens_per_tile = C::R / group;
     TP_CHECK(tokens_per_tile >= 1);  // more query heads per KV head than rows in a tile
+    TP_CHECK(static_cast<size_t>(smem_optin) >= C::kBytes);
     PlanTilesKernel<<<1, kPlanThreads, 0, stream>>>(a.token_seq, a.tokens, tokens_per_tile, plan.start, plan.len,
                                                     plan.count);
     TP_CUDA_CHECK_LAUNCH();
-    RaiseSmemLimit<D>();
+    RaiseSmemLimit<D, BK, kSplit>();
     // Tiles <= ceil(tokens / tokens_per_tile) + (sequence boundaries); blocks loop over
     // tiles, blocks beyond the planned count exit at once, and the extra 128 cover
     // batches with many short runs (decode tokens mixed into a prefill).
     const int64_t blocks = std::min<int64_t>(a.tokens, (a.tokens + tokens_per_tile - 1) / tokens_per_tile + 128);
     const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(a.num_kv_heads));
-    PrefillKernel<D><<<grid, kThreads, Smem<D>::kBytes, stream>>>(a, plan.start, plan.len, plan.count);
+    PrefillKernel<D, BK, kSplit><<<grid, C::kThreads, C::kBytes, stream>>>(a, plan.start, plan.len, plan.count);
     TP_CUDA_CHECK_LAUNCH();
+  }
+
+  template <int D>
+  void operator()() const {
+    if constexpr (D == 512) {
+      if (static_cast<size_t>(smem_optin) >= Cfg<512, 32, 2>::kBytes) {
+        Launch<512, 32, 2>();
+      } else {
+        Launch<512, 16, 2>();
+      }
+    } else if constexpr (D == 256) {
+      Launch<256, 32, 1>();
+    } else {
+      Launch<D, 64, 1>();
+    }
   }
 };
 
@@ -324,7 +448,10 @@ void PrefillAttention(const bf16* q, const bf16* k_cache, const bf16* v_cache, c
   TP_CHECK(workspace_bytes >= PrefillAttentionWorkspaceBytes(tokens));
   const AttnArgs a = MakeAttnArgs(q, k_cache, v_cache, token_seq, token_pos, tokens, block_tables, p, out);
   const TilePlan plan = LayoutTilePlan(workspace, tokens);
-  DispatchHeadDim(p.head_dim, LaunchPrefill{a, plan, p.num_q_heads / p.num_kv_heads, stream});
+  int device = 0, smem_optin = 0;
+  TP_CUDA_CHECK(cudaGetDevice(&device));
+  TP_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  DispatchHeadDim(p.head_dim, LaunchPrefill{a, plan, p.num_q_heads / p.num_kv_heads, smem_optin, stream});
 }
 
 }  // namespace tpserve::cuda
