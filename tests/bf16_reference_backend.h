@@ -3,9 +3,16 @@
 // CPU pass is no tight reference for a bf16 pass (on the Gemma 4 fixture bf16 rounding
 // alone moves logits by up to ~2), this one is (summation order moves them < 0.1).
 // Used by tests/cuda_model_test.cc.
+//
+// With a nonzero jitter seed each Linear output is multiplied by (1 + 2^-20 u), u uniform in
+// [-1, 1], before its bf16 rounding: the size of the difference another fp32 summation order
+// (cuBLAS, the GEMV kernel) makes, so that runs with a few seeds show how far a fixture moves
+// its logits for rounding flips alone.
 #pragma once
 
+#include <cmath>
 #include <memory>
+#include <random>
 
 #include "worker/backend.h"
 
@@ -13,7 +20,8 @@ namespace tpserve::testing {
 
 class Bf16ReferenceBackend : public Backend {
  public:
-  Bf16ReferenceBackend() : cpu_(MakeCpuBackend(BackendOptions{.threads = 2})) {}
+  explicit Bf16ReferenceBackend(uint64_t jitter_seed = 0)
+      : cpu_(MakeCpuBackend(BackendOptions{.threads = 2})), jitter_(jitter_seed != 0), rng_(jitter_seed) {}
   std::string name() const override { return "cpu-bf16-reference"; }
   DType activation_dtype() const override { return DType::kF32; }  // bf16 values held in fp32
   bool device_is_host() const override { return true; }
@@ -34,6 +42,7 @@ class Bf16ReferenceBackend : public Backend {
   // As the CUDA backend: the product rounded, then the bias added and rounded again.
   void Linear(const Tensor& x, const Tensor& w, const float* bias, Tensor y) override {
     cpu_->Linear(x, w, nullptr, y);
+    if (jitter_) Jitter(y);
     Round(y);
     if (bias == nullptr) return;
     float* p = static_cast<float*>(y.data);
@@ -82,7 +91,14 @@ class Bf16ReferenceBackend : public Backend {
     float* p = static_cast<float*>(t.data);
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = Bf16ToF32(F32ToBf16(p[i]));
   }
+  void Jitter(Tensor t) {
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    float* p = static_cast<float*>(t.data);
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(p[i] * (1.0 + std::ldexp(u(rng_), -20)));
+  }
   std::unique_ptr<Backend> cpu_;
+  bool jitter_;
+  std::mt19937_64 rng_;
 };
 
 }  // namespace tpserve::testing

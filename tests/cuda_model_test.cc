@@ -106,10 +106,10 @@ std::vector<std::vector<float>> RunSteps(const std::string& fixture, Backend& ba
   return rows;
 }
 
-std::vector<std::vector<float>> RunOnCpu(const std::string& fixture, const Steps& s) {
+std::vector<std::vector<float>> RunOnCpu(const std::string& fixture, const Steps& s, uint64_t jitter_seed = 0) {
   std::vector<std::vector<float>> rows;
   testing::RunThreads(1, [&](Communicator& comm) {
-    testing::Bf16ReferenceBackend backend;
+    testing::Bf16ReferenceBackend backend(jitter_seed);
     rows = RunSteps(fixture, backend, comm, s);
   });
   return rows;
@@ -139,15 +139,36 @@ float TopGap(const std::vector<float>& v) {
 
 // Logits close everywhere; the argmax equal wherever the reference is not a near tie.
 void ExpectSameModel(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want,
-                     const std::string& what) {
+                     const std::string& what, testing::Tolerance tol = kModelTol,
+                     float greedy_margin = kGreedyMargin) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t r = 0; r < want.size(); ++r) {
-    EXPECT_TRUE(testing::AllClose(got[r], want[r], kModelTol)) << what << " row " << r;
-    if (TopGap(want[r]) > kGreedyMargin) {
+    EXPECT_TRUE(testing::AllClose(got[r], want[r], tol)) << what << " row " << r;
+    if (TopGap(want[r]) > greedy_margin) {
       EXPECT_EQ(Argmax(got[r]), Argmax(want[r])) << what << " row " << r;
     }
   }
 }
+
+float MaxAbsDiff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  float worst = 0;
+  for (size_t r = 0; r < a.size() && r < b.size(); ++r) {
+    for (size_t i = 0; i < a[r].size() && i < b[r].size(); ++i) worst = std::max(worst, std::abs(a[r][i] - b[r][i]));
+  }
+  return worst;
+}
+
+// Gemma 4's fixtures turn one bf16 rounding flip into logit moves of up to ~2 (measured on
+// CPU: the reference with its Linear outputs jittered by 2^-20 before rounding, as another
+// fp32 summation order does, moves logits by up to 1.9 on gemma4_text, 3 to 8x kModelTol;
+// on gemma3_text the same jitter moves them by at most 0.1). The
+// GPU sums in another order (on an H200: bitwise equal to the reference up to the first
+// flipped rounding, at token 16, then up to 0.84 off; the same with KV blocks of 8 or 32,
+// and no further from transformers' fp32 logits than the reference is), so against these
+// fixtures it is held to what that rounding alone does: 1.5x the largest move of the
+// jittered reference over kJitterSeeds runs (gemma4_text 1.9, gemma4_multimodal 0.84).
+constexpr int kJitterSeeds = 4;
+bool RoundingChaotic(const std::string& fixture) { return fixture.rfind("gemma4", 0) == 0; }
 
 class CudaModelTest : public ::testing::TestWithParam<std::string> {};
 
@@ -167,7 +188,16 @@ TEST_P(CudaModelTest, MatchesCpuBf16Reference) {
   }
   const auto cpu = RunOnCpu(fixture, s);
   const auto gpu = RunOnGpu(fixture, s, 1);
-  ExpectSameModel(gpu, cpu, fixture + " cuda vs cpu");
+  if (!RoundingChaotic(fixture)) {
+    ExpectSameModel(gpu, cpu, fixture + " cuda vs cpu");
+    return;
+  }
+  float envelope = 0;
+  for (uint64_t seed = 1; seed <= kJitterSeeds; ++seed) envelope = std::max(envelope, MaxAbsDiff(RunOnCpu(fixture, s, seed), cpu));
+  ASSERT_GT(envelope, 0.0f) << "the jittered reference should move " << fixture;
+  const float bound = std::max<float>(kModelTol.atol, 1.5f * envelope);
+  ExpectSameModel(gpu, cpu, fixture + " cuda vs cpu (rounding envelope " + std::to_string(envelope) + ")",
+                  testing::Tolerance{bound, kModelTol.rtol}, std::max(kGreedyMargin, 2 * bound));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelTest,
