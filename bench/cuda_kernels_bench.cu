@@ -167,6 +167,35 @@ int Main(int argc, char** argv) {
       cudaFree(p);
     }
   }
+  {  // Batch-1 decode: every projection shape of Gemma 4 31B at TP 1 (sliding / global
+     // layers), our GEMV against cuBLASLt at m = 1, as a share of the copy bandwidth.
+    struct Shape {
+      const char* name;
+      int64_t n, k;
+    };
+    const Shape shapes[] = {{"q sliding", 8192, H},  {"k|v sliding", 4096, H}, {"q global", 16384, H},
+                            {"k global", 2048, H},   {"o sliding", H, 8192},   {"o global", H, 16384},
+                            {"down", H, I},          {"lm_head", 262144, H}};
+    Gemm gemm;
+    bf16* x = RandomBf16(8 * I, 7);
+    bf16* y = Alloc<bf16>(8 * 262144);
+    for (const Shape& s : shapes) {
+      // Enough copies of W to rotate through that no call finds its weights in the L2.
+      const int64_t bytes = 2 * s.n * s.k;
+      const int copies = static_cast<int>(std::max<int64_t>(1, ((int64_t{256} << 20) + bytes - 1) / bytes));
+      std::vector<bf16*> ws;
+      for (int c = 0; c < copies; ++c) ws.push_back(RandomBf16(s.n * s.k, 8 + c));
+      int turn = 0;
+      const std::string shape = std::string(s.name) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
+      const double us = TimeUs(st, [&] { Gemv(x, 1, s.k, ws[turn++ % copies], DType::kBF16, s.n, y, st); });
+      Row("gemv bf16 m=1", shape, us, bytes, "GB/s", peak_gbs);
+      const double lt = TimeUs(st, [&] { gemm.Run(x, 1, s.k, ws[turn++ % copies], s.n, y, st); });
+      Row("cuBLASLt m=1", shape, lt, bytes, "GB/s", peak_gbs);
+      for (bf16* w : ws) cudaFree(w);
+    }
+    cudaFree(x);
+    cudaFree(y);
+  }
   {  // RMSNorm over a prefill chunk.
     bf16* x = RandomBf16(4096 * H, 7);
     std::vector<float> w(H, 1.0f);
