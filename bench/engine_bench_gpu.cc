@@ -1,6 +1,7 @@
 // engine_bench --backend cuda (engine_bench_gpu.h). Decode steps are driven by hand-made
 // step plans over a KV cache that was never prefilled: step time depends on how much KV
 // attention reads, not on its values, and it spares a 31B prefill of batch x context tokens.
+// Every step samples greedily on the GPU (only token ids reach the host), as serving does.
 #include "bench/engine_bench_gpu.h"
 
 #include <algorithm>
@@ -78,6 +79,15 @@ DecodeLayout LayoutDecode(int batch, int context, int steps, int32_t block_size,
   return d;
 }
 
+// Greedy sampling on the workers for every logit row, as serving on a GPU does: only
+// token ids come back to the host.
+void SampleGreedyOnWorkers(StepPlan& p) {
+  RowSampling greedy;
+  greedy.temperature = 0.0f;
+  p.sampling.assign(p.logit_rows.size(), greedy);
+  p.penalty_offsets.assign(p.logit_rows.size() + 1, 0);
+}
+
 StepPlan DecodePlan(const DecodeLayout& d, int batch, int32_t pos, int32_t block_size, size_t groups, int64_t vocab) {
   StepPlan p;
   p.num_seqs = batch;
@@ -92,6 +102,7 @@ StepPlan DecodePlan(const DecodeLayout& d, int batch, int32_t pos, int32_t block
     p.logit_rows.push_back(s);
   }
   p.kv.assign(groups, kv);
+  SampleGreedyOnWorkers(p);
   return p;
 }
 
@@ -109,6 +120,7 @@ StepPlan PrefillPlan(int tokens, int32_t block_size, size_t groups, int64_t voca
   }
   p.logit_rows.push_back(tokens - 1);
   p.kv.assign(groups, kv);
+  SampleGreedyOnWorkers(p);
   return p;
 }
 

@@ -122,7 +122,8 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(const std::vec
     plan.kv.assign(groups, KvGroupPlan{slots, max_blocks, tables});
     slots.clear();
     StepTimes t;
-    TP_ASSIGN_OR_RETURN(std::vector<float> logits, executor_.Execute(plan, &t));
+    TP_ASSIGN_OR_RETURN(StepOutput step, executor_.Execute(plan, &t));
+    const std::vector<float>& logits = step.logits;
     steps_.push_back(StepRecord{plan.num_tokens(), t.total_us / 1000.0, t.allreduce_us / 1000.0, prefill});
     for (size_t i = 0; i < logit_seqs.size(); ++i) sample(logit_seqs[i], &logits[i * V]);
     return absl::OkStatus();

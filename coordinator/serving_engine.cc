@@ -56,7 +56,8 @@ ServingEngine::ServingEngine(StepExecutor& executor, const Tokenizer& tokenizer,
       config_(std::move(config)),
       info_(std::move(info)),
       scheduler_(std::make_unique<Scheduler>(config_.scheduler)),
-      sampler_(config_.vocab_size, config_.eos_token_ids) {}
+      sampler_(config_.vocab_size, config_.eos_token_ids),
+      row_sampling_(config_.vocab_size, config_.eos_token_ids) {}
 
 ServingEngine::~ServingEngine() = default;
 
@@ -212,11 +213,23 @@ void ServingEngine::Step(absl::Time t0) {
     }
   }
   StepPlan plan = scheduler_->BuildStepPlan(decision);
+  // Sample on the workers unless a request of this step wants logprobs (host only).
+  bool on_workers = config_.device_sampling;
+  for (const auto& s : decision.scheduled) {
+    if (on_workers && s.sample && active_.at(s.seq->request_id())->params.logprobs.has_value()) on_workers = false;
+  }
+  if (on_workers) {
+    for (const auto& s : decision.scheduled) {
+      if (!s.sample) continue;
+      const Active& a = *active_.at(s.seq->request_id());
+      row_sampling_.AddRow(a.params, a.rng, s.seq->prompt_token_ids(), s.seq->output_token_ids(), plan);
+    }
+  }
   StepTimes times;
-  auto logits = executor_.Execute(plan, &times);
+  auto out = executor_.Execute(plan, &times);
   const double forward_ms = times.total_us / 1000.0;
-  if (!logits.ok()) {
-    FailAll(absl::StrCat("the model step failed: ", logits.status().message()));
+  if (!out.ok()) {
+    FailAll(absl::StrCat("the model step failed: ", out.status().message()));
     scheduler_ = std::make_unique<Scheduler>(config_.scheduler);
     return;
   }
@@ -232,9 +245,16 @@ void ServingEngine::Step(absl::Time t0) {
     if (!s.sample) continue;
     Active* a = active_.at(s.seq->request_id()).get();
     by_seq[s.seq] = a;
-    auto r = sampler_.Sample(absl::MakeConstSpan(logits->data() + row * V, V), a->params,
-                             s.seq->prompt_token_ids(), s.seq->output_token_ids(), a->rng);
     a->sample_error.clear();
+    if (on_workers) {
+      a->sample = SampleResult{};
+      a->sample.token_id = out->token_ids[row];
+      sampled.push_back(a->sample.token_id);
+      ++row;
+      continue;
+    }
+    auto r = sampler_.Sample(absl::MakeConstSpan(out->logits.data() + row * V, V), a->params,
+                             s.seq->prompt_token_ids(), s.seq->output_token_ids(), a->rng);
     if (r.ok()) {
       a->sample = std::move(*r);
     } else {

@@ -16,6 +16,7 @@
 
 #include "absl/time/time.h"
 #include "coordinator/engine_api.h"
+#include "coordinator/row_sampling_plan.h"
 #include "coordinator/sampler.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/stop_checker.h"
@@ -44,6 +45,11 @@ struct ServingConfig {
   int32_t max_queue = 1024;   // requests waiting (not yet running) at most; more: RESOURCE_EXHAUSTED
   int64_t vocab_size = 0;
   std::vector<int32_t> eos_token_ids;  // the model's (generation_config.json)
+  // Sample on the workers (rank 0's GPU; kernels/row_sampling.h's rule): only token ids
+  // cross to the host. A step with a request that wants logprobs samples on the host
+  // (Sampler) instead. Seeded requests draw different (equally valid) tokens on the two
+  // paths: the workers' rule has its own random stream.
+  bool device_sampling = false;
   // Called on the engine thread after every step that ran (benchmarks); not counted in
   // the step's times. Must not call back into the engine.
   std::function<void(const EngineStepStats&)> on_step;
@@ -82,6 +88,7 @@ class ServingEngine : public EngineApi {
   const ModelInfo info_;
   std::unique_ptr<Scheduler> scheduler_;
   Sampler sampler_;
+  RowSamplingPlanner row_sampling_;
 
   // Shared with front-end threads.
   mutable std::mutex mu_;

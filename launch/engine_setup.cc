@@ -81,6 +81,12 @@ WarmupStep MakeWarmupStep(int64_t tokens, int64_t max_len, int32_t block_size, s
   }
   const int64_t rows = std::clamp<int64_t>(logit_rows, 1, tokens);
   for (int64_t r = 0; r < rows; ++r) p.logit_rows.push_back(static_cast<int32_t>(r));
+  // Sampled on the workers, as serving does on a GPU, so that the sampling buffers exist
+  // before the memory is measured.
+  RowSampling greedy;
+  greedy.temperature = 0.0f;
+  p.sampling.assign(rows, greedy);
+  p.penalty_offsets.assign(rows + 1, 0);
   p.kv.assign(kv_groups, kv);
   return w;
 }

@@ -196,6 +196,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   sc.max_queue = o.max_queue;
   sc.vocab_size = mc.vocab_size;
   sc.eos_token_ids = mc.eos_token_ids;
+  sc.device_sampling = engine->device == DeviceKind::kCuda;  // only token ids leave the GPU
   for (int32_t id : tokenizer->eos_ids()) {
     if (std::find(sc.eos_token_ids.begin(), sc.eos_token_ids.end(), id) == sc.eos_token_ids.end()) {
       sc.eos_token_ids.push_back(id);

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "tests/bf16_reference_backend.h"
 #include "tests/cuda_test_util.h"
+#include "tests/sampling_reference.h"
 #include "tests/tp_harness.h"
 #include "worker/cuda_backend.h"
 #include "worker/staged_communicator.h"
@@ -93,10 +94,11 @@ std::vector<std::vector<float>> RunSteps(const std::string& fixture, Backend& ba
   EXPECT_TRUE((*model)->AllocateKvCache(max_blocks * s.copies).ok());
   const size_t groups = (*model)->num_kv_blocks().size();
   const int64_t V = config->vocab_size;
-  auto collect = [&](const absl::StatusOr<std::vector<float>>& logits) {
-    EXPECT_TRUE(logits.ok()) << logits.status();
-    if (!logits.ok() || comm.rank() != 0) return;
-    for (size_t r = 0; r * V < logits->size(); ++r) rows.emplace_back(logits->begin() + r * V, logits->begin() + (r + 1) * V);
+  auto collect = [&](const absl::StatusOr<StepOutput>& out) {
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (!out.ok() || comm.rank() != 0) return;
+    const std::vector<float>& logits = out->logits;
+    for (size_t r = 0; r * V < logits.size(); ++r) rows.emplace_back(logits.begin() + r * V, logits.begin() + (r + 1) * V);
   };
   collect((*model)->Forward(PrefillPlan(s, groups, max_blocks), nullptr));
   for (size_t i = 0; i < s.forced.size(); ++i) {
@@ -241,6 +243,72 @@ TEST(CudaModelTpTest, TwoRanksOnOneGpuMatchOneRank) {
     const auto one = RunOnGpu(fixture, s, 1);
     const auto two = RunOnGpu(fixture, s, 2);
     ExpectSameModel(two, one, fixture + " tp2 vs tp1");
+  }
+}
+
+// Sampling on the GPU (only token ids come back; at 2 ranks the shards are gathered on
+// the device) picks what the rule of kernels/row_sampling.h picks over the GPU's own
+// logits: greedy rows exactly, a masked argmax never, seeded rows unless the reference
+// calls the draw a float-rounding tie.
+TEST(CudaModelSamplingTest, DeviceSamplingFollowsTheRuleOverTheLogits) {
+  TP_SKIP_WITHOUT_GPU();
+  const std::string fixture = "qwen3";
+  const testing::Reference ref = testing::LoadReference(fixture);
+  for (int ranks : {1, 2}) {
+    testing::RunThreads(ranks, [&](Communicator& host) {
+      auto backend = MakeCudaBackend(BackendOptions{.device = 0});
+      ASSERT_TRUE(backend.ok()) << backend.status();
+      StagedCommunicator comm(host, (*backend)->stream());
+      auto config = LoadModelConfig(testing::FixtureDir(fixture));
+      auto source = OpenCheckpointSource(testing::FixtureDir(fixture));
+      ASSERT_TRUE(config.ok() && source.ok());
+      ModelOptions mo;
+      mo.weight_dtype = DType::kBF16;
+      mo.block_size = kBlock;
+      auto model = Model::Load(*config, **source, **backend, comm, mo);
+      ASSERT_TRUE(model.ok()) << model.status();
+      Steps s;
+      s.prompt = ref.prompt_ids;
+      const int32_t max_blocks = (static_cast<int32_t>(s.prompt.size()) + kBlock - 1) / kBlock;
+      ASSERT_TRUE((*model)->AllocateKvCache(max_blocks).ok());
+      StepPlan plan = PrefillPlan(s, (*model)->num_kv_blocks().size(), max_blocks);
+      const int32_t last = static_cast<int32_t>(s.prompt.size()) - 1;
+      plan.logit_rows = {last, last, last - 5, last};
+      auto logits = (*model)->Forward(plan, nullptr);
+      ASSERT_TRUE(logits.ok()) << logits.status();
+      const int64_t V = config->vocab_size;
+      int32_t top = 0;
+      if (host.rank() == 0) top = Argmax(std::vector<float>(logits->logits.begin(), logits->logits.begin() + V));
+      host.Broadcast(&top, sizeof(top), 0);
+      RowSampling greedy, drawn, masked;
+      greedy.temperature = masked.temperature = 0.0f;
+      drawn.temperature = 0.8f;
+      drawn.top_k = 20;
+      drawn.top_p = 0.9f;
+      drawn.seed = 3;
+      drawn.step = 1;
+      plan.sampling = {greedy, drawn, greedy, masked};
+      plan.penalty_offsets = {0, 0, 1, 1, 2};
+      plan.penalty_tokens = {top, top};
+      plan.penalty_counts = {2, kMaskedCount};
+      plan.sampling[1].repetition_penalty = 1.5f;
+      auto ids = (*model)->Forward(plan, nullptr);
+      ASSERT_TRUE(ids.ok()) << ids.status();
+      if (host.rank() != 0) return;
+      ASSERT_EQ(ids->token_ids.size(), 4u);
+      const std::vector<float>& l = logits->logits;
+      auto row = [&](int r) { return std::vector<float>(l.begin() + r * V, l.begin() + (r + 1) * V); };
+      EXPECT_EQ(ids->token_ids[0], top) << ranks << " ranks";
+      EXPECT_EQ(ids->token_ids[2], Argmax(row(2))) << ranks << " ranks";
+      EXPECT_NE(ids->token_ids[3], top);
+      std::vector<float> masked_row = row(3);
+      masked_row[top] = -INFINITY;
+      EXPECT_EQ(ids->token_ids[3], Argmax(masked_row));
+      std::vector<float> drawn_row = row(1);
+      testing::ReferencePenalties(drawn_row, plan.sampling[1], {{top, 2}});
+      const testing::ReferenceDraw want = testing::ReferenceSample(drawn_row, plan.sampling[1]);
+      if (!want.ambiguous) EXPECT_EQ(ids->token_ids[1], want.token) << ranks << " ranks";
+    });
   }
 }
 

@@ -1,5 +1,5 @@
 // GPU argmax, penalties and sampling against the plain C++ reference of the rule in
-// kernels/cuda/sampling.h (written out below, in doubles where it sums), plus a
+// kernels/row_sampling.h (tests/sampling_reference.h, in doubles where it sums), plus a
 // frequency check of many seeded draws against the softmax. GPU test (ctest -L gpu).
 #include <algorithm>
 #include <cmath>
@@ -9,99 +9,18 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/sampling.h"
 #include "tests/cuda_test_util.h"
+#include "tests/sampling_reference.h"
 
 namespace tpserve {
 namespace {
 
 using cuda::SamplingParams;
 using testing::DeviceArray;
-
-// ---- The reference ----
-
-struct PenaltyEntry {
-  int32_t token, count;
-};
-
-void ReferencePenalties(std::vector<float>& l, const SamplingParams& p, const std::vector<PenaltyEntry>& entries) {
-  for (const PenaltyEntry& e : entries) {
-    float v = l[e.token];
-    if (p.repetition_penalty != 1.0f) v = v > 0.0f ? v / p.repetition_penalty : v * p.repetition_penalty;
-    v -= p.presence_penalty * (e.count > 0 ? 1.0f : 0.0f) + p.frequency_penalty * static_cast<float>(e.count);
-    l[e.token] = v;
-  }
-}
-
-int32_t ReferenceArgmax(const std::vector<float>& l) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < static_cast<int32_t>(l.size()); ++i) {
-    const bool nb = std::isnan(l[best]), ni = std::isnan(l[i]);
-    if (nb) break;
-    if (ni || l[i] > l[best]) best = i;
-  }
-  return best;
-}
-
-struct ReferenceDraw {
-  int32_t token = -1;
-  bool ambiguous = false;  // float rounding could legitimately pick another token
-};
-
-ReferenceDraw ReferenceSample(const std::vector<float>& l, const SamplingParams& p) {
-  ReferenceDraw r;
-  const int64_t V = static_cast<int64_t>(l.size());
-  if (!(p.temperature >= 1e-5f)) {
-    r.token = ReferenceArgmax(l);
-    return r;
-  }
-  std::vector<float> s(V);
-  for (int64_t i = 0; i < V; ++i) s[i] = l[i] / p.temperature;
-  const float m = *std::max_element(s.begin(), s.end());
-  std::vector<double> w(V);
-  for (int64_t i = 0; i < V; ++i) w[i] = std::exp(static_cast<double>(s[i]) - m);
-  std::vector<int64_t> order(V);
-  for (int64_t i = 0; i < V; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return s[a] > s[b]; });
-  float thr = -INFINITY;
-  if (p.top_k > 0 && p.top_k < V) thr = s[order[p.top_k - 1]];
-  if (p.top_p < 1.0f) {
-    double kept = 0;
-    for (int64_t i = 0; i < V; ++i) kept += s[i] >= thr ? w[i] : 0.0;
-    const double need = static_cast<double>(p.top_p) * kept;
-    double cum = 0;
-    for (int64_t j = 0; j < V; ++j) {
-      const int64_t i = order[j];
-      if (s[i] < thr) break;
-      cum += w[i];
-      if (cum >= need) {
-        if (std::abs(cum - need) < 1e-4 * kept || std::abs(cum - w[i] - need) < 1e-4 * kept) r.ambiguous = true;
-        thr = std::max(thr, s[i]);
-        break;
-      }
-    }
-  }
-  if (p.min_p > 0.0f) {
-    const float t = m + std::log(p.min_p);
-    for (float v : s) {
-      if (std::abs(v - t) < 1e-5f * std::max(1.0f, std::abs(t))) r.ambiguous = true;
-    }
-    thr = std::max(thr, t);
-  }
-  double total = 0;
-  for (int64_t i = 0; i < V; ++i) total += s[i] >= thr ? w[i] : 0.0;
-  const double target = static_cast<double>(cuda::SampleUniform(p.seed, p.step)) * total;
-  double cum = 0;
-  for (int64_t i = 0; i < V; ++i) {
-    if (s[i] < thr) continue;
-    r.token = static_cast<int32_t>(i);
-    const double before = cum;
-    cum += w[i];
-    if (cum > target) {
-      if (std::abs(cum - target) < 1e-4 * total || std::abs(before - target) < 1e-4 * total) r.ambiguous = true;
-      break;
-    }
-  }
-  return r;
-}
+using testing::PenaltyEntry;
+using testing::ReferenceArgmax;
+using testing::ReferencePenalties;
+using testing::ReferenceDraw;
+using testing::ReferenceSample;
 
 // ---- Tests ----
 
@@ -163,7 +82,7 @@ TEST(CudaSamplingTest, PenaltiesMatchReference) {
   params[2].repetition_penalty = 0.8f;
   params[2].frequency_penalty = 1.0f;
   const std::vector<std::vector<PenaltyEntry>> entries = {
-      {{1, 0}, {17, 2}, {999, 1}}, {{0, 3}, {5, 0}}, {{400, 1}, {401, 0}, {2, 7}}};
+      {{1, 0}, {17, 2}, {999, 1}, {3, kMaskedCount}}, {{0, 3}, {5, 0}}, {{400, 1}, {401, 0}, {2, 7}}};
   std::vector<int32_t> offsets = {0}, ids, counts;
   for (const auto& row : entries) {
     for (const auto& e : row) {
@@ -182,7 +101,33 @@ TEST(CudaSamplingTest, PenaltiesMatchReference) {
     ReferencePenalties(row, params[r], entries[r]);
     std::copy(row.begin(), row.end(), want.begin() + r * V);
   }
-  EXPECT_TRUE(testing::AllClose(d_logits.Download(), want, {1e-6, 1e-6}));
+  std::vector<float> got = d_logits.Download();
+  // The masked token: -inf on both sides (compared apart: AllClose takes finite values).
+  EXPECT_EQ(got[3], -INFINITY);
+  EXPECT_EQ(want[3], -INFINITY);
+  got[3] = want[3] = 0.0f;
+  EXPECT_TRUE(testing::AllClose(got, want, {1e-6, 1e-6}));
+}
+
+// The vocab-parallel head's gathered shards [tp][rows, shard cols] (the last shard cut at
+// the vocabulary) become full fp32 rows.
+TEST(CudaSamplingTest, AssemblesGatheredShards) {
+  TP_SKIP_WITHOUT_GPU();
+  for (const int tp : {1, 2, 3}) {
+    const int64_t rows = 5, V = 1001, shard = (V + tp - 1) / tp;
+    std::vector<float> full = testing::RoundBf16(testing::RandomVector(rows * V, 11 + tp, -4.0f, 4.0f));
+    std::vector<float> shards(tp * rows * shard, 99.0f);  // 99: padding never read
+    for (int k = 0; k < tp; ++k) {
+      const int64_t cols = std::min<int64_t>(shard, V - k * shard);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < cols; ++j) shards[k * rows * shard + r * cols + j] = full[r * V + k * shard + j];
+      }
+    }
+    DeviceArray<uint16_t> d_shards(testing::ToBf16(shards));
+    DeviceArray<float> d_out(rows * V);
+    cuda::AssembleLogits(reinterpret_cast<const cuda::bf16*>(d_shards.get()), tp, rows, shard, V, d_out.get(), nullptr);
+    EXPECT_EQ(d_out.Download(), full) << "tp " << tp;
+  }
 }
 
 TEST(CudaSamplingTest, MatchesReferenceAcrossParameterMixes) {

@@ -1,2 +1,3 @@
 # CPU kernel tests, include()d by tests/CMakeLists.txt.
 tp_add_test(cpu_kernels_test SOURCES cpu_kernels_test.cc LIBS tpserve_kernels_cpu)
+tp_add_test(cpu_sampling_test SOURCES cpu_sampling_test.cc LIBS tpserve_kernels_cpu)

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "tests/tp_harness.h"
 #include "worker/backend.h"
 #include "worker/weight_source.h"
@@ -66,7 +67,9 @@ RunResult RunFixture(const std::string& name, int tp, const Reference& ref, cons
     auto logits = exec.Execute(plan, nullptr);
     ASSERT_TRUE(logits.ok()) << logits.status();
     const int64_t V = config->vocab_size;
-    for (int32_t p = 0; p < n; ++p) result.prompt_logits.emplace_back(logits->begin() + p * V, logits->begin() + (p + 1) * V);
+    for (int32_t p = 0; p < n; ++p) {
+      result.prompt_logits.emplace_back(logits->logits.begin() + p * V, logits->logits.begin() + (p + 1) * V);
+    }
 
     GeneratorOptions go;
     go.max_num_batched_tokens = ro.chunk;
@@ -168,6 +171,130 @@ TEST(ModelTest, StepPlanRoundTrip) {
   EXPECT_FALSE(StepPlan::Deserialize(bytes).ok());
 }
 
+// Worker-side sampling rows and their penalty entries survive the wire; malformed ones
+// are errors before any rank runs them.
+TEST(ModelTest, StepPlanSamplingRoundTrip) {
+  StepPlan p;
+  p.token_ids = {5, 6, 7};
+  p.positions = {0, 1, 0};
+  p.token_seq = {0, 0, 1};
+  p.num_seqs = 2;
+  p.kv = {KvGroupPlan{{0, 1, 16}, 1, {0, 1}}};
+  p.logit_rows = {1, 2};
+  RowSampling a, b;
+  a.temperature = 0.0f;
+  b.temperature = 0.7f;
+  b.top_k = 40;
+  b.top_p = 0.9f;
+  b.min_p = 0.05f;
+  b.repetition_penalty = 1.1f;
+  b.seed = 0x123456789abcdefull;
+  b.step = 17;
+  p.sampling = {a, b};
+  p.penalty_offsets = {0, 1, 3};
+  p.penalty_tokens = {5, 6, 7};
+  p.penalty_counts = {kMaskedCount, 0, 2};
+  auto q = StepPlan::Deserialize(p.Serialize());
+  ASSERT_TRUE(q.ok()) << q.status();
+  ASSERT_EQ(q->sampling.size(), 2u);
+  EXPECT_EQ(q->sampling[1].top_k, 40);
+  EXPECT_EQ(q->sampling[1].top_p, 0.9f);
+  EXPECT_EQ(q->sampling[1].seed, b.seed);
+  EXPECT_EQ(q->sampling[1].step, 17u);
+  EXPECT_EQ(q->sampling[0].temperature, 0.0f);
+  EXPECT_EQ(q->penalty_offsets, p.penalty_offsets);
+  EXPECT_EQ(q->penalty_tokens, p.penalty_tokens);
+  EXPECT_EQ(q->penalty_counts, p.penalty_counts);
+  EXPECT_TRUE(q->Validate({2}, 16).ok());
+  StepPlan bad = p;
+  bad.sampling.pop_back();
+  EXPECT_FALSE(bad.Validate({2}, 16).ok());  // one row short
+  bad = p;
+  bad.penalty_offsets = {0, 3, 1};
+  EXPECT_FALSE(bad.Validate({2}, 16).ok());  // offsets run backwards
+  bad = p;
+  bad.penalty_counts[1] = -5;
+  EXPECT_FALSE(bad.Validate({2}, 16).ok());
+  bad = p;
+  bad.sampling.clear();
+  EXPECT_FALSE(bad.Validate({2}, 16).ok());  // entries without rows
+  std::vector<uint8_t> bytes = p.Serialize();
+  bytes.resize(bytes.size() - 8);
+  EXPECT_FALSE(StepPlan::Deserialize(bytes).ok());
+}
+
+// With sampling rows in the plan, rank 0 gets token ids instead of logits: the rule of
+// kernels/row_sampling.h over the same logits (gathered from every rank at TP 2), with
+// penalties and masks applied; a bad penalty token is an error before the broadcast.
+TEST(ModelTest, WorkersSampleTheLogitRows) {
+  auto config = PresetModelConfig("gemma-4-tiny");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const int64_t V = config->vocab_size;
+  for (int tp : {1, 2}) {
+    testing::RunThreads(tp, [&](Communicator& comm) {
+      auto source = MakeDummySource(*config, 7);
+      auto backend = MakeCpuBackend(BackendOptions{.threads = 1});
+      auto model = Model::Load(*config, *source, *backend, comm, ModelOptions{});
+      ASSERT_TRUE(model.ok()) << model.status();
+      ASSERT_TRUE((*model)->AllocateKvCache(8).ok());
+      StepExecutor exec(**model, comm);
+      if (comm.rank() != 0) {
+        ASSERT_TRUE(RunWorkerLoop(**model, comm).ok());
+        return;
+      }
+      StepPlan plan;
+      plan.num_seqs = 2;
+      KvGroupPlan kv{{}, 1, {0, 1}};
+      for (int s = 0; s < 2; ++s) {
+        for (int p = 0; p < 6; ++p) {
+          plan.token_ids.push_back(100 + 37 * p + 11 * s);
+          plan.positions.push_back(p);
+          plan.token_seq.push_back(s);
+          kv.slot_mapping.push_back(s * 16 + p);
+        }
+      }
+      plan.kv.assign((*model)->num_kv_blocks().size(), kv);
+      plan.logit_rows = {5, 11, 11};
+      auto host = exec.Execute(plan, nullptr);
+      ASSERT_TRUE(host.ok()) << host.status();
+      ASSERT_EQ(host->logits.size(), static_cast<size_t>(3 * V));
+      const int32_t top = static_cast<int32_t>(cpu::Argmax(host->logits.data() + V, V));
+
+      RowSampling greedy, drawn, masked;
+      greedy.temperature = 0.0f;
+      drawn.temperature = 0.8f;
+      drawn.top_k = 50;
+      drawn.top_p = 0.9f;
+      drawn.repetition_penalty = 1.3f;
+      drawn.seed = 99;
+      drawn.step = 3;
+      masked.temperature = 0.0f;
+      plan.sampling = {greedy, drawn, masked};
+      plan.penalty_offsets = {0, 0, 2, 3};
+      plan.penalty_tokens = {100, 137, top};
+      plan.penalty_counts = {2, 0, kMaskedCount};
+      auto ids = exec.Execute(plan, nullptr);
+      ASSERT_TRUE(ids.ok()) << ids.status();
+      EXPECT_TRUE(ids->logits.empty());
+      ASSERT_EQ(ids->token_ids.size(), 3u);
+      std::vector<float> want_logits = host->logits;
+      std::vector<int32_t> want(3);
+      cpu::SampleRows(want_logits.data(), 3, V, plan.sampling.data(), plan.penalty_offsets.data(),
+                      plan.penalty_tokens.data(), plan.penalty_counts.data(), want.data());
+      EXPECT_EQ(ids->token_ids, want) << "tp " << tp;
+      EXPECT_EQ(ids->token_ids[0], cpu::Argmax(host->logits.data(), V));
+      EXPECT_NE(ids->token_ids[2], top);  // the row's argmax was masked
+
+      StepPlan bad = plan;
+      bad.penalty_tokens[0] = static_cast<int32_t>(V);
+      auto err = exec.Execute(bad, nullptr);
+      EXPECT_FALSE(err.ok());
+      EXPECT_NE(err.status().message().find("outside the vocabulary"), std::string::npos) << err.status();
+      exec.Shutdown();
+    });
+  }
+}
+
 TEST(ModelTest, UnevenSplitsAreClearErrors) {
   auto c = LoadModelConfig(testing::FixtureDir("gemma4_text"));
   ASSERT_TRUE(c.ok());
@@ -208,7 +335,7 @@ TEST(ModelTest, DummyWeightsAreSplitInvariant) {
       plan.logit_rows = {9};
       auto out = (*model)->Forward(plan, nullptr);
       ASSERT_TRUE(out.ok()) << out.status();
-      if (comm.rank() == 0) got = *out;
+      if (comm.rank() == 0) got = out->logits;
     });
     logits_by_tp.push_back(got);
   }

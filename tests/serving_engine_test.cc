@@ -52,7 +52,7 @@ std::vector<int32_t> Prompt(int i, int len) {
 void WithEngine(int64_t kv_blocks, int32_t max_num_seqs, int32_t max_queue,
                 const std::function<void(ServingEngine&, const std::function<std::vector<int32_t>(
                                                                const std::vector<int32_t>&, int)>&)>& body,
-                std::function<void(const EngineStepStats&)> on_step = nullptr) {
+                std::function<void(const EngineStepStats&)> on_step = nullptr, bool device_sampling = false) {
   auto tok = Tokenizer::FromFile(std::string(TPSERVE_FIXTURES) + "/tokenizers/gemma/tokenizer.json");
   ASSERT_TRUE(tok.ok()) << tok.status();
   testing::RunThreads(kTp, [&](Communicator& comm) {
@@ -80,6 +80,7 @@ void WithEngine(int64_t kv_blocks, int32_t max_num_seqs, int32_t max_queue,
     sc.max_queue = max_queue;
     sc.vocab_size = config->vocab_size;
     sc.on_step = on_step;
+    sc.device_sampling = device_sampling;
     ModelInfo info;
     info.served_model_name = "tiny";
     ServingEngine engine(exec, **tok, sc, info);
@@ -221,6 +222,61 @@ TEST(ServingEngine, SeededSamplingIsReproducibleAndStopStringsEndOutput) {
       EXPECT_EQ(c.text, g.text.substr(0, 2));
     }
   });
+}
+
+// Sampling on the workers (as on a GPU; here the CPU backend runs the same rule): greedy
+// requests still give offline generation's tokens, seeded ones repeat, and a request
+// that wants logprobs (host-only) shares steps with them and gets its logprobs.
+TEST(ServingEngine, WorkerSideSamplingMatchesOfflineAndKeepsLogprobs) {
+  WithEngine(
+      /*kv_blocks=*/256, /*max_num_seqs=*/16, /*max_queue=*/100,
+      [](ServingEngine& engine, auto& offline) {
+        constexpr int kN = 6;
+        std::vector<std::vector<int32_t>> expect;
+        for (int i = 0; i < kN; ++i) expect.push_back(offline(Prompt(i, 7 + 5 * i), 5 + i));
+        std::vector<std::shared_ptr<RequestStream>> streams;
+        for (int i = 0; i < kN; ++i) {
+          auto s = engine.Submit(Greedy("w" + std::to_string(i), Prompt(i, 7 + 5 * i), 5 + i));
+          ASSERT_TRUE(s.ok()) << s.status();
+          streams.push_back(*s);
+        }
+        ServeRequest lp = Greedy("lp", Prompt(9, 11), 6);
+        lp.params.logprobs = 2;
+        auto lp_stream = engine.Submit(lp);
+        ASSERT_TRUE(lp_stream.ok());
+        auto seeded = [&](const std::string& id) {
+          ServeRequest r = Greedy(id, Prompt(3, 12), 10);
+          r.params.temperature = 0.9f;
+          r.params.top_k = 40;
+          r.params.repetition_penalty = 1.2f;
+          r.params.seed = 77;
+          auto s = engine.Submit(r);
+          EXPECT_TRUE(s.ok());
+          return *s;
+        };
+        auto s1 = seeded("s1"), s2 = seeded("s2");
+        for (int i = 0; i < kN; ++i) {
+          Collected c = Drain(*streams[i]);
+          EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+          EXPECT_EQ(c.ids, expect[i]) << "request " << i;
+        }
+        int logprob_tokens = 0;
+        OutputEvent e;
+        while ((*lp_stream)->Next(&e, absl::Seconds(60))) {
+          for (const TokenLogprob& t : e.logprobs) {
+            ++logprob_tokens;
+            EXPECT_LE(t.logprob, 0.0f);
+            EXPECT_EQ(t.top.size(), 2u);
+          }
+          if (e.finish != FinishReason::kNone) break;
+        }
+        EXPECT_EQ(logprob_tokens, 6);
+        Collected a = Drain(*s1), b = Drain(*s2);
+        EXPECT_EQ(a.finish, FinishReason::kLength) << a.error;
+        EXPECT_EQ(a.ids.size(), 10u);
+        EXPECT_EQ(a.ids, b.ids);
+      },
+      nullptr, /*device_sampling=*/true);
 }
 
 TEST(ServingEngine, StepStatsReportKvOccupancyAndTimes) {

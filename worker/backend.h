@@ -86,6 +86,16 @@ class Backend {
   virtual void PagedAttention(const Tensor& q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
                               const int32_t* token_pos, const int32_t* block_tables,
                               const cpu::PagedAttentionParams& p, Tensor out) = 0;
+  // Rank 0's token choice, kernels/row_sampling.h's rule, over full logit rows assembled
+  // from the vocab-parallel head's gathered output: `shards` (device memory, activation
+  // dtype) holds tp consecutive blocks [rows, shard_cols], block k for token ids
+  // [k * shard_cols, ...) stored [rows, min(shard_cols, vocab - k * shard_cols)]. params
+  // [rows] and the penalty entries (CSR, offsets [rows + 1]) are host arrays; writes rows
+  // token ids to host `out`. This default copies the rows to the host and samples there
+  // (cpu::SampleRows); the CUDA backend samples on its device.
+  virtual void SampleShards(const void* shards, int tp, int64_t rows, int64_t shard_cols, int64_t vocab,
+                            const RowSampling* params, const int32_t* offsets, const int32_t* token_ids,
+                            const int32_t* counts, int32_t* out);
 };
 
 std::unique_ptr<Backend> MakeCpuBackend(const BackendOptions& options);

@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/sampling.h"
 
 namespace tpserve {
 namespace {
@@ -60,6 +61,7 @@ class CudaBackendImpl : public CudaBackend {
     cudaStreamSynchronize(stream_);
     gemm_.reset();
     if (workspace_ != nullptr) cudaFree(workspace_);
+    if (sample_.base != nullptr) cudaFree(sample_.base);
     cudaStreamDestroy(stream_);
   }
 
@@ -186,6 +188,26 @@ class CudaBackendImpl : public CudaBackend {
     }
   }
 
+  void SampleShards(const void* shards, int tp, int64_t rows, int64_t shard_cols, int64_t vocab,
+                    const RowSampling* params, const int32_t* offsets, const int32_t* token_ids,
+                    const int32_t* counts, int32_t* out) override {
+    if (rows == 0) return;
+    TP_CHECK(!capturing());
+    const int64_t entries = offsets[rows];
+    TP_CHECK(EnsureSampling(rows, vocab, entries).ok());
+    cuda::AssembleLogits(static_cast<const bf16*>(shards), tp, rows, shard_cols, vocab, sample_.logits, stream_);
+    TP_CUDA_CHECK(cudaMemcpyAsync(sample_.params, params, rows * sizeof(RowSampling), cudaMemcpyHostToDevice, stream_));
+    TP_CUDA_CHECK(cudaMemcpyAsync(sample_.offsets, offsets, (rows + 1) * 4, cudaMemcpyHostToDevice, stream_));
+    if (entries > 0) {
+      TP_CUDA_CHECK(cudaMemcpyAsync(sample_.ids, token_ids, entries * 4, cudaMemcpyHostToDevice, stream_));
+      TP_CUDA_CHECK(cudaMemcpyAsync(sample_.counts, counts, entries * 4, cudaMemcpyHostToDevice, stream_));
+      cuda::ApplyPenalties(sample_.logits, rows, vocab, sample_.params, sample_.offsets, sample_.ids, sample_.counts,
+                           stream_);
+    }
+    cuda::Sample(sample_.logits, rows, vocab, sample_.params, sample_.out, stream_);
+    CopyToHost(out, sample_.out, rows * 4);
+  }
+
   absl::Status ReserveAttentionWorkspace(int64_t tokens, const cpu::PagedAttentionParams& p) override {
     return EnsureWorkspace(WorkspaceBytes(tokens, p));
   }
@@ -216,11 +238,49 @@ class CudaBackendImpl : public CudaBackend {
     return absl::OkStatus();
   }
 
+  // Device buffers of SampleShards, grown on demand (one allocation).
+  struct SamplingScratch {
+    void* base = nullptr;
+    size_t bytes = 0;
+    float* logits = nullptr;  // [rows, vocab]
+    RowSampling* params = nullptr;
+    int32_t *offsets = nullptr, *ids = nullptr, *counts = nullptr, *out = nullptr;
+  };
+  absl::Status EnsureSampling(int64_t rows, int64_t vocab, int64_t entries) {
+    auto up = [](size_t n) { return (n + 255) / 256 * 256; };
+    const size_t logits = up(rows * vocab * 4), params = up(rows * sizeof(RowSampling)), offsets = up((rows + 1) * 4),
+                 ids = up(std::max<int64_t>(entries, 1) * 4), out = up(rows * 4);
+    const size_t need = logits + params + offsets + 2 * ids + out;
+    if (need > sample_.bytes) {
+      TP_CUDA_CHECK(cudaSetDevice(device_));
+      TP_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old buffers may still be in use
+      if (sample_.base != nullptr) TP_CUDA_CHECK(cudaFree(sample_.base));
+      sample_ = SamplingScratch{};
+      const size_t bytes = need + need / 4;  // room to grow a little without reallocating
+      if (cudaMalloc(&sample_.base, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        sample_.base = nullptr;
+        return absl::ResourceExhaustedError(absl::StrCat("out of GPU memory for ", bytes >> 20,
+                                                         " MiB of sampling buffers on device ", device_));
+      }
+      sample_.bytes = bytes;
+    }
+    uint8_t* p = static_cast<uint8_t*>(sample_.base);
+    sample_.logits = reinterpret_cast<float*>(p);
+    sample_.params = reinterpret_cast<RowSampling*>(p += logits);
+    sample_.offsets = reinterpret_cast<int32_t*>(p += params);
+    sample_.ids = reinterpret_cast<int32_t*>(p += offsets);
+    sample_.counts = reinterpret_cast<int32_t*>(p += ids);
+    sample_.out = reinterpret_cast<int32_t*>(p += ids);
+    return absl::OkStatus();
+  }
+
   const int device_;
   cudaStream_t stream_;
   const int num_sms_;
   const std::string device_name_;
   std::unique_ptr<cuda::Gemm> gemm_;
+  SamplingScratch sample_;
   void* workspace_ = nullptr;  // attention partials / tile plans, shared by all layers
   size_t workspace_bytes_ = 0;
   std::shared_ptr<std::atomic<int64_t>> live_bytes_ = std::make_shared<std::atomic<int64_t>>(0);

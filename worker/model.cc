@@ -31,6 +31,7 @@ struct Model::Scratch {
   std::vector<std::unique_ptr<Buffer>> slots, block_tables;
   std::vector<int64_t> table_capacity;
   std::unique_ptr<Buffer> h, x, q, k, v, attn, o, gate_up, act, sel, logits;
+  std::unique_ptr<Buffer> gathered;  // rank 0 at TP > 1: every rank's logits shard, for sampling
 };
 
 absl::StatusOr<HeadShard> ShardHeads(int32_t num_heads, int32_t num_kv_heads, int rank, int tp, int layer) {
@@ -237,6 +238,9 @@ absl::Status Model::EnsureScratch(int64_t tokens, int64_t logit_rows) {
     TP_RETURN_IF_ERROR(alloc(s.logit_rows, L * 4));
     TP_RETURN_IF_ERROR(alloc(s.sel, L * config_.hidden_size * act));
     TP_RETURN_IF_ERROR(alloc(s.logits, L * embed_.shard_rows() * act));
+    if (comm_.size() > 1 && comm_.rank() == 0) {
+      TP_RETURN_IF_ERROR(alloc(s.gathered, comm_.size() * L * embed_.shard_rows() * act));
+    }
     s.logit_capacity = L;
   }
   return absl::OkStatus();
@@ -307,7 +311,7 @@ void Model::RunLayer(Layer& L, int64_t T, const StepPlan& plan, StepTimes* times
   if (config_.layer_scalar) backend_.Scale(h, L.layer_scalar);
 }
 
-absl::StatusOr<std::vector<float>> Model::Forward(const StepPlan& plan, StepTimes* times) {
+absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times) {
   const auto t0 = std::chrono::steady_clock::now();
   StepTimes local;
   if (times == nullptr) times = &local;
@@ -316,11 +320,13 @@ absl::StatusOr<std::vector<float>> Model::Forward(const StepPlan& plan, StepTime
   TP_RETURN_IF_ERROR(plan.Validate(num_blocks_, options_.block_size));
   const int64_t T = plan.num_tokens();
   const int64_t Lr = static_cast<int64_t>(plan.logit_rows.size());
-  if (T == 0) return std::vector<float>{};
-  for (int32_t id : plan.token_ids) {
-    if (id < 0 || id >= config_.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
-                                                     config_.vocab_size, ")"));
+  if (T == 0) return StepOutput{};
+  for (const auto* ids : {&plan.token_ids, &plan.penalty_tokens}) {
+    for (int32_t id : *ids) {
+      if (id < 0 || id >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
+                                                       config_.vocab_size, ")"));
+      }
     }
   }
   TP_RETURN_IF_ERROR(EnsureScratch(T, Lr));
@@ -348,7 +354,7 @@ absl::StatusOr<std::vector<float>> Model::Forward(const StepPlan& plan, StepTime
                 &times->allreduce_us);
   for (auto& L : layers_) RunLayer(*L, T, plan, times);
 
-  std::vector<float> out;
+  StepOutput out;
   if (Lr > 0) {
     const Tensor sel{s.sel->data(), adt, Lr, H};
     backend_.GatherRows(h, static_cast<const int32_t*>(s.logit_rows->data()), Lr, sel);
@@ -358,13 +364,31 @@ absl::StatusOr<std::vector<float>> Model::Forward(const StepPlan& plan, StepTime
     const Tensor logits{s.logits->data(), adt, Lr, head.rows()};
     head.Logits(backend_, sel, logits);
     if (config_.final_softcap > 0) backend_.Softcap(logits, config_.final_softcap);
-    // Pad this rank's shard to ceil(vocab / tp) columns and gather the shards on rank 0.
     const int64_t shard = head.shard_rows();
+    const int tp = comm_.size();
+    const int64_t V = config_.vocab_size;
+    if (!plan.sampling.empty()) {
+      // Only token ids leave the device: the shards meet on rank 0's device, which samples.
+      const void* shards = logits.data;
+      if (tp > 1) {
+        const size_t bytes = static_cast<size_t>(Lr * shard) * DTypeSize(adt);
+        comm_.Gather(logits.data, bytes, comm_.rank() == 0 ? s.gathered->data() : nullptr, 0);
+        shards = comm_.rank() == 0 ? s.gathered->data() : nullptr;
+      }
+      if (comm_.rank() == 0) {
+        out.token_ids.resize(Lr);
+        backend_.SampleShards(shards, tp, Lr, shard, V, plan.sampling.data(), plan.penalty_offsets.data(),
+                              plan.penalty_tokens.data(), plan.penalty_counts.data(), out.token_ids.data());
+      }
+      backend_.Synchronize();
+      times->total_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      return out;
+    }
+    // Pad this rank's shard to ceil(vocab / tp) columns and gather the shards on rank 0.
     std::vector<float> local(Lr * shard, -std::numeric_limits<float>::infinity());
     std::vector<uint8_t> raw(logits.bytes());
     backend_.CopyToHost(raw.data(), logits.data, raw.size());
     for (int64_t r = 0; r < Lr; ++r) ToF32(raw.data() + r * head.rows() * DTypeSize(adt), adt, head.rows(), &local[r * shard]);
-    const int tp = comm_.size();
     std::vector<float> gathered(comm_.rank() == 0 ? static_cast<size_t>(tp * Lr * shard) : 0);
     if (tp > 1) {
       comm_.Gather(local.data(), local.size() * 4, gathered.data(), 0);
@@ -372,13 +396,12 @@ absl::StatusOr<std::vector<float>> Model::Forward(const StepPlan& plan, StepTime
       gathered.swap(local);
     }
     if (comm_.rank() == 0) {
-      const int64_t V = config_.vocab_size;
-      out.resize(Lr * V);
+      out.logits.resize(Lr * V);
       for (int rk = 0; rk < tp; ++rk) {
         const int64_t v0 = rk * shard;
         const int64_t n = std::min<int64_t>(shard, V - v0);
         for (int64_t r = 0; r < Lr && n > 0; ++r) {
-          std::copy_n(&gathered[(rk * Lr + r) * shard], n, &out[r * V + v0]);
+          std::copy_n(&gathered[(rk * Lr + r) * shard], n, &out.logits[r * V + v0]);
         }
       }
     }

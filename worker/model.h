@@ -64,8 +64,9 @@ class Model {
   DType weight_dtype() const { return weight_dtype_; }
 
   // Runs one step on every rank (all ranks call it with the same plan). Rank 0 gets the
-  // logits [plan.logit_rows.size(), vocab] in fp32; other ranks get an empty vector.
-  absl::StatusOr<std::vector<float>> Forward(const StepPlan& plan, StepTimes* times);
+  // logits [plan.logit_rows.size(), vocab] in fp32, or, when the plan has sampling rows,
+  // one sampled token id per logit row; other ranks get an empty output.
+  absl::StatusOr<StepOutput> Forward(const StepPlan& plan, StepTimes* times);
 
   const ModelConfig& config() const { return config_; }
   int32_t block_size() const { return options_.block_size; }

@@ -1,7 +1,9 @@
 // StepPlan serialization: a flat little-endian int32 stream. Tested by tests/model_test.cc.
 #include "worker/step.h"
 
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 
@@ -39,6 +41,15 @@ std::vector<uint8_t> StepPlan::Serialize() const {
     PutVec(w, g.block_tables);
   }
   PutVec(w, logit_rows);
+  static_assert(sizeof(RowSampling) % 4 == 0 && std::is_trivially_copyable_v<RowSampling>);
+  constexpr size_t kWords = sizeof(RowSampling) / 4;
+  w.push_back(static_cast<int32_t>(sampling.size()));
+  const size_t at = w.size();
+  w.resize(at + sampling.size() * kWords);
+  if (!sampling.empty()) std::memcpy(w.data() + at, sampling.data(), sampling.size() * sizeof(RowSampling));
+  PutVec(w, penalty_offsets);
+  PutVec(w, penalty_tokens);
+  PutVec(w, penalty_counts);
   std::vector<uint8_t> bytes(w.size() * 4);
   std::memcpy(bytes.data(), w.data(), bytes.size());
   return bytes;
@@ -65,7 +76,17 @@ absl::StatusOr<StepPlan> StepPlan::Deserialize(const std::vector<uint8_t>& bytes
     g.max_blocks_per_seq = *p++;
     ok = GetVec(p, end, g.slot_mapping) && GetVec(p, end, g.block_tables);
   }
-  if (!ok || !GetVec(p, end, s.logit_rows) || p != end) return absl::DataLossError("step plan: malformed message");
+  if (!ok || !GetVec(p, end, s.logit_rows) || p >= end) return absl::DataLossError("step plan: malformed message");
+  constexpr int64_t kWords = sizeof(RowSampling) / 4;
+  const int32_t rows = *p++;
+  if (rows < 0 || (end - p) / kWords < rows) return absl::DataLossError("step plan: malformed message");
+  s.sampling.resize(rows);
+  if (rows > 0) std::memcpy(static_cast<void*>(s.sampling.data()), p, rows * sizeof(RowSampling));
+  p += rows * kWords;
+  if (!GetVec(p, end, s.penalty_offsets) || !GetVec(p, end, s.penalty_tokens) || !GetVec(p, end, s.penalty_counts) ||
+      p != end) {
+    return absl::DataLossError("step plan: malformed message");
+  }
   return s;
 }
 
@@ -110,6 +131,25 @@ absl::Status StepPlan::Validate(const std::vector<int64_t>& num_blocks, int32_t 
     if (r < 0 || static_cast<size_t>(r) >= t) {
       return absl::InvalidArgumentError(absl::StrCat("step plan: logit row ", r, " out of range"));
     }
+  }
+  if (sampling.empty()) {
+    if (!penalty_offsets.empty() || !penalty_tokens.empty() || !penalty_counts.empty()) {
+      return absl::InvalidArgumentError("step plan: penalty entries without sampling rows");
+    }
+    return absl::OkStatus();
+  }
+  if (sampling.size() != logit_rows.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("step plan: ", sampling.size(), " sampling rows for ",
+                                                   logit_rows.size(), " logit rows"));
+  }
+  if (penalty_offsets.size() != sampling.size() + 1 || penalty_offsets.front() != 0 ||
+      penalty_tokens.size() != penalty_counts.size() ||
+      static_cast<size_t>(penalty_offsets.back()) != penalty_tokens.size() ||
+      !std::is_sorted(penalty_offsets.begin(), penalty_offsets.end())) {
+    return absl::InvalidArgumentError("step plan: malformed penalty entries (offsets must run from 0 to their count)");
+  }
+  for (int32_t c : penalty_counts) {
+    if (c < kMaskedCount) return absl::InvalidArgumentError(absl::StrCat("step plan: penalty count ", c));
   }
   return absl::OkStatus();
 }

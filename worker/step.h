@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/row_sampling.h"
 
 namespace tpserve {
 
@@ -32,12 +33,25 @@ struct StepPlan {
   std::vector<KvGroupPlan> kv;
   // Token indices whose logits rank 0 wants back (usually each sequence's last token).
   std::vector<int32_t> logit_rows;
+  // Empty: rank 0 gets the logit rows in fp32 and samples on the host. Else one entry per
+  // logit row: the workers sample (kernels/row_sampling.h's rule, on rank 0's device) and
+  // rank 0 gets only the token ids. Row r's penalty entries are [penalty_offsets[r],
+  // penalty_offsets[r + 1]) of penalty_tokens/penalty_counts (kMaskedCount masks a token).
+  std::vector<RowSampling> sampling;
+  std::vector<int32_t> penalty_offsets, penalty_tokens, penalty_counts;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   std::vector<uint8_t> Serialize() const;
   static absl::StatusOr<StepPlan> Deserialize(const std::vector<uint8_t>& bytes);
   // Internal consistency (sizes, ranges); num_blocks[g] bounds group g's block ids.
   absl::Status Validate(const std::vector<int64_t>& num_blocks, int32_t block_size) const;
+};
+
+// What a step gives rank 0 (other ranks get nothing): the logit rows, or, when the plan
+// asks the workers to sample, one token id per logit row.
+struct StepOutput {
+  std::vector<float> logits;       // [logit rows, vocab] fp32
+  std::vector<int32_t> token_ids;  // [logit rows]
 };
 
 }  // namespace tpserve

@@ -15,8 +15,8 @@ namespace tpserve {
 class StepExecutor {
  public:
   StepExecutor(Model& model, Communicator& comm) : model_(model), comm_(comm) {}
-  // Sends `plan` to every rank and runs it; returns rank 0's logits.
-  absl::StatusOr<std::vector<float>> Execute(const StepPlan& plan, StepTimes* times);
+  // Sends `plan` to every rank and runs it; returns rank 0's output (logits or sampled ids).
+  absl::StatusOr<StepOutput> Execute(const StepPlan& plan, StepTimes* times);
   // Tells every worker loop to return. Idempotent.
   void Shutdown();
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/base.h"
+#include "kernels/row_sampling.h"
 
 namespace tpserve::cpu {
 
@@ -87,5 +88,11 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
 
 // Index of the largest element (the first one on ties).
 int64_t Argmax(const float* x, int64_t n);
+
+// The sampling rule of kernels/row_sampling.h over fp32 rows [rows, vocab]: applies row
+// r's penalty entries [offsets[r], offsets[r + 1]) of token_ids/counts in place, then
+// writes the sampled token to out[r].
+void SampleRows(float* logits, int64_t rows, int64_t vocab, const RowSampling* params, const int32_t* offsets,
+                const int32_t* token_ids, const int32_t* counts, int32_t* out);
 
 }  // namespace tpserve::cpu

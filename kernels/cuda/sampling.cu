@@ -1,7 +1,8 @@
 // GPU argmax and sampling (penalties, temperature, top-k, top-p, min-p, seeded draw) as
-// kernels/cuda/sampling.h defines them. Thresholds are found by radix selection over an
+// kernels/row_sampling.h defines them. Thresholds are found by radix selection over an
 // order-preserving integer key of the scaled logits, so nothing is sorted. Tested by
 // tests/cuda_sampling_test.cc against the C++ reference there.
+#include <algorithm>
 #include <cub/block/block_scan.cuh>
 
 #include "kernels/cuda/cuda_check.h"
@@ -87,11 +88,19 @@ __global__ void PenaltiesKernel(float* logits, int64_t vocab, const SamplingPara
     const int32_t id = token_ids[e];
     if (id < 0 || id >= vocab) continue;
     float& l = logits[r * vocab + id];
-    float v = l;
-    if (p.repetition_penalty != 1.0f) v = v > 0.0f ? v / p.repetition_penalty : v * p.repetition_penalty;
-    const int32_t c = counts[e];
-    v -= p.presence_penalty * (c > 0 ? 1.0f : 0.0f) + p.frequency_penalty * static_cast<float>(c);
-    l = v;
+    l = PenalizedLogit(l, p, counts[e]);
+  }
+}
+
+// Grid (column chunks, rows): full fp32 rows from the gathered bf16 shards.
+__global__ void AssembleKernel(const bf16* __restrict__ shards, int64_t rows, int64_t shard_cols, int64_t vocab,
+                               float* __restrict__ logits) {
+  const int64_t r = blockIdx.y;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < vocab;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t k = c / shard_cols, j = c % shard_cols;
+    const int64_t cols = min(shard_cols, vocab - k * shard_cols);
+    logits[r * vocab + c] = __bfloat162float(shards[k * rows * shard_cols + r * cols + j]);
   }
 }
 
@@ -256,6 +265,16 @@ void ApplyPenalties(float* logits, int64_t rows, int64_t vocab, const SamplingPa
                     const int32_t* offsets, const int32_t* token_ids, const int32_t* counts, cudaStream_t stream) {
   if (rows == 0) return;
   PenaltiesKernel<<<rows, 256, 0, stream>>>(logits, vocab, params, offsets, token_ids, counts);
+  TP_CUDA_CHECK_LAUNCH();
+}
+
+void AssembleLogits(const bf16* shards, int tp, int64_t rows, int64_t shard_cols, int64_t vocab, float* logits,
+                    cudaStream_t stream) {
+  if (rows == 0) return;
+  TP_CHECK(tp >= 1 && shard_cols * tp >= vocab && shard_cols * (tp - 1) < vocab);
+  const unsigned chunks = static_cast<unsigned>(std::min<int64_t>((vocab + 1023) / 1024, 128));
+  AssembleKernel<<<dim3(chunks, static_cast<unsigned>(rows)), 1024, 0, stream>>>(shards, rows, shard_cols, vocab,
+                                                                                 logits);
   TP_CUDA_CHECK_LAUNCH();
 }
 
