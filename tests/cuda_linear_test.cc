@@ -61,6 +61,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemvTest,
                                            LinearCase{3, 1024, 777},    // rows of the 4-row kernel unused
                                            LinearCase{4, 21504 / 8, 5376},
                                            LinearCase{13, 512, 300},    // several 8-row passes
+                                           LinearCase{1, 21504, 5376},  // 31B down_proj: K over 3 passes
+                                           LinearCase{1, 5376, 2050},   // features not a multiple of 4
+                                           LinearCase{5, 4096, 1030},
                                            LinearCase{1, 100, 64}),     // K not a multiple of 8
                          [](const auto& info) {
                            return std::to_string(info.param.m) + "x" + std::to_string(info.param.k) + "x" +

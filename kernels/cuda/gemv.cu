@@ -1,7 +1,12 @@
-// y = x · W^T for a few rows of x (decode), memory-bound on W: one warp per output
-// feature streams its W row with 16-byte loads, several in flight per lane, against up to
-// 8 rows of x at once. Also the (slow, correct) path for fp16/fp32 weights at any M.
-// Tested by tests/cuda_linear_test.cc against cpu::Linear.
+// y = x · W^T for a few rows of x (decode), memory-bound on W. K a multiple of 8 (every
+// real model): a block of 256 threads takes kFeatures output features and splits K among
+// all its threads, so each thread issues all its 16-byte weight loads (kFeatures x up to
+// kUnroll) before any math: one DRAM round trip for K up to 8192, not the ~6 dependent
+// ones of a warp that walks a whole row (on an H200 that cost small projections half
+// their bandwidth); partial sums meet through warp shuffles and shared memory. Other K:
+// one warp per feature. Up to 8 rows of x at once; also the (slow, correct) path for
+// fp16/fp32 weights at any M. Tested by tests/cuda_linear_test.cc against cpu::Linear;
+// measured by bench/cuda_kernels_bench.cu.
 #include <algorithm>
 
 #include "kernels/cuda/cuda_check.h"
@@ -93,8 +98,129 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
   }
 }
 
+// Eight weights as loaded (16 bytes; 32 for fp32), widened to fp32 only when used, so
+// that the loads in flight hold 4 registers each, not 8.
+template <typename WT>
+struct Raw8 {
+  uint4 v;
+};
+template <>
+struct Raw8<float> {
+  float4 a, b;
+};
+__device__ __forceinline__ Raw8<bf16> LoadRaw8(const bf16* w, int64_t i) {
+  return {__ldg(reinterpret_cast<const uint4*>(w + i))};
+}
+__device__ __forceinline__ Raw8<__half> LoadRaw8(const __half* w, int64_t i) {
+  return {__ldg(reinterpret_cast<const uint4*>(w + i))};
+}
+__device__ __forceinline__ Raw8<float> LoadRaw8(const float* w, int64_t i) {
+  return {__ldg(reinterpret_cast<const float4*>(w + i)), __ldg(reinterpret_cast<const float4*>(w + i + 4))};
+}
+__device__ __forceinline__ void Widen(const Raw8<bf16>& r, float* f) { Bf16x8ToFloat(r.v, f); }
+__device__ __forceinline__ void Widen(const Raw8<__half>& r, float* f) { Half8ToFloat(r.v, f); }
+__device__ __forceinline__ void Widen(const Raw8<float>& r, float* f) {
+  f[0] = r.a.x; f[1] = r.a.y; f[2] = r.a.z; f[3] = r.a.w;
+  f[4] = r.b.x; f[5] = r.b.y; f[6] = r.b.z; f[7] = r.b.w;
+}
+
+constexpr int kSplitThreads = 256;
+constexpr int kFeatures = 4;    // output features per block
+constexpr int kSplitUnroll = 4;  // 16-byte vectors per feature in flight per thread
+
+// Block (x: kFeatures output features from blockIdx.x * kFeatures, y: kRows rows of x).
+// Two blocks per SM for 16-bit weights up to 2 rows (batch-1 decode), so one block's
+// loads overlap the other's reduction.
+template <typename WT, int kRows>
+__global__ void __launch_bounds__(kSplitThreads, kRows <= 2 && sizeof(WT) == 2 ? 2 : 1)
+    GemvSplitKernel(const bf16* __restrict__ x, int64_t m, int64_t k, const WT* __restrict__ w, int64_t n,
+                    bf16* __restrict__ y) {
+  __shared__ float partial[kSplitThreads / kWarp][kRows][kFeatures];
+  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kFeatures;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kRows;
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kRows), m - m0));
+  const int features = static_cast<int>(min(static_cast<int64_t>(kFeatures), n - col0));
+  const bf16* xr = x + m0 * k;
+  const int64_t vecs = k / 8;
+  float acc[kRows][kFeatures];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int f = 0; f < kFeatures; ++f) acc[r][f] = 0.0f;
+  }
+  for (int64_t base = tid; base < vecs; base += static_cast<int64_t>(kSplitThreads) * kSplitUnroll) {
+    Raw8<WT> raw[kSplitUnroll][kFeatures];
+#pragma unroll
+    for (int u = 0; u < kSplitUnroll; ++u) {
+      const int64_t v = base + u * kSplitThreads;
+#pragma unroll
+      for (int f = 0; f < kFeatures; ++f) {
+        // Past the last feature: reread the last one (in bounds, never summed).
+        if (v < vecs) raw[u][f] = LoadRaw8(w + (col0 + min(f, features - 1)) * k, v * 8);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kSplitUnroll; ++u) {
+      const int64_t v = base + u * kSplitThreads;
+      if (v >= vecs) break;
+      float wf[kFeatures][8];
+#pragma unroll
+      for (int f = 0; f < kFeatures; ++f) Widen(raw[u][f], wf[f]);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (r >= rows) break;
+        float xf[8];
+        Bf16x8ToFloat(__ldg(reinterpret_cast<const uint4*>(xr + r * k + v * 8)), xf);
+#pragma unroll
+        for (int f = 0; f < kFeatures; ++f) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[r][f] += wf[f][e] * xf[e];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int f = 0; f < kFeatures; ++f) {
+      const float s = WarpSum(acc[r][f]);
+      if (lane == 0) partial[warp][r][f] = s;
+    }
+  }
+  __syncthreads();
+  if (tid < kRows * kFeatures) {
+    const int r = tid / kFeatures, f = tid % kFeatures;
+    if (r < rows && f < features) {
+      float s = 0.0f;
+#pragma unroll
+      for (int wi = 0; wi < kSplitThreads / kWarp; ++wi) s += partial[wi][r][f];
+      y[(m0 + r) * n + col0 + f] = __float2bfloat16_rn(s);
+    }
+  }
+}
+
+template <typename WT, int kRows>
+void LaunchSplit(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, bf16* y, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((n + kFeatures - 1) / kFeatures), static_cast<unsigned>((m + kRows - 1) / kRows));
+  GemvSplitKernel<WT, kRows><<<grid, kSplitThreads, 0, stream>>>(x, m, k, w, n, y);
+}
+
 template <typename WT>
 void LaunchGemv(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, bf16* y, cudaStream_t stream) {
+  if (k % 8 == 0) {
+    if (m == 1) {
+      LaunchSplit<WT, 1>(x, m, k, w, n, y, stream);
+    } else if (m == 2) {
+      LaunchSplit<WT, 2>(x, m, k, w, n, y, stream);
+    } else if (m <= 4) {
+      LaunchSplit<WT, 4>(x, m, k, w, n, y, stream);
+    } else {
+      LaunchSplit<WT, 8>(x, m, k, w, n, y, stream);
+    }
+    TP_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const unsigned gx = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
   const int threads = kWarpsPerBlock * kWarp;
   if (m == 1) {
