@@ -211,7 +211,10 @@ int Main(int argc, char** argv) {
   };
   for (const DecodeCase& c : {DecodeCase{"decode attn global", 32, 4, 512, 0, 1, 32768},
                               DecodeCase{"decode attn global", 32, 4, 512, 0, 32, 4096},
-                              DecodeCase{"decode attn sliding", 32, 16, 256, 1024, 64, 4096}}) {
+                              DecodeCase{"decode attn sliding", 32, 16, 256, 1024, 64, 4096},
+                              // engine_bench's decode step: 64 sequences of 1024 keys.
+                              DecodeCase{"decode attn global", 32, 4, 512, 0, 64, 1024},
+                              DecodeCase{"decode attn sliding", 32, 16, 256, 1024, 64, 1024}}) {
     AttnInputs a = MakeAttn(c.q, c.kv, c.d, c.window, c.seqs, c.ctx, 1);
     const size_t ws_bytes = DecodeAttentionWorkspaceBytes(a.tokens, a.p, prop.multiProcessorCount);
     void* ws = Alloc<uint8_t>(static_cast<int64_t>(ws_bytes));

@@ -2,8 +2,10 @@
 // write against cpu::PagedAttention / cpu::WriteKv: GQA (31B shapes: 32 query heads over
 // 16 KV heads at head_dim 256, over 4 at 512), sliding windows with freed blocks (-1),
 // softcap, scrambled physical blocks, padding queries, chunked-prefill batches that mix
-// sequences, and long contexts that split into many partitions. Cache slots no query may
-// read hold NaN, so a stray read fails the test. GPU test (ctest -L gpu).
+// sequences, long contexts that split into many partitions (one of 32k keys), and the
+// decode kernel's edges (GQA groups 1-16, windows inside one key tile, short prefill
+// chunks of one sequence). Cache slots no query may read hold NaN, so a stray read fails
+// the test. GPU test (ctest -L gpu).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -178,7 +180,25 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{"prefill_mixed_d256_window", 32, 16, 256, 16, 1024, 0.0f, {{1200, 100}, {3, 1}, {70, 70}, {2000, 1}},
                  true},
         // Group 16 (4 tokens per tile) with odd block size 5 at head_dim 512.
-        AttnCase{"prefill_group16_block5", 16, 1, 512, 5, 0, 0.0f, {{77, 45}, {12, 12}}}),
+        AttnCase{"prefill_group16_block5", 16, 1, 512, 5, 0, 0.0f, {{77, 45}, {12, 12}}},
+        // The decode kernel's edges: one CTA holds a KV head's whole group (<= 16 query
+        // heads as mma rows); key tiles of 16 (D 512), 32 (D 256), 64 (D <= 128)
+        // keys; contexts off the tile; windows inside one tile; freed blocks; several query
+        // tokens of one sequence (short prefill chunks); padding; softcap.
+        AttnCase{"decode_group1_d64", 4, 4, 64, 16, 0, 0.0f, {{77, 1}, {1, 1}, {300, 1}}, true},
+        AttnCase{"decode_group2_d256_window_lt_tile", 8, 4, 256, 16, 20, 0.0f, {{500, 1}, {33, 2}, {20, 1}, {5, 1}},
+                 true},
+        AttnCase{"decode_group8_d512_softcap", 16, 2, 512, 16, 0, 30.0f, {{1000, 1}, {17, 1}, {4099, 1}}},
+        AttnCase{"decode_group16_d128_block8", 16, 1, 128, 8, 0, 0.0f, {{300, 1}, {129, 3}, {64, 1}}},
+        AttnCase{"decode_group4_d32", 8, 2, 32, 16, 0, 0.0f, {{129, 1}, {300, 4}}, true},
+        AttnCase{"decode_window10_d128_block4_softcap", 8, 2, 128, 4, 10, 20.0f, {{300, 5}, {9, 1}, {11, 1}}, true},
+        AttnCase{"decode_window_d512_block16", 32, 4, 512, 16, 40, 0.0f, {{600, 1}, {41, 1}, {39, 1}}},
+        // A short prefill chunk (48 tokens of one sequence) with decodes, 31B global shape.
+        AttnCase{"decode_chunk48_d512", 32, 4, 512, 16, 0, 0.0f, {{700, 48}, {65, 1}, {2, 1}}, true},
+        // Many sequences of the 31B sliding shape (more CTAs than the GPU holds at once).
+        AttnCase{"decode_batch64_d256_window", 4, 2, 256, 16, 100, 0.0f, std::vector<SeqSpec>(64, SeqSpec{150, 1})},
+        // One 32k-key sequence: many partitions and the merge kernel (31B global at TP 4).
+        AttnCase{"decode_32k_d512", 8, 1, 512, 16, 0, 0.0f, {{32768, 1}}}),
     [](const auto& info) { return info.param.name; });
 
 TEST(CudaKvCacheTest, WriteKvMatchesCpuAndSkipsPadding) {
