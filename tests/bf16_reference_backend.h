@@ -2,6 +2,8 @@
 // rounded to bf16, where the CUDA backend stores bf16 activations and KV cache. The fp32
 // CPU pass is no tight reference for a bf16 pass (on the Gemma 4 fixture bf16 rounding
 // alone moves logits by up to ~2), this one is (summation order moves them < 0.1).
+// Attention rounds its softmax weights to bf16 before P·V, as both CUDA attention kernels
+// do on tensor cores (without it, qwen2 and gemma4_multimodal fail by 1.4x on an H200).
 // Used by tests/cuda_model_test.cc.
 //
 // With a nonzero jitter seed each Linear output is multiplied by (1 + 2^-20 u), u uniform in
@@ -82,7 +84,9 @@ class Bf16ReferenceBackend : public Backend {
   void PagedAttention(const Tensor& q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
                       const int32_t* token_pos, const int32_t* block_tables, const cpu::PagedAttentionParams& p,
                       Tensor out) override {
-    cpu_->PagedAttention(q, k_cache, v_cache, token_seq, token_pos, block_tables, p, out);
+    cpu::PagedAttentionParams rounded = p;
+    rounded.bf16_probabilities = true;  // as both CUDA attention kernels' P·V
+    cpu_->PagedAttention(q, k_cache, v_cache, token_seq, token_pos, block_tables, rounded, out);
     Round(out);
   }
 

@@ -154,6 +154,9 @@ void AttendGroup(const float* q, const float* k_cache, const float* v_cache,
         vsum = _mm256_add_ps(vsum, e);
       }
       s.row_sum[h] = s.row_sum[h] * correction + avx2::HorizontalSum(vsum);
+      if (p.bf16_probabilities) {
+        for (int c = 0; c < count; ++c) sc[c] = Bf16ToF32(F32ToBf16(sc[c]));
+      }
     }
     for (int h = 0; h < heads; ++h) {
       AccumulateRows(s.scores.data() + h * kKeyChunk, count, v_cache, s.key_offsets.data(), hd,

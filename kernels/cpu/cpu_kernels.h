@@ -75,6 +75,9 @@ struct PagedAttentionParams {
   float scale = 1.0f;              // applied to q·k before the softcap and softmax
   int32_t sliding_window = 0;      // > 0: key j is visible to query i iff i - j < window
   float softcap = 0.0f;            // > 0: scores = softcap * tanh(scores / softcap)
+  // Round each softmax weight to bf16 before it multiplies V (the sum stays fp32), as the
+  // CUDA kernels' tensor-core P·V does: for the bf16 test reference of the GPU backend.
+  bool bf16_probabilities = false;
 };
 // Causal attention of a flat batch of query tokens over the paged cache (which already
 // holds every visible key, the query tokens' own included).
