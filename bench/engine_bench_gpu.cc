@@ -2,11 +2,14 @@
 // step plans over a KV cache that was never prefilled: step time depends on how much KV
 // attention reads, not on its values, and it spares a 31B prefill of batch x context tokens.
 // Every step samples greedily on the GPU (only token ids reach the host), as serving does.
+// Decode runs replayed from CUDA graphs and eagerly on the same engine, side by side.
 #include "bench/engine_bench_gpu.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -29,6 +32,12 @@ double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+std::string Fixed(double v, const char* unit, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.*f%s", digits, v, unit);
+  return buf;
 }
 
 double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
@@ -126,8 +135,10 @@ StepPlan PrefillPlan(int tokens, int32_t block_size, size_t groups, int64_t voca
 
 struct DecodeResult {
   int batch = 0;
-  std::string kv = "own";  // own | shared | skipped
+  std::string kv = "own";   // own | shared | skipped
+  std::string mode = "eager";  // graphs | eager
   double step_ms = 0, step_max_ms = 0, allreduce_share = 0;
+  double eager_step_ms = 0;  // graphs rows measured beside eager: the eager row's step time
 };
 
 struct TpResult {
@@ -142,6 +153,7 @@ struct TpResult {
   double prefill_ms = 0, prefill_allreduce_share = 0;
   bool prefill_ran = false;
   std::vector<DecodeResult> decode;
+  bool graphs = false;  // the engine replays decode steps from CUDA graphs
   int64_t peak_used_bytes = 0, total_bytes = 0;
 };
 
@@ -155,7 +167,9 @@ absl::StatusOr<std::pair<double, double>> TimedStep(StepExecutor& exec, const St
 }
 
 // Rank 0's measurements once the engine is up.
-absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exec, TpResult& r) {
+// `set_graphs` turns replays on or off on every rank (between steps).
+absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exec,
+                     const std::function<void(bool)>& set_graphs, TpResult& r) {
   const ModelConfig& c = engine.config;
   const size_t groups = c.kv_group_windows.size();
   const int32_t bs = engine.model->block_size();
@@ -185,35 +199,48 @@ absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exe
     r.prefill_ran = true;
     sample();
   }
-  // Decode at each batch over `context` tokens of KV.
+  // Decode at each batch over `context` tokens of KV, replayed from CUDA graphs and/or
+  // eager on the same KV (the warm-up steps capture a batch's graph).
   const int steps = kWarmupDecodeSteps + o.decode_steps;
+  std::vector<std::string> modes;
+  if (engine.model->cuda_graphs() && o.decode_mode != "eager") modes.push_back("graphs");
+  if (modes.empty() || o.decode_mode != "graphs") modes.push_back("eager");
   for (int batch : o.batch) {
-    DecodeResult d;
-    d.batch = batch;
     const DecodeLayout layout = LayoutDecode(batch, o.context, steps, bs, blocks);
     if (!layout.fits) {
+      DecodeResult d;
+      d.batch = batch;
       d.kv = "skipped";
       std::fprintf(stderr, "engine_bench: batch %d x context %d needs %lld KV blocks per group; the cache holds %lld\n",
                    batch, o.context, static_cast<long long>(layout.blocks_needed), static_cast<long long>(blocks));
       r.decode.push_back(d);
       continue;
     }
-    d.kv = layout.shared ? "shared" : "own";
-    std::vector<double> ms;
-    double allreduce = 0, total = 0;
-    for (int s = 0; s < steps; ++s) {
-      const StepPlan plan = DecodePlan(layout, batch, o.context + s, bs, groups, c.vocab_size);
-      TP_ASSIGN_OR_RETURN(auto t, TimedStep(exec, plan));
-      if (s < kWarmupDecodeSteps) continue;
-      ms.push_back(t.first);
-      total += t.first;
-      allreduce += t.second;
+    const size_t first = r.decode.size();
+    for (const std::string& mode : modes) {
+      DecodeResult d;
+      d.batch = batch;
+      d.kv = layout.shared ? "shared" : "own";
+      d.mode = mode;
+      set_graphs(mode == "graphs");
+      std::vector<double> ms;
+      double allreduce = 0, total = 0;
+      for (int s = 0; s < steps; ++s) {
+        const StepPlan plan = DecodePlan(layout, batch, o.context + s, bs, groups, c.vocab_size);
+        TP_ASSIGN_OR_RETURN(auto t, TimedStep(exec, plan));
+        if (s < kWarmupDecodeSteps) continue;
+        ms.push_back(t.first);
+        total += t.first;
+        allreduce += t.second;
+      }
+      d.step_ms = Median(ms);
+      d.step_max_ms = *std::max_element(ms.begin(), ms.end());
+      d.allreduce_share = total > 0 ? allreduce / total : 0;
+      r.decode.push_back(d);
+      sample();
     }
-    d.step_ms = Median(ms);
-    d.step_max_ms = *std::max_element(ms.begin(), ms.end());
-    d.allreduce_share = total > 0 ? allreduce / total : 0;
-    r.decode.push_back(d);
-    sample();
+    set_graphs(true);
+    if (r.decode.size() - first == 2) r.decode[first].eager_step_ms = r.decode[first + 1].step_ms;
   }
   return absl::OkStatus();
 }
@@ -232,7 +259,14 @@ TpResult RunTp(const GpuBenchOptions& o, const ModelConfig& config, int tp) {
   eo.max_num_seqs = max_batch;
   eo.split_kv_by_need = false;  // every group the same blocks, as the hand-made plans assume
   eo.dummy_seed = 1;
+  eo.enforce_eager = o.decode_mode == "eager";
+  // The longest sequence the bench makes, as a server would be told with --max-model-len:
+  // replayed decode steps upload block tables that wide (the model's 262144 positions
+  // would make them 16384 blocks wide).
+  eo.max_model_len = std::min<int64_t>(config.max_position_embeddings,
+                                       std::max(o.prefill_tokens, o.context + kWarmupDecodeSteps + o.decode_steps));
   std::vector<int64_t> weight_bytes(tp, 0);
+  std::vector<Model*> models(tp, nullptr);
   LocalGroup group(tp);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < tp; ++rank) {
@@ -246,6 +280,8 @@ TpResult RunTp(const GpuBenchOptions& o, const ModelConfig& config, int tp) {
         return;
       }
       weight_bytes[rank] = engine->model->weight_bytes();
+      models[rank] = engine->model.get();
+      comm->Barrier();  // every rank's model is in `models` before rank 0 measures
       if (rank != 0) {
         (void)RunWorkerLoop(*engine->model, *comm);
         return;
@@ -255,8 +291,13 @@ TpResult RunTp(const GpuBenchOptions& o, const ModelConfig& config, int tp) {
       r.kv_budget_bytes = engine->kv_budget_bytes;
       r.block_size = engine->model->block_size();
       r.communicator = engine->device_comm ? engine->device_comm->name() : comm->name();
+      r.graphs = engine->model->cuda_graphs();
       StepExecutor exec(*engine->model, *comm);
-      absl::Status st = Measure(o, *engine, exec, r);
+      // Other ranks read the flag when the next plan arrives, after rank 0 set it.
+      auto set_graphs = [&](bool on) {
+        for (Model* m : models) m->set_cuda_graphs_enabled(on);
+      };
+      absl::Status st = Measure(o, *engine, exec, set_graphs, r);
       exec.Shutdown();
       if (!st.ok()) r.error = std::string(st.message());
     });
@@ -330,8 +371,8 @@ int RunGpuEngineBench(const GpuBenchOptions& o) {
     } else {
       std::printf("prefill %d tokens: skipped (more KV blocks than the cache holds)\n", o.prefill_tokens);
     }
-    std::printf("%4s %6s %8s %10s %10s %10s %12s %9s %10s\n", "tp", "batch", "context", "KV", "step ms", "tok/s",
-                "weight GB/s", "of copy", "allreduce");
+    std::printf("%4s %6s %8s %10s %7s %10s %10s %12s %9s %10s %9s\n", "tp", "batch", "context", "KV", "mode",
+                "step ms", "tok/s", "weight GB/s", "of copy", "allreduce", "vs eager");
     nlohmann::json decode = nlohmann::json::array();
     for (const DecodeResult& d : r.decode) {
       if (d.kv == "skipped") {
@@ -341,13 +382,20 @@ int RunGpuEngineBench(const GpuBenchOptions& o) {
       }
       // Every decode step streams every weight once (the tied embedding as the LM head).
       const double weight_gbs = r.weight_bytes / (d.step_ms / 1e3) / 1e9;
-      std::printf("%4d %6d %8d %10s %10.2f %10.0f %12.0f %8.0f%% %9.1f%%\n", tp, d.batch, o.context, d.kv.c_str(),
-                  d.step_ms, d.batch / (d.step_ms / 1e3), weight_gbs, 100.0 * weight_gbs / *copy_gbs,
-                  100.0 * d.allreduce_share);
-      decode.push_back({{"batch", d.batch}, {"kv", d.kv}, {"step_ms", d.step_ms}, {"step_max_ms", d.step_max_ms},
-                        {"tok_s", d.batch / (d.step_ms / 1e3)}, {"weight_gbs", weight_gbs},
-                        {"of_copy", weight_gbs / *copy_gbs}, {"allreduce_share", d.allreduce_share}});
+      const std::string speedup = d.eager_step_ms > 0 ? Fixed(d.eager_step_ms / d.step_ms, "x", 2) : "";
+      std::printf("%4d %6d %8d %10s %7s %10.2f %10.0f %12.0f %8.0f%% %9s %9s\n", tp, d.batch, o.context, d.kv.c_str(),
+                  d.mode.c_str(), d.step_ms, d.batch / (d.step_ms / 1e3), weight_gbs, 100.0 * weight_gbs / *copy_gbs,
+                  d.mode == "graphs" ? "-" : Fixed(100.0 * d.allreduce_share, "%", 1).c_str(),
+                  speedup.c_str());
+      nlohmann::json row = {{"batch", d.batch}, {"kv", d.kv}, {"mode", d.mode}, {"step_ms", d.step_ms},
+                            {"step_max_ms", d.step_max_ms}, {"tok_s", d.batch / (d.step_ms / 1e3)},
+                            {"weight_gbs", weight_gbs}, {"of_copy", weight_gbs / *copy_gbs},
+                            {"allreduce_share", d.allreduce_share}};
+      if (d.eager_step_ms > 0) row["graph_speedup"] = d.eager_step_ms / d.step_ms;
+      decode.push_back(row);
     }
+    std::printf("(mode graphs: decode replayed from CUDA graphs, whose all-reduce time cannot be measured; "
+                "eager: as --enforce-eager%s)\n", r.graphs ? "" : "; this engine has no graphs (staged communicator)");
     if (std::any_of(r.decode.begin(), r.decode.end(), [](const DecodeResult& d) { return d.kv == "shared"; })) {
       std::printf("(KV shared: the batch's own context blocks do not fit, so its sequences read one copy of them)\n");
     }
@@ -370,6 +418,7 @@ int RunGpuEngineBench(const GpuBenchOptions& o) {
                           {"peak_gpu_memory_bytes", r.peak_used_bytes},
                           {"gpu_memory_total_bytes", r.total_bytes},
                           {"context", o.context},
+                          {"cuda_graphs", r.graphs},
                           {"decode", decode}};
       if (r.prefill_ran) {
         j["prefill"] = {{"tokens", o.prefill_tokens},       {"ms", r.prefill_ms},

@@ -3,7 +3,7 @@
 // starts it (StartEngine, --device cuda, KV cache from --gpu-memory-utilization) on
 // dummy weights: prefill of one long prompt (TFLOP/s beside the GEMM), decode steps at
 // each batch over a given context (weight GB/s beside the copy bandwidth), the all-reduce
-// share, peak GPU memory and KV blocks. Ranks are threads of this process on GPU
+// share, peak GPU memory and KV blocks; decode replayed from CUDA graphs beside eager. Ranks are threads of this process on GPU
 // rank % devices. Not a test: run by bench/gpu_check.sh, numbers go to docs/.
 #pragma once
 
@@ -23,6 +23,10 @@ struct GpuBenchOptions {
   double gpu_memory_utilization = 0.9;
   int num_layers = 0;                 // 0: the model's; N: its first N layers (shorter load)
   bool json = false;                  // also one JSON object per tensor-parallel size
+  // Decode steps replayed from CUDA graphs ("graphs", as tpserve runs them), eager
+  // ("eager", as --enforce-eager), or both on the same engine, side by side ("both").
+  // Where the engine has no graphs (ranks sharing a GPU), every row is eager.
+  std::string decode_mode = "both";
 };
 
 // Prints the table (and JSON); returns the process exit code.

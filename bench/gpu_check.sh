@@ -175,9 +175,10 @@ fi
 left() { echo $(( budget_s - $(elapsed "$t_start") )); }
 if [[ -x $build/bench/engine_bench ]]; then
   # Dummy gemma-4-31b weights on the CUDA backend; one GPU, TP 1. Loading its 62 GB of
-  # dummy weights (generated on the CPU, ~6 ns per weight per core, then copied) takes
-  # about a minute (an estimate: never measured); with less than 5 minutes left for it and
-  # what follows, take the first 12 of the 60 layers (same shapes, a fifth of the weights).
+  # dummy weights (generated on the CPU, then copied) took 32-38 s on an H200 machine's
+  # 16 cores (2026-11-30), the whole 31B benchmark about 40 s; with less than 5 minutes
+  # left for it and what follows, take the first 12 of the 60 layers (same shapes, a
+  # fifth of the weights).
   args=${ENGINE_BENCH_ARGS:---backend cuda --model gemma-4-31b --tp 1 --batch 1,8,64,256 --context 1024 --decode_steps 16 --prefill_tokens 2048 --gpu_memory_utilization 0.9 --json}
   note=""
   if [[ -z ${ENGINE_BENCH_ARGS:-} ]] && (( $(left) < 300 )); then

@@ -91,6 +91,16 @@ WarmupStep MakeWarmupStep(int64_t tokens, int64_t max_len, int32_t block_size, s
   return w;
 }
 
+std::vector<int32_t> EngineCudaGraphBatchSizes(const EngineOptions& o, DeviceKind device) {
+  if (device != DeviceKind::kCuda || o.enforce_eager) return {};
+  std::vector<int32_t> sizes =
+      o.cuda_graph_batch_sizes.empty() ? DefaultCudaGraphBatchSizes(o.max_num_seqs) : o.cuda_graph_batch_sizes;
+  // A decode step has a token per sequence: never more than a step's tokens.
+  const int32_t cap = std::max<int32_t>(o.max_num_batched_tokens, 1);
+  sizes.erase(std::remove_if(sizes.begin(), sizes.end(), [&](int32_t b) { return b > cap; }), sizes.end());
+  return sizes;
+}
+
 namespace {
 
 // Options, model config, device and weight source on this rank; no collectives.
@@ -168,6 +178,29 @@ absl::StatusOr<int64_t> PlanGpuKvBudget(const EngineOptions& o, const WorldConfi
   }
   TP_RETURN_IF_ERROR(comm.AgreeOnStatus(st));
   TP_RETURN_IF_ERROR(comm.AgreeOnStatus(m.Forward(warm.plan, nullptr).status()));
+  // CUDA graphs: their buffers (scratch, block tables and attention workspace for the
+  // largest size at the fixed block-table width) stay allocated and count as in use below;
+  // the graphs themselves are captured now, over the warm-up KV cache, only to measure
+  // what they hold. FreeKvCache drops them and the model captures them again on first use
+  // over the real KV cache, into the room graph_pool_bytes keeps. Capturing after the KV
+  // allocation without that room could run out of memory mid-serving.
+  int64_t graph_bytes = 0;
+  if (m.cuda_graphs()) {
+    absl::Status gs = m.ReserveGraphBuffers();
+    e.backend->Synchronize();
+    absl::StatusOr<DeviceMemoryInfo> before = CudaDeviceMemory(e.gpu);
+    if (gs.ok()) gs = before.status();
+    if (gs.ok()) gs = m.CaptureCudaGraphs();
+    e.backend->Synchronize();
+    absl::StatusOr<DeviceMemoryInfo> after = CudaDeviceMemory(e.gpu);
+    if (gs.ok()) gs = after.status();
+    if (gs.ok()) graph_bytes = std::max<int64_t>(0, before->free_bytes - after->free_bytes);
+    if (!gs.ok()) {
+      gs = absl::Status(gs.code(), absl::StrCat("capturing the decode steps' CUDA graphs: ", gs.message(),
+                                                " (--enforce-eager runs without them)"));
+    }
+    TP_RETURN_IF_ERROR(comm.AgreeOnStatus(gs));
+  }
   m.FreeKvCache();
   e.backend->Synchronize();
   comm.Barrier();  // every rank on the GPU has loaded, warmed up and freed its warm-up KV
@@ -179,7 +212,7 @@ absl::StatusOr<int64_t> PlanGpuKvBudget(const EngineOptions& o, const WorldConfi
   in.free_bytes = mem->free_bytes;
   in.ranks_sharing_device = RanksSharingGpu(world.local_rank, world.local_size, CudaDeviceCount());
   in.activation_bytes = 0;  // the warm-up step allocated them: already in use
-  in.graph_pool_bytes = 0;  // the model captures no CUDA graphs yet
+  in.graph_pool_bytes = graph_bytes;  // measured above, freed since
   in.kv_bytes_per_block = m.KvBytesPerBlock();
   TP_ASSIGN_OR_RETURN(KvMemoryPlan plan, PlanKvMemoryAcrossRanks(comm, in));
   return plan.budget_bytes;
@@ -215,6 +248,8 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
   ModelOptions mo;
   mo.block_size = o.block_size;
   if (o.dtype != "auto") mo.weight_dtype = ParseDType(o.dtype).value();
+  mo.cuda_graph_batch_sizes = EngineCudaGraphBatchSizes(o, e.device);
+  mo.max_model_len = static_cast<int32_t>(e.config.max_position_embeddings);
   auto model = Model::Load(e.config, *e.source, *e.backend, *model_comm, mo);
   TP_RETURN_IF_ERROR(comm.AgreeOnStatus(model.status()));
   e.model = std::move(model).value();

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "launch/device_choice.h"
@@ -44,7 +45,20 @@ struct EngineOptions {
   // (it gives all groups one block layout).
   bool split_kv_by_need = true;
   uint64_t dummy_seed = 0;
+  // cuda: decode steps replay CUDA graphs of these batch sizes (empty: the default,
+  // DefaultCudaGraphBatchSizes(max_num_seqs)); sizes above max_num_batched_tokens are
+  // dropped. Captured at start-up before the KV cache is sized (their memory is measured),
+  // then again on first use over the real KV cache. No effect on the CPU.
+  std::vector<int32_t> cuda_graph_batch_sizes;
+  // --enforce-eager: no CUDA graphs, every step eager. On by default until the graph path
+  // has run on a GPU (written 2026-11-30 when no GPU was left to run it; docs/gpu_backend.md):
+  // --enforce-eager=false captures.
+  bool enforce_eager = true;
 };
+
+// The CUDA graph batch sizes the engine captures for these options on `device` (empty:
+// none, e.g. on the CPU or with enforce_eager). Pure; tested by tests/decode_graphs_test.cc.
+std::vector<int32_t> EngineCudaGraphBatchSizes(const EngineOptions& options, DeviceKind device);
 
 struct Engine {
   ModelConfig config;

@@ -36,6 +36,9 @@ ABSL_FLAG(std::string, kv_cache_memory, "1GiB", "KV cache memory per rank on the
 ABSL_FLAG(int64_t, max_model_len, 0, "Longest prompt + output, in tokens (default: the model's)");
 ABSL_FLAG(int64_t, max_num_batched_tokens, 2048, "Most tokens per step (prefill chunk size)");
 ABSL_FLAG(int, block_size, 16, "KV cache block size in tokens");
+ABSL_FLAG(bool, enforce_eager, true, "cuda: run every step eagerly; =false captures CUDA graphs of decode steps for "
+                                     "batch sizes 1, 2, 4, 8, 16, 24, ... up to --max-num-seqs, at most 256 (on by "
+                                     "default until the graph path has run on a GPU: docs/gpu_backend.md)");
 ABSL_FLAG(std::string, prompt, "", "Prompt text (tokenized with the model's tokenizer.json)");
 ABSL_FLAG(std::string, prompt_ids, "", "Prompt as comma-separated token ids, e.g. 2,651,1234");
 ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json path (default: MODEL/tokenizer.json)");
@@ -69,7 +72,7 @@ constexpr char kUsage[] =
     "  mpirun -np N tpserve serve --model DIR|PRESET [--grpc-port 50051] [--http-port 8000] [--tokenizer PATH]\n"
     "  mpirun -np N tpserve generate --model DIR|PRESET [--load-format dummy] (--prompt TEXT | --prompt-ids 1,2,3)\n"
     "      [--max-tokens N] [--logprobs N] [--json]\n"
-    "  Both take --device auto|cpu|cuda and --gpu-memory-utilization F (cuda).\n"
+    "  Both take --device auto|cpu|cuda, --gpu-memory-utilization F and --enforce-eager (cuda).\n"
     "  tpserve client (--grpc HOST:PORT | --http URL) --prompt TEXT [--chat] [--model NAME]\n"
     "      [--max-tokens N] [--temperature T]\n\n"
     "Run `tpserve --helpfull` for every flag.";
@@ -109,6 +112,7 @@ int EngineOptionsFromFlags(tpserve::EngineOptions& e) {
   e.max_num_batched_tokens = static_cast<int32_t>(absl::GetFlag(FLAGS_max_num_batched_tokens));
   e.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   e.dummy_seed = absl::GetFlag(FLAGS_seed);
+  e.enforce_eager = absl::GetFlag(FLAGS_enforce_eager);
   auto kv = tpserve::ParseByteSize(absl::GetFlag(FLAGS_kv_cache_memory));
   if (!kv.ok()) return Fail("--kv-cache-memory: " + std::string(kv.status().message()));
   e.kv_cache_bytes = *kv;

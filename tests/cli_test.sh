@@ -25,6 +25,13 @@ check_greedy() {
 }
 for np in 1 2 4; do check_greedy gemma4_text $np; done
 for m in gemma4_multimodal gemma3_text llama3 qwen2 qwen3; do check_greedy $m 2; done
+# --enforce-eager (vLLM's flag: no CUDA graphs) is accepted everywhere and changes nothing
+# on the CPU.
+prompt=$(ids prompt_ids "$FIX/models/qwen3/reference.json")
+expect=$(ids greedy_ids "$FIX/models/qwen3/reference.json")
+got=$(timeout 120 "${MPIRUN[@]}" -np 1 "$TPSERVE" generate --model "$FIX/models/qwen3" --device cpu \
+      --prompt-ids "$prompt" --max-tokens 8 --ignore-eos --enforce-eager=false 2>"$WORK/err")
+if [ "$got" = "$expect" ]; then ok "qwen3 --enforce-eager=false greedy = transformers"; else bad "qwen3 --enforce-eager=false: got '$got' want '$expect' ($(tail -2 "$WORK/err"))"; fi
 
 # 2. Bad inputs: non-zero exit on every rank, message names the culprit, fast.
 expect_error() {

@@ -3,7 +3,8 @@
 // (tests/fixtures/models), both with bf16 weights: prompt logits and teacher-forced decode
 // logits within tolerance and the same greedy tokens; a batch of prompts through the tiled
 // prefill kernel; and 2 thread-ranks sharing one GPU through StagedCommunicator(LocalGroup)
-// against 1 rank. GPU test (ctest -L gpu).
+// against 1 rank; decode steps replayed from CUDA graphs against eager ones. GPU test
+// (ctest -L gpu).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -14,6 +15,7 @@
 #include "tests/sampling_reference.h"
 #include "tests/tp_harness.h"
 #include "worker/cuda_backend.h"
+#include "worker/nccl_communicator.h"
 #include "worker/staged_communicator.h"
 #include "worker/weight_source.h"
 
@@ -307,9 +309,183 @@ TEST(CudaModelSamplingTest, DeviceSamplingFollowsTheRuleOverTheLogits) {
       std::vector<float> drawn_row = row(1);
       testing::ReferencePenalties(drawn_row, plan.sampling[1], {{top, 2}});
       const testing::ReferenceDraw want = testing::ReferenceSample(drawn_row, plan.sampling[1]);
-      if (!want.ambiguous) EXPECT_EQ(ids->token_ids[1], want.token) << ranks << " ranks";
+      if (!want.ambiguous) {
+        EXPECT_EQ(ids->token_ids[1], want.token) << ranks << " ranks";
+      }
     });
   }
+}
+
+// Decode steps replayed from CUDA graphs against the same steps run eagerly. Three
+// sequences of different lengths (decode steps of 3 tokens pad to 4) for 5 steps, then
+// the first two (2 tokens, a size of its own) for 3 more, contexts growing every step;
+// teacher-forced, so both runs see the same tokens. Logits come back for every step, and
+// with `sample` the workers' greedy ids instead.
+struct GraphRun {
+  std::vector<std::vector<float>> rows;  // per decode step and sequence
+  std::vector<int32_t> ids;              // with sample
+  bool graphs = false;
+  int64_t replayed = 0;
+};
+
+GraphRun RunGraphBatch(const std::string& fixture, Backend& backend, Communicator& comm,
+                       const std::vector<int32_t>& sizes, bool sample) {
+  GraphRun r;
+  auto config = LoadModelConfig(testing::FixtureDir(fixture));
+  auto source = OpenCheckpointSource(testing::FixtureDir(fixture));
+  EXPECT_TRUE(config.ok() && source.ok());
+  if (!config.ok() || !source.ok()) return r;
+  const testing::Reference ref = testing::LoadReference(fixture);
+  const int32_t n = static_cast<int32_t>(ref.prompt_ids.size());
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t len : {n, std::max(1, n - 3), std::max(1, n - 7)}) {
+    prompts.emplace_back(ref.prompt_ids.begin(), ref.prompt_ids.begin() + len);
+  }
+  constexpr int kSteps = 8;
+  ModelOptions mo;
+  mo.weight_dtype = DType::kBF16;
+  mo.block_size = kBlock;
+  mo.cuda_graph_batch_sizes = sizes;
+  mo.max_model_len = 256;  // a fixed table width of 16 blocks
+  auto model = Model::Load(*config, **source, backend, comm, mo);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return r;
+  Model& m = **model;
+  r.graphs = m.cuda_graphs();
+  const int32_t mb = (n + kSteps + kBlock - 1) / kBlock;  // blocks per sequence, plan width
+  // As engine start-up does: capture over a first KV cache, then reallocate it (the model
+  // drops the graphs and captures again on first use).
+  EXPECT_TRUE(m.AllocateKvCache(4).ok());
+  EXPECT_TRUE(m.CaptureCudaGraphs().ok());
+  EXPECT_TRUE(m.AllocateKvCache(3 * mb).ok());
+  const size_t groups = m.num_kv_blocks().size();
+  const int64_t V = config->vocab_size;
+  auto table = [&](const std::vector<int32_t>& seqs) {
+    std::vector<int32_t> t;
+    for (int32_t s : seqs) {
+      for (int32_t b = 0; b < mb; ++b) t.push_back(s * mb + b);
+    }
+    return t;
+  };
+  auto slot = [&](int32_t s, int32_t pos) { return (s * mb + pos / kBlock) * kBlock + pos % kBlock; };
+  // Prefill, eager (its logits are not compared).
+  {
+    StepPlan p;
+    p.num_seqs = 3;
+    std::vector<int32_t> slots;
+    for (int32_t s = 0; s < 3; ++s) {
+      for (int32_t i = 0; i < static_cast<int32_t>(prompts[s].size()); ++i) {
+        p.token_ids.push_back(prompts[s][i]);
+        p.positions.push_back(i);
+        p.token_seq.push_back(s);
+        slots.push_back(slot(s, i));
+      }
+      p.logit_rows.push_back(static_cast<int32_t>(p.token_ids.size()) - 1);
+    }
+    p.kv.assign(groups, KvGroupPlan{slots, mb, table({0, 1, 2})});
+    EXPECT_TRUE(m.Forward(p, nullptr).ok());
+  }
+  for (int step = 0; step < kSteps; ++step) {
+    const std::vector<int32_t> seqs = step < 5 ? std::vector<int32_t>{0, 1, 2} : std::vector<int32_t>{0, 1};
+    StepPlan p;
+    p.num_seqs = static_cast<int32_t>(seqs.size());
+    std::vector<int32_t> slots;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const int32_t s = seqs[i];
+      const int32_t pos = static_cast<int32_t>(prompts[s].size()) + step;
+      p.token_ids.push_back(static_cast<int32_t>((17 + 31 * s + 7 * step) % V));
+      p.positions.push_back(pos);
+      p.token_seq.push_back(static_cast<int32_t>(i));
+      p.logit_rows.push_back(static_cast<int32_t>(i));
+      slots.push_back(slot(s, pos));
+    }
+    p.kv.assign(groups, KvGroupPlan{slots, mb, table(seqs)});
+    if (sample) {
+      RowSampling greedy;
+      greedy.temperature = 0.0f;
+      p.sampling.assign(seqs.size(), greedy);
+      p.penalty_offsets.assign(seqs.size() + 1, 0);
+    }
+    auto out = m.Forward(p, nullptr);
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (!out.ok() || comm.rank() != 0) continue;
+    r.ids.insert(r.ids.end(), out->token_ids.begin(), out->token_ids.end());
+    for (size_t i = 0; i * V < out->logits.size(); ++i) {
+      r.rows.emplace_back(out->logits.begin() + i * V, out->logits.begin() + (i + 1) * V);
+    }
+  }
+  r.replayed = m.replayed_steps();
+  return r;
+}
+
+// One rank on GPU 0: replayed steps give the eager steps' logits (the fixed table width
+// changes the decode kernel's partitioning, so summation order may differ) and greedy ids.
+TEST(CudaModelGraphTest, ReplayedDecodeStepsMatchEager) {
+  TP_SKIP_WITHOUT_GPU();
+  for (const std::string fixture : {"qwen3", "gemma3_text"}) {
+    GraphRun eager, graphs, sampled;
+    testing::RunThreads(1, [&](Communicator& comm) {
+      auto backend = MakeCudaBackend(BackendOptions{.device = 0});
+      ASSERT_TRUE(backend.ok()) << backend.status();
+      eager = RunGraphBatch(fixture, **backend, comm, {}, false);
+      graphs = RunGraphBatch(fixture, **backend, comm, {1, 2, 4, 8}, false);
+      sampled = RunGraphBatch(fixture, **backend, comm, {1, 2, 4, 8}, true);
+    });
+    EXPECT_FALSE(eager.graphs);
+    ASSERT_TRUE(graphs.graphs) << fixture;
+    // 5 steps at 4 (warm-up, capture, 3 replays) and 3 at 2 (warm-up, capture, replay).
+    EXPECT_EQ(graphs.replayed, 6) << fixture;
+    ExpectSameModel(graphs.rows, eager.rows, fixture + " graphs vs eager");
+    ASSERT_EQ(sampled.ids.size(), eager.rows.size());
+    for (size_t i = 0; i < eager.rows.size(); ++i) {
+      if (TopGap(eager.rows[i]) > kGreedyMargin) {
+        EXPECT_EQ(sampled.ids[i], Argmax(eager.rows[i])) << fixture << " " << i;
+      }
+    }
+  }
+}
+
+// Two thread ranks sharing GPU 0 through the staged communicator cannot capture (it
+// synchronizes): the model keeps every step eager, with the same results. With two GPUs
+// and NCCL the graphs are on and match eager.
+TEST(CudaModelGraphTest, TwoRanksReplayOnlyWithNccl) {
+  TP_SKIP_WITHOUT_GPU();
+  const std::string fixture = "qwen3";
+  GraphRun eager, asked;
+  testing::RunThreads(2, [&](Communicator& host) {
+    auto backend = MakeCudaBackend(BackendOptions{.device = 0});
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    StagedCommunicator comm(host, (*backend)->stream());
+    GraphRun e = RunGraphBatch(fixture, **backend, comm, {}, false);
+    GraphRun a = RunGraphBatch(fixture, **backend, comm, {1, 2, 4, 8}, false);
+    EXPECT_FALSE(a.graphs);
+    EXPECT_EQ(a.replayed, 0);
+    if (host.rank() == 0) {
+      eager = std::move(e);
+      asked = std::move(a);
+    }
+  });
+  ASSERT_FALSE(eager.rows.empty());
+  EXPECT_EQ(asked.rows, eager.rows);  // the very same eager steps
+  if (CudaDeviceCount() < 2 || !HaveNccl()) {
+    GTEST_SKIP() << "graphs across ranks need NCCL and 2 GPUs (" << CudaDeviceCount() << " visible)";
+  }
+  GraphRun nccl_eager, nccl_graphs;
+  testing::RunThreads(2, [&](Communicator& host) {
+    auto backend = MakeCudaBackend(BackendOptions{.device = host.rank()});
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    auto comm = MakeNcclCommunicator(host, host.rank(), (*backend)->stream());
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    GraphRun e = RunGraphBatch(fixture, **backend, **comm, {}, false);
+    GraphRun g = RunGraphBatch(fixture, **backend, **comm, {1, 2, 4, 8}, false);
+    EXPECT_TRUE(g.graphs);
+    EXPECT_EQ(g.replayed, 6);
+    if (host.rank() == 0) {
+      nccl_eager = std::move(e);
+      nccl_graphs = std::move(g);
+    }
+  });
+  ExpectSameModel(nccl_graphs.rows, nccl_eager.rows, fixture + " nccl graphs vs eager");
 }
 
 }  // namespace

@@ -2,6 +2,9 @@
 tp_add_test(model_config_test SOURCES model_config_test.cc LIBS tpserve_engine)
 tp_add_test(safetensors_test SOURCES safetensors_test.cc LIBS tpserve_engine)
 tp_add_test(model_test SOURCES model_test.cc LIBS tpserve_coordinator)
+# Decode steps replayed from CUDA graphs: padding, block-table width, batch sizes, and the
+# model's replay path through a fake StepGraphs on the CPU.
+tp_add_test(decode_graphs_test SOURCES decode_graphs_test.cc LIBS tpserve_launch tpserve_coordinator)
 # Device and communicator choice, the KV planner's budget split, --device errors (CPU).
 tp_add_test(device_choice_test SOURCES device_choice_test.cc LIBS tpserve_launch)
 

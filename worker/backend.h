@@ -8,10 +8,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/base.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "worker/decode_graphs.h"
 
 namespace tpserve {
 
@@ -96,6 +98,15 @@ class Backend {
   virtual void SampleShards(const void* shards, int tp, int64_t rows, int64_t shard_cols, int64_t vocab,
                             const RowSampling* params, const int32_t* offsets, const int32_t* token_ids,
                             const int32_t* counts, int32_t* out);
+
+  // Grows the attention workspaces for steps of up to `tokens` tokens with these shapes
+  // now, so that a later graph capture needs no allocation (no-op where nothing is lazy).
+  virtual absl::Status ReserveAttentionWorkspace(int64_t /*tokens*/, const cpu::PagedAttentionParams& /*p*/) {
+    return absl::OkStatus();
+  }
+  // Graphs of decode steps on this backend's stream, for these batch sizes; null where the
+  // backend cannot capture (the CPU). The graphs notice the backend's own workspaces moving.
+  virtual std::unique_ptr<StepGraphs> MakeStepGraphs(const std::vector<int32_t>& /*batch_sizes*/) { return nullptr; }
 };
 
 std::unique_ptr<Backend> MakeCpuBackend(const BackendOptions& options);

@@ -44,6 +44,9 @@ class Communicator {
   // Stops every rank of the job now (a broken invariant or an unrecoverable mid-step
   // failure): no rank may be left waiting in a collective.
   [[noreturn]] virtual void Abort(int code) = 0;
+  // Whether collectives on device buffers may be captured into a CUDA graph (NCCL on the
+  // backend's stream); host and staged collectives synchronize, so they may not.
+  virtual bool capturable() const { return false; }
 
   // Helpers built on the collectives above.
   // Every rank gets the first failing rank's status (OK when all are OK); used after

@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/sampling.h"
+#include "worker/cuda_graph_runner.h"
 
 namespace tpserve {
 namespace {
@@ -211,6 +212,9 @@ class CudaBackendImpl : public CudaBackend {
   absl::Status ReserveAttentionWorkspace(int64_t tokens, const cpu::PagedAttentionParams& p) override {
     return EnsureWorkspace(WorkspaceBytes(tokens, p));
   }
+  std::unique_ptr<StepGraphs> MakeStepGraphs(const std::vector<int32_t>& batch_sizes) override;
+  // Bumped whenever the attention workspace moves (graphs that read it are stale then).
+  uint64_t workspace_generation() const { return workspace_generation_; }
 
  private:
   size_t WorkspaceBytes(int64_t tokens, const cpu::PagedAttentionParams& p) const {
@@ -227,6 +231,7 @@ class CudaBackendImpl : public CudaBackend {
     if (workspace_ != nullptr) TP_CUDA_CHECK(cudaFree(workspace_));
     workspace_ = nullptr;
     workspace_bytes_ = 0;
+    ++workspace_generation_;
     const size_t rounded = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
     if (cudaMalloc(&workspace_, rounded) != cudaSuccess) {
       cudaGetLastError();
@@ -283,8 +288,34 @@ class CudaBackendImpl : public CudaBackend {
   SamplingScratch sample_;
   void* workspace_ = nullptr;  // attention partials / tile plans, shared by all layers
   size_t workspace_bytes_ = 0;
+  uint64_t workspace_generation_ = 0;
   std::shared_ptr<std::atomic<int64_t>> live_bytes_ = std::make_shared<std::atomic<int64_t>>(0);
 };
+
+// The model's decode graphs: drops them all when an eager step has moved the attention
+// workspace they read (a larger prefill grows it).
+class BackendStepGraphs final : public CudaGraphRunner {
+ public:
+  BackendStepGraphs(const CudaBackendImpl& backend, std::vector<int32_t> sizes)
+      : CudaGraphRunner(backend.stream(), std::move(sizes)),
+        backend_(backend),
+        generation_(backend.workspace_generation()) {}
+  absl::Status Run(int32_t padded, const std::function<void()>& step) override {
+    if (backend_.workspace_generation() != generation_) {
+      Clear();
+      generation_ = backend_.workspace_generation();
+    }
+    return CudaGraphRunner::Run(padded, step);
+  }
+
+ private:
+  const CudaBackendImpl& backend_;
+  uint64_t generation_;
+};
+
+std::unique_ptr<StepGraphs> CudaBackendImpl::MakeStepGraphs(const std::vector<int32_t>& batch_sizes) {
+  return std::make_unique<BackendStepGraphs>(*this, batch_sizes);
+}
 
 }  // namespace
 

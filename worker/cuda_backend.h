@@ -30,9 +30,7 @@ class CudaBackend : public Backend {
   // True while the stream is being captured into a CUDA graph: nothing may allocate, copy
   // from/to the host or synchronize then (Synchronize() is a no-op).
   virtual bool capturing() const = 0;
-  // Grows the attention workspaces for steps of up to `tokens` tokens with these
-  // attention shapes now, so a later capture needs no allocation.
-  virtual absl::Status ReserveAttentionWorkspace(int64_t tokens, const cpu::PagedAttentionParams& p) = 0;
+  // (ReserveAttentionWorkspace and MakeStepGraphs are Backend's.)
 };
 
 // Selects BackendOptions::device and creates the stream, cuBLASLt handle and workspaces.

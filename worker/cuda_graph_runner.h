@@ -13,20 +13,21 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "worker/decode_graphs.h"
 
 namespace tpserve {
 
-class CudaGraphRunner {
+class CudaGraphRunner : public StepGraphs {
  public:
   // batch_sizes: the decode batch sizes to capture (any order; e.g. 1, 2, 4, 8, 16, 32,
   // 64, 128, 256). stream: the CUDA backend's stream.
   CudaGraphRunner(cudaStream_t stream, std::vector<int32_t> batch_sizes);
-  ~CudaGraphRunner();
+  ~CudaGraphRunner() override;
   CudaGraphRunner(const CudaGraphRunner&) = delete;
   CudaGraphRunner& operator=(const CudaGraphRunner&) = delete;
 
   // The smallest captured size >= n, or 0 when n exceeds them all (run that step eagerly).
-  int32_t PaddedBatchSize(int32_t n) const;
+  int32_t PaddedBatchSize(int32_t n) const override;
 
   // Runs `step` for batch size `padded` (one of batch_sizes). `step` must only enqueue
   // device work on the stream, with the same buffers and launch shapes every time: no
@@ -35,11 +36,11 @@ class CudaGraphRunner {
   // workspaces and cuBLASLt heuristics), the second captures and launches the graph,
   // later calls only launch it. If the capture fails (e.g. an op synchronized), the step
   // still runs eagerly, the size stays eager from then on, and the error is returned.
-  absl::Status Run(int32_t padded, const std::function<void()>& step);
+  absl::Status Run(int32_t padded, const std::function<void()>& step) override;
 
-  bool captured(int32_t padded) const;
+  bool captured(int32_t padded) const override;
   // Drops every graph (after the buffers they read were reallocated).
-  void Clear();
+  void Clear() override;
 
  private:
   struct Entry {

@@ -1,9 +1,12 @@
 // The transformer forward pass over a paged KV cache. Tested by tests/model_test.cc.
 #include "worker/model.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
@@ -30,6 +33,7 @@ struct Model::Scratch {
   // Per KV group.
   std::vector<std::unique_ptr<Buffer>> slots, block_tables;
   std::vector<int64_t> table_capacity;
+  std::vector<int32_t> table_width;  // this step's block-table columns, per group
   std::unique_ptr<Buffer> h, x, q, k, v, attn, o, gate_up, act, sel, logits;
   std::unique_ptr<Buffer> gathered;  // rank 0 at TP > 1: every rank's logits shard, for sampling
 };
@@ -79,8 +83,22 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, co
                                                    const ModelOptions& options) {
   TP_RETURN_IF_ERROR(ValidateTensorParallel(config, comm.size()));
   if (options.block_size <= 0) return absl::InvalidArgumentError("block size must be positive");
+  for (int32_t b : options.cuda_graph_batch_sizes) {
+    if (b <= 0) return absl::InvalidArgumentError(absl::StrCat("CUDA graph batch size ", b, " is not positive"));
+  }
+  if (options.max_model_len < 0) return absl::InvalidArgumentError("max_model_len must not be negative");
   auto m = std::unique_ptr<Model>(new Model(config, backend, comm, options));
   TP_RETURN_IF_ERROR(m->LoadWeights(source));
+  // Collectives inside a graph must be stream-ordered (NCCL); staged and host ones
+  // synchronize, so those ranks run every step eagerly.
+  if (!options.cuda_graph_batch_sizes.empty() && (comm.size() == 1 || comm.capturable())) {
+    m->graphs_ = backend.MakeStepGraphs(options.cuda_graph_batch_sizes);
+    m->graph_sizes_ = options.cuda_graph_batch_sizes;
+    std::sort(m->graph_sizes_.begin(), m->graph_sizes_.end());
+    m->graph_sizes_.erase(std::unique(m->graph_sizes_.begin(), m->graph_sizes_.end()), m->graph_sizes_.end());
+    const int64_t max_len = options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
+    m->graph_table_width_ = DecodeBlockTableWidth(max_len, options.block_size);
+  }
   return m;
 }
 
@@ -196,7 +214,12 @@ absl::Status Model::AllocateKvCache(const std::vector<int64_t>& num_blocks) {
   return absl::OkStatus();
 }
 
+void Model::ClearGraphs() {
+  if (graphs_) graphs_->Clear();
+}
+
 void Model::FreeKvCache() {
+  ClearGraphs();  // they read the cache
   for (auto& L : layers_) {
     L->k_cache.reset();
     L->v_cache.reset();
@@ -211,6 +234,7 @@ absl::Status Model::EnsureScratch(int64_t tokens, int64_t logit_rows) {
     TP_ASSIGN_OR_RETURN(b, backend_.Allocate(bytes));
     return absl::OkStatus();
   };
+  if (tokens > s.token_capacity || logit_rows > s.logit_capacity) ClearGraphs();  // buffers move
   if (tokens > s.token_capacity) {
     const int64_t T = std::max<int64_t>(tokens, 16);
     int64_t max_q = 0, max_kv = 0;
@@ -246,7 +270,20 @@ absl::Status Model::EnsureScratch(int64_t tokens, int64_t logit_rows) {
   return absl::OkStatus();
 }
 
-void Model::RunLayer(Layer& L, int64_t T, const StepPlan& plan, StepTimes* times) {
+cpu::PagedAttentionParams Model::AttentionParams(const Layer& L, int32_t table_width) const {
+  cpu::PagedAttentionParams ap;
+  ap.num_q_heads = L.heads.q_heads;
+  ap.num_kv_heads = L.heads.kv_heads;
+  ap.head_dim = L.cfg.head_dim;
+  ap.block_size = options_.block_size;
+  ap.max_blocks_per_seq = table_width;
+  ap.scale = config_.attn_scale;
+  ap.sliding_window = L.cfg.sliding_window;
+  ap.softcap = config_.attn_softcap;
+  return ap;
+}
+
+void Model::RunLayer(Layer& L, int64_t T, StepTimes* times) {
   Scratch& s = *scratch_;
   const DType adt = backend_.activation_dtype();
   const int64_t H = config_.hidden_size;
@@ -279,15 +316,7 @@ void Model::RunLayer(Layer& L, int64_t T, const StepPlan& plan, StepTimes* times
   backend_.Rope(k, D, positions, inv_freq, 1.0f);
   const int32_t g = L.cfg.kv_group;
   backend_.WriteKv(k, v, static_cast<const int32_t*>(s.slots[g]->data()), D, L.k_cache->data(), L.v_cache->data());
-  cpu::PagedAttentionParams ap;
-  ap.num_q_heads = L.heads.q_heads;
-  ap.num_kv_heads = L.heads.kv_heads;
-  ap.head_dim = D;
-  ap.block_size = options_.block_size;
-  ap.max_blocks_per_seq = plan.kv[g].max_blocks_per_seq;
-  ap.scale = config_.attn_scale;
-  ap.sliding_window = L.cfg.sliding_window;
-  ap.softcap = config_.attn_softcap;
+  const cpu::PagedAttentionParams ap = AttentionParams(L, s.table_width[g]);
   backend_.PagedAttention(q, L.k_cache->data(), L.v_cache->data(), static_cast<const int32_t*>(s.token_seq->data()),
                           positions, static_cast<const int32_t*>(s.block_tables[g]->data()), ap, attn);
   L.o_proj.Forward(backend_, comm_, attn, o, &times->allreduce_us);
@@ -311,34 +340,22 @@ void Model::RunLayer(Layer& L, int64_t T, const StepPlan& plan, StepTimes* times
   if (config_.layer_scalar) backend_.Scale(h, L.layer_scalar);
 }
 
-absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times) {
-  const auto t0 = std::chrono::steady_clock::now();
-  StepTimes local;
-  if (times == nullptr) times = &local;
-  *times = StepTimes{};
-  if (num_blocks_.empty()) return absl::FailedPreconditionError("Forward before AllocateKvCache");
-  TP_RETURN_IF_ERROR(plan.Validate(num_blocks_, options_.block_size));
+absl::Status Model::UploadStep(const StepPlan& plan) {
   const int64_t T = plan.num_tokens();
   const int64_t Lr = static_cast<int64_t>(plan.logit_rows.size());
-  if (T == 0) return StepOutput{};
-  for (const auto* ids : {&plan.token_ids, &plan.penalty_tokens}) {
-    for (int32_t id : *ids) {
-      if (id < 0 || id >= config_.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
-                                                       config_.vocab_size, ")"));
-      }
-    }
-  }
   TP_RETURN_IF_ERROR(EnsureScratch(T, Lr));
   Scratch& s = *scratch_;
   s.block_tables.resize(plan.kv.size());
   s.table_capacity.resize(plan.kv.size(), 0);
+  s.table_width.resize(plan.kv.size(), 0);
   for (size_t g = 0; g < plan.kv.size(); ++g) {
     const std::vector<int32_t>& bt = plan.kv[g].block_tables;
     if (static_cast<int64_t>(bt.size()) > s.table_capacity[g] || !s.block_tables[g]) {
+      ClearGraphs();  // the table moves
       TP_ASSIGN_OR_RETURN(s.block_tables[g], backend_.Allocate(std::max<size_t>(bt.size(), 1) * 4));
       s.table_capacity[g] = static_cast<int64_t>(bt.size());
     }
+    s.table_width[g] = plan.kv[g].max_blocks_per_seq;
     if (!bt.empty()) backend_.CopyFromHost(s.block_tables[g]->data(), bt.data(), bt.size() * 4);
     backend_.CopyFromHost(s.slots[g]->data(), plan.kv[g].slot_mapping.data(), T * 4);
   }
@@ -346,24 +363,36 @@ absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times
   backend_.CopyFromHost(s.positions->data(), plan.positions.data(), T * 4);
   backend_.CopyFromHost(s.token_seq->data(), plan.token_seq.data(), T * 4);
   if (Lr > 0) backend_.CopyFromHost(s.logit_rows->data(), plan.logit_rows.data(), Lr * 4);
+  return absl::OkStatus();
+}
 
+void Model::RunDevice(int64_t T, int64_t Lr, StepTimes* times) {
+  Scratch& s = *scratch_;
   const DType adt = backend_.activation_dtype();
   const int64_t H = config_.hidden_size;
   const Tensor h{s.h->data(), adt, T, H};
   embed_.Lookup(backend_, comm_, static_cast<const int32_t*>(s.ids->data()), T, embed_scale_, h,
                 &times->allreduce_us);
-  for (auto& L : layers_) RunLayer(*L, T, plan, times);
+  for (auto& L : layers_) RunLayer(*L, T, times);
+  if (Lr == 0) return;
+  const Tensor sel{s.sel->data(), adt, Lr, H};
+  backend_.GatherRows(h, static_cast<const int32_t*>(s.logit_rows->data()), Lr, sel);
+  backend_.RmsNorm(sel, static_cast<const float*>(final_norm_.view.data), config_.rms_norm_eps, config_.norm_kind,
+                   sel);
+  const VocabParallelEmbedding& head = lm_head_ ? *lm_head_ : embed_;
+  const Tensor logits{s.logits->data(), adt, Lr, head.rows()};
+  head.Logits(backend_, sel, logits);
+  if (config_.final_softcap > 0) backend_.Softcap(logits, config_.final_softcap);
+}
 
+StepOutput Model::DownloadOutput(const StepPlan& plan, int64_t Lr) {
+  Scratch& s = *scratch_;
   StepOutput out;
   if (Lr > 0) {
-    const Tensor sel{s.sel->data(), adt, Lr, H};
-    backend_.GatherRows(h, static_cast<const int32_t*>(s.logit_rows->data()), Lr, sel);
-    backend_.RmsNorm(sel, static_cast<const float*>(final_norm_.view.data), config_.rms_norm_eps, config_.norm_kind,
-                     sel);
+    const DType adt = backend_.activation_dtype();
     const VocabParallelEmbedding& head = lm_head_ ? *lm_head_ : embed_;
+    // The first Lr rows of the step's logits (a replayed step computed more).
     const Tensor logits{s.logits->data(), adt, Lr, head.rows()};
-    head.Logits(backend_, sel, logits);
-    if (config_.final_softcap > 0) backend_.Softcap(logits, config_.final_softcap);
     const int64_t shard = head.shard_rows();
     const int tp = comm_.size();
     const int64_t V = config_.vocab_size;
@@ -381,7 +410,6 @@ absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times
                               plan.penalty_tokens.data(), plan.penalty_counts.data(), out.token_ids.data());
       }
       backend_.Synchronize();
-      times->total_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       return out;
     }
     // Pad this rank's shard to ceil(vocab / tp) columns and gather the shards on rank 0.
@@ -407,6 +435,97 @@ absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times
     }
   }
   backend_.Synchronize();
+  return out;
+}
+
+int32_t Model::ReplayBatchSize(const StepPlan& plan) const {
+  if (!cuda_graphs() || plan.num_tokens() > graph_sizes_.back()) return 0;
+  if (!IsReplayableDecode(plan, graph_table_width_, options_.block_size)) return 0;
+  return graphs_->PaddedBatchSize(static_cast<int32_t>(plan.num_tokens()));
+}
+
+absl::Status Model::ReserveGraphBuffers() {
+  if (!graphs_ || graph_buffers_reserved_) return absl::OkStatus();
+  const int32_t B = graph_sizes_.back();
+  const int64_t W = graph_table_width_;
+  TP_RETURN_IF_ERROR(EnsureScratch(B, B));
+  Scratch& s = *scratch_;
+  const size_t groups = config_.kv_group_windows.size();
+  s.block_tables.resize(groups);
+  s.table_capacity.resize(groups, 0);
+  s.table_width.resize(groups, 0);
+  for (size_t g = 0; g < groups; ++g) {
+    if (s.table_capacity[g] < B * W || !s.block_tables[g]) {
+      ClearGraphs();
+      TP_ASSIGN_OR_RETURN(s.block_tables[g], backend_.Allocate(static_cast<size_t>(B * W) * 4));
+      s.table_capacity[g] = B * W;
+    }
+  }
+  // The decode kernel's workspace is not monotonic in the batch: reserve every size.
+  for (int32_t b : graph_sizes_) {
+    for (const auto& L : layers_) {
+      TP_RETURN_IF_ERROR(backend_.ReserveAttentionWorkspace(b, AttentionParams(*L, graph_table_width_)));
+    }
+  }
+  graph_buffers_reserved_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Model::CaptureCudaGraphs() {
+  if (!cuda_graphs()) return absl::OkStatus();
+  if (num_blocks_.empty()) return absl::FailedPreconditionError("CaptureCudaGraphs before AllocateKvCache");
+  TP_RETURN_IF_ERROR(ReserveGraphBuffers());
+  StepPlan none;  // no real token: every one of the step's tokens is padding
+  none.kv.resize(config_.kv_group_windows.size());
+  StepTimes times;
+  for (int32_t b : graph_sizes_) {
+    TP_RETURN_IF_ERROR(UploadStep(PadDecodeStep(none, b, graph_table_width_)));
+    // Twice: the warm-up run, then the capture (which launches the graph).
+    for (int i = 0; i < 2 && !graphs_->captured(b); ++i) {
+      TP_RETURN_IF_ERROR(graphs_->Run(b, [&] { RunDevice(b, b, &times); }));
+    }
+  }
+  backend_.Synchronize();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times) {
+  const auto t0 = std::chrono::steady_clock::now();
+  StepTimes local;
+  if (times == nullptr) times = &local;
+  *times = StepTimes{};
+  if (num_blocks_.empty()) return absl::FailedPreconditionError("Forward before AllocateKvCache");
+  TP_RETURN_IF_ERROR(plan.Validate(num_blocks_, options_.block_size));
+  const int64_t T = plan.num_tokens();
+  const int64_t Lr = static_cast<int64_t>(plan.logit_rows.size());
+  if (T == 0) return StepOutput{};
+  for (const auto* ids : {&plan.token_ids, &plan.penalty_tokens}) {
+    for (int32_t id : *ids) {
+      if (id < 0 || id >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
+                                                       config_.vocab_size, ")"));
+      }
+    }
+  }
+  // Padding comes after Validate, which rightly rejects the padding's negative positions.
+  if (const int32_t B = ReplayBatchSize(plan); B > 0) {
+    TP_RETURN_IF_ERROR(ReserveGraphBuffers());
+    TP_RETURN_IF_ERROR(UploadStep(PadDecodeStep(plan, B, graph_table_width_)));
+    const absl::Status st = graphs_->Run(B, [&] { RunDevice(B, B, times); });
+    if (!st.ok() && !graph_warned_) {
+      // The step ran eagerly instead and that size stays eager: a bug, not the request's.
+      std::fprintf(stderr, "tpserve: %s\n", std::string(st.message()).c_str());
+      graph_warned_ = true;
+    }
+    if (graphs_->captured(B)) {
+      times->allreduce_us = 0;
+      ++replayed_steps_;
+    }
+  } else {
+    TP_RETURN_IF_ERROR(UploadStep(plan));
+    RunDevice(T, Lr, times);
+  }
+  StepOutput out = DownloadOutput(plan, Lr);
   times->total_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "worker/backend.h"
 #include "worker/communicator.h"
+#include "worker/decode_graphs.h"
 #include "worker/layers.h"
 #include "worker/model_config.h"
 #include "worker/step.h"
@@ -23,11 +25,21 @@ struct ModelOptions {
   // Dtype of weight matrices on the device; nullopt = the checkpoint's torch_dtype.
   std::optional<DType> weight_dtype;
   int32_t block_size = 16;  // KV cache block size in tokens
+  // CUDA graphs for decode steps: the batch sizes to capture (empty: every step eager).
+  // Used where the backend captures (CUDA) and the collectives can be captured (one rank,
+  // or NCCL); elsewhere, e.g. ranks sharing a GPU through the staged communicator, every
+  // step runs eagerly.
+  std::vector<int32_t> cuda_graph_batch_sizes;
+  // Longest sequence in tokens (0: the config's max_position_embeddings). Replayed steps
+  // upload block tables ceil(max_model_len / block_size) wide.
+  int32_t max_model_len = 0;
 };
 
 struct StepTimes {
   double total_us = 0;
-  double allreduce_us = 0;  // time inside all-reduce calls (includes waiting for peers)
+  // Time inside all-reduce calls (includes waiting for peers). 0 for a step replayed from
+  // a CUDA graph: its collectives run inside the graph, where the host cannot time them.
+  double allreduce_us = 0;
 };
 
 // How one layer's heads split across ranks: this rank's query heads, and the KV heads it
@@ -65,8 +77,28 @@ class Model {
 
   // Runs one step on every rank (all ranks call it with the same plan). Rank 0 gets the
   // logits [plan.logit_rows.size(), vocab] in fp32, or, when the plan has sampling rows,
-  // one sampled token id per logit row; other ranks get an empty output.
+  // one sampled token id per logit row; other ranks get an empty output. With CUDA graphs
+  // on, a decode step of at most the largest captured batch size is padded to a captured
+  // size and replayed (the first step of a size runs eagerly, the second captures it);
+  // prefill and mixed steps run eagerly.
   absl::StatusOr<StepOutput> Forward(const StepPlan& plan, StepTimes* times);
+
+  // Whether decode steps replay CUDA graphs (see ModelOptions::cuda_graph_batch_sizes).
+  bool cuda_graphs() const { return graphs_ != nullptr && graphs_enabled_.load(); }
+  // Turns replays off and on again (every rank alike, between steps), so that a benchmark
+  // can compare eager decode on the same engine. No effect without graphs.
+  void set_cuda_graphs_enabled(bool on) { graphs_enabled_.store(on); }
+  // Forward steps replayed from (or captured into) a graph so far.
+  int64_t replayed_steps() const { return replayed_steps_; }
+  // Reserves what replayed steps read, for the largest captured size at the fixed block
+  // table width: scratch, block tables and attention workspace, so no captured buffer
+  // moves later. A no-op without graphs.
+  absl::Status ReserveGraphBuffers();
+  // Warms up and captures every size now, on steps of padding tokens only (no KV is
+  // written), so that start-up can measure what the graphs hold. Needs the KV cache;
+  // AllocateKvCache and FreeKvCache drop the graphs (they read the cache), and Forward
+  // captures again lazily. Collective (NCCL inside the graphs). A no-op without graphs.
+  absl::Status CaptureCudaGraphs();
 
   const ModelConfig& config() const { return config_; }
   int32_t block_size() const { return options_.block_size; }
@@ -76,7 +108,20 @@ class Model {
   Model(const ModelConfig& c, Backend& b, Communicator& comm, const ModelOptions& o);
   absl::Status LoadWeights(const WeightSource& source);
   absl::Status EnsureScratch(int64_t tokens, int64_t logit_rows);
-  void RunLayer(Layer& layer, int64_t tokens, const StepPlan& plan, StepTimes* times);
+  // Forward's three stages. UploadStep: every host-to-device copy of the step (ids,
+  // positions, token_seq, per-group slots and block tables, logit rows). RunDevice: the
+  // device work and collectives only (embedding, layers, row gather, final norm, LM head,
+  // softcap), so it can be captured; reads the block-table widths UploadStep recorded.
+  // DownloadOutput: the first `logit_rows` rows to rank 0, sampled on the device when the
+  // plan has sampling rows, else as fp32 logits (gather, copy, widen), then synchronize.
+  absl::Status UploadStep(const StepPlan& plan);
+  void RunDevice(int64_t tokens, int64_t logit_rows, StepTimes* times);
+  StepOutput DownloadOutput(const StepPlan& plan, int64_t logit_rows);
+  void RunLayer(Layer& layer, int64_t tokens, StepTimes* times);
+  cpu::PagedAttentionParams AttentionParams(const Layer& layer, int32_t table_width) const;
+  // The captured size a plan replays at, 0 for an eager step.
+  int32_t ReplayBatchSize(const StepPlan& plan) const;
+  void ClearGraphs();
 
   ModelConfig config_;
   Backend& backend_;
@@ -95,6 +140,15 @@ class Model {
   // Step inputs on the device and scratch activations, grown on demand.
   struct Scratch;
   std::unique_ptr<Scratch> scratch_;
+
+  // CUDA graphs of decode steps (null: every step eager).
+  std::unique_ptr<StepGraphs> graphs_;
+  std::atomic<bool> graphs_enabled_{true};
+  std::vector<int32_t> graph_sizes_;  // ascending
+  int32_t graph_table_width_ = 0;     // block-table columns of replayed steps
+  bool graph_buffers_reserved_ = false;
+  bool graph_warned_ = false;
+  int64_t replayed_steps_ = 0;
 };
 
 }  // namespace tpserve

@@ -44,6 +44,7 @@ class NcclCommunicator : public Communicator {
 
   int rank() const override { return bootstrap_.rank(); }
   int size() const override { return bootstrap_.size(); }
+  bool capturable() const override { return true; }
   std::string name() const override { return absl::StrCat("nccl(bootstrap=", bootstrap_.name(), ")"); }
 
   void AllReduceSum(void* data, size_t count, DType dtype) override {

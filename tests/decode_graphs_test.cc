@@ -1,0 +1,321 @@
+// Host-side rules of decode steps replayed from CUDA graphs (worker/decode_graphs.h): the
+// default batch sizes and the engine's list, the fixed block-table width, which plans
+// replay and how they are padded. Then the model's replay path on the CPU, through a
+// StepGraphs that "replays" by running the step again: padded decode steps give the
+// eager steps' tokens and logits; thread ranks (host collectives) stay eager.
+// The same on a GPU with real graphs: tests/cuda_model_test.cc.
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "gtest/gtest.h"
+#include "launch/engine_setup.h"
+#include "tests/tp_harness.h"
+#include "worker/backend.h"
+#include "worker/decode_graphs.h"
+#include "worker/weight_source.h"
+
+namespace tpserve {
+namespace {
+
+TEST(DecodeGraphsTest, DefaultBatchSizes) {
+  EXPECT_EQ(DefaultCudaGraphBatchSizes(1), (std::vector<int32_t>{1}));
+  EXPECT_EQ(DefaultCudaGraphBatchSizes(3), (std::vector<int32_t>{1, 2, 4}));
+  EXPECT_EQ(DefaultCudaGraphBatchSizes(20), (std::vector<int32_t>{1, 2, 4, 8, 16, 24}));
+  const std::vector<int32_t> full = DefaultCudaGraphBatchSizes(256);
+  ASSERT_EQ(full.size(), 35u);  // 1, 2, 4, 8, 16, ..., 256
+  EXPECT_EQ(full[3], 8);
+  EXPECT_EQ(full[4], 16);
+  EXPECT_EQ(full.back(), 256);
+  EXPECT_EQ(DefaultCudaGraphBatchSizes(1024), full);  // at most 256
+  EXPECT_EQ(DefaultCudaGraphBatchSizes(0), (std::vector<int32_t>{1}));
+}
+
+TEST(DecodeGraphsTest, EngineBatchSizes) {
+  EngineOptions o;
+  o.max_num_seqs = 20;
+  EXPECT_TRUE(o.enforce_eager);  // until the graph path has run on a GPU
+  EXPECT_TRUE(EngineCudaGraphBatchSizes(o, DeviceKind::kCuda).empty());
+  o.enforce_eager = false;
+  EXPECT_TRUE(EngineCudaGraphBatchSizes(o, DeviceKind::kCpu).empty());
+  EXPECT_EQ(EngineCudaGraphBatchSizes(o, DeviceKind::kCuda), DefaultCudaGraphBatchSizes(20));
+  o.enforce_eager = true;
+  EXPECT_TRUE(EngineCudaGraphBatchSizes(o, DeviceKind::kCuda).empty());
+  o.enforce_eager = false;
+  o.cuda_graph_batch_sizes = {1, 3, 64};
+  o.max_num_batched_tokens = 32;  // a decode step never holds more tokens than a step
+  EXPECT_EQ(EngineCudaGraphBatchSizes(o, DeviceKind::kCuda), (std::vector<int32_t>{1, 3}));
+}
+
+TEST(DecodeGraphsTest, BlockTableWidth) {
+  EXPECT_EQ(DecodeBlockTableWidth(1024, 16), 64);
+  EXPECT_EQ(DecodeBlockTableWidth(1025, 16), 65);
+  EXPECT_EQ(DecodeBlockTableWidth(262144, 16), 16384);
+  EXPECT_EQ(DecodeBlockTableWidth(1, 16), 1);
+}
+
+// Three sequences decoding one token each: sequence s at position 10 + s, in block table
+// rows of `width` columns (blocks 3s, 3s + 1, 3s + 2).
+StepPlan Decode3(int32_t width) {
+  StepPlan p;
+  p.num_seqs = 3;
+  KvGroupPlan kv;
+  kv.max_blocks_per_seq = width;
+  for (int32_t s = 0; s < 3; ++s) {
+    p.token_ids.push_back(100 + s);
+    p.positions.push_back(10 + s);
+    p.token_seq.push_back(s);
+    p.logit_rows.push_back(s);
+    kv.slot_mapping.push_back(3 * s * 4 + 2 + s);
+    for (int32_t b = 0; b < width; ++b) kv.block_tables.push_back(b < 3 ? 3 * s + b : -1);
+  }
+  p.kv.assign(2, kv);
+  return p;
+}
+
+TEST(DecodeGraphsTest, WhichPlansReplay) {
+  const int32_t bs = 4, width = 8;
+  EXPECT_TRUE(IsReplayableDecode(Decode3(3), width, bs));
+  StepPlan p = Decode3(3);
+  p.token_seq = {2, 0, 1};  // any order of the sequences
+  EXPECT_TRUE(IsReplayableDecode(p, width, bs));
+  p = Decode3(3);
+  p.token_seq = {0, 0, 1};  // two tokens of one sequence: prefill
+  EXPECT_FALSE(IsReplayableDecode(p, width, bs));
+  p = Decode3(3);
+  p.logit_rows = {2, 1, 0};
+  EXPECT_FALSE(IsReplayableDecode(p, width, bs));
+  p = Decode3(3);
+  p.logit_rows.pop_back();
+  EXPECT_FALSE(IsReplayableDecode(p, width, bs));
+  p = Decode3(3);
+  p.num_seqs = 4;  // a table row without a token this step
+  EXPECT_FALSE(IsReplayableDecode(p, width, bs));
+  p = Decode3(3);
+  p.sampling.resize(2);  // sampling rows must match the logit rows
+  EXPECT_FALSE(IsReplayableDecode(p, width, bs));
+  p.sampling.resize(3);
+  EXPECT_TRUE(IsReplayableDecode(p, width, bs));
+  // Position 12 is in block 3: outside a fixed width of 3 blocks.
+  EXPECT_FALSE(IsReplayableDecode(Decode3(3), 3, bs));
+  EXPECT_FALSE(IsReplayableDecode(StepPlan{}, width, bs));
+}
+
+TEST(DecodeGraphsTest, PadsToTheCapturedSize) {
+  const StepPlan plan = Decode3(3);
+  const StepPlan p = PadDecodeStep(plan, 4, 5);
+  EXPECT_EQ(p.token_ids, (std::vector<int32_t>{100, 101, 102, 0}));
+  EXPECT_EQ(p.positions, (std::vector<int32_t>{10, 11, 12, -1}));
+  EXPECT_EQ(p.token_seq, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(p.logit_rows, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(p.num_seqs, 4);
+  ASSERT_EQ(p.kv.size(), 2u);
+  for (const KvGroupPlan& kv : p.kv) {
+    EXPECT_EQ(kv.max_blocks_per_seq, 5);
+    EXPECT_EQ(kv.slot_mapping, (std::vector<int32_t>{2, 15, 28, -1}));
+    EXPECT_EQ(kv.block_tables, (std::vector<int32_t>{0, 1, 2, -1, -1,  //
+                                                     3, 4, 5, -1, -1,  //
+                                                     6, 7, 8, -1, -1,  //
+                                                     -1, -1, -1, -1, -1}));
+  }
+  // A plan wider than the fixed width keeps the columns its positions reach.
+  const StepPlan narrow = PadDecodeStep(Decode3(6), 3, 4);
+  EXPECT_EQ(narrow.kv[0].block_tables, (std::vector<int32_t>{0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1}));
+  // Sampling is not padded: it runs on the first T rows after the replay.
+  StepPlan sampled = Decode3(3);
+  sampled.sampling.resize(3);
+  sampled.penalty_offsets.assign(4, 0);
+  EXPECT_TRUE(PadDecodeStep(sampled, 4, 5).sampling.empty());
+}
+
+// "Captures" on the second run of a size, like CudaGraphRunner, and "replays" by running
+// the step again: the model's whole replay path (padding, fixed width, first T rows back)
+// on the CPU.
+class FakeStepGraphs : public StepGraphs {
+ public:
+  FakeStepGraphs(std::vector<int32_t> sizes, int* replays) : sizes_(std::move(sizes)), replays_(replays) {
+    std::sort(sizes_.begin(), sizes_.end());
+  }
+  int32_t PaddedBatchSize(int32_t n) const override {
+    auto it = std::lower_bound(sizes_.begin(), sizes_.end(), n);
+    return it == sizes_.end() ? 0 : *it;
+  }
+  absl::Status Run(int32_t padded, const std::function<void()>& step) override {
+    EXPECT_TRUE(std::binary_search(sizes_.begin(), sizes_.end(), padded));
+    if (runs_[padded]++ >= 1) ++*replays_;
+    step();
+    return absl::OkStatus();
+  }
+  bool captured(int32_t padded) const override {
+    auto it = runs_.find(padded);
+    return it != runs_.end() && it->second >= 2;
+  }
+  void Clear() override { runs_.clear(); }
+
+ private:
+  std::vector<int32_t> sizes_;
+  std::map<int32_t, int> runs_;
+  int* replays_;
+};
+
+// The CPU backend plus FakeStepGraphs.
+class GraphCpuBackend : public Backend {
+ public:
+  explicit GraphCpuBackend(int* replays) : cpu_(MakeCpuBackend(BackendOptions{.threads = 1})), replays_(replays) {}
+  std::string name() const override { return "cpu+fake-graphs"; }
+  DType activation_dtype() const override { return cpu_->activation_dtype(); }
+  bool device_is_host() const override { return true; }
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override { return cpu_->Allocate(bytes); }
+  void CopyFromHost(void* dst, const void* src, size_t bytes) override { cpu_->CopyFromHost(dst, src, bytes); }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override { cpu_->CopyToHost(dst, src, bytes); }
+  void Synchronize() override { cpu_->Synchronize(); }
+  void Embedding(const int32_t* ids, int64_t n, const Tensor& table, int64_t vocab_start, float scale,
+                 Tensor out) override {
+    cpu_->Embedding(ids, n, table, vocab_start, scale, out);
+  }
+  void RmsNorm(const Tensor& x, const float* w, float eps, cpu::NormKind kind, Tensor out) override {
+    cpu_->RmsNorm(x, w, eps, kind, out);
+  }
+  void Linear(const Tensor& x, const Tensor& w, const float* bias, Tensor y) override { cpu_->Linear(x, w, bias, y); }
+  void Rope(Tensor x, int64_t head_dim, const int32_t* positions, const float* inv_freq, float attn_factor) override {
+    cpu_->Rope(x, head_dim, positions, inv_freq, attn_factor);
+  }
+  void GatedActivation(const Tensor& gate_up, cpu::Activation act, Tensor out) override {
+    cpu_->GatedActivation(gate_up, act, out);
+  }
+  void Softcap(Tensor x, float cap) override { cpu_->Softcap(x, cap); }
+  void Add(const Tensor& a, const Tensor& b, Tensor out) override { cpu_->Add(a, b, out); }
+  void Scale(Tensor x, float s) override { cpu_->Scale(x, s); }
+  void Copy(const Tensor& src, Tensor dst) override { cpu_->Copy(src, dst); }
+  void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, Tensor out) override {
+    cpu_->GatherRows(x, rows, n, out);
+  }
+  void WriteKv(const Tensor& k, const Tensor& v, const int32_t* slot_mapping, int64_t head_dim, void* k_cache,
+               void* v_cache) override {
+    cpu_->WriteKv(k, v, slot_mapping, head_dim, k_cache, v_cache);
+  }
+  void PagedAttention(const Tensor& q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+                      const int32_t* token_pos, const int32_t* block_tables, const cpu::PagedAttentionParams& p,
+                      Tensor out) override {
+    max_table_width = std::max(max_table_width, p.max_blocks_per_seq);
+    cpu_->PagedAttention(q, k_cache, v_cache, token_seq, token_pos, block_tables, p, out);
+  }
+  std::unique_ptr<StepGraphs> MakeStepGraphs(const std::vector<int32_t>& batch_sizes) override {
+    return std::make_unique<FakeStepGraphs>(batch_sizes, replays_);
+  }
+  int32_t max_table_width = 0;
+
+ private:
+  std::unique_ptr<Backend> cpu_;
+  int* replays_;
+};
+
+struct GenResult {
+  std::vector<GenerationOutput> outputs;
+  bool graphs = false;
+  int replays = 0;
+  int32_t max_table_width = 0;
+};
+
+// Three prompts (so decode steps of 3 pad to 4) through the Generator, greedy, with logits.
+GenResult Generate(const std::string& fixture, int tp, const std::vector<int32_t>& graph_sizes) {
+  GenResult r;
+  testing::RunThreads(tp, [&](Communicator& comm) {
+    auto config = LoadModelConfig(testing::FixtureDir(fixture));
+    ASSERT_TRUE(config.ok()) << config.status();
+    auto source = OpenCheckpointSource(testing::FixtureDir(fixture));
+    ASSERT_TRUE(source.ok()) << source.status();
+    int replays = 0;
+    GraphCpuBackend backend(&replays);
+    ModelOptions mo;
+    mo.block_size = 4;
+    mo.cuda_graph_batch_sizes = graph_sizes;
+    mo.max_model_len = 40;  // 10 blocks wide, beyond what the generator's tables hold
+    auto model = Model::Load(*config, **source, backend, comm, mo);
+    ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_TRUE((*model)->AllocateKvCache(64).ok());
+    if (comm.rank() != 0) {
+      ASSERT_TRUE(RunWorkerLoop(**model, comm).ok());
+      return;
+    }
+    r.graphs = (*model)->cuda_graphs();
+    StepExecutor exec(**model, comm);
+    Generator gen(**model, exec, GeneratorOptions{});
+    GenerateParams gp;
+    gp.max_tokens = 6;
+    gp.ignore_eos = true;
+    gp.return_logits = true;
+    const std::vector<std::vector<int32_t>> prompts = {{5, 6, 7, 8, 9}, {11, 12}, {13, 14, 15, 16, 17, 18, 19}};
+    auto outs = gen.Generate(prompts, gp);
+    ASSERT_TRUE(outs.ok()) << outs.status();
+    r.outputs = std::move(*outs);
+    exec.Shutdown();
+    r.replays = replays;
+    EXPECT_EQ((*model)->replayed_steps(), replays);
+    r.max_table_width = backend.max_table_width;
+  });
+  return r;
+}
+
+void ExpectSame(const GenResult& a, const GenResult& b) {
+  ASSERT_EQ(a.outputs.size(), b.outputs.size());
+  for (size_t s = 0; s < a.outputs.size(); ++s) {
+    EXPECT_EQ(a.outputs[s].output_ids, b.outputs[s].output_ids) << "sequence " << s;
+    ASSERT_EQ(a.outputs[s].logits.size(), b.outputs[s].logits.size());
+    for (size_t t = 0; t < a.outputs[s].logits.size(); ++t) {
+      EXPECT_LE(testing::ToleranceRatio(a.outputs[s].logits[t], b.outputs[s].logits[t], 1e-4, 1e-4), 1.0)
+          << "sequence " << s << " step " << t;
+    }
+  }
+}
+
+TEST(DecodeGraphsTest, ReplayedDecodeStepsMatchEager) {
+  const GenResult eager = Generate("qwen3", 1, {});
+  EXPECT_FALSE(eager.graphs);
+  const GenResult graphs = Generate("qwen3", 1, {1, 2, 4});
+  ASSERT_TRUE(graphs.graphs);
+  EXPECT_GE(graphs.replays, 3);  // 5 decode steps of 3 -> 4: one warm-up, then captured
+  EXPECT_EQ(graphs.max_table_width, DecodeBlockTableWidth(40, 4));
+  ExpectSame(eager, graphs);
+}
+
+TEST(DecodeGraphsTest, LargerStepsThanTheSizesRunEagerly) {
+  const GenResult eager = Generate("qwen3", 1, {});
+  const GenResult graphs = Generate("qwen3", 1, {1, 2});  // decode steps of 3 tokens
+  ASSERT_TRUE(graphs.graphs);
+  EXPECT_EQ(graphs.replays, 0);
+  ExpectSame(eager, graphs);
+}
+
+// Host collectives synchronize, so thread ranks cannot capture: graphs stay off, and the
+// steps are the eager ones.
+TEST(DecodeGraphsTest, RanksWithHostCollectivesStayEager) {
+  const GenResult eager = Generate("qwen3", 2, {});
+  const GenResult asked = Generate("qwen3", 2, {1, 2, 4});
+  EXPECT_FALSE(asked.graphs);
+  EXPECT_EQ(asked.replays, 0);
+  ExpectSame(eager, asked);
+}
+
+// The plain CPU backend has no graphs: the option changes nothing.
+TEST(DecodeGraphsTest, CpuBackendIgnoresTheSizes) {
+  auto config = LoadModelConfig(testing::FixtureDir("qwen3"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto source = OpenCheckpointSource(testing::FixtureDir("qwen3"));
+  ASSERT_TRUE(source.ok()) << source.status();
+  auto backend = MakeCpuBackend(BackendOptions{.threads = 1});
+  auto comm = LocalGroup(1).Rank(0);
+  ModelOptions mo;
+  mo.cuda_graph_batch_sizes = {1, 2, 4};
+  auto model = Model::Load(*config, **source, *backend, *comm, mo);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_FALSE((*model)->cuda_graphs());
+  ASSERT_TRUE((*model)->AllocateKvCache(8).ok());
+  EXPECT_TRUE((*model)->ReserveGraphBuffers().ok());
+  EXPECT_TRUE((*model)->CaptureCudaGraphs().ok());
+  mo.cuda_graph_batch_sizes = {0};
+  EXPECT_FALSE(Model::Load(*config, **source, *backend, *comm, mo).ok());
+}
+
+}  // namespace
+}  // namespace tpserve
