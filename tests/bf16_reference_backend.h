@@ -16,34 +16,32 @@
 #include <memory>
 #include <random>
 
+#include "tests/forwarding_backend.h"
 #include "worker/backend.h"
 
 namespace tpserve::testing {
 
-class Bf16ReferenceBackend : public Backend {
+// The CPU backend (fp32 activations holding bf16 values) with every output rounded.
+class Bf16ReferenceBackend : public ForwardingBackend {
  public:
   explicit Bf16ReferenceBackend(uint64_t jitter_seed = 0)
-      : cpu_(MakeCpuBackend(BackendOptions{.threads = 2})), jitter_(jitter_seed != 0), rng_(jitter_seed) {}
+      : ForwardingBackend(MakeCpuBackend(BackendOptions{.threads = 2})),
+        jitter_(jitter_seed != 0),
+        rng_(jitter_seed) {}
   std::string name() const override { return "cpu-bf16-reference"; }
-  DType activation_dtype() const override { return DType::kF32; }  // bf16 values held in fp32
-  bool device_is_host() const override { return true; }
-  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override { return cpu_->Allocate(bytes); }
-  void CopyFromHost(void* dst, const void* src, size_t bytes) override { cpu_->CopyFromHost(dst, src, bytes); }
-  void CopyToHost(void* dst, const void* src, size_t bytes) override { cpu_->CopyToHost(dst, src, bytes); }
-  void Synchronize() override {}
 
   void Embedding(const int32_t* ids, int64_t n, const Tensor& table, int64_t vocab_start, float scale,
                  Tensor out) override {
-    cpu_->Embedding(ids, n, table, vocab_start, scale, out);
+    inner().Embedding(ids, n, table, vocab_start, scale, out);
     Round(out.RowSlice(0, n));
   }
   void RmsNorm(const Tensor& x, const float* w, float eps, cpu::NormKind kind, Tensor out) override {
-    cpu_->RmsNorm(x, w, eps, kind, out);
+    inner().RmsNorm(x, w, eps, kind, out);
     Round(out);
   }
   // As the CUDA backend: the product rounded, then the bias added and rounded again.
   void Linear(const Tensor& x, const Tensor& w, const float* bias, Tensor y) override {
-    cpu_->Linear(x, w, nullptr, y);
+    inner().Linear(x, w, nullptr, y);
     if (jitter_) Jitter(y);
     Round(y);
     if (bias == nullptr) return;
@@ -54,39 +52,31 @@ class Bf16ReferenceBackend : public Backend {
     Round(y);
   }
   void Rope(Tensor x, int64_t head_dim, const int32_t* positions, const float* inv_freq, float attn_factor) override {
-    cpu_->Rope(x, head_dim, positions, inv_freq, attn_factor);
+    inner().Rope(x, head_dim, positions, inv_freq, attn_factor);
     Round(x);
   }
   void GatedActivation(const Tensor& gate_up, cpu::Activation act, Tensor out) override {
-    cpu_->GatedActivation(gate_up, act, out);
+    inner().GatedActivation(gate_up, act, out);
     Round(out);
   }
   void Softcap(Tensor x, float cap) override {
-    cpu_->Softcap(x, cap);
+    inner().Softcap(x, cap);
     Round(x);
   }
   void Add(const Tensor& a, const Tensor& b, Tensor out) override {
-    cpu_->Add(a, b, out);
+    inner().Add(a, b, out);
     Round(out);
   }
   void Scale(Tensor x, float s) override {
-    cpu_->Scale(x, s);
+    inner().Scale(x, s);
     Round(x);
-  }
-  void Copy(const Tensor& src, Tensor dst) override { cpu_->Copy(src, dst); }
-  void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, Tensor out) override {
-    cpu_->GatherRows(x, rows, n, out);
-  }
-  void WriteKv(const Tensor& k, const Tensor& v, const int32_t* slot_mapping, int64_t head_dim, void* k_cache,
-               void* v_cache) override {
-    cpu_->WriteKv(k, v, slot_mapping, head_dim, k_cache, v_cache);
   }
   void PagedAttention(const Tensor& q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
                       const int32_t* token_pos, const int32_t* block_tables, const cpu::PagedAttentionParams& p,
                       Tensor out) override {
     cpu::PagedAttentionParams rounded = p;
     rounded.bf16_probabilities = true;  // as both CUDA attention kernels' P·V
-    cpu_->PagedAttention(q, k_cache, v_cache, token_seq, token_pos, block_tables, rounded, out);
+    inner().PagedAttention(q, k_cache, v_cache, token_seq, token_pos, block_tables, rounded, out);
     Round(out);
   }
 
@@ -100,7 +90,6 @@ class Bf16ReferenceBackend : public Backend {
     float* p = static_cast<float*>(t.data);
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(p[i] * (1.0 + std::ldexp(u(rng_), -20)));
   }
-  std::unique_ptr<Backend> cpu_;
   bool jitter_;
   std::mt19937_64 rng_;
 };

@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "launch/engine_setup.h"
+#include "tests/forwarding_backend.h"
 #include "tests/tp_harness.h"
 #include "worker/backend.h"
 #include "worker/decode_graphs.h"
@@ -159,46 +160,16 @@ class FakeStepGraphs : public StepGraphs {
 };
 
 // The CPU backend plus FakeStepGraphs.
-class GraphCpuBackend : public Backend {
+class GraphCpuBackend : public testing::ForwardingBackend {
  public:
-  explicit GraphCpuBackend(int* replays) : cpu_(MakeCpuBackend(BackendOptions{.threads = 1})), replays_(replays) {}
+  explicit GraphCpuBackend(int* replays)
+      : ForwardingBackend(MakeCpuBackend(BackendOptions{.threads = 1})), replays_(replays) {}
   std::string name() const override { return "cpu+fake-graphs"; }
-  DType activation_dtype() const override { return cpu_->activation_dtype(); }
-  bool device_is_host() const override { return true; }
-  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override { return cpu_->Allocate(bytes); }
-  void CopyFromHost(void* dst, const void* src, size_t bytes) override { cpu_->CopyFromHost(dst, src, bytes); }
-  void CopyToHost(void* dst, const void* src, size_t bytes) override { cpu_->CopyToHost(dst, src, bytes); }
-  void Synchronize() override { cpu_->Synchronize(); }
-  void Embedding(const int32_t* ids, int64_t n, const Tensor& table, int64_t vocab_start, float scale,
-                 Tensor out) override {
-    cpu_->Embedding(ids, n, table, vocab_start, scale, out);
-  }
-  void RmsNorm(const Tensor& x, const float* w, float eps, cpu::NormKind kind, Tensor out) override {
-    cpu_->RmsNorm(x, w, eps, kind, out);
-  }
-  void Linear(const Tensor& x, const Tensor& w, const float* bias, Tensor y) override { cpu_->Linear(x, w, bias, y); }
-  void Rope(Tensor x, int64_t head_dim, const int32_t* positions, const float* inv_freq, float attn_factor) override {
-    cpu_->Rope(x, head_dim, positions, inv_freq, attn_factor);
-  }
-  void GatedActivation(const Tensor& gate_up, cpu::Activation act, Tensor out) override {
-    cpu_->GatedActivation(gate_up, act, out);
-  }
-  void Softcap(Tensor x, float cap) override { cpu_->Softcap(x, cap); }
-  void Add(const Tensor& a, const Tensor& b, Tensor out) override { cpu_->Add(a, b, out); }
-  void Scale(Tensor x, float s) override { cpu_->Scale(x, s); }
-  void Copy(const Tensor& src, Tensor dst) override { cpu_->Copy(src, dst); }
-  void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, Tensor out) override {
-    cpu_->GatherRows(x, rows, n, out);
-  }
-  void WriteKv(const Tensor& k, const Tensor& v, const int32_t* slot_mapping, int64_t head_dim, void* k_cache,
-               void* v_cache) override {
-    cpu_->WriteKv(k, v, slot_mapping, head_dim, k_cache, v_cache);
-  }
   void PagedAttention(const Tensor& q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
                       const int32_t* token_pos, const int32_t* block_tables, const cpu::PagedAttentionParams& p,
                       Tensor out) override {
     max_table_width = std::max(max_table_width, p.max_blocks_per_seq);
-    cpu_->PagedAttention(q, k_cache, v_cache, token_seq, token_pos, block_tables, p, out);
+    inner().PagedAttention(q, k_cache, v_cache, token_seq, token_pos, block_tables, p, out);
   }
   std::unique_ptr<StepGraphs> MakeStepGraphs(const std::vector<int32_t>& batch_sizes) override {
     return std::make_unique<FakeStepGraphs>(batch_sizes, replays_);
@@ -206,7 +177,6 @@ class GraphCpuBackend : public Backend {
   int32_t max_table_width = 0;
 
  private:
-  std::unique_ptr<Backend> cpu_;
   int* replays_;
 };
 

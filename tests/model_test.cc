@@ -147,7 +147,8 @@ TEST(ModelTest, Bf16WeightsKeptInBf16) {
   ExpectMatches("gemma4_multimodal bf16", ref, r, 2e-3, 2e-3);
 }
 
-TEST(ModelTest, StepPlanRoundTrip) {
+// Three tokens of two sequences (the second's block table row ends in a freed block).
+StepPlan TwoSequencePlan() {
   StepPlan p;
   p.token_ids = {5, 6, 7};
   p.positions = {0, 1, 0};
@@ -155,6 +156,11 @@ TEST(ModelTest, StepPlanRoundTrip) {
   p.num_seqs = 2;
   p.kv = {KvGroupPlan{{0, 1, 16}, 1, {0, 1}}, KvGroupPlan{{3, 4, 5}, 2, {0, -1, 1, -1}}};
   p.logit_rows = {1, 2};
+  return p;
+}
+
+TEST(ModelTest, StepPlanRoundTrip) {
+  StepPlan p = TwoSequencePlan();
   auto q = StepPlan::Deserialize(p.Serialize());
   ASSERT_TRUE(q.ok());
   EXPECT_EQ(q->token_ids, p.token_ids);
@@ -174,13 +180,7 @@ TEST(ModelTest, StepPlanRoundTrip) {
 // Worker-side sampling rows and their penalty entries survive the wire; malformed ones
 // are errors before any rank runs them.
 TEST(ModelTest, StepPlanSamplingRoundTrip) {
-  StepPlan p;
-  p.token_ids = {5, 6, 7};
-  p.positions = {0, 1, 0};
-  p.token_seq = {0, 0, 1};
-  p.num_seqs = 2;
-  p.kv = {KvGroupPlan{{0, 1, 16}, 1, {0, 1}}};
-  p.logit_rows = {1, 2};
+  StepPlan p = TwoSequencePlan();
   RowSampling a, b;
   a.temperature = 0.0f;
   b.temperature = 0.7f;
@@ -205,19 +205,19 @@ TEST(ModelTest, StepPlanSamplingRoundTrip) {
   EXPECT_EQ(q->penalty_offsets, p.penalty_offsets);
   EXPECT_EQ(q->penalty_tokens, p.penalty_tokens);
   EXPECT_EQ(q->penalty_counts, p.penalty_counts);
-  EXPECT_TRUE(q->Validate({2}, 16).ok());
+  EXPECT_TRUE(q->Validate({2, 2}, 16).ok());
   StepPlan bad = p;
   bad.sampling.pop_back();
-  EXPECT_FALSE(bad.Validate({2}, 16).ok());  // one row short
+  EXPECT_FALSE(bad.Validate({2, 2}, 16).ok());  // one row short
   bad = p;
   bad.penalty_offsets = {0, 3, 1};
-  EXPECT_FALSE(bad.Validate({2}, 16).ok());  // offsets run backwards
+  EXPECT_FALSE(bad.Validate({2, 2}, 16).ok());  // offsets run backwards
   bad = p;
   bad.penalty_counts[1] = -5;
-  EXPECT_FALSE(bad.Validate({2}, 16).ok());
+  EXPECT_FALSE(bad.Validate({2, 2}, 16).ok());
   bad = p;
   bad.sampling.clear();
-  EXPECT_FALSE(bad.Validate({2}, 16).ok());  // entries without rows
+  EXPECT_FALSE(bad.Validate({2, 2}, 16).ok());  // entries without rows
   std::vector<uint8_t> bytes = p.Serialize();
   bytes.resize(bytes.size() - 8);
   EXPECT_FALSE(StepPlan::Deserialize(bytes).ok());

@@ -1,0 +1,63 @@
+// A Backend that passes every call to another backend, for tests that change one or two
+// of its ops (tests/bf16_reference_backend.h rounds every output to bf16;
+// tests/decode_graphs_test.cc adds fake CUDA graphs): they override only those.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "worker/backend.h"
+
+namespace tpserve::testing {
+
+class ForwardingBackend : public Backend {
+ public:
+  explicit ForwardingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+  DType activation_dtype() const override { return inner_->activation_dtype(); }
+  bool device_is_host() const override { return inner_->device_is_host(); }
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override { return inner_->Allocate(bytes); }
+  void CopyFromHost(void* dst, const void* src, size_t bytes) override { inner_->CopyFromHost(dst, src, bytes); }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override { inner_->CopyToHost(dst, src, bytes); }
+  void Synchronize() override { inner_->Synchronize(); }
+  void Embedding(const int32_t* ids, int64_t n, const Tensor& table, int64_t vocab_start, float scale,
+                 Tensor out) override {
+    inner_->Embedding(ids, n, table, vocab_start, scale, out);
+  }
+  void RmsNorm(const Tensor& x, const float* w, float eps, cpu::NormKind kind, Tensor out) override {
+    inner_->RmsNorm(x, w, eps, kind, out);
+  }
+  void Linear(const Tensor& x, const Tensor& w, const float* bias, Tensor y) override { inner_->Linear(x, w, bias, y); }
+  void Rope(Tensor x, int64_t head_dim, const int32_t* positions, const float* inv_freq, float attn_factor) override {
+    inner_->Rope(x, head_dim, positions, inv_freq, attn_factor);
+  }
+  void GatedActivation(const Tensor& gate_up, cpu::Activation act, Tensor out) override {
+    inner_->GatedActivation(gate_up, act, out);
+  }
+  void Softcap(Tensor x, float cap) override { inner_->Softcap(x, cap); }
+  void Add(const Tensor& a, const Tensor& b, Tensor out) override { inner_->Add(a, b, out); }
+  void Scale(Tensor x, float s) override { inner_->Scale(x, s); }
+  void Copy(const Tensor& src, Tensor dst) override { inner_->Copy(src, dst); }
+  void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, Tensor out) override {
+    inner_->GatherRows(x, rows, n, out);
+  }
+  void WriteKv(const Tensor& k, const Tensor& v, const int32_t* slot_mapping, int64_t head_dim, void* k_cache,
+               void* v_cache) override {
+    inner_->WriteKv(k, v, slot_mapping, head_dim, k_cache, v_cache);
+  }
+  void PagedAttention(const Tensor& q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+                      const int32_t* token_pos, const int32_t* block_tables, const cpu::PagedAttentionParams& p,
+                      Tensor out) override {
+    inner_->PagedAttention(q, k_cache, v_cache, token_seq, token_pos, block_tables, p, out);
+  }
+
+ protected:
+  Backend& inner() { return *inner_; }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
+
+}  // namespace tpserve::testing
