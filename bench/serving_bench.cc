@@ -38,6 +38,8 @@ ABSL_FLAG(bool, equal_kv_split, false, "Give every KV group the same number of b
 ABSL_FLAG(int, max_model_len, 2048, "Longest prompt + output; static batching reserves this much per sequence");
 ABSL_FLAG(int, max_num_batched_tokens, 2048, "Tokens per step (prefill chunk size)");
 ABSL_FLAG(int, max_num_seqs, 256, "Sequences running at once in continuous batching");
+ABSL_FLAG(double, kv_watermark, 0.01, "Admit a waiting request only if every KV group keeps this fraction of its "
+                                      "blocks free (SchedulerConfig::kv_watermark; 0: admit whenever it fits)");
 ABSL_FLAG(int, requests, 64, "Requests in the workload");
 ABSL_FLAG(int, min_prompt, 16, "Shortest prompt (tokens)");
 ABSL_FLAG(int, max_prompt, 1024, "Longest prompt (tokens)");
@@ -320,6 +322,7 @@ int Main() {
       setup.base.scheduler.block_size = engine->model->block_size();
       setup.base.scheduler.num_kv_blocks = engine->model->num_kv_blocks();
       setup.base.scheduler.kv_group_windows = engine->config.kv_group_windows;
+      setup.base.scheduler.kv_watermark = absl::GetFlag(FLAGS_kv_watermark);
       setup.base.max_queue = 1 << 20;
       setup.base.vocab_size = engine->config.vocab_size;
       setup.base.eos_token_ids = engine->config.eos_token_ids;

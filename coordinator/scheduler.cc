@@ -20,6 +20,9 @@ absl::Status SchedulerConfig::Validate() const {
   if (max_num_seqs < 1) return absl::InvalidArgumentError("max_num_seqs must be at least 1");
   if (max_num_batched_tokens < 1) return absl::InvalidArgumentError("max_num_batched_tokens must be at least 1");
   if (max_model_len < 2) return absl::InvalidArgumentError("max_model_len must be at least 2");
+  if (!(kv_watermark >= 0.0 && kv_watermark < 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("kv_watermark must be in [0, 1), got ", kv_watermark));
+  }
   return BlockConfigOf(*this).Validate();
 }
 
@@ -106,6 +109,14 @@ void Scheduler::AddScheduled(Sequence* seq, int32_t num_tokens, ScheduleDecision
   budget -= num_tokens;
 }
 
+bool Scheduler::BelowWatermark() const {
+  for (int32_t g = 0; g < block_manager_.num_groups(); ++g) {
+    const BlockPool& pool = block_manager_.pool(g);
+    if (pool.num_free() < config_.kv_watermark * pool.num_blocks()) return true;
+  }
+  return false;
+}
+
 // Recompute preemption: the sequence keeps its tokens (prompt and output) and loses its
 // KV; when readmitted it prefills all of them (the prefix cache usually still has most).
 void Scheduler::Preempt(Sequence* seq, ScheduleDecision& decision, int32_t& budget) {
@@ -164,6 +175,10 @@ ScheduleDecision Scheduler::Schedule() {
       continue;
     }
     if (n == 0) break;
+    if (!running_.empty() && BelowWatermark()) {
+      block_manager_.Free(*seq);  // not now: leave room for the running sequences to grow
+      break;
+    }
     waiting_.pop_front();
     seq->SetRunning();
     AddToRunning(seq);

@@ -27,6 +27,10 @@ struct SchedulerConfig {
   int32_t max_model_len = 8192;           // prompt + max_tokens, at most
   int32_t block_size = 16;                // tokens per KV cache block
   bool enable_prefix_caching = true;      // reuse cached full blocks of earlier requests
+  // A waiting sequence is admitted only if every KV group keeps at least this fraction of
+  // its blocks free after the admission (vLLM's watermark), so that running sequences
+  // can grow for a while before one is preempted. [0, 1).
+  double kv_watermark = 0.01;
   std::vector<int64_t> num_kv_blocks;     // per KV group: Model::num_kv_blocks()
   std::vector<int32_t> kv_group_windows;  // per KV group: ModelConfig::kv_group_windows
   // Chunked prefill is always on: a prompt longer than the step's budget left runs over
@@ -129,6 +133,8 @@ class Scheduler {
 
  private:
   void Preempt(Sequence* seq, ScheduleDecision& decision, int32_t& budget);
+  // Some KV group has fewer free blocks than config_.kv_watermark of its blocks.
+  bool BelowWatermark() const;
   void FinishSequence(Sequence* seq, FinishReason reason, std::string error_message = "");
   void AddToRunning(Sequence* seq);
   void AddScheduled(Sequence* seq, int32_t num_tokens, ScheduleDecision& decision, int32_t& budget);

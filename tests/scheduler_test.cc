@@ -197,6 +197,35 @@ TEST(SchedulerTest, MaxNumSeqsBoundsTheRunningSet) {
   for (const auto& [id, f] : out) EXPECT_EQ(f.tokens.size(), 4u) << id;
 }
 
+// 20 blocks of 4 tokens: a 36-token prompt takes 10 (9 + the first output's). With a 30%
+// watermark the second such request waits while the first runs (admitting it would leave
+// 0 < 6 blocks free), so nothing is preempted; without a watermark it is admitted at once
+// and the two grow into each other until one is preempted. Both orders finish everything.
+TEST(SchedulerTest, KvWatermarkKeepsRoomForRunningSequencesToGrow) {
+  for (const double watermark : {0.3, 0.0}) {
+    SchedulerConfig c = Config({20}, {0}, 64, 8, 4, /*caching=*/false);
+    c.kv_watermark = watermark;
+    Scheduler s(c);
+    ASSERT_TRUE(s.AddRequest(Req("a", Prompt(36, 100), 12)).ok());
+    ASSERT_TRUE(s.AddRequest(Req("b", Prompt(36, 500), 12)).ok());
+    StepResult first = Step(s);
+    EXPECT_EQ(first.decision.scheduled.size(), watermark > 0 ? 1u : 2u) << "watermark " << watermark;
+    std::map<std::string, Finished> out;
+    Record(first, out);
+    out = RunToCompletion(s, out);
+    EXPECT_EQ(out["a"].tokens, ReferenceOutput(Prompt(36, 100), 12));
+    EXPECT_EQ(out["b"].tokens, ReferenceOutput(Prompt(36, 500), 12));
+    if (watermark > 0) {
+      EXPECT_EQ(s.stats().num_preemptions, 0) << "watermark " << watermark;
+    } else {
+      EXPECT_GT(s.stats().num_preemptions, 0) << "watermark " << watermark;
+    }
+  }
+  SchedulerConfig bad = Config({20}, {0}, 64);
+  bad.kv_watermark = 1.0;
+  EXPECT_FALSE(bad.Validate().ok());
+}
+
 class PreemptionTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(PreemptionTest, TinyPoolPreemptsTheNewestAndEveryRequestStillFinishes) {
