@@ -64,6 +64,12 @@ if "$TPBENCH" run --target "http://127.0.0.1:$HTTP/v1" --api chat "${COMMON[@]}"
   --request-rate 20 --rounds 2 --round-size 3 --warmup 0 --progress=false --out "$WORK/rate" >"$WORK/rate.out" 2>&1
 [ "$(count '"request_rate":20' "$WORK/rate/requests.jsonl")" = 6 ] && ok "open loop: 6 arrivals at rate 20" \
   || bad "open loop: $(cat "$WORK/rate.out")"
+# --concurrency given explicitly, even as the default's value, runs beside --request-rate.
+"$TPBENCH" run --target "grpc://127.0.0.1:$GRPC" --tokenizer "$TOK" --input-len 8 --output-len 2 --ignore-eos \
+  --concurrency 1,2,4,8,16 --request-rate 20 --rounds 1 --round-size 1 --warmup 0 --progress=false \
+  --out "$WORK/both" >"$WORK/both.out" 2>&1
+[ "$(count '"request_rate":20' "$WORK/both/requests.jsonl")" = 1 ] && [ "$(count '"concurrency":16' "$WORK/both/requests.jsonl")" -ge 1 ] \
+  && ok "explicit default --concurrency runs beside --request-rate" || bad "both: $(tail -5 "$WORK/both.out")"
 
 # 4. Faults: a timeout shorter than any request, an unreachable target, bad flags.
 "$TPBENCH" run --target "grpc://127.0.0.1:$GRPC" "${COMMON[@]}" --concurrency 1 --rounds 2 --timeout 0.001 \

@@ -51,7 +51,9 @@ ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json: exact random prompts as t
 ABSL_FLAG(bool, ignore_eos, false, "Ask the server to ignore EOS so output lengths are exact (tpserve, vLLM)");
 ABSL_FLAG(double, temperature, 0.0, "Sampling temperature sent with each request; negative: the server's default");
 // Load.
-ABSL_FLAG(std::string, concurrency, "1,2,4,8,16", "Closed-loop levels: clients sending back to back");
+ABSL_FLAG(std::string, concurrency, "",
+          "Closed-loop levels: clients sending back to back (default 1,2,4,8,16; none when only --request-rate "
+          "is given)");
 ABSL_FLAG(std::string, request_rate, "", "Open-loop levels in requests/s (Poisson arrivals); replaces --concurrency unless both are given");
 ABSL_FLAG(int, rounds, 10, "Rounds per level (closed loop: requests per client)");
 ABSL_FLAG(int, round_size, 10, "Open loop: arrivals per round");
@@ -189,9 +191,10 @@ int RunCommand() {
   absl::StatusOr<std::vector<double>> rates = ParseDoubles("request-rate", absl::GetFlag(FLAGS_request_rate));
   if (!rates.ok()) return Fail(std::string(rates.status().message()));
   load.request_rates = *rates;
-  const bool concurrency_given = absl::GetFlag(FLAGS_concurrency) != "1,2,4,8,16";
-  if (load.request_rates.empty() || concurrency_given) {
-    absl::StatusOr<std::vector<int>> c = ParseInts("concurrency", absl::GetFlag(FLAGS_concurrency));
+  // Given explicitly (even as the default's value), --concurrency runs beside --request-rate.
+  const std::string concurrency = absl::GetFlag(FLAGS_concurrency);
+  if (load.request_rates.empty() || !concurrency.empty()) {
+    absl::StatusOr<std::vector<int>> c = ParseInts("concurrency", concurrency.empty() ? "1,2,4,8,16" : concurrency);
     if (!c.ok()) return Fail(std::string(c.status().message()));
     load.concurrencies = *c;
   } else {
