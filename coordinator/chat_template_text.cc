@@ -441,32 +441,6 @@ std::string PyFloatRepr(double value) {
   return out + exp_buf;
 }
 
-std::string HtmlEscape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
-}
-
 std::optional<std::string> UnescapeStringLiteral(std::string_view body, std::string* error) {
   std::string out;
   out.reserve(body.size());

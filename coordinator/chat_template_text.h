@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "coordinator/html_escape.h"  // HtmlEscape, for the escape filter and autoescaping
 #include "coordinator/utf8.h"
 
 namespace tpserve::chat_template_internal {
@@ -53,9 +54,6 @@ bool PyIsClass(std::string_view text, CharClass cls);
 std::string PyStrRepr(std::string_view text);
 // Python's repr() of a float: shortest round-trip digits, '1e+16', '0.0001', '2.0'.
 std::string PyFloatRepr(double value);
-
-// markupsafe.escape: & < > " ' as HTML entities.
-std::string HtmlEscape(std::string_view text);
 
 // Decodes the backslash escapes of a Jinja string literal as Python's unicode-escape
 // codec does; on a malformed escape returns nullopt and sets *error.

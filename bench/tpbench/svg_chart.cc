@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "coordinator/html_escape.h"
 
 namespace tpserve::bench {
 
@@ -43,28 +44,7 @@ constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "
                                    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 constexpr int kNumColors = sizeof(kColors) / sizeof(kColors[0]);
 
-std::string Xml(const std::string& s) {
-  std::string out;
-  for (char c : Ascii(s, 80)) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
+std::string Xml(const std::string& s) { return HtmlEscape(Ascii(s, 80)); }
 
 std::string Px(double v) { return absl::StrFormat("%.1f", v); }
 
