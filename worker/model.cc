@@ -499,14 +499,7 @@ absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times
   const int64_t T = plan.num_tokens();
   const int64_t Lr = static_cast<int64_t>(plan.logit_rows.size());
   if (T == 0) return StepOutput{};
-  for (const auto* ids : {&plan.token_ids, &plan.penalty_tokens}) {
-    for (int32_t id : *ids) {
-      if (id < 0 || id >= config_.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
-                                                       config_.vocab_size, ")"));
-      }
-    }
-  }
+  TP_RETURN_IF_ERROR(plan.ValidateTokenIds(config_.vocab_size));
   // Padding comes after Validate, which rightly rejects the padding's negative positions.
   if (const int32_t B = ReplayBatchSize(plan); B > 0) {
     TP_RETURN_IF_ERROR(ReserveGraphBuffers());

@@ -90,6 +90,18 @@ absl::StatusOr<StepPlan> StepPlan::Deserialize(const std::vector<uint8_t>& bytes
   return s;
 }
 
+absl::Status StepPlan::ValidateTokenIds(int64_t vocab_size) const {
+  for (const auto* ids : {&token_ids, &penalty_tokens}) {
+    for (int32_t id : *ids) {
+      if (id < 0 || id >= vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", id, " is outside the vocabulary [0, ", vocab_size, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StepPlan::Validate(const std::vector<int64_t>& num_blocks, int32_t block_size) const {
   const size_t t = token_ids.size();
   if (positions.size() != t || token_seq.size() != t) {

@@ -45,6 +45,8 @@ struct StepPlan {
   static absl::StatusOr<StepPlan> Deserialize(const std::vector<uint8_t>& bytes);
   // Internal consistency (sizes, ranges); num_blocks[g] bounds group g's block ids.
   absl::Status Validate(const std::vector<int64_t>& num_blocks, int32_t block_size) const;
+  // Every input and penalty token id is in [0, vocab_size).
+  absl::Status ValidateTokenIds(int64_t vocab_size) const;
 };
 
 // What a step gives rank 0 (other ranks get nothing): the logit rows, or, when the plan

@@ -3,8 +3,6 @@
 
 #include <cstdio>
 
-#include "absl/strings/str_cat.h"
-
 namespace tpserve {
 
 absl::StatusOr<StepOutput> StepExecutor::Execute(const StepPlan& plan, StepTimes* times) {
@@ -12,14 +10,7 @@ absl::StatusOr<StepOutput> StepExecutor::Execute(const StepPlan& plan, StepTimes
   // Validate before broadcasting, so a bad plan is an error on rank 0 and never reaches
   // the workers.
   TP_RETURN_IF_ERROR(plan.Validate(model_.num_kv_blocks(), model_.block_size()));
-  const int64_t V = model_.config().vocab_size;
-  for (const auto* ids : {&plan.token_ids, &plan.penalty_tokens}) {
-    for (int32_t id : *ids) {
-      if (id < 0 || id >= V) {
-        return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is outside the vocabulary [0, ", V, ")"));
-      }
-    }
-  }
+  TP_RETURN_IF_ERROR(plan.ValidateTokenIds(model_.config().vocab_size));
   if (comm_.size() > 1) {
     std::vector<uint8_t> bytes = plan.Serialize();
     comm_.BroadcastBytes(bytes, 0);
