@@ -175,7 +175,7 @@ fi
 left() { echo $(( budget_s - $(elapsed "$t_start") )); }
 if [[ -x $build/bench/engine_bench ]]; then
   # Dummy gemma-4-31b weights on the CUDA backend; one GPU, TP 1. Loading its 62 GB of
-  # dummy weights (generated on the CPU, then copied) took 32-38 s on an H200 machine's
+  # dummy weights (generated on the CPU, then copied) took 25-38 s on an H200 machine's
   # 16 cores (2026-11-30), the whole 31B benchmark about 40 s; with less than 5 minutes
   # left for it and what follows, take the first 12 of the 60 layers (same shapes, a
   # fifth of the weights).
