@@ -76,6 +76,10 @@ double TimeUs(cudaStream_t stream, const std::function<void()>& f) {
 }
 
 void Row(const char* kernel, const std::string& shape, double us, double amount, const char* unit, double peak) {
+  if (amount <= 0) {  // a time only
+    std::printf("%-22s %-44s %10.1f %10s\n", kernel, shape.c_str(), us, "-");
+    return;
+  }
   const double rate = amount / (us * 1e-6) / (unit[0] == 'G' ? 1e9 : 1e12);
   std::printf("%-22s %-44s %10.1f %10.1f %-7s", kernel, shape.c_str(), us, rate, unit);
   if (peak > 0) std::printf(" %5.0f%% of %.0f", 100.0 * rate / peak, peak);
@@ -173,9 +177,11 @@ int Main(int argc, char** argv) {
       const char* name;
       int64_t n, k;
     };
-    const Shape shapes[] = {{"q sliding", 8192, H},  {"k|v sliding", 4096, H}, {"q global", 16384, H},
-                            {"k global", 2048, H},   {"o sliding", H, 8192},   {"o global", H, 16384},
-                            {"down", H, I},          {"lm_head", 262144, H}};
+    // q|k|v run as one fused GEMV (global layers: q|k, as K = V); the separate k/v shapes
+    // show what fusing them saved.
+    const Shape shapes[] = {{"q|k|v sliding", 16384, H}, {"q|k global", 18432, H}, {"k|v alone sliding", 4096, H},
+                            {"o sliding", H, 8192},      {"o global", H, 16384},    {"down", H, I},
+                            {"lm_head", 262144, H}};
     Gemm gemm;
     bf16* x = RandomBf16(8 * I, 7);
     bf16* y = Alloc<bf16>(8 * 262144);
@@ -195,6 +201,63 @@ int Main(int argc, char** argv) {
     }
     cudaFree(x);
     cudaFree(y);
+  }
+  {  // Batch-1 decode's small ops, fused against op by op (launch gaps included: kernels
+     // back to back on one stream, as an eager decode step runs them).
+    const int64_t T = 1, qh = 32, kvh = 16, D = 256;
+    bf16* q = RandomBf16(T * qh * D, 11);
+    bf16* k = RandomBf16(T * kvh * D, 12);
+    bf16* v = RandomBf16(T * kvh * D, 13);
+    bf16* kc = Alloc<bf16>(64 * kvh * D);
+    bf16* vc = Alloc<bf16>(64 * kvh * D);
+    std::vector<float> ones(D, 1.0f), freq(D / 2, 1e-3f), hw(H, 1.0f);
+    float* dn = Upload(ones);
+    float* df = Upload(freq);
+    float* dh = Upload(hw);
+    int32_t* pos = Upload(std::vector<int32_t>{1000});
+    int32_t* slot = Upload(std::vector<int32_t>{7});
+    AttentionPrologueArgs a;
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.tokens = T;
+    a.q_heads = qh;
+    a.kv_heads = kvh;
+    a.head_dim = D;
+    a.q_norm = dn;
+    a.k_norm = dn;
+    a.positions = pos;
+    a.inv_freq = df;
+    a.slot_mapping = slot;
+    a.k_cache = kc;
+    a.v_cache = vc;
+    const std::string shape = "T=1 q/kv=32/16 d=256";
+    Row("prologue fused", shape, TimeUs(st, [&] { AttentionPrologue(a, st); }), 0, "GB/s", 0);
+    Row("prologue op by op", shape, TimeUs(st, [&] {
+          RmsNorm(q, dn, T * qh, D, 1e-6f, cpu::NormKind::kScale, q, st);
+          RmsNorm(k, dn, T * kvh, D, 1e-6f, cpu::NormKind::kScale, k, st);
+          Rope(q, T, qh, D, pos, df, 1.0f, st);
+          Rope(k, T, kvh, D, pos, df, 1.0f, st);
+          WriteKv(k, v, slot, T, kvh, D, kc, vc, st);
+        }), 0, "GB/s", 0);
+    bf16* o = RandomBf16(T * H, 14);
+    bf16* h = RandomBf16(T * H, 15);
+    bf16* x = Alloc<bf16>(T * H);
+    Row("residual_norm fused", "T=1 dim=5376 post+scale+next", TimeUs(st, [&] {
+          ResidualNorm(o, dh, h, 1.0f, dh, T, H, 1e-6f, cpu::NormKind::kScale, x, st);
+        }), 0, "GB/s", 0);
+    Row("residual_norm op by op", "T=1 dim=5376 post+scale+next", TimeUs(st, [&] {
+          RmsNorm(o, dh, T, H, 1e-6f, cpu::NormKind::kScale, o, st);
+          Add(h, o, DType::kBF16, T * H, h, st);
+          Scale(h, DType::kBF16, T * H, 1.0f, st);
+          RmsNorm(h, dh, T, H, 1e-6f, cpu::NormKind::kScale, x, st);
+        }), 0, "GB/s", 0);
+    for (void* p : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(kc),
+                    static_cast<void*>(vc), static_cast<void*>(dn), static_cast<void*>(df), static_cast<void*>(dh),
+                    static_cast<void*>(pos), static_cast<void*>(slot), static_cast<void*>(o), static_cast<void*>(h),
+                    static_cast<void*>(x)}) {
+      cudaFree(p);
+    }
   }
   {  // RMSNorm over a prefill chunk.
     bf16* x = RandomBf16(4096 * H, 7);

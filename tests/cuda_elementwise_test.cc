@@ -1,8 +1,9 @@
-// The CUDA row-wise and elementwise kernels (embedding, RMSNorm, fused add+RMSNorm, RoPE,
-// gated activations, softcap, add, scale, bias, gather) against their kernels/cpu
+// The CUDA row-wise and elementwise kernels (embedding, RMSNorm, the fused residual joint,
+// RoPE, the fused attention prologue, gated activations, softcap, add, scale, bias, gather) against their kernels/cpu
 // references, at the 31B's shapes (hidden 5376, head_dim 256/512, 32 heads) and odd ones.
 // GPU test (ctest -L gpu); skips without a device.
 #include <cmath>
+#include <string>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -68,20 +69,58 @@ TEST_P(CudaRmsNormTest, AllKindsAndInPlace) {
   }
 }
 
-TEST_P(CudaRmsNormTest, FusedResidualAdd) {
+// The fused residual joint against RmsNorm, Add, Scale and RmsNorm launched one by one
+// (bit for bit) and against the CPU reference of that sequence (bf16 between the ops).
+TEST_P(CudaRmsNormTest, ResidualNormIsTheOpByOpSequence) {
   TP_SKIP_WITHOUT_GPU();
   const auto [rows, dim] = GetParam();
-  const std::vector<float> h = RoundBf16(RandomVector(rows * dim, 4, -2.0f, 2.0f));
-  const std::vector<float> o = RoundBf16(RandomVector(rows * dim, 5, -2.0f, 2.0f));
-  const std::vector<float> w = RandomVector(dim, 6, 0.5f, 1.5f);
-  std::vector<float> sum(h.size()), want(h.size());
-  for (size_t i = 0; i < h.size(); ++i) sum[i] = Bf16ToF32(F32ToBf16(h[i] + o[i]));
-  cpu::RmsNorm(sum.data(), w.data(), rows, dim, 1e-6f, cpu::NormKind::kScale, want.data());
-  DeviceArray<uint16_t> d_h(ToBf16(h)), d_o(ToBf16(o)), out(h.size());
-  DeviceArray<float> d_w(w);
-  cuda::AddRmsNorm(B(d_o), B(d_h), d_w.get(), rows, dim, 1e-6f, cpu::NormKind::kScale, B(out), nullptr);
-  EXPECT_TRUE(AllClose(FromBf16(d_h.Download()), sum, testing::kBf16Elementwise)) << "residual";
-  EXPECT_TRUE(AllClose(FromBf16(out.Download()), want, testing::kBf16Reduction)) << "normed";
+  const int64_t n = rows * dim;
+  const std::vector<float> h = RoundBf16(RandomVector(n, 4, -2.0f, 2.0f));
+  const std::vector<float> o = RoundBf16(RandomVector(n, 5, -2.0f, 2.0f));
+  const std::vector<float> post = RandomVector(dim, 6, 0.5f, 1.5f), next = RandomVector(dim, 7, 0.5f, 1.5f);
+  DeviceArray<float> d_post(post), d_next(next);
+  for (cpu::NormKind kind : {cpu::NormKind::kScale, cpu::NormKind::kOnePlusScale}) {
+    for (bool with_post : {false, true}) {
+      for (float scale : {1.0f, 0.75f}) {
+        for (bool with_next : {false, true}) {
+          const std::string what = "kind " + std::to_string(static_cast<int>(kind)) + " post " +
+                                   std::to_string(with_post) + " scale " + std::to_string(scale) + " next " +
+                                   std::to_string(with_next);
+          const float* pw = with_post ? d_post.get() : nullptr;
+          const float* nw = with_next ? d_next.get() : nullptr;
+          // Op by op on the GPU.
+          DeviceArray<uint16_t> o1(ToBf16(o)), h1(ToBf16(h)), x1(n);
+          if (pw != nullptr) cuda::RmsNorm(B(o1), pw, rows, dim, 1e-6f, kind, B(o1), nullptr);
+          cuda::Add(h1.get(), o1.get(), DType::kBF16, n, h1.get(), nullptr);
+          if (scale != 1.0f) cuda::Scale(h1.get(), DType::kBF16, n, scale, nullptr);
+          if (nw != nullptr) cuda::RmsNorm(B(h1), nw, rows, dim, 1e-6f, kind, B(x1), nullptr);
+          // Fused.
+          DeviceArray<uint16_t> o2(ToBf16(o)), h2(ToBf16(h)), x2(n);
+          cuda::ResidualNorm(B(o2), pw, B(h2), scale, nw, rows, dim, 1e-6f, kind, B(x2), nullptr);
+          EXPECT_TRUE(testing::BitEqual(h2.Download(), h1.Download())) << what << ": h";
+          if (with_next) {
+            EXPECT_TRUE(testing::BitEqual(x2.Download(), x1.Download())) << what << ": x";
+          }
+          // The CPU reference.
+          std::vector<float> ro = o, rh(n), rx(n);
+          if (with_post) ro = RoundBf16([&] {
+            std::vector<float> t(n);
+            cpu::RmsNorm(o.data(), post.data(), rows, dim, 1e-6f, kind, t.data());
+            return t;
+          }());
+          for (int64_t i = 0; i < n; ++i) {
+            rh[i] = Bf16ToF32(F32ToBf16(h[i] + ro[i]));
+            if (scale != 1.0f) rh[i] = Bf16ToF32(F32ToBf16(rh[i] * scale));
+          }
+          EXPECT_TRUE(AllClose(FromBf16(h2.Download()), rh, testing::kBf16Reduction)) << what << ": h vs cpu";
+          if (with_next) {
+            cpu::RmsNorm(rh.data(), next.data(), rows, dim, 1e-6f, kind, rx.data());
+            EXPECT_TRUE(AllClose(FromBf16(x2.Download()), rx, testing::kBf16Reduction)) << what << ": x vs cpu";
+          }
+        }
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaRmsNormTest,
@@ -114,6 +153,107 @@ TEST(CudaRopeTest, MatchesCpuAtLargePositionsAndPartialRotation) {
     EXPECT_TRUE(AllClose(FromBf16(d_x.Download()), want, testing::kBf16Elementwise)) << "head_dim " << head_dim;
   }
 }
+
+struct PrologueCase {
+  int64_t tokens, q_heads, kv_heads, head_dim;
+  bool qk_norm, v_norm;
+  cpu::NormKind kind;
+};
+
+class CudaAttentionPrologueTest : public ::testing::TestWithParam<PrologueCase> {};
+
+// The fused q/k/v norms + RoPE + KV write against RmsNorm, Rope and WriteKv launched one
+// by one (bit for bit, q and both caches, padding slots untouched) and against the CPU.
+TEST_P(CudaAttentionPrologueTest, IsTheOpByOpSequence) {
+  TP_SKIP_WITHOUT_GPU();
+  const PrologueCase c = GetParam();
+  const int64_t D = c.head_dim, T = c.tokens, qn = T * c.q_heads * D, kn = T * c.kv_heads * D;
+  const int64_t num_slots = 2 * T + 3;
+  std::vector<int32_t> pos(T), slots(T);
+  for (int64_t t = 0; t < T; ++t) {
+    pos[t] = static_cast<int32_t>(t == 0 ? 131071 : 37 * t);  // one large position
+    slots[t] = t % 3 == 2 ? -1 : static_cast<int32_t>(num_slots - 1 - 2 * t);  // padding every third
+  }
+  std::vector<float> inv_freq(D / 2);
+  for (int64_t i = 0; i < D / 2; ++i) inv_freq[i] = i < D / 8 ? std::pow(1e6f, -2.0f * i / D) : 0.0f;
+  const std::vector<float> q = RoundBf16(RandomVector(qn, 20, -3.0f, 3.0f));
+  const std::vector<float> k = RoundBf16(RandomVector(kn, 21, -3.0f, 3.0f));
+  const std::vector<float> v = RoundBf16(RandomVector(kn, 22, -3.0f, 3.0f));
+  const std::vector<float> qw = RandomVector(D, 23, 0.5f, 1.5f), kw = RandomVector(D, 24, 0.5f, 1.5f);
+  const std::vector<float> cache0 = RoundBf16(RandomVector(num_slots * c.kv_heads * D, 25));
+  DeviceArray<int32_t> d_pos(pos), d_slots(slots);
+  DeviceArray<float> d_freq(inv_freq), d_qw(qw), d_kw(kw);
+  const float* qwp = c.qk_norm ? d_qw.get() : nullptr;
+  const float* kwp = c.qk_norm ? d_kw.get() : nullptr;
+
+  // Op by op (the model's order before fusion).
+  DeviceArray<uint16_t> q1(ToBf16(q)), k1(ToBf16(k)), v1(ToBf16(v)), kc1(ToBf16(cache0)), vc1(ToBf16(cache0));
+  if (c.qk_norm) {
+    cuda::RmsNorm(B(q1), qwp, T * c.q_heads, D, 1e-6f, c.kind, B(q1), nullptr);
+    cuda::RmsNorm(B(k1), kwp, T * c.kv_heads, D, 1e-6f, c.kind, B(k1), nullptr);
+  }
+  if (c.v_norm) cuda::RmsNorm(B(v1), nullptr, T * c.kv_heads, D, 1e-6f, cpu::NormKind::kNoScale, B(v1), nullptr);
+  cuda::Rope(B(q1), T, c.q_heads, D, d_pos.get(), d_freq.get(), 1.0f, nullptr);
+  cuda::Rope(B(k1), T, c.kv_heads, D, d_pos.get(), d_freq.get(), 1.0f, nullptr);
+  cuda::WriteKv(B(k1), B(v1), d_slots.get(), T, c.kv_heads, D, B(kc1), B(vc1), nullptr);
+
+  // Fused.
+  DeviceArray<uint16_t> q2(ToBf16(q)), k2(ToBf16(k)), v2(ToBf16(v)), kc2(ToBf16(cache0)), vc2(ToBf16(cache0));
+  cuda::AttentionPrologueArgs a;
+  a.q = B(q2);
+  a.k = B(k2);
+  a.v = B(v2);
+  a.tokens = T;
+  a.q_heads = c.q_heads;
+  a.kv_heads = c.kv_heads;
+  a.head_dim = D;
+  a.q_norm = qwp;
+  a.k_norm = kwp;
+  a.v_norm = c.v_norm;
+  a.norm_kind = c.kind;
+  a.positions = d_pos.get();
+  a.inv_freq = d_freq.get();
+  a.slot_mapping = d_slots.get();
+  a.k_cache = B(kc2);
+  a.v_cache = B(vc2);
+  cuda::AttentionPrologue(a, nullptr);
+  EXPECT_TRUE(testing::BitEqual(q2.Download(), q1.Download())) << "q";
+  EXPECT_TRUE(testing::BitEqual(kc2.Download(), kc1.Download())) << "k cache";
+  EXPECT_TRUE(testing::BitEqual(vc2.Download(), vc1.Download())) << "v cache";
+  EXPECT_TRUE(testing::BitEqual(k2.Download(), ToBf16(k))) << "k is read only";
+
+  // The CPU reference, rounding to bf16 where the GPU stores.
+  std::vector<float> rq = q, rk = k, rv = v, rkc = cache0, rvc = cache0;
+  if (c.qk_norm) {
+    cpu::RmsNorm(rq.data(), qw.data(), T * c.q_heads, D, 1e-6f, c.kind, rq.data());
+    cpu::RmsNorm(rk.data(), kw.data(), T * c.kv_heads, D, 1e-6f, c.kind, rk.data());
+    rq = RoundBf16(rq);
+    rk = RoundBf16(rk);
+  }
+  if (c.v_norm) {
+    cpu::RmsNorm(rv.data(), nullptr, T * c.kv_heads, D, 1e-6f, cpu::NormKind::kNoScale, rv.data());
+    rv = RoundBf16(rv);
+  }
+  cpu::Rope(rq.data(), T, c.q_heads, D, pos.data(), inv_freq.data(), 1.0f);
+  cpu::Rope(rk.data(), T, c.kv_heads, D, pos.data(), inv_freq.data(), 1.0f);
+  cpu::WriteKv(rk.data(), rv.data(), slots.data(), T, c.kv_heads, D, rkc.data(), rvc.data());
+  EXPECT_TRUE(AllClose(FromBf16(q2.Download()), rq, testing::kBf16Reduction)) << "q vs cpu";
+  EXPECT_TRUE(AllClose(FromBf16(kc2.Download()), rkc, testing::kBf16Reduction)) << "k cache vs cpu";
+  EXPECT_TRUE(AllClose(FromBf16(vc2.Download()), rvc, testing::kBf16Reduction)) << "v cache vs cpu";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaAttentionPrologueTest,
+    ::testing::Values(PrologueCase{5, 32, 16, 256, true, false, cpu::NormKind::kScale},  // 31B sliding
+                      PrologueCase{3, 32, 4, 512, true, true, cpu::NormKind::kScale},    // 31B global (K = V)
+                      PrologueCase{1, 32, 16, 256, true, false, cpu::NormKind::kScale},  // batch-1 decode
+                      PrologueCase{4, 8, 2, 128, false, false, cpu::NormKind::kScale},   // Llama: RoPE only
+                      PrologueCase{7, 8, 4, 16, true, true, cpu::NormKind::kOnePlusScale}),  // half < a warp
+    [](const auto& info) {
+      const PrologueCase& c = info.param;
+      return std::to_string(c.tokens) + "x" + std::to_string(c.q_heads) + "q" + std::to_string(c.kv_heads) + "kv" +
+             std::to_string(c.head_dim) + (c.qk_norm ? "_qknorm" : "") + (c.v_norm ? "_vnorm" : "");
+    });
 
 TEST(CudaGatedActivationTest, SiluAndGeluTanh) {
   TP_SKIP_WITHOUT_GPU();

@@ -1,7 +1,9 @@
 // y = x · W^T on the GPU against cpu::Linear: the GEMV kernel (decode rows, every weight
 // dtype, odd K) and the cuBLASLt GEMM (prefill rows) at 31B-like shapes.
 // GPU test (ctest -L gpu).
+#include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -52,6 +54,41 @@ TEST_P(CudaGemvTest, AllWeightDtypes) {
     cuda::Gemv(reinterpret_cast<bf16*>(d_x.get()), m, k, d_w.get(), dt, n, reinterpret_cast<bf16*>(d_y.get()),
                nullptr);
     EXPECT_TRUE(AllClose(FromBf16(d_y.Download()), want, testing::kBf16Reduction)) << DTypeName(dt);
+  }
+}
+
+// One launch into separate q, k, v outputs computes exactly what one output would hold.
+TEST_P(CudaGemvTest, SplitOutputsMatchOneOutput) {
+  TP_SKIP_WITHOUT_GPU();
+  const auto [m, k, n] = GetParam();
+  const std::vector<float> x = RoundBf16(RandomVector(m * k, 3));
+  const std::vector<float> w = RandomVector(n * k, 4, -1.0f / std::sqrt(k), 1.0f / std::sqrt(k));
+  const std::vector<uint8_t> raw = WeightBytes(w, DType::kBF16);
+  DeviceArray<uint8_t> d_w(raw);
+  DeviceArray<uint16_t> d_x(ToBf16(x)), whole(m * n);
+  auto* xb = reinterpret_cast<bf16*>(d_x.get());
+  cuda::Gemv(xb, m, k, d_w.get(), DType::kBF16, n, reinterpret_cast<bf16*>(whole.get()), nullptr);
+  const std::vector<uint16_t> want = whole.Download();
+  // Uneven parts, as q | k | v, and as q | k (K = V layers); one part of 1 feature.
+  const std::vector<std::vector<int64_t>> splits = {{n / 2, n / 4, n - n / 2 - n / 4}, {n - 1, 1}, {n}};
+  for (const auto& cols : splits) {
+    cuda::GemvOutputs out;
+    std::vector<std::unique_ptr<DeviceArray<uint16_t>>> parts;
+    for (int64_t c : cols) {
+      parts.push_back(std::make_unique<DeviceArray<uint16_t>>(m * c));
+      out.y[out.count] = reinterpret_cast<bf16*>(parts.back()->get());
+      out.cols[out.count++] = c;
+    }
+    cuda::GemvSplit(xb, m, k, d_w.get(), DType::kBF16, out, nullptr);
+    int64_t c0 = 0;
+    for (size_t p = 0; p < cols.size(); ++p) {
+      std::vector<uint16_t> expect(m * cols[p]);
+      for (int64_t r = 0; r < m; ++r) {
+        std::copy_n(&want[r * n + c0], cols[p], &expect[r * cols[p]]);
+      }
+      EXPECT_TRUE(testing::BitEqual(parts[p]->Download(), expect)) << "part " << p << " of " << cols.size();
+      c0 += cols[p];
+    }
   }
 }
 

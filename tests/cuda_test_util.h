@@ -126,4 +126,20 @@ inline ::testing::AssertionResult AllClose(const std::vector<float>& got, const 
                                        << "x the tolerance)";
 }
 
+// Bit-for-bit equality of two bf16 (or any 16-bit) arrays; the message names the first
+// difference.
+inline ::testing::AssertionResult BitEqual(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  }
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i] && bad++ == 0) first = i;
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << got.size() << " values differ; first at " << first
+                                       << ": bits " << got[first] << " (" << Bf16ToF32(got[first]) << ") vs "
+                                       << want[first] << " (" << Bf16ToF32(want[first]) << ")";
+}
+
 }  // namespace tpserve::testing

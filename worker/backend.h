@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,21 @@ struct Tensor {
   }
   // The same bytes seen as [rows * cols / new_cols, new_cols].
   Tensor Reshape(int64_t new_cols) const { return Tensor{data, dtype, numel() / new_cols, new_cols}; }
+};
+
+// What Backend::AttentionPrologue needs besides q, k and v (device pointers).
+struct AttentionPrologueParams {
+  int64_t head_dim = 0;
+  const float* q_norm = nullptr;  // fp32 [head_dim] per-head RMSNorm weights; null: no norm
+  const float* k_norm = nullptr;
+  bool v_norm = false;            // weightless per-head RMSNorm of v (Gemma 4)
+  float eps = 1e-6f;
+  cpu::NormKind norm_kind = cpu::NormKind::kScale;  // of q_norm and k_norm
+  const int32_t* positions = nullptr;               // [tokens]
+  const float* inv_freq = nullptr;                  // [head_dim / 2], see Rope
+  const int32_t* slot_mapping = nullptr;            // [tokens], see WriteKv
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
 };
 
 struct BackendOptions {
@@ -88,6 +104,24 @@ class Backend {
   virtual void PagedAttention(const Tensor& q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
                               const int32_t* token_pos, const int32_t* block_tables,
                               const cpu::PagedAttentionParams& p, Tensor out) = 0;
+  // Fused sequences of the ops above. Each default runs the sequence op by op (the CPU
+  // backend, the test backends); the CUDA backend runs each as one kernel with the same
+  // bf16 rounding points, so the two agree bit for bit.
+  //
+  // y = x · w^T with y split by columns: outs[i] gets w's next outs[i].cols rows (and bias
+  // entries), e.g. a fused QKV projection into separate q, k and v.
+  virtual void LinearSplit(const Tensor& x, const Tensor& w, const float* bias, std::span<const Tensor> outs);
+  // The attention block between the QKV projection and the attention: per-head RMSNorm of
+  // q and k (where weights are given) and of v (v_norm), RoPE on q and k (attn_factor 1),
+  // then k and v into the paged cache. q [tokens, q_heads * head_dim] is rewritten in
+  // place; k, v [tokens, kv_heads * head_dim] may be clobbered.
+  virtual void AttentionPrologue(Tensor q, Tensor k, Tensor v, const AttentionPrologueParams& p);
+  // The residual joint between blocks: o = RmsNorm(o, post_w) (post_w null: o as is),
+  // h += o, h *= scale, then x = RmsNorm(h, next_w) (next_w null: x untouched). o, h, x:
+  // [rows, dim]; o may be clobbered; x aliases neither.
+  virtual void ResidualNorm(Tensor o, const float* post_w, Tensor h, float scale, const float* next_w, float eps,
+                            cpu::NormKind kind, Tensor x);
+
   // Rank 0's token choice, kernels/row_sampling.h's rule, over full logit rows assembled
   // from the vocab-parallel head's gathered output: `shards` (device memory, activation
   // dtype) holds tp consecutive blocks [rows, shard_cols], block k for token ids

@@ -146,6 +146,60 @@ class CudaBackendImpl : public CudaBackend {
     }
     if (bias != nullptr) cuda::AddBias(Bf16(y), bias, y.rows, y.cols, stream_);
   }
+  void LinearSplit(const Tensor& x, const Tensor& w, const float* bias, std::span<const Tensor> outs) override {
+    if ((w.dtype == DType::kBF16 && x.rows > kGemvMaxRows) || outs.size() > cuda::kMaxGemvOutputs) {
+      Backend::LinearSplit(x, w, bias, outs);  // a GEMM per part: each is large
+      return;
+    }
+    TP_CHECK(x.cols == w.cols);
+    cuda::GemvOutputs y;
+    int64_t cols = 0;
+    for (const Tensor& o : outs) {
+      TP_CHECK(o.rows == x.rows);
+      y.y[y.count] = Bf16(o);
+      y.cols[y.count++] = o.cols;
+      cols += o.cols;
+    }
+    TP_CHECK(cols == w.rows);
+    cuda::GemvSplit(Bf16(x), x.rows, x.cols, w.data, w.dtype, y, stream_);
+    if (bias == nullptr) return;
+    int64_t r0 = 0;
+    for (const Tensor& o : outs) {
+      cuda::AddBias(Bf16(o), bias + r0, o.rows, o.cols, stream_);
+      r0 += o.cols;
+    }
+  }
+  void AttentionPrologue(Tensor q, Tensor k, Tensor v, const AttentionPrologueParams& p) override {
+    TP_CHECK(q.rows == k.rows && k.rows == v.rows && k.cols == v.cols);
+    if (p.head_dim > 1024) {
+      Backend::AttentionPrologue(q, k, v, p);
+      return;
+    }
+    cuda::AttentionPrologueArgs a;
+    a.q = Bf16(q);
+    a.k = Bf16(k);
+    a.v = Bf16(v);
+    a.tokens = q.rows;
+    a.q_heads = q.cols / p.head_dim;
+    a.kv_heads = k.cols / p.head_dim;
+    a.head_dim = p.head_dim;
+    a.q_norm = p.q_norm;
+    a.k_norm = p.k_norm;
+    a.v_norm = p.v_norm;
+    a.eps = p.eps;
+    a.norm_kind = p.norm_kind;
+    a.positions = p.positions;
+    a.inv_freq = p.inv_freq;
+    a.slot_mapping = p.slot_mapping;
+    a.k_cache = static_cast<bf16*>(p.k_cache);
+    a.v_cache = static_cast<bf16*>(p.v_cache);
+    cuda::AttentionPrologue(a, stream_);
+  }
+  void ResidualNorm(Tensor o, const float* post_w, Tensor h, float scale, const float* next_w, float eps,
+                    cpu::NormKind kind, Tensor x) override {
+    TP_CHECK(o.rows == h.rows && o.cols == h.cols && x.rows == h.rows && x.cols == h.cols);
+    cuda::ResidualNorm(Bf16(o), post_w, Bf16(h), scale, next_w, h.rows, h.cols, eps, kind, Bf16(x), stream_);
+  }
   void Rope(Tensor x, int64_t head_dim, const int32_t* positions, const float* inv_freq, float attn_factor) override {
     cuda::Rope(Bf16(x), x.rows, x.cols / head_dim, head_dim, positions, inv_freq, attn_factor, stream_);
   }

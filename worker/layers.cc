@@ -65,6 +65,10 @@ void ColumnParallelLinear::Forward(Backend& b, const Tensor& x, Tensor y) const 
   b.Linear(x, weight_.view, bias_ ? static_cast<const float*>(bias_->data()) : nullptr, y);
 }
 
+void ColumnParallelLinear::ForwardSplit(Backend& b, const Tensor& x, std::span<const Tensor> outs) const {
+  b.LinearSplit(x, weight_.view, bias_ ? static_cast<const float*>(bias_->data()) : nullptr, outs);
+}
+
 absl::StatusOr<RowParallelLinear> RowParallelLinear::Load(const LoadContext& ctx, const std::string& name,
                                                           int64_t out_features, int64_t in_features, int64_t col0,
                                                           int64_t cols) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,8 @@ class ColumnParallelLinear {
   static absl::StatusOr<ColumnParallelLinear> Load(const LoadContext& ctx, const std::vector<RowRange>& parts,
                                                    int64_t in_features, const std::vector<std::string>& bias_names);
   void Forward(Backend& b, const Tensor& x, Tensor y) const;
+  // The same product with y split by columns across `outs` (Backend::LinearSplit).
+  void ForwardSplit(Backend& b, const Tensor& x, std::span<const Tensor> outs) const;
   int64_t out_features() const { return weight_.view.rows; }
 
  private:

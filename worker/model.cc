@@ -17,8 +17,7 @@ struct Model::Layer {
   HeadShard heads;
   DeviceTensor input_norm, post_attn_norm, pre_ffn_norm, post_ffn_norm;
   DeviceTensor q_norm, k_norm;
-  ColumnParallelLinear q_proj, k_proj;
-  std::optional<ColumnParallelLinear> v_proj;  // absent when K = V
+  ColumnParallelLinear qkv_proj;  // q | k | v rows of this rank's heads (no v when K = V)
   RowParallelLinear o_proj;
   ColumnParallelLinear gate_up_proj;
   RowParallelLinear down_proj;
@@ -148,19 +147,16 @@ absl::Status Model::LoadWeights(const WeightSource& source) {
     auto bias = [&](const char* n) {
       return c.qkv_bias ? std::vector<std::string>{a + n + "_proj.bias"} : std::vector<std::string>{};
     };
-    TP_ASSIGN_OR_RETURN(L->q_proj, ColumnParallelLinear::Load(
-                                       ctx, {{a + "q_proj.weight", q_rows, L->heads.q_head0 * D, L->heads.q_heads * D}},
-                                       H, bias("q")));
-    const RowRange kv_part{"", kv_rows, L->heads.kv_head0 * D, L->heads.kv_heads * D};
-    RowRange k_part = kv_part;
-    k_part.name = a + "k_proj.weight";
-    TP_ASSIGN_OR_RETURN(L->k_proj, ColumnParallelLinear::Load(ctx, {k_part}, H, bias("k")));
+    // One fused projection: decode reads the three weights in one pass.
+    std::vector<RowRange> qkv = {{a + "q_proj.weight", q_rows, L->heads.q_head0 * D, L->heads.q_heads * D},
+                                 {a + "k_proj.weight", kv_rows, L->heads.kv_head0 * D, L->heads.kv_heads * D}};
+    std::vector<std::string> qkv_bias = bias("q"), k_bias = bias("k"), v_bias = bias("v");
+    qkv_bias.insert(qkv_bias.end(), k_bias.begin(), k_bias.end());
     if (!L->cfg.k_eq_v) {
-      RowRange v_part = kv_part;
-      v_part.name = a + "v_proj.weight";
-      TP_ASSIGN_OR_RETURN(auto v, ColumnParallelLinear::Load(ctx, {v_part}, H, bias("v")));
-      L->v_proj.emplace(std::move(v));
+      qkv.push_back({a + "v_proj.weight", kv_rows, L->heads.kv_head0 * D, L->heads.kv_heads * D});
+      qkv_bias.insert(qkv_bias.end(), v_bias.begin(), v_bias.end());
     }
+    TP_ASSIGN_OR_RETURN(L->qkv_proj, ColumnParallelLinear::Load(ctx, qkv, H, qkv_bias));
     TP_ASSIGN_OR_RETURN(L->o_proj, RowParallelLinear::Load(ctx, a + "o_proj.weight", H, q_rows,
                                                            L->heads.q_head0 * D, L->heads.q_heads * D));
     const int64_t full_i = c.intermediate_size;
@@ -283,61 +279,65 @@ cpu::PagedAttentionParams Model::AttentionParams(const Layer& L, int32_t table_w
   return ap;
 }
 
-void Model::RunLayer(Layer& L, int64_t T, StepTimes* times) {
+// Expects x = input_norm(h) (the previous layer's last op, or RunDevice's); leaves h
+// updated and, when `next` is given, x = next->input_norm(h).
+void Model::RunLayer(Layer& L, const Layer* next, int64_t T, StepTimes* times) {
   Scratch& s = *scratch_;
   const DType adt = backend_.activation_dtype();
   const int64_t H = config_.hidden_size;
   const int32_t D = L.cfg.head_dim;
   const float eps = config_.rms_norm_eps;
   const cpu::NormKind nk = config_.norm_kind;
+  auto weights = [](const DeviceTensor& t) { return static_cast<const float*>(t.view.data); };
   const Tensor h{s.h->data(), adt, T, H}, x{s.x->data(), adt, T, H}, o{s.o->data(), adt, T, H};
   const Tensor q{s.q->data(), adt, T, L.heads.q_heads * D};
   const Tensor k{s.k->data(), adt, T, L.heads.kv_heads * D};
   const Tensor v{s.v->data(), adt, T, L.heads.kv_heads * D};
   const Tensor attn{s.attn->data(), adt, T, L.heads.q_heads * D};
   const int32_t* positions = static_cast<const int32_t*>(s.positions->data());
+  const int32_t g = L.cfg.kv_group;
 
   // Attention block.
-  backend_.RmsNorm(h, static_cast<const float*>(L.input_norm.view.data), eps, nk, x);
-  L.q_proj.Forward(backend_, x, q);
-  L.k_proj.Forward(backend_, x, k);
-  if (L.v_proj) {
-    L.v_proj->Forward(backend_, x, v);
-  } else {
+  if (L.cfg.k_eq_v) {
+    const Tensor qk[] = {q, k};
+    L.qkv_proj.ForwardSplit(backend_, x, qk);
     backend_.Copy(k, v);  // K = V: values are the raw key projection
+  } else {
+    const Tensor qkv[] = {q, k, v};
+    L.qkv_proj.ForwardSplit(backend_, x, qkv);
   }
+  AttentionPrologueParams pp;
+  pp.head_dim = D;
   if (config_.qk_norm) {
-    backend_.RmsNorm(q.Reshape(D), static_cast<const float*>(L.q_norm.view.data), eps, nk, q.Reshape(D));
-    backend_.RmsNorm(k.Reshape(D), static_cast<const float*>(L.k_norm.view.data), eps, nk, k.Reshape(D));
+    pp.q_norm = weights(L.q_norm);
+    pp.k_norm = weights(L.k_norm);
   }
-  if (config_.v_norm) backend_.RmsNorm(v.Reshape(D), nullptr, eps, cpu::NormKind::kNoScale, v.Reshape(D));
-  const float* inv_freq = static_cast<const float*>(L.inv_freq.view.data);
-  backend_.Rope(q, D, positions, inv_freq, 1.0f);
-  backend_.Rope(k, D, positions, inv_freq, 1.0f);
-  const int32_t g = L.cfg.kv_group;
-  backend_.WriteKv(k, v, static_cast<const int32_t*>(s.slots[g]->data()), D, L.k_cache->data(), L.v_cache->data());
+  pp.v_norm = config_.v_norm;
+  pp.eps = eps;
+  pp.norm_kind = nk;
+  pp.positions = positions;
+  pp.inv_freq = weights(L.inv_freq);
+  pp.slot_mapping = static_cast<const int32_t*>(s.slots[g]->data());
+  pp.k_cache = L.k_cache->data();
+  pp.v_cache = L.v_cache->data();
+  backend_.AttentionPrologue(q, k, v, pp);
   const cpu::PagedAttentionParams ap = AttentionParams(L, s.table_width[g]);
   backend_.PagedAttention(q, L.k_cache->data(), L.v_cache->data(), static_cast<const int32_t*>(s.token_seq->data()),
                           positions, static_cast<const int32_t*>(s.block_tables[g]->data()), ap, attn);
   L.o_proj.Forward(backend_, comm_, attn, o, &times->allreduce_us);
-  if (config_.sandwich_norms) {
-    backend_.RmsNorm(o, static_cast<const float*>(L.post_attn_norm.view.data), eps, nk, o);
-  }
-  backend_.Add(h, o, h);
+  const bool sandwich = config_.sandwich_norms;
+  const DeviceTensor& pre_mlp_norm = sandwich ? L.pre_ffn_norm : L.post_attn_norm;
+  backend_.ResidualNorm(o, sandwich ? weights(L.post_attn_norm) : nullptr, h, 1.0f, weights(pre_mlp_norm), eps, nk,
+                        x);
 
   // MLP block.
-  const DeviceTensor& pre_mlp_norm = config_.sandwich_norms ? L.pre_ffn_norm : L.post_attn_norm;
-  backend_.RmsNorm(h, static_cast<const float*>(pre_mlp_norm.view.data), eps, nk, x);
   const int64_t I = L.gate_up_proj.out_features() / 2;
   const Tensor gu{s.gate_up->data(), adt, T, 2 * I}, a{s.act->data(), adt, T, I};
   L.gate_up_proj.Forward(backend_, x, gu);
   backend_.GatedActivation(gu, config_.activation, a);
   L.down_proj.Forward(backend_, comm_, a, o, &times->allreduce_us);
-  if (config_.sandwich_norms) {
-    backend_.RmsNorm(o, static_cast<const float*>(L.post_ffn_norm.view.data), eps, nk, o);
-  }
-  backend_.Add(h, o, h);
-  if (config_.layer_scalar) backend_.Scale(h, L.layer_scalar);
+  backend_.ResidualNorm(o, sandwich ? weights(L.post_ffn_norm) : nullptr, h, L.layer_scalar,
+                        next != nullptr ? weights(next->input_norm) : nullptr, eps, nk, x);
 }
 
 absl::Status Model::UploadStep(const StepPlan& plan) {
@@ -373,7 +373,13 @@ void Model::RunDevice(int64_t T, int64_t Lr, StepTimes* times) {
   const Tensor h{s.h->data(), adt, T, H};
   embed_.Lookup(backend_, comm_, static_cast<const int32_t*>(s.ids->data()), T, embed_scale_, h,
                 &times->allreduce_us);
-  for (auto& L : layers_) RunLayer(*L, T, times);
+  if (!layers_.empty()) {
+    backend_.RmsNorm(h, static_cast<const float*>(layers_[0]->input_norm.view.data), config_.rms_norm_eps,
+                     config_.norm_kind, Tensor{s.x->data(), adt, T, H});
+  }
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    RunLayer(*layers_[i], i + 1 < layers_.size() ? layers_[i + 1].get() : nullptr, T, times);
+  }
   if (Lr == 0) return;
   const Tensor sel{s.sel->data(), adt, Lr, H};
   backend_.GatherRows(h, static_cast<const int32_t*>(s.logit_rows->data()), Lr, sel);

@@ -117,7 +117,7 @@ class Model {
   absl::Status UploadStep(const StepPlan& plan);
   void RunDevice(int64_t tokens, int64_t logit_rows, StepTimes* times);
   StepOutput DownloadOutput(const StepPlan& plan, int64_t logit_rows);
-  void RunLayer(Layer& layer, int64_t tokens, StepTimes* times);
+  void RunLayer(Layer& layer, const Layer* next, int64_t tokens, StepTimes* times);
   cpu::PagedAttentionParams AttentionParams(const Layer& layer, int32_t table_width) const;
   // The captured size a plan replays at, 0 for an eager step.
   int32_t ReplayBatchSize(const StepPlan& plan) const;

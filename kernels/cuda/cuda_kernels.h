@@ -32,15 +32,41 @@ void Embedding(const int32_t* ids, int64_t tokens, const void* table, DType tabl
 // x, out: [rows, dim] (out may alias x); w: fp32 [dim], null for kNoScale.
 void RmsNorm(const bf16* x, const float* w, int64_t rows, int64_t dim, float eps, cpu::NormKind kind, bf16* out,
              cudaStream_t stream);
-// Fused residual add + norm: residual += x (rounded to bf16), out = RmsNorm(residual).
-// out may alias x, not residual.
-void AddRmsNorm(const bf16* x, bf16* residual, const float* w, int64_t rows, int64_t dim, float eps,
-                cpu::NormKind kind, bf16* out, cudaStream_t stream);
+// Backend::ResidualNorm in one kernel: o' = RmsNorm(o, post_w) (post_w null: o),
+// h = h + o', h = h * scale, x = RmsNorm(h, next_w) (next_w null: x untouched), with the
+// bf16 roundings and sums of those four kernels launched one by one (bit-identical).
+// o, h, x: [rows, dim]; x aliases neither; kind is kScale or kOnePlusScale.
+void ResidualNorm(const bf16* o, const float* post_w, bf16* h, float scale, const float* next_w, int64_t rows,
+                  int64_t dim, float eps, cpu::NormKind kind, bf16* x, cudaStream_t stream);
 
 // Rotate-half RoPE in place, as cpu::Rope. x: [tokens, heads, head_dim]; positions:
 // [tokens]; inv_freq: fp32 [head_dim / 2] (zeros leave dims unrotated).
 void Rope(bf16* x, int64_t tokens, int64_t heads, int64_t head_dim, const int32_t* positions,
           const float* inv_freq, float attn_factor, cudaStream_t stream);
+
+// Backend::AttentionPrologue in one kernel: per-head RMSNorm of q and k (weights null: no
+// norm; kind kScale or kOnePlusScale) and weightless of v (v_norm), RoPE on q and k
+// (attn_factor 1), k and v to cache slot slot_mapping[t] (< 0: skipped). q [tokens,
+// q_heads, head_dim] is rewritten in place; k and v [tokens, kv_heads, head_dim] are
+// read only. Bit-identical to RmsNorm, Rope and WriteKv launched one by one for head_dim
+// up to 1024 (RmsNorm's warp-per-row width).
+struct AttentionPrologueArgs {
+  bf16* q = nullptr;
+  const bf16* k = nullptr;
+  const bf16* v = nullptr;
+  int64_t tokens = 0, q_heads = 0, kv_heads = 0, head_dim = 0;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  bool v_norm = false;
+  float eps = 1e-6f;
+  cpu::NormKind norm_kind = cpu::NormKind::kScale;
+  const int32_t* positions = nullptr;
+  const float* inv_freq = nullptr;
+  const int32_t* slot_mapping = nullptr;
+  bf16* k_cache = nullptr;
+  bf16* v_cache = nullptr;
+};
+void AttentionPrologue(const AttentionPrologueArgs& a, cudaStream_t stream);
 
 // gate_up: [rows, 2 * dim] (gate | up) -> out[rows, dim] = act(gate) * up.
 void GatedActivation(const bf16* gate_up, int64_t rows, int64_t dim, cpu::Activation act, bf16* out,
@@ -97,6 +123,17 @@ void PrefillAttention(const bf16* q, const bf16* k_cache, const bf16* v_cache, c
 // for the vectorized path (any k works). Also the fallback for fp16/fp32 weights at any m.
 void Gemv(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, bf16* y,
           cudaStream_t stream);
+// The same product with its n = sum(cols) output features split across up to
+// kMaxGemvOutputs dense outputs: features [0, cols[0]) go to y[0] ([m, cols[0]]), the
+// next cols[1] to y[1], and so on. One launch for a fused QKV projection.
+constexpr int kMaxGemvOutputs = 3;
+struct GemvOutputs {
+  bf16* y[kMaxGemvOutputs] = {};
+  int64_t cols[kMaxGemvOutputs] = {};
+  int count = 0;
+};
+void GemvSplit(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype, const GemvOutputs& out,
+               cudaStream_t stream);
 
 // ---- Sampling (kernels/cuda/sampling.cu; semantics in kernels/cuda/sampling.h) ----
 

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/cpu_kernels.h"
+
 namespace tpserve::cuda {
 
 constexpr int kWarp = 32;
@@ -89,6 +91,38 @@ __device__ __forceinline__ float BlockMax(float v, float* scratch) {
   __syncthreads();
   v = lane < warps ? scratch[lane] : -INFINITY;
   return WarpMax(v);
+}
+
+// An RMS-normalized value with its weight applied as `kind` says (w unused for kNoScale).
+__device__ __forceinline__ float NormWeighted(float xn, const float* w, int64_t i, cpu::NormKind kind) {
+  switch (kind) {
+    case cpu::NormKind::kScale:
+      return xn * w[i];
+    case cpu::NormKind::kOnePlusScale:
+      return xn * (1.0f + w[i]);
+    default:
+      return xn;
+  }
+}
+
+// 1 / rms of a row of n bf16 values, each lane summing elements lane, lane + 32, ...:
+// the warp-per-row order of the RMSNorm kernel, which fused kernels reuse to match it.
+__device__ __forceinline__ float WarpInvRms(const __nv_bfloat16* x, int64_t n, int lane, float eps) {
+  float ss = 0.0f;
+  for (int64_t i = lane; i < n; i += kWarp) {
+    const float v = __bfloat162float(x[i]);
+    ss += v * v;
+  }
+  ss = WarpSum(ss);
+  return 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+}
+
+// Rotate-half RoPE of the pair (x0, x1) = (x[i], x[i + half]) by the angle with cosine c
+// and sine s, rounded to bf16: one definition for every kernel that applies RoPE.
+__device__ __forceinline__ void RotatePair(float x0, float x1, float c, float s, __nv_bfloat16* y0,
+                                           __nv_bfloat16* y1) {
+  *y0 = __float2bfloat16_rn(x0 * c - x1 * s);
+  *y1 = __float2bfloat16_rn(x1 * c + x0 * s);
 }
 
 inline int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }

@@ -5,7 +5,8 @@
 // ones of a warp that walks a whole row (on an H200 that cost small projections half
 // their bandwidth); partial sums meet through warp shuffles and shared memory. Other K:
 // one warp per feature. Up to 8 rows of x at once; also the (slow, correct) path for
-// fp16/fp32 weights at any M. Tested by tests/cuda_linear_test.cc against cpu::Linear;
+// fp16/fp32 weights at any M. The output features may be split across up to three
+// outputs (a fused QKV projection writes q, k and v). Tested by tests/cuda_linear_test.cc against cpu::Linear;
 // measured by bench/cuda_kernels_bench.cu.
 #include <algorithm>
 
@@ -17,6 +18,23 @@ namespace tpserve::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
+
+// Where output feature `col` of row `row` goes: the GemvOutputs segment holding it, with
+// cumulative column ends precomputed by the launcher.
+struct OutputMap {
+  bf16* y[kMaxGemvOutputs];
+  int64_t end[kMaxGemvOutputs];  // end[i] = cols[0] + ... + cols[i]
+  int count;
+};
+__device__ __forceinline__ bf16* OutputAt(const OutputMap& o, int64_t row, int64_t col) {
+  int64_t start = 0;
+#pragma unroll
+  for (int i = 0; i < kMaxGemvOutputs; ++i) {
+    if (i + 1 == o.count || col < o.end[i]) return o.y[i] + row * (o.end[i] - start) + (col - start);
+    start = o.end[i];
+  }
+  return nullptr;  // unreachable: col < end[count - 1]
+}
 constexpr int kUnroll = 4;  // independent 16-byte loads in flight per lane
 
 // Eight weights starting at w[i] (16-byte aligned for 16-bit types, 32 for fp32) in fp32.
@@ -38,7 +56,7 @@ __device__ __forceinline__ void Load8(const float* w, int64_t i, float* f) {
 template <typename WT, int kRows>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
     GemvKernel(const bf16* __restrict__ x, int64_t m, int64_t k, const WT* __restrict__ w, int64_t n,
-               bf16* __restrict__ y) {
+               OutputMap y) {
   const int lane = threadIdx.x % kWarp;
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kRows;
@@ -94,7 +112,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const float s = WarpSum(acc[r]);
-    if (lane == 0 && r < rows) y[(m0 + r) * n + col] = __float2bfloat16_rn(s);
+    if (lane == 0 && r < rows) *OutputAt(y, m0 + r, col) = __float2bfloat16_rn(s);
   }
 }
 
@@ -134,7 +152,7 @@ constexpr int kSplitUnroll = 4;  // 16-byte vectors per feature in flight per th
 template <typename WT, int kRows>
 __global__ void __launch_bounds__(kSplitThreads, kRows <= 2 && sizeof(WT) == 2 ? 2 : 1)
     GemvSplitKernel(const bf16* __restrict__ x, int64_t m, int64_t k, const WT* __restrict__ w, int64_t n,
-                    bf16* __restrict__ y) {
+                    OutputMap y) {
   __shared__ float partial[kSplitThreads / kWarp][kRows][kFeatures];
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kFeatures;
@@ -195,19 +213,21 @@ __global__ void __launch_bounds__(kSplitThreads, kRows <= 2 && sizeof(WT) == 2 ?
       float s = 0.0f;
 #pragma unroll
       for (int wi = 0; wi < kSplitThreads / kWarp; ++wi) s += partial[wi][r][f];
-      y[(m0 + r) * n + col0 + f] = __float2bfloat16_rn(s);
+      *OutputAt(y, m0 + r, col0 + f) = __float2bfloat16_rn(s);
     }
   }
 }
 
 template <typename WT, int kRows>
-void LaunchSplit(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, bf16* y, cudaStream_t stream) {
+void LaunchSplit(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, const OutputMap& y,
+                 cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((n + kFeatures - 1) / kFeatures), static_cast<unsigned>((m + kRows - 1) / kRows));
   GemvSplitKernel<WT, kRows><<<grid, kSplitThreads, 0, stream>>>(x, m, k, w, n, y);
 }
 
 template <typename WT>
-void LaunchGemv(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, bf16* y, cudaStream_t stream) {
+void LaunchGemv(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, const OutputMap& y,
+                cudaStream_t stream) {
   if (k % 8 == 0) {
     if (m == 1) {
       LaunchSplit<WT, 1>(x, m, k, w, n, y, stream);
@@ -237,9 +257,19 @@ void LaunchGemv(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, bf1
 
 }  // namespace
 
-void Gemv(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, bf16* y,
-          cudaStream_t stream) {
-  if (m == 0 || n == 0) return;
+void GemvSplit(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype, const GemvOutputs& out,
+               cudaStream_t stream) {
+  TP_CHECK(out.count >= 1 && out.count <= kMaxGemvOutputs);
+  OutputMap y{};
+  int64_t n = 0;
+  for (int i = 0; i < out.count; ++i) {
+    TP_CHECK(out.cols[i] > 0 && out.y[i] != nullptr);
+    n += out.cols[i];
+    y.y[i] = out.y[i];
+    y.end[i] = n;
+  }
+  y.count = out.count;
+  if (m == 0) return;
   switch (w_dtype) {
     case DType::kBF16:
       LaunchGemv(x, m, k, static_cast<const bf16*>(w), n, y, stream);
@@ -251,6 +281,16 @@ void Gemv(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype, int
       LaunchGemv(x, m, k, static_cast<const float*>(w), n, y, stream);
       break;
   }
+}
+
+void Gemv(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, bf16* y,
+          cudaStream_t stream) {
+  if (m == 0 || n == 0) return;
+  GemvOutputs out;
+  out.y[0] = y;
+  out.cols[0] = n;
+  out.count = 1;
+  GemvSplit(x, m, k, w, w_dtype, out, stream);
 }
 
 }  // namespace tpserve::cuda

@@ -1,0 +1,56 @@
+// Backend's default ops: the fused sequences op by op, and sampling on the host. Tested
+// through tests/model_test.cc (the CPU backend uses every default) and, for the CUDA
+// backend's fused versions, tests/cuda_elementwise_test.cc and tests/cuda_linear_test.cc.
+#include <algorithm>
+#include <vector>
+
+#include "worker/backend.h"
+
+namespace tpserve {
+
+void Backend::LinearSplit(const Tensor& x, const Tensor& w, const float* bias, std::span<const Tensor> outs) {
+  int64_t r0 = 0;
+  for (const Tensor& y : outs) {
+    Linear(x, w.RowSlice(r0, y.cols), bias != nullptr ? bias + r0 : nullptr, y);
+    r0 += y.cols;
+  }
+  TP_CHECK(r0 == w.rows);
+}
+
+void Backend::AttentionPrologue(Tensor q, Tensor k, Tensor v, const AttentionPrologueParams& p) {
+  const int64_t D = p.head_dim;
+  if (p.q_norm != nullptr) RmsNorm(q.Reshape(D), p.q_norm, p.eps, p.norm_kind, q.Reshape(D));
+  if (p.k_norm != nullptr) RmsNorm(k.Reshape(D), p.k_norm, p.eps, p.norm_kind, k.Reshape(D));
+  if (p.v_norm) RmsNorm(v.Reshape(D), nullptr, p.eps, cpu::NormKind::kNoScale, v.Reshape(D));
+  Rope(q, D, p.positions, p.inv_freq, 1.0f);
+  Rope(k, D, p.positions, p.inv_freq, 1.0f);
+  WriteKv(k, v, p.slot_mapping, D, p.k_cache, p.v_cache);
+}
+
+void Backend::ResidualNorm(Tensor o, const float* post_w, Tensor h, float scale, const float* next_w, float eps,
+                           cpu::NormKind kind, Tensor x) {
+  if (post_w != nullptr) RmsNorm(o, post_w, eps, kind, o);
+  Add(h, o, h);
+  if (scale != 1.0f) Scale(h, scale);
+  if (next_w != nullptr) RmsNorm(h, next_w, eps, kind, x);
+}
+
+void Backend::SampleShards(const void* shards, int tp, int64_t rows, int64_t shard_cols, int64_t vocab,
+                           const RowSampling* params, const int32_t* offsets, const int32_t* token_ids,
+                           const int32_t* counts, int32_t* out) {
+  if (rows == 0) return;
+  const DType dt = activation_dtype();
+  const size_t es = DTypeSize(dt);
+  std::vector<uint8_t> raw(static_cast<size_t>(tp) * rows * shard_cols * es);
+  CopyToHost(raw.data(), shards, raw.size());
+  std::vector<float> logits(static_cast<size_t>(rows * vocab));
+  for (int k = 0; k < tp; ++k) {
+    const int64_t cols = std::min(shard_cols, vocab - k * shard_cols);
+    for (int64_t r = 0; r < rows && cols > 0; ++r) {
+      ToF32(raw.data() + ((k * rows * shard_cols) + r * cols) * es, dt, cols, &logits[r * vocab + k * shard_cols]);
+    }
+  }
+  cpu::SampleRows(logits.data(), rows, vocab, params, offsets, token_ids, counts, out);
+}
+
+}  // namespace tpserve
