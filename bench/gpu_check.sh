@@ -228,14 +228,18 @@ if [[ -x $tpserve_bin ]]; then
   gen=(generate --model "$fixture" --prompt-ids "$prompt" --max-tokens 8 --ignore-eos --json)
   t=$(date +%s)
   cpu_ids=$(timeout 60 "$tpserve_bin" "${gen[@]}" --device cpu --tensor-parallel-size 1 2> "$build/gpu_check.generate.log" | output_ids)
-  for tp in 1 2; do
+  # tp=1 twice: eager, then decode steps replayed from CUDA graphs (--enforce-eager=false).
+  for run in "1 true" "2 true" "1 false"; do
+    read -r tp eager <<< "$run"
+    what="tpserve generate --device cuda tp=$tp$([[ $eager == false ]] && echo " graphs") = --device cpu (qwen3)"
     t=$(date +%s)
-    gpu_ids=$(timeout 60 "$tpserve_bin" "${gen[@]}" --device cuda --tensor-parallel-size "$tp" 2>> "$build/gpu_check.generate.log" | output_ids)
+    gpu_ids=$(timeout 60 "$tpserve_bin" "${gen[@]}" --device cuda --tensor-parallel-size "$tp" --enforce-eager="$eager" \
+              2>> "$build/gpu_check.generate.log" | output_ids)
     if [[ -n $cpu_ids && $gpu_ids == "$cpu_ids" ]]; then
-      row "tpserve generate --device cuda tp=$tp = --device cpu (qwen3, 8 tokens)" "ok" "$(elapsed "$t")"
+      row "$what" "ok" "$(elapsed "$t")"
     else
-      row "tpserve generate --device cuda tp=$tp = --device cpu (qwen3, 8 tokens)" "FAILED" "$(elapsed "$t")"
-      log "generate tp=$tp: cuda [$gpu_ids] vs cpu [$cpu_ids]; log: $build/gpu_check.generate.log"
+      row "$what" "FAILED" "$(elapsed "$t")"
+      log "generate tp=$tp enforce-eager=$eager: cuda [$gpu_ids] vs cpu [$cpu_ids]; log: $build/gpu_check.generate.log"
       tail -5 "$build/gpu_check.generate.log"
       failed=1
     fi
