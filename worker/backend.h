@@ -127,8 +127,8 @@ class Backend {
   // dtype) holds tp consecutive blocks [rows, shard_cols], block k for token ids
   // [k * shard_cols, ...) stored [rows, min(shard_cols, vocab - k * shard_cols)]. params
   // [rows] and the penalty entries (CSR, offsets [rows + 1]) are host arrays; writes rows
-  // token ids to host `out`. This default copies the rows to the host and samples there
-  // (cpu::SampleRows); the CUDA backend samples on its device.
+  // token ids to host `out`, complete when the call returns. This default copies the rows
+  // to the host and samples there (cpu::SampleRows); the CUDA backend samples on its device.
   virtual void SampleShards(const void* shards, int tp, int64_t rows, int64_t shard_cols, int64_t vocab,
                             const RowSampling* params, const int32_t* offsets, const int32_t* token_ids,
                             const int32_t* counts, int32_t* out);
