@@ -488,9 +488,9 @@ int32_t Sampler::SampleFiltered(const float* x, float max_logit, const SamplingP
   return DrawFromBlocks(weights_.data(), block_sums_.data(), V, u * kept);
 }
 
-absl::StatusOr<SampleResult> Sampler::Sample(absl::Span<const float> logits, const SamplingParams& params,
-                                             absl::Span<const int32_t> prompt_ids,
-                                             absl::Span<const int32_t> output_ids, const SamplingRng& rng) {
+absl::StatusOr<const float*> Sampler::ProcessedRow(absl::Span<const float> logits, const SamplingParams& params,
+                                                   absl::Span<const int32_t> prompt_ids,
+                                                   absl::Span<const int32_t> output_ids, int32_t* argmax) {
   const int64_t V = vocab_size_;
   TP_CHECK(static_cast<int64_t>(logits.size()) == V);
   const bool mask_stop_ids = static_cast<int64_t>(output_ids.size()) < params.min_tokens &&
@@ -504,10 +504,10 @@ absl::StatusOr<SampleResult> Sampler::Sample(absl::Span<const float> logits, con
   }
 
   // Argmax returns the first NaN when there is one.
-  const int32_t argmax = static_cast<int32_t>(cpu::Argmax(x, V));
-  const float max_logit = x[argmax];
+  *argmax = static_cast<int32_t>(cpu::Argmax(x, V));
+  const float max_logit = x[*argmax];
   if (std::isnan(max_logit) || max_logit == kInf) {
-    return absl::InternalError(absl::StrCat("logits row has ", max_logit, " at token ", argmax,
+    return absl::InternalError(absl::StrCat("logits row has ", max_logit, " at token ", *argmax,
                                             ": the forward pass produced invalid values (check the "
                                             "checkpoint, its dtype and the kernels)"));
   }
@@ -516,19 +516,48 @@ absl::StatusOr<SampleResult> Sampler::Sample(absl::Span<const float> logits, con
         "every logit is -inf, so no token can be sampled (min_tokens masks EOS and stop_token_ids; check "
         "that the vocabulary has other tokens)");
   }
+  return x;
+}
 
+void Sampler::FillLogprobs(const float* x, float max_logit, double sum_exp, int32_t top_n, SampleResult& r) const {
+  if (sum_exp < 0) sum_exp = ExpWeights<false>(x, vocab_size_, max_logit, 1.0f, -kInf, nullptr, nullptr);
+  const double log_z = max_logit + std::log(sum_exp);
+  r.logprob = static_cast<float>(x[r.token_id] - log_z);
+  r.top_logprobs = TopN(x, vocab_size_, top_n);
+  for (auto& [id, value] : r.top_logprobs) value = static_cast<float>(value - log_z);
+}
+
+absl::StatusOr<SampleResult> Sampler::Sample(absl::Span<const float> logits, const SamplingParams& params,
+                                             absl::Span<const int32_t> prompt_ids,
+                                             absl::Span<const int32_t> output_ids, const SamplingRng& rng) {
+  int32_t argmax = 0;
+  absl::StatusOr<const float*> row = ProcessedRow(logits, params, prompt_ids, output_ids, &argmax);
+  if (!row.ok()) return row.status();
+  const float* x = *row;
+  const float max_logit = x[argmax];
   SampleResult result;
   double sum_exp = -1;
   result.token_id = params.temperature < kGreedyTemperature
                         ? argmax
                         : SampleFiltered(x, max_logit, params, rng.Uniform(output_ids.size()), &sum_exp);
-  if (params.logprobs.has_value()) {
-    if (sum_exp < 0) sum_exp = ExpWeights<false>(x, V, max_logit, 1.0f, -kInf, nullptr, nullptr);
-    const double log_z = max_logit + std::log(sum_exp);
-    result.logprob = static_cast<float>(x[result.token_id] - log_z);
-    result.top_logprobs = TopN(x, V, *params.logprobs);
-    for (auto& [id, value] : result.top_logprobs) value = static_cast<float>(value - log_z);
+  if (params.logprobs.has_value()) FillLogprobs(x, max_logit, sum_exp, *params.logprobs, result);
+  return result;
+}
+
+absl::StatusOr<SampleResult> Sampler::Logprobs(absl::Span<const float> logits, const SamplingParams& params,
+                                               absl::Span<const int32_t> prompt_ids,
+                                               absl::Span<const int32_t> output_ids, int32_t token_id) {
+  TP_CHECK(params.logprobs.has_value());
+  if (token_id < 0 || token_id >= vocab_size_) {
+    return absl::InternalError(absl::StrCat("sampled token id ", token_id, " is outside the vocabulary of ",
+                                            vocab_size_));
   }
+  int32_t argmax = 0;
+  absl::StatusOr<const float*> row = ProcessedRow(logits, params, prompt_ids, output_ids, &argmax);
+  if (!row.ok()) return row.status();
+  SampleResult result;
+  result.token_id = token_id;
+  FillLogprobs(*row, (*row)[argmax], -1, *params.logprobs, result);
   return result;
 }
 

@@ -109,9 +109,22 @@ class Sampler {
                                       absl::Span<const int32_t> prompt_ids,
                                       absl::Span<const int32_t> output_ids, const SamplingRng& rng);
 
+  // The logprobs Sample would report for `token_id` (picked elsewhere: by the workers'
+  // sampling) from the same row; params.logprobs must be set. Same failures as Sample.
+  absl::StatusOr<SampleResult> Logprobs(absl::Span<const float> logits, const SamplingParams& params,
+                                        absl::Span<const int32_t> prompt_ids, absl::Span<const int32_t> output_ids,
+                                        int32_t token_id);
+
   int64_t vocab_size() const { return vocab_size_; }
 
  private:
+  // The row the filters and logprobs read (the logits, or row_ after penalties and the
+  // min_tokens mask) and its argmax; fails on NaN, +inf or no finite value.
+  absl::StatusOr<const float*> ProcessedRow(absl::Span<const float> logits, const SamplingParams& params,
+                                            absl::Span<const int32_t> prompt_ids,
+                                            absl::Span<const int32_t> output_ids, int32_t* argmax);
+  // r.logprob of r.token_id and the top_n largest; sum_exp < 0: computed here.
+  void FillLogprobs(const float* x, float max_logit, double sum_exp, int32_t top_n, SampleResult& r) const;
   // Copies `logits` to row_ and applies the penalties and the min_tokens mask.
   absl::Status PrepareRow(absl::Span<const float> logits, const SamplingParams& params,
                           absl::Span<const int32_t> prompt_ids, absl::Span<const int32_t> output_ids,

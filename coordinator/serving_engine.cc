@@ -213,16 +213,16 @@ void ServingEngine::Step(absl::Time t0) {
     }
   }
   StepPlan plan = scheduler_->BuildStepPlan(decision);
-  // Sample on the workers unless a request of this step wants logprobs (host only).
-  bool on_workers = config_.device_sampling;
-  for (const auto& s : decision.scheduled) {
-    if (on_workers && s.sample && active_.at(s.seq->request_id())->params.logprobs.has_value()) on_workers = false;
-  }
+  // Sample on the workers (device_sampling); a step with a logprobs request also brings
+  // the logits back, and the host computes the logprobs of the tokens the workers chose,
+  // so a seeded request's tokens never depend on what it is batched with.
+  const bool on_workers = config_.device_sampling;
   if (on_workers) {
     for (const auto& s : decision.scheduled) {
       if (!s.sample) continue;
       const Active& a = *active_.at(s.seq->request_id());
       row_sampling_.AddRow(a.params, a.rng, s.seq->prompt_token_ids(), s.seq->output_token_ids(), plan);
+      if (a.params.logprobs.has_value()) plan.return_logits = true;
     }
   }
   StepTimes times;
@@ -246,15 +246,17 @@ void ServingEngine::Step(absl::Time t0) {
     Active* a = active_.at(s.seq->request_id()).get();
     by_seq[s.seq] = a;
     a->sample_error.clear();
-    if (on_workers) {
-      a->sample = SampleResult{};
-      a->sample.token_id = out->token_ids[row];
-      sampled.push_back(a->sample.token_id);
-      ++row;
-      continue;
+    const auto logits = [&] { return absl::MakeConstSpan(out->logits.data() + row * V, V); };
+    absl::StatusOr<SampleResult> r;
+    if (!on_workers) {
+      r = sampler_.Sample(logits(), a->params, s.seq->prompt_token_ids(), s.seq->output_token_ids(), a->rng);
+    } else if (a->params.logprobs.has_value()) {
+      r = sampler_.Logprobs(logits(), a->params, s.seq->prompt_token_ids(), s.seq->output_token_ids(),
+                            out->token_ids[row]);
+    } else {
+      r = SampleResult{};
+      r->token_id = out->token_ids[row];
     }
-    auto r = sampler_.Sample(absl::MakeConstSpan(out->logits.data() + row * V, V), a->params,
-                             s.seq->prompt_token_ids(), s.seq->output_token_ids(), a->rng);
     if (r.ok()) {
       a->sample = std::move(*r);
     } else {

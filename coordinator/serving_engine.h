@@ -46,9 +46,10 @@ struct ServingConfig {
   int64_t vocab_size = 0;
   std::vector<int32_t> eos_token_ids;  // the model's (generation_config.json)
   // Sample on the workers (rank 0's GPU; kernels/row_sampling.h's rule): only token ids
-  // cross to the host. A step with a request that wants logprobs samples on the host
-  // (Sampler) instead. Seeded requests draw different (equally valid) tokens on the two
-  // paths: the workers' rule has its own random stream.
+  // cross to the host, plus the logit rows in a step with a request that wants logprobs
+  // (the host computes them for the workers' choice). Off: Sampler on the host. Seeded
+  // requests draw different (equally valid) tokens on the two paths (the workers' rule
+  // has its own random stream), but on either path independently of their batch.
   bool device_sampling = false;
   // Called on the engine thread after every step that ran (benchmarks); not counted in
   // the step's times. Must not call back into the engine.

@@ -168,6 +168,7 @@ TEST(ModelTest, StepPlanRoundTrip) {
   EXPECT_EQ(q->kv[1].block_tables, p.kv[1].block_tables);
   EXPECT_EQ(q->kv[1].slot_mapping, p.kv[1].slot_mapping);
   EXPECT_EQ(q->logit_rows, p.logit_rows);
+  EXPECT_FALSE(q->return_logits);
   EXPECT_TRUE(q->Validate({2, 2}, 16).ok());
   EXPECT_FALSE(q->Validate({2}, 16).ok());
   p.kv[0].slot_mapping[2] = 99;
@@ -194,8 +195,10 @@ TEST(ModelTest, StepPlanSamplingRoundTrip) {
   p.penalty_offsets = {0, 1, 3};
   p.penalty_tokens = {5, 6, 7};
   p.penalty_counts = {kMaskedCount, 0, 2};
+  p.return_logits = true;
   auto q = StepPlan::Deserialize(p.Serialize());
   ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_TRUE(q->return_logits);
   ASSERT_EQ(q->sampling.size(), 2u);
   EXPECT_EQ(q->sampling[1].top_k, 40);
   EXPECT_EQ(q->sampling[1].top_p, 0.9f);
@@ -284,6 +287,14 @@ TEST(ModelTest, WorkersSampleTheLogitRows) {
       EXPECT_EQ(ids->token_ids, want) << "tp " << tp;
       EXPECT_EQ(ids->token_ids[0], cpu::Argmax(host->logits.data(), V));
       EXPECT_NE(ids->token_ids[2], top);  // the row's argmax was masked
+      // return_logits: the same ids, and the logits they were drawn from (as without
+      // sampling rows: penalties are not applied to what comes back).
+      plan.return_logits = true;
+      auto both = exec.Execute(plan, nullptr);
+      ASSERT_TRUE(both.ok()) << both.status();
+      EXPECT_EQ(both->token_ids, want);
+      EXPECT_EQ(both->logits, host->logits);
+      plan.return_logits = false;
 
       StepPlan bad = plan;
       bad.penalty_tokens[0] = static_cast<int32_t>(V);

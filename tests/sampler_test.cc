@@ -465,6 +465,35 @@ TEST(SamplerTest, PenaltyScratchDoesNotLeakBetweenCalls) {
   EXPECT_EQ(got->top_logprobs, want->top_logprobs);
 }
 
+// Logprobs of a token chosen elsewhere (the workers' sampling) are what Sample reports
+// when it draws that token itself: same penalties, same min_tokens mask, same top list.
+TEST(SamplerTest, LogprobsOfAGivenTokenMatchSample) {
+  const std::vector<float> logits = RandomLogits(1000, 12);
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_k = 30;
+  p.repetition_penalty = 1.2f;
+  p.presence_penalty = 0.3f;
+  p.min_tokens = 5;
+  p.logprobs = 3;
+  Sampler sampler(1000, {7});
+  const std::vector<int32_t> prompt = {1, 2, 3}, output = {4, 4, 5};
+  for (uint64_t seed = 0; seed < 5; ++seed) {
+    auto want = sampler.Sample(logits, p, prompt, output, SamplingRng(seed));
+    ASSERT_TRUE(want.ok());
+    auto got = sampler.Logprobs(logits, p, prompt, output, want->token_id);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->token_id, want->token_id);
+    EXPECT_EQ(got->logprob, want->logprob);
+    EXPECT_EQ(got->top_logprobs, want->top_logprobs);
+  }
+  // EOS (7) is masked below min_tokens: -inf, whoever picked it.
+  auto masked = sampler.Logprobs(logits, p, prompt, output, 7);
+  ASSERT_TRUE(masked.ok());
+  EXPECT_EQ(masked->logprob, -std::numeric_limits<float>::infinity());
+  EXPECT_FALSE(sampler.Logprobs(logits, p, prompt, output, 1000).ok());  // not a token
+}
+
 TEST(SamplerTest, MinTokensMasksEosAndStopIdsUntilReached) {
   std::vector<float> logits(10, 0.0f);
   logits[9] = 10;  // EOS

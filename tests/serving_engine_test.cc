@@ -225,8 +225,9 @@ TEST(ServingEngine, SeededSamplingIsReproducibleAndStopStringsEndOutput) {
 }
 
 // Sampling on the workers (as on a GPU; here the CPU backend runs the same rule): greedy
-// requests still give offline generation's tokens, seeded ones repeat, and a request
-// that wants logprobs (host-only) shares steps with them and gets its logprobs.
+// requests still give offline generation's tokens, seeded ones repeat whether or not a
+// request that wants logprobs shares their steps (the host computes logprobs of the
+// workers' choice), and that request gets its logprobs.
 TEST(ServingEngine, WorkerSideSamplingMatchesOfflineAndKeepsLogprobs) {
   WithEngine(
       /*kv_blocks=*/256, /*max_num_seqs=*/16, /*max_queue=*/100,
@@ -266,7 +267,10 @@ TEST(ServingEngine, WorkerSideSamplingMatchesOfflineAndKeepsLogprobs) {
           for (const TokenLogprob& t : e.logprobs) {
             ++logprob_tokens;
             EXPECT_LE(t.logprob, 0.0f);
-            EXPECT_EQ(t.top.size(), 2u);
+            ASSERT_EQ(t.top.size(), 2u);
+            // Greedy: the chosen token is the most likely one.
+            EXPECT_EQ(t.top[0].first, t.token_id);
+            EXPECT_EQ(t.top[0].second, t.logprob);
           }
           if (e.finish != FinishReason::kNone) break;
         }
@@ -275,6 +279,9 @@ TEST(ServingEngine, WorkerSideSamplingMatchesOfflineAndKeepsLogprobs) {
         EXPECT_EQ(a.finish, FinishReason::kLength) << a.error;
         EXPECT_EQ(a.ids.size(), 10u);
         EXPECT_EQ(a.ids, b.ids);
+        // The same seed again, alone: no logprobs request in any of its steps.
+        Collected c = Drain(*seeded("s3"));
+        EXPECT_EQ(c.ids, a.ids) << "a seeded request's tokens depend on its batch";
       },
       nullptr, /*device_sampling=*/true);
 }

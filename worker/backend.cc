@@ -35,21 +35,27 @@ void Backend::ResidualNorm(Tensor o, const float* post_w, Tensor h, float scale,
   if (next_w != nullptr) RmsNorm(h, next_w, eps, kind, x);
 }
 
-void Backend::SampleShards(const void* shards, int tp, int64_t rows, int64_t shard_cols, int64_t vocab,
-                           const RowSampling* params, const int32_t* offsets, const int32_t* token_ids,
-                           const int32_t* counts, int32_t* out) {
+void Backend::CopyShardsToHost(const void* shards, int tp, int64_t rows, int64_t shard_cols, int64_t vocab,
+                               float* out) {
   if (rows == 0) return;
   const DType dt = activation_dtype();
   const size_t es = DTypeSize(dt);
   std::vector<uint8_t> raw(static_cast<size_t>(tp) * rows * shard_cols * es);
   CopyToHost(raw.data(), shards, raw.size());
-  std::vector<float> logits(static_cast<size_t>(rows * vocab));
   for (int k = 0; k < tp; ++k) {
     const int64_t cols = std::min(shard_cols, vocab - k * shard_cols);
     for (int64_t r = 0; r < rows && cols > 0; ++r) {
-      ToF32(raw.data() + ((k * rows * shard_cols) + r * cols) * es, dt, cols, &logits[r * vocab + k * shard_cols]);
+      ToF32(raw.data() + ((k * rows * shard_cols) + r * cols) * es, dt, cols, &out[r * vocab + k * shard_cols]);
     }
   }
+}
+
+void Backend::SampleShards(const void* shards, int tp, int64_t rows, int64_t shard_cols, int64_t vocab,
+                           const RowSampling* params, const int32_t* offsets, const int32_t* token_ids,
+                           const int32_t* counts, int32_t* out) {
+  if (rows == 0) return;
+  std::vector<float> logits(static_cast<size_t>(rows * vocab));
+  CopyShardsToHost(shards, tp, rows, shard_cols, vocab, logits.data());
   cpu::SampleRows(logits.data(), rows, vocab, params, offsets, token_ids, counts, out);
 }
 

@@ -132,6 +132,8 @@ class Backend {
   virtual void SampleShards(const void* shards, int tp, int64_t rows, int64_t shard_cols, int64_t vocab,
                             const RowSampling* params, const int32_t* offsets, const int32_t* token_ids,
                             const int32_t* counts, int32_t* out);
+  // The same shards as fp32 rows [rows, vocab] on the host.
+  void CopyShardsToHost(const void* shards, int tp, int64_t rows, int64_t shard_cols, int64_t vocab, float* out);
 
   // Grows the attention workspaces for steps of up to `tokens` tokens with these shapes
   // now, so that a later graph capture needs no allocation (no-op where nothing is lazy).

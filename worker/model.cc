@@ -290,6 +290,10 @@ StepOutput Model::DownloadOutput(const StepPlan& plan, int64_t Lr) {
         out.token_ids.resize(Lr);
         backend_.SampleShards(shards, tp, Lr, shard, V, plan.sampling.data(), plan.penalty_offsets.data(),
                               plan.penalty_tokens.data(), plan.penalty_counts.data(), out.token_ids.data());
+        if (plan.return_logits) {
+          out.logits.resize(Lr * V);
+          backend_.CopyShardsToHost(shards, tp, Lr, shard, V, out.logits.data());
+        }
       } else {
         backend_.Synchronize();
       }

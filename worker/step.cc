@@ -50,6 +50,7 @@ std::vector<uint8_t> StepPlan::Serialize() const {
   PutVec(w, penalty_offsets);
   PutVec(w, penalty_tokens);
   PutVec(w, penalty_counts);
+  w.push_back(return_logits ? 1 : 0);
   std::vector<uint8_t> bytes(w.size() * 4);
   std::memcpy(bytes.data(), w.data(), bytes.size());
   return bytes;
@@ -84,9 +85,10 @@ absl::StatusOr<StepPlan> StepPlan::Deserialize(const std::vector<uint8_t>& bytes
   if (rows > 0) std::memcpy(static_cast<void*>(s.sampling.data()), p, rows * sizeof(RowSampling));
   p += rows * kWords;
   if (!GetVec(p, end, s.penalty_offsets) || !GetVec(p, end, s.penalty_tokens) || !GetVec(p, end, s.penalty_counts) ||
-      p != end) {
+      end - p != 1 || (*p != 0 && *p != 1)) {
     return absl::DataLossError("step plan: malformed message");
   }
+  s.return_logits = *p++ == 1;
   return s;
 }
 

@@ -39,6 +39,9 @@ struct StepPlan {
   // penalty_offsets[r + 1]) of penalty_tokens/penalty_counts (kMaskedCount masks a token).
   std::vector<RowSampling> sampling;
   std::vector<int32_t> penalty_offsets, penalty_tokens, penalty_counts;
+  // With sampling rows: rank 0 gets the fp32 logit rows as well as the token ids (for
+  // logprobs, computed on the host from the same logits the workers sampled from).
+  bool return_logits = false;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   std::vector<uint8_t> Serialize() const;
@@ -50,7 +53,8 @@ struct StepPlan {
 };
 
 // What a step gives rank 0 (other ranks get nothing): the logit rows, or, when the plan
-// asks the workers to sample, one token id per logit row.
+// asks the workers to sample, one token id per logit row (and the logit rows too when
+// the plan says return_logits).
 struct StepOutput {
   std::vector<float> logits;       // [logit rows, vocab] fp32
   std::vector<int32_t> token_ids;  // [logit rows]
