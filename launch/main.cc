@@ -1,9 +1,6 @@
 // The tpserve binary: `tpserve generate` (offline generation), `tpserve serve` (gRPC and
 // OpenAI HTTP APIs), `tpserve client`. Flags are parsed here and only here. Tested by
 // tests/cli_test.sh and tests/serve_test.sh.
-#include <pthread.h>
-#include <signal.h>
-
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -56,7 +53,8 @@ ABSL_FLAG(std::string, served_model_name, "", "serve: names clients use in \"mod
 ABSL_FLAG(int, max_num_seqs, 256, "serve: sequences running at once (on cuda it also sizes the start-up step)");
 ABSL_FLAG(int, max_queue, 1024, "serve: waiting requests at most; more get RESOURCE_EXHAUSTED / HTTP 429");
 ABSL_FLAG(bool, enable_prefix_caching, true, "serve: reuse the KV cache of shared prompt prefixes");
-ABSL_FLAG(double, shutdown_timeout, 30, "serve: seconds SIGTERM waits for in-flight requests");
+ABSL_FLAG(double, shutdown_timeout, 30, "serve: seconds a drain (SIGTERM, SIGINT or SIGUSR1) waits for in-flight "
+                                        "requests before cancelling them");
 ABSL_FLAG(int64_t, max_body_bytes, 4 << 20, "serve: largest request body");
 
 // `tpserve client` (also --model: the served model name, --prompt, --max-tokens).
@@ -69,7 +67,8 @@ namespace {
 
 constexpr char kUsage[] =
     "tpserve: tensor-parallel LLM inference.\n\n"
-    "  mpirun -np N tpserve serve --model DIR|PRESET [--grpc-port 50051] [--http-port 8000] [--tokenizer PATH]\n"
+    "  tpserve-mpirun -np N tpserve serve --model DIR|PRESET [--grpc-port 50051] [--http-port 8000]\n"
+    "      [--tokenizer PATH] [--shutdown-timeout 30]   (tpserve-mpirun: mpirun on which SIGTERM/Ctrl-C drain)\n"
     "  mpirun -np N tpserve generate --model DIR|PRESET [--load-format dummy] (--prompt TEXT | --prompt-ids 1,2,3)\n"
     "      [--max-tokens N] [--logprobs N] [--json]\n"
     "  Both take --device auto|cpu|cuda, --gpu-memory-utilization F and --enforce-eager (cuda).\n"
@@ -138,15 +137,11 @@ int RunClientFromFlags() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::string(argv[1]) == "serve") {
-    // `serve` drains on SIGTERM/SIGINT from one watcher thread (serve_command.cc): block
-    // them before MPI or anything else starts threads, so every thread inherits the mask.
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  }
+#if TPSERVE_HAVE_SERVING
+  // `serve` drains on SIGTERM/SIGINT/SIGUSR1 from one watcher thread (serve_command.cc):
+  // block them before MPI or anything else starts threads, so every thread inherits the mask.
+  if (argc > 1 && std::string(argv[1]) == "serve") tpserve::BlockDrainSignals();
+#endif
   tpserve::WorldConfig world = tpserve::MpiInit(&argc, &argv);
   absl::SetProgramUsageMessage(kUsage);
   std::vector<std::string> flag_storage;

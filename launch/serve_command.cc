@@ -71,6 +71,19 @@ std::vector<RankInfo> GatherRanks(Communicator& comm, const std::string& host) {
   return out;
 }
 
+const char* SignalName(int sig) {
+  switch (sig) {
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    case SIGUSR1:
+      return "SIGUSR1";
+    default:
+      return "signal";
+  }
+}
+
 struct SignalWatcher {
   std::atomic<ServingEngine*> engine{nullptr};
   std::atomic<bool> stop{false};
@@ -229,14 +242,25 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
 
 }  // namespace
 
-int RunServe(const ServeCommandOptions& o, const WorldConfig& mpi_world) {
-  // SIGTERM/SIGINT: rank 0 drains; other ranks wait for rank 0's shutdown plan. Block them
-  // before any thread starts so that only the watcher thread receives them.
+sigset_t DrainSignals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGUSR1);
+  return set;
+}
+
+void BlockDrainSignals() {
+  const sigset_t set = DrainSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int RunServe(const ServeCommandOptions& o, const WorldConfig& mpi_world) {
+  // Rank 0 drains; the other ranks wait for rank 0's shutdown plan. main() blocked the
+  // signals before MPI started its threads; blocking again covers callers that did not.
+  BlockDrainSignals();
+  const sigset_t set = DrainSignals();
   SignalWatcher signals;
   std::thread watcher([&] {
     while (!signals.stop.load()) {
@@ -246,7 +270,7 @@ int RunServe(const ServeCommandOptions& o, const WorldConfig& mpi_world) {
       signals.received.fetch_add(1);
       if (ServingEngine* e = signals.engine.load()) e->Shutdown(absl::Seconds(o.shutdown_timeout_s));
       if (mpi_world.rank == 0) {
-        std::fprintf(stderr, "tpserve[rank 0]: signal %d: draining (up to %.0f s)\n", sig, o.shutdown_timeout_s);
+        std::fprintf(stderr, "tpserve[rank 0]: %s: draining (up to %g s)\n", SignalName(sig), o.shutdown_timeout_s);
       }
     }
   });

@@ -1,7 +1,10 @@
 // `tpserve serve`: rank 0 runs the API front ends (gRPC, OpenAI HTTP) and the coordinator
-// loop; every rank, rank 0 included, executes its shard in lockstep. SIGTERM drains.
-// Tested by tests/serve_test.sh (curl and the gRPC client against a 2-rank server).
+// loop; every rank, rank 0 included, executes its shard in lockstep. SIGTERM, SIGINT and
+// SIGUSR1 (the one mpirun forwards: launch/tpserve-mpirun) drain. Tested by tests/serve_test.sh
+// (curl and the gRPC client against a 2-rank server) and tests/serve_signal_test.sh.
 #pragma once
+
+#include <signal.h>
 
 #include <string>
 #include <vector>
@@ -26,6 +29,15 @@ struct ServeCommandOptions {
   double shutdown_timeout_s = 30;
   size_t max_body_bytes = size_t{4} << 20;
 };
+
+// The signals on which `serve` drains: SIGTERM, SIGINT, and SIGUSR1, which Open MPI's mpirun
+// forwards to every rank (it kills its ranks on SIGTERM/SIGINT and will not forward them).
+sigset_t DrainSignals();
+
+// Blocks DrainSignals() in the calling thread. Call it before MPI or anything else starts
+// threads, so that every thread inherits the mask and only RunServe's watcher receives them
+// (a worker rank must not die of its own signal while rank 0 drains).
+void BlockDrainSignals();
 
 // Runs on every rank; returns the process exit code.
 int RunServe(const ServeCommandOptions& options, const WorldConfig& mpi_world);

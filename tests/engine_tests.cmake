@@ -32,4 +32,8 @@ endif()
 if(MPI_CXX_FOUND AND TPSERVE_HAVE_SERVING)
   add_test(NAME serve_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/serve_test.sh $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES})
   set_tests_properties(serve_test PROPERTIES TIMEOUT 600 LABELS mpi RUN_SERIAL TRUE)
+  # SIGTERM and Ctrl-C to launch/tpserve-mpirun (not to the ranks) drain.
+  add_test(NAME serve_signal_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/serve_signal_test.sh
+           $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES} $<TARGET_FILE_DIR:tpserve>/tpserve-mpirun)
+  set_tests_properties(serve_signal_test PROPERTIES TIMEOUT 300 LABELS mpi RUN_SERIAL TRUE)
 endif()

@@ -1,6 +1,6 @@
-# Sourced by the end-to-end shell tests (cli_test.sh, serve_test.sh, tpbench_test.sh):
-# MPI settings for a 2-core CI machine, a scratch directory, PASS/FAIL counting and
-# waiting for a server's /health.
+# Sourced by the end-to-end shell tests (cli_test.sh, serve_test.sh, serve_signal_test.sh,
+# tpbench_test.sh): MPI settings for a 2-core CI machine, a scratch directory, PASS/FAIL
+# counting and waiting for a server's /health.
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
 MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
 WORK=$(mktemp -d)

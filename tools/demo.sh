@@ -2,7 +2,8 @@
 # The main job on the built-in model: `tpserve serve` under mpirun with 2 ranks on the
 # gemma-4-tiny shape (Gemma 4 architecture, deterministic random weights: the text is
 # noise, the machinery is real) with a Gemma-style tokenizer and the Gemma 4 chat
-# template; one streamed chat request with `tpserve client`; then a clean SIGTERM drain.
+# template; one streamed chat request with `tpserve client`; then a clean drain on SIGTERM to
+# the launcher (build/launch/tpserve-mpirun: mpirun on which SIGTERM drains).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PROMPT=${1:-Explain tensor parallelism in one sentence.}
@@ -12,26 +13,27 @@ MPI_FLAGS=(--oversubscribe)
 if [ "$(id -u)" -eq 0 ]; then MPI_FLAGS+=(--allow-run-as-root); fi
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 LOG=$(mktemp)
-echo "+ mpirun -np 2 build/launch/tpserve serve --model gemma-4-tiny --load-format dummy ... (log: $LOG)"
-mpirun "${MPI_FLAGS[@]}" -np 2 build/launch/tpserve serve \
+echo "+ tpserve-mpirun -np 2 build/launch/tpserve serve --model gemma-4-tiny --load-format dummy ... (log: $LOG)"
+build/launch/tpserve-mpirun "${MPI_FLAGS[@]}" -np 2 build/launch/tpserve serve \
   --model gemma-4-tiny --load-format dummy --kv-cache-memory 256MiB \
   --tokenizer tests/fixtures/tokenizers/gemma/tokenizer.json \
   --host 127.0.0.1 --http-port "$HTTP_PORT" --grpc-port "$GRPC_PORT" >"$LOG" 2>&1 &
-MPIRUN_PID=$!
+LAUNCHER_PID=$!
 for _ in $(seq 1 120); do
   if curl -sf "http://127.0.0.1:$HTTP_PORT/health" >/dev/null 2>&1; then break; fi
-  if ! kill -0 $MPIRUN_PID 2>/dev/null; then cat "$LOG"; echo "demo: the server exited" >&2; exit 1; fi
+  if ! kill -0 $LAUNCHER_PID 2>/dev/null; then cat "$LOG"; echo "demo: the server exited" >&2; exit 1; fi
   sleep 0.5
 done
 echo "+ tpserve client --http http://127.0.0.1:$HTTP_PORT --chat --prompt \"$PROMPT\""
 build/launch/tpserve client --http "http://127.0.0.1:$HTTP_PORT" --chat --prompt "$PROMPT" --max-tokens 32
 echo "+ tpserve client --grpc 127.0.0.1:$GRPC_PORT --prompt \"$PROMPT\""
 build/launch/tpserve client --grpc "127.0.0.1:$GRPC_PORT" --prompt "$PROMPT" --max-tokens 32
-# Drain: SIGTERM to the ranks, not to mpirun (which would kill them without a drain).
-
-pkill -TERM -f "^build/launch/tpserve serve"  # rank 0 drains; the others wait for its shutdown plan
+# Drain: SIGTERM to the launcher, as systemd or Kubernetes sends it. Rank 0 drains; the other
+# ranks wait for its shutdown plan; every rank and the launcher exit 0.
+echo "+ kill -TERM $LAUNCHER_PID  # tpserve-mpirun"
+kill -TERM $LAUNCHER_PID
 rc=0
-wait $MPIRUN_PID || rc=$?
+wait $LAUNCHER_PID || rc=$?
 echo "+ server log:"
 cat "$LOG"
 echo "demo: server exited with $rc"

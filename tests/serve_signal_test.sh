@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# `tpserve serve` with 2 ranks under launch/tpserve-mpirun, stopped the way users and
+# orchestrators stop it: SIGTERM to the launcher, then (second server) Ctrl-C, i.e. SIGINT to
+# the launcher's process group. Each must drain: every accepted request, running or queued, ends
+# with a finish reason (here: cut at --shutdown-timeout, an error event then [DONE]), a new
+# request during the drain gets 503, rank 0 logs "drained", the launcher exits 0 within the
+# timeout, and no rank is left.
+# Usage: serve_signal_test.sh TPSERVE_BINARY FIXTURES_DIR TPSERVE_MPIRUN   (run by ctest)
+set -u
+TPSERVE=$1
+FIX=$2
+LAUNCHER=$3
+source "$(dirname "$0")/harness.sh"
+TOK="$FIX/tokenizers/gemma/tokenizer.json"
+MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu)
+# --shutdown-timeout. Three 4000-token streams, one at a time (--max-num-seqs 1), are 12000
+# decode steps: far longer than the drain even at 1000 steps/s, so the drain runs to its end.
+DRAIN_S=5
+STREAMS=3
+PORT=$((20000 + RANDOM % 20000))
+LPID=
+cleanup() {
+  [ -n "$LPID" ] && kill -KILL "$LPID" 2>/dev/null
+  pkill -KILL -f "^$TPSERVE serve" 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# poll SECONDS COMMAND...: runs COMMAND every 0.2 s until it succeeds or SECONDS pass.
+poll() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@"; do
+    [ $SECONDS -ge $deadline ] && return 1
+    sleep 0.2
+  done
+}
+running() { for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }  # any of them
+gone() { ! kill -0 "$1" 2>/dev/null; }
+no_rank_left() { ! pgrep -f "^$TPSERVE serve" >/dev/null; }
+stream_started() { cat "$stream".* 2>/dev/null | grep -q '"text"'; }  # $stream: drain_case's
+
+# drain_case TAG NAME SIGNAL TARGET: TARGET "pid" signals the launcher, "group" its process group.
+drain_case() {
+  local tag=$1 name=$2 sig=$3 target=$4 http=$PORT grpc=$((PORT + 1))
+  PORT=$((PORT + 2))
+  local log="$WORK/$tag.log" stream="$WORK/$tag.stream" i
+  # Job control: the launcher gets its own process group, as a terminal's foreground job does,
+  # and SIGINT is not ignored in it.
+  set -m
+  "$LAUNCHER" "${MPIRUN[@]:1}" -np 2 "$TPSERVE" serve "${MODEL[@]}" --host 127.0.0.1 --http-port $http \
+    --grpc-port $grpc --kv-cache-memory 128MiB --max-num-seqs 1 --shutdown-timeout $DRAIN_S >"$log" 2>&1 &
+  LPID=$!
+  set +m
+  if ! wait_healthy $http; then
+    bad "$name: server not ready: $(cat "$log")"
+    return
+  fi
+  local mpirun_pid
+  mpirun_pid=$(pgrep -P "$LPID" -x mpirun)
+
+  local curl_pids=()
+  for i in $(seq 1 $STREAMS); do
+    curl -s -N -m 120 "http://127.0.0.1:$http/v1/completions" \
+      -d '{"prompt":"Hello","max_tokens":4000,"ignore_eos":true,"stream":true}' >"$stream.$i" &
+    curl_pids+=($!)
+  done
+  if ! poll 60 stream_started; then
+    bad "$name: no stream started: $(head -c 300 "$stream".*)"
+    return
+  fi
+
+  local t0=$SECONDS
+  if [ "$target" = group ]; then kill -"$sig" -- -"$LPID"; else kill -"$sig" "$LPID"; fi
+  poll 30 grep -q "draining (up to" "$log" || bad "$name: rank 0 did not start draining: $(cat "$log")"
+  if running "${curl_pids[@]}"; then
+    local code
+    code=$(curl -s -m 30 -o "$WORK/$tag.refused" -w '%{http_code}' "http://127.0.0.1:$http/v1/completions" \
+      -d '{"prompt":"Hi","max_tokens":3}')
+    [ "$code" = 503 ] && grep -q "shutting down" "$WORK/$tag.refused" \
+      && ok "$name: a new request during the drain gets 503 \"the server is shutting down\"" \
+      || bad "$name: a request during the drain got $code $(cat "$WORK/$tag.refused")"
+  else
+    bad "$name: the streams ended before the drain could be probed: $(tail -c 300 "$stream".1)"
+  fi
+
+  poll $((DRAIN_S + 60)) gone "$LPID"
+  local rc=0 elapsed
+  wait "$LPID" || rc=$?
+  elapsed=$((SECONDS - t0))
+  LPID=
+  [ $rc -eq 0 ] && [ $elapsed -le $((DRAIN_S + 20)) ] \
+    && ok "$name: the launcher exits 0 after ${elapsed} s (--shutdown-timeout $DRAIN_S)" \
+    || bad "$name: launcher rc=$rc after ${elapsed} s: $(tail -8 "$log")"
+  wait "${curl_pids[@]}"
+  local ended=0
+  for i in $(seq 1 $STREAMS); do
+    if tail -n 3 "$stream.$i" | grep -q "data: \[DONE\]" \
+      && grep -q -e "the server shut down before the request finished" -e '"finish_reason":"length"' "$stream.$i"; then
+      ended=$((ended + 1))
+    else
+      echo "  stream $i: $(tail -c 400 "$stream.$i")"
+    fi
+  done
+  [ $ended -eq $STREAMS ] && ok "$name: all $STREAMS streams (running and queued) end with a reason and [DONE]" \
+    || bad "$name: only $ended/$STREAMS streams ended with a reason"
+  grep -q "SIGUSR1: draining" "$log" && grep -q "drained; shutting down" "$log" \
+    && ok "$name: rank 0 drained" || bad "$name: log: $(cat "$log")"
+  [ -n "$mpirun_pid" ] && poll 15 no_rank_left && poll 15 gone "$mpirun_pid" && ok "$name: no rank and no mpirun left" \
+    || bad "$name: left: $(pgrep -af "^$TPSERVE serve|^mpirun")"
+}
+
+drain_case term "SIGTERM to tpserve-mpirun" TERM pid
+drain_case ctrl_c "Ctrl-C (SIGINT to the launcher's process group)" INT group
+
+finish
