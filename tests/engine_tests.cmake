@@ -2,6 +2,10 @@
 tp_add_test(model_config_test SOURCES model_config_test.cc LIBS tpserve_engine)
 tp_add_test(safetensors_test SOURCES safetensors_test.cc LIBS tpserve_engine)
 tp_add_test(model_test SOURCES model_test.cc LIBS tpserve_coordinator)
+# Rounding flips alone (the bf16 CPU reference, jittered) stay inside the GPU model test's
+# tolerance on every fixture. Passive OpenMP waits: its 2 threads spin on busy CI cores.
+tp_add_test(rounding_envelope_test SOURCES rounding_envelope_test.cc LIBS tpserve_coordinator)
+set_tests_properties(rounding_envelope_test PROPERTIES ENVIRONMENT "OMP_WAIT_POLICY=passive")
 # Decode steps replayed from CUDA graphs: padding, block-table width, batch sizes, and the
 # model's replay path through a fake StepGraphs on the CPU.
 tp_add_test(decode_graphs_test SOURCES decode_graphs_test.cc LIBS tpserve_launch tpserve_coordinator)

@@ -300,15 +300,25 @@ def build_qwen3():
 # large (softcap matters) and greedy decoding stays varied.
 GEMMA_NORM_MEANS = {"post_attention_layernorm": 3.0, "post_feedforward_layernorm": 3.0, "model.norm": 3.0,
                     "language_model.norm": 3.0}
+# Gemma 4 scales q·k by 1.0 (its q/k norms stand in for 1/sqrt(head_dim)): with q/k norm
+# weights near 1 the attention scores have std sqrt(head_dim) = 4 to 6, attention is near
+# one-hot, and one flipped bf16 rounding moved the logits by up to 1.1
+# (tests/rounding_envelope_test.cc; the other fixtures: 0.11 to 0.21). q/k norm weights of
+# mean 0.5 give scores of std ~1 (as Gemma 3's query_pre_attn_scalar does), a final norm of
+# mean 1.5 the other fixtures' logit scale (max 11: the softcap still moves it by 0.6).
+# Post norms of mean 2.5 and seed 4005 keep both fixtures' greedy tokens varied.
+GEMMA4_INIT = dict(embed_std=0.2, norm_means={"post_attention_layernorm": 2.5, "post_feedforward_layernorm": 2.5,
+                                              "model.norm": 1.5, "language_model.norm": 1.5,
+                                              "q_norm": 0.5, "k_norm": 0.5})
 
 FIXTURES = {
     # build: returns the model; cls: class used to reload it; seed: weights + prompt seed;
     # dtype: dtype on disk; shard: max_shard_size; init: randomize_weights() kwargs.
-    "gemma4_text": dict(build=build_gemma4_text, cls=Gemma4ForCausalLM, seed=4001, dtype="float32",
-                        init=dict(embed_std=0.2, norm_means=GEMMA_NORM_MEANS)),
+    "gemma4_text": dict(build=build_gemma4_text, cls=Gemma4ForCausalLM, seed=4005, dtype="float32",
+                        init=GEMMA4_INIT),
     "gemma4_multimodal": dict(build=build_gemma4_multimodal, cls=Gemma4ForConditionalGeneration,
                               seed=4002, dtype="bfloat16", shard="300KB", randomized_by_builder=True,
-                              init=dict(embed_std=0.2, norm_means=GEMMA_NORM_MEANS)),
+                              init=GEMMA4_INIT),
     "gemma3_text": dict(build=build_gemma3_text, cls=Gemma3ForCausalLM, seed=3001, dtype="float32",
                         init=dict(gemma3_norm=True, embed_std=0.1, norm_means=GEMMA_NORM_MEANS)),
     "llama3": dict(build=build_llama3, cls=LlamaForCausalLM, seed=1001, dtype="float32",
