@@ -105,16 +105,26 @@ __device__ __forceinline__ float NormWeighted(float xn, const float* w, int64_t 
   }
 }
 
-// 1 / rms of a row of n bf16 values, each lane summing elements lane, lane + 32, ...:
-// the warp-per-row order of the RMSNorm kernel, which fused kernels reuse to match it.
-__device__ __forceinline__ float WarpInvRms(const __nv_bfloat16* x, int64_t n, int lane, float eps) {
+// 1 / rms of a row of n bf16 values, kTpr threads per row, thread `tid` summing elements
+// tid, tid + kTpr, ... (kTpr = 32: a warp per row; kTpr = blockDim.x: a block per row, and
+// then every thread of the block must call it: rows past the end pass active = false).
+// The one reduction order of the RMSNorm kernels, which the fused kernels share to match
+// them bit for bit. scratch: 32 floats of shared memory (unused for a warp).
+template <int kTpr>
+__device__ __forceinline__ float InvRms(const __nv_bfloat16* x, int64_t n, int tid, bool active, float eps,
+                                        float* scratch) {
   float ss = 0.0f;
-  for (int64_t i = lane; i < n; i += kWarp) {
-    const float v = __bfloat162float(x[i]);
-    ss += v * v;
+  if (active) {
+    for (int64_t i = tid; i < n; i += kTpr) {
+      const float v = __bfloat162float(x[i]);
+      ss += v * v;
+    }
   }
-  ss = WarpSum(ss);
+  ss = kTpr == kWarp ? WarpSum(ss) : BlockSum(ss, scratch);
   return 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+}
+__device__ __forceinline__ float WarpInvRms(const __nv_bfloat16* x, int64_t n, int lane, float eps) {
+  return InvRms<kWarp>(x, n, lane, true, eps, nullptr);
 }
 
 // Rotate-half RoPE of the pair (x0, x1) = (x[i], x[i + half]) by the angle with cosine c

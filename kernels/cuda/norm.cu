@@ -24,16 +24,8 @@ __global__ void RmsNormKernel(const bf16* x, const float* __restrict__ w, int64_
   // Out-of-range rows still take part in the block reduction below (kTpr == blockDim.x
   // has a single row per block, so this only idles warps of the last block).
   const bool active = r < rows;
-  float ss = 0.0f;
-  if (active) {
-    for (int64_t i = tid; i < dim; i += kTpr) {
-      const float v = __bfloat162float(x[r * dim + i]);
-      ss += v * v;
-    }
-  }
-  ss = kTpr == kWarp ? WarpSum(ss) : BlockSum(ss, scratch);
+  const float inv_rms = InvRms<kTpr>(x + r * dim, dim, tid, active, eps, scratch);
   if (!active) return;
-  const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
   for (int64_t i = tid; i < dim; i += kTpr) {
     const float v = __bfloat162float(x[r * dim + i]);
     out[r * dim + i] = __float2bfloat16_rn(NormWeighted(v * inv_rms, w, i, kind));
@@ -53,18 +45,7 @@ __global__ void ResidualNormKernel(const bf16* __restrict__ o, const float* __re
   const int tid = threadIdx.x % kTpr;
   const bool active = r < rows;
   const float n = static_cast<float>(dim);
-  float inv_o = 1.0f;
-  if (post_w != nullptr) {
-    float ss = 0.0f;
-    if (active) {
-      for (int64_t i = tid; i < dim; i += kTpr) {
-        const float v = __bfloat162float(o[r * dim + i]);
-        ss += v * v;
-      }
-    }
-    ss = kTpr == kWarp ? WarpSum(ss) : BlockSum(ss, scratch);
-    inv_o = 1.0f / sqrtf(ss / n + eps);
-  }
+  const float inv_o = post_w != nullptr ? InvRms<kTpr>(o + r * dim, dim, tid, active, eps, scratch) : 1.0f;
   // Each thread rereads only the h values it wrote itself: no barrier needed.
   float ss = 0.0f;
   if (active) {
