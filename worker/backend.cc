@@ -9,12 +9,14 @@
 namespace tpserve {
 
 void Backend::LinearSplit(const Tensor& x, const Tensor& w, const float* bias, std::span<const Tensor> outs) {
+  int64_t cols = 0;
+  for (const Tensor& y : outs) cols += y.cols;
+  TP_CHECK(cols == w.rows);
   int64_t r0 = 0;
   for (const Tensor& y : outs) {
     Linear(x, w.RowSlice(r0, y.cols), bias != nullptr ? bias + r0 : nullptr, y);
     r0 += y.cols;
   }
-  TP_CHECK(r0 == w.rows);
 }
 
 void Backend::AttentionPrologue(Tensor q, Tensor k, Tensor v, const AttentionPrologueParams& p) {
