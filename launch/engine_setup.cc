@@ -281,6 +281,7 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
   }
   if (kv.ok()) kv = e.model->AllocateKvCache(blocks);
   TP_RETURN_IF_ERROR(comm.AgreeOnStatus(kv));
+  e.model->FitGraphsToKvCache();  // same blocks on every rank: same width
   e.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return e;
 }

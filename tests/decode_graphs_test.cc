@@ -188,7 +188,10 @@ struct GenResult {
 };
 
 // Three prompts (so decode steps of 3 pad to 4) through the Generator, greedy, with logits.
-GenResult Generate(const std::string& fixture, int tp, const std::vector<int32_t>& graph_sizes) {
+// max_model_len 40 is 10 blocks wide, beyond what the generator's tables hold; with
+// fit_kv_blocks > 0 the cache has that many blocks and the model fits its graphs to it.
+GenResult Generate(const std::string& fixture, int tp, const std::vector<int32_t>& graph_sizes,
+                   int32_t max_model_len = 40, int64_t fit_kv_blocks = 0) {
   GenResult r;
   testing::RunThreads(tp, [&](Communicator& comm) {
     auto config = LoadModelConfig(testing::FixtureDir(fixture));
@@ -200,10 +203,11 @@ GenResult Generate(const std::string& fixture, int tp, const std::vector<int32_t
     ModelOptions mo;
     mo.block_size = 4;
     mo.cuda_graph_batch_sizes = graph_sizes;
-    mo.max_model_len = 40;  // 10 blocks wide, beyond what the generator's tables hold
+    mo.max_model_len = max_model_len;
     auto model = Model::Load(*config, **source, backend, comm, mo);
     ASSERT_TRUE(model.ok()) << model.status();
-    ASSERT_TRUE((*model)->AllocateKvCache(64).ok());
+    ASSERT_TRUE((*model)->AllocateKvCache(fit_kv_blocks > 0 ? fit_kv_blocks : 64).ok());
+    if (fit_kv_blocks > 0) (*model)->FitGraphsToKvCache();
     if (comm.rank() != 0) {
       ASSERT_TRUE(RunWorkerLoop(**model, comm).ok());
       return;
@@ -247,6 +251,22 @@ TEST(DecodeGraphsTest, ReplayedDecodeStepsMatchEager) {
   EXPECT_GE(graphs.replays, 3);  // 5 decode steps of 3 -> 4: one warm-up, then captured
   EXPECT_EQ(graphs.max_table_width, DecodeBlockTableWidth(40, 4));
   ExpectSame(eager, graphs);
+}
+
+// A cache of 16 blocks of 4 tokens holds no sequence beyond 64 tokens: replayed steps
+// take 16 table columns, not max_model_len 4000's 1000, and compute the same.
+TEST(DecodeGraphsTest, GraphsFitTheirTablesToTheKvCache) {
+  const GenResult eager = Generate("qwen3", 1, {});
+  const GenResult wide = Generate("qwen3", 1, {1, 2, 4}, /*max_model_len=*/4000);
+  EXPECT_EQ(wide.max_table_width, DecodeBlockTableWidth(4000, 4));
+  const GenResult fitted = Generate("qwen3", 1, {1, 2, 4}, /*max_model_len=*/4000, /*fit_kv_blocks=*/16);
+  ASSERT_TRUE(fitted.graphs);
+  EXPECT_GE(fitted.replays, 3);
+  EXPECT_EQ(fitted.max_table_width, 16);
+  ExpectSame(eager, fitted);
+  // A cache that holds more than max_model_len changes nothing.
+  const GenResult roomy = Generate("qwen3", 1, {1, 2, 4}, /*max_model_len=*/40, /*fit_kv_blocks=*/64);
+  EXPECT_EQ(roomy.max_table_width, DecodeBlockTableWidth(40, 4));
 }
 
 TEST(DecodeGraphsTest, LargerStepsThanTheSizesRunEagerly) {

@@ -358,6 +358,22 @@ absl::Status Model::ReserveGraphBuffers() {
   return absl::OkStatus();
 }
 
+void Model::FitGraphsToKvCache() {
+  if (!graphs_ || num_blocks_.empty()) return;
+  int64_t tokens = -1;  // the longest sequence the cache holds; -1: no full-attention group
+  for (size_t g = 0; g < num_blocks_.size(); ++g) {
+    if (config_.kv_group_windows[g] != 0) continue;
+    const int64_t t = num_blocks_[g] * options_.block_size;
+    tokens = tokens < 0 ? t : std::min(tokens, t);
+  }
+  if (tokens <= 0) return;
+  const int32_t width = DecodeBlockTableWidth(tokens, options_.block_size);
+  if (width >= graph_table_width_) return;
+  ClearGraphs();
+  graph_table_width_ = width;
+  graph_buffers_reserved_ = false;  // the attention workspace follows the width
+}
+
 absl::Status Model::CaptureCudaGraphs() {
   if (!cuda_graphs()) return absl::OkStatus();
   if (num_blocks_.empty()) return absl::FailedPreconditionError("CaptureCudaGraphs before AllocateKvCache");

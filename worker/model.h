@@ -99,6 +99,13 @@ class Model {
   // AllocateKvCache and FreeKvCache drop the graphs (they read the cache), and Forward
   // captures again lazily. Collective (NCCL inside the graphs). A no-op without graphs.
   absl::Status CaptureCudaGraphs();
+  // After the final AllocateKvCache: narrows the replayed steps' block-table width to what
+  // one sequence can reach in this cache (the smallest full-attention group's blocks x
+  // block size; sliding groups' tables are indexed by the same positions), when that is
+  // less than max_model_len. The 31B on one H200 holds ~79k tokens, not 262144, so a
+  // replayed step uploads and scans 3.3x fewer table columns. Drops captured graphs (they
+  // are captured again on use); never widens. A no-op without graphs.
+  void FitGraphsToKvCache();
 
   const ModelConfig& config() const { return config_; }
   int32_t block_size() const { return options_.block_size; }
