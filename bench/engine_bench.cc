@@ -40,6 +40,7 @@ ABSL_FLAG(double, gpu_memory_utilization, 0.9, "cuda: fraction of the GPU's memo
 ABSL_FLAG(int, prefill_tokens, 2048, "cuda: tokens of the prefill measurement's prompt");
 ABSL_FLAG(std::string, decode_mode, "both", "cuda: decode steps replayed from CUDA graphs (graphs), eager as "
                                            "--enforce-eager (eager), or both side by side (both)");
+ABSL_FLAG(bool, op_profile, false, "cuda, TP 1: also time one eager decode step op by op (each op synchronized)");
 ABSL_FLAG(int, num_layers, 0, "cuda: run the model's first N layers only (0: all); shortens the dummy load");
 
 namespace tpserve {
@@ -153,6 +154,7 @@ int MainGpu() {
   o.num_layers = absl::GetFlag(FLAGS_num_layers);
   o.json = absl::GetFlag(FLAGS_json);
   o.decode_mode = absl::GetFlag(FLAGS_decode_mode);
+  o.op_profile = absl::GetFlag(FLAGS_op_profile);
   if (o.decode_mode != "graphs" && o.decode_mode != "eager" && o.decode_mode != "both") {
     std::fprintf(stderr, "engine_bench: --decode_mode \"%s\" is not one of graphs, eager, both\n", o.decode_mode.c_str());
     return 2;

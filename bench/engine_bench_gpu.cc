@@ -4,6 +4,7 @@
 // Every step samples greedily on the GPU (only token ids reach the host), as serving does.
 // Decode runs replayed from CUDA graphs and eagerly on the same engine, side by side.
 #include "bench/engine_bench_gpu.h"
+#include "bench/op_profile.h"
 
 #include <algorithm>
 #include <chrono>
@@ -155,6 +156,10 @@ struct TpResult {
   std::vector<DecodeResult> decode;
   bool graphs = false;  // the engine replays decode steps from CUDA graphs
   int64_t peak_used_bytes = 0, total_bytes = 0;
+  // --op_profile: one eager decode step at the first batch size, op by op.
+  std::vector<OpProfileRow> op_rows;
+  double op_step_ms = 0, op_sync_us = 0;
+  int op_batch = 0;
 };
 
 // One Execute, timed on the host (plan broadcast, the step and the logits included).
@@ -169,7 +174,7 @@ absl::StatusOr<std::pair<double, double>> TimedStep(StepExecutor& exec, const St
 // Rank 0's measurements once the engine is up.
 // `set_graphs` turns replays on or off on every rank (between steps).
 absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exec,
-                     const std::function<void(bool)>& set_graphs, TpResult& r) {
+                     const std::function<void(bool)>& set_graphs, OpProfileBackend* profiler, TpResult& r) {
   const ModelConfig& c = engine.config;
   const size_t groups = c.kv_group_windows.size();
   const int32_t bs = engine.model->block_size();
@@ -239,6 +244,18 @@ absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exe
       r.decode.push_back(d);
       sample();
     }
+    if (profiler != nullptr && batch == o.batch.front()) {
+      // The last measured position again (its KV slot is rewritten with the same values).
+      set_graphs(false);
+      const StepPlan plan = DecodePlan(layout, batch, o.context + steps - 1, bs, groups, c.vocab_size);
+      profiler->Start();
+      TP_ASSIGN_OR_RETURN(auto t, TimedStep(exec, plan));
+      profiler->Stop();
+      r.op_rows = profiler->Rows();
+      r.op_step_ms = t.first;
+      r.op_sync_us = profiler->SyncUs();
+      r.op_batch = batch;
+    }
     set_graphs(true);
     if (r.decode.size() - first == 2) r.decode[first].eager_step_ms = r.decode[first + 1].step_ms;
   }
@@ -265,6 +282,14 @@ TpResult RunTp(const GpuBenchOptions& o, const ModelConfig& config, int tp) {
   // would make them 16384 blocks wide).
   eo.max_model_len = std::min<int64_t>(config.max_position_embeddings,
                                        std::max(o.prefill_tokens, o.context + kWarmupDecodeSteps + o.decode_steps));
+  OpProfileBackend* profiler = nullptr;
+  if (o.op_profile && tp == 1) {
+    eo.wrap_backend = [&](std::unique_ptr<Backend> b) -> std::unique_ptr<Backend> {
+      auto p = std::make_unique<OpProfileBackend>(std::move(b));
+      profiler = p.get();
+      return p;
+    };
+  }
   std::vector<int64_t> weight_bytes(tp, 0);
   std::vector<Model*> models(tp, nullptr);
   LocalGroup group(tp);
@@ -297,7 +322,7 @@ TpResult RunTp(const GpuBenchOptions& o, const ModelConfig& config, int tp) {
       auto set_graphs = [&](bool on) {
         for (Model* m : models) m->set_cuda_graphs_enabled(on);
       };
-      absl::Status st = Measure(o, *engine, exec, set_graphs, r);
+      absl::Status st = Measure(o, *engine, exec, set_graphs, profiler, r);
       exec.Shutdown();
       if (!st.ok()) r.error = std::string(st.message());
     });
@@ -398,6 +423,23 @@ int RunGpuEngineBench(const GpuBenchOptions& o) {
                 "eager: as --enforce-eager%s)\n", r.graphs ? "" : "; this engine has no graphs (staged communicator)");
     if (std::any_of(r.decode.begin(), r.decode.end(), [](const DecodeResult& d) { return d.kv == "shared"; })) {
       std::printf("(KV shared: the batch's own context blocks do not fit, so its sequences read one copy of them)\n");
+    }
+    if (!r.op_rows.empty()) {
+      double sum_us = 0;
+      int64_t calls = 0;
+      for (const OpProfileRow& row : r.op_rows) {
+        sum_us += row.total_us;
+        calls += row.calls;
+      }
+      std::printf("\nop profile: one eager decode step, batch %d, each op synchronized (%lld ops; the step took "
+                  "%.2f ms timed so, the ops %.2f ms, of which %.2f ms synchronization at %.1f us per op)\n",
+                  r.op_batch, static_cast<long long>(calls), r.op_step_ms, sum_us / 1e3, calls * r.op_sync_us / 1e3,
+                  r.op_sync_us);
+      std::printf("%-52s %6s %10s %10s %7s\n", "op", "calls", "total_ms", "us/call", "share");
+      for (const OpProfileRow& row : r.op_rows) {
+        std::printf("%-52s %6lld %10.3f %10.1f %6.1f%%\n", row.op.c_str(), static_cast<long long>(row.calls),
+                    row.total_us / 1e3, row.total_us / row.calls, 100.0 * row.total_us / sum_us);
+      }
     }
     if (o.json) {
       nlohmann::json j = {{"backend", "cuda"},

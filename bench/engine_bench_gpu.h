@@ -27,6 +27,9 @@ struct GpuBenchOptions {
   // ("eager", as --enforce-eager), or both on the same engine, side by side ("both").
   // Where the engine has no graphs (ranks sharing a GPU), every row is eager.
   std::string decode_mode = "both";
+  // TP 1: one more eager decode step at the first batch size, timed op by op
+  // (bench/op_profile.h), printed as a table after the others.
+  bool op_profile = false;
 };
 
 // Prints the table (and JSON); returns the process exit code.

@@ -5,7 +5,7 @@
 # kernel micro-benchmark and the engine benchmark on dummy gemma-4-31b weights
 # (engine_bench --backend cuda: copy bandwidth, cuBLAS GEMM, prefill TFLOP/s, decode at
 # batch 1/8/64/256 over 1024 tokens, peak memory, KV blocks at --gpu-memory-utilization
-# 0.9), checks that `tpserve generate --device cuda` gives the CPU backend's greedy tokens
+# 0.9, and one batch-1 decode step timed op by op), checks that `tpserve generate --device cuda` gives the CPU backend's greedy tokens
 # on a tiny checkpoint (1 rank, and 2 thread ranks sharing the GPU), and prints one summary
 # table. Budget: under 8 minutes on one H200; when the steps before the engine benchmark
 # leave too little time for the 31B model's 62 GB of dummy weights, it runs its first 12
@@ -179,7 +179,7 @@ if [[ -x $build/bench/engine_bench ]]; then
   # 16 cores (2026-11-30), the whole 31B benchmark about 40 s; with less than 5 minutes
   # left for it and what follows, take the first 12 of the 60 layers (same shapes, a
   # fifth of the weights).
-  args=${ENGINE_BENCH_ARGS:---backend cuda --model gemma-4-31b --tp 1 --batch 1,8,64,256 --context 1024 --decode_steps 16 --prefill_tokens 2048 --gpu_memory_utilization 0.9 --json}
+  args=${ENGINE_BENCH_ARGS:---backend cuda --model gemma-4-31b --tp 1 --batch 1,8,64,256 --context 1024 --decode_steps 16 --prefill_tokens 2048 --gpu_memory_utilization 0.9 --op_profile --json}
   note=""
   if [[ -z ${ENGINE_BENCH_ARGS:-} ]] && (( $(left) < 300 )); then
     args+=" --num_layers 12"

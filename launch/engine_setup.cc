@@ -133,15 +133,17 @@ absl::Status MakeBackend(const EngineOptions& o, const WorldConfig& world, Engin
   if (e.device == DeviceKind::kCuda) {
     e.gpu = GpuForLocalRank(world.local_rank, CudaDeviceCount());
     TP_ASSIGN_OR_RETURN(e.backend, MakeCudaEngineBackend(e.gpu));
-    return absl::OkStatus();
+  } else {
+    BackendOptions bo;
+    bo.threads = o.threads;
+    if (bo.threads <= 0) {
+      // Ranks on one node share its cores.
+      bo.threads =
+          std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(std::max(1, world.local_size)));
+    }
+    e.backend = MakeCpuBackend(bo);
   }
-  BackendOptions bo;
-  bo.threads = o.threads;
-  if (bo.threads <= 0) {
-    // Ranks on one node share its cores.
-    bo.threads = std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(std::max(1, world.local_size)));
-  }
-  e.backend = MakeCpuBackend(bo);
+  if (o.wrap_backend) e.backend = o.wrap_backend(std::move(e.backend));
   return absl::OkStatus();
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,6 +55,9 @@ struct EngineOptions {
   // has run on a GPU (written 2026-11-30 when no GPU was left to run it; docs/gpu_backend.md):
   // --enforce-eager=false captures.
   bool enforce_eager = true;
+  // A decorator put around the backend as soon as it exists (engine_bench --op_profile).
+  // On cuda at TP > 1 the device communicators need the CUDA backend itself: TP 1 only.
+  std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> wrap_backend;
 };
 
 // The CUDA graph batch sizes the engine captures for these options on `device` (empty:

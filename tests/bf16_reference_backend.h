@@ -4,9 +4,9 @@
 // logits by up to ~0.3 against transformers' fp32 ones), this one is (another summation
 // order moves them by 0.11-0.21: tests/rounding_envelope_test.cc).
 //
-// The fused ops (Backend::LinearSplit, AttentionPrologue, ResidualNorm) are not overridden:
-// their defaults call the ops below, so the reference rounds where the CUDA backend's fused
-// kernels do.
+// The fused ops (Backend::LinearSplit, AttentionPrologue, ResidualNorm) run Backend's
+// defaults, which call the ops below, so the reference rounds where the CUDA backend's
+// fused kernels do.
 // Attention rounds its softmax weights to bf16 before P·V, as both CUDA attention kernels
 // do on tensor cores (without it, qwen2 and gemma4_multimodal fail by 1.4x on an H200).
 // Used by tests/cuda_model_test.cc and tests/rounding_envelope_test.cc.
@@ -21,7 +21,7 @@
 #include <memory>
 #include <random>
 
-#include "tests/forwarding_backend.h"
+#include "worker/forwarding_backend.h"
 #include "worker/backend.h"
 
 namespace tpserve::testing {
@@ -34,6 +34,18 @@ class Bf16ReferenceBackend : public ForwardingBackend {
         jitter_(jitter_seed != 0),
         rng_(jitter_seed) {}
   std::string name() const override { return "cpu-bf16-reference"; }
+
+  // Fused ops op by op, so that each step rounds.
+  void LinearSplit(const Tensor& x, const Tensor& w, const float* bias, std::span<const Tensor> outs) override {
+    Backend::LinearSplit(x, w, bias, outs);
+  }
+  void AttentionPrologue(Tensor q, Tensor k, Tensor v, const AttentionPrologueParams& p) override {
+    Backend::AttentionPrologue(q, k, v, p);
+  }
+  void ResidualNorm(Tensor o, const float* post_w, Tensor h, float scale, const float* next_w, float eps,
+                    cpu::NormKind kind, Tensor x) override {
+    Backend::ResidualNorm(o, post_w, h, scale, next_w, eps, kind, x);
+  }
 
   void Embedding(const int32_t* ids, int64_t n, const Tensor& table, int64_t vocab_start, float scale,
                  Tensor out) override {

@@ -10,10 +10,10 @@
 
 #include "gtest/gtest.h"
 #include "launch/engine_setup.h"
-#include "tests/forwarding_backend.h"
 #include "tests/tp_harness.h"
 #include "worker/backend.h"
 #include "worker/decode_graphs.h"
+#include "worker/forwarding_backend.h"
 #include "worker/weight_source.h"
 
 namespace tpserve {
@@ -160,7 +160,7 @@ class FakeStepGraphs : public StepGraphs {
 };
 
 // The CPU backend plus FakeStepGraphs.
-class GraphCpuBackend : public testing::ForwardingBackend {
+class GraphCpuBackend : public ForwardingBackend {
  public:
   explicit GraphCpuBackend(int* replays)
       : ForwardingBackend(MakeCpuBackend(BackendOptions{.threads = 1})), replays_(replays) {}

@@ -11,6 +11,8 @@ set_tests_properties(rounding_envelope_test PROPERTIES ENVIRONMENT "OMP_WAIT_POL
 tp_add_test(decode_graphs_test SOURCES decode_graphs_test.cc LIBS tpserve_launch tpserve_coordinator)
 # Device and communicator choice, the KV planner's budget split, --device errors (CPU).
 tp_add_test(device_choice_test SOURCES device_choice_test.cc LIBS tpserve_launch)
+# bench/op_profile.h (engine_bench --op_profile) on the CPU backend.
+tp_add_test(op_profile_test SOURCES op_profile_test.cc LIBS tpserve_op_profile tpserve_launch)
 
 # The same under real MPI ranks. --oversubscribe: CI has 2 cores; the vader single-copy
 # mechanism needs ptrace rights that containers often lack.

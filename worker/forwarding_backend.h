@@ -1,6 +1,8 @@
-// A Backend that passes every call to another backend, for tests that change one or two
-// of its ops (tests/bf16_reference_backend.h rounds every output to bf16;
-// tests/decode_graphs_test.cc adds fake CUDA graphs): they override only those.
+// A Backend that passes every call to another backend, for decorators that change or
+// watch one or two of its ops and override only those: tests/bf16_reference_backend.h
+// rounds every output to bf16, tests/decode_graphs_test.cc adds fake CUDA graphs,
+// bench/op_profile.h times each op. The fused ops go to the inner backend's fused
+// versions too; a decorator that wants them op by op calls Backend's defaults.
 #pragma once
 
 #include <memory>
@@ -10,7 +12,7 @@
 
 #include "worker/backend.h"
 
-namespace tpserve::testing {
+namespace tpserve {
 
 class ForwardingBackend : public Backend {
  public:
@@ -52,6 +54,27 @@ class ForwardingBackend : public Backend {
                       Tensor out) override {
     inner_->PagedAttention(q, k_cache, v_cache, token_seq, token_pos, block_tables, p, out);
   }
+  void LinearSplit(const Tensor& x, const Tensor& w, const float* bias, std::span<const Tensor> outs) override {
+    inner_->LinearSplit(x, w, bias, outs);
+  }
+  void AttentionPrologue(Tensor q, Tensor k, Tensor v, const AttentionPrologueParams& p) override {
+    inner_->AttentionPrologue(q, k, v, p);
+  }
+  void ResidualNorm(Tensor o, const float* post_w, Tensor h, float scale, const float* next_w, float eps,
+                    cpu::NormKind kind, Tensor x) override {
+    inner_->ResidualNorm(o, post_w, h, scale, next_w, eps, kind, x);
+  }
+  void SampleShards(const void* shards, int tp, int64_t rows, int64_t shard_cols, int64_t vocab,
+                    const RowSampling* params, const int32_t* offsets, const int32_t* token_ids, const int32_t* counts,
+                    int32_t* out) override {
+    inner_->SampleShards(shards, tp, rows, shard_cols, vocab, params, offsets, token_ids, counts, out);
+  }
+  absl::Status ReserveAttentionWorkspace(int64_t tokens, const cpu::PagedAttentionParams& p) override {
+    return inner_->ReserveAttentionWorkspace(tokens, p);
+  }
+  std::unique_ptr<StepGraphs> MakeStepGraphs(const std::vector<int32_t>& batch_sizes) override {
+    return inner_->MakeStepGraphs(batch_sizes);
+  }
 
  protected:
   Backend& inner() { return *inner_; }
@@ -60,4 +83,4 @@ class ForwardingBackend : public Backend {
   std::unique_ptr<Backend> inner_;
 };
 
-}  // namespace tpserve::testing
+}  // namespace tpserve
