@@ -202,6 +202,40 @@ int Main(int argc, char** argv) {
     cudaFree(x);
     cudaFree(y);
   }
+  {  // The m = 1 GEMV's block shape: the production {features 4, unroll 4, 2 blocks per SM}
+     // against the other instantiated tunings, at the shapes batch-1 decode spends its time
+     // in. Every tuning must give the production bits (checked here).
+    struct Shape {
+      const char* name;
+      int64_t n, k;
+    };
+    for (const Shape& s : {Shape{"gate|up", 2 * I, H}, Shape{"q|k|v sliding", 16384, H}, Shape{"down", H, I}}) {
+      const int64_t bytes = 2 * s.n * s.k;
+      const int copies = static_cast<int>(std::max<int64_t>(1, ((int64_t{256} << 20) + bytes - 1) / bytes));
+      std::vector<bf16*> ws;
+      for (int c = 0; c < copies; ++c) ws.push_back(RandomBf16(s.n * s.k, 30 + c));
+      bf16* x = RandomBf16(s.k, 29);
+      bf16* want = Alloc<bf16>(s.n);
+      bf16* got = Alloc<bf16>(s.n);
+      Gemv(x, 1, s.k, ws[0], DType::kBF16, s.n, want, st);
+      std::vector<uint16_t> want_h(s.n), got_h(s.n);
+      TP_CUDA_CHECK(cudaMemcpyAsync(want_h.data(), want, s.n * 2, cudaMemcpyDeviceToHost, st));
+      TP_CUDA_CHECK(cudaStreamSynchronize(st));
+      for (const GemvTuning& t : GemvTunings()) {
+        GemvWithTuning(t, x, s.k, ws[0], s.n, got, st);
+        TP_CUDA_CHECK(cudaMemcpyAsync(got_h.data(), got, s.n * 2, cudaMemcpyDeviceToHost, st));
+        TP_CUDA_CHECK(cudaStreamSynchronize(st));
+        int turn = 0;
+        const double us = TimeUs(st, [&] { GemvWithTuning(t, x, s.k, ws[turn++ % copies], s.n, got, st); });
+        const std::string name = "gemv tune " + std::to_string(t.features) + "/" + std::to_string(t.unroll) + "/" +
+                                 std::to_string(t.min_blocks) + (got_h == want_h ? "" : " BITS DIFFER");
+        Row(name.c_str(), std::string(s.name) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k), us, bytes,
+            "GB/s", peak_gbs);
+      }
+      for (bf16* w : ws) cudaFree(w);
+      for (void* p : {static_cast<void*>(x), static_cast<void*>(want), static_cast<void*>(got)}) cudaFree(p);
+    }
+  }
   {  // Batch-1 decode's small ops, fused against op by op (launch gaps included: kernels
      // back to back on one stream, as an eager decode step runs them).
     const int64_t T = 1, qh = 32, kvh = 16, D = 256;

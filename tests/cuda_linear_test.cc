@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <utility>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -88,6 +89,26 @@ TEST_P(CudaGemvTest, SplitOutputsMatchOneOutput) {
       }
       EXPECT_TRUE(testing::BitEqual(parts[p]->Download(), expect)) << "part " << p << " of " << cols.size();
       c0 += cols[p];
+    }
+  }
+}
+
+// The block shapes cuda_kernels_bench sweeps give the production GEMV's bits exactly.
+TEST(CudaGemvTuningTest, EveryTuningMatchesGemvBitForBit) {
+  TP_SKIP_WITHOUT_GPU();
+  for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{4096, 5376}, {1030, 21504 / 8}, {7, 64}}) {
+    const std::vector<float> x = RoundBf16(RandomVector(k, 5));
+    const std::vector<float> w = RandomVector(n * k, 6, -1.0f / std::sqrt(k), 1.0f / std::sqrt(k));
+    DeviceArray<uint8_t> d_w(WeightBytes(w, DType::kBF16));
+    DeviceArray<uint16_t> d_x(ToBf16(x)), want(n), got(n);
+    auto* xb = reinterpret_cast<bf16*>(d_x.get());
+    cuda::Gemv(xb, 1, k, d_w.get(), DType::kBF16, n, reinterpret_cast<bf16*>(want.get()), nullptr);
+    const std::vector<uint16_t> expect = want.Download();
+    for (const cuda::GemvTuning& t : cuda::GemvTunings()) {
+      cuda::GemvWithTuning(t, xb, k, reinterpret_cast<const bf16*>(d_w.get()), n, reinterpret_cast<bf16*>(got.get()),
+                           nullptr);
+      EXPECT_TRUE(testing::BitEqual(got.Download(), expect))
+          << "tuning " << t.features << "/" << t.unroll << "/" << t.min_blocks << " n=" << n << " k=" << k;
     }
   }
 }

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/base.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -134,6 +135,16 @@ struct GemvOutputs {
 };
 void GemvSplit(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype, const GemvOutputs& out,
                cudaStream_t stream);
+// For cuda_kernels_bench's sweep only: the m = 1, bf16-weight GEMV with another block shape
+// (output features per block, 16-byte loads in flight per feature and thread, blocks per
+// SM the registers must allow). Every tuning gives Gemv's bits exactly (same per-thread
+// summation order); the production shape is {4, 4, 2}. k % 8 == 0.
+struct GemvTuning {
+  int features = 4, unroll = 4, min_blocks = 2;
+};
+std::vector<GemvTuning> GemvTunings();  // the instantiated ones
+void GemvWithTuning(const GemvTuning& t, const bf16* x, int64_t k, const bf16* w, int64_t n, bf16* y,
+                    cudaStream_t stream);
 
 // ---- Sampling (kernels/cuda/sampling.cu; semantics in kernels/cuda/sampling.h) ----
 

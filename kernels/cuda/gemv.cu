@@ -9,6 +9,7 @@
 // outputs (a fused QKV projection writes q, k and v). Tested by tests/cuda_linear_test.cc against cpu::Linear;
 // measured by bench/cuda_kernels_bench.cu.
 #include <algorithm>
+#include <vector>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -143,14 +144,23 @@ __device__ __forceinline__ void Widen(const Raw8<float>& r, float* f) {
 }
 
 constexpr int kSplitThreads = 256;
-constexpr int kFeatures = 4;    // output features per block
-constexpr int kSplitUnroll = 4;  // 16-byte vectors per feature in flight per thread
+// The production shape: output features per block, 16-byte vectors per feature in flight
+// per thread, and (for 16-bit weights up to 2 rows, batch-1 decode) two blocks per SM, so
+// one block's loads overlap the other's reduction. GemvTuning benchmarks other choices.
+constexpr int kFeaturesDefault = 4;
+constexpr int kUnrollDefault = 4;
+
+template <typename WT, int kRows>
+constexpr int DefaultMinBlocks() {
+  return kRows <= 2 && sizeof(WT) == 2 ? 2 : 1;
+}
 
 // Block (x: kFeatures output features from blockIdx.x * kFeatures, y: kRows rows of x).
-// Two blocks per SM for 16-bit weights up to 2 rows (batch-1 decode), so one block's
-// loads overlap the other's reduction.
-template <typename WT, int kRows>
-__global__ void __launch_bounds__(kSplitThreads, kRows <= 2 && sizeof(WT) == 2 ? 2 : 1)
+// Thread t sums vectors t, t + 256, ... of each feature in that order whatever kFeatures,
+// kSplitUnroll and kMinBlocks are, so every variant gives bit-identical results.
+template <typename WT, int kRows, int kFeatures = kFeaturesDefault, int kSplitUnroll = kUnrollDefault,
+          int kMinBlocks = DefaultMinBlocks<WT, kRows>()>
+__global__ void __launch_bounds__(kSplitThreads, kMinBlocks)
     GemvSplitKernel(const bf16* __restrict__ x, int64_t m, int64_t k, const WT* __restrict__ w, int64_t n,
                     OutputMap y) {
   __shared__ float partial[kSplitThreads / kWarp][kRows][kFeatures];
@@ -218,11 +228,13 @@ __global__ void __launch_bounds__(kSplitThreads, kRows <= 2 && sizeof(WT) == 2 ?
   }
 }
 
-template <typename WT, int kRows>
+template <typename WT, int kRows, int kFeatures = kFeaturesDefault, int kSplitUnroll = kUnrollDefault,
+          int kMinBlocks = DefaultMinBlocks<WT, kRows>()>
 void LaunchSplit(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, const OutputMap& y,
                  cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((n + kFeatures - 1) / kFeatures), static_cast<unsigned>((m + kRows - 1) / kRows));
-  GemvSplitKernel<WT, kRows><<<grid, kSplitThreads, 0, stream>>>(x, m, k, w, n, y);
+  GemvSplitKernel<WT, kRows, kFeatures, kSplitUnroll, kMinBlocks><<<grid, kSplitThreads, 0, stream>>>(x, m, k, w, n,
+                                                                                                     y);
 }
 
 template <typename WT>
@@ -281,6 +293,47 @@ void GemvSplit(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype
       LaunchGemv(x, m, k, static_cast<const float*>(w), n, y, stream);
       break;
   }
+}
+
+namespace {
+// The tunings instantiated: loads in flight per thread (features x unroll) traded against
+// blocks per SM (registers: 2 blocks allow 128 per thread, 3 about 85, 4 64).
+template <int kF, int kU, int kB>
+struct Tuning {
+  static bool Run(const GemvTuning& t, const bf16* x, int64_t k, const bf16* w, int64_t n, const OutputMap& y,
+                  cudaStream_t stream) {
+    if (t.features != kF || t.unroll != kU || t.min_blocks != kB) return false;
+    LaunchSplit<bf16, 1, kF, kU, kB>(x, 1, k, w, n, y, stream);
+    return true;
+  }
+};
+template <typename... Ts>
+struct TuningList {
+  static std::vector<GemvTuning> All() { return {GemvTuning{Ts::kF, Ts::kU, Ts::kB}...}; }
+  static bool Run(const GemvTuning& t, const bf16* x, int64_t k, const bf16* w, int64_t n, const OutputMap& y,
+                  cudaStream_t stream) {
+    return (Ts::Run(t, x, k, w, n, y, stream) || ...);
+  }
+};
+template <int F, int U, int B>
+struct T : Tuning<F, U, B> {
+  static constexpr int kF = F, kU = U, kB = B;
+};
+using Tunings = TuningList<T<4, 4, 2>, T<4, 3, 2>, T<4, 3, 3>, T<4, 2, 4>, T<2, 4, 3>, T<2, 4, 4>, T<2, 3, 4>,
+                           T<8, 2, 2>, T<8, 2, 3>>;
+}  // namespace
+
+std::vector<GemvTuning> GemvTunings() { return Tunings::All(); }
+
+void GemvWithTuning(const GemvTuning& t, const bf16* x, int64_t k, const bf16* w, int64_t n, bf16* y,
+                    cudaStream_t stream) {
+  TP_CHECK(k % 8 == 0 && n > 0);
+  OutputMap out{};
+  out.y[0] = y;
+  out.end[0] = n;
+  out.count = 1;
+  TP_CHECK(Tunings::Run(t, x, k, w, n, out, stream));  // else not one of GemvTunings()
+  TP_CUDA_CHECK_LAUNCH();
 }
 
 void Gemv(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, bf16* y,
