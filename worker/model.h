@@ -102,9 +102,9 @@ class Model {
   // After the final AllocateKvCache: narrows the replayed steps' block-table width to what
   // one sequence can reach in this cache (the smallest full-attention group's blocks x
   // block size; sliding groups' tables are indexed by the same positions), when that is
-  // less than max_model_len. The 31B on one H200 holds ~79k tokens, not 262144, so a
-  // replayed step uploads and scans 3.3x fewer table columns. Drops captured graphs (they
-  // are captured again on use); never widens. A no-op without graphs.
+  // less than max_model_len (the 31B's 262144 positions are far more than one H200's
+  // cache holds). Drops captured graphs (they are captured again on use); never widens.
+  // A no-op without graphs.
   void FitGraphsToKvCache();
 
   const ModelConfig& config() const { return config_; }

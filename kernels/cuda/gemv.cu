@@ -300,6 +300,7 @@ namespace {
 // blocks per SM (registers: 2 blocks allow 128 per thread, 3 about 85, 4 64).
 template <int kF, int kU, int kB>
 struct Tuning {
+  static constexpr GemvTuning kShape{kF, kU, kB};
   static bool Run(const GemvTuning& t, const bf16* x, int64_t k, const bf16* w, int64_t n, const OutputMap& y,
                   cudaStream_t stream) {
     if (t.features != kF || t.unroll != kU || t.min_blocks != kB) return false;
@@ -309,18 +310,14 @@ struct Tuning {
 };
 template <typename... Ts>
 struct TuningList {
-  static std::vector<GemvTuning> All() { return {GemvTuning{Ts::kF, Ts::kU, Ts::kB}...}; }
+  static std::vector<GemvTuning> All() { return {Ts::kShape...}; }
   static bool Run(const GemvTuning& t, const bf16* x, int64_t k, const bf16* w, int64_t n, const OutputMap& y,
                   cudaStream_t stream) {
     return (Ts::Run(t, x, k, w, n, y, stream) || ...);
   }
 };
-template <int F, int U, int B>
-struct T : Tuning<F, U, B> {
-  static constexpr int kF = F, kU = U, kB = B;
-};
-using Tunings = TuningList<T<4, 4, 2>, T<4, 3, 2>, T<4, 3, 3>, T<4, 2, 4>, T<2, 4, 3>, T<2, 4, 4>, T<2, 3, 4>,
-                           T<8, 2, 2>, T<8, 2, 3>>;
+using Tunings = TuningList<Tuning<4, 4, 2>, Tuning<4, 3, 2>, Tuning<4, 3, 3>, Tuning<4, 2, 4>, Tuning<2, 4, 3>,
+                           Tuning<2, 4, 4>, Tuning<2, 3, 4>, Tuning<8, 2, 2>, Tuning<8, 2, 3>>;
 }  // namespace
 
 std::vector<GemvTuning> GemvTunings() { return Tunings::All(); }
