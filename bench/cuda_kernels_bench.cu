@@ -195,6 +195,12 @@ int Main(int argc, char** argv) {
       const std::string shape = std::string(s.name) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
       const double us = TimeUs(st, [&] { Gemv(x, 1, s.k, ws[turn++ % copies], DType::kBF16, s.n, y, st); });
       Row("gemv bf16 m=1", shape, us, bytes, "GB/s", peak_gbs);
+      if (GemvBulkSupported()) {
+        const double bulk = TimeUs(st, [&] {
+          Gemv(x, 1, s.k, ws[turn++ % copies], DType::kBF16, s.n, y, st, GemvLaunch{.bulk = true});
+        });
+        Row("gemv bulk m=1", shape, bulk, bytes, "GB/s", peak_gbs);
+      }
       const double lt = TimeUs(st, [&] { gemm.Run(x, 1, s.k, ws[turn++ % copies], s.n, y, st); });
       Row("cuBLASLt m=1", shape, lt, bytes, "GB/s", peak_gbs);
       for (bf16* w : ws) cudaFree(w);
@@ -234,6 +240,106 @@ int Main(int argc, char** argv) {
       }
       for (bf16* w : ws) cudaFree(w);
       for (void* p : {static_cast<void*>(x), static_cast<void*>(want), static_cast<void*>(got)}) cudaFree(p);
+    }
+  }
+  {  // Batch-1 decode's layer as the CUDA backend launches it (31B sliding layer, TP 1, one
+     // sequence over 1024 keys), kLayers layers with their own weights so none stays in the
+     // L2: residual norm, q|k|v GEMV, decode attention, o GEMV, residual norm, gate|up GEMV,
+     // gated activation, down GEMV. Each GemvLaunch choice eager and replayed from a CUDA
+     // graph; the rate is the weights read per layer over the layer's time, against the
+     // copy bandwidth (the batch-1 roofline's ceiling). Every choice must give the same
+     // bits (checked).
+    constexpr int kLayers = 8;
+    const int64_t qkv = 8192 + 4096 + 4096;
+    struct LayerWeights {
+      bf16 *qkv, *o, *gate_up, *down;
+    };
+    std::vector<LayerWeights> lw;
+    for (int l = 0; l < kLayers; ++l) {
+      lw.push_back({RandomBf16(qkv * H, 40 + 4 * l), RandomBf16(H * 8192, 41 + 4 * l), RandomBf16(2 * I * H, 42 + 4 * l),
+                    RandomBf16(H * I, 43 + 4 * l)});
+    }
+    const int64_t layer_bytes = 2 * (qkv * H + H * 8192 + 2 * I * H + H * I);
+    AttnInputs at = MakeAttn(32, 16, 256, 1024, 1, 1024, 1);
+    const size_t ws_bytes = DecodeAttentionWorkspaceBytes(at.tokens, at.p, prop.multiProcessorCount);
+    void* attn_ws = Alloc<uint8_t>(static_cast<int64_t>(ws_bytes));
+    std::vector<float> ones(I, 1.0f);
+    float* norm_w = Upload(ones);
+    bf16* h = RandomBf16(H, 50);
+    bf16* x = Alloc<bf16>(H);
+    bf16* kk = Alloc<bf16>(4096);
+    bf16* vv = Alloc<bf16>(4096);
+    bf16* attn = Alloc<bf16>(8192);
+    bf16* o = Alloc<bf16>(H);
+    bf16* gu = Alloc<bf16>(2 * I);
+    bf16* act = Alloc<bf16>(I);
+    bf16* h0 = RandomBf16(H, 51);
+    auto layers = [&](const GemvLaunch& launch) {
+      TP_CUDA_CHECK(cudaMemcpyAsync(h, h0, H * 2, cudaMemcpyDeviceToDevice, st));
+      RmsNorm(h, norm_w, 1, H, 1e-6f, cpu::NormKind::kScale, x, st);
+      for (const LayerWeights& w : lw) {
+        GemvOutputs out;
+        out.count = 3;
+        out.y[0] = at.q;
+        out.cols[0] = 8192;
+        out.y[1] = kk;
+        out.cols[1] = 4096;
+        out.y[2] = vv;
+        out.cols[2] = 4096;
+        GemvSplit(x, 1, H, w.qkv, DType::kBF16, out, st, launch);
+        DecodeAttention(at.q, at.kc, at.vc, at.seq, at.pos, at.tokens, at.tables, at.p, prop.multiProcessorCount,
+                        attn_ws, ws_bytes, attn, st);
+        Gemv(attn, 1, 8192, w.o, DType::kBF16, H, o, st, launch);
+        ResidualNorm(o, norm_w, h, 1.0f, norm_w, 1, H, 1e-6f, cpu::NormKind::kScale, x, st);
+        Gemv(x, 1, H, w.gate_up, DType::kBF16, 2 * I, gu, st, launch);
+        GatedActivation(gu, 1, I, cpu::Activation::kGeluTanh, act, st);
+        Gemv(act, 1, I, w.down, DType::kBF16, H, o, st, launch);
+        ResidualNorm(o, norm_w, h, 1.0f, norm_w, 1, H, 1e-6f, cpu::NormKind::kScale, x, st);
+      }
+    };
+    auto result = [&] {
+      std::vector<uint16_t> v(H);
+      TP_CUDA_CHECK(cudaMemcpyAsync(v.data(), x, H * 2, cudaMemcpyDeviceToHost, st));
+      TP_CUDA_CHECK(cudaStreamSynchronize(st));
+      return v;
+    };
+    layers(GemvLaunch{});
+    const std::vector<uint16_t> want = result();
+    std::vector<GemvLaunch> launches = {GemvLaunch{}};
+    if (GemvBulkSupported()) {
+      launches.insert(launches.end(), {GemvLaunch{.pdl = true}, GemvLaunch{.bulk = true},
+                                       GemvLaunch{.bulk = true, .pdl = true}});
+    }
+    const std::string shape = "31B sliding, 1 seq x 1024 keys, x" + std::to_string(kLayers);
+    for (const GemvLaunch& launch : launches) {
+      std::string name = std::string("layer ") + (launch.bulk ? "bulk" : "split") + (launch.pdl ? "+pdl" : "");
+      layers(launch);
+      const bool same = result() == want;
+      const double eager = TimeUs(st, [&] { layers(launch); }) / kLayers;
+      Row((name + " eager" + (same ? "" : " BITS DIFFER")).c_str(), shape, eager, layer_bytes, "GB/s", peak_gbs);
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      TP_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      layers(launch);
+      TP_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+      TP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      TP_CUDA_CHECK(cudaGraphLaunch(exec, st));
+      const bool graph_same = result() == want;
+      const double replay = TimeUs(st, [&] { TP_CUDA_CHECK(cudaGraphLaunch(exec, st)); }) / kLayers;
+      Row((name + " graph" + (graph_same ? "" : " BITS DIFFER")).c_str(), shape, replay, layer_bytes, "GB/s",
+          peak_gbs);
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    }
+    for (const LayerWeights& w : lw) {
+      for (bf16* p : {w.qkv, w.o, w.gate_up, w.down}) cudaFree(p);
+    }
+    for (void* p : {static_cast<void*>(at.q), static_cast<void*>(at.kc), static_cast<void*>(at.vc),
+                    static_cast<void*>(at.out), static_cast<void*>(at.seq), static_cast<void*>(at.pos),
+                    static_cast<void*>(at.tables), attn_ws, static_cast<void*>(norm_w), static_cast<void*>(h),
+                    static_cast<void*>(x), static_cast<void*>(kk), static_cast<void*>(vv), static_cast<void*>(attn),
+                    static_cast<void*>(o), static_cast<void*>(gu), static_cast<void*>(act), static_cast<void*>(h0)}) {
+      cudaFree(p);
     }
   }
   {  // Batch-1 decode's small ops, fused against op by op (launch gaps included: kernels

@@ -41,6 +41,9 @@ ABSL_FLAG(int, prefill_tokens, 2048, "cuda: tokens of the prefill measurement's 
 ABSL_FLAG(std::string, decode_mode, "both", "cuda: decode steps replayed from CUDA graphs (graphs), eager as "
                                            "--enforce-eager (eager), or both side by side (both)");
 ABSL_FLAG(bool, op_profile, false, "cuda, TP 1: also time one eager decode step op by op (each op synchronized)");
+ABSL_FLAG(std::string, decode_kernels, "split",
+          "cuda: decode kernel choices measured side by side on one engine, comma-separated: split | bulk | "
+          "split+pdl | bulk+pdl (bulk: GEMVs stream weights with bulk copies; pdl: programmatic launch)");
 ABSL_FLAG(int, num_layers, 0, "cuda: run the model's first N layers only (0: all); shortens the dummy load");
 
 namespace tpserve {
@@ -155,6 +158,16 @@ int MainGpu() {
   o.json = absl::GetFlag(FLAGS_json);
   o.decode_mode = absl::GetFlag(FLAGS_decode_mode);
   o.op_profile = absl::GetFlag(FLAGS_op_profile);
+  o.decode_kernels = absl::StrSplit(absl::GetFlag(FLAGS_decode_kernels), ',', absl::SkipWhitespace());
+  for (const std::string& k : o.decode_kernels) {
+    KernelOptions unused;
+    if (!bench::ParseDecodeKernels(k, &unused)) {
+      std::fprintf(stderr, "engine_bench: --decode_kernels \"%s\" is not one of split, bulk, split+pdl, bulk+pdl\n",
+                   k.c_str());
+      return 2;
+    }
+  }
+  if (o.decode_kernels.empty()) o.decode_kernels = {"split"};
   if (o.decode_mode != "graphs" && o.decode_mode != "eager" && o.decode_mode != "both") {
     std::fprintf(stderr, "engine_bench: --decode_mode \"%s\" is not one of graphs, eager, both\n", o.decode_mode.c_str());
     return 2;

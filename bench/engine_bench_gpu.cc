@@ -138,6 +138,7 @@ struct DecodeResult {
   int batch = 0;
   std::string kv = "own";   // own | shared | skipped
   std::string mode = "eager";  // graphs | eager
+  std::string kernels = "split";  // GpuBenchOptions::decode_kernels
   double step_ms = 0, step_max_ms = 0, allreduce_share = 0;
   double eager_step_ms = 0;  // graphs rows measured beside eager: the eager row's step time
 };
@@ -156,11 +157,16 @@ struct TpResult {
   std::vector<DecodeResult> decode;
   bool graphs = false;  // the engine replays decode steps from CUDA graphs
   int64_t peak_used_bytes = 0, total_bytes = 0;
-  // --op_profile: one eager decode step at the first batch size, op by op.
-  std::vector<OpProfileRow> op_rows;
-  double op_step_ms = 0, op_sync_us = 0;
-  int op_batch = 0;
+  // --op_profile: one eager decode step at the first batch size, and one prefill step,
+  // op by op.
+  struct OpProfile {
+    std::string step;  // what was profiled
+    std::vector<OpProfileRow> rows;
+    double step_ms = 0, sync_us = 0;
+  };
+  std::vector<OpProfile> op_profiles;
 };
+
 
 // One Execute, timed on the host (plan broadcast, the step and the logits included).
 absl::StatusOr<std::pair<double, double>> TimedStep(StepExecutor& exec, const StepPlan& plan) {
@@ -171,10 +177,28 @@ absl::StatusOr<std::pair<double, double>> TimedStep(StepExecutor& exec, const St
   return std::make_pair(ms, times.allreduce_us / 1e3);
 }
 
+// One step through the profiler (it synchronizes around every op), as an OpProfile.
+absl::StatusOr<TpResult::OpProfile> ProfileStep(StepExecutor& exec, const StepPlan& plan, OpProfileBackend& profiler,
+                                                std::string step) {
+  TpResult::OpProfile p;
+  p.step = std::move(step);
+  profiler.Start();
+  auto t = TimedStep(exec, plan);
+  profiler.Stop();
+  TP_RETURN_IF_ERROR(t.status());
+  p.rows = profiler.Rows();
+  p.step_ms = t->first;
+  p.sync_us = profiler.SyncUs();
+  return p;
+}
+
 // Rank 0's measurements once the engine is up.
 // `set_graphs` turns replays on or off on every rank (between steps).
+// `set_kernels` switches every rank's decode kernels (GpuBenchOptions::decode_kernels).
 absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exec,
-                     const std::function<void(bool)>& set_graphs, OpProfileBackend* profiler, TpResult& r) {
+                     const std::function<void(bool)>& set_graphs,
+                     const std::function<void(const std::string&)>& set_kernels, OpProfileBackend* profiler,
+                     TpResult& r) {
   const ModelConfig& c = engine.config;
   const size_t groups = c.kv_group_windows.size();
   const int32_t bs = engine.model->block_size();
@@ -203,6 +227,11 @@ absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exe
     r.prefill_allreduce_share = total > 0 ? allreduce / total : 0;
     r.prefill_ran = true;
     sample();
+    if (profiler != nullptr) {
+      TP_ASSIGN_OR_RETURN(auto p, ProfileStep(exec, plan, *profiler,
+                                              absl::StrCat("one prefill step of ", o.prefill_tokens, " tokens")));
+      r.op_profiles.push_back(std::move(p));
+    }
   }
   // Decode at each batch over `context` tokens of KV, replayed from CUDA graphs and/or
   // eager on the same KV (the warm-up steps capture a batch's graph).
@@ -221,46 +250,59 @@ absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exe
       r.decode.push_back(d);
       continue;
     }
-    const size_t first = r.decode.size();
-    for (const std::string& mode : modes) {
-      DecodeResult d;
-      d.batch = batch;
-      d.kv = layout.shared ? "shared" : "own";
-      d.mode = mode;
-      set_graphs(mode == "graphs");
-      std::vector<double> ms;
-      double allreduce = 0, total = 0;
-      for (int s = 0; s < steps; ++s) {
-        const StepPlan plan = DecodePlan(layout, batch, o.context + s, bs, groups, c.vocab_size);
-        TP_ASSIGN_OR_RETURN(auto t, TimedStep(exec, plan));
-        if (s < kWarmupDecodeSteps) continue;
-        ms.push_back(t.first);
-        total += t.first;
-        allreduce += t.second;
+    for (const std::string& kernels : o.decode_kernels) {
+      set_kernels(kernels);
+      const size_t first = r.decode.size();
+      for (const std::string& mode : modes) {
+        DecodeResult d;
+        d.batch = batch;
+        d.kv = layout.shared ? "shared" : "own";
+        d.mode = mode;
+        d.kernels = kernels;
+        set_graphs(mode == "graphs");
+        std::vector<double> ms;
+        double allreduce = 0, total = 0;
+        for (int s = 0; s < steps; ++s) {
+          const StepPlan plan = DecodePlan(layout, batch, o.context + s, bs, groups, c.vocab_size);
+          TP_ASSIGN_OR_RETURN(auto t, TimedStep(exec, plan));
+          if (s < kWarmupDecodeSteps) continue;
+          ms.push_back(t.first);
+          total += t.first;
+          allreduce += t.second;
+        }
+        d.step_ms = Median(ms);
+        d.step_max_ms = *std::max_element(ms.begin(), ms.end());
+        d.allreduce_share = total > 0 ? allreduce / total : 0;
+        r.decode.push_back(d);
+        sample();
       }
-      d.step_ms = Median(ms);
-      d.step_max_ms = *std::max_element(ms.begin(), ms.end());
-      d.allreduce_share = total > 0 ? allreduce / total : 0;
-      r.decode.push_back(d);
-      sample();
+      if (r.decode.size() - first == 2) r.decode[first].eager_step_ms = r.decode[first + 1].step_ms;
     }
+    set_kernels(o.decode_kernels.front());
     if (profiler != nullptr && batch == o.batch.front()) {
       // The last measured position again (its KV slot is rewritten with the same values).
       set_graphs(false);
       const StepPlan plan = DecodePlan(layout, batch, o.context + steps - 1, bs, groups, c.vocab_size);
-      profiler->Start();
-      TP_ASSIGN_OR_RETURN(auto t, TimedStep(exec, plan));
-      profiler->Stop();
-      r.op_rows = profiler->Rows();
-      r.op_step_ms = t.first;
-      r.op_sync_us = profiler->SyncUs();
-      r.op_batch = batch;
+      TP_ASSIGN_OR_RETURN(auto p, ProfileStep(exec, plan, *profiler,
+                                              absl::StrCat("one eager decode step, batch ", batch, ", kernels ",
+                                                           o.decode_kernels.front())));
+      r.op_profiles.push_back(std::move(p));
     }
     set_graphs(true);
-    if (r.decode.size() - first == 2) r.decode[first].eager_step_ms = r.decode[first + 1].step_ms;
   }
   return absl::OkStatus();
 }
+
+}  // namespace
+
+bool ParseDecodeKernels(const std::string& name, KernelOptions* out) {
+  if (name != "split" && name != "bulk" && name != "split+pdl" && name != "bulk+pdl") return false;
+  out->bulk_gemv = name.rfind("bulk", 0) == 0;
+  out->pdl = name.size() > 4 && name.substr(name.size() - 4) == "+pdl";
+  return true;
+}
+
+namespace {
 
 TpResult RunTp(const GpuBenchOptions& o, const ModelConfig& config, int tp) {
   TpResult r;
@@ -277,6 +319,7 @@ TpResult RunTp(const GpuBenchOptions& o, const ModelConfig& config, int tp) {
   eo.split_kv_by_need = false;  // every group the same blocks, as the hand-made plans assume
   eo.dummy_seed = 1;
   eo.enforce_eager = o.decode_mode == "eager";
+  TP_CHECK(ParseDecodeKernels(o.decode_kernels.front(), &eo.kernels));  // checked by the caller
   // The longest sequence the bench makes, as a server would be told with --max-model-len:
   // replayed decode steps upload block tables that wide (the model's 262144 positions
   // would make them 16384 blocks wide).
@@ -322,7 +365,12 @@ TpResult RunTp(const GpuBenchOptions& o, const ModelConfig& config, int tp) {
       auto set_graphs = [&](bool on) {
         for (Model* m : models) m->set_cuda_graphs_enabled(on);
       };
-      absl::Status st = Measure(o, *engine, exec, set_graphs, profiler, r);
+      auto set_kernels = [&](const std::string& name) {
+        KernelOptions k;
+        TP_CHECK(ParseDecodeKernels(name, &k));
+        for (Model* m : models) m->set_kernel_options(k);
+      };
+      absl::Status st = Measure(o, *engine, exec, set_graphs, set_kernels, profiler, r);
       exec.Shutdown();
       if (!st.ok()) r.error = std::string(st.message());
     });
@@ -396,8 +444,8 @@ int RunGpuEngineBench(const GpuBenchOptions& o) {
     } else {
       std::printf("prefill %d tokens: skipped (more KV blocks than the cache holds)\n", o.prefill_tokens);
     }
-    std::printf("%4s %6s %8s %10s %7s %10s %10s %12s %9s %10s %9s\n", "tp", "batch", "context", "KV", "mode",
-                "step ms", "tok/s", "weight GB/s", "of copy", "allreduce", "vs eager");
+    std::printf("%4s %6s %8s %10s %7s %9s %10s %10s %12s %9s %10s %9s\n", "tp", "batch", "context", "KV", "mode",
+                "kernels", "step ms", "tok/s", "weight GB/s", "of copy", "allreduce", "vs eager");
     nlohmann::json decode = nlohmann::json::array();
     for (const DecodeResult& d : r.decode) {
       if (d.kv == "skipped") {
@@ -408,11 +456,12 @@ int RunGpuEngineBench(const GpuBenchOptions& o) {
       // Every decode step streams every weight once (the tied embedding as the LM head).
       const double weight_gbs = r.weight_bytes / (d.step_ms / 1e3) / 1e9;
       const std::string speedup = d.eager_step_ms > 0 ? Fixed(d.eager_step_ms / d.step_ms, "x", 2) : "";
-      std::printf("%4d %6d %8d %10s %7s %10.2f %10.0f %12.0f %8.0f%% %9s %9s\n", tp, d.batch, o.context, d.kv.c_str(),
-                  d.mode.c_str(), d.step_ms, d.batch / (d.step_ms / 1e3), weight_gbs, 100.0 * weight_gbs / *copy_gbs,
+      std::printf("%4d %6d %8d %10s %7s %9s %10.2f %10.0f %12.0f %8.0f%% %9s %9s\n", tp, d.batch, o.context,
+                  d.kv.c_str(), d.mode.c_str(), d.kernels.c_str(), d.step_ms, d.batch / (d.step_ms / 1e3), weight_gbs, 100.0 * weight_gbs / *copy_gbs,
                   d.mode == "graphs" ? "-" : Fixed(100.0 * d.allreduce_share, "%", 1).c_str(),
                   speedup.c_str());
-      nlohmann::json row = {{"batch", d.batch}, {"kv", d.kv}, {"mode", d.mode}, {"step_ms", d.step_ms},
+      nlohmann::json row = {{"batch", d.batch},     {"kv", d.kv}, {"mode", d.mode}, {"kernels", d.kernels},
+                            {"step_ms", d.step_ms},
                             {"step_max_ms", d.step_max_ms}, {"tok_s", d.batch / (d.step_ms / 1e3)},
                             {"weight_gbs", weight_gbs}, {"of_copy", weight_gbs / *copy_gbs},
                             {"allreduce_share", d.allreduce_share}};
@@ -424,19 +473,19 @@ int RunGpuEngineBench(const GpuBenchOptions& o) {
     if (std::any_of(r.decode.begin(), r.decode.end(), [](const DecodeResult& d) { return d.kv == "shared"; })) {
       std::printf("(KV shared: the batch's own context blocks do not fit, so its sequences read one copy of them)\n");
     }
-    if (!r.op_rows.empty()) {
+    for (const TpResult::OpProfile& p : r.op_profiles) {
       double sum_us = 0;
       int64_t calls = 0;
-      for (const OpProfileRow& row : r.op_rows) {
+      for (const OpProfileRow& row : p.rows) {
         sum_us += row.total_us;
         calls += row.calls;
       }
-      std::printf("\nop profile: one eager decode step, batch %d, each op synchronized (%lld ops; the step took "
-                  "%.2f ms timed so, the ops %.2f ms, of which %.2f ms synchronization at %.1f us per op)\n",
-                  r.op_batch, static_cast<long long>(calls), r.op_step_ms, sum_us / 1e3, calls * r.op_sync_us / 1e3,
-                  r.op_sync_us);
+      std::printf("\nop profile: %s, each op synchronized (%lld ops; the step took %.2f ms timed so, the ops "
+                  "%.2f ms, of which %.2f ms synchronization at %.1f us per op)\n",
+                  p.step.c_str(), static_cast<long long>(calls), p.step_ms, sum_us / 1e3, calls * p.sync_us / 1e3,
+                  p.sync_us);
       std::printf("%-52s %6s %10s %10s %7s\n", "op", "calls", "total_ms", "us/call", "share");
-      for (const OpProfileRow& row : r.op_rows) {
+      for (const OpProfileRow& row : p.rows) {
         std::printf("%-52s %6lld %10.3f %10.1f %6.1f%%\n", row.op.c_str(), static_cast<long long>(row.calls),
                     row.total_us / 1e3, row.total_us / row.calls, 100.0 * row.total_us / sum_us);
       }

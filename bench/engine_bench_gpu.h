@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "worker/backend.h"
+
 namespace tpserve::bench {
 
 struct GpuBenchOptions {
@@ -27,10 +29,17 @@ struct GpuBenchOptions {
   // ("eager", as --enforce-eager), or both on the same engine, side by side ("both").
   // Where the engine has no graphs (ranks sharing a GPU), every row is eager.
   std::string decode_mode = "both";
-  // TP 1: one more eager decode step at the first batch size, timed op by op
-  // (bench/op_profile.h), printed as a table after the others.
+  // TP 1: one more eager decode step at the first batch size and one more prefill step,
+  // timed op by op (bench/op_profile.h), printed as tables after the others.
   bool op_profile = false;
+  // Decode kernel choices (KernelOptions), each measured on the same engine: "split" (the
+  // register-load GEMV), "bulk" (bulk-copy GEMV), either with "+pdl" (programmatic
+  // launch). The engine starts with the first; prefill and the op profiles use it.
+  std::vector<std::string> decode_kernels = {"split"};
 };
+
+// "split", "bulk", "split+pdl" or "bulk+pdl" as KernelOptions; false for anything else.
+bool ParseDecodeKernels(const std::string& name, KernelOptions* out);
 
 // Prints the table (and JSON); returns the process exit code.
 int RunGpuEngineBench(const GpuBenchOptions& options);

@@ -179,7 +179,7 @@ if [[ -x $build/bench/engine_bench ]]; then
   # 16 cores (2026-11-30), the whole 31B benchmark about 40 s; with less than 5 minutes
   # left for it and what follows, take the first 12 of the 60 layers (same shapes, a
   # fifth of the weights).
-  args=${ENGINE_BENCH_ARGS:---backend cuda --model gemma-4-31b --tp 1 --batch 1,8,64,256 --context 1024 --decode_steps 16 --prefill_tokens 2048 --gpu_memory_utilization 0.9 --op_profile --json}
+  args=${ENGINE_BENCH_ARGS:---backend cuda --model gemma-4-31b --tp 1 --batch 1,8,64,256 --context 1024 --decode_steps 16 --prefill_tokens 2048 --gpu_memory_utilization 0.9 --decode_kernels split,bulk+pdl --op_profile --json}
   note=""
   if [[ -z ${ENGINE_BENCH_ARGS:-} ]] && (( $(left) < 300 )); then
     args+=" --num_layers 12"

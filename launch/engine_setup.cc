@@ -132,7 +132,7 @@ absl::Status PrepareLocal(absl::StatusOr<ModelConfig> config, const EngineOption
 absl::Status MakeBackend(const EngineOptions& o, const WorldConfig& world, Engine& e) {
   if (e.device == DeviceKind::kCuda) {
     e.gpu = GpuForLocalRank(world.local_rank, CudaDeviceCount());
-    TP_ASSIGN_OR_RETURN(e.backend, MakeCudaEngineBackend(e.gpu));
+    TP_ASSIGN_OR_RETURN(e.backend, MakeCudaEngineBackend(BackendOptions{.device = e.gpu, .kernels = o.kernels}));
   } else {
     BackendOptions bo;
     bo.threads = o.threads;

@@ -55,6 +55,9 @@ struct EngineOptions {
   // has run on a GPU (written 2026-11-30 when no GPU was left to run it; docs/gpu_backend.md):
   // --enforce-eager=false captures.
   bool enforce_eager = true;
+  // cuda: kernel choices that give the same bits (engine_bench --decode_kernels compares
+  // them). Off until measured on a GPU (written 2026-11-30 without one).
+  KernelOptions kernels;
   // A decorator put around the backend as soon as it exists (engine_bench --op_profile).
   // On cuda at TP > 1 the device communicators need the CUDA backend itself: TP 1 only.
   std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> wrap_backend;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "gtest/gtest.h"
@@ -93,6 +94,113 @@ TEST_P(CudaGemvTest, SplitOutputsMatchOneOutput) {
   }
 }
 
+// The bulk-copy GEMV and programmatic launch (cuda::GemvLaunch) give the split kernel's
+// bits, one output or three; shapes they do not take (m > 4, k % 8 != 0, rows over 48 KB)
+// fall back to the split kernel.
+TEST_P(CudaGemvTest, BulkAndProgrammaticLaunchGiveTheSameBits) {
+  TP_SKIP_WITHOUT_GPU();
+  if (!cuda::GemvBulkSupported()) GTEST_SKIP() << "the bulk GEMV and programmatic launch need compute capability 9.0";
+  const auto [m, k, n] = GetParam();
+  const std::vector<float> x = RoundBf16(RandomVector(m * k, 7));
+  const std::vector<float> w = RandomVector(n * k, 8, -1.0f / std::sqrt(k), 1.0f / std::sqrt(k));
+  DeviceArray<uint8_t> d_w(WeightBytes(w, DType::kBF16));
+  DeviceArray<uint16_t> d_x(ToBf16(x)), whole(m * n), got(m * n);
+  auto* xb = reinterpret_cast<bf16*>(d_x.get());
+  cuda::Gemv(xb, m, k, d_w.get(), DType::kBF16, n, reinterpret_cast<bf16*>(whole.get()), nullptr);
+  const std::vector<uint16_t> want = whole.Download();
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  for (const cuda::GemvLaunch launch : {cuda::GemvLaunch{.bulk = true}, cuda::GemvLaunch{.pdl = true},
+                                        cuda::GemvLaunch{.bulk = true, .pdl = true}}) {
+    const std::string name = std::string(launch.bulk ? "bulk" : "split") + (launch.pdl ? "+pdl" : "");
+    for (int rep = 0; rep < 3; ++rep) {  // the persistent blocks' stages are reused across calls
+      cuda::Gemv(xb, m, k, d_w.get(), DType::kBF16, n, reinterpret_cast<bf16*>(got.get()), stream, launch);
+    }
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << name;
+    EXPECT_TRUE(testing::BitEqual(got.Download(), want)) << name;
+    if (n < 3) continue;
+    const int64_t cols[3] = {n / 2, n / 4, n - n / 2 - n / 4};
+    cuda::GemvOutputs out;
+    std::vector<std::unique_ptr<DeviceArray<uint16_t>>> parts;
+    for (int64_t c : cols) {
+      parts.push_back(std::make_unique<DeviceArray<uint16_t>>(m * c));
+      out.y[out.count] = reinterpret_cast<bf16*>(parts.back()->get());
+      out.cols[out.count++] = c;
+    }
+    cuda::GemvSplit(xb, m, k, d_w.get(), DType::kBF16, out, stream, launch);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << name;
+    int64_t c0 = 0;
+    for (size_t p = 0; p < 3; ++p) {
+      std::vector<uint16_t> expect(m * cols[p]);
+      for (int64_t r = 0; r < m; ++r) std::copy_n(&want[r * n + c0], cols[p], &expect[r * cols[p]]);
+      EXPECT_TRUE(testing::BitEqual(parts[p]->Download(), expect)) << name << " part " << p;
+      c0 += cols[p];
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
+// Programmatic launch lets a GEMV start before the kernel it depends on is done; it must
+// still read that kernel's output. A chain of dependent kernels (norm -> GEMV -> gated
+// activation -> GEMV, 6 times) fed a different input each round (a GEMV that read x early
+// would see the round before's), eager and captured in a CUDA graph, gives the bits of
+// the same chain launched plainly.
+TEST(CudaGemvPdlTest, DependentChainsGiveThePlainChainsBits) {
+  TP_SKIP_WITHOUT_GPU();
+  if (!cuda::GemvBulkSupported()) GTEST_SKIP() << "programmatic launch needs compute capability 9.0";
+  constexpr int64_t kHidden = 2048, kInter = 4096, kLayers = 6, kRounds = 8;
+  const std::vector<float> w1 = RandomVector(2 * kInter * kHidden, 11, -0.05f, 0.05f);
+  const std::vector<float> w2 = RandomVector(kHidden * kInter, 12, -0.03f, 0.03f);
+  DeviceArray<uint8_t> d_w1(WeightBytes(w1, DType::kBF16)), d_w2(WeightBytes(w2, DType::kBF16));
+  DeviceArray<float> d_norm(std::vector<float>(kHidden, 1.0f));
+  DeviceArray<uint16_t> in(kHidden), a(kHidden), gate_up(2 * kInter), act(kInter), out(kHidden);
+  auto B = [](DeviceArray<uint16_t>& d) { return reinterpret_cast<bf16*>(d.get()); };
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  auto chain = [&](const cuda::GemvLaunch& launch) {
+    const bf16* x = B(in);
+    for (int64_t l = 0; l < kLayers; ++l) {
+      cuda::RmsNorm(x, d_norm.get(), 1, kHidden, 1e-6f, cpu::NormKind::kScale, B(a), stream);
+      cuda::Gemv(B(a), 1, kHidden, d_w1.get(), DType::kBF16, 2 * kInter, B(gate_up), stream, launch);
+      cuda::GatedActivation(B(gate_up), 1, kInter, cpu::Activation::kSilu, B(act), stream);
+      cuda::Gemv(B(act), 1, kInter, d_w2.get(), DType::kBF16, kHidden, B(out), stream, launch);
+      x = B(out);
+    }
+  };
+  std::vector<std::vector<uint16_t>> inputs, want;
+  for (int r = 0; r < kRounds; ++r) {
+    inputs.push_back(ToBf16(RoundBf16(RandomVector(kHidden, 100 + r))));
+    in.Upload(inputs.back());
+    chain(cuda::GemvLaunch{});
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    want.push_back(out.Download());
+  }
+  for (const cuda::GemvLaunch launch : {cuda::GemvLaunch{.pdl = true}, cuda::GemvLaunch{.bulk = true, .pdl = true}}) {
+    const std::string name = launch.bulk ? "bulk+pdl" : "split+pdl";
+    for (int r = 0; r < kRounds; ++r) {
+      in.Upload(inputs[r]);
+      chain(launch);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << name;
+      EXPECT_TRUE(testing::BitEqual(out.Download(), want[r])) << name << " eager, round " << r;
+    }
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    chain(launch);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess) << name;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess) << name;
+    for (int r = 0; r < kRounds; ++r) {
+      ASSERT_EQ(cudaMemcpyAsync(in.get(), inputs[r].data(), kHidden * 2, cudaMemcpyHostToDevice, stream), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess) << name;
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << name;
+      EXPECT_TRUE(testing::BitEqual(out.Download(), want[r])) << name << " graph, round " << r;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(stream);
+}
+
 // The block shapes cuda_kernels_bench sweeps give the production GEMV's bits exactly.
 TEST(CudaGemvTuningTest, EveryTuningMatchesGemvBitForBit) {
   TP_SKIP_WITHOUT_GPU();
@@ -122,7 +230,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemvTest,
                                            LinearCase{1, 21504, 5376},  // 31B down_proj: K over 3 passes
                                            LinearCase{1, 5376, 2050},   // features not a multiple of 4
                                            LinearCase{5, 4096, 1030},
-                                           LinearCase{1, 100, 64}),     // K not a multiple of 8
+                                           LinearCase{1, 100, 64},      // K not a multiple of 8
+                                           LinearCase{1, 8192, 5376},   // bulk: 2 features a group
+                                           LinearCase{2, 16384, 1000},  // bulk: 1 feature a group
+                                           LinearCase{1, 32768, 300}),  // rows over 48 KB: no bulk
                          [](const auto& info) {
                            return std::to_string(info.param.m) + "x" + std::to_string(info.param.k) + "x" +
                                   std::to_string(info.param.n);

@@ -38,10 +38,11 @@ constexpr float kGreedyMargin = 0.3f;
 constexpr int32_t kBlock = testing::kStepsBlock;
 
 // `ranks` thread-ranks sharing GPU 0, collectives staged through pinned host memory.
-std::vector<std::vector<float>> RunOnGpu(const std::string& fixture, const Steps& s, int ranks) {
+std::vector<std::vector<float>> RunOnGpu(const std::string& fixture, const Steps& s, int ranks,
+                                         const KernelOptions& kernels = {}) {
   std::vector<std::vector<float>> rows;
   testing::RunThreads(ranks, [&](Communicator& host) {
-    auto backend = MakeCudaBackend(BackendOptions{.device = 0});
+    auto backend = MakeCudaBackend(BackendOptions{.device = 0, .kernels = kernels});
     ASSERT_TRUE(backend.ok()) << backend.status();
     StagedCommunicator comm(host, (*backend)->stream());
     auto got = testing::RunSteps(fixture, **backend, comm, s);
@@ -330,6 +331,30 @@ TEST(CudaModelGraphTest, ReplayedDecodeStepsMatchEager) {
         EXPECT_EQ(sampled.ids[i], Argmax(eager.rows[i])) << fixture << " " << i;
       }
     }
+  }
+}
+
+// KernelOptions change how the decode GEMVs run (bulk copies, programmatic launch), not
+// what they compute: the whole model's logits are bit for bit the default kernels', eager
+// and replayed from CUDA graphs.
+TEST(CudaModelGraphTest, KernelOptionsGiveTheSameLogits) {
+  TP_SKIP_WITHOUT_GPU();
+  const KernelOptions fast{.bulk_gemv = true, .pdl = true};
+  for (const std::string fixture : {"gemma4_text", "qwen3"}) {
+    const Steps s = testing::GreedySteps(fixture, 7);
+    EXPECT_EQ(RunOnGpu(fixture, s, 1, fast), RunOnGpu(fixture, s, 1)) << fixture << " eager";
+    GraphRun plain, graphs;
+    testing::RunThreads(1, [&](Communicator& comm) {
+      auto a = MakeCudaBackend(BackendOptions{.device = 0});
+      ASSERT_TRUE(a.ok()) << a.status();
+      plain = RunGraphBatch(fixture, **a, comm, {1, 2, 4, 8}, false);
+      auto b = MakeCudaBackend(BackendOptions{.device = 0, .kernels = fast});
+      ASSERT_TRUE(b.ok()) << b.status();
+      graphs = RunGraphBatch(fixture, **b, comm, {1, 2, 4, 8}, false);
+    });
+    ASSERT_TRUE(graphs.graphs) << fixture;
+    EXPECT_EQ(graphs.replayed, plain.replayed) << fixture;
+    EXPECT_EQ(graphs.rows, plain.rows) << fixture << " graphs";
   }
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "gtest/gtest.h"
 #include "launch/engine_setup.h"
@@ -134,7 +135,8 @@ TEST(DecodeGraphsTest, PadsToTheCapturedSize) {
 // on the CPU.
 class FakeStepGraphs : public StepGraphs {
  public:
-  FakeStepGraphs(std::vector<int32_t> sizes, int* replays) : sizes_(std::move(sizes)), replays_(replays) {
+  FakeStepGraphs(std::vector<int32_t> sizes, int* replays, int* clears)
+      : sizes_(std::move(sizes)), replays_(replays), clears_(clears) {
     std::sort(sizes_.begin(), sizes_.end());
   }
   int32_t PaddedBatchSize(int32_t n) const override {
@@ -151,12 +153,16 @@ class FakeStepGraphs : public StepGraphs {
     auto it = runs_.find(padded);
     return it != runs_.end() && it->second >= 2;
   }
-  void Clear() override { runs_.clear(); }
+  void Clear() override {
+    runs_.clear();
+    ++*clears_;
+  }
 
  private:
   std::vector<int32_t> sizes_;
   std::map<int32_t, int> runs_;
   int* replays_;
+  int* clears_;
 };
 
 // The CPU backend plus FakeStepGraphs.
@@ -172,9 +178,15 @@ class GraphCpuBackend : public ForwardingBackend {
     inner().PagedAttention(q, k_cache, v_cache, token_seq, token_pos, block_tables, p, out);
   }
   std::unique_ptr<StepGraphs> MakeStepGraphs(const std::vector<int32_t>& batch_sizes) override {
-    return std::make_unique<FakeStepGraphs>(batch_sizes, replays_);
+    return std::make_unique<FakeStepGraphs>(batch_sizes, replays_, &graph_clears);
+  }
+  void SetKernelOptions(const KernelOptions& k) override {
+    kernel_options.push_back(k);
+    inner().SetKernelOptions(k);
   }
   int32_t max_table_width = 0;
+  int graph_clears = 0;
+  std::vector<KernelOptions> kernel_options;  // as SetKernelOptions received them
 
  private:
   int* replays_;
@@ -185,13 +197,19 @@ struct GenResult {
   bool graphs = false;
   int replays = 0;
   int32_t max_table_width = 0;
+  // With `switch_to`: the same prompts again after Model::set_kernel_options, the replays
+  // and graph drops that made, and what the backend received.
+  std::vector<GenerationOutput> switched_outputs;
+  int switched_replays = 0, switched_clears = 0;
+  std::vector<KernelOptions> backend_kernels;
 };
 
 // Three prompts (so decode steps of 3 pad to 4) through the Generator, greedy, with logits.
 // max_model_len 40 is 10 blocks wide, beyond what the generator's tables hold; with
 // fit_kv_blocks > 0 the cache has that many blocks and the model fits its graphs to it.
 GenResult Generate(const std::string& fixture, int tp, const std::vector<int32_t>& graph_sizes,
-                   int32_t max_model_len = 40, int64_t fit_kv_blocks = 0) {
+                   int32_t max_model_len = 40, int64_t fit_kv_blocks = 0,
+                   const std::optional<KernelOptions>& switch_to = std::nullopt) {
   GenResult r;
   testing::RunThreads(tp, [&](Communicator& comm) {
     auto config = LoadModelConfig(testing::FixtureDir(fixture));
@@ -223,9 +241,19 @@ GenResult Generate(const std::string& fixture, int tp, const std::vector<int32_t
     auto outs = gen.Generate(prompts, gp);
     ASSERT_TRUE(outs.ok()) << outs.status();
     r.outputs = std::move(*outs);
-    exec.Shutdown();
     r.replays = replays;
     EXPECT_EQ((*model)->replayed_steps(), replays);
+    if (switch_to.has_value()) {
+      const int clears = backend.graph_clears;
+      (*model)->set_kernel_options(*switch_to);
+      auto again = gen.Generate(prompts, gp);
+      ASSERT_TRUE(again.ok()) << again.status();
+      r.switched_outputs = std::move(*again);
+      r.switched_replays = replays - r.replays;
+      r.switched_clears = backend.graph_clears - clears;
+      r.backend_kernels = backend.kernel_options;
+    }
+    exec.Shutdown();
     r.max_table_width = backend.max_table_width;
   });
   return r;
@@ -267,6 +295,24 @@ TEST(DecodeGraphsTest, GraphsFitTheirTablesToTheKvCache) {
   // A cache that holds more than max_model_len changes nothing.
   const GenResult roomy = Generate("qwen3", 1, {1, 2, 4}, /*max_model_len=*/40, /*fit_kv_blocks=*/64);
   EXPECT_EQ(roomy.max_table_width, DecodeBlockTableWidth(40, 4));
+}
+
+// Model::set_kernel_options reaches the backend at the next step, once, and drops the
+// graphs that hold the old kernels; they are captured again on use, and the steps compute
+// the same (the CPU backend has one set of kernels).
+TEST(DecodeGraphsTest, KernelOptionsReachTheBackendAndDropTheGraphs) {
+  const KernelOptions fast{.bulk_gemv = true, .pdl = true};
+  const GenResult r = Generate("qwen3", 1, {1, 2, 4}, 40, 0, fast);
+  ASSERT_TRUE(r.graphs);
+  ASSERT_EQ(r.backend_kernels.size(), 1u);
+  EXPECT_TRUE(r.backend_kernels[0] == fast);
+  EXPECT_EQ(r.switched_clears, 1);
+  EXPECT_GE(r.switched_replays, 3);  // warm-up and capture again, then replays
+  ASSERT_EQ(r.switched_outputs.size(), r.outputs.size());
+  for (size_t s = 0; s < r.outputs.size(); ++s) {
+    EXPECT_EQ(r.switched_outputs[s].output_ids, r.outputs[s].output_ids) << "sequence " << s;
+    EXPECT_EQ(r.switched_outputs[s].logits, r.outputs[s].logits) << "sequence " << s;
+  }
 }
 
 TEST(DecodeGraphsTest, LargerStepsThanTheSizesRunEagerly) {

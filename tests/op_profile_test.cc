@@ -71,7 +71,9 @@ TEST(OpProfileTest, CountsEveryOpOfAStepAndChangesNothing) {
     for (size_t i = 0; i < rows.size(); ++i) {
       EXPECT_GT(rows[i].calls, 0) << rows[i].op;
       EXPECT_GT(rows[i].total_us, 0.0) << rows[i].op << " was not timed";
-      if (i > 0) EXPECT_GE(rows[i - 1].total_us, rows[i].total_us) << "rows are by total time";
+      if (i > 0) {
+        EXPECT_GE(rows[i - 1].total_us, rows[i].total_us) << "rows are by total time";
+      }
     }
 
     ASSERT_TRUE(engine->model->Forward(plan, nullptr).ok());  // not recording

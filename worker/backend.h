@@ -58,9 +58,18 @@ struct AttentionPrologueParams {
   void* v_cache = nullptr;
 };
 
+// Kernel choices where a backend has several that compute the same bits (CUDA, compute
+// capability 9.0+: kernels/cuda/cuda_kernels.h, GemvLaunch); other backends ignore them.
+struct KernelOptions {
+  bool bulk_gemv = false;  // GEMVs (m <= 4) stream weights through shared memory with bulk copies
+  bool pdl = false;        // GEMVs start while the kernel before them finishes (programmatic launch)
+  bool operator==(const KernelOptions&) const = default;
+};
+
 struct BackendOptions {
   int threads = 1;      // CPU: OpenMP threads for kernels
   int device = 0;       // CUDA: device ordinal
+  KernelOptions kernels{};
 };
 
 class Backend {
@@ -76,6 +85,9 @@ class Backend {
   virtual void CopyFromHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void Synchronize() = 0;
+  // Switches between kernels that give the same results (between steps, on the backend's
+  // thread; captured CUDA graphs keep the kernels they captured). Default: none to switch.
+  virtual void SetKernelOptions(const KernelOptions&) {}
 
   // out[t, :] = table[ids[t] - vocab_start, :] * scale, zero rows for ids outside the shard.
   // table: [vocab_rows, dim] in the weight dtype; ids on the device.

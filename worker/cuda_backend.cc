@@ -67,7 +67,12 @@ class CudaBackendImpl : public CudaBackend {
   }
 
   // Called once the device is selected.
-  void Init() { gemm_ = std::make_unique<cuda::Gemm>(); }
+  void Init(const KernelOptions& kernels) {
+    gemm_ = std::make_unique<cuda::Gemm>();
+    SetKernelOptions(kernels);
+  }
+  // Below compute capability 9.0 both choices fall back inside the kernels' launchers.
+  void SetKernelOptions(const KernelOptions& k) override { gemv_ = cuda::GemvLaunch{.bulk = k.bulk_gemv, .pdl = k.pdl}; }
 
   std::string name() const override { return absl::StrCat("cuda(device=", device_, ", ", device_name_, ")"); }
   DType activation_dtype() const override { return DType::kBF16; }
@@ -142,7 +147,7 @@ class CudaBackendImpl : public CudaBackend {
       gemm_->Run(Bf16(x), x.rows, x.cols, static_cast<const bf16*>(w.data), w.rows, Bf16(y), stream_);
     } else {
       // fp16/fp32 weights also land here at any M: correct, not fast (load bf16 weights).
-      cuda::Gemv(Bf16(x), x.rows, x.cols, w.data, w.dtype, w.rows, Bf16(y), stream_);
+      cuda::Gemv(Bf16(x), x.rows, x.cols, w.data, w.dtype, w.rows, Bf16(y), stream_, gemv_);
     }
     if (bias != nullptr) cuda::AddBias(Bf16(y), bias, y.rows, y.cols, stream_);
   }
@@ -161,7 +166,7 @@ class CudaBackendImpl : public CudaBackend {
       cols += o.cols;
     }
     TP_CHECK(cols == w.rows);
-    cuda::GemvSplit(Bf16(x), x.rows, x.cols, w.data, w.dtype, y, stream_);
+    cuda::GemvSplit(Bf16(x), x.rows, x.cols, w.data, w.dtype, y, stream_, gemv_);
     if (bias == nullptr) return;
     int64_t r0 = 0;
     for (const Tensor& o : outs) {
@@ -339,6 +344,7 @@ class CudaBackendImpl : public CudaBackend {
   const int num_sms_;
   const std::string device_name_;
   std::unique_ptr<cuda::Gemm> gemm_;
+  cuda::GemvLaunch gemv_;  // KernelOptions
   SamplingScratch sample_;
   void* workspace_ = nullptr;  // attention partials / tile plans, shared by all layers
   size_t workspace_bytes_ = 0;
@@ -399,7 +405,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(const BackendOption
   cudaStream_t stream = nullptr;
   TP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   auto backend = std::make_unique<CudaBackendImpl>(options.device, stream, prop.multiProcessorCount, prop.name);
-  backend->Init();
+  backend->Init(options.kernels);
   return std::unique_ptr<CudaBackend>(std::move(backend));
 }
 

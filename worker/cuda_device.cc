@@ -45,8 +45,8 @@ absl::StatusOr<CudaDeviceFacts> DescribeCudaDevice(int device) {
   return f;
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> MakeCudaEngineBackend(int device) {
-  TP_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, MakeCudaBackend(BackendOptions{.device = device}));
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaEngineBackend(const BackendOptions& options) {
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, MakeCudaBackend(options));
   return std::unique_ptr<Backend>(std::move(backend));
 }
 

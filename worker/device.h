@@ -40,7 +40,7 @@ absl::StatusOr<CudaDeviceFacts> DescribeCudaDevice(int device);
 
 // A CUDA backend (worker/cuda_backend.h) on `device`, which becomes the calling thread's
 // current device: the engine's rank thread makes it and runs every step on it.
-absl::StatusOr<std::unique_ptr<Backend>> MakeCudaEngineBackend(int device);
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaEngineBackend(const BackendOptions& options);
 
 // The tensor-parallel communicator for ranks running `backend` (from MakeCudaEngineBackend):
 // NCCL on the backend's stream (`nccl`; every rank on a node needs its own GPU; collective,

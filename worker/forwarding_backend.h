@@ -24,6 +24,7 @@ class ForwardingBackend : public Backend {
   void CopyFromHost(void* dst, const void* src, size_t bytes) override { inner_->CopyFromHost(dst, src, bytes); }
   void CopyToHost(void* dst, const void* src, size_t bytes) override { inner_->CopyToHost(dst, src, bytes); }
   void Synchronize() override { inner_->Synchronize(); }
+  void SetKernelOptions(const KernelOptions& k) override { inner_->SetKernelOptions(k); }
   void Embedding(const int32_t* ids, int64_t n, const Tensor& table, int64_t vocab_start, float scale,
                  Tensor out) override {
     inner_->Embedding(ids, n, table, vocab_start, scale, out);

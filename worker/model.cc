@@ -392,8 +392,21 @@ absl::Status Model::CaptureCudaGraphs() {
   return absl::OkStatus();
 }
 
+void Model::set_kernel_options(const KernelOptions& k) {
+  std::lock_guard<std::mutex> lock(kernels_mu_);
+  pending_kernels_ = k;
+}
+
 absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times) {
   const auto t0 = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(kernels_mu_);
+    if (pending_kernels_.has_value()) {
+      backend_.SetKernelOptions(*pending_kernels_);
+      pending_kernels_.reset();
+      ClearGraphs();
+    }
+  }
   StepTimes local;
   if (times == nullptr) times = &local;
   *times = StepTimes{};

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -88,6 +89,10 @@ class Model {
   // Turns replays off and on again (every rank alike, between steps), so that a benchmark
   // can compare eager decode on the same engine. No effect without graphs.
   void set_cuda_graphs_enabled(bool on) { graphs_enabled_.store(on); }
+  // Switches the backend's kernels (Backend::SetKernelOptions) before this rank's next
+  // step, dropping captured graphs (they hold the old kernels), so that a benchmark can
+  // compare kernels on one engine. Any thread; every rank alike, between steps.
+  void set_kernel_options(const KernelOptions& k);
   // Forward steps replayed from (or captured into) a graph so far.
   int64_t replayed_steps() const { return replayed_steps_; }
   // Reserves what replayed steps read, for the largest captured size at the fixed block
@@ -151,6 +156,8 @@ class Model {
   // CUDA graphs of decode steps (null: every step eager).
   std::unique_ptr<StepGraphs> graphs_;
   std::atomic<bool> graphs_enabled_{true};
+  std::mutex kernels_mu_;
+  std::optional<KernelOptions> pending_kernels_;  // for the next Forward (set_kernel_options)
   std::vector<int32_t> graph_sizes_;  // ascending
   int32_t graph_table_width_ = 0;     // block-table columns of replayed steps
   bool graph_buffers_reserved_ = false;

@@ -21,7 +21,7 @@ int CudaDeviceCount() { return 0; }
 
 absl::StatusOr<DeviceMemoryInfo> CudaDeviceMemory(int) { return NoCuda("GPU memory"); }
 absl::StatusOr<CudaDeviceFacts> DescribeCudaDevice(int) { return NoCuda("GPU properties"); }
-absl::StatusOr<std::unique_ptr<Backend>> MakeCudaEngineBackend(int) { return NoCuda("the CUDA backend"); }
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaEngineBackend(const BackendOptions&) { return NoCuda("the CUDA backend"); }
 absl::StatusOr<std::unique_ptr<Communicator>> MakeCudaTpCommunicator(bool, Communicator&, Backend&) {
   return NoCuda("GPU collectives");
 }

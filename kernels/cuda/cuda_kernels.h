@@ -119,11 +119,27 @@ void PrefillAttention(const bf16* q, const bf16* k_cache, const bf16* v_cache, c
 
 // ---- Linear (kernels/cuda/gemv.cu; large M goes through kernels/cuda/gemm.h) ----
 
+// How a GEMV may run; every choice gives the same bits.
+struct GemvLaunch {
+  // Stream the weights through shared memory with bulk asynchronous copies (the TMA
+  // engine), a persistent block per SM with up to 6 groups of rows in flight, instead of
+  // the split kernel's register loads. Taken for bf16 weights, m <= 4, k % 8 == 0 and
+  // k <= 24576 on compute capability 9.0+ (GemvBulkSupported); otherwise ignored.
+  bool bulk = false;
+  // Programmatic dependent launch (9.0+; ignored below): the GEMV may start while the
+  // kernel before it on the stream still runs, fetching weights meanwhile; it reads x and
+  // writes y only once that kernel is done. The weights must not have been written by
+  // the kernel launched just before (they are loaded long before any forward pass).
+  bool pdl = false;
+};
+// True when the current device runs the bulk GEMV (compute capability 9.0+).
+bool GemvBulkSupported();
+
 // y[m, n] = x[m, k] · w[n, k]^T for small m, reading w once per 8 rows of x at memory
 // bandwidth (16-byte loads, several in flight per lane). w: bf16, fp16 or fp32; k % 8 == 0
 // for the vectorized path (any k works). Also the fallback for fp16/fp32 weights at any m.
 void Gemv(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, bf16* y,
-          cudaStream_t stream);
+          cudaStream_t stream, const GemvLaunch& launch = {});
 // The same product with its n = sum(cols) output features split across up to
 // kMaxGemvOutputs dense outputs: features [0, cols[0]) go to y[0] ([m, cols[0]]), the
 // next cols[1] to y[1], and so on. One launch for a fused QKV projection.
@@ -134,7 +150,7 @@ struct GemvOutputs {
   int count = 0;
 };
 void GemvSplit(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype, const GemvOutputs& out,
-               cudaStream_t stream);
+               cudaStream_t stream, const GemvLaunch& launch = {});
 // For cuda_kernels_bench's sweep only: the m = 1, bf16-weight GEMV with another block shape
 // (output features per block, 16-byte loads in flight per feature and thread, blocks per
 // SM the registers must allow). Every tuning gives Gemv's bits exactly (same per-thread

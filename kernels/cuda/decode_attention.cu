@@ -142,6 +142,7 @@ __device__ __forceinline__ uint32_t LoadPair(const bf16* p) { return *reinterpre
 template <int D>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     DecodeKernel(AttnArgs a, int partition, int parts, int head_chunks, int heads_per_chunk, Partials partials) {
+  AllowDependentLaunch();  // with one partition the o GEMV comes next (see kernels/cuda/gemv.cu)
   using C = Cfg<D>;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float m_s[C::kWk][kRows], l_s[C::kWk][kRows];
@@ -413,6 +414,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 constexpr int kMergeCols = 4 * kWarp;
 __global__ void __launch_bounds__(kThreads) MergePartitionsKernel(AttnArgs a, int parts, int head_dim,
                                                                    Partials partials) {
+  AllowDependentLaunch();  // the o GEMV launched after this one may start fetching weights
   __shared__ float4 sum_s[kWarps][kWarp];
   const int t = blockIdx.x, h = blockIdx.y;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;

@@ -5,9 +5,13 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
+#include <utility>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/cuda_check.h"
 
 namespace tpserve::cuda {
 
@@ -133,6 +137,43 @@ __device__ __forceinline__ void RotatePair(float x0, float x1, float c, float s,
                                            __nv_bfloat16* y1) {
   *y0 = __float2bfloat16_rn(x0 * c - x1 * s);
   *y1 = __float2bfloat16_rn(x1 * c + x0 * s);
+}
+
+// Programmatic dependent launch (compute capability 9.0+; no-ops below, and when the
+// kernel was not launched with cudaLaunchAttributeProgrammaticStreamSerialization).
+// A kernel so launched may start while the kernel before it on the stream still runs; it
+// must call WaitForPriorGrids() before it reads anything an earlier kernel wrote or
+// writes anything an earlier kernel reads (weights, written long before, may be read
+// earlier). AllowDependentLaunch() lets such a kernel after this one start once every
+// block of this one has called it (or exited): call it early in kernels that precede a
+// programmatically launched one.
+__device__ __forceinline__ void WaitForPriorGrids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void AllowDependentLaunch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" :::);
+#endif
+}
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...), with programmatic dependent
+// launch allowed when `pdl` (the kernel must then call WaitForPriorGrids()).
+template <typename... Params, typename... Args>
+void LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                  Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = pdl ? 1 : 0;
+  TP_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 
 inline int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }

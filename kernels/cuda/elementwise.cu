@@ -23,6 +23,7 @@ __device__ __forceinline__ float GeluTanh(float x) {
 
 template <cpu::Activation kAct>
 __global__ void GatedKernel(const bf16* __restrict__ gate_up, int64_t rows, int64_t dim, bf16* __restrict__ out) {
+  AllowDependentLaunch();  // the down GEMV launched after this one may start fetching weights
   const int64_t n = rows * dim;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {

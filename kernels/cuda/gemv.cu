@@ -6,9 +6,13 @@
 // their bandwidth); partial sums meet through warp shuffles and shared memory. Other K:
 // one warp per feature. Up to 8 rows of x at once; also the (slow, correct) path for
 // fp16/fp32 weights at any M. The output features may be split across up to three
-// outputs (a fused QKV projection writes q, k and v). Tested by tests/cuda_linear_test.cc against cpu::Linear;
+// outputs (a fused QKV projection writes q, k and v). On compute capability 9.0+ two
+// launch choices give the same bits (GemvLaunch): the bulk-copy kernel below, and
+// programmatic dependent launch. Tested by tests/cuda_linear_test.cc against cpu::Linear;
 // measured by bench/cuda_kernels_bench.cu.
 #include <algorithm>
+#include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
@@ -171,14 +175,15 @@ __global__ void __launch_bounds__(kSplitThreads, kMinBlocks)
   const int features = static_cast<int>(min(static_cast<int64_t>(kFeatures), n - col0));
   const bf16* xr = x + m0 * k;
   const int64_t vecs = k / 8;
+  constexpr int64_t kStep = static_cast<int64_t>(kSplitThreads) * kSplitUnroll;
   float acc[kRows][kFeatures];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
 #pragma unroll
     for (int f = 0; f < kFeatures; ++f) acc[r][f] = 0.0f;
   }
-  for (int64_t base = tid; base < vecs; base += static_cast<int64_t>(kSplitThreads) * kSplitUnroll) {
-    Raw8<WT> raw[kSplitUnroll][kFeatures];
+  Raw8<WT> raw[kSplitUnroll][kFeatures];
+  auto load = [&](int64_t base) {
 #pragma unroll
     for (int u = 0; u < kSplitUnroll; ++u) {
       const int64_t v = base + u * kSplitThreads;
@@ -188,6 +193,14 @@ __global__ void __launch_bounds__(kSplitThreads, kMinBlocks)
         if (v < vecs) raw[u][f] = LoadRaw8(w + (col0 + min(f, features - 1)) * k, v * 8);
       }
     }
+  };
+  // The weights need nothing from earlier kernels: the first loads are in flight before
+  // the wait (programmatic launch), x is read after it.
+  AllowDependentLaunch();
+  load(tid);
+  WaitForPriorGrids();
+  for (int64_t base = tid; base < vecs; base += kStep) {
+    if (base != tid) load(base);
 #pragma unroll
     for (int u = 0; u < kSplitUnroll; ++u) {
       const int64_t v = base + u * kSplitThreads;
@@ -199,7 +212,7 @@ __global__ void __launch_bounds__(kSplitThreads, kMinBlocks)
       for (int r = 0; r < kRows; ++r) {
         if (r >= rows) break;
         float xf[8];
-        Bf16x8ToFloat(__ldg(reinterpret_cast<const uint4*>(xr + r * k + v * 8)), xf);
+        Bf16x8ToFloat(*reinterpret_cast<const uint4*>(xr + r * k + v * 8), xf);
 #pragma unroll
         for (int f = 0; f < kFeatures; ++f) {
 #pragma unroll
@@ -230,25 +243,250 @@ __global__ void __launch_bounds__(kSplitThreads, kMinBlocks)
 
 template <typename WT, int kRows, int kFeatures = kFeaturesDefault, int kSplitUnroll = kUnrollDefault,
           int kMinBlocks = DefaultMinBlocks<WT, kRows>()>
-void LaunchSplit(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, const OutputMap& y,
+void LaunchSplit(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, const OutputMap& y, bool pdl,
                  cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((n + kFeatures - 1) / kFeatures), static_cast<unsigned>((m + kRows - 1) / kRows));
-  GemvSplitKernel<WT, kRows, kFeatures, kSplitUnroll, kMinBlocks><<<grid, kSplitThreads, 0, stream>>>(x, m, k, w, n,
-                                                                                                     y);
+  LaunchKernel(GemvSplitKernel<WT, kRows, kFeatures, kSplitUnroll, kMinBlocks>, grid, dim3(kSplitThreads), 0, stream,
+               pdl, x, m, k, w, n, y);
+}
+
+// ---- The bulk-copy GEMV (compute capability 9.0+, bf16 weights, m <= 4) ----
+// A persistent block per SM takes groups of kFeatures consecutive output features
+// (blockIdx.x, + gridDim.x, ...). A group's weight rows are contiguous, so one thread
+// fetches a whole group into shared memory with one bulk asynchronous copy (the TMA
+// engine, completion counted in bytes on an mbarrier); `stages` groups are in flight per
+// block, from the kernel's first instruction (weights need nothing from earlier kernels:
+// under programmatic launch they stream in while the kernel before finishes), and a
+// stage is refilled as soon as its group is summed. x is copied to shared memory once.
+// Thread t sums vectors t, t + 256, ... of each feature, warps meet as in the split
+// kernel: the split kernel's bits exactly. No register holds a load in flight, so the
+// bytes in flight per SM are bounded by shared memory, not by the register file.
+constexpr int kBulkThreads = kSplitThreads;  // part of the summation order
+constexpr int kBulkMaxStages = 6;
+constexpr int64_t kBulkStageTarget = 48 << 10;  // bytes per group, at most
+
+template <int kRows, int kFeatures>
+__global__ void __launch_bounds__(kBulkThreads, 1)
+    GemvBulkKernel(const bf16* __restrict__ x, int64_t m, int64_t k, const bf16* __restrict__ w, int64_t n,
+                   OutputMap y, int stages, int64_t x_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) uint8_t smem[];  // x (x_bytes, padded), then the stages
+  __shared__ __align__(8) uint64_t full[kBulkMaxStages];
+  __shared__ float partial[2][kBulkThreads / kWarp][kRows][kFeatures];
+  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+  const int64_t groups = (n + kFeatures - 1) / kFeatures;
+  const int64_t stage_bytes = kFeatures * k * static_cast<int64_t>(sizeof(bf16));
+  const bf16* xs = reinterpret_cast<const bf16*>(smem);
+  uint8_t* stage0 = smem + x_bytes;
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kRows), m));
+  const int64_t vecs = k / 8;
+  auto SmemAddress = [](const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); };
+
+  // Thread 0 only: fetch group g into stage s, completing on full[s].
+  auto fetch = [&](int s, int64_t g) {
+    const int64_t col0 = g * kFeatures;
+    const uint32_t bytes =
+        static_cast<uint32_t>(min(static_cast<int64_t>(kFeatures), n - col0) * k * static_cast<int64_t>(sizeof(bf16)));
+    const uint32_t bar = SmemAddress(&full[s]);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+            SmemAddress(stage0 + s * stage_bytes)),
+        "l"(w + col0 * k), "r"(bytes), "r"(bar)
+        : "memory");
+  };
+  if (tid == 0) {
+    for (int s = 0; s < stages; ++s) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddress(&full[s])), "r"(1) : "memory");
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    for (int s = 0; s < stages; ++s) {
+      const int64_t g = blockIdx.x + static_cast<int64_t>(s) * gridDim.x;
+      if (g < groups) fetch(s, g);
+    }
+  }
+  AllowDependentLaunch();
+  WaitForPriorGrids();
+  for (int64_t i = tid; i < rows * vecs; i += kBulkThreads) {
+    reinterpret_cast<uint4*>(smem)[i] = reinterpret_cast<const uint4*>(x)[i];
+  }
+  __syncthreads();  // x in shared memory; the barriers initialized
+
+  int it = 0;
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x, ++it) {
+    const int s = it % stages;
+    const uint32_t parity = static_cast<uint32_t>(it / stages) & 1u;
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n"
+        "}\n" ::"r"(SmemAddress(&full[s])),
+        "r"(parity)
+        : "memory");
+    const bf16* ws = reinterpret_cast<const bf16*>(stage0 + s * stage_bytes);
+    const int64_t col0 = g * kFeatures;
+    const int features = static_cast<int>(min(static_cast<int64_t>(kFeatures), n - col0));
+    float acc[kRows][kFeatures];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int f = 0; f < kFeatures; ++f) acc[r][f] = 0.0f;
+    }
+#pragma unroll 2
+    for (int64_t v = tid; v < vecs; v += kBulkThreads) {
+      float wf[kFeatures][8];
+#pragma unroll
+      for (int f = 0; f < kFeatures; ++f) {
+        // Past the last feature: the last one again (never summed).
+        Bf16x8ToFloat(*reinterpret_cast<const uint4*>(ws + min(f, features - 1) * k + v * 8), wf[f]);
+      }
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (r >= rows) break;
+        float xf[8];
+        Bf16x8ToFloat(*reinterpret_cast<const uint4*>(xs + r * k + v * 8), xf);
+#pragma unroll
+        for (int f = 0; f < kFeatures; ++f) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[r][f] += wf[f][e] * xf[e];
+        }
+      }
+    }
+    float (*part)[kRows][kFeatures] = partial[it & 1];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int f = 0; f < kFeatures; ++f) {
+        const float sum = WarpSum(acc[r][f]);
+        if (lane == 0) part[warp][r][f] = sum;
+      }
+    }
+    // Every thread is done with stage s and has written its partial sums. (partial is
+    // double-buffered: the next group's writes cannot meet this group's reads below.)
+    __syncthreads();
+    if (tid == 0) {
+      const int64_t next = g + static_cast<int64_t>(stages) * gridDim.x;
+      if (next < groups) {
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic reads before the async write
+        fetch(s, next);
+      }
+    }
+    if (tid < kRows * kFeatures) {
+      const int r = tid / kFeatures, f = tid % kFeatures;
+      if (r < rows && f < features) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int wi = 0; wi < kBulkThreads / kWarp; ++wi) sum += part[wi][r][f];
+        *OutputAt(y, r, col0 + f) = __float2bfloat16_rn(sum);
+      }
+    }
+  }
+#endif
+}
+
+// Output features per bulk group for rows of k bf16 values: as many as fit kBulkStageTarget.
+int BulkFeatures(int64_t k) {
+  const int64_t row = k * static_cast<int64_t>(sizeof(bf16));
+  return row * 4 <= kBulkStageTarget ? 4 : row * 2 <= kBulkStageTarget ? 2 : row <= kBulkStageTarget ? 1 : 0;
+}
+
+// The most dynamic shared memory the kernel may ask for on this device: the opt-in limit
+// less its static shared memory, raised once per instantiation.
+template <int kRows, int kFeatures>
+int64_t BulkSmemLimit(int device) {
+  static std::once_flag once;
+  static int64_t limit = 0;
+  std::call_once(once, [device] {
+    int optin = 0;
+    TP_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cudaFuncAttributes attr{};
+    TP_CUDA_CHECK(cudaFuncGetAttributes(&attr, GemvBulkKernel<kRows, kFeatures>));
+    limit = optin - static_cast<int64_t>(attr.sharedSizeBytes);
+    TP_CUDA_CHECK(cudaFuncSetAttribute(GemvBulkKernel<kRows, kFeatures>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(limit)));
+  });
+  return limit;
+}
+
+// Launches the bulk kernel if the shape allows it on `device`; false: nothing launched.
+template <int kRows, int kFeatures>
+bool LaunchBulkRows(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, const OutputMap& y, int device,
+                    bool pdl, cudaStream_t stream) {
+  const int64_t x_bytes = (m * k * static_cast<int64_t>(sizeof(bf16)) + 127) / 128 * 128;
+  const int64_t stage_bytes = kFeatures * k * static_cast<int64_t>(sizeof(bf16));
+  const int64_t stages = std::min<int64_t>(kBulkMaxStages, (BulkSmemLimit<kRows, kFeatures>(device) - x_bytes) /
+                                                               stage_bytes);
+  if (stages < 2) return false;
+  int sms = 0;
+  TP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t groups = (n + kFeatures - 1) / kFeatures;
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(groups, sms));
+  LaunchKernel(GemvBulkKernel<kRows, kFeatures>, dim3(grid), dim3(kBulkThreads),
+               static_cast<size_t>(x_bytes + stages * stage_bytes), stream, pdl, x, m, k, w, n, y,
+               static_cast<int>(stages), x_bytes);
+  return true;
+}
+
+template <int kRows>
+bool LaunchBulk(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, const OutputMap& y, int device,
+                bool pdl, cudaStream_t stream) {
+  switch (BulkFeatures(k)) {
+    case 4:
+      return LaunchBulkRows<kRows, 4>(x, m, k, w, n, y, device, pdl, stream);
+    case 2:
+      return LaunchBulkRows<kRows, 2>(x, m, k, w, n, y, device, pdl, stream);
+    case 1:
+      return LaunchBulkRows<kRows, 1>(x, m, k, w, n, y, device, pdl, stream);
+    default:
+      return false;
+  }
+}
+
+// The device (current) when the bulk kernel can run there: compute capability 9.0+.
+int BulkDevice() {
+  int device = 0, major = 0;
+  TP_CUDA_CHECK(cudaGetDevice(&device));
+  TP_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major >= 9 ? device : -1;
+}
+
+bool TryBulk(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, const OutputMap& y, bool pdl,
+             cudaStream_t stream) {
+  if (m > 4 || k % 8 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0) {
+    return false;
+  }
+  const int device = BulkDevice();
+  if (device < 0) return false;
+  switch (m) {
+    case 1:
+      return LaunchBulk<1>(x, m, k, w, n, y, device, pdl, stream);
+    case 2:
+      return LaunchBulk<2>(x, m, k, w, n, y, device, pdl, stream);
+    default:
+      return LaunchBulk<4>(x, m, k, w, n, y, device, pdl, stream);
+  }
 }
 
 template <typename WT>
 void LaunchGemv(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, const OutputMap& y,
-                cudaStream_t stream) {
+                const GemvLaunch& launch, cudaStream_t stream) {
+  if constexpr (std::is_same_v<WT, bf16>) {
+    if (launch.bulk && TryBulk(x, m, k, w, n, y, launch.pdl, stream)) {
+      TP_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
   if (k % 8 == 0) {
     if (m == 1) {
-      LaunchSplit<WT, 1>(x, m, k, w, n, y, stream);
+      LaunchSplit<WT, 1>(x, m, k, w, n, y, launch.pdl, stream);
     } else if (m == 2) {
-      LaunchSplit<WT, 2>(x, m, k, w, n, y, stream);
+      LaunchSplit<WT, 2>(x, m, k, w, n, y, launch.pdl, stream);
     } else if (m <= 4) {
-      LaunchSplit<WT, 4>(x, m, k, w, n, y, stream);
+      LaunchSplit<WT, 4>(x, m, k, w, n, y, launch.pdl, stream);
     } else {
-      LaunchSplit<WT, 8>(x, m, k, w, n, y, stream);
+      LaunchSplit<WT, 8>(x, m, k, w, n, y, launch.pdl, stream);
     }
     TP_CUDA_CHECK_LAUNCH();
     return;
@@ -269,8 +507,10 @@ void LaunchGemv(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, con
 
 }  // namespace
 
+bool GemvBulkSupported() { return BulkDevice() >= 0; }
+
 void GemvSplit(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype, const GemvOutputs& out,
-               cudaStream_t stream) {
+               cudaStream_t stream, const GemvLaunch& launch) {
   TP_CHECK(out.count >= 1 && out.count <= kMaxGemvOutputs);
   OutputMap y{};
   int64_t n = 0;
@@ -284,13 +524,13 @@ void GemvSplit(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype
   if (m == 0) return;
   switch (w_dtype) {
     case DType::kBF16:
-      LaunchGemv(x, m, k, static_cast<const bf16*>(w), n, y, stream);
+      LaunchGemv(x, m, k, static_cast<const bf16*>(w), n, y, launch, stream);
       break;
     case DType::kF16:
-      LaunchGemv(x, m, k, static_cast<const __half*>(w), n, y, stream);
+      LaunchGemv(x, m, k, static_cast<const __half*>(w), n, y, launch, stream);
       break;
     case DType::kF32:
-      LaunchGemv(x, m, k, static_cast<const float*>(w), n, y, stream);
+      LaunchGemv(x, m, k, static_cast<const float*>(w), n, y, launch, stream);
       break;
   }
 }
@@ -304,7 +544,7 @@ struct Tuning {
   static bool Run(const GemvTuning& t, const bf16* x, int64_t k, const bf16* w, int64_t n, const OutputMap& y,
                   cudaStream_t stream) {
     if (t.features != kF || t.unroll != kU || t.min_blocks != kB) return false;
-    LaunchSplit<bf16, 1, kF, kU, kB>(x, 1, k, w, n, y, stream);
+    LaunchSplit<bf16, 1, kF, kU, kB>(x, 1, k, w, n, y, /*pdl=*/false, stream);
     return true;
   }
 };
@@ -334,13 +574,13 @@ void GemvWithTuning(const GemvTuning& t, const bf16* x, int64_t k, const bf16* w
 }
 
 void Gemv(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, bf16* y,
-          cudaStream_t stream) {
+          cudaStream_t stream, const GemvLaunch& launch) {
   if (m == 0 || n == 0) return;
   GemvOutputs out;
   out.y[0] = y;
   out.cols[0] = n;
   out.count = 1;
-  GemvSplit(x, m, k, w, w_dtype, out, stream);
+  GemvSplit(x, m, k, w, w_dtype, out, stream, launch);
 }
 
 }  // namespace tpserve::cuda

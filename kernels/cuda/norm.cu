@@ -17,6 +17,7 @@ constexpr int kBlockThreads = 256;
 template <int kTpr>
 __global__ void RmsNormKernel(const bf16* x, const float* __restrict__ w, int64_t rows, int64_t dim, float eps,
                               cpu::NormKind kind, bf16* out) {
+  AllowDependentLaunch();  // a GEMV launched after this one may start fetching weights
   __shared__ float scratch[kWarp];
   const int rows_per_block = blockDim.x / kTpr;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / kTpr;
@@ -39,6 +40,7 @@ template <int kTpr>
 __global__ void ResidualNormKernel(const bf16* __restrict__ o, const float* __restrict__ post_w,
                                    bf16* __restrict__ h, float scale, const float* __restrict__ next_w, int64_t rows,
                                    int64_t dim, float eps, cpu::NormKind kind, bf16* __restrict__ x) {
+  AllowDependentLaunch();  // a GEMV launched after this one may start fetching weights
   __shared__ float scratch[kWarp];
   const int rows_per_block = blockDim.x / kTpr;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / kTpr;
