@@ -171,6 +171,31 @@ int Main(int argc, char** argv) {
       cudaFree(p);
     }
   }
+  {  // Prefill GEMMs (2048 tokens, 31B at TP 1): every cuBLASLt heuristic candidate beside
+     // the one the backend runs (candidate 0). n = 5376 gives 336 output tiles of 128 x 256:
+     // 2.5 waves over 132 SMs, where another algorithm (split-K, other tiles) may win.
+    struct Shape {
+      const char* name;
+      int64_t n, k;
+    };
+    Gemm gemm;
+    bf16* xs = RandomBf16(2048 * I, 60);
+    bf16* ys = Alloc<bf16>(2048 * 2 * I);
+    for (const Shape& s : {Shape{"q|k|v sliding", 16384, H}, Shape{"o sliding", H, 8192}, Shape{"o global", H, 16384},
+                           Shape{"gate|up", 2 * I, H}, Shape{"down", H, I}}) {
+      bf16* w = RandomBf16(s.n * s.k, 61);
+      const std::string shape = std::string(s.name) + " m=2048 n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
+      for (int c = 0; c < Gemm::kMaxCandidates; ++c) {
+        if (!gemm.RunCandidate(c, xs, 2048, s.k, w, s.n, ys, st)) break;
+        const double us = TimeUs(st, [&] { gemm.RunCandidate(c, xs, 2048, s.k, w, s.n, ys, st); });
+        Row(("gemm candidate " + std::to_string(c) + (c == 0 ? " (used)" : "")).c_str(), shape, us,
+            2.0 * 2048 * s.n * s.k, "TFLOP/s", 0);
+      }
+      cudaFree(w);
+    }
+    cudaFree(xs);
+    cudaFree(ys);
+  }
   {  // Batch-1 decode: every projection shape of Gemma 4 31B at TP 1 (sliding / global
      // layers), our GEMV against cuBLASLt at m = 1, as a share of the copy bandwidth.
     struct Shape {
@@ -442,6 +467,29 @@ int Main(int argc, char** argv) {
       });
       Row("prefill attn causal", "tokens=4096 q/kv=32/" + std::to_string(kv) + " d=" + std::to_string(d), us,
           4.0 * (static_cast<double>(T) * T / 2) * 32 * d, "TFLOP/s", 0);
+    }
+  }
+  {  // The prefill kernel's tile shapes (keys per K/V tile / 16-row warps per CTA) on the
+     // 31B's 2048-token prompt: sliding layers (window 1024, d 256) and global layers
+     // (causal, d 512); the production shape is 32/4 for both.
+    for (int32_t d : {256, 512}) {
+      const int32_t kv = d == 256 ? 16 : 4, T = 2048, window = d == 256 ? 1024 : 0;
+      AttnInputs a = MakeAttn(32, kv, d, window, 1, T, T);
+      const size_t ws_bytes = PrefillAttentionWorkspaceBytes(a.tokens);
+      void* ws = Alloc<uint8_t>(static_cast<int64_t>(ws_bytes));
+      double pairs = 0;  // (query, key) pairs a row sees
+      for (int32_t t = 0; t < T; ++t) pairs += window > 0 ? std::min(t + 1, window) : t + 1;
+      const std::string shape = "tokens=2048 q/kv=32/" + std::to_string(kv) + " d=" + std::to_string(d) +
+                                (window > 0 ? " window=1024" : " causal");
+      for (const PrefillTuning& t : PrefillAttentionTunings(d)) {
+        const double us = TimeUs(st, [&] {
+          PrefillAttentionWithTuning(t, a.q, a.kc, a.vc, a.seq, a.pos, a.tokens, a.tables, a.p, ws, ws_bytes, a.out,
+                                     st);
+        });
+        const std::string name = "prefill tune " + std::to_string(t.block_keys) + "/" + std::to_string(t.row_warps);
+        Row(name.c_str(), shape, us, 4.0 * pairs * 32 * d, "TFLOP/s", 0);
+      }
+      cudaFree(ws);
     }
   }
   {  // Sampling over Gemma's vocabulary.

@@ -139,6 +139,13 @@ TEST_P(CudaAttentionTest, DecodeAndPrefillKernelsMatchCpu) {
   cuda::PrefillAttention(B(q), B(kc), B(vc), seq.get(), pos.get(), s.tokens, tables.get(), s.p, ws.get(), ws_bytes,
                          B(out), nullptr);
   EXPECT_TRUE(AllClose(FromBf16(out.Download()), s.want, testing::kBf16Attention)) << c.name << " prefill kernel";
+  // The tile shapes cuda_kernels_bench sweeps (head_dim 256 and 512) compute the same.
+  for (const cuda::PrefillTuning& t : cuda::PrefillAttentionTunings(c.head_dim)) {
+    cuda::PrefillAttentionWithTuning(t, B(q), B(kc), B(vc), seq.get(), pos.get(), s.tokens, tables.get(), s.p, ws.get(),
+                                     ws_bytes, B(out), nullptr);
+    EXPECT_TRUE(AllClose(FromBf16(out.Download()), s.want, testing::kBf16Attention))
+        << c.name << " prefill tuning " << t.block_keys << "/" << t.row_warps;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

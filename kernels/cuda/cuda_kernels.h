@@ -117,6 +117,20 @@ void PrefillAttention(const bf16* q, const bf16* k_cache, const bf16* v_cache, c
                       const cpu::PagedAttentionParams& p, void* workspace, size_t workspace_bytes, bf16* out,
                       cudaStream_t stream);
 
+// For cuda_kernels_bench's sweep only: the prefill kernel with another tile shape (keys
+// per K/V tile, 16-row warps per CTA; the production shapes are {32, 4} for head_dim 256
+// and 512). Key tiles start at other keys, so the bits may differ from PrefillAttention's
+// by rounding (tests/cuda_attention_test.cc holds every tuning to the CPU reference).
+struct PrefillTuning {
+  int block_keys = 32, row_warps = 4;
+  size_t smem_bytes = 0;
+};
+std::vector<PrefillTuning> PrefillAttentionTunings(int32_t head_dim);  // those this device's shared memory fits
+void PrefillAttentionWithTuning(const PrefillTuning& t, const bf16* q, const bf16* k_cache, const bf16* v_cache,
+                                const int32_t* token_seq, const int32_t* token_pos, int64_t tokens,
+                                const int32_t* block_tables, const cpu::PagedAttentionParams& p, void* workspace,
+                                size_t workspace_bytes, bf16* out, cudaStream_t stream);
+
 // ---- Linear (kernels/cuda/gemv.cu; large M goes through kernels/cuda/gemm.h) ----
 
 // How a GEMV may run; every choice gives the same bits.

@@ -40,17 +40,31 @@ const Gemm::Plan& Gemm::PlanFor(int64_t m, int64_t n, int64_t k) {
   TP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   TP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                       &workspace_bytes_, sizeof(workspace_bytes_)));
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kMaxCandidates]{};
   int found = 0;
-  TP_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found));
+  TP_CUBLAS_CHECK(
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, kMaxCandidates, results, &found));
   cublasLtMatmulPreferenceDestroy(pref);
   if (found == 0) {
     std::fprintf(stderr, "tpserve: cuBLASLt has no bf16 algorithm for m=%lld n=%lld k=%lld\n",
                  static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k));
     std::abort();
   }
-  p.algo = result.algo;
+  for (int i = 0; i < found; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) p.candidates.push_back(results[i].algo);
+  }
+  p.algo = results[0].algo;
   return plans_.emplace(key, p).first->second;
+}
+
+bool Gemm::RunCandidate(int i, const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, bf16* y,
+                        cudaStream_t stream) {
+  const Plan& p = PlanFor(m, n, k);
+  if (i < 0 || i >= static_cast<int>(p.candidates.size())) return false;
+  const float alpha = 1.0f, beta = 0.0f;
+  TP_CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.candidates[i],
+                                 workspace_, workspace_bytes_, stream));
+  return true;
 }
 
 void Gemm::Run(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, bf16* y, cudaStream_t stream) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -27,11 +28,19 @@ class Gemm {
   void Run(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, bf16* y, cudaStream_t stream);
   size_t workspace_bytes() const { return workspace_bytes_; }
 
+  // For cuda_kernels_bench: the same product with the i-th of cuBLASLt's heuristic
+  // candidates for this shape (0 is what Run uses). False (nothing enqueued) when the
+  // heuristic offers fewer than i + 1 (at most kMaxCandidates).
+  static constexpr int kMaxCandidates = 8;
+  bool RunCandidate(int i, const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, bf16* y,
+                    cudaStream_t stream);
+
  private:
   struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's, best first (algo is [0])
   };
   const Plan& PlanFor(int64_t m, int64_t n, int64_t k);
 

@@ -11,6 +11,7 @@
 // programmatic dependent launch. Tested by tests/cuda_linear_test.cc against cpu::Linear;
 // measured by bench/cuda_kernels_bench.cu.
 #include <algorithm>
+#include <cstdio>
 #include <mutex>
 #include <type_traits>
 #include <vector>
@@ -265,6 +266,28 @@ constexpr int kBulkThreads = kSplitThreads;  // part of the summation order
 constexpr int kBulkMaxStages = 6;
 constexpr int64_t kBulkStageTarget = 48 << 10;  // bytes per group, at most
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// True once the phase of the mbarrier at shared address `bar` with this parity completed.
+__device__ __forceinline__ bool MbarrierTryWait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+__device__ __forceinline__ uint64_t GlobalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+#endif
+
 template <int kRows, int kFeatures>
 __global__ void __launch_bounds__(kBulkThreads, 1)
     GemvBulkKernel(const bf16* __restrict__ x, int64_t m, int64_t k, const bf16* __restrict__ w, int64_t n,
@@ -316,15 +339,19 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
   for (int64_t g = blockIdx.x; g < groups; g += gridDim.x, ++it) {
     const int s = it % stages;
     const uint32_t parity = static_cast<uint32_t>(it / stages) & 1u;
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT;\n"
-        "}\n" ::"r"(SmemAddress(&full[s])),
-        "r"(parity)
-        : "memory");
+    // A copy that never lands is a bug: trap after 2 s (the launch fails with an error)
+    // rather than hang the process.
+    uint64_t waited_since = 0;
+    while (!MbarrierTryWait(SmemAddress(&full[s]), parity)) {
+      const uint64_t now = GlobalTimerNs();
+      if (waited_since == 0) {
+        waited_since = now;
+      } else if (now - waited_since > 2000000000ull) {
+        if (tid == 0) printf("GemvBulkKernel: block %d waited 2 s for the bulk copy of group %lld\n", blockIdx.x,
+                                static_cast<long long>(g));
+        __trap();
+      }
+    }
     const bf16* ws = reinterpret_cast<const bf16*>(stage0 + s * stage_bytes);
     const int64_t col0 = g * kFeatures;
     const int features = static_cast<int>(min(static_cast<int64_t>(kFeatures), n - col0));

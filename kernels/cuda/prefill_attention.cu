@@ -22,6 +22,7 @@
 #include <climits>
 #include <cub/block/block_scan.cuh>
 #include <mutex>
+#include <vector>
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -32,11 +33,10 @@ namespace {
 
 constexpr int kPlanThreads = 1024;
 
-// Tile shape and shared-memory layout for head dim D, BK keys per K/V tile, and kSplit
-// warps sharing each 16 rows (each owning D / kSplit output columns).
-template <int D, int BK, int kSplit>
+// Tile shape and shared-memory layout for head dim D, BK keys per K/V tile, kSplit warps
+// sharing each 16 rows (each owning D / kSplit output columns) and kRowWarps x 16 rows.
+template <int D, int BK, int kSplit, int kRowWarps = 4>
 struct Cfg {
-  static constexpr int kRowWarps = 4;
   static constexpr int kThreads = kRowWarps * kSplit * kWarp;
   static constexpr int R = 16 * kRowWarps;  // query rows per CTA
   static constexpr int kDw = D / kSplit;    // D columns per warp
@@ -52,6 +52,9 @@ struct Cfg {
   static constexpr size_t kXch = kV + sizeof(bf16) * 2 * BK * kLd;
   static constexpr size_t kKeyOk = kXch + (kSplit > 1 ? sizeof(float) * kThreads * (BK / 2) : 0);
   static constexpr size_t kBytes = kKeyOk + 2 * BK;
+  // Two CTAs per SM where registers allow (128 threads: 255 each; the fp32 output of
+  // D / kSplit columns alone takes D / kSplit / 2 of them).
+  static constexpr int kMinBlocks = kThreads <= 128 ? 2 : 1;
 };
 
 // Synchronizes the kCount threads (whole warps) that use barrier `id` (0 is __syncthreads).
@@ -101,11 +104,11 @@ __global__ void __launch_bounds__(kPlanThreads) PlanTilesKernel(const int32_t* _
   if (threadIdx.x == 0) *tile_count = carry_tiles;
 }
 
-template <int D, int BK, int kSplit>
-__global__ void __launch_bounds__(Cfg<D, BK, kSplit>::kThreads, kSplit == 1 ? 2 : 1)
+template <int D, int BK, int kSplit, int kRowWarps>
+__global__ void __launch_bounds__(Cfg<D, BK, kSplit, kRowWarps>::kThreads, Cfg<D, BK, kSplit, kRowWarps>::kMinBlocks)
     PrefillKernel(AttnArgs a, const int32_t* __restrict__ tile_start, const int32_t* __restrict__ tile_len,
                   const int32_t* __restrict__ tile_count) {
-  using C = Cfg<D, BK, kSplit>;
+  using C = Cfg<D, BK, kSplit, kRowWarps>;
   constexpr int kLd = C::kLd, kDw = C::kDw, kThreads = C::kThreads;
   constexpr int kNt = BK / 8;  // 8-key column tiles of S per warp
   extern __shared__ __align__(128) uint8_t smem[];
@@ -329,12 +332,13 @@ __global__ void __launch_bounds__(Cfg<D, BK, kSplit>::kThreads, kSplit == 1 ? 2 
   }
 }
 
-template <int D, int BK, int kSplit>
+template <int D, int BK, int kSplit, int kRowWarps>
 void RaiseSmemLimit() {
   static std::once_flag once;
   std::call_once(once, [] {
-    TP_CUDA_CHECK(cudaFuncSetAttribute(PrefillKernel<D, BK, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(Cfg<D, BK, kSplit>::kBytes)));
+    TP_CUDA_CHECK(cudaFuncSetAttribute(PrefillKernel<D, BK, kSplit, kRowWarps>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(Cfg<D, BK, kSplit, kRowWarps>::kBytes)));
   });
 }
 
@@ -355,28 +359,34 @@ struct LaunchPrefill {
   int group;
   int smem_optin;  // the device's cudaDevAttrMaxSharedMemoryPerBlockOptin
   cudaStream_t stream;
+  const PrefillTuning* tuning = nullptr;  // null: the production shape for D
 
-  template <int D, int BK, int kSplit>
+  template <int D, int BK, int kSplit, int kRowWarps = 4>
   void Launch() const {
-    using C = Cfg<D, BK, kSplit>;
+    using C = Cfg<D, BK, kSplit, kRowWarps>;
     const int tokens_per_tile = C::R / group;
     TP_CHECK(tokens_per_tile >= 1);  // more query heads per KV head than rows in a tile
     TP_CHECK(static_cast<size_t>(smem_optin) >= C::kBytes);
     PlanTilesKernel<<<1, kPlanThreads, 0, stream>>>(a.token_seq, a.tokens, tokens_per_tile, plan.start, plan.len,
                                                     plan.count);
     TP_CUDA_CHECK_LAUNCH();
-    RaiseSmemLimit<D, BK, kSplit>();
+    RaiseSmemLimit<D, BK, kSplit, kRowWarps>();
     // Tiles <= ceil(tokens / tokens_per_tile) + (sequence boundaries); blocks loop over
     // tiles, blocks beyond the planned count exit at once, and the extra 128 cover
     // batches with many short runs (decode tokens mixed into a prefill).
     const int64_t blocks = std::min<int64_t>(a.tokens, (a.tokens + tokens_per_tile - 1) / tokens_per_tile + 128);
     const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(a.num_kv_heads));
-    PrefillKernel<D, BK, kSplit><<<grid, C::kThreads, C::kBytes, stream>>>(a, plan.start, plan.len, plan.count);
+    PrefillKernel<D, BK, kSplit, kRowWarps><<<grid, C::kThreads, C::kBytes, stream>>>(a, plan.start, plan.len,
+                                                                                     plan.count);
     TP_CUDA_CHECK_LAUNCH();
   }
 
   template <int D>
   void operator()() const {
+    if (tuning != nullptr) {
+      TP_CHECK(LaunchTuning<D>(*tuning));  // else not one of PrefillAttentionTunings(D)
+      return;
+    }
     if constexpr (D == 512) {
       if (static_cast<size_t>(smem_optin) >= Cfg<512, 32, 2>::kBytes) {
         Launch<512, 32, 2>();
@@ -389,7 +399,28 @@ struct LaunchPrefill {
       Launch<D, 64, 1>();
     }
   }
+
+  // The tunings instantiated for cuda_kernels_bench (PrefillAttentionTunings).
+  template <int D>
+  bool LaunchTuning(const PrefillTuning& t) const {
+    auto is = [&](int bk, int rw) { return t.block_keys == bk && t.row_warps == rw; };
+    if constexpr (D == 256) {
+      if (is(32, 4)) return Launch<256, 32, 1, 4>(), true;
+      if (is(64, 4)) return Launch<256, 64, 1, 4>(), true;
+      if (is(32, 8)) return Launch<256, 32, 1, 8>(), true;
+      if (is(64, 8)) return Launch<256, 64, 1, 8>(), true;
+    } else if constexpr (D == 512) {
+      if (is(32, 4)) return Launch<512, 32, 2, 4>(), true;
+      if (is(16, 4)) return Launch<512, 16, 2, 4>(), true;
+    }
+    return false;
+  }
 };
+
+template <int D, int BK, int kSplit, int kRowWarps>
+PrefillTuning TuningOf() {
+  return PrefillTuning{BK, kRowWarps, Cfg<D, BK, kSplit, kRowWarps>::kBytes};
+}
 
 }  // namespace
 
@@ -409,6 +440,37 @@ void PrefillAttention(const bf16* q, const bf16* k_cache, const bf16* v_cache, c
   TP_CUDA_CHECK(cudaGetDevice(&device));
   TP_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   DispatchHeadDim(p.head_dim, LaunchPrefill{a, plan, p.num_q_heads / p.num_kv_heads, smem_optin, stream});
+}
+
+std::vector<PrefillTuning> PrefillAttentionTunings(int32_t head_dim) {
+  std::vector<PrefillTuning> all;
+  if (head_dim == 256) {
+    all = {TuningOf<256, 32, 1, 4>(), TuningOf<256, 64, 1, 4>(), TuningOf<256, 32, 1, 8>(), TuningOf<256, 64, 1, 8>()};
+  } else if (head_dim == 512) {
+    all = {TuningOf<512, 32, 2, 4>(), TuningOf<512, 16, 2, 4>()};  // 8 row warps of 2 would spill (512 threads)
+  }
+  int device = 0, smem_optin = 0;
+  TP_CUDA_CHECK(cudaGetDevice(&device));
+  TP_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  std::vector<PrefillTuning> fit;
+  for (const PrefillTuning& t : all) {
+    if (t.smem_bytes <= static_cast<size_t>(smem_optin)) fit.push_back(t);
+  }
+  return fit;
+}
+
+void PrefillAttentionWithTuning(const PrefillTuning& t, const bf16* q, const bf16* k_cache, const bf16* v_cache,
+                                const int32_t* token_seq, const int32_t* token_pos, int64_t tokens,
+                                const int32_t* block_tables, const cpu::PagedAttentionParams& p, void* workspace,
+                                size_t workspace_bytes, bf16* out, cudaStream_t stream) {
+  if (tokens == 0) return;
+  TP_CHECK(workspace_bytes >= PrefillAttentionWorkspaceBytes(tokens));
+  const AttnArgs a = MakeAttnArgs(q, k_cache, v_cache, token_seq, token_pos, tokens, block_tables, p, out);
+  const TilePlan plan = LayoutTilePlan(workspace, tokens);
+  int device = 0, smem_optin = 0;
+  TP_CUDA_CHECK(cudaGetDevice(&device));
+  TP_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  DispatchHeadDim(p.head_dim, LaunchPrefill{a, plan, p.num_q_heads / p.num_kv_heads, smem_optin, stream, &t});
 }
 
 }  // namespace tpserve::cuda
