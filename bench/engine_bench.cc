@@ -40,7 +40,9 @@ ABSL_FLAG(double, gpu_memory_utilization, 0.9, "cuda: fraction of the GPU's memo
 ABSL_FLAG(int, prefill_tokens, 2048, "cuda: tokens of the prefill measurement's prompt");
 ABSL_FLAG(std::string, decode_mode, "both", "cuda: decode steps replayed from CUDA graphs (graphs), eager as "
                                            "--enforce-eager (eager), or both side by side (both)");
-ABSL_FLAG(bool, op_profile, false, "cuda, TP 1: also time one eager decode step op by op (each op synchronized)");
+ABSL_FLAG(bool, op_profile, false,
+          "cuda, TP 1: also time one prefill step and one eager decode step at the first and the last batch op by "
+          "op (each op synchronized)");
 ABSL_FLAG(std::string, decode_kernels, "split",
           "cuda: decode kernel choices measured side by side on one engine, comma-separated: split | bulk | "
           "split+pdl | bulk+pdl (bulk: GEMVs stream weights with bulk copies; pdl: programmatic launch)");

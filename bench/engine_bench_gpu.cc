@@ -157,8 +157,8 @@ struct TpResult {
   std::vector<DecodeResult> decode;
   bool graphs = false;  // the engine replays decode steps from CUDA graphs
   int64_t peak_used_bytes = 0, total_bytes = 0;
-  // --op_profile: one eager decode step at the first batch size, and one prefill step,
-  // op by op.
+  // --op_profile: one prefill step and one eager decode step at the first and at the
+  // last batch size, op by op.
   struct OpProfile {
     std::string step;  // what was profiled
     std::vector<OpProfileRow> rows;
@@ -279,7 +279,7 @@ absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exe
       if (r.decode.size() - first == 2) r.decode[first].eager_step_ms = r.decode[first + 1].step_ms;
     }
     set_kernels(o.decode_kernels.front());
-    if (profiler != nullptr && batch == o.batch.front()) {
+    if (profiler != nullptr && (batch == o.batch.front() || batch == o.batch.back())) {
       // The last measured position again (its KV slot is rewritten with the same values).
       set_graphs(false);
       const StepPlan plan = DecodePlan(layout, batch, o.context + steps - 1, bs, groups, c.vocab_size);

@@ -29,8 +29,8 @@ struct GpuBenchOptions {
   // ("eager", as --enforce-eager), or both on the same engine, side by side ("both").
   // Where the engine has no graphs (ranks sharing a GPU), every row is eager.
   std::string decode_mode = "both";
-  // TP 1: one more eager decode step at the first batch size and one more prefill step,
-  // timed op by op (bench/op_profile.h), printed as tables after the others.
+  // TP 1: one more prefill step and one more eager decode step at the first and at the
+  // last batch size, timed op by op (bench/op_profile.h), printed as tables after the others.
   bool op_profile = false;
   // Decode kernel choices (KernelOptions), each measured on the same engine: "split" (the
   // register-load GEMV), "bulk" (bulk-copy GEMV), either with "+pdl" (programmatic

@@ -1,6 +1,11 @@
 // The model under real MPI ranks (run by ctest with mpirun -np 1, 2 and 4): every
 // fixture's greedy tokens and logits match transformers through the MPI communicator.
 #include <mpi.h>
+#include <time.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/tp_harness.h"
@@ -71,6 +76,42 @@ TEST(Mpi, AgreeOnStatusReachesEveryRank) {
   comm.AllReduceSum(&b, 1, DType::kBF16);
   EXPECT_EQ(Bf16ToF32(b), static_cast<float>(comm.size()));
   EXPECT_EQ(comm.AllReduceMin(100 - comm.rank()), 100 - (comm.size() - 1));
+}
+
+// Workers wait for the next plan through BroadcastBytes; while the server idles that wait
+// must not hold a core (a blocking MPI_Bcast spins: an idle `tpserve serve -np 2` had rank
+// 1 at 99% CPU). Rank 0 sends after 400 ms; the others' CPU time over the wait stays a
+// small part of it (spinning, each waiting rank used 66-100% of it: 2 cores, up to 4 ranks).
+TEST(Mpi, WaitingForABroadcastDoesNotHoldACore) {
+  Communicator& comm = Comm();
+  auto thread_cpu_s = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+  };
+  comm.Barrier();
+  std::vector<uint8_t> bytes;
+  if (comm.rank() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    bytes = {1, 2, 3, 4, 5};
+  }
+  const auto wall0 = std::chrono::steady_clock::now();
+  const double cpu0 = thread_cpu_s();
+  comm.BroadcastBytes(bytes, 0);
+  const double cpu = thread_cpu_s() - cpu0;
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  EXPECT_EQ(bytes, (std::vector<uint8_t>{1, 2, 3, 4, 5}));
+  if (comm.rank() != 0) {
+    EXPECT_GT(wall, 0.3);
+    EXPECT_LT(cpu, 0.25 * wall) << "rank " << comm.rank() << " used " << cpu << " s of CPU waiting " << wall << " s";
+  }
+  // Back to back, as steps of a busy server: every message arrives, in order.
+  for (uint8_t i = 0; i < 50; ++i) {
+    std::vector<uint8_t> msg;
+    if (comm.rank() == 0) msg.assign(i, i);
+    comm.BroadcastBytes(msg, 0);
+    EXPECT_EQ(msg, std::vector<uint8_t>(i, i));
+  }
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ int64_t Communicator::AllReduceMin(int64_t v) {
 
 void Communicator::BroadcastBytes(std::vector<uint8_t>& bytes, int root) {
   uint64_t n = bytes.size();
-  Broadcast(&n, sizeof(n), root);
+  BroadcastWaiting(&n, sizeof(n), root);
   bytes.resize(n);
   if (n > 0) Broadcast(bytes.data(), n, root);
 }

@@ -40,6 +40,12 @@ class Communicator {
   virtual void AllGather(const void* send, size_t bytes_per_rank, void* recv) = 0;
   // Copies root's `bytes` bytes to every rank.
   virtual void Broadcast(void* data, size_t bytes, int root) = 0;
+  // Broadcast for a message the other ranks may wait long for (the next step's plan while
+  // the server idles): they wait without holding a core (MPI: point-to-point messages the
+  // receivers probe for, sleeping between probes after the first 2 ms). Every rank calls it
+  // for the same message; it does not match a Broadcast. Default: Broadcast (threads wait
+  // on a condition variable already).
+  virtual void BroadcastWaiting(void* data, size_t bytes, int root) { Broadcast(data, bytes, root); }
   virtual void Barrier() = 0;
   // Stops every rank of the job now (a broken invariant or an unrecoverable mid-step
   // failure): no rank may be left waiting in a collective.
@@ -53,6 +59,7 @@ class Communicator {
   // start-up phases so that a failure on one rank is an error on all, never a hang.
   absl::Status AgreeOnStatus(const absl::Status& local);
   int64_t AllReduceMin(int64_t v);
+  // root's bytes to every rank (any size); the receivers wait as in BroadcastWaiting.
   void BroadcastBytes(std::vector<uint8_t>& bytes, int root);
 };
 
