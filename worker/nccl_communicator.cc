@@ -76,6 +76,10 @@ class NcclCommunicator : public Communicator {
     TP_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_));
   }
 
+  void BroadcastWaiting(void* data, size_t bytes, int root) override {
+    if (!IsDevicePointer(data)) return bootstrap_.BroadcastWaiting(data, bytes, root);
+    Broadcast(data, bytes, root);
+  }
   void Broadcast(void* data, size_t bytes, int root) override {
     if (!IsDevicePointer(data)) return bootstrap_.Broadcast(data, bytes, root);
     TP_NCCL_CHECK(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_));

@@ -10,6 +10,7 @@
 #include <cstddef>
 
 #include "worker/communicator.h"
+#include "worker/device_pointer.h"
 
 namespace tpserve {
 
@@ -28,6 +29,11 @@ class StagedCommunicator : public Communicator {
   void Gather(const void* send, size_t bytes_per_rank, void* recv, int root) override;
   void AllGather(const void* send, size_t bytes_per_rank, void* recv) override;
   void Broadcast(void* data, size_t bytes, int root) override;
+  // Host messages only (the plans), as the inner communicator waits for them.
+  void BroadcastWaiting(void* data, size_t bytes, int root) override {
+    if (IsDevicePointer(data)) return Broadcast(data, bytes, root);
+    inner_.BroadcastWaiting(data, bytes, root);
+  }
   void Barrier() override { inner_.Barrier(); }
   [[noreturn]] void Abort(int code) override;
 
