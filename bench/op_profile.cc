@@ -66,6 +66,11 @@ double OpProfileBackend::SyncUs() {
 void OpProfileBackend::CopyFromHost(void* dst, const void* src, size_t bytes) {
   Timed([&] { return std::string("copy_from_host"); }, [&] { inner().CopyFromHost(dst, src, bytes); });
 }
+void OpProfileBackend::CopyFromHost2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                                      size_t row_bytes, size_t rows) {
+  Timed([&] { return std::string("copy_from_host"); },
+        [&] { inner().CopyFromHost2D(dst, dst_pitch, src, src_pitch, row_bytes, rows); });
+}
 void OpProfileBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
   Timed([&] { return std::string("copy_to_host"); }, [&] { inner().CopyToHost(dst, src, bytes); });
 }

@@ -36,6 +36,8 @@ class OpProfileBackend : public ForwardingBackend {
   double SyncUs();
 
   void CopyFromHost(void* dst, const void* src, size_t bytes) override;
+  void CopyFromHost2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                      size_t rows) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
   void Embedding(const int32_t* ids, int64_t n, const Tensor& table, int64_t vocab_start, float scale,
                  Tensor out) override;

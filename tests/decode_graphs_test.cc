@@ -113,12 +113,12 @@ TEST(DecodeGraphsTest, PadsToTheCapturedSize) {
   EXPECT_EQ(p.num_seqs, 4);
   ASSERT_EQ(p.kv.size(), 2u);
   for (const KvGroupPlan& kv : p.kv) {
-    EXPECT_EQ(kv.max_blocks_per_seq, 5);
+    EXPECT_EQ(kv.max_blocks_per_seq, 3);  // the plan's columns; the device table is 5 wide
     EXPECT_EQ(kv.slot_mapping, (std::vector<int32_t>{2, 15, 28, -1}));
-    EXPECT_EQ(kv.block_tables, (std::vector<int32_t>{0, 1, 2, -1, -1,  //
-                                                     3, 4, 5, -1, -1,  //
-                                                     6, 7, 8, -1, -1,  //
-                                                     -1, -1, -1, -1, -1}));
+    EXPECT_EQ(kv.block_tables, (std::vector<int32_t>{0, 1, 2,  //
+                                                     3, 4, 5,  //
+                                                     6, 7, 8,  //
+                                                     -1, -1, -1}));
   }
   // A plan wider than the fixed width keeps the columns its positions reach.
   const StepPlan narrow = PadDecodeStep(Decode3(6), 3, 4);

@@ -8,6 +8,14 @@
 
 namespace tpserve {
 
+void Backend::CopyFromHost2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                             size_t rows) {
+  for (size_t r = 0; r < rows; ++r) {
+    CopyFromHost(static_cast<uint8_t*>(dst) + r * dst_pitch, static_cast<const uint8_t*>(src) + r * src_pitch,
+                 row_bytes);
+  }
+}
+
 void Backend::LinearSplit(const Tensor& x, const Tensor& w, const float* bias, std::span<const Tensor> outs) {
   int64_t cols = 0;
   for (const Tensor& y : outs) cols += y.cols;

@@ -85,6 +85,10 @@ class Backend {
   virtual void CopyFromHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void Synchronize() = 0;
+  // `rows` rows of `row_bytes` bytes from src (rows `src_pitch` bytes apart) to dst (rows
+  // `dst_pitch` apart), ordered like CopyFromHost. Default: a CopyFromHost per row.
+  virtual void CopyFromHost2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                              size_t rows);
   // Switches between kernels that give the same results (between steps, on the backend's
   // thread; captured CUDA graphs keep the kernels they captured). Default: none to switch.
   virtual void SetKernelOptions(const KernelOptions&) {}

@@ -119,6 +119,12 @@ class CudaBackendImpl : public CudaBackend {
     if (bytes == 0) return;
     TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
   }
+  void CopyFromHost2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                      size_t rows) override {
+    TP_CHECK(!capturing());
+    if (row_bytes == 0 || rows == 0) return;
+    TP_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyHostToDevice, stream_));
+  }
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
     TP_CHECK(!capturing());
     if (bytes == 0) return;

@@ -53,12 +53,12 @@ StepPlan PadDecodeStep(const StepPlan& plan, int32_t padded, int32_t width) {
     KvGroupPlan& out = p.kv[g];
     out.slot_mapping = in.slot_mapping;
     out.slot_mapping.resize(padded, -1);
-    out.max_blocks_per_seq = width;
-    out.block_tables.assign(static_cast<size_t>(padded) * width, -1);
     const int32_t cols = std::min(in.max_blocks_per_seq, width);
+    out.max_blocks_per_seq = cols;
+    out.block_tables.assign(static_cast<size_t>(padded) * cols, -1);
     for (int32_t s = 0; s < plan.num_seqs; ++s) {
       std::copy_n(in.block_tables.begin() + static_cast<size_t>(s) * in.max_blocks_per_seq, cols,
-                  out.block_tables.begin() + static_cast<size_t>(s) * width);
+                  out.block_tables.begin() + static_cast<size_t>(s) * cols);
     }
   }
   p.logit_rows.resize(padded);

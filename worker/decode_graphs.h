@@ -46,7 +46,9 @@ bool IsReplayableDecode(const StepPlan& plan, int32_t width, int32_t block_size)
 
 // The plan the graph of batch size `padded` runs: the T tokens as they are, then padding
 // tokens (id 0, position -1, slot -1, each its own sequence whose block-table row is all
-// -1), every block-table row widened to `width` columns with -1, logit rows 0..padded-1.
+// -1), block tables of the plan's columns (at most `width`: the replayed step's tables are
+// `width` wide on the device, and Model::UploadStep copies only these columns into them;
+// no kernel reads a column past a sequence's last block), logit rows 0..padded-1.
 // Sampling and penalty entries are not copied (sampling runs after the replay, on the
 // first T rows). Position -1 makes attention write zeros and slot -1 skips the KV write.
 StepPlan PadDecodeStep(const StepPlan& plan, int32_t padded, int32_t width);

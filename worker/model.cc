@@ -215,7 +215,7 @@ void Model::RunLayer(Layer& L, const Layer* next, int64_t T, StepTimes* times) {
                         next != nullptr ? weights(next->input_norm) : nullptr, eps, nk, x);
 }
 
-absl::Status Model::UploadStep(const StepPlan& plan) {
+absl::Status Model::UploadStep(const StepPlan& plan, int32_t table_width) {
   const int64_t T = plan.num_tokens();
   const int64_t Lr = static_cast<int64_t>(plan.logit_rows.size());
   TP_RETURN_IF_ERROR(EnsureScratch(T, Lr));
@@ -225,13 +225,23 @@ absl::Status Model::UploadStep(const StepPlan& plan) {
   s.table_width.resize(plan.kv.size(), 0);
   for (size_t g = 0; g < plan.kv.size(); ++g) {
     const std::vector<int32_t>& bt = plan.kv[g].block_tables;
-    if (static_cast<int64_t>(bt.size()) > s.table_capacity[g] || !s.block_tables[g]) {
+    const int32_t cols = plan.kv[g].max_blocks_per_seq;
+    const int32_t width = std::max(table_width, cols);
+    const int64_t entries = static_cast<int64_t>(plan.num_seqs) * width;
+    if (entries > s.table_capacity[g] || !s.block_tables[g]) {
       ClearGraphs();  // the table moves
-      TP_ASSIGN_OR_RETURN(s.block_tables[g], backend_.Allocate(std::max<size_t>(bt.size(), 1) * 4));
-      s.table_capacity[g] = static_cast<int64_t>(bt.size());
+      TP_ASSIGN_OR_RETURN(s.block_tables[g], backend_.Allocate(std::max<size_t>(entries, 1) * 4));
+      s.table_capacity[g] = entries;
     }
-    s.table_width[g] = plan.kv[g].max_blocks_per_seq;
-    if (!bt.empty()) backend_.CopyFromHost(s.block_tables[g]->data(), bt.data(), bt.size() * 4);
+    s.table_width[g] = width;
+    if (!bt.empty() && width == cols) {
+      backend_.CopyFromHost(s.block_tables[g]->data(), bt.data(), bt.size() * 4);
+    } else if (!bt.empty()) {
+      // Only the plan's columns; the rest of each row is never read (past every sequence's
+      // last block).
+      backend_.CopyFromHost2D(s.block_tables[g]->data(), static_cast<size_t>(width) * 4, bt.data(),
+                              static_cast<size_t>(cols) * 4, static_cast<size_t>(cols) * 4, plan.num_seqs);
+    }
     backend_.CopyFromHost(s.slots[g]->data(), plan.kv[g].slot_mapping.data(), T * 4);
   }
   backend_.CopyFromHost(s.ids->data(), plan.token_ids.data(), T * 4);
@@ -382,7 +392,7 @@ absl::Status Model::CaptureCudaGraphs() {
   none.kv.resize(config_.kv_group_windows.size());
   StepTimes times;
   for (int32_t b : graph_sizes_) {
-    TP_RETURN_IF_ERROR(UploadStep(PadDecodeStep(none, b, graph_table_width_)));
+    TP_RETURN_IF_ERROR(UploadStep(PadDecodeStep(none, b, graph_table_width_), graph_table_width_));
     // Twice: the warm-up run, then the capture (which launches the graph).
     for (int i = 0; i < 2 && !graphs_->captured(b); ++i) {
       TP_RETURN_IF_ERROR(graphs_->Run(b, [&] { RunDevice(b, b, &times); }));
@@ -419,7 +429,7 @@ absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times
   // Padding comes after Validate, which rightly rejects the padding's negative positions.
   if (const int32_t B = ReplayBatchSize(plan); B > 0) {
     TP_RETURN_IF_ERROR(ReserveGraphBuffers());
-    TP_RETURN_IF_ERROR(UploadStep(PadDecodeStep(plan, B, graph_table_width_)));
+    TP_RETURN_IF_ERROR(UploadStep(PadDecodeStep(plan, B, graph_table_width_), graph_table_width_));
     const absl::Status st = graphs_->Run(B, [&] { RunDevice(B, B, times); });
     if (!st.ok() && !graph_warned_) {
       // The step ran eagerly instead and that size stays eager: a bug, not the request's.

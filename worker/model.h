@@ -126,7 +126,9 @@ class Model {
   // softcap), so it can be captured; reads the block-table widths UploadStep recorded.
   // DownloadOutput: the first `logit_rows` rows to rank 0, sampled on the device when the
   // plan has sampling rows, else as fp32 logits (gather, copy, widen), then synchronize.
-  absl::Status UploadStep(const StepPlan& plan);
+  // table_width > 0: the device block tables are that many columns wide (replayed steps)
+  // and only the plan's columns are copied into them.
+  absl::Status UploadStep(const StepPlan& plan, int32_t table_width = 0);
   void RunDevice(int64_t tokens, int64_t logit_rows, StepTimes* times);
   StepOutput DownloadOutput(const StepPlan& plan, int64_t logit_rows);
   void RunLayer(Layer& layer, const Layer* next, int64_t tokens, StepTimes* times);
