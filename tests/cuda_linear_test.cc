@@ -36,6 +36,32 @@ std::vector<uint8_t> WeightBytes(const std::vector<float>& w, DType dt) {
   return raw;
 }
 
+// Separate outputs of the given column counts for one GemvSplit launch, and the check that
+// each holds its columns of `whole` ([m, sum(cols)]) bit for bit.
+struct SplitOutputs {
+  SplitOutputs(int64_t m, const std::vector<int64_t>& cols) : m(m), cols(cols) {
+    for (int64_t c : cols) {
+      parts.push_back(std::make_unique<DeviceArray<uint16_t>>(m * c));
+      out.y[out.count] = reinterpret_cast<bf16*>(parts.back()->get());
+      out.cols[out.count++] = c;
+    }
+  }
+  void ExpectColumnsOf(const std::vector<uint16_t>& whole, const std::string& what) const {
+    const int64_t n = static_cast<int64_t>(whole.size()) / m;
+    int64_t c0 = 0;
+    for (size_t p = 0; p < cols.size(); ++p) {
+      std::vector<uint16_t> expect(m * cols[p]);
+      for (int64_t r = 0; r < m; ++r) std::copy_n(&whole[r * n + c0], cols[p], &expect[r * cols[p]]);
+      EXPECT_TRUE(testing::BitEqual(parts[p]->Download(), expect)) << what << " part " << p << " of " << cols.size();
+      c0 += cols[p];
+    }
+  }
+  int64_t m;
+  std::vector<int64_t> cols;
+  std::vector<std::unique_ptr<DeviceArray<uint16_t>>> parts;
+  cuda::GemvOutputs out;
+};
+
 struct LinearCase {
   int64_t m, k, n;
 };
@@ -74,23 +100,9 @@ TEST_P(CudaGemvTest, SplitOutputsMatchOneOutput) {
   // Uneven parts, as q | k | v, and as q | k (K = V layers); one part of 1 feature.
   const std::vector<std::vector<int64_t>> splits = {{n / 2, n / 4, n - n / 2 - n / 4}, {n - 1, 1}, {n}};
   for (const auto& cols : splits) {
-    cuda::GemvOutputs out;
-    std::vector<std::unique_ptr<DeviceArray<uint16_t>>> parts;
-    for (int64_t c : cols) {
-      parts.push_back(std::make_unique<DeviceArray<uint16_t>>(m * c));
-      out.y[out.count] = reinterpret_cast<bf16*>(parts.back()->get());
-      out.cols[out.count++] = c;
-    }
-    cuda::GemvSplit(xb, m, k, d_w.get(), DType::kBF16, out, nullptr);
-    int64_t c0 = 0;
-    for (size_t p = 0; p < cols.size(); ++p) {
-      std::vector<uint16_t> expect(m * cols[p]);
-      for (int64_t r = 0; r < m; ++r) {
-        std::copy_n(&want[r * n + c0], cols[p], &expect[r * cols[p]]);
-      }
-      EXPECT_TRUE(testing::BitEqual(parts[p]->Download(), expect)) << "part " << p << " of " << cols.size();
-      c0 += cols[p];
-    }
+    const SplitOutputs split(m, cols);
+    cuda::GemvSplit(xb, m, k, d_w.get(), DType::kBF16, split.out, nullptr);
+    split.ExpectColumnsOf(want, "split");
   }
 }
 
@@ -119,23 +131,10 @@ TEST_P(CudaGemvTest, BulkAndProgrammaticLaunchGiveTheSameBits) {
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << name;
     EXPECT_TRUE(testing::BitEqual(got.Download(), want)) << name;
     if (n < 3) continue;
-    const int64_t cols[3] = {n / 2, n / 4, n - n / 2 - n / 4};
-    cuda::GemvOutputs out;
-    std::vector<std::unique_ptr<DeviceArray<uint16_t>>> parts;
-    for (int64_t c : cols) {
-      parts.push_back(std::make_unique<DeviceArray<uint16_t>>(m * c));
-      out.y[out.count] = reinterpret_cast<bf16*>(parts.back()->get());
-      out.cols[out.count++] = c;
-    }
-    cuda::GemvSplit(xb, m, k, d_w.get(), DType::kBF16, out, stream, launch);
+    const SplitOutputs split(m, {n / 2, n / 4, n - n / 2 - n / 4});
+    cuda::GemvSplit(xb, m, k, d_w.get(), DType::kBF16, split.out, stream, launch);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << name;
-    int64_t c0 = 0;
-    for (size_t p = 0; p < 3; ++p) {
-      std::vector<uint16_t> expect(m * cols[p]);
-      for (int64_t r = 0; r < m; ++r) std::copy_n(&want[r * n + c0], cols[p], &expect[r * cols[p]]);
-      EXPECT_TRUE(testing::BitEqual(parts[p]->Download(), expect)) << name << " part " << p;
-      c0 += cols[p];
-    }
+    split.ExpectColumnsOf(want, name);
   }
   cudaStreamDestroy(stream);
 }

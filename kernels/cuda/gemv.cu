@@ -160,6 +160,57 @@ constexpr int DefaultMinBlocks() {
   return kRows <= 2 && sizeof(WT) == 2 ? 2 : 1;
 }
 
+// The one summation order of the split and bulk kernels, which is why their bits match:
+// thread t adds the vectors t, t + 256, ... of each feature in that order, eight products a
+// vector (AddVector), then ReduceAndStore sums each warp by shuffles and the 8 warps in
+// order. AddVector: acc[r][f] += wf[f] . x_r for one vector, x0 being row 0's (row r at
+// x0 + r * k).
+template <int kRows, int kFeatures>
+__device__ __forceinline__ void AddVector(float (&acc)[kRows][kFeatures], const float (&wf)[kFeatures][8],
+                                          const bf16* x0, int64_t k, int rows) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    if (r >= rows) break;
+    float xf[8];
+    Bf16x8ToFloat(*reinterpret_cast<const uint4*>(x0 + r * k), xf);
+#pragma unroll
+    for (int f = 0; f < kFeatures; ++f) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[r][f] += wf[f][e] * xf[e];
+    }
+  }
+}
+
+// Every thread of the 256 calls it: the block's sums of acc to y (features [col0, col0 +
+// features) of rows [m0, m0 + rows)) through partial [8][kRows][kFeatures] in shared
+// memory. after_sync() runs once every thread's partial sums are in (and every thread is
+// past its loads of the group). The storing threads still read partial on return.
+template <int kRows, int kFeatures, typename AfterSync>
+__device__ __forceinline__ void ReduceAndStore(const float (&acc)[kRows][kFeatures], float (*partial)[kRows][kFeatures],
+                                               const OutputMap& y, int64_t m0, int rows, int64_t col0, int features,
+                                               AfterSync after_sync) {
+  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int f = 0; f < kFeatures; ++f) {
+      const float sum = WarpSum(acc[r][f]);
+      if (lane == 0) partial[warp][r][f] = sum;
+    }
+  }
+  __syncthreads();
+  after_sync();
+  if (tid < kRows * kFeatures) {
+    const int r = tid / kFeatures, f = tid % kFeatures;
+    if (r < rows && f < features) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int wi = 0; wi < kSplitThreads / kWarp; ++wi) sum += partial[wi][r][f];
+      *OutputAt(y, m0 + r, col0 + f) = __float2bfloat16_rn(sum);
+    }
+  }
+}
+
 // Block (x: kFeatures output features from blockIdx.x * kFeatures, y: kRows rows of x).
 // Thread t sums vectors t, t + 256, ... of each feature in that order whatever kFeatures,
 // kSplitUnroll and kMinBlocks are, so every variant gives bit-identical results.
@@ -169,7 +220,7 @@ __global__ void __launch_bounds__(kSplitThreads, kMinBlocks)
     GemvSplitKernel(const bf16* __restrict__ x, int64_t m, int64_t k, const WT* __restrict__ w, int64_t n,
                     OutputMap y) {
   __shared__ float partial[kSplitThreads / kWarp][kRows][kFeatures];
-  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+  const int tid = threadIdx.x;
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kFeatures;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kRows;
   const int rows = static_cast<int>(min(static_cast<int64_t>(kRows), m - m0));
@@ -209,37 +260,10 @@ __global__ void __launch_bounds__(kSplitThreads, kMinBlocks)
       float wf[kFeatures][8];
 #pragma unroll
       for (int f = 0; f < kFeatures; ++f) Widen(raw[u][f], wf[f]);
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        if (r >= rows) break;
-        float xf[8];
-        Bf16x8ToFloat(*reinterpret_cast<const uint4*>(xr + r * k + v * 8), xf);
-#pragma unroll
-        for (int f = 0; f < kFeatures; ++f) {
-#pragma unroll
-          for (int e = 0; e < 8; ++e) acc[r][f] += wf[f][e] * xf[e];
-        }
-      }
+      AddVector(acc, wf, xr + v * 8, k, rows);
     }
   }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-    for (int f = 0; f < kFeatures; ++f) {
-      const float s = WarpSum(acc[r][f]);
-      if (lane == 0) partial[warp][r][f] = s;
-    }
-  }
-  __syncthreads();
-  if (tid < kRows * kFeatures) {
-    const int r = tid / kFeatures, f = tid % kFeatures;
-    if (r < rows && f < features) {
-      float s = 0.0f;
-#pragma unroll
-      for (int wi = 0; wi < kSplitThreads / kWarp; ++wi) s += partial[wi][r][f];
-      *OutputAt(y, m0 + r, col0 + f) = __float2bfloat16_rn(s);
-    }
-  }
+  ReduceAndStore(acc, partial, y, m0, rows, col0, features, [] {});
 }
 
 template <typename WT, int kRows, int kFeatures = kFeaturesDefault, int kSplitUnroll = kUnrollDefault,
@@ -296,7 +320,7 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
   extern __shared__ __align__(128) uint8_t smem[];  // x (x_bytes, padded), then the stages
   __shared__ __align__(8) uint64_t full[kBulkMaxStages];
   __shared__ float partial[2][kBulkThreads / kWarp][kRows][kFeatures];
-  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+  const int tid = threadIdx.x;
   const int64_t groups = (n + kFeatures - 1) / kFeatures;
   const int64_t stage_bytes = kFeatures * k * static_cast<int64_t>(sizeof(bf16));
   const bf16* xs = reinterpret_cast<const bf16*>(smem);
@@ -369,46 +393,19 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
         // Past the last feature: the last one again (never summed).
         Bf16x8ToFloat(*reinterpret_cast<const uint4*>(ws + min(f, features - 1) * k + v * 8), wf[f]);
       }
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        if (r >= rows) break;
-        float xf[8];
-        Bf16x8ToFloat(*reinterpret_cast<const uint4*>(xs + r * k + v * 8), xf);
-#pragma unroll
-        for (int f = 0; f < kFeatures; ++f) {
-#pragma unroll
-          for (int e = 0; e < 8; ++e) acc[r][f] += wf[f][e] * xf[e];
-        }
-      }
+      AddVector(acc, wf, xs + v * 8, k, rows);
     }
-    float (*part)[kRows][kFeatures] = partial[it & 1];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-      for (int f = 0; f < kFeatures; ++f) {
-        const float sum = WarpSum(acc[r][f]);
-        if (lane == 0) part[warp][r][f] = sum;
-      }
-    }
-    // Every thread is done with stage s and has written its partial sums. (partial is
-    // double-buffered: the next group's writes cannot meet this group's reads below.)
-    __syncthreads();
-    if (tid == 0) {
+    // partial alternates between two buffers: the next group's sums cannot meet this
+    // group's, still being read by the storing threads. Once every thread is past stage s,
+    // thread 0 refills it.
+    ReduceAndStore(acc, partial[it & 1], y, 0, rows, col0, features, [&] {
+      if (tid != 0) return;
       const int64_t next = g + static_cast<int64_t>(stages) * gridDim.x;
       if (next < groups) {
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic reads before the async write
         fetch(s, next);
       }
-    }
-    if (tid < kRows * kFeatures) {
-      const int r = tid / kFeatures, f = tid % kFeatures;
-      if (r < rows && f < features) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int wi = 0; wi < kBulkThreads / kWarp; ++wi) sum += part[wi][r][f];
-        *OutputAt(y, r, col0 + f) = __float2bfloat16_rn(sum);
-      }
-    }
+    });
   }
 #endif
 }

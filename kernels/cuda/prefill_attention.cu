@@ -428,18 +428,33 @@ size_t PrefillAttentionWorkspaceBytes(int64_t tokens) {
   return static_cast<size_t>(2 * tokens + 1) * sizeof(int32_t);
 }
 
-void PrefillAttention(const bf16* q, const bf16* k_cache, const bf16* v_cache, const int32_t* token_seq,
-                      const int32_t* token_pos, int64_t tokens, const int32_t* block_tables,
-                      const cpu::PagedAttentionParams& p, void* workspace, size_t workspace_bytes, bf16* out,
-                      cudaStream_t stream) {
+namespace {
+int SmemOptin() {
+  int device = 0, smem_optin = 0;
+  TP_CUDA_CHECK(cudaGetDevice(&device));
+  TP_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return smem_optin;
+}
+
+// PrefillAttention with `tuning`'s tile shape (null: the production shape for the head dim).
+void RunPrefill(const PrefillTuning* tuning, const bf16* q, const bf16* k_cache, const bf16* v_cache,
+                const int32_t* token_seq, const int32_t* token_pos, int64_t tokens, const int32_t* block_tables,
+                const cpu::PagedAttentionParams& p, void* workspace, size_t workspace_bytes, bf16* out,
+                cudaStream_t stream) {
   if (tokens == 0) return;
   TP_CHECK(workspace_bytes >= PrefillAttentionWorkspaceBytes(tokens));
   const AttnArgs a = MakeAttnArgs(q, k_cache, v_cache, token_seq, token_pos, tokens, block_tables, p, out);
   const TilePlan plan = LayoutTilePlan(workspace, tokens);
-  int device = 0, smem_optin = 0;
-  TP_CUDA_CHECK(cudaGetDevice(&device));
-  TP_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  DispatchHeadDim(p.head_dim, LaunchPrefill{a, plan, p.num_q_heads / p.num_kv_heads, smem_optin, stream});
+  DispatchHeadDim(p.head_dim, LaunchPrefill{a, plan, p.num_q_heads / p.num_kv_heads, SmemOptin(), stream, tuning});
+}
+}  // namespace
+
+void PrefillAttention(const bf16* q, const bf16* k_cache, const bf16* v_cache, const int32_t* token_seq,
+                      const int32_t* token_pos, int64_t tokens, const int32_t* block_tables,
+                      const cpu::PagedAttentionParams& p, void* workspace, size_t workspace_bytes, bf16* out,
+                      cudaStream_t stream) {
+  RunPrefill(nullptr, q, k_cache, v_cache, token_seq, token_pos, tokens, block_tables, p, workspace, workspace_bytes,
+             out, stream);
 }
 
 std::vector<PrefillTuning> PrefillAttentionTunings(int32_t head_dim) {
@@ -449,9 +464,7 @@ std::vector<PrefillTuning> PrefillAttentionTunings(int32_t head_dim) {
   } else if (head_dim == 512) {
     all = {TuningOf<512, 32, 2, 4>(), TuningOf<512, 16, 2, 4>()};  // 8 row warps of 2 would spill (512 threads)
   }
-  int device = 0, smem_optin = 0;
-  TP_CUDA_CHECK(cudaGetDevice(&device));
-  TP_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int smem_optin = SmemOptin();
   std::vector<PrefillTuning> fit;
   for (const PrefillTuning& t : all) {
     if (t.smem_bytes <= static_cast<size_t>(smem_optin)) fit.push_back(t);
@@ -463,14 +476,8 @@ void PrefillAttentionWithTuning(const PrefillTuning& t, const bf16* q, const bf1
                                 const int32_t* token_seq, const int32_t* token_pos, int64_t tokens,
                                 const int32_t* block_tables, const cpu::PagedAttentionParams& p, void* workspace,
                                 size_t workspace_bytes, bf16* out, cudaStream_t stream) {
-  if (tokens == 0) return;
-  TP_CHECK(workspace_bytes >= PrefillAttentionWorkspaceBytes(tokens));
-  const AttnArgs a = MakeAttnArgs(q, k_cache, v_cache, token_seq, token_pos, tokens, block_tables, p, out);
-  const TilePlan plan = LayoutTilePlan(workspace, tokens);
-  int device = 0, smem_optin = 0;
-  TP_CUDA_CHECK(cudaGetDevice(&device));
-  TP_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  DispatchHeadDim(p.head_dim, LaunchPrefill{a, plan, p.num_q_heads / p.num_kv_heads, smem_optin, stream, &t});
+  RunPrefill(&t, q, k_cache, v_cache, token_seq, token_pos, tokens, block_tables, p, workspace, workspace_bytes, out,
+             stream);
 }
 
 }  // namespace tpserve::cuda
