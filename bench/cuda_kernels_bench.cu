@@ -1,6 +1,6 @@
 // Micro-benchmark of the CUDA kernels at Gemma 4 31B shapes (TP 1): achieved GB/s or
 // TFLOP/s of each next to the device's measured copy bandwidth. Not a test; run by
-// bench/gpu_check.sh and by hand: build/bench/cuda_kernels_bench [--device N] [--no_bulk]
+// bench/gpu_check.sh and by hand: build/bench/cuda_kernels_bench [--device N] [--no_bulk] [--json]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -75,12 +75,29 @@ double TimeUs(cudaStream_t stream, const std::function<void()>& f) {
   return us[us.size() / 2];
 }
 
+// Every row also as one JSON object (--json prints them last, one a line, for
+// tools/gpu_check_summary.py).
+std::vector<std::string> json_rows;
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
 void Row(const char* kernel, const std::string& shape, double us, double amount, const char* unit, double peak) {
+  const double rate = amount > 0 ? amount / (us * 1e-6) / (unit[0] == 'G' ? 1e9 : 1e12) : 0;
+  char nums[160];
+  std::snprintf(nums, sizeof(nums), "\"us\": %.3f, \"rate\": %.3f, \"unit\": \"%s\", \"peak\": %.1f", us, rate,
+                amount > 0 ? unit : "", peak);
+  json_rows.push_back("{\"kernel\": " + JsonString(kernel) + ", \"shape\": " + JsonString(shape) + ", " + nums + "}");
   if (amount <= 0) {  // a time only
     std::printf("%-22s %-44s %10.1f %10s\n", kernel, shape.c_str(), us, "-");
     return;
   }
-  const double rate = amount / (us * 1e-6) / (unit[0] == 'G' ? 1e9 : 1e12);
   std::printf("%-22s %-44s %10.1f %10.1f %-7s", kernel, shape.c_str(), us, rate, unit);
   if (peak > 0) std::printf(" %5.0f%% of %.0f", 100.0 * rate / peak, peak);
   std::printf("\n");
@@ -127,7 +144,9 @@ AttnInputs MakeAttn(int32_t q_heads, int32_t kv_heads, int32_t head_dim, int32_t
 int Main(int argc, char** argv) {
   int device = 0;
   bool no_bulk = false;  // --no_bulk: skip the bulk GEMV and programmatic launch (gpu_check: their tests failed)
+  bool json = false;     // --json: every row again as a JSON line ("json: {...}") at the end
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0) json = true;
     if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--no_bulk") == 0) no_bulk = true;
   }
@@ -511,6 +530,9 @@ int Main(int argc, char** argv) {
     Row("sample top-k+top-p", "rows=64 vocab=262144", us, 1.0 * rows * V * 4, "GB/s", peak_gbs);
     const double us_argmax = TimeUs(st, [&] { Argmax(dl, DType::kF32, rows, V, out, st); });
     Row("argmax", "rows=64 vocab=262144", us_argmax, 1.0 * rows * V * 4, "GB/s", peak_gbs);
+  }
+  if (json) {
+    for (const std::string& j : json_rows) std::printf("json: %s\n", j.c_str());
   }
   return 0;
 }

@@ -7,7 +7,8 @@
 # batch 1/8/64/256 over 1024 tokens, peak memory, KV blocks at --gpu-memory-utilization
 # 0.9, and one batch-1 decode step timed op by op), checks that `tpserve generate --device cuda` gives the CPU backend's greedy tokens
 # on a tiny checkpoint (1 rank, and 2 thread ranks sharing the GPU), and prints one summary
-# table. Budget: under 8 minutes on one H200; when the steps before the engine benchmark
+# table, after what the benchmarks' sweeps say to change (tools/gpu_check_summary.py: each
+# production kernel choice beside the fastest that gives the same results). Budget: under 8 minutes on one H200; when the steps before the engine benchmark
 # leave too little time for the 31B model's 62 GB of dummy weights, it runs its first 12
 # layers and says so.
 #
@@ -171,7 +172,7 @@ fi
 bench_out=""
 if [[ -x $build/bench/cuda_kernels_bench ]]; then
   t=$(date +%s)
-  if out=$(timeout 120 "$build/bench/cuda_kernels_bench" $( (( bulk_ok )) || echo --no_bulk) 2>&1); then
+  if out=$(timeout 120 "$build/bench/cuda_kernels_bench" --json $( (( bulk_ok )) || echo --no_bulk) 2>&1); then
     bench_out+="$out"$'\n'
     row "cuda_kernels_bench" "ok" "$(elapsed "$t")"
   else
@@ -261,7 +262,12 @@ fi
 # ---- 7. One table. ----
 echo
 printf '%s' "$bench_out" > "$build/gpu_check.bench.log"
-[[ -n $bench_out ]] && printf '%s' "$bench_out"
+[[ -n $bench_out ]] && printf '%s' "$bench_out" | grep -v '^json: '
+# Production choices beside the sweeps' fastest (tools/gpu_check_summary.py).
+if [[ -n $bench_out ]] && command -v python3 > /dev/null; then
+  echo
+  python3 tools/gpu_check_summary.py "$build/gpu_check.bench.log" || true
+fi
 printf '\n%-72s %-10s %8s\n' "step" "result" "seconds"
 printf '%-72s %-10s %8s\n' "$(printf '%.0s-' {1..72})" "----------" "--------"
 for r in "${rows[@]}"; do

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""What bench/gpu_check.sh's benchmarks say to change, from its bench log.
+
+Reads the "json: {...}" rows of `cuda_kernels_bench --json` and the JSON objects of
+`engine_bench --json` (build-gpu/gpu_check.bench.log) and prints, per sweep, the
+production choice beside the fastest one:
+
+  - GEMV block shapes ("gemv tune F/U/B", production 4/4/2) per shape;
+  - bulk-copy GEMV against the split kernel per projection shape;
+  - the decode layer chain (split / bulk, with and without programmatic launch, eager and
+    replayed from a graph);
+  - cuBLASLt candidates per prefill GEMM shape (candidate 0 is the one used);
+  - prefill attention tile shapes ("prefill tune BK/RW", production 32/4);
+  - engine_bench decode rows by kernels (split vs bulk+pdl) per batch and mode.
+
+A row whose name says BITS DIFFER is reported and never recommended. Python 3 standard
+library only (the GPU machine has nothing else); not run by CI.
+
+  python3 tools/gpu_check_summary.py build-gpu/gpu_check.bench.log
+"""
+import collections
+import json
+import re
+import sys
+
+
+def load(path):
+    kernel_rows, engine_runs = [], []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("json: "):
+                try:
+                    kernel_rows.append(json.loads(line[len("json: "):]))
+                except json.JSONDecodeError:
+                    pass
+            elif line.startswith("{") and '"backend"' in line:
+                try:
+                    engine_runs.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+    return kernel_rows, engine_runs
+
+
+def pct(a, b):
+    return f"{100.0 * (a / b - 1.0):+.1f}%"
+
+
+def best_of(rows, production_name, title, label=lambda r: r["kernel"]):
+    """rows: one shape's rows (same work); faster = less time. Prints production vs best."""
+    good = [r for r in rows if "BITS DIFFER" not in r["kernel"]]
+    bad = [r for r in rows if "BITS DIFFER" in r["kernel"]]
+    if not good:
+        return
+    prod = next((r for r in good if label(r) == production_name), None)
+    best = min(good, key=lambda r: r["us"])
+    shape = rows[0]["shape"]
+    if prod is None:
+        print(f"  {title} {shape}: fastest {label(best)} {best['us']:.1f} us (no production row)")
+    elif best is prod:
+        print(f"  {title} {shape}: production {production_name} is the fastest ({prod['us']:.1f} us)")
+    else:
+        print(f"  {title} {shape}: {label(best)} {best['us']:.1f} us vs production {production_name} "
+              f"{prod['us']:.1f} us: {pct(prod['us'], best['us'])} time for production")
+    for r in bad:
+        print(f"    NOT ELIGIBLE: {r['kernel']} ({shape})")
+
+
+def by_shape(rows, prefix):
+    groups = collections.OrderedDict()
+    for r in rows:
+        if r["kernel"].startswith(prefix):
+            groups.setdefault(r["shape"], []).append(r)
+    return groups
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+        return 2
+    kernel_rows, engine_runs = load(sys.argv[1])
+    if not kernel_rows and not engine_runs:
+        print("gpu_check_summary: no JSON rows in the log (cuda_kernels_bench --json, engine_bench --json)")
+        return 1
+    print("What the sweeps say (time: lower is better):")
+
+    for shape, rows in by_shape(kernel_rows, "gemv tune ").items():
+        best_of(rows, "4/4/2", "GEMV block shape", lambda r: r["kernel"].split()[2])
+
+    split = {r["shape"]: r for r in kernel_rows if r["kernel"] == "gemv bf16 m=1"}
+    for r in kernel_rows:
+        if r["kernel"] == "gemv bulk m=1" and r["shape"] in split:
+            s = split[r["shape"]]
+            print(f"  bulk GEMV {r['shape']}: {r['us']:.1f} us vs split {s['us']:.1f} us "
+                  f"({pct(r['us'], s['us'])}), {r['rate']:.0f} vs {s['rate']:.0f} GB/s")
+
+    layers = [r for r in kernel_rows if r["kernel"].startswith("layer ")]
+    for mode in ("eager", "graph"):
+        rows = [r for r in layers if re.match(rf"layer \S+ {mode}", r["kernel"])]
+        if rows:
+            best_of(rows, f"layer split {mode}", f"decode layer ({mode})", lambda r: r["kernel"])
+            for r in rows:
+                share = f" ({100.0 * r['rate'] / r['peak']:.0f}% of copy)" if r["peak"] else ""
+                print(f"    {r['kernel']}: {r['us']:.1f} us a layer, {r['rate']:.0f} GB/s of weights{share}")
+
+    for shape, rows in by_shape(kernel_rows, "gemm candidate ").items():
+        best_of(rows, "0", "cuBLASLt candidate", lambda r: r["kernel"].split()[2])
+
+    for shape, rows in by_shape(kernel_rows, "prefill tune ").items():
+        best_of(rows, "32/4", "prefill attention tile", lambda r: r["kernel"].split()[2])
+
+    for run in engine_runs:
+        rows = [d for d in run.get("decode", []) if "step_ms" in d]
+        keyed = collections.defaultdict(dict)
+        for d in rows:
+            keyed[(d["batch"], d.get("mode", "eager"))][d.get("kernels", "split")] = d
+        for (batch, mode), variants in sorted(keyed.items()):
+            if len(variants) < 2 or "split" not in variants:
+                continue
+            base = variants["split"]
+            for name, d in variants.items():
+                if name == "split":
+                    continue
+                print(f"  engine tp {run.get('tp')} batch {batch} {mode}: {name} {d['step_ms']:.2f} ms vs split "
+                      f"{base['step_ms']:.2f} ms ({pct(d['step_ms'], base['step_ms'])}), "
+                      f"{100.0 * d['of_copy']:.0f}% vs {100.0 * base['of_copy']:.0f}% of copy")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
