@@ -8,7 +8,7 @@
 # 0.9, and one batch-1 decode step timed op by op), checks that `tpserve generate --device cuda` gives the CPU backend's greedy tokens
 # on a tiny checkpoint (1 rank, and 2 thread ranks sharing the GPU), and prints one summary
 # table, after what the benchmarks' sweeps say to change (tools/gpu_check_summary.py: each
-# production kernel choice beside the fastest that gives the same results). Budget: under 8 minutes on one H200; when the steps before the engine benchmark
+# production kernel choice beside the fastest one). Budget: under 8 minutes on one H200; when the steps before the engine benchmark
 # leave too little time for the 31B model's 62 GB of dummy weights, it runs its first 12
 # layers and says so.
 #
