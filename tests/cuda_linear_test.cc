@@ -125,6 +125,10 @@ TEST_P(CudaGemvTest, BulkAndProgrammaticLaunchGiveTheSameBits) {
   for (const cuda::GemvLaunch launch : {cuda::GemvLaunch{.bulk = true}, cuda::GemvLaunch{.pdl = true},
                                         cuda::GemvLaunch{.bulk = true, .pdl = true}}) {
     const std::string name = std::string(launch.bulk ? "bulk" : "split") + (launch.pdl ? "+pdl" : "");
+    if (launch.bulk) {  // the shapes the bulk kernel takes (a fallback would pass unseen)
+      EXPECT_EQ(cuda::GemvTakesBulk(m, k), m <= 4 && k % 8 == 0 && k * 2 <= 48 * 1024) << name;
+    }
+    ASSERT_EQ(cudaMemset(got.get(), 0xff, m * n * 2), cudaSuccess);  // no variant inherits the last one's output
     for (int rep = 0; rep < 3; ++rep) {  // the persistent blocks' stages are reused across calls
       cuda::Gemv(xb, m, k, d_w.get(), DType::kBF16, n, reinterpret_cast<bf16*>(got.get()), stream, launch);
     }
@@ -140,17 +144,20 @@ TEST_P(CudaGemvTest, BulkAndProgrammaticLaunchGiveTheSameBits) {
 }
 
 // Programmatic launch lets a GEMV start before the kernel it depends on is done; it must
-// still read that kernel's output. A chain of dependent kernels (norm -> GEMV -> gated
-// activation -> GEMV, 6 times) fed a different input each round (a GEMV that read x early
-// would see the round before's), eager and captured in a CUDA graph, gives the bits of
-// the same chain launched plainly.
+// still read that kernel's output, and not overwrite what that kernel reads. A chain of
+// dependent kernels (norm -> GEMV -> gated activation -> GEMV, then a norm reading `out`
+// and a GEMV writing `out`, 6 times) fed a different input each round (a GEMV that read x
+// early would see the round before's), eager and captured in a CUDA graph, gives the bits
+// of the same chain launched plainly.
 TEST(CudaGemvPdlTest, DependentChainsGiveThePlainChainsBits) {
   TP_SKIP_WITHOUT_GPU();
   if (!cuda::GemvBulkSupported()) GTEST_SKIP() << "programmatic launch needs compute capability 9.0";
   constexpr int64_t kHidden = 2048, kInter = 4096, kLayers = 6, kRounds = 8;
   const std::vector<float> w1 = RandomVector(2 * kInter * kHidden, 11, -0.05f, 0.05f);
   const std::vector<float> w2 = RandomVector(kHidden * kInter, 12, -0.03f, 0.03f);
-  DeviceArray<uint8_t> d_w1(WeightBytes(w1, DType::kBF16)), d_w2(WeightBytes(w2, DType::kBF16));
+  const std::vector<float> w3 = RandomVector(kHidden * kHidden, 13, -0.04f, 0.04f);
+  DeviceArray<uint8_t> d_w1(WeightBytes(w1, DType::kBF16)), d_w2(WeightBytes(w2, DType::kBF16)),
+      d_w3(WeightBytes(w3, DType::kBF16));
   DeviceArray<float> d_norm(std::vector<float>(kHidden, 1.0f));
   DeviceArray<uint16_t> in(kHidden), a(kHidden), gate_up(2 * kInter), act(kInter), out(kHidden);
   auto B = [](DeviceArray<uint16_t>& d) { return reinterpret_cast<bf16*>(d.get()); };
@@ -163,6 +170,9 @@ TEST(CudaGemvPdlTest, DependentChainsGiveThePlainChainsBits) {
       cuda::Gemv(B(a), 1, kHidden, d_w1.get(), DType::kBF16, 2 * kInter, B(gate_up), stream, launch);
       cuda::GatedActivation(B(gate_up), 1, kInter, cpu::Activation::kSilu, B(act), stream);
       cuda::Gemv(B(act), 1, kInter, d_w2.get(), DType::kBF16, kHidden, B(out), stream, launch);
+      // The norm reads `out`, the GEMV right after it writes `out`.
+      cuda::RmsNorm(B(out), d_norm.get(), 1, kHidden, 1e-6f, cpu::NormKind::kScale, B(a), stream);
+      cuda::Gemv(B(a), 1, kHidden, d_w3.get(), DType::kBF16, kHidden, B(out), stream, launch);
       x = B(out);
     }
   };

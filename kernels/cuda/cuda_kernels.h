@@ -142,12 +142,17 @@ struct GemvLaunch {
   bool bulk = false;
   // Programmatic dependent launch (9.0+; ignored below): the GEMV may start while the
   // kernel before it on the stream still runs, fetching weights meanwhile; it reads x and
-  // writes y only once that kernel is done. The weights must not have been written by
-  // the kernel launched just before (they are loaded long before any forward pass).
+  // writes y only once that kernel is done. Weight reads may run ahead of every kernel
+  // since the stream's last plain (non-programmatic) launch or synchronization, so the
+  // weights must not be written by any of those (they are loaded before any forward pass).
   bool pdl = false;
 };
-// True when the current device runs the bulk GEMV (compute capability 9.0+).
+// True when the current device runs the bulk GEMV and programmatic launch (compute
+// capability 9.0+ and this build's sm_90 code; elsewhere both GemvLaunch fields are ignored).
 bool GemvBulkSupported();
+// Whether a GemvLaunch{.bulk = true} launch of m rows of k takes the bulk kernel here (for
+// tests: a silent fallback to the split kernel would pass a bit-equality test).
+bool GemvTakesBulk(int64_t m, int64_t k);
 
 // y[m, n] = x[m, k] · w[n, k]^T for small m, reading w once per 8 rows of x at memory
 // bandwidth (16-byte loads, several in flight per lane). w: bf16, fp16 or fp32; k % 8 == 0

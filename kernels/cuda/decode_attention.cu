@@ -466,8 +466,8 @@ __global__ void __launch_bounds__(kThreads) MergePartitionsKernel(AttnArgs a, in
 
 template <int D>
 void SetKernelAttributes() {
-  static std::once_flag once;
-  std::call_once(once, [] {
+  static OncePerDevice once;
+  once.Run([] {
     TP_CUDA_CHECK(cudaFuncSetAttribute(DecodeKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(Cfg<D>::kBytes)));
     TP_CUDA_CHECK(cudaFuncSetAttribute(DecodeKernel<D>, cudaFuncAttributePreferredSharedMemoryCarveout,

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
 #include <utility>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -36,8 +37,10 @@ __device__ __forceinline__ __half FromFloat<__half>(float x) {
   return __float2half_rn(x);
 }
 
-// Eight 16-bit values <-> one 16-byte load/store.
-__device__ __forceinline__ void Bf16x8ToFloat(const uint4& v, float* f) {
+// Eight 16-bit values <-> one 16-byte load/store. By value: `Bf16x8ToFloat(*ptr, f)` is
+// then one 16-byte load (a reference bound to memory let the compiler read it as four
+// 4-byte loads, each a 4-way bank conflict in shared memory).
+__device__ __forceinline__ void Bf16x8ToFloat(const uint4 v, float* f) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -53,7 +56,7 @@ __device__ __forceinline__ uint4 FloatToBf16x8(const float* f) {
   for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
   return v;
 }
-__device__ __forceinline__ void Half8ToFloat(const uint4& v, float* f) {
+__device__ __forceinline__ void Half8ToFloat(const uint4 v, float* f) {
   const __half2* h = reinterpret_cast<const __half2*>(&v);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -157,6 +160,23 @@ __device__ __forceinline__ void AllowDependentLaunch() {
   asm volatile("griddepcontrol.launch_dependents;\n" :::);
 #endif
 }
+
+// Runs f() once per device (the current one): kernel attributes such as the dynamic
+// shared-memory limit are per device, and thread ranks of one process may drive several.
+class OncePerDevice {
+ public:
+  template <typename F>
+  void Run(F&& f) {
+    int device = 0;
+    TP_CUDA_CHECK(cudaGetDevice(&device));
+    TP_CHECK(device >= 0 && device < kMaxDevices);
+    std::call_once(flags_[device], std::forward<F>(f));
+  }
+
+ private:
+  static constexpr int kMaxDevices = 64;
+  std::once_flag flags_[kMaxDevices];
+};
 
 // Launches kernel<<<grid, block, smem, stream>>>(args...), with programmatic dependent
 // launch allowed when `pdl` (the kernel must then call WaitForPriorGrids()).

@@ -370,7 +370,7 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
       const uint64_t now = GlobalTimerNs();
       if (waited_since == 0) {
         waited_since = now;
-      } else if (now - waited_since > 2000000000ull) {
+      } else if (static_cast<int64_t>(now - waited_since) > 2000000000ll) {
         if (tid == 0) printf("GemvBulkKernel: block %d waited 2 s for the bulk copy of group %lld\n", blockIdx.x,
                                 static_cast<long long>(g));
         __trap();
@@ -407,6 +407,8 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
       }
     });
   }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // the host launches it only where sm_90 code runs (Sm90Device)
 #endif
 }
 
@@ -416,22 +418,22 @@ int BulkFeatures(int64_t k) {
   return row * 4 <= kBulkStageTarget ? 4 : row * 2 <= kBulkStageTarget ? 2 : row <= kBulkStageTarget ? 1 : 0;
 }
 
-// The most dynamic shared memory the kernel may ask for on this device: the opt-in limit
-// less its static shared memory, raised once per instantiation.
+// The most dynamic shared memory the kernel may ask for on `device` (the current one): the
+// opt-in limit less its static shared memory, raised once per instantiation and device.
 template <int kRows, int kFeatures>
 int64_t BulkSmemLimit(int device) {
-  static std::once_flag once;
-  static int64_t limit = 0;
-  std::call_once(once, [device] {
+  static OncePerDevice once;
+  static int64_t limit[64] = {};
+  once.Run([device] {
     int optin = 0;
     TP_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     cudaFuncAttributes attr{};
     TP_CUDA_CHECK(cudaFuncGetAttributes(&attr, GemvBulkKernel<kRows, kFeatures>));
-    limit = optin - static_cast<int64_t>(attr.sharedSizeBytes);
+    limit[device] = optin - static_cast<int64_t>(attr.sharedSizeBytes);
     TP_CUDA_CHECK(cudaFuncSetAttribute(GemvBulkKernel<kRows, kFeatures>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(limit)));
+                                       static_cast<int>(limit[device])));
   });
-  return limit;
+  return limit[device];
 }
 
 // Launches the bulk kernel if the shape allows it on `device`; false: nothing launched.
@@ -468,20 +470,29 @@ bool LaunchBulk(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, c
   }
 }
 
-// The device (current) when the bulk kernel can run there: compute capability 9.0+.
-int BulkDevice() {
-  int device = 0, major = 0;
+// The current device when it runs this file's sm_90 code (the bulk kernel, the grid
+// dependency waits), else -1: compute capability 9.0+ and a binary built for it (a build
+// for sm_80 only would run its PTX there, where both are compiled out).
+int Sm90Device() {
+  static OncePerDevice once;
+  static bool usable[64] = {};
+  int device = 0;
   TP_CUDA_CHECK(cudaGetDevice(&device));
-  TP_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return major >= 9 ? device : -1;
+  once.Run([device] {
+    cudaFuncAttributes attr{};
+    TP_CUDA_CHECK(cudaFuncGetAttributes(&attr, GemvBulkKernel<1, 4>));
+    usable[device] = attr.binaryVersion >= 90;
+  });
+  return usable[device] ? device : -1;
 }
 
 bool TryBulk(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, const OutputMap& y, bool pdl,
              cudaStream_t stream) {
-  if (m > 4 || k % 8 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0) {
+  if (m > 4 || k <= 0 || k % 8 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(x) % 16 != 0) {
     return false;
   }
-  const int device = BulkDevice();
+  const int device = Sm90Device();
   if (device < 0) return false;
   switch (m) {
     case 1:
@@ -495,7 +506,9 @@ bool TryBulk(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, cons
 
 template <typename WT>
 void LaunchGemv(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, const OutputMap& y,
-                const GemvLaunch& launch, cudaStream_t stream) {
+                GemvLaunch launch, cudaStream_t stream) {
+  // Programmatic launch only where the kernels' grid dependency waits are compiled in.
+  if (launch.pdl && Sm90Device() < 0) launch.pdl = false;
   if constexpr (std::is_same_v<WT, bf16>) {
     if (launch.bulk && TryBulk(x, m, k, w, n, y, launch.pdl, stream)) {
       TP_CUDA_CHECK_LAUNCH();
@@ -531,7 +544,11 @@ void LaunchGemv(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, con
 
 }  // namespace
 
-bool GemvBulkSupported() { return BulkDevice() >= 0; }
+bool GemvBulkSupported() { return Sm90Device() >= 0; }
+
+bool GemvTakesBulk(int64_t m, int64_t k) {
+  return m >= 1 && m <= 4 && k > 0 && k % 8 == 0 && BulkFeatures(k) > 0 && GemvBulkSupported();
+}
 
 void GemvSplit(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype, const GemvOutputs& out,
                cudaStream_t stream, const GemvLaunch& launch) {

@@ -2,7 +2,8 @@
 // FlashAttention-2 style. Tested by tests/cuda_attention_test.cc against cpu::PagedAttention.
 //
 // A CTA takes a tile of consecutive query tokens of one sequence times the query heads of
-// one KV head: R = 64 rows (token x head pairs, so GQA groups share every K/V tile). Each
+// one KV head: R = 64 rows (token x head pairs, so GQA groups share every K/V tile; 128 in
+// one of the tunings cuda_kernels_bench sweeps). Each
 // warp owns 16 rows; for head_dim 512 two warps share those rows and each owns half of D
 // (they add their partial Q·K^T over 2 KB of shared memory and keep identical softmax
 // state), so the fp32 output stays at <= 128 registers per thread. Per key tile of BK keys:
@@ -334,8 +335,8 @@ __global__ void __launch_bounds__(Cfg<D, BK, kSplit, kRowWarps>::kThreads, Cfg<D
 
 template <int D, int BK, int kSplit, int kRowWarps>
 void RaiseSmemLimit() {
-  static std::once_flag once;
-  std::call_once(once, [] {
+  static OncePerDevice once;
+  once.Run([] {
     TP_CUDA_CHECK(cudaFuncSetAttribute(PrefillKernel<D, BK, kSplit, kRowWarps>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(Cfg<D, BK, kSplit, kRowWarps>::kBytes)));
