@@ -437,14 +437,16 @@ int64_t BulkSmemLimit(int device) {
 }
 
 // Launches the bulk kernel if the shape allows it on `device`; false: nothing launched.
+// dry_run: only says whether it would.
 template <int kRows, int kFeatures>
 bool LaunchBulkRows(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, const OutputMap& y, int device,
-                    bool pdl, cudaStream_t stream) {
+                    bool pdl, bool dry_run, cudaStream_t stream) {
   const int64_t x_bytes = (m * k * static_cast<int64_t>(sizeof(bf16)) + 127) / 128 * 128;
   const int64_t stage_bytes = kFeatures * k * static_cast<int64_t>(sizeof(bf16));
   const int64_t stages = std::min<int64_t>(kBulkMaxStages, (BulkSmemLimit<kRows, kFeatures>(device) - x_bytes) /
                                                                stage_bytes);
   if (stages < 2) return false;
+  if (dry_run) return true;
   int sms = 0;
   TP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t groups = (n + kFeatures - 1) / kFeatures;
@@ -457,14 +459,14 @@ bool LaunchBulkRows(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t 
 
 template <int kRows>
 bool LaunchBulk(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, const OutputMap& y, int device,
-                bool pdl, cudaStream_t stream) {
+                bool pdl, bool dry_run, cudaStream_t stream) {
   switch (BulkFeatures(k)) {
     case 4:
-      return LaunchBulkRows<kRows, 4>(x, m, k, w, n, y, device, pdl, stream);
+      return LaunchBulkRows<kRows, 4>(x, m, k, w, n, y, device, pdl, dry_run, stream);
     case 2:
-      return LaunchBulkRows<kRows, 2>(x, m, k, w, n, y, device, pdl, stream);
+      return LaunchBulkRows<kRows, 2>(x, m, k, w, n, y, device, pdl, dry_run, stream);
     case 1:
-      return LaunchBulkRows<kRows, 1>(x, m, k, w, n, y, device, pdl, stream);
+      return LaunchBulkRows<kRows, 1>(x, m, k, w, n, y, device, pdl, dry_run, stream);
     default:
       return false;
   }
@@ -487,7 +489,7 @@ int Sm90Device() {
 }
 
 bool TryBulk(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, const OutputMap& y, bool pdl,
-             cudaStream_t stream) {
+             bool dry_run, cudaStream_t stream) {
   if (m > 4 || k <= 0 || k % 8 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(x) % 16 != 0) {
     return false;
@@ -496,11 +498,11 @@ bool TryBulk(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, cons
   if (device < 0) return false;
   switch (m) {
     case 1:
-      return LaunchBulk<1>(x, m, k, w, n, y, device, pdl, stream);
+      return LaunchBulk<1>(x, m, k, w, n, y, device, pdl, dry_run, stream);
     case 2:
-      return LaunchBulk<2>(x, m, k, w, n, y, device, pdl, stream);
+      return LaunchBulk<2>(x, m, k, w, n, y, device, pdl, dry_run, stream);
     default:
-      return LaunchBulk<4>(x, m, k, w, n, y, device, pdl, stream);
+      return LaunchBulk<4>(x, m, k, w, n, y, device, pdl, dry_run, stream);
   }
 }
 
@@ -510,7 +512,7 @@ void LaunchGemv(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, con
   // Programmatic launch only where the kernels' grid dependency waits are compiled in.
   if (launch.pdl && Sm90Device() < 0) launch.pdl = false;
   if constexpr (std::is_same_v<WT, bf16>) {
-    if (launch.bulk && TryBulk(x, m, k, w, n, y, launch.pdl, stream)) {
+    if (launch.bulk && TryBulk(x, m, k, w, n, y, launch.pdl, /*dry_run=*/false, stream)) {
       TP_CUDA_CHECK_LAUNCH();
       return;
     }
@@ -547,7 +549,7 @@ void LaunchGemv(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, con
 bool GemvBulkSupported() { return Sm90Device() >= 0; }
 
 bool GemvTakesBulk(int64_t m, int64_t k) {
-  return m >= 1 && m <= 4 && k > 0 && k % 8 == 0 && BulkFeatures(k) > 0 && GemvBulkSupported();
+  return m >= 1 && TryBulk(nullptr, m, k, nullptr, 1, OutputMap{}, false, /*dry_run=*/true, nullptr);
 }
 
 void GemvSplit(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype, const GemvOutputs& out,
