@@ -162,10 +162,8 @@ int MainGpu() {
   o.op_profile = absl::GetFlag(FLAGS_op_profile);
   o.decode_kernels = absl::StrSplit(absl::GetFlag(FLAGS_decode_kernels), ',', absl::SkipWhitespace());
   for (const std::string& k : o.decode_kernels) {
-    KernelOptions unused;
-    if (!bench::ParseDecodeKernels(k, &unused)) {
-      std::fprintf(stderr, "engine_bench: --decode_kernels \"%s\" is not one of split, bulk, split+pdl, bulk+pdl\n",
-                   k.c_str());
+    if (auto parsed = ParseKernelOptions(k); !parsed.ok()) {
+      std::fprintf(stderr, "engine_bench: --decode_kernels: %s\n", std::string(parsed.status().message()).c_str());
       return 2;
     }
   }

@@ -295,12 +295,6 @@ absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exe
 
 }  // namespace
 
-bool ParseDecodeKernels(const std::string& name, KernelOptions* out) {
-  if (name != "split" && name != "bulk" && name != "split+pdl" && name != "bulk+pdl") return false;
-  out->bulk_gemv = name.rfind("bulk", 0) == 0;
-  out->pdl = name.size() > 4 && name.substr(name.size() - 4) == "+pdl";
-  return true;
-}
 
 namespace {
 
@@ -319,7 +313,7 @@ TpResult RunTp(const GpuBenchOptions& o, const ModelConfig& config, int tp) {
   eo.split_kv_by_need = false;  // every group the same blocks, as the hand-made plans assume
   eo.dummy_seed = 1;
   eo.enforce_eager = o.decode_mode == "eager";
-  TP_CHECK(ParseDecodeKernels(o.decode_kernels.front(), &eo.kernels));  // checked by the caller
+  eo.kernels = *ParseKernelOptions(o.decode_kernels.front());  // checked by the caller
   // The longest sequence the bench makes, as a server would be told with --max-model-len:
   // replayed decode steps upload block tables that wide (the model's 262144 positions
   // would make them 16384 blocks wide).
@@ -366,8 +360,7 @@ TpResult RunTp(const GpuBenchOptions& o, const ModelConfig& config, int tp) {
         for (Model* m : models) m->set_cuda_graphs_enabled(on);
       };
       auto set_kernels = [&](const std::string& name) {
-        KernelOptions k;
-        TP_CHECK(ParseDecodeKernels(name, &k));
+        const KernelOptions k = *ParseKernelOptions(name);  // checked by the caller
         for (Model* m : models) m->set_kernel_options(k);
       };
       absl::Status st = Measure(o, *engine, exec, set_graphs, set_kernels, profiler, r);

@@ -38,9 +38,6 @@ struct GpuBenchOptions {
   std::vector<std::string> decode_kernels = {"split"};
 };
 
-// "split", "bulk", "split+pdl" or "bulk+pdl" as KernelOptions; false for anything else.
-bool ParseDecodeKernels(const std::string& name, KernelOptions* out);
-
 // Prints the table (and JSON); returns the process exit code.
 int RunGpuEngineBench(const GpuBenchOptions& options);
 

@@ -238,18 +238,21 @@ if [[ -x $tpserve_bin ]]; then
   gen=(generate --model "$fixture" --prompt-ids "$prompt" --max-tokens 8 --ignore-eos --json)
   t=$(date +%s)
   cpu_ids=$(timeout 60 "$tpserve_bin" "${gen[@]}" --device cpu --tensor-parallel-size 1 2> "$build/gpu_check.generate.log" | output_ids)
-  # tp=1 twice: eager, then decode steps replayed from CUDA graphs (--enforce-eager=false).
-  for run in "1 true" "2 true" "1 false"; do
-    read -r tp eager <<< "$run"
-    what="tpserve generate --device cuda tp=$tp$([[ $eager == false ]] && echo " graphs") = --device cpu (qwen3)"
+  # tp=1: eager, then decode steps replayed from CUDA graphs (--enforce-eager=false), then
+  # graphs with the bulk GEMV under programmatic launch (where its tests passed).
+  runs=("1 true split" "2 true split" "1 false split")
+  (( bulk_ok )) && runs+=("1 false bulk+pdl")
+  for run in "${runs[@]}"; do
+    read -r tp eager kernels <<< "$run"
+    what="tpserve generate --device cuda tp=$tp$([[ $eager == false ]] && echo " graphs")$([[ $kernels != split ]] && echo " $kernels") = --device cpu (qwen3)"
     t=$(date +%s)
     gpu_ids=$(timeout 60 "$tpserve_bin" "${gen[@]}" --device cuda --tensor-parallel-size "$tp" --enforce-eager="$eager" \
-              2>> "$build/gpu_check.generate.log" | output_ids)
+              --decode-kernels "$kernels" 2>> "$build/gpu_check.generate.log" | output_ids)
     if [[ -n $cpu_ids && $gpu_ids == "$cpu_ids" ]]; then
       row "$what" "ok" "$(elapsed "$t")"
     else
       row "$what" "FAILED" "$(elapsed "$t")"
-      log "generate tp=$tp enforce-eager=$eager: cuda [$gpu_ids] vs cpu [$cpu_ids]; log: $build/gpu_check.generate.log"
+      log "generate tp=$tp enforce-eager=$eager kernels=$kernels: cuda [$gpu_ids] vs cpu [$cpu_ids]; log: $build/gpu_check.generate.log"
       tail -5 "$build/gpu_check.generate.log"
       failed=1
     fi

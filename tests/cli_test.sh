@@ -90,6 +90,8 @@ copy_model llama3
 expect_error "--device cuda without a GPU" "--device cuda" \
   env CUDA_VISIBLE_DEVICES= "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --device cuda
 expect_error "unknown --device" "auto, cpu, cuda" "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --device gpu
+expect_error "unknown --decode-kernels" "split, bulk, split+pdl, bulk+pdl" \
+  "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --decode-kernels fast
 expect_error "--gpu-memory-utilization out of range" "gpu-memory-utilization must be in (0, 1]" \
   "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --gpu-memory-utilization 1.5
 

@@ -6,7 +6,20 @@
 
 #include "worker/backend.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace tpserve {
+
+absl::StatusOr<KernelOptions> ParseKernelOptions(std::string_view spec) {
+  KernelOptions k;
+  if (spec == "split" || spec == "split+pdl" || spec == "bulk" || spec == "bulk+pdl") {
+    k.bulk_gemv = spec.substr(0, 4) == "bulk";
+    k.pdl = spec.size() > 4 && spec.substr(spec.size() - 4) == "+pdl";
+    return k;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("decode kernels \"", std::string(spec), "\" is not one of split, bulk, split+pdl, bulk+pdl"));
+}
 
 void Backend::CopyFromHost2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
                              size_t rows) {

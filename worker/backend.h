@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -65,6 +66,10 @@ struct KernelOptions {
   bool pdl = false;        // GEMVs start while the kernel before them finishes (programmatic launch)
   bool operator==(const KernelOptions&) const = default;
 };
+
+// "split" (the default), "bulk", "split+pdl" or "bulk+pdl" (the vocabulary of tpserve's and
+// engine_bench's --decode-kernels); an error names the choices.
+absl::StatusOr<KernelOptions> ParseKernelOptions(std::string_view spec);
 
 struct BackendOptions {
   int threads = 1;      // CPU: OpenMP threads for kernels
