@@ -102,7 +102,7 @@ TEST(Mpi, WaitingForABroadcastDoesNotHoldACore) {
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   EXPECT_EQ(bytes, (std::vector<uint8_t>{1, 2, 3, 4, 5}));
   if (comm.rank() != 0) {
-    EXPECT_GT(wall, 0.3);
+    EXPECT_GT(wall, 0.1);  // it did wait (less than 400 ms if this rank was descheduled after the barrier)
     EXPECT_LT(cpu, 0.25 * wall) << "rank " << comm.rank() << " used " << cpu << " s of CPU waiting " << wall << " s";
   }
   // Back to back, as steps of a busy server: every message arrives, in order.
