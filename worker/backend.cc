@@ -23,6 +23,7 @@ absl::StatusOr<KernelOptions> ParseKernelOptions(std::string_view spec) {
 
 void Backend::CopyFromHost2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
                              size_t rows) {
+  if (dst_pitch == row_bytes && src_pitch == row_bytes) return CopyFromHost(dst, src, rows * row_bytes);
   for (size_t r = 0; r < rows; ++r) {
     CopyFromHost(static_cast<uint8_t*>(dst) + r * dst_pitch, static_cast<const uint8_t*>(src) + r * src_pitch,
                  row_bytes);

@@ -91,7 +91,8 @@ class Backend {
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void Synchronize() = 0;
   // `rows` rows of `row_bytes` bytes from src (rows `src_pitch` bytes apart) to dst (rows
-  // `dst_pitch` apart), ordered like CopyFromHost. Default: a CopyFromHost per row.
+  // `dst_pitch` apart), ordered like CopyFromHost. Default: one CopyFromHost where both
+  // are dense, else one per row.
   virtual void CopyFromHost2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
                               size_t rows);
   // Switches between kernels that give the same results (between steps, on the backend's

@@ -234,11 +234,9 @@ absl::Status Model::UploadStep(const StepPlan& plan, int32_t table_width) {
       s.table_capacity[g] = entries;
     }
     s.table_width[g] = width;
-    if (!bt.empty() && width == cols) {
-      backend_.CopyFromHost(s.block_tables[g]->data(), bt.data(), bt.size() * 4);
-    } else if (!bt.empty()) {
-      // Only the plan's columns; the rest of each row is never read (past every sequence's
-      // last block).
+    // Only the plan's columns (a replayed step's device rows are wider; the rest of a row is
+    // past every sequence's last block, never read).
+    if (!bt.empty()) {
       backend_.CopyFromHost2D(s.block_tables[g]->data(), static_cast<size_t>(width) * 4, bt.data(),
                               static_cast<size_t>(cols) * 4, static_cast<size_t>(cols) * 4, plan.num_seqs);
     }
@@ -405,17 +403,16 @@ absl::Status Model::CaptureCudaGraphs() {
 void Model::set_kernel_options(const KernelOptions& k) {
   std::lock_guard<std::mutex> lock(kernels_mu_);
   pending_kernels_ = k;
+  kernels_pending_.store(true);
 }
 
 absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times) {
   const auto t0 = std::chrono::steady_clock::now();
-  {
+  if (kernels_pending_.load()) {  // a benchmark switched kernels (no lock on the usual step)
     std::lock_guard<std::mutex> lock(kernels_mu_);
-    if (pending_kernels_.has_value()) {
-      backend_.SetKernelOptions(*pending_kernels_);
-      pending_kernels_.reset();
-      ClearGraphs();
-    }
+    kernels_pending_.store(false);
+    backend_.SetKernelOptions(pending_kernels_);
+    ClearGraphs();
   }
   StepTimes local;
   if (times == nullptr) times = &local;

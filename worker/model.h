@@ -159,7 +159,8 @@ class Model {
   std::unique_ptr<StepGraphs> graphs_;
   std::atomic<bool> graphs_enabled_{true};
   std::mutex kernels_mu_;
-  std::optional<KernelOptions> pending_kernels_;  // for the next Forward (set_kernel_options)
+  KernelOptions pending_kernels_;           // for the next Forward (set_kernel_options)
+  std::atomic<bool> kernels_pending_{false};
   std::vector<int32_t> graph_sizes_;  // ascending
   int32_t graph_table_width_ = 0;     // block-table columns of replayed steps
   bool graph_buffers_reserved_ = false;

@@ -161,20 +161,25 @@ __device__ __forceinline__ void AllowDependentLaunch() {
 #endif
 }
 
-// Runs f() once per device (the current one): kernel attributes such as the dynamic
-// shared-memory limit are per device, and thread ranks of one process may drive several.
+// Runs f() once per device: kernel attributes such as the dynamic shared-memory limit are
+// per device, and thread ranks of one process may drive several.
 class OncePerDevice {
  public:
+  static constexpr int kMaxDevices = 64;
+  template <typename F>
+  void Run(int device, F&& f) {
+    TP_CHECK(device >= 0 && device < kMaxDevices);
+    std::call_once(flags_[device], std::forward<F>(f));
+  }
+  // On the current device.
   template <typename F>
   void Run(F&& f) {
     int device = 0;
     TP_CUDA_CHECK(cudaGetDevice(&device));
-    TP_CHECK(device >= 0 && device < kMaxDevices);
-    std::call_once(flags_[device], std::forward<F>(f));
+    Run(device, std::forward<F>(f));
   }
 
  private:
-  static constexpr int kMaxDevices = 64;
   std::once_flag flags_[kMaxDevices];
 };
 

@@ -408,7 +408,7 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
     });
   }
 #elif defined(__CUDA_ARCH__)
-  __trap();  // the host launches it only where sm_90 code runs (Sm90Device)
+  __trap();  // the host launches it only where sm_90 code runs (DeviceFacts::sm90)
 #endif
 }
 
@@ -418,13 +418,36 @@ int BulkFeatures(int64_t k) {
   return row * 4 <= kBulkStageTarget ? 4 : row * 2 <= kBulkStageTarget ? 2 : row <= kBulkStageTarget ? 1 : 0;
 }
 
+// The current device, once per launch: whether it runs this file's sm_90 code (the bulk
+// kernel, the grid dependency waits: compute capability 9.0+ and a binary built for it; a
+// build for sm_80 only would run its PTX there, where both are compiled out) and its SMs.
+struct DeviceFacts {
+  int device = 0;
+  bool sm90 = false;
+  int sms = 0;
+};
+DeviceFacts CurrentDevice() {
+  static OncePerDevice once;
+  static DeviceFacts facts[OncePerDevice::kMaxDevices];
+  int device = 0;
+  TP_CUDA_CHECK(cudaGetDevice(&device));
+  once.Run(device, [device] {
+    cudaFuncAttributes attr{};
+    TP_CUDA_CHECK(cudaFuncGetAttributes(&attr, GemvBulkKernel<1, 4>));
+    facts[device].device = device;
+    facts[device].sm90 = attr.binaryVersion >= 90;
+    TP_CUDA_CHECK(cudaDeviceGetAttribute(&facts[device].sms, cudaDevAttrMultiProcessorCount, device));
+  });
+  return facts[device];
+}
+
 // The most dynamic shared memory the kernel may ask for on `device` (the current one): the
 // opt-in limit less its static shared memory, raised once per instantiation and device.
 template <int kRows, int kFeatures>
 int64_t BulkSmemLimit(int device) {
   static OncePerDevice once;
-  static int64_t limit[64] = {};
-  once.Run([device] {
+  static int64_t limit[OncePerDevice::kMaxDevices] = {};
+  once.Run(device, [device] {
     int optin = 0;
     TP_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     cudaFuncAttributes attr{};
@@ -439,18 +462,16 @@ int64_t BulkSmemLimit(int device) {
 // Launches the bulk kernel if the shape allows it on `device`; false: nothing launched.
 // dry_run: only says whether it would.
 template <int kRows, int kFeatures>
-bool LaunchBulkRows(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, const OutputMap& y, int device,
-                    bool pdl, bool dry_run, cudaStream_t stream) {
+bool LaunchBulkRows(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, const OutputMap& y,
+                    const DeviceFacts& d, bool pdl, bool dry_run, cudaStream_t stream) {
   const int64_t x_bytes = (m * k * static_cast<int64_t>(sizeof(bf16)) + 127) / 128 * 128;
   const int64_t stage_bytes = kFeatures * k * static_cast<int64_t>(sizeof(bf16));
-  const int64_t stages = std::min<int64_t>(kBulkMaxStages, (BulkSmemLimit<kRows, kFeatures>(device) - x_bytes) /
+  const int64_t stages = std::min<int64_t>(kBulkMaxStages, (BulkSmemLimit<kRows, kFeatures>(d.device) - x_bytes) /
                                                                stage_bytes);
   if (stages < 2) return false;
   if (dry_run) return true;
-  int sms = 0;
-  TP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t groups = (n + kFeatures - 1) / kFeatures;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(groups, sms));
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(groups, d.sms));
   LaunchKernel(GemvBulkKernel<kRows, kFeatures>, dim3(grid), dim3(kBulkThreads),
                static_cast<size_t>(x_bytes + stages * stage_bytes), stream, pdl, x, m, k, w, n, y,
                static_cast<int>(stages), x_bytes);
@@ -458,61 +479,45 @@ bool LaunchBulkRows(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t 
 }
 
 template <int kRows>
-bool LaunchBulk(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, const OutputMap& y, int device,
-                bool pdl, bool dry_run, cudaStream_t stream) {
+bool LaunchBulk(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, const OutputMap& y,
+                const DeviceFacts& d, bool pdl, bool dry_run, cudaStream_t stream) {
   switch (BulkFeatures(k)) {
     case 4:
-      return LaunchBulkRows<kRows, 4>(x, m, k, w, n, y, device, pdl, dry_run, stream);
+      return LaunchBulkRows<kRows, 4>(x, m, k, w, n, y, d, pdl, dry_run, stream);
     case 2:
-      return LaunchBulkRows<kRows, 2>(x, m, k, w, n, y, device, pdl, dry_run, stream);
+      return LaunchBulkRows<kRows, 2>(x, m, k, w, n, y, d, pdl, dry_run, stream);
     case 1:
-      return LaunchBulkRows<kRows, 1>(x, m, k, w, n, y, device, pdl, dry_run, stream);
+      return LaunchBulkRows<kRows, 1>(x, m, k, w, n, y, d, pdl, dry_run, stream);
     default:
       return false;
   }
 }
 
-// The current device when it runs this file's sm_90 code (the bulk kernel, the grid
-// dependency waits), else -1: compute capability 9.0+ and a binary built for it (a build
-// for sm_80 only would run its PTX there, where both are compiled out).
-int Sm90Device() {
-  static OncePerDevice once;
-  static bool usable[64] = {};
-  int device = 0;
-  TP_CUDA_CHECK(cudaGetDevice(&device));
-  once.Run([device] {
-    cudaFuncAttributes attr{};
-    TP_CUDA_CHECK(cudaFuncGetAttributes(&attr, GemvBulkKernel<1, 4>));
-    usable[device] = attr.binaryVersion >= 90;
-  });
-  return usable[device] ? device : -1;
-}
-
-bool TryBulk(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, const OutputMap& y, bool pdl,
-             bool dry_run, cudaStream_t stream) {
-  if (m > 4 || k <= 0 || k % 8 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0 ||
+bool TryBulk(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, const OutputMap& y,
+             const DeviceFacts& d, bool pdl, bool dry_run, cudaStream_t stream) {
+  if (!d.sm90 || m > 4 || k <= 0 || k % 8 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(x) % 16 != 0) {
     return false;
   }
-  const int device = Sm90Device();
-  if (device < 0) return false;
   switch (m) {
     case 1:
-      return LaunchBulk<1>(x, m, k, w, n, y, device, pdl, dry_run, stream);
+      return LaunchBulk<1>(x, m, k, w, n, y, d, pdl, dry_run, stream);
     case 2:
-      return LaunchBulk<2>(x, m, k, w, n, y, device, pdl, dry_run, stream);
+      return LaunchBulk<2>(x, m, k, w, n, y, d, pdl, dry_run, stream);
     default:
-      return LaunchBulk<4>(x, m, k, w, n, y, device, pdl, dry_run, stream);
+      return LaunchBulk<4>(x, m, k, w, n, y, d, pdl, dry_run, stream);
   }
 }
 
 template <typename WT>
 void LaunchGemv(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, const OutputMap& y,
                 GemvLaunch launch, cudaStream_t stream) {
+  // One device query, and none for the plain launch.
+  const DeviceFacts d = launch.bulk || launch.pdl ? CurrentDevice() : DeviceFacts{};
   // Programmatic launch only where the kernels' grid dependency waits are compiled in.
-  if (launch.pdl && Sm90Device() < 0) launch.pdl = false;
+  launch.pdl = launch.pdl && d.sm90;
   if constexpr (std::is_same_v<WT, bf16>) {
-    if (launch.bulk && TryBulk(x, m, k, w, n, y, launch.pdl, /*dry_run=*/false, stream)) {
+    if (launch.bulk && TryBulk(x, m, k, w, n, y, d, launch.pdl, /*dry_run=*/false, stream)) {
       TP_CUDA_CHECK_LAUNCH();
       return;
     }
@@ -546,10 +551,10 @@ void LaunchGemv(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, con
 
 }  // namespace
 
-bool GemvBulkSupported() { return Sm90Device() >= 0; }
+bool GemvBulkSupported() { return CurrentDevice().sm90; }
 
 bool GemvTakesBulk(int64_t m, int64_t k) {
-  return m >= 1 && TryBulk(nullptr, m, k, nullptr, 1, OutputMap{}, false, /*dry_run=*/true, nullptr);
+  return m >= 1 && TryBulk(nullptr, m, k, nullptr, 1, OutputMap{}, CurrentDevice(), false, /*dry_run=*/true, nullptr);
 }
 
 void GemvSplit(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype, const GemvOutputs& out,
