@@ -43,9 +43,10 @@ ABSL_FLAG(std::string, decode_mode, "both", "cuda: decode steps replayed from CU
 ABSL_FLAG(bool, op_profile, false,
           "cuda, TP 1: also time one prefill step and one eager decode step at the first and the last batch op by "
           "op (each op synchronized)");
-ABSL_FLAG(std::string, decode_kernels, "split",
-          "cuda: decode kernel choices measured side by side on one engine, comma-separated: split | bulk | "
-          "split+pdl | bulk+pdl (bulk: GEMVs stream weights with bulk copies; pdl: programmatic launch)");
+ABSL_FLAG(std::string, kernels, "split",
+          "cuda: kernel choices measured side by side on one engine (prefill and decode), comma-separated: split | "
+          "bulk | tuned, each optionally +pdl (bulk: GEMVs stream weights with bulk copies; tuned: the fastest "
+          "GEMV and cuBLASLt algorithm per weight shape, measured at start-up; pdl: programmatic launch)");
 ABSL_FLAG(int, num_layers, 0, "cuda: run the model's first N layers only (0: all); shortens the dummy load");
 
 namespace tpserve {
@@ -160,14 +161,14 @@ int MainGpu() {
   o.json = absl::GetFlag(FLAGS_json);
   o.decode_mode = absl::GetFlag(FLAGS_decode_mode);
   o.op_profile = absl::GetFlag(FLAGS_op_profile);
-  o.decode_kernels = absl::StrSplit(absl::GetFlag(FLAGS_decode_kernels), ',', absl::SkipWhitespace());
-  for (const std::string& k : o.decode_kernels) {
+  o.kernels = absl::StrSplit(absl::GetFlag(FLAGS_kernels), ',', absl::SkipWhitespace());
+  for (const std::string& k : o.kernels) {
     if (auto parsed = ParseKernelOptions(k); !parsed.ok()) {
-      std::fprintf(stderr, "engine_bench: --decode_kernels: %s\n", std::string(parsed.status().message()).c_str());
+      std::fprintf(stderr, "engine_bench: --kernels: %s\n", std::string(parsed.status().message()).c_str());
       return 2;
     }
   }
-  if (o.decode_kernels.empty()) o.decode_kernels = {"split"};
+  if (o.kernels.empty()) o.kernels = {"split"};
   if (o.decode_mode != "graphs" && o.decode_mode != "eager" && o.decode_mode != "both") {
     std::fprintf(stderr, "engine_bench: --decode_mode \"%s\" is not one of graphs, eager, both\n", o.decode_mode.c_str());
     return 2;

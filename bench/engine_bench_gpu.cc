@@ -138,7 +138,7 @@ struct DecodeResult {
   int batch = 0;
   std::string kv = "own";   // own | shared | skipped
   std::string mode = "eager";  // graphs | eager
-  std::string kernels = "split";  // GpuBenchOptions::decode_kernels
+  std::string kernels = "split";  // GpuBenchOptions::kernels
   double step_ms = 0, step_max_ms = 0, allreduce_share = 0;
   double eager_step_ms = 0;  // graphs rows measured beside eager: the eager row's step time
 };
@@ -152,8 +152,12 @@ struct TpResult {
   int64_t kv_budget_bytes = 0;
   int32_t block_size = 16;
   std::string communicator;
-  double prefill_ms = 0, prefill_allreduce_share = 0;
-  bool prefill_ran = false;
+  struct Prefill {
+    std::string kernels;  // GpuBenchOptions::kernels
+    double ms = 0, allreduce_share = 0;
+  };
+  std::vector<Prefill> prefill;  // one per kernel choice; empty where the prompt does not fit
+  TuneReport tune_report;        // rank 0's start-up tuning (any "tuned" kernels)
   std::vector<DecodeResult> decode;
   bool graphs = false;  // the engine replays decode steps from CUDA graphs
   int64_t peak_used_bytes = 0, total_bytes = 0;
@@ -194,7 +198,7 @@ absl::StatusOr<TpResult::OpProfile> ProfileStep(StepExecutor& exec, const StepPl
 
 // Rank 0's measurements once the engine is up.
 // `set_graphs` turns replays on or off on every rank (between steps).
-// `set_kernels` switches every rank's decode kernels (GpuBenchOptions::decode_kernels).
+// `set_kernels` switches every rank's kernels (GpuBenchOptions::kernels).
 absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exec,
                      const std::function<void(bool)>& set_graphs,
                      const std::function<void(const std::string&)>& set_kernels, OpProfileBackend* profiler,
@@ -211,22 +215,24 @@ absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exe
     }
   };
   sample();
-  // Prefill: one prompt of prefill_tokens tokens, one step.
+  // Prefill: one prompt of prefill_tokens tokens, one step, with each kernel choice.
   if ((o.prefill_tokens + bs - 1) / bs <= blocks) {
     const StepPlan plan = PrefillPlan(o.prefill_tokens, bs, groups, c.vocab_size);
-    std::vector<double> ms;
-    double allreduce = 0, total = 0;
-    for (int i = 0; i <= kPrefillReps; ++i) {
-      TP_ASSIGN_OR_RETURN(auto t, TimedStep(exec, plan));
-      if (i == 0) continue;  // warm-up
-      ms.push_back(t.first);
-      total += t.first;
-      allreduce += t.second;
+    for (const std::string& kernels : o.kernels) {
+      set_kernels(kernels);
+      std::vector<double> ms;
+      double allreduce = 0, total = 0;
+      for (int i = 0; i <= kPrefillReps; ++i) {
+        TP_ASSIGN_OR_RETURN(auto t, TimedStep(exec, plan));
+        if (i == 0) continue;  // warm-up
+        ms.push_back(t.first);
+        total += t.first;
+        allreduce += t.second;
+      }
+      r.prefill.push_back({kernels, Median(ms), total > 0 ? allreduce / total : 0});
+      sample();
     }
-    r.prefill_ms = Median(ms);
-    r.prefill_allreduce_share = total > 0 ? allreduce / total : 0;
-    r.prefill_ran = true;
-    sample();
+    set_kernels(o.kernels.front());
     if (profiler != nullptr) {
       TP_ASSIGN_OR_RETURN(auto p, ProfileStep(exec, plan, *profiler,
                                               absl::StrCat("one prefill step of ", o.prefill_tokens, " tokens")));
@@ -250,7 +256,7 @@ absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exe
       r.decode.push_back(d);
       continue;
     }
-    for (const std::string& kernels : o.decode_kernels) {
+    for (const std::string& kernels : o.kernels) {
       set_kernels(kernels);
       const size_t first = r.decode.size();
       for (const std::string& mode : modes) {
@@ -278,14 +284,14 @@ absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exe
       }
       if (r.decode.size() - first == 2) r.decode[first].eager_step_ms = r.decode[first + 1].step_ms;
     }
-    set_kernels(o.decode_kernels.front());
+    set_kernels(o.kernels.front());
     if (profiler != nullptr && (batch == o.batch.front() || batch == o.batch.back())) {
       // The last measured position again (its KV slot is rewritten with the same values).
       set_graphs(false);
       const StepPlan plan = DecodePlan(layout, batch, o.context + steps - 1, bs, groups, c.vocab_size);
       TP_ASSIGN_OR_RETURN(auto p, ProfileStep(exec, plan, *profiler,
                                               absl::StrCat("one eager decode step, batch ", batch, ", kernels ",
-                                                           o.decode_kernels.front())));
+                                                           o.kernels.front())));
       r.op_profiles.push_back(std::move(p));
     }
     set_graphs(true);
@@ -313,7 +319,9 @@ TpResult RunTp(const GpuBenchOptions& o, const ModelConfig& config, int tp) {
   eo.split_kv_by_need = false;  // every group the same blocks, as the hand-made plans assume
   eo.dummy_seed = 1;
   eo.enforce_eager = o.decode_mode == "eager";
-  eo.kernels = *ParseKernelOptions(o.decode_kernels.front());  // checked by the caller
+  eo.kernels = *ParseKernelOptions(o.kernels.front());  // checked by the caller
+  eo.tune_kernels = std::any_of(o.kernels.begin(), o.kernels.end(),
+                                [](const std::string& k) { return ParseKernelOptions(k)->tuned; });
   // The longest sequence the bench makes, as a server would be told with --max-model-len:
   // replayed decode steps upload block tables that wide (the model's 262144 positions
   // would make them 16384 blocks wide).
@@ -354,6 +362,7 @@ TpResult RunTp(const GpuBenchOptions& o, const ModelConfig& config, int tp) {
       r.block_size = engine->model->block_size();
       r.communicator = engine->device_comm ? engine->device_comm->name() : comm->name();
       r.graphs = engine->model->cuda_graphs();
+      r.tune_report = engine->tune_report;
       StepExecutor exec(*engine->model, *comm);
       // Other ranks read the flag when the next plan arrives, after rank 0 set it.
       auto set_graphs = [&](bool on) {
@@ -427,14 +436,18 @@ int RunGpuEngineBench(const GpuBenchOptions& o) {
                 "tokens, peak GPU memory %.2f of %.2f GiB\n",
                 tp, r.communicator.c_str(), r.load_s, GiB(r.weight_bytes), GiB(r.kv_budget_bytes),
                 absl::StrJoin(r.kv_blocks, "/").c_str(), r.block_size, GiB(r.peak_used_bytes), GiB(r.total_bytes));
-    const double prefill_tflops =
-        r.prefill_ran ? 2.0 * matmul_params * o.prefill_tokens / (r.prefill_ms / 1e3) / 1e12 : 0;
-    if (r.prefill_ran) {
-      std::printf("prefill %d tokens: %.1f ms, %.0f tok/s, %.0f TFLOP/s = %.0f%% of the GEMM (target 70%%), "
-                  "all-reduce %.1f%%\n",
-                  o.prefill_tokens, r.prefill_ms, o.prefill_tokens / (r.prefill_ms / 1e3), prefill_tflops,
-                  100.0 * prefill_tflops / *gemm_tflops, 100.0 * r.prefill_allreduce_share);
-    } else {
+    if (const std::string tuning = DescribeTuning(r.tune_report); !tuning.empty()) {
+      std::printf("%s (rank 0):\n", tuning.c_str());
+      for (const std::string& line : r.tune_report.lines) std::printf("  %s\n", line.c_str());
+    }
+    auto tflops = [&](double ms) { return 2.0 * matmul_params * o.prefill_tokens / (ms / 1e3) / 1e12; };
+    for (const TpResult::Prefill& p : r.prefill) {
+      std::printf("prefill %d tokens, kernels %s: %.1f ms, %.0f tok/s, %.0f TFLOP/s = %.0f%% of the GEMM (target "
+                  "70%%), all-reduce %.1f%%\n",
+                  o.prefill_tokens, p.kernels.c_str(), p.ms, o.prefill_tokens / (p.ms / 1e3), tflops(p.ms),
+                  100.0 * tflops(p.ms) / *gemm_tflops, 100.0 * p.allreduce_share);
+    }
+    if (r.prefill.empty()) {
       std::printf("prefill %d tokens: skipped (more KV blocks than the cache holds)\n", o.prefill_tokens);
     }
     std::printf("%4s %6s %8s %10s %7s %9s %10s %10s %12s %9s %10s %9s\n", "tp", "batch", "context", "KV", "mode",
@@ -504,11 +517,18 @@ int RunGpuEngineBench(const GpuBenchOptions& o) {
                           {"context", o.context},
                           {"cuda_graphs", r.graphs},
                           {"decode", decode}};
-      if (r.prefill_ran) {
-        j["prefill"] = {{"tokens", o.prefill_tokens},       {"ms", r.prefill_ms},
-                        {"tflops", prefill_tflops},         {"of_gemm", prefill_tflops / *gemm_tflops},
-                        {"allreduce_share", r.prefill_allreduce_share}};
+      nlohmann::json prefill = nlohmann::json::array();
+      for (const TpResult::Prefill& p : r.prefill) {
+        prefill.push_back({{"tokens", o.prefill_tokens}, {"kernels", p.kernels},
+                           {"ms", p.ms},                 {"tflops", tflops(p.ms)},
+                           {"of_gemm", tflops(p.ms) / *gemm_tflops}, {"allreduce_share", p.allreduce_share}});
       }
+      if (!r.prefill.empty()) j["prefill"] = prefill.front();  // the first kernel choice (as before)
+      j["prefill_by_kernels"] = prefill;
+      j["tuned_kernels"] = {{"products", r.tune_report.products},
+                            {"changed", r.tune_report.changed},
+                            {"seconds", r.tune_report.seconds},
+                            {"lines", r.tune_report.lines}};
       std::printf("%s\n", j.dump().c_str());
     }
   }

@@ -32,10 +32,12 @@ struct GpuBenchOptions {
   // TP 1: one more prefill step and one more eager decode step at the first and at the
   // last batch size, timed op by op (bench/op_profile.h), printed as tables after the others.
   bool op_profile = false;
-  // Decode kernel choices (KernelOptions), each measured on the same engine: "split" (the
-  // register-load GEMV), "bulk" (bulk-copy GEMV), either with "+pdl" (programmatic
-  // launch). The engine starts with the first; prefill and the op profiles use it.
-  std::vector<std::string> decode_kernels = {"split"};
+  // Kernel choices (KernelOptions), each measured on the same engine, prefill and decode:
+  // "split" (the register-load GEMV, cuBLASLt's heuristic), "bulk" (bulk-copy GEMV),
+  // "tuned" (what start-up measured fastest per weight shape), each optionally with "+pdl"
+  // (programmatic launch). The engine starts with the first (tuning at start-up where any
+  // is "tuned"); the op profiles use it.
+  std::vector<std::string> kernels = {"split"};
 };
 
 // Prints the table (and JSON); returns the process exit code.

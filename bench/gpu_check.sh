@@ -188,9 +188,12 @@ if [[ -x $build/bench/engine_bench ]]; then
   # 16 cores (2026-11-30), the whole 31B benchmark about 40 s; with less than 5 minutes
   # left for it and what follows, take the first 12 of the 60 layers (same shapes, a
   # fifth of the weights).
-  args=${ENGINE_BENCH_ARGS:---backend cuda --model gemma-4-31b --tp 1 --batch 1,8,64,256 --context 1024 --decode_steps 16 --prefill_tokens 2048 --gpu_memory_utilization 0.9 --decode_kernels split,bulk+pdl --op_profile --json}
+  # Kernels side by side on one engine: the defaults, the bulk GEMV under programmatic
+  # launch, and what start-up tuning measured fastest per shape (its candidates include the
+  # bulk GEMV, so without bulk_ok only the defaults run).
+  args=${ENGINE_BENCH_ARGS:---backend cuda --model gemma-4-31b --tp 1 --batch 1,8,64,256 --context 1024 --decode_steps 16 --prefill_tokens 2048 --gpu_memory_utilization 0.9 --kernels split,bulk+pdl,tuned+pdl --op_profile --json}
   note=""
-  (( bulk_ok )) || args=${args/--decode_kernels split,bulk+pdl/--decode_kernels split}
+  (( bulk_ok )) || args=${args/--kernels split,bulk+pdl,tuned+pdl/--kernels split}
   if [[ -z ${ENGINE_BENCH_ARGS:-} ]] && (( $(left) < 300 )); then
     args+=" --num_layers 12"
     note=" (12/60 layers: time)"
@@ -239,15 +242,16 @@ if [[ -x $tpserve_bin ]]; then
   t=$(date +%s)
   cpu_ids=$(timeout 60 "$tpserve_bin" "${gen[@]}" --device cpu --tensor-parallel-size 1 2> "$build/gpu_check.generate.log" | output_ids)
   # tp=1: eager, then decode steps replayed from CUDA graphs (--enforce-eager=false), then
-  # graphs with the bulk GEMV under programmatic launch (where its tests passed).
+  # graphs with the bulk GEMV under programmatic launch and with the tuned kernels (where
+  # the bulk tests passed: tuning times the bulk GEMV too).
   runs=("1 true split" "2 true split" "1 false split")
-  (( bulk_ok )) && runs+=("1 false bulk+pdl")
+  (( bulk_ok )) && runs+=("1 false bulk+pdl" "1 false tuned+pdl")
   for run in "${runs[@]}"; do
     read -r tp eager kernels <<< "$run"
     what="tpserve generate --device cuda tp=$tp$([[ $eager == false ]] && echo " graphs")$([[ $kernels != split ]] && echo " $kernels") = --device cpu (qwen3)"
     t=$(date +%s)
     gpu_ids=$(timeout 60 "$tpserve_bin" "${gen[@]}" --device cuda --tensor-parallel-size "$tp" --enforce-eager="$eager" \
-              --decode-kernels "$kernels" 2>> "$build/gpu_check.generate.log" | output_ids)
+              --kernels "$kernels" 2>> "$build/gpu_check.generate.log" | output_ids)
     if [[ -n $cpu_ids && $gpu_ids == "$cpu_ids" ]]; then
       row "$what" "ok" "$(elapsed "$t")"
     else

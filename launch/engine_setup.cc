@@ -12,6 +12,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "coordinator/kv_split.h"
 #include "worker/device.h"
 #include "worker/memory_planner.h"
@@ -257,6 +258,14 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
   e.model = std::move(model).value();
 
   const bool gpu = e.device == DeviceKind::kCuda;
+  if (gpu && (o.kernels.tuned || o.tune_kernels)) {
+    // Before the warm-up step, which then builds the tuned GEMM plans, and before the KV
+    // planning measures free memory (the tuning's buffers are freed by then).
+    auto tuned = e.model->TuneKernels(std::max<int32_t>(o.max_num_batched_tokens, 1),
+                                      std::max<int32_t>(o.max_num_seqs, 1));
+    TP_RETURN_IF_ERROR(comm.AgreeOnStatus(tuned.status()));
+    e.tune_report = std::move(tuned).value();
+  }
   if (gpu) {
     TP_ASSIGN_OR_RETURN(e.kv_budget_bytes, PlanGpuKvBudget(o, world, comm, e));
     // Distinct GPUs over all nodes: each node's first rank counts its own.
@@ -289,6 +298,12 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
 }
 
 }  // namespace
+
+std::string DescribeTuning(const TuneReport& r) {
+  if (r.products == 0) return "";
+  return absl::StrCat("kernels tuned: ", r.products, " product shapes timed in ", absl::StrFormat("%.1f", r.seconds),
+                      " s, ", r.changed, " faster than the default kernel");
+}
 
 absl::StatusOr<Engine> StartEngine(const EngineOptions& o, const WorldConfig& world, Communicator& comm) {
   return StartWith(ResolveModelConfig(o), o, world, comm);

@@ -55,9 +55,14 @@ struct EngineOptions {
   // has run on a GPU (written 2026-11-30 when no GPU was left to run it; docs/gpu_backend.md):
   // --enforce-eager=false captures.
   bool enforce_eager = true;
-  // cuda: kernel choices that give the same bits (engine_bench --decode_kernels compares
-  // them). Off until measured on a GPU (written 2026-11-30 without one).
+  // cuda: kernel choices (engine_bench --kernels compares them on one engine). The
+  // defaults until the others are measured on a GPU (written 2026-11-30 without one).
   KernelOptions kernels;
+  // cuda: measure the kernel candidates for every weight's products at start-up
+  // (Model::TuneKernels, after loading, before the KV cache is planned) even where
+  // kernels.tuned is off, so that a benchmark can switch to the tuned kernels later.
+  // kernels.tuned always tunes.
+  bool tune_kernels = false;
   // A decorator put around the backend as soon as it exists (engine_bench --op_profile).
   // On cuda at TP > 1 the device communicators need the CUDA backend itself: TP 1 only.
   std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> wrap_backend;
@@ -85,7 +90,12 @@ struct Engine {
   int gpu = -1;          // cuda: this rank's device ordinal
   int gpus_in_use = 0;   // cuda: distinct GPUs all ranks use together; 0 on the CPU
   int64_t kv_budget_bytes = 0;  // this rank's KV cache budget before the split between groups
+  TuneReport tune_report;       // cuda: what start-up's kernel tuning measured on this rank
 };
+
+// One line on start-up's kernel tuning ("" where it did not run): how many products were
+// timed, in what time, how many did not keep the default.
+std::string DescribeTuning(const TuneReport& r);
 
 // Resolves config (from DIR/config.json or a preset). Pure: no collectives.
 absl::StatusOr<ModelConfig> ResolveModelConfig(const EngineOptions& options);

@@ -103,6 +103,7 @@ absl::Status Coordinate(const GenerateCommandOptions& o, Engine& engine, Communi
     j["allreduce_share"] = total_ms > 0 ? allreduce_ms / total_ms : 0;
     j["step_ms"] = step_ms;
     j["kv_blocks"] = engine.model->num_kv_blocks();
+    j["tuned_products"] = engine.tune_report.products;
     std::printf("%s\n", j.dump().c_str());
   } else {
     if (tokenizer) {
@@ -119,6 +120,9 @@ absl::Status Coordinate(const GenerateCommandOptions& o, Engine& engine, Communi
                  (engine.device_comm ? engine.device_comm->name() : comm.name()).c_str(),
                  engine.load_seconds, out.prompt_ids.size(), prefill_ms, static_cast<long long>(decode_steps),
                  decode_tok_s, total_ms > 0 ? 100.0 * allreduce_ms / total_ms : 0.0, out.finish_reason.c_str());
+    if (const std::string tuning = DescribeTuning(engine.tune_report); !tuning.empty()) {
+      std::fprintf(stderr, "tpserve: %s\n", tuning.c_str());
+    }
   }
   std::fflush(stdout);
   return absl::OkStatus();

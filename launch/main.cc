@@ -36,10 +36,12 @@ ABSL_FLAG(int, block_size, 16, "KV cache block size in tokens");
 ABSL_FLAG(bool, enforce_eager, true, "cuda: run every step eagerly; =false captures CUDA graphs of decode steps for "
                                      "batch sizes 1, 2, 4, 8, 16, 24, ... up to --max-num-seqs, at most 256 (on by "
                                      "default until the graph path has run on a GPU: docs/gpu_backend.md)");
-ABSL_FLAG(std::string, decode_kernels, "split",
-          "cuda, compute capability 9.0+: how decode GEMVs run, all with the same results: split (default), bulk "
-          "(weights streamed through shared memory by bulk copies), split+pdl or bulk+pdl (each GEMV starts while "
-          "the kernel before it finishes); being measured, see docs/gpu_backend.md");
+ABSL_FLAG(std::string, kernels, "split",
+          "cuda: how projections run: split (default: the split-K GEMV at 1-4 rows, cuBLASLt's heuristic above), "
+          "bulk (compute capability 9.0+: GEMV weights streamed through shared memory by bulk copies; the same "
+          "results), tuned (each weight shape's fastest GEMV and cuBLASLt algorithm, measured at start-up; GEMM "
+          "results move by rounding); each may add +pdl (9.0+: each GEMV starts while the kernel before it "
+          "finishes). Being measured, see docs/gpu_backend.md");
 ABSL_FLAG(std::string, prompt, "", "Prompt text (tokenized with the model's tokenizer.json)");
 ABSL_FLAG(std::string, prompt_ids, "", "Prompt as comma-separated token ids, e.g. 2,651,1234");
 ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json path (default: MODEL/tokenizer.json)");
@@ -116,8 +118,8 @@ int EngineOptionsFromFlags(tpserve::EngineOptions& e) {
   e.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   e.dummy_seed = absl::GetFlag(FLAGS_seed);
   e.enforce_eager = absl::GetFlag(FLAGS_enforce_eager);
-  auto kernels = tpserve::ParseKernelOptions(absl::GetFlag(FLAGS_decode_kernels));
-  if (!kernels.ok()) return Fail("--decode-kernels: " + std::string(kernels.status().message()));
+  auto kernels = tpserve::ParseKernelOptions(absl::GetFlag(FLAGS_kernels));
+  if (!kernels.ok()) return Fail("--kernels: " + std::string(kernels.status().message()));
   e.kernels = *kernels;
   auto kv = tpserve::ParseByteSize(absl::GetFlag(FLAGS_kv_cache_memory));
   if (!kv.ok()) return Fail("--kv-cache-memory: " + std::string(kv.status().message()));

@@ -229,6 +229,9 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
                           ", tp=", comm.size(), " (",
                           engine->device_comm ? engine->device_comm->name() : comm.name(), "), load ",
                           engine->load_seconds, " s, KV blocks per group ", absl::StrJoin(info.kv_blocks, "/")));
+  if (const std::string tuning = DescribeTuning(engine->tune_report); !tuning.empty()) {
+    Log(world, absl::StrCat(tuning, " (rank 0)"));
+  }
   if (signals.received.load() > 0) serving.Shutdown(absl::Seconds(o.shutdown_timeout_s));
   serving.Run();  // returns after a drain
   signals.engine.store(nullptr);

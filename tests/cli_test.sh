@@ -90,8 +90,10 @@ copy_model llama3
 expect_error "--device cuda without a GPU" "--device cuda" \
   env CUDA_VISIBLE_DEVICES= "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --device cuda
 expect_error "unknown --device" "auto, cpu, cuda" "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --device gpu
-expect_error "unknown --decode-kernels" "split, bulk, split+pdl, bulk+pdl" \
-  "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --decode-kernels fast
+expect_error "unknown --kernels" "split, bulk, tuned, split+pdl, bulk+pdl, tuned+pdl" \
+  "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --kernels fast
+expect_error "--kernels with a bad suffix" "is not one of split, bulk, tuned" \
+  "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --kernels tuned+fast
 expect_error "--gpu-memory-utilization out of range" "gpu-memory-utilization must be in (0, 1]" \
   "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --gpu-memory-utilization 1.5
 

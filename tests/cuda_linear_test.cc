@@ -3,6 +3,7 @@
 // GPU test (ctest -L gpu).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <utility>
@@ -230,6 +231,42 @@ TEST(CudaGemvTuningTest, EveryTuningMatchesGemvBitForBit) {
   }
 }
 
+// GemvLaunch::tuning (the block shape the backend's tuning picks per weight shape) gives
+// the production launch's bits, into split outputs and under programmatic launch too.
+TEST(CudaGemvTuningTest, TuningInTheLaunchGivesTheSameBits) {
+  TP_SKIP_WITHOUT_GPU();
+  const int64_t k = 5376;
+  const std::vector<int64_t> cols = {2048, 1024, 1024};
+  const int64_t n = 4096;
+  const std::vector<float> x = RoundBf16(RandomVector(k, 15));
+  const std::vector<float> w = RandomVector(n * k, 16, -1.0f / std::sqrt(k), 1.0f / std::sqrt(k));
+  DeviceArray<uint8_t> d_w(WeightBytes(w, DType::kBF16));
+  DeviceArray<uint16_t> d_x(ToBf16(x)), want(n), got(n);
+  auto* xb = reinterpret_cast<bf16*>(d_x.get());
+  cuda::Gemv(xb, 1, k, d_w.get(), DType::kBF16, n, reinterpret_cast<bf16*>(want.get()), nullptr);
+  const std::vector<uint16_t> expect = want.Download();
+  const bool pdl_too = cuda::GemvBulkSupported();
+  const int count = static_cast<int>(cuda::GemvTunings().size());
+  for (int t = 0; t < count; ++t) {
+    for (bool pdl : {false, true}) {
+      if (pdl && !pdl_too) continue;
+      const cuda::GemvLaunch launch{.pdl = pdl, .tuning = t};
+      cuda::Gemv(xb, 1, k, d_w.get(), DType::kBF16, n, reinterpret_cast<bf16*>(got.get()), nullptr, launch);
+      EXPECT_TRUE(testing::BitEqual(got.Download(), expect)) << "tuning " << t << " pdl " << pdl;
+      SplitOutputs split(1, cols);
+      cuda::GemvSplit(xb, 1, k, d_w.get(), DType::kBF16, split.out, nullptr, launch);
+      split.ExpectColumnsOf(expect, "tuning " + std::to_string(t) + " split");
+    }
+  }
+  // Two rows: the tuning does not apply; the launch is the plain one.
+  DeviceArray<uint16_t> x2(ToBf16(RoundBf16(RandomVector(2 * k, 17)))), want2(2 * n), got2(2 * n);
+  cuda::Gemv(reinterpret_cast<bf16*>(x2.get()), 2, k, d_w.get(), DType::kBF16, n, reinterpret_cast<bf16*>(want2.get()),
+             nullptr);
+  cuda::Gemv(reinterpret_cast<bf16*>(x2.get()), 2, k, d_w.get(), DType::kBF16, n, reinterpret_cast<bf16*>(got2.get()),
+             nullptr, cuda::GemvLaunch{.tuning = count - 1});
+  EXPECT_TRUE(testing::BitEqual(got2.Download(), want2.Download()));
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemvTest,
                          ::testing::Values(LinearCase{1, 5376, 4096},   // decode, 31B hidden
                                            LinearCase{2, 5376, 1000},
@@ -273,6 +310,43 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemmTest,
                            return std::to_string(info.param.m) + "x" + std::to_string(info.param.k) + "x" +
                                   std::to_string(info.param.n);
                          });
+
+// Gemm::Tune times every candidate at a few row counts; with use_tuned every row count
+// (measured, between, below and beyond them) runs a tuned or its own heuristic's choice,
+// within the reference tolerance; without it, the heuristic's first again.
+TEST(CudaGemmTuneTest, TunedChoicesMatchCpuAtEveryRowCount) {
+  TP_SKIP_WITHOUT_GPU();
+  const int64_t k = 2048, n = 5376, max_m = 300;
+  const std::vector<float> x = RoundBf16(RandomVector(max_m * k, 21));
+  const std::vector<float> w = RoundBf16(RandomVector(n * k, 22, -1.0f / std::sqrt(k), 1.0f / std::sqrt(k)));
+  DeviceArray<uint16_t> d_x(ToBf16(x)), d_w(ToBf16(w)), d_y(max_m * n);
+  auto* xb = reinterpret_cast<bf16*>(d_x.get());
+  auto* wb = reinterpret_cast<bf16*>(d_w.get());
+  auto* yb = reinterpret_cast<bf16*>(d_y.get());
+  cuda::Gemm gemm;
+  for (int64_t m : {8, 64, 200}) {
+    const cuda::Gemm::TuneResult r = gemm.Tune(xb, m, k, wb, n, yb, nullptr);
+    ASSERT_FALSE(r.us.empty()) << "m=" << m;
+    ASSERT_GE(r.chosen, 0);
+    ASSERT_LT(r.chosen, static_cast<int>(r.us.size()));
+    for (double us : r.us) EXPECT_GT(us, 0.0) << "m=" << m;  // every heuristic candidate runs
+    std::printf("m=%lld: candidate %d of %zu, %.1f us (first %.1f us)\n", static_cast<long long>(m), r.chosen,
+                r.us.size(), r.us[r.chosen], r.us[0]);
+  }
+  for (bool tuned : {true, false}) {
+    gemm.set_use_tuned(tuned);
+    for (int64_t m : {5, 8, 12, 64, 150, 200, 300}) {
+      std::vector<float> want(m * n);
+      cpu::Linear(x.data(), m, k, w.data(), DType::kF32, n, want.data());
+      DeviceArray<uint16_t> y(m * n);
+      gemm.Run(xb, m, k, wb, n, reinterpret_cast<bf16*>(y.get()), nullptr);
+      EXPECT_TRUE(AllClose(FromBf16(y.Download()), want, testing::kBf16Reduction)) << "m=" << m << " tuned " << tuned;
+      if (!tuned) {
+        EXPECT_FALSE(gemm.UsesTunedChoice(m, n, k)) << "m=" << m;
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace tpserve

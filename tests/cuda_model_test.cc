@@ -7,7 +7,10 @@
 // (ctest -L gpu).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <memory>
 #include <numeric>
+#include <span>
 
 #include "gtest/gtest.h"
 #include "tests/cuda_test_util.h"
@@ -355,6 +358,71 @@ TEST(CudaModelGraphTest, KernelOptionsGiveTheSameLogits) {
     ASSERT_TRUE(graphs.graphs) << fixture;
     EXPECT_EQ(graphs.replayed, plain.replayed) << fixture;
     EXPECT_EQ(graphs.rows, plain.rows) << fixture << " graphs";
+  }
+}
+
+// The tuned kernels (KernelOptions::tuned, after Model::TuneKernels): the GEMVs give the
+// plain kernels' bits whichever block shape or kernel won, so decode logits after an
+// untuned prefill match bit for bit; cuBLASLt's choice at the prompt's rows may sum in
+// another order, so the whole run is held to the CPU reference like the plain kernels.
+TEST(CudaModelGraphTest, TunedKernelsMatchTheReference) {
+  TP_SKIP_WITHOUT_GPU();
+  for (const std::string fixture : {"gemma4_text", "qwen3"}) {
+    Steps s = testing::GreedySteps(fixture, 7);
+    s.tune_max_tokens = 64;
+    const auto cpu = RunOnCpu(fixture, s);
+    for (const KernelOptions k : {KernelOptions{.tuned = true}, KernelOptions{.pdl = true, .tuned = true}}) {
+      ExpectSameModel(RunOnGpu(fixture, s, 1, k), cpu, fixture + (k.pdl ? " tuned+pdl" : " tuned"));
+    }
+  }
+}
+
+// TuneLinear on one split weight (q|k|v-like): it times GEMVs of the whole weight at 1-4
+// rows and cuBLASLt per part at the row buckets up to max_rows; through LinearSplit, tuned
+// GEMVs keep the plain bits and tuned GEMMs stay within the reference's tolerance of the
+// untuned ones, at row counts measured, between and beyond.
+TEST(CudaModelGraphTest, TuneLinearReportsAndKeepsGemvBits) {
+  TP_SKIP_WITHOUT_GPU();
+  auto made = MakeCudaBackend(BackendOptions{.device = 0});
+  ASSERT_TRUE(made.ok()) << made.status();
+  Backend& b = **made;
+  const int64_t n = 3000, k = 1024;
+  const std::vector<float> wf = testing::RoundBf16(testing::RandomVector(n * k, 31, -0.03f, 0.03f));
+  testing::DeviceArray<uint16_t> w(testing::ToBf16(wf));
+  const Tensor wt{w.get(), DType::kBF16, n, k};
+  const LinearUse use{wt, {2000, 500, 500}, 40};
+  auto report = b.TuneLinear(std::span<const LinearUse>(&use, 1));
+  ASSERT_TRUE(report.ok()) << report.status();
+  // GEMVs m = 1..4 of the whole weight; GEMMs of parts 2000 and 500 at rows 8, 16, 32, 40.
+  EXPECT_EQ(report->products, 4 + 2 * 4);
+  EXPECT_EQ(report->lines.size(), static_cast<size_t>(report->products));
+  for (const std::string& line : report->lines) std::printf("%s\n", line.c_str());
+  for (int64_t m : {1, 3, 6, 33, 40, 64}) {
+    const std::vector<float> xf = testing::RoundBf16(testing::RandomVector(m * k, 32 + m));
+    testing::DeviceArray<uint16_t> x(testing::ToBf16(xf));
+    const Tensor xt{x.get(), DType::kBF16, m, k};
+    std::vector<std::unique_ptr<testing::DeviceArray<uint16_t>>> plain, tuned;
+    std::vector<Tensor> plain_out, tuned_out;
+    for (int64_t cols : use.parts) {
+      plain.push_back(std::make_unique<testing::DeviceArray<uint16_t>>(m * cols));
+      tuned.push_back(std::make_unique<testing::DeviceArray<uint16_t>>(m * cols));
+      plain_out.push_back(Tensor{plain.back()->get(), DType::kBF16, m, cols});
+      tuned_out.push_back(Tensor{tuned.back()->get(), DType::kBF16, m, cols});
+    }
+    b.SetKernelOptions(KernelOptions{});
+    b.LinearSplit(xt, wt, nullptr, plain_out);
+    b.SetKernelOptions(KernelOptions{.tuned = true});
+    b.LinearSplit(xt, wt, nullptr, tuned_out);
+    b.Synchronize();
+    for (size_t p = 0; p < use.parts.size(); ++p) {
+      if (m <= 4) {
+        EXPECT_TRUE(testing::BitEqual(tuned[p]->Download(), plain[p]->Download())) << "m=" << m << " part " << p;
+      } else {
+        EXPECT_TRUE(testing::AllClose(testing::FromBf16(tuned[p]->Download()), testing::FromBf16(plain[p]->Download()),
+                                      testing::kBf16Reduction))
+            << "m=" << m << " part " << p;
+      }
+    }
   }
 }
 

@@ -353,5 +353,102 @@ TEST(DecodeGraphsTest, CpuBackendIgnoresTheSizes) {
   EXPECT_FALSE(Model::Load(*config, **source, *backend, *comm, mo).ok());
 }
 
+// Model::TuneKernels hands the backend every projection of this rank's shard once per
+// layer (q|k|v with its split: two parts where K = V, as Gemma 4's full layers), the
+// layers' at up to max_tokens rows and the LM head at up to max_logit_rows, passes the
+// backend's report back, and drops the graphs (they hold the old kernels).
+class TuneRecordingBackend : public GraphCpuBackend {
+ public:
+  using GraphCpuBackend::GraphCpuBackend;
+  absl::StatusOr<TuneReport> TuneLinear(std::span<const LinearUse> uses) override {
+    recorded.assign(uses.begin(), uses.end());
+    return TuneReport{.products = 3, .changed = 1, .seconds = 0.5, .lines = {"a", "b", "c"}};
+  }
+  std::vector<LinearUse> recorded;
+};
+
+TEST(DecodeGraphsTest, TuneKernelsHandsEveryProjectionToTheBackend) {
+  for (int tp : {1, 2}) {
+    testing::RunThreads(tp, [&](Communicator& comm) {
+      const std::string fixture = "gemma4_text";
+      auto config = LoadModelConfig(testing::FixtureDir(fixture));
+      ASSERT_TRUE(config.ok()) << config.status();
+      auto source = OpenCheckpointSource(testing::FixtureDir(fixture));
+      ASSERT_TRUE(source.ok()) << source.status();
+      int replays = 0;
+      TuneRecordingBackend backend(&replays);
+      ModelOptions mo;
+      mo.block_size = 4;
+      mo.cuda_graph_batch_sizes = {1, 2};
+      mo.max_model_len = 40;
+      auto model = Model::Load(*config, **source, backend, comm, mo);
+      ASSERT_TRUE(model.ok()) << model.status();
+      ASSERT_TRUE((*model)->AllocateKvCache(16).ok());
+      const int clears = backend.graph_clears;
+      auto report = (*model)->TuneKernels(/*max_tokens=*/96, /*max_logit_rows=*/12);
+      ASSERT_TRUE(report.ok()) << report.status();
+      EXPECT_EQ(report->products, 3);
+      EXPECT_EQ(report->lines.size(), 3u);
+      // Thread ranks cannot capture (host collectives): graphs at TP 1 only.
+      EXPECT_EQ(backend.graph_clears, clears + (tp == 1 ? 1 : 0)) << "tp " << tp;
+      const ModelConfig& c = *config;
+      ASSERT_EQ(backend.recorded.size(), static_cast<size_t>(4 * c.num_layers + 1));
+      const int64_t H = c.hidden_size;
+      for (int l = 0; l < c.num_layers; ++l) {
+        const LayerConfig& lc = c.layers[l];
+        auto shard = ShardHeads(c.num_heads, lc.num_kv_heads, comm.rank(), tp, l);
+        ASSERT_TRUE(shard.ok()) << shard.status();
+        const int64_t q = int64_t{shard->q_heads} * lc.head_dim, kv = int64_t{shard->kv_heads} * lc.head_dim;
+        const LinearUse& qkv = backend.recorded[4 * l];
+        const std::vector<int64_t> parts = lc.k_eq_v ? std::vector<int64_t>{q, kv} : std::vector<int64_t>{q, kv, kv};
+        EXPECT_EQ(qkv.parts, parts) << "layer " << l << " tp " << tp;
+        EXPECT_EQ(qkv.w.rows, q + kv * static_cast<int64_t>(parts.size() - 1)) << "layer " << l;
+        EXPECT_EQ(qkv.w.cols, H);
+        EXPECT_EQ(backend.recorded[4 * l + 1].w.rows, H) << "o_proj, layer " << l;       // row parallel
+        EXPECT_EQ(backend.recorded[4 * l + 1].w.cols, q) << "o_proj, layer " << l;
+        EXPECT_EQ(backend.recorded[4 * l + 2].w.rows, 2 * c.intermediate_size / tp) << "gate|up, layer " << l;
+        EXPECT_EQ(backend.recorded[4 * l + 3].w.cols, c.intermediate_size / tp) << "down, layer " << l;
+        for (int i = 0; i < 4; ++i) {
+          EXPECT_EQ(backend.recorded[4 * l + i].max_rows, 96) << "layer " << l << " projection " << i;
+          if (i > 0) {
+            EXPECT_TRUE(backend.recorded[4 * l + i].parts.empty());
+          }
+        }
+      }
+      const LinearUse& head = backend.recorded.back();
+      EXPECT_EQ(head.max_rows, 12);
+      EXPECT_EQ(head.w.rows, (c.vocab_size + tp - 1) / tp);
+      EXPECT_EQ(head.w.cols, H);
+      EXPECT_TRUE(std::any_of(c.layers.begin(), c.layers.end(), [](const LayerConfig& lc) { return lc.k_eq_v; }))
+          << "the fixture should have a K = V layer";
+    });
+  }
+}
+
+// --kernels: split, bulk or tuned, each with an optional +pdl; anything else names them.
+TEST(KernelOptionsTest, ParseKnowsTheVocabulary) {
+  struct Case {
+    std::string spec;
+    KernelOptions want;
+  };
+  for (const Case& c : std::vector<Case>{{"split", {}},
+                                         {"split+pdl", {.pdl = true}},
+                                         {"bulk", {.bulk_gemv = true}},
+                                         {"bulk+pdl", {.bulk_gemv = true, .pdl = true}},
+                                         {"tuned", {.tuned = true}},
+                                         {"tuned+pdl", {.pdl = true, .tuned = true}}}) {
+    auto k = ParseKernelOptions(c.spec);
+    ASSERT_TRUE(k.ok()) << c.spec << ": " << k.status();
+    EXPECT_TRUE(*k == c.want) << c.spec;
+  }
+  for (const std::string bad : {"", "fast", "pdl", "+pdl", "tuned+", "bulk+tuned", "split+pdl+pdl", "SPLIT"}) {
+    auto k = ParseKernelOptions(bad);
+    ASSERT_FALSE(k.ok()) << bad;
+    EXPECT_NE(std::string(k.status().message()).find("split, bulk, tuned, split+pdl, bulk+pdl, tuned+pdl"),
+              std::string::npos)
+        << k.status();
+  }
+}
+
 }  // namespace
 }  // namespace tpserve

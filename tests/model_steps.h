@@ -29,6 +29,9 @@ struct Steps {
   std::vector<int32_t> prompt;
   std::vector<int32_t> forced;  // decode inputs
   int copies = 1;
+  // > 0: Model::TuneKernels(tune_max_tokens, copies) after loading (the backend's measured
+  // kernel choice, used where its KernelOptions say tuned).
+  int64_t tune_max_tokens = 0;
 };
 
 inline StepPlan PrefillPlan(const Steps& s, size_t groups, int32_t max_blocks) {
@@ -83,6 +86,10 @@ inline std::vector<std::vector<float>> RunSteps(const std::string& fixture, Back
   auto model = Model::Load(*config, **source, backend, comm, mo);
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return rows;
+  if (s.tune_max_tokens > 0) {
+    auto report = (*model)->TuneKernels(s.tune_max_tokens, s.copies);
+    EXPECT_TRUE(report.ok()) << report.status();
+  }
   const int32_t total = static_cast<int32_t>(s.prompt.size() + s.forced.size());
   const int32_t max_blocks = (total + kStepsBlock - 1) / kStepsBlock;
   EXPECT_TRUE((*model)->AllocateKvCache(max_blocks * s.copies).ok());

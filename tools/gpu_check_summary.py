@@ -11,7 +11,8 @@ production choice beside the fastest one:
     replayed from a graph);
   - cuBLASLt candidates per prefill GEMM shape (candidate 0 is the one used);
   - prefill attention tile shapes ("prefill tune BK/RW", production 32/4);
-  - engine_bench decode rows by kernels (split vs bulk+pdl) per batch and mode.
+  - engine_bench decode rows and the prefill step by kernels (split vs bulk+pdl vs
+    tuned+pdl) per batch and mode, and what start-up tuning chose where it left a default.
 
 A row whose name says BITS DIFFER is reported and never recommended. Python 3 standard
 library only (the GPU machine has nothing else); not run by CI.
@@ -110,6 +111,21 @@ def main():
         best_of(rows, "32/4", "prefill attention tile", lambda r: r["kernel"].split()[2])
 
     for run in engine_runs:
+        tuned = run.get("tuned_kernels", {})
+        if tuned.get("products"):
+            print(f"  engine tp {run.get('tp')} start-up tuning: {tuned['products']} products in "
+                  f"{tuned.get('seconds', 0):.1f} s, {tuned.get('changed', 0)} not the default:")
+            for line in tuned.get("lines", []):
+                if "(split " in line or "(heuristic's first " in line:
+                    print(f"    {line}")
+        prefill = {p["kernels"]: p for p in run.get("prefill_by_kernels", [])}
+        if "split" in prefill:
+            base = prefill["split"]
+            for name, p in prefill.items():
+                if name != "split":
+                    print(f"  engine tp {run.get('tp')} prefill {p['tokens']}: {name} {p['ms']:.1f} ms vs split "
+                          f"{base['ms']:.1f} ms ({pct(p['ms'], base['ms'])}), {100.0 * p['of_gemm']:.0f}% vs "
+                          f"{100.0 * base['of_gemm']:.0f}% of the GEMM")
         rows = [d for d in run.get("decode", []) if "step_ms" in d]
         keyed = collections.defaultdict(dict)
         for d in rows:

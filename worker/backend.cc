@@ -12,13 +12,18 @@ namespace tpserve {
 
 absl::StatusOr<KernelOptions> ParseKernelOptions(std::string_view spec) {
   KernelOptions k;
-  if (spec == "split" || spec == "split+pdl" || spec == "bulk" || spec == "bulk+pdl") {
-    k.bulk_gemv = spec.substr(0, 4) == "bulk";
-    k.pdl = spec.size() > 4 && spec.substr(spec.size() - 4) == "+pdl";
+  std::string_view base = spec;
+  if (base.ends_with("+pdl")) {
+    k.pdl = true;
+    base.remove_suffix(4);
+  }
+  if (base == "split" || base == "bulk" || base == "tuned") {
+    k.bulk_gemv = base == "bulk";
+    k.tuned = base == "tuned";
     return k;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("decode kernels \"", std::string(spec), "\" is not one of split, bulk, split+pdl, bulk+pdl"));
+  return absl::InvalidArgumentError(absl::StrCat("kernels \"", std::string(spec),
+                                                 "\" is not one of split, bulk, tuned, split+pdl, bulk+pdl, tuned+pdl"));
 }
 
 void Backend::CopyFromHost2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,

@@ -59,17 +59,39 @@ struct AttentionPrologueParams {
   void* v_cache = nullptr;
 };
 
-// Kernel choices where a backend has several that compute the same bits (CUDA, compute
-// capability 9.0+: kernels/cuda/cuda_kernels.h, GemvLaunch); other backends ignore them.
+// Kernel choices where a backend has several (CUDA: kernels/cuda/cuda_kernels.h,
+// GemvLaunch; bulk and pdl need compute capability 9.0+); other backends ignore them.
 struct KernelOptions {
   bool bulk_gemv = false;  // GEMVs (m <= 4) stream weights through shared memory with bulk copies
   bool pdl = false;        // GEMVs start while the kernel before them finishes (programmatic launch)
+  // Linear uses what Backend::TuneLinear measured fastest, per weight shape: the GEMV's
+  // block shape or the bulk kernel at 1-4 rows (the same bits whichever wins), the
+  // cuBLASLt algorithm per row count above (other summation orders: logits move by
+  // rounding); bulk_gemv is then not used. Products it did not measure keep the defaults.
+  bool tuned = false;
   bool operator==(const KernelOptions&) const = default;
 };
 
-// "split" (the default), "bulk", "split+pdl" or "bulk+pdl" (the vocabulary of tpserve's and
-// engine_bench's --decode-kernels); an error names the choices.
+// "split" (the default), "bulk" or "tuned", each optionally with "+pdl" (the vocabulary of
+// tpserve's and engine_bench's --kernels); an error names the choices.
 absl::StatusOr<KernelOptions> ParseKernelOptions(std::string_view spec);
+
+// A weight the model multiplies by, for Backend::TuneLinear: its products have 1 to
+// max_rows rows; `parts` are LinearSplit's output widths (summing to w.rows) where it is
+// split, empty where it goes through Linear.
+struct LinearUse {
+  Tensor w;
+  std::vector<int64_t> parts;
+  int64_t max_rows = 0;
+};
+
+// What Backend::TuneLinear measured: one line per product shape it timed, saying what won.
+struct TuneReport {
+  int products = 0;  // (kernel family, rows, n, k) timed
+  int changed = 0;   // of them, where a candidate other than the default won
+  double seconds = 0;
+  std::vector<std::string> lines;
+};
 
 struct BackendOptions {
   int threads = 1;      // CPU: OpenMP threads for kernels
@@ -98,6 +120,12 @@ class Backend {
   // Switches between kernels that give the same results (between steps, on the backend's
   // thread; captured CUDA graphs keep the kernels they captured). Default: none to switch.
   virtual void SetKernelOptions(const KernelOptions&) {}
+  // Times the backend's interchangeable kernels for these weights' products (deduplicated
+  // by shape) and keeps the fastest, for Linear and LinearSplit while KernelOptions::tuned
+  // is set. Synchronizes; call before capturing graphs (after it, captured graphs are
+  // stale). Temporary buffers come from device memory, so call it before planning the KV
+  // cache. Default: nothing to choose between.
+  virtual absl::StatusOr<TuneReport> TuneLinear(std::span<const LinearUse> /*uses*/) { return TuneReport{}; }
 
   // out[t, :] = table[ids[t] - vocab_start, :] * scale, zero rows for ids outside the shard.
   // table: [vocab_rows, dim] in the weight dtype; ids on the device.

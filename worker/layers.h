@@ -46,6 +46,7 @@ class ColumnParallelLinear {
   // The same product with y split by columns across `outs` (Backend::LinearSplit).
   void ForwardSplit(Backend& b, const Tensor& x, std::span<const Tensor> outs) const;
   int64_t out_features() const { return weight_.view.rows; }
+  const Tensor& weight() const { return weight_.view; }
 
  private:
   DeviceTensor weight_;
@@ -59,6 +60,7 @@ class RowParallelLinear {
                                                 int64_t in_features, int64_t col0, int64_t cols);
   // Adds the all-reduce time to *allreduce_us.
   void Forward(Backend& b, Communicator& comm, const Tensor& x, Tensor y, double* allreduce_us) const;
+  const Tensor& weight() const { return weight_.view; }
 
  private:
   DeviceTensor weight_;
@@ -78,6 +80,7 @@ class VocabParallelEmbedding {
   int64_t vocab_start() const { return vocab_start_; }
   int64_t rows() const { return table_.view.rows; }
   int64_t shard_rows() const { return shard_rows_; }  // ceil(vocab / tp)
+  const Tensor& table() const { return table_.view; }
 
  private:
   DeviceTensor table_;

@@ -80,6 +80,10 @@ void Scale(void* x, DType dtype, int64_t n, float s, cudaStream_t stream);
 // y[r, c] += bias[c]; y: [rows, cols] bf16, bias fp32.
 void AddBias(bf16* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream);
 
+// x[i] = a fixed hash of (i, seed) in [-0.5, 0.5): non-zero data for timing kernels (the
+// GPU draws less power on zeros, which would flatter a kernel).
+void FillPattern(bf16* x, int64_t n, uint32_t seed, cudaStream_t stream);
+
 // out[i, :] = x[rows[i], :] for rows of row_bytes bytes.
 void GatherRows(const void* x, int64_t row_bytes, const int32_t* rows, int64_t n, void* out, cudaStream_t stream);
 
@@ -146,6 +150,11 @@ struct GemvLaunch {
   // since the stream's last plain (non-programmatic) launch or synchronization, so the
   // weights must not be written by any of those (they are loaded before any forward pass).
   bool pdl = false;
+  // The split kernel's block shape at m = 1 with bf16 weights and k % 8 == 0: an index into
+  // GemvTunings() (-1: the production shape). Every shape gives the same bits; where the
+  // bulk kernel is taken, or elsewhere, it is ignored. The CUDA backend picks it per weight
+  // shape by measurement (Backend::TuneLinear).
+  int tuning = -1;
 };
 // True when the current device runs the bulk GEMV and programmatic launch (compute
 // capability 9.0+ and this build's sm_90 code; elsewhere both GemvLaunch fields are ignored).

@@ -67,6 +67,18 @@ __global__ void AddBiasKernel(bf16* y, const float* __restrict__ bias, int64_t r
   }
 }
 
+// Hash of the index, scaled into [-0.5, 0.5) (any fixed non-zero data: timing inputs).
+__global__ void FillPatternKernel(bf16* x, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    x[i] = __float2bfloat16_rn(static_cast<float>(h & 0xffff) / 65536.0f - 0.5f);
+  }
+}
+
 // One block per output row; 16-byte copies when rows allow, else bytes.
 __global__ void GatherRowsKernel(const uint8_t* __restrict__ x, int64_t row_bytes, const int32_t* __restrict__ rows,
                                  uint8_t* __restrict__ out) {
@@ -133,6 +145,12 @@ void Scale(void* x, DType dtype, int64_t n, float s, cudaStream_t stream) {
 void AddBias(bf16* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows * cols == 0) return;
   AddBiasKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(y, bias, rows, cols);
+  TP_CUDA_CHECK_LAUNCH();
+}
+
+void FillPattern(bf16* x, int64_t n, uint32_t seed, cudaStream_t stream) {
+  if (n == 0) return;
+  FillPatternKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, seed);
   TP_CUDA_CHECK_LAUNCH();
 }
 

@@ -2,8 +2,12 @@
 #include "kernels/cuda/gemm.h"
 
 #include <cstdio>
+#include <cstring>
+#include <vector>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/timing.h"
+#include "kernels/tuning.h"
 
 namespace tpserve::cuda {
 
@@ -24,7 +28,7 @@ Gemm::~Gemm() {
 }
 
 // Column-major view: y^T [n, m] = op_T(w: [k, n], ld k) · x^T ([k, m], ld k).
-const Gemm::Plan& Gemm::PlanFor(int64_t m, int64_t n, int64_t k) {
+Gemm::Plan& Gemm::PlanFor(int64_t m, int64_t n, int64_t k) {
   const auto key = std::make_tuple(m, n, k);
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
@@ -67,11 +71,54 @@ bool Gemm::RunCandidate(int i, const bf16* x, int64_t m, int64_t k, const bf16* 
   return true;
 }
 
+const cublasLtMatmulAlgo_t& Gemm::AlgoFor(Plan& p, int64_t m, int64_t n, int64_t k) {
+  if (!use_tuned_) return p.algo;
+  if (p.tuned_generation != tune_generation_) {
+    p.tuned_generation = tune_generation_;
+    p.tuned.reset();
+    const auto it = tuned_.find({n, k});
+    if (it != tuned_.end()) {
+      std::vector<int64_t> measured;
+      for (const auto& [rows, algo] : it->second) measured.push_back(rows);
+      const std::optional<cublasLtMatmulAlgo_t>& algo = it->second.at(TuneBucketFor(m, measured));
+      cublasLtMatmulHeuristicResult_t check{};
+      if (algo && cublasLtMatmulAlgoCheck(handle_, p.op, p.a, p.b, p.c, p.c, &*algo, &check) == CUBLAS_STATUS_SUCCESS &&
+          check.workspaceSize <= workspace_bytes_) {
+        p.tuned = *algo;
+      }
+    }
+  }
+  return p.tuned ? *p.tuned : p.algo;
+}
+
+Gemm::TuneResult Gemm::Tune(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, bf16* y,
+                            cudaStream_t stream) {
+  TuneResult r;
+  if (m == 0 || n == 0) return r;
+  const Plan& p = PlanFor(m, n, k);
+  r.us = TimeCandidates(stream, static_cast<int>(p.candidates.size()),
+                        [&](int i) { return RunCandidate(i, x, m, k, w, n, y, stream); });
+  r.chosen = ChooseFastest(r.us);
+  if (r.chosen < 0) r.chosen = 0;
+  std::optional<cublasLtMatmulAlgo_t> choice;
+  if (r.chosen > 0) choice = p.candidates[r.chosen];
+  tuned_[{n, k}][m] = choice;
+  ++tune_generation_;
+  return r;
+}
+
+bool Gemm::UsesTunedChoice(int64_t m, int64_t n, int64_t k) {
+  Plan& p = PlanFor(m, n, k);
+  const cublasLtMatmulAlgo_t& algo = AlgoFor(p, m, n, k);
+  return &algo != &p.algo && std::memcmp(&algo, &p.algo, sizeof(algo)) != 0;
+}
+
 void Gemm::Run(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, bf16* y, cudaStream_t stream) {
   if (m == 0 || n == 0) return;
-  const Plan& p = PlanFor(m, n, k);
+  Plan& p = PlanFor(m, n, k);
+  const cublasLtMatmulAlgo_t& algo = AlgoFor(p, m, n, k);
   const float alpha = 1.0f, beta = 0.0f;
-  TP_CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo, workspace_,
+  TP_CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &algo, workspace_,
                                  workspace_bytes_, stream));
 }
 

@@ -509,6 +509,29 @@ bool TryBulk(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, cons
   }
 }
 
+// The tunings instantiated: loads in flight per thread (features x unroll) traded against
+// blocks per SM (registers: 2 blocks allow 128 per thread, 3 about 85, 4 64).
+template <int kF, int kU, int kB>
+struct Tuning {
+  static constexpr GemvTuning kShape{kF, kU, kB};
+  static bool Run(const GemvTuning& t, const bf16* x, int64_t k, const bf16* w, int64_t n, const OutputMap& y,
+                  bool pdl, cudaStream_t stream) {
+    if (t.features != kF || t.unroll != kU || t.min_blocks != kB) return false;
+    LaunchSplit<bf16, 1, kF, kU, kB>(x, 1, k, w, n, y, pdl, stream);
+    return true;
+  }
+};
+template <typename... Ts>
+struct TuningList {
+  static std::vector<GemvTuning> All() { return {Ts::kShape...}; }
+  static bool Run(const GemvTuning& t, const bf16* x, int64_t k, const bf16* w, int64_t n, const OutputMap& y,
+                  bool pdl, cudaStream_t stream) {
+    return (Ts::Run(t, x, k, w, n, y, pdl, stream) || ...);
+  }
+};
+using Tunings = TuningList<Tuning<4, 4, 2>, Tuning<4, 3, 2>, Tuning<4, 3, 3>, Tuning<4, 2, 4>, Tuning<2, 4, 3>,
+                           Tuning<2, 4, 4>, Tuning<2, 3, 4>, Tuning<8, 2, 2>, Tuning<8, 2, 3>>;
+
 template <typename WT>
 void LaunchGemv(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, const OutputMap& y,
                 GemvLaunch launch, cudaStream_t stream) {
@@ -523,6 +546,15 @@ void LaunchGemv(const bf16* x, int64_t m, int64_t k, const WT* w, int64_t n, con
     }
   }
   if (k % 8 == 0) {
+    if constexpr (std::is_same_v<WT, bf16>) {
+      static const std::vector<GemvTuning> tunings = Tunings::All();
+      if (m == 1 && launch.tuning >= 0) {
+        TP_CHECK(launch.tuning < static_cast<int>(tunings.size()));  // an index into GemvTunings()
+        TP_CHECK(Tunings::Run(tunings[launch.tuning], x, k, w, n, y, launch.pdl, stream));
+        TP_CUDA_CHECK_LAUNCH();
+        return;
+      }
+    }
     if (m == 1) {
       LaunchSplit<WT, 1>(x, m, k, w, n, y, launch.pdl, stream);
     } else if (m == 2) {
@@ -583,31 +615,6 @@ void GemvSplit(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype
   }
 }
 
-namespace {
-// The tunings instantiated: loads in flight per thread (features x unroll) traded against
-// blocks per SM (registers: 2 blocks allow 128 per thread, 3 about 85, 4 64).
-template <int kF, int kU, int kB>
-struct Tuning {
-  static constexpr GemvTuning kShape{kF, kU, kB};
-  static bool Run(const GemvTuning& t, const bf16* x, int64_t k, const bf16* w, int64_t n, const OutputMap& y,
-                  cudaStream_t stream) {
-    if (t.features != kF || t.unroll != kU || t.min_blocks != kB) return false;
-    LaunchSplit<bf16, 1, kF, kU, kB>(x, 1, k, w, n, y, /*pdl=*/false, stream);
-    return true;
-  }
-};
-template <typename... Ts>
-struct TuningList {
-  static std::vector<GemvTuning> All() { return {Ts::kShape...}; }
-  static bool Run(const GemvTuning& t, const bf16* x, int64_t k, const bf16* w, int64_t n, const OutputMap& y,
-                  cudaStream_t stream) {
-    return (Ts::Run(t, x, k, w, n, y, stream) || ...);
-  }
-};
-using Tunings = TuningList<Tuning<4, 4, 2>, Tuning<4, 3, 2>, Tuning<4, 3, 3>, Tuning<4, 2, 4>, Tuning<2, 4, 3>,
-                           Tuning<2, 4, 4>, Tuning<2, 3, 4>, Tuning<8, 2, 2>, Tuning<8, 2, 3>>;
-}  // namespace
-
 std::vector<GemvTuning> GemvTunings() { return Tunings::All(); }
 
 void GemvWithTuning(const GemvTuning& t, const bf16* x, int64_t k, const bf16* w, int64_t n, bf16* y,
@@ -617,7 +624,7 @@ void GemvWithTuning(const GemvTuning& t, const bf16* x, int64_t k, const bf16* w
   out.y[0] = y;
   out.end[0] = n;
   out.count = 1;
-  TP_CHECK(Tunings::Run(t, x, k, w, n, out, stream));  // else not one of GemvTunings()
+  TP_CHECK(Tunings::Run(t, x, k, w, n, out, /*pdl=*/false, stream));  // else not one of GemvTunings()
   TP_CUDA_CHECK_LAUNCH();
 }
 
