@@ -21,19 +21,6 @@ namespace {
 
 constexpr int kWarmup = 3, kIters = 20;
 
-// Fills n bf16 values with a hash-based pattern in [-1, 1) (zeros would flatter the
-// tensor cores).
-__global__ void FillKernel(bf16* p, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = __float2bfloat16_rn(static_cast<float>(h & 0xffff) / 32768.0f - 1.0f);
-  }
-}
-
 template <typename T>
 T* Alloc(int64_t n) {
   T* p = nullptr;
@@ -42,8 +29,7 @@ T* Alloc(int64_t n) {
 }
 bf16* RandomBf16(int64_t n, uint32_t seed) {
   bf16* p = Alloc<bf16>(n);
-  FillKernel<<<1024, 256>>>(p, n, seed);
-  TP_CUDA_CHECK_LAUNCH();
+  FillPattern(p, n, seed, nullptr);  // values in [-1, 1): zeros would flatter the tensor cores
   return p;
 }
 template <typename T>

@@ -80,8 +80,8 @@ void Scale(void* x, DType dtype, int64_t n, float s, cudaStream_t stream);
 // y[r, c] += bias[c]; y: [rows, cols] bf16, bias fp32.
 void AddBias(bf16* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream);
 
-// x[i] = a fixed hash of (i, seed) in [-0.5, 0.5): non-zero data for timing kernels (the
-// GPU draws less power on zeros, which would flatter a kernel).
+// x[i] = a fixed hash of (i, seed) in [-1, 1): non-zero data for timing kernels (the GPU
+// draws less power on zeros, which would flatter a kernel).
 void FillPattern(bf16* x, int64_t n, uint32_t seed, cudaStream_t stream);
 
 // out[i, :] = x[rows[i], :] for rows of row_bytes bytes.

@@ -67,7 +67,7 @@ __global__ void AddBiasKernel(bf16* y, const float* __restrict__ bias, int64_t r
   }
 }
 
-// Hash of the index, scaled into [-0.5, 0.5) (any fixed non-zero data: timing inputs).
+// Hash of the index, scaled into [-1, 1) (any fixed non-zero data: timing inputs).
 __global__ void FillPatternKernel(bf16* x, int64_t n, uint32_t seed) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -75,7 +75,7 @@ __global__ void FillPatternKernel(bf16* x, int64_t n, uint32_t seed) {
     h ^= h >> 15;
     h *= 2246822519u;
     h ^= h >> 13;
-    x[i] = __float2bfloat16_rn(static_cast<float>(h & 0xffff) / 65536.0f - 0.5f);
+    x[i] = __float2bfloat16_rn(static_cast<float>(h & 0xffff) / 32768.0f - 1.0f);
   }
 }
 
