@@ -260,11 +260,23 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
   const bool gpu = e.device == DeviceKind::kCuda;
   if (gpu && (o.kernels.tuned || o.tune_kernels)) {
     // Before the warm-up step, which then builds the tuned GEMM plans, and before the KV
-    // planning measures free memory (the tuning's buffers are freed by then).
-    auto tuned = e.model->TuneKernels(std::max<int32_t>(o.max_num_batched_tokens, 1),
-                                      std::max<int32_t>(o.max_num_seqs, 1));
-    TP_RETURN_IF_ERROR(comm.AgreeOnStatus(tuned.status()));
-    e.tune_report = std::move(tuned).value();
+    // planning measures free memory (the tuning's buffers are freed by then). Ranks that
+    // share a GPU take turns, so that none times its kernels beside another's.
+    const bool sharing = RanksSharingGpu(world.local_rank, world.local_size, CudaDeviceCount()) > 1;
+    absl::Status tuned = absl::OkStatus();
+    for (int turn = 0; turn < (sharing ? comm.size() : 1); ++turn) {
+      if (!sharing || turn == comm.rank()) {
+        auto report = e.model->TuneKernels(std::max<int32_t>(o.max_num_batched_tokens, 1),
+                                           std::max<int32_t>(o.max_num_seqs, 1));
+        if (report.ok()) {
+          e.tune_report = std::move(report).value();
+        } else {
+          tuned = report.status();
+        }
+      }
+      if (sharing) comm.Barrier();
+    }
+    TP_RETURN_IF_ERROR(comm.AgreeOnStatus(tuned));
   }
   if (gpu) {
     TP_ASSIGN_OR_RETURN(e.kv_budget_bytes, PlanGpuKvBudget(o, world, comm, e));

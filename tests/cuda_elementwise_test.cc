@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/timing.h"
 #include "tests/cuda_test_util.h"
 
 namespace tpserve {
@@ -325,6 +326,51 @@ TEST(CudaElementwiseTest, AddBiasAndGatherRows) {
       }
     }
   }
+}
+
+// FillPattern against its host formula: a fixed hash of (index, seed) in [-1, 1).
+TEST(CudaFillPatternTest, MatchesTheHostHash) {
+  TP_SKIP_WITHOUT_GPU();
+  const int64_t n = 100003;
+  for (uint32_t seed : {1u, 77u}) {
+    DeviceArray<uint16_t> d(n);
+    cuda::FillPattern(reinterpret_cast<cuda::bf16*>(d.get()), n, seed, nullptr);
+    const std::vector<float> got = FromBf16(d.Download());
+    int64_t zeros = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+      h ^= h >> 15;
+      h *= 2246822519u;
+      h ^= h >> 13;
+      const float want = Bf16ToF32(F32ToBf16(static_cast<float>(h & 0xffff) / 32768.0f - 1.0f));
+      ASSERT_EQ(got[i], want) << "index " << i << " seed " << seed;
+      ASSERT_GE(got[i], -1.0f);
+      ASSERT_LE(got[i], 1.0f);
+      zeros += got[i] == 0.0f;
+    }
+    EXPECT_LT(zeros, n / 100);
+  }
+}
+
+// TimeCandidates: a candidate that cannot run reads -1; eight times the work takes longer
+// (each batch is timed on the GPU behind the hold kernel, not at the host's launch rate).
+TEST(CudaTimeCandidatesTest, OrdersCandidatesByWork) {
+  TP_SKIP_WITHOUT_GPU();
+  const int64_t n = int64_t{1} << 24;
+  DeviceArray<uint16_t> d(8 * n);
+  auto* p = reinterpret_cast<cuda::bf16*>(d.get());
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  const std::vector<double> us = cuda::TimeCandidates(stream, 3, [&](int i) {
+    if (i == 1) return false;
+    cuda::FillPattern(p, i == 0 ? n : 8 * n, 3, stream);
+    return true;
+  });
+  ASSERT_EQ(us.size(), 3u);
+  EXPECT_GT(us[0], 0.0);
+  EXPECT_EQ(us[1], -1.0);
+  EXPECT_GT(us[2], 2.0 * us[0]) << us[0] << " us vs " << us[2] << " us";
+  cudaStreamDestroy(stream);
 }
 
 }  // namespace

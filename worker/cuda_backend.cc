@@ -4,19 +4,14 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <map>
-#include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/sampling.h"
-#include "kernels/cuda/timing.h"
-#include "kernels/tuning.h"
 #include "worker/cuda_graph_runner.h"
+#include "worker/cuda_tuning.h"
 
 namespace tpserve {
 namespace {
@@ -374,9 +369,9 @@ class CudaBackendImpl : public CudaBackend {
   std::unique_ptr<cuda::Gemm> gemm_;
   cuda::GemvLaunch gemv_;  // KernelOptions
   bool tuned_ = false;     // KernelOptions::tuned
-  // TuneLinear's GEMV choices where a candidate other than the plain split kernel won:
-  // (m, n, k) -> launch (pdl comes from the options).
-  std::map<std::tuple<int64_t, int64_t, int64_t>, cuda::GemvLaunch> gemv_tuned_;
+  // TuneLinear's GEMV choices where a candidate other than the plain split kernel won
+  // (pdl comes from the options).
+  GemvChoices gemv_tuned_;
   SamplingScratch sample_;
   void* workspace_ = nullptr;  // attention partials / tile plans, shared by all layers
   size_t workspace_bytes_ = 0;
@@ -408,94 +403,15 @@ class BackendStepGraphs final : public CudaGraphRunner {
 absl::StatusOr<TuneReport> CudaBackendImpl::TuneLinear(std::span<const LinearUse> uses) {
   TP_CHECK(!capturing());
   TP_CUDA_CHECK(cudaSetDevice(device_));
-  const auto t0 = std::chrono::steady_clock::now();
-  // The distinct products, each with one weight of its shape to read: GEMVs by (m, n, k),
-  // cuBLASLt GEMMs by (n, k) with the most rows any use has (LinearSplit above the GEMV's
-  // rows runs one GEMM per part).
-  std::map<std::tuple<int64_t, int64_t, int64_t>, const bf16*> gemvs;
-  struct GemmUse {
-    const bf16* w;
-    int64_t max_rows;
+  const LinearTuneTarget target{
+      .stream = stream_,
+      .gemm = gemm_.get(),
+      .gemv = &gemv_tuned_,
+      .pdl = gemv_.pdl,
+      .allocate = [this](size_t bytes) { return Allocate(bytes); },
   };
-  std::map<std::pair<int64_t, int64_t>, GemmUse> gemms;
-  int64_t x_elems = 0, y_elems = 0;
-  for (const LinearUse& u : uses) {
-    if (u.w.dtype != DType::kBF16 || u.max_rows <= 0) continue;  // other dtypes have one kernel
-    const bf16* w = static_cast<const bf16*>(u.w.data);
-    const int64_t k = u.w.cols;
-    for (int64_t m = 1; m <= std::min(kGemvMaxRows, u.max_rows); ++m) {
-      if (k % 8 != 0) break;  // one kernel there
-      gemvs.emplace(std::make_tuple(m, u.w.rows, k), w);
-      x_elems = std::max(x_elems, m * k);
-      y_elems = std::max(y_elems, m * u.w.rows);
-    }
-    if (u.max_rows <= kGemvMaxRows) continue;
-    std::vector<int64_t> parts = u.parts.empty() ? std::vector<int64_t>{u.w.rows} : u.parts;
-    int64_t row0 = 0;
-    for (int64_t n : parts) {
-      auto [it, added] = gemms.emplace(std::make_pair(n, k), GemmUse{w + row0 * k, u.max_rows});
-      it->second.max_rows = std::max(it->second.max_rows, u.max_rows);
-      x_elems = std::max(x_elems, it->second.max_rows * k);
-      y_elems = std::max(y_elems, it->second.max_rows * n);
-      row0 += n;
-    }
-  }
-  TuneReport report;
-  if (gemvs.empty() && gemms.empty()) return report;
-  TP_ASSIGN_OR_RETURN(auto x_buf, Allocate(static_cast<size_t>(x_elems) * sizeof(bf16)));
-  TP_ASSIGN_OR_RETURN(auto y_buf, Allocate(static_cast<size_t>(y_elems) * sizeof(bf16)));
-  bf16* x = static_cast<bf16*>(x_buf->data());
-  bf16* y = static_cast<bf16*>(y_buf->data());
-  cuda::FillPattern(x, x_elems, 1, stream_);
-
-  // GEMVs: the production split kernel (candidate 0), its other block shapes at m = 1, and
-  // the bulk-copy kernel where it applies. All give the same bits.
-  const std::vector<cuda::GemvTuning> shapes = cuda::GemvTunings();
-  const bool bulk = cuda::GemvBulkSupported();
-  for (const auto& [key, w] : gemvs) {
-    const auto [m, n, k] = key;
-    std::vector<cuda::GemvLaunch> candidates = {cuda::GemvLaunch{}};
-    std::vector<std::string> names = {"split"};
-    if (m == 1) {
-      for (size_t i = 1; i < shapes.size(); ++i) {  // [0] is the production shape
-        candidates.push_back(cuda::GemvLaunch{.tuning = static_cast<int>(i)});
-        names.push_back(absl::StrCat("split F", shapes[i].features, " U", shapes[i].unroll, " B", shapes[i].min_blocks));
-      }
-    }
-    if (bulk && cuda::GemvTakesBulk(m, k)) {
-      candidates.push_back(cuda::GemvLaunch{.bulk = true});
-      names.push_back("bulk");
-    }
-    const std::vector<double> us = cuda::TimeCandidates(stream_, static_cast<int>(candidates.size()), [&](int i) {
-      cuda::Gemv(x, m, k, w, DType::kBF16, n, y, stream_, candidates[i]);
-      return true;
-    });
-    const int best = std::max(ChooseFastest(us), 0);
-    gemv_tuned_.erase(key);
-    if (best > 0) gemv_tuned_[key] = candidates[best];
-    ++report.products;
-    report.changed += best > 0;
-    report.lines.push_back(absl::StrCat("gemv m=", m, " n=", n, " k=", k, ": ", names[best], " ",
-                                        absl::StrFormat("%.1f us", us[best]),
-                                        best > 0 ? absl::StrFormat(" (split %.1f us)", us[0]) : std::string(), ", ",
-                                        candidates.size(), " candidates"));
-  }
-  // cuBLASLt: every heuristic candidate at each row count measured (Gemm::Tune).
-  for (const auto& [key, g] : gemms) {
-    const auto [n, k] = key;
-    for (int64_t m : TuneRowBuckets(kGemvMaxRows + 1, g.max_rows)) {
-      const cuda::Gemm::TuneResult r = gemm_->Tune(x, m, k, g.w, n, y, stream_);
-      if (r.us.empty()) continue;
-      ++report.products;
-      report.changed += r.chosen > 0;
-      report.lines.push_back(absl::StrCat(
-          "gemm m=", m, " n=", n, " k=", k, ": candidate ", r.chosen, " ", absl::StrFormat("%.1f us", r.us[r.chosen]),
-          r.chosen > 0 ? absl::StrFormat(" (heuristic's first %.1f us)", r.us[0]) : std::string(), ", ", r.us.size(),
-          " candidates"));
-    }
-  }
-  TP_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto report = TuneLinearOnDevice(uses, target);
+  ++workspace_generation_;  // captured graphs hold the old choices: BackendStepGraphs drop them
   return report;
 }
 

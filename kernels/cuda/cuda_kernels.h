@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/base.h"
@@ -187,6 +188,15 @@ struct GemvTuning {
   int features = 4, unroll = 4, min_blocks = 2;
 };
 std::vector<GemvTuning> GemvTunings();  // the instantiated ones
+// The launches that give Gemv's bits for m rows of x (bf16 weights, k % 8 == 0) on the
+// current device, each with `pdl` as given: the production launch first, then the split
+// kernel's other block shapes (m = 1), then the bulk-copy kernel where it takes (m, k).
+// What the CUDA backend's tuning times against each other (worker/cuda_tuning.cc).
+struct GemvCandidate {
+  std::string name;  // "split", "split F2 U4 B3", "bulk"
+  GemvLaunch launch;
+};
+std::vector<GemvCandidate> GemvCandidates(int64_t m, int64_t k, bool pdl);
 void GemvWithTuning(const GemvTuning& t, const bf16* x, int64_t k, const bf16* w, int64_t n, bf16* y,
                     cudaStream_t stream);
 

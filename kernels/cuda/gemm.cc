@@ -1,4 +1,5 @@
-// cuBLASLt bf16 GEMM with cached per-shape heuristics. Tested by tests/cuda_linear_test.cc.
+// cuBLASLt bf16 GEMM: cached per-shape heuristics, and choices made by measurement per row
+// count. Tested by tests/cuda_linear_test.cc.
 #include "kernels/cuda/gemm.h"
 
 #include <cstdio>
@@ -6,7 +7,6 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/timing.h"
 #include "kernels/tuning.h"
 
 namespace tpserve::cuda {
@@ -57,7 +57,12 @@ Gemm::Plan& Gemm::PlanFor(int64_t m, int64_t n, int64_t k) {
   for (int i = 0; i < found; ++i) {
     if (results[i].state == CUBLAS_STATUS_SUCCESS) p.candidates.push_back(results[i].algo);
   }
-  p.algo = results[0].algo;
+  if (p.candidates.empty()) {
+    std::fprintf(stderr, "tpserve: cuBLASLt offers no usable bf16 algorithm for m=%lld n=%lld k=%lld\n",
+                 static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k));
+    std::abort();
+  }
+  p.algo = p.candidates[0];
   return plans_.emplace(key, p).first->second;
 }
 
@@ -91,20 +96,22 @@ const cublasLtMatmulAlgo_t& Gemm::AlgoFor(Plan& p, int64_t m, int64_t n, int64_t
   return p.tuned ? *p.tuned : p.algo;
 }
 
-Gemm::TuneResult Gemm::Tune(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, bf16* y,
-                            cudaStream_t stream) {
-  TuneResult r;
-  if (m == 0 || n == 0) return r;
+int Gemm::NumCandidates(int64_t m, int64_t n, int64_t k) {
+  return static_cast<int>(PlanFor(m, n, k).candidates.size());
+}
+
+void Gemm::Choose(int64_t m, int64_t n, int64_t k, int candidate) {
   const Plan& p = PlanFor(m, n, k);
-  r.us = TimeCandidates(stream, static_cast<int>(p.candidates.size()),
-                        [&](int i) { return RunCandidate(i, x, m, k, w, n, y, stream); });
-  r.chosen = ChooseFastest(r.us);
-  if (r.chosen < 0) r.chosen = 0;
+  TP_CHECK(candidate >= 0 && candidate < static_cast<int>(p.candidates.size()));
   std::optional<cublasLtMatmulAlgo_t> choice;
-  if (r.chosen > 0) choice = p.candidates[r.chosen];
+  if (candidate > 0) choice = p.candidates[candidate];
   tuned_[{n, k}][m] = choice;
   ++tune_generation_;
-  return r;
+}
+
+void Gemm::ClearChoices() {
+  tuned_.clear();
+  ++tune_generation_;
 }
 
 bool Gemm::UsesTunedChoice(int64_t m, int64_t n, int64_t k) {

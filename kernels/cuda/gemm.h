@@ -1,6 +1,7 @@
 // bf16 GEMM through cuBLASLt, y[m, n] = x[m, k] · w[n, k]^T with fp32 compute: the large-M
-// (prefill) path of the CUDA backend's Linear. One per backend (it owns a cuBLASLt handle
-// and workspace; not thread-safe). Tested by tests/cuda_linear_test.cc.
+// (prefill) path of the CUDA backend's Linear, with the heuristic's algorithm or one chosen
+// by measurement. One per backend (it owns a cuBLASLt handle and workspace; not
+// thread-safe). Tested by tests/cuda_linear_test.cc.
 #pragma once
 
 #include <cublasLt.h>
@@ -37,22 +38,20 @@ class Gemm {
   bool RunCandidate(int i, const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, bf16* y,
                     cudaStream_t stream);
 
-  // Measured choice (TensorRT-LLM profiles its GEMMs the same way): times every heuristic
-  // candidate for this exact shape (cuda::TimeCandidates; synchronizes `stream`, so not
-  // while capturing; y is overwritten) and keeps the fastest (ChooseFastest: the heuristic's
-  // first unless another beats it by over 3%) for every product with this n and k whose row
-  // count maps to m (TuneBucketFor over the row counts tuned for this n and k) and that
-  // candidate can run (cublasLtMatmulAlgoCheck, within the workspace). Run uses the choices
-  // while use_tuned is on. Candidates differ in summation order, so results move by
-  // rounding (cuda_linear_test holds them to the CPU reference).
-  struct TuneResult {
-    std::vector<double> us;  // per candidate, one run; [0] is the heuristic's first
-    int chosen = 0;
-  };
-  TuneResult Tune(const bf16* x, int64_t m, int64_t k, const bf16* w, int64_t n, bf16* y, cudaStream_t stream);
+  // Measured choice (worker/cuda_tuning.cc times the candidates, as TensorRT-LLM profiles
+  // its GEMMs): the number of heuristic candidates for this exact shape, and keeping
+  // candidate i (0: the heuristic's first, i.e. no change) for every product with this n
+  // and k whose row count maps to m (TuneBucketFor over the row counts chosen for this n and
+  // k) and that the candidate can run (cublasLtMatmulAlgoCheck, within the workspace; else
+  // that product keeps its own heuristic's first). Run uses the choices while use_tuned is
+  // on. Candidates differ in summation order, so results move by rounding
+  // (cuda_linear_test holds every candidate to the CPU reference).
+  int NumCandidates(int64_t m, int64_t n, int64_t k);
+  void Choose(int64_t m, int64_t n, int64_t k, int candidate);
+  void ClearChoices();
   void set_use_tuned(bool on) { use_tuned_ = on; }
   bool use_tuned() const { return use_tuned_; }
-  // The algorithm Run would use for this shape is a tuned one other than the heuristic's
+  // The algorithm Run would use for this shape is a chosen one other than the heuristic's
   // first (for tests).
   bool UsesTunedChoice(int64_t m, int64_t n, int64_t k);
 
@@ -75,10 +74,10 @@ class Gemm {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::map<std::tuple<int64_t, int64_t, int64_t>, Plan> plans_;
-  // Tuned choices: (n, k) -> row count measured -> the candidate that won there (nullopt:
-  // the heuristic's first won, so products mapped there keep their own heuristic's first).
+  // Choices: (n, k) -> row count -> the candidate chosen there (nullopt: the heuristic's
+  // first, so products mapped there keep their own heuristic's first).
   std::map<std::pair<int64_t, int64_t>, std::map<int64_t, std::optional<cublasLtMatmulAlgo_t>>> tuned_;
-  uint64_t tune_generation_ = 1;  // bumped by Tune: plans resolve their tuned choice again
+  uint64_t tune_generation_ = 1;  // bumped by Choose: plans resolve their tuned choice again
   bool use_tuned_ = false;
 };
 

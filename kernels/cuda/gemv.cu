@@ -617,6 +617,25 @@ void GemvSplit(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype
 
 std::vector<GemvTuning> GemvTunings() { return Tunings::All(); }
 
+std::vector<GemvCandidate> GemvCandidates(int64_t m, int64_t k, bool pdl) {
+  std::vector<GemvCandidate> out = {{"split", GemvLaunch{.pdl = pdl}}};
+  if (m == 1) {
+    const GemvTuning production{};
+    const std::vector<GemvTuning> shapes = GemvTunings();
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const GemvTuning& t = shapes[i];
+      if (t.features == production.features && t.unroll == production.unroll && t.min_blocks == production.min_blocks) {
+        continue;  // the production launch itself
+      }
+      out.push_back({"split F" + std::to_string(t.features) + " U" + std::to_string(t.unroll) + " B" +
+                         std::to_string(t.min_blocks),
+                     GemvLaunch{.pdl = pdl, .tuning = static_cast<int>(i)}});
+    }
+  }
+  if (GemvBulkSupported() && GemvTakesBulk(m, k)) out.push_back({"bulk", GemvLaunch{.bulk = true, .pdl = pdl}});
+  return out;
+}
+
 void GemvWithTuning(const GemvTuning& t, const bf16* x, int64_t k, const bf16* w, int64_t n, bf16* y,
                     cudaStream_t stream) {
   TP_CHECK(k % 8 == 0 && n > 0);

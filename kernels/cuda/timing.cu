@@ -1,21 +1,46 @@
-// Timing kernel candidates with CUDA events.
+// Timing kernel candidates with CUDA events, each batch queued behind a hold kernel.
+// Exercised by the tuning tests (tests/cuda_linear_test.cc, tests/cuda_model_test.cc).
 #include "kernels/cuda/timing.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/base.h"
 
 namespace tpserve::cuda {
+namespace {
+
+// Occupies the stream for `ns` nanoseconds of the GPU's global timer.
+__global__ void HoldKernel(uint64_t ns) {
+  uint64_t start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+// How long the host may take to enqueue one run: launches cost a few microseconds (a
+// cuBLASLt call a few more); generous, since a hold that ends early shows as host time.
+constexpr double kEnqueueUsPerRun = 8.0;
+
+}  // namespace
 
 std::vector<double> TimeCandidates(cudaStream_t stream, int count, const std::function<bool(int)>& enqueue,
                                    double round_us, int rounds) {
   std::vector<double> us(count, -1.0);
   if (count <= 0) return us;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  TP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  TP_CHECK(capture == cudaStreamCaptureStatusNone);  // it synchronizes
   cudaEvent_t start, stop;
   TP_CUDA_CHECK(cudaEventCreate(&start));
   TP_CUDA_CHECK(cudaEventCreate(&stop));
   auto time_runs = [&](int i, int reps) {
+    const double hold_us = std::clamp(reps * kEnqueueUsPerRun + 20.0, 20.0, 4000.0);
+    HoldKernel<<<1, 1, 0, stream>>>(static_cast<uint64_t>(hold_us * 1e3));
+    TP_CUDA_CHECK_LAUNCH();
     TP_CUDA_CHECK(cudaEventRecord(start, stream));
     for (int r = 0; r < reps; ++r) enqueue(i);
     TP_CUDA_CHECK(cudaEventRecord(stop, stream));
@@ -24,11 +49,10 @@ std::vector<double> TimeCandidates(cudaStream_t stream, int count, const std::fu
     TP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     return 1e3 * ms / reps;
   };
-  // Warm-up (lazy module loading, cuBLASLt's first use of a kernel) and one estimate each.
   std::vector<bool> runs(count, false);
   std::vector<int> reps(count, 1);
   for (int i = 0; i < count; ++i) {
-    runs[i] = enqueue(i);
+    runs[i] = enqueue(i);  // warm-up
     if (!runs[i]) continue;
     const double estimate = std::max(time_runs(i, 1), 0.5);
     reps[i] = std::clamp(static_cast<int>(std::ceil(round_us / estimate)), 1, 200);
