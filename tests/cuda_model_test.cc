@@ -365,12 +365,12 @@ TEST(CudaModelGraphTest, KernelOptionsGiveTheSameLogits) {
 // plain kernels' bits whichever block shape or kernel won, but cuBLASLt's choice at the
 // prompt's rows may sum in another order, and the prompt's KV carries that into every
 // decode step, so the whole run is held to the CPU reference like the plain kernels
-// (TuneLinearReportsAndKeepsGemvBits checks the GEMV bits themselves).
+// (TuneKernelsReportsAndKeepsGemvBits checks the GEMV bits themselves).
 TEST(CudaModelGraphTest, TunedKernelsMatchTheReference) {
   TP_SKIP_WITHOUT_GPU();
   for (const std::string fixture : {"gemma4_text", "qwen3"}) {
     Steps s = testing::GreedySteps(fixture, 7);
-    s.tune_max_tokens = 64;
+    s.tune_max_tokens = 128;
     const auto cpu = RunOnCpu(fixture, s);
     for (const KernelOptions k : {KernelOptions{.tuned = true}, KernelOptions{.pdl = true, .tuned = true}}) {
       ExpectSameModel(RunOnGpu(fixture, s, 1, k), cpu, fixture + (k.pdl ? " tuned+pdl" : " tuned"));
@@ -378,11 +378,11 @@ TEST(CudaModelGraphTest, TunedKernelsMatchTheReference) {
   }
 }
 
-// TuneLinear on one split weight (q|k|v-like): it times GEMVs of the whole weight at 1-4
+// TuneKernels on one split weight (q|k|v-like): it times GEMVs of the whole weight at 1-4
 // rows and cuBLASLt per part at the row buckets up to max_rows; through LinearSplit, tuned
 // GEMVs keep the plain bits and tuned GEMMs stay within the reference's tolerance of the
 // untuned ones, at row counts measured, between and beyond.
-TEST(CudaModelGraphTest, TuneLinearReportsAndKeepsGemvBits) {
+TEST(CudaModelGraphTest, TuneKernelsReportsAndKeepsGemvBits) {
   TP_SKIP_WITHOUT_GPU();
   auto made = MakeCudaBackend(BackendOptions{.device = 0});
   ASSERT_TRUE(made.ok()) << made.status();
@@ -392,7 +392,7 @@ TEST(CudaModelGraphTest, TuneLinearReportsAndKeepsGemvBits) {
   testing::DeviceArray<uint16_t> w(testing::ToBf16(wf));
   const Tensor wt{w.get(), DType::kBF16, n, k};
   const LinearUse use{wt, {2000, 500, 500}, 40};
-  auto report = b.TuneLinear(std::span<const LinearUse>(&use, 1));
+  auto report = b.TuneKernels(KernelUses{.linear = {use}, .attention = {}});
   ASSERT_TRUE(report.ok()) << report.status();
   // GEMVs m = 1..4 of the whole weight; GEMMs of parts 2000 and 500 at rows 8, 16, 32, 40.
   EXPECT_EQ(report->products, 4 + 2 * 4);
@@ -423,6 +423,52 @@ TEST(CudaModelGraphTest, TuneLinearReportsAndKeepsGemvBits) {
                                       testing::kBf16Reduction))
             << "m=" << m << " part " << p;
       }
+    }
+  }
+}
+
+// TuneKernels on prefill attention at head_dim 256 (where tile shapes are instantiated):
+// one report line per configuration, and PagedAttention with the tuned tile (whichever
+// won) within the attention tolerance of the CPU reference, causal and sliding.
+TEST(CudaModelGraphTest, TuneKernelsChoosesAPrefillTile) {
+  TP_SKIP_WITHOUT_GPU();
+  auto made = MakeCudaBackend(BackendOptions{.device = 0});
+  ASSERT_TRUE(made.ok()) << made.status();
+  Backend& b = **made;
+  const int32_t T = 200, D = 256, Hq = 4, Hkv = 2, bs = 16, blocks = (T + bs - 1) / bs;
+  for (int32_t window : {0, 64}) {
+    cpu::PagedAttentionParams p;
+    p.num_q_heads = Hq;
+    p.num_kv_heads = Hkv;
+    p.head_dim = D;
+    p.block_size = bs;
+    p.max_blocks_per_seq = blocks;
+    p.scale = 1.0f / 16.0f;
+    p.sliding_window = window;
+    p.bf16_probabilities = true;  // as the kernels round P before P.V
+    auto report = b.TuneKernels(KernelUses{.linear = {}, .attention = {AttentionUse{p, 256}}});
+    ASSERT_TRUE(report.ok()) << report.status();
+    ASSERT_EQ(report->lines.size(), 1u) << "window " << window;
+    EXPECT_EQ(report->lines[0].rfind("prefill attention d=256", 0), 0u) << report->lines[0];
+    std::printf("%s\n", report->lines[0].c_str());
+    const std::vector<float> q = testing::RoundBf16(testing::RandomVector(int64_t{T} * Hq * D, 41));
+    const std::vector<float> kc = testing::RoundBf16(testing::RandomVector(int64_t{blocks} * bs * Hkv * D, 42));
+    const std::vector<float> vc = testing::RoundBf16(testing::RandomVector(int64_t{blocks} * bs * Hkv * D, 43));
+    std::vector<int32_t> seq(T, 0), pos(T), table(blocks);
+    std::iota(pos.begin(), pos.end(), 0);
+    std::iota(table.begin(), table.end(), 0);
+    std::vector<float> want(q.size());
+    cpu::PagedAttention(q.data(), kc.data(), vc.data(), seq.data(), pos.data(), T, table.data(), p, want.data());
+    testing::DeviceArray<uint16_t> dq(testing::ToBf16(q)), dk(testing::ToBf16(kc)), dv(testing::ToBf16(vc)),
+        out(q.size());
+    testing::DeviceArray<int32_t> dseq(seq), dpos(pos), dtable(table);
+    for (bool tuned : {false, true}) {
+      b.SetKernelOptions(KernelOptions{.tuned = tuned});
+      b.PagedAttention(Tensor{dq.get(), DType::kBF16, T, Hq * D}, dk.get(), dv.get(), dseq.get(), dpos.get(),
+                       dtable.get(), p, Tensor{out.get(), DType::kBF16, T, Hq * D});
+      b.Synchronize();
+      EXPECT_TRUE(testing::AllClose(testing::FromBf16(out.Download()), want, testing::kBf16Attention))
+          << "window " << window << " tuned " << tuned;
     }
   }
 }

@@ -355,16 +355,19 @@ TEST(DecodeGraphsTest, CpuBackendIgnoresTheSizes) {
 
 // Model::TuneKernels hands the backend every projection of this rank's shard once per
 // layer (q|k|v with its split: two parts where K = V, as Gemma 4's full layers), the
-// layers' at up to max_tokens rows and the LM head at up to max_logit_rows, passes the
+// layers' at up to max_tokens rows and the LM head at up to max_logit_rows, and each
+// layer's attention (this rank's heads, head_dim, window) at up to max_tokens; passes the
 // backend's report back, and drops the graphs (they hold the old kernels).
 class TuneRecordingBackend : public GraphCpuBackend {
  public:
   using GraphCpuBackend::GraphCpuBackend;
-  absl::StatusOr<TuneReport> TuneLinear(std::span<const LinearUse> uses) override {
-    recorded.assign(uses.begin(), uses.end());
+  absl::StatusOr<TuneReport> TuneKernels(const KernelUses& uses) override {
+    recorded = uses.linear;
+    attention = uses.attention;
     return TuneReport{.products = 3, .changed = 1, .seconds = 0.5, .lines = {"a", "b", "c"}};
   }
   std::vector<LinearUse> recorded;
+  std::vector<AttentionUse> attention;
 };
 
 TEST(DecodeGraphsTest, TuneKernelsHandsEveryProjectionToTheBackend) {
@@ -414,6 +417,18 @@ TEST(DecodeGraphsTest, TuneKernelsHandsEveryProjectionToTheBackend) {
             EXPECT_TRUE(backend.recorded[4 * l + i].parts.empty());
           }
         }
+      }
+      ASSERT_EQ(backend.attention.size(), static_cast<size_t>(c.num_layers));
+      for (int l = 0; l < c.num_layers; ++l) {
+        const LayerConfig& lc = c.layers[l];
+        auto shard = ShardHeads(c.num_heads, lc.num_kv_heads, comm.rank(), tp, l);
+        ASSERT_TRUE(shard.ok()) << shard.status();
+        const AttentionUse& a = backend.attention[l];
+        EXPECT_EQ(a.max_tokens, 96) << "layer " << l;
+        EXPECT_EQ(a.p.head_dim, lc.head_dim) << "layer " << l;
+        EXPECT_EQ(a.p.num_q_heads, shard->q_heads) << "layer " << l;
+        EXPECT_EQ(a.p.num_kv_heads, shard->kv_heads) << "layer " << l;
+        EXPECT_EQ(a.p.sliding_window, lc.sliding ? lc.sliding_window : 0) << "layer " << l;
       }
       const LinearUse& head = backend.recorded.back();
       EXPECT_EQ(head.max_rows, 12);

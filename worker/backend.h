@@ -64,10 +64,11 @@ struct AttentionPrologueParams {
 struct KernelOptions {
   bool bulk_gemv = false;  // GEMVs (m <= 4) stream weights through shared memory with bulk copies
   bool pdl = false;        // GEMVs start while the kernel before them finishes (programmatic launch)
-  // Linear uses what Backend::TuneLinear measured fastest, per weight shape: the GEMV's
-  // block shape or the bulk kernel at 1-4 rows (the same bits whichever wins), the
-  // cuBLASLt algorithm per row count above (other summation orders: logits move by
-  // rounding); bulk_gemv is then not used. Products it did not measure keep the defaults.
+  // Linear and prefill attention use what Backend::TuneKernels measured fastest: per
+  // weight shape the GEMV's block shape or the bulk kernel at 1-4 rows (the same bits
+  // whichever wins) and the cuBLASLt algorithm per row count above; per attention
+  // configuration the prefill kernel's tile shape (other summation orders: logits move by
+  // rounding); bulk_gemv is then not used. What it did not measure keeps the defaults.
   bool tuned = false;
   bool operator==(const KernelOptions&) const = default;
 };
@@ -76,7 +77,7 @@ struct KernelOptions {
 // tpserve's and engine_bench's --kernels); an error names the choices.
 absl::StatusOr<KernelOptions> ParseKernelOptions(std::string_view spec);
 
-// A weight the model multiplies by, for Backend::TuneLinear: its products have 1 to
+// A weight the model multiplies by, for Backend::TuneKernels: its products have 1 to
 // max_rows rows; `parts` are LinearSplit's output widths (summing to w.rows) where it is
 // split, empty where it goes through Linear.
 struct LinearUse {
@@ -85,9 +86,24 @@ struct LinearUse {
   int64_t max_rows = 0;
 };
 
-// What Backend::TuneLinear measured: one line per product shape it timed, saying what won.
+// An attention configuration the model runs (one per layer), for Backend::TuneKernels:
+// prefill chunks of up to max_tokens query tokens with p's heads, head_dim, scale, window
+// and softcap (the tuner picks block_size and max_blocks_per_seq for its own prompt).
+struct AttentionUse {
+  cpu::PagedAttentionParams p;
+  int64_t max_tokens = 0;
+};
+
+// What Backend::TuneKernels chooses for.
+struct KernelUses {
+  std::vector<LinearUse> linear;
+  std::vector<AttentionUse> attention;
+};
+
+// What Backend::TuneKernels measured: one line per product shape or attention
+// configuration it timed, saying what won.
 struct TuneReport {
-  int products = 0;  // (kernel family, rows, n, k) timed
+  int products = 0;  // (kernel family, shape) pairs timed
   int changed = 0;   // of them, where a candidate other than the default won
   double seconds = 0;
   std::vector<std::string> lines;
@@ -120,12 +136,12 @@ class Backend {
   // Switches between kernels that give the same results (between steps, on the backend's
   // thread; captured CUDA graphs keep the kernels they captured). Default: none to switch.
   virtual void SetKernelOptions(const KernelOptions&) {}
-  // Times the backend's interchangeable kernels for these weights' products (deduplicated
-  // by shape) and keeps the fastest, for Linear and LinearSplit while KernelOptions::tuned
-  // is set. Synchronizes; call before capturing graphs (after it, captured graphs are
-  // stale). Temporary buffers come from device memory, so call it before planning the KV
-  // cache. Default: nothing to choose between.
-  virtual absl::StatusOr<TuneReport> TuneLinear(std::span<const LinearUse> /*uses*/) { return TuneReport{}; }
+  // Times the backend's interchangeable kernels for these weights' products and attention
+  // configurations (deduplicated by shape) and keeps the fastest, for Linear, LinearSplit
+  // and PagedAttention while KernelOptions::tuned is set; replaces earlier choices.
+  // Synchronizes; graphs captured before it are dropped. Temporary buffers come from
+  // device memory, so call it before planning the KV cache. Default: nothing to choose.
+  virtual absl::StatusOr<TuneReport> TuneKernels(const KernelUses& /*uses*/) { return TuneReport{}; }
 
   // out[t, :] = table[ids[t] - vocab_start, :] * scale, zero rows for ids outside the shard.
   // table: [vocab_rows, dim] in the weight dtype; ids on the device.

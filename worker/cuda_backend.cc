@@ -78,7 +78,7 @@ class CudaBackendImpl : public CudaBackend {
     gemv_ = cuda::GemvLaunch{.bulk = k.bulk_gemv && !k.tuned, .pdl = k.pdl};
     gemm_->set_use_tuned(k.tuned);
   }
-  absl::StatusOr<TuneReport> TuneLinear(std::span<const LinearUse> uses) override;
+  absl::StatusOr<TuneReport> TuneKernels(const KernelUses& uses) override;
 
   std::string name() const override { return absl::StrCat("cuda(device=", device_, ", ", device_name_, ")"); }
   DType activation_dtype() const override { return DType::kBF16; }
@@ -254,6 +254,9 @@ class CudaBackendImpl : public CudaBackend {
     if (q.rows <= kDecodeMaxTokens) {
       cuda::DecodeAttention(Bf16(q), kc, vc, token_seq, token_pos, q.rows, block_tables, p, num_sms_, workspace_,
                             workspace_bytes_, Bf16(out), stream_);
+    } else if (const cuda::PrefillTuning* tile = PrefillTileFor(p)) {
+      cuda::PrefillAttentionWithTuning(*tile, Bf16(q), kc, vc, token_seq, token_pos, q.rows, block_tables, p,
+                                       workspace_, workspace_bytes_, Bf16(out), stream_);
     } else {
       cuda::PrefillAttention(Bf16(q), kc, vc, token_seq, token_pos, q.rows, block_tables, p, workspace_,
                              workspace_bytes_, Bf16(out), stream_);
@@ -351,7 +354,7 @@ class CudaBackendImpl : public CudaBackend {
     return absl::OkStatus();
   }
 
-  // The GEMV launch for m rows of x times w: TuneLinear's choice for the shape where
+  // The GEMV launch for m rows of x times w: TuneKernels' choice for the shape where
   // KernelOptions::tuned and it measured one, else the options' launch.
   cuda::GemvLaunch GemvFor(int64_t m, const Tensor& w) const {
     if (!tuned_ || w.dtype != DType::kBF16) return gemv_;
@@ -369,9 +372,18 @@ class CudaBackendImpl : public CudaBackend {
   std::unique_ptr<cuda::Gemm> gemm_;
   cuda::GemvLaunch gemv_;  // KernelOptions
   bool tuned_ = false;     // KernelOptions::tuned
-  // TuneLinear's GEMV choices where a candidate other than the plain split kernel won
-  // (pdl comes from the options).
+  // The prefill attention tile TuneKernels chose for this configuration where tuned and it
+  // is not the production one; else null.
+  const cuda::PrefillTuning* PrefillTileFor(const cpu::PagedAttentionParams& p) const {
+    if (!tuned_ || prefill_tuned_.empty()) return nullptr;
+    const auto it = prefill_tuned_.find(PrefillKeyOf(p));
+    return it == prefill_tuned_.end() ? nullptr : &it->second;
+  }
+
+  // TuneKernels' choices where a candidate other than the default won: GEMVs (pdl comes
+  // from the options) and prefill attention tiles.
   GemvChoices gemv_tuned_;
+  PrefillChoices prefill_tuned_;
   SamplingScratch sample_;
   void* workspace_ = nullptr;  // attention partials / tile plans, shared by all layers
   size_t workspace_bytes_ = 0;
@@ -400,17 +412,19 @@ class BackendStepGraphs final : public CudaGraphRunner {
   uint64_t generation_;
 };
 
-absl::StatusOr<TuneReport> CudaBackendImpl::TuneLinear(std::span<const LinearUse> uses) {
+absl::StatusOr<TuneReport> CudaBackendImpl::TuneKernels(const KernelUses& uses) {
   TP_CHECK(!capturing());
   TP_CUDA_CHECK(cudaSetDevice(device_));
-  const LinearTuneTarget target{
+  const TuneTarget target{
       .stream = stream_,
       .gemm = gemm_.get(),
       .gemv = &gemv_tuned_,
+      .prefill = &prefill_tuned_,
       .pdl = gemv_.pdl,
+      .decode_max_tokens = kDecodeMaxTokens,
       .allocate = [this](size_t bytes) { return Allocate(bytes); },
   };
-  auto report = TuneLinearOnDevice(uses, target);
+  auto report = TuneKernelsOnDevice(uses, target);
   ++workspace_generation_;  // captured graphs hold the old choices: BackendStepGraphs drop them
   return report;
 }

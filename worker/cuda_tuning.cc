@@ -1,4 +1,5 @@
-// Start-up kernel tuning on one GPU. Tested by tests/cuda_model_test.cc.
+// Start-up kernel tuning on one GPU: linear products, then prefill attention. Tested by
+// tests/cuda_model_test.cc.
 #include "worker/cuda_tuning.h"
 
 #include <algorithm>
@@ -34,12 +35,19 @@ void AddWeight(Weights& ws, const bf16* w, int64_t max_rows) {
   ws.max_rows = std::max(ws.max_rows, max_rows);
 }
 
-}  // namespace
+// A temporary device buffer of `elems` bf16 values, or an error that says what it was for.
+absl::StatusOr<std::unique_ptr<Buffer>> TuneBuffer(const TuneTarget& t, int64_t elems, size_t elem_bytes,
+                                                   const char* what) {
+  auto b = t.allocate(static_cast<size_t>(elems) * elem_bytes);
+  if (!b.ok()) {
+    return absl::Status(b.status().code(),
+                        absl::StrCat("kernel tuning's ", what, " buffer (", elems * static_cast<int64_t>(elem_bytes),
+                                     " bytes; --max-num-batched-tokens sets its size): ", b.status().message()));
+  }
+  return b;
+}
 
-absl::StatusOr<TuneReport> TuneLinearOnDevice(std::span<const LinearUse> uses, const LinearTuneTarget& t) {
-  const auto t0 = std::chrono::steady_clock::now();
-  t.gemv->clear();
-  t.gemm->ClearChoices();
+absl::Status TuneLinear(std::span<const LinearUse> uses, const TuneTarget& t, TuneReport& report) {
   // The distinct products: GEMVs by (m, n, k) of whole weights (LinearSplit's GEMV writes
   // all parts in one launch), cuBLASLt GEMMs by (n, k) of each part (LinearSplit above
   // the GEMV's rows runs one GEMM per part).
@@ -68,20 +76,9 @@ absl::StatusOr<TuneReport> TuneLinearOnDevice(std::span<const LinearUse> uses, c
       row0 += n;
     }
   }
-  TuneReport report;
-  if (gemvs.empty() && gemms.empty()) return report;
-  auto buffer = [&](int64_t elems, const char* what) -> absl::StatusOr<std::unique_ptr<Buffer>> {
-    auto b = t.allocate(static_cast<size_t>(elems) * sizeof(bf16));
-    if (!b.ok()) {
-      return absl::Status(b.status().code(), absl::StrCat("kernel tuning's ", what, " buffer (",
-                                                          elems * static_cast<int64_t>(sizeof(bf16)), " bytes; "
-                                                          "--max-num-batched-tokens sets its size): ",
-                                                          b.status().message()));
-    }
-    return b;
-  };
-  TP_ASSIGN_OR_RETURN(auto x_buf, buffer(x_elems, "input"));
-  TP_ASSIGN_OR_RETURN(auto y_buf, buffer(y_elems, "output"));
+  if (gemvs.empty() && gemms.empty()) return absl::OkStatus();
+  TP_ASSIGN_OR_RETURN(auto x_buf, TuneBuffer(t, x_elems, sizeof(bf16), "input"));
+  TP_ASSIGN_OR_RETURN(auto y_buf, TuneBuffer(t, y_elems, sizeof(bf16), "output"));
   bf16* x = static_cast<bf16*>(x_buf->data());
   bf16* y = static_cast<bf16*>(y_buf->data());
   cuda::FillPattern(x, x_elems, 1, t.stream);
@@ -119,7 +116,96 @@ absl::StatusOr<TuneReport> TuneLinearOnDevice(std::span<const LinearUse> uses, c
                                           ", ", count, " candidates"));
     }
   }
-  TP_CUDA_CHECK(cudaStreamSynchronize(t.stream));
+  TP_CUDA_CHECK(cudaStreamSynchronize(t.stream));  // before the buffers go
+  return absl::OkStatus();
+}
+
+// One causal prompt of `tokens` tokens (one sequence, positions 0..tokens-1, its KV in
+// consecutive blocks) per configuration, the production tile against the others.
+absl::Status TuneAttention(std::span<const AttentionUse> uses, const TuneTarget& t, TuneReport& report) {
+  std::map<PrefillKey, AttentionUse> configs;  // the most tokens any layer of the configuration has
+  for (const AttentionUse& u : uses) {
+    if (u.max_tokens <= t.decode_max_tokens || !cuda::AttentionHeadDimSupported(u.p.head_dim)) continue;
+    auto [it, added] = configs.emplace(PrefillKeyOf(u.p), u);
+    it->second.max_tokens = std::max(it->second.max_tokens, u.max_tokens);
+  }
+  for (const auto& [key, use] : configs) {
+    std::vector<cuda::PrefillTuning> tiles;  // [0]: the production launch (no tuning)
+    tiles.push_back(cuda::PrefillTuning{});
+    for (const cuda::PrefillTuning& tile : cuda::PrefillAttentionTunings(use.p.head_dim)) {
+      const cuda::PrefillTuning production{};
+      if (tile.block_keys != production.block_keys || tile.row_warps != production.row_warps) tiles.push_back(tile);
+    }
+    if (tiles.size() < 2) continue;  // nothing to choose between for this head_dim
+    const int64_t T = use.max_tokens;
+    cpu::PagedAttentionParams p = use.p;
+    p.block_size = 16;
+    p.max_blocks_per_seq = static_cast<int32_t>((T + p.block_size - 1) / p.block_size);
+    const int64_t q_elems = T * p.num_q_heads * p.head_dim;
+    const int64_t kv_elems = int64_t{p.max_blocks_per_seq} * p.block_size * p.num_kv_heads * p.head_dim;
+    TP_ASSIGN_OR_RETURN(auto q, TuneBuffer(t, q_elems, sizeof(bf16), "attention query"));
+    TP_ASSIGN_OR_RETURN(auto out, TuneBuffer(t, q_elems, sizeof(bf16), "attention output"));
+    TP_ASSIGN_OR_RETURN(auto k, TuneBuffer(t, kv_elems, sizeof(bf16), "attention key"));
+    TP_ASSIGN_OR_RETURN(auto v, TuneBuffer(t, kv_elems, sizeof(bf16), "attention value"));
+    // token_seq (zeros), token_pos, the block table, then the tile-plan workspace.
+    const size_t ws_bytes = cuda::PrefillAttentionWorkspaceBytes(T);
+    const int64_t ints = 2 * T + p.max_blocks_per_seq;
+    TP_ASSIGN_OR_RETURN(auto meta, TuneBuffer(t, ints + static_cast<int64_t>(ws_bytes / 4) + 1, 4, "attention plan"));
+    std::vector<int32_t> host(ints, 0);
+    for (int64_t i = 0; i < T; ++i) host[T + i] = static_cast<int32_t>(i);
+    for (int32_t b = 0; b < p.max_blocks_per_seq; ++b) host[2 * T + b] = b;
+    int32_t* dev = static_cast<int32_t*>(meta->data());
+    TP_CUDA_CHECK(cudaMemcpyAsync(dev, host.data(), host.size() * 4, cudaMemcpyHostToDevice, t.stream));
+    const int32_t *seq = dev, *pos = dev + T, *table = dev + 2 * T;
+    void* ws = dev + ints;
+    cuda::FillPattern(static_cast<bf16*>(q->data()), q_elems, 2, t.stream);
+    cuda::FillPattern(static_cast<bf16*>(k->data()), kv_elems, 3, t.stream);
+    cuda::FillPattern(static_cast<bf16*>(v->data()), kv_elems, 4, t.stream);
+    const auto* qb = static_cast<const bf16*>(q->data());
+    const auto* kb = static_cast<const bf16*>(k->data());
+    const auto* vb = static_cast<const bf16*>(v->data());
+    auto* ob = static_cast<bf16*>(out->data());
+    const std::vector<double> us = cuda::TimeCandidates(t.stream, static_cast<int>(tiles.size()), [&](int i) {
+      if (i == 0) {
+        cuda::PrefillAttention(qb, kb, vb, seq, pos, T, table, p, ws, ws_bytes, ob, t.stream);
+      } else {
+        cuda::PrefillAttentionWithTuning(tiles[i], qb, kb, vb, seq, pos, T, table, p, ws, ws_bytes, ob, t.stream);
+      }
+      return true;
+    });
+    const int best = std::max(ChooseFastest(us), 0);
+    if (best > 0) (*t.prefill)[key] = tiles[best];
+    ++report.products;
+    report.changed += best > 0;
+    auto name = [&](int i) {
+      return i == 0 ? std::string("production tile")
+                    : absl::StrCat("tile ", tiles[i].block_keys, " keys x ", 16 * tiles[i].row_warps, " rows");
+    };
+    report.lines.push_back(absl::StrCat(
+        "prefill attention d=", p.head_dim, " heads ", p.num_q_heads, "/", p.num_kv_heads,
+        p.sliding_window > 0 ? absl::StrCat(" window ", p.sliding_window) : std::string(), ", ", T,
+        " causal tokens: ", name(best), absl::StrFormat(" %.1f us", us[best]),
+        best > 0 ? absl::StrFormat(" (production %.1f us)", us[0]) : std::string(), ", ", tiles.size(),
+        " candidates"));
+    TP_CUDA_CHECK(cudaStreamSynchronize(t.stream));  // before the buffers go
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+PrefillKey PrefillKeyOf(const cpu::PagedAttentionParams& p) {
+  return {p.head_dim, p.num_q_heads, p.num_kv_heads, p.sliding_window, p.softcap > 0};
+}
+
+absl::StatusOr<TuneReport> TuneKernelsOnDevice(const KernelUses& uses, const TuneTarget& t) {
+  const auto t0 = std::chrono::steady_clock::now();
+  t.gemv->clear();
+  t.gemm->ClearChoices();
+  t.prefill->clear();
+  TuneReport report;
+  TP_RETURN_IF_ERROR(TuneLinear(uses.linear, t, report));
+  TP_RETURN_IF_ERROR(TuneAttention(uses.attention, t, report));
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;
 }

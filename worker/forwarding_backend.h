@@ -25,7 +25,7 @@ class ForwardingBackend : public Backend {
   void CopyToHost(void* dst, const void* src, size_t bytes) override { inner_->CopyToHost(dst, src, bytes); }
   void Synchronize() override { inner_->Synchronize(); }
   void SetKernelOptions(const KernelOptions& k) override { inner_->SetKernelOptions(k); }
-  absl::StatusOr<TuneReport> TuneLinear(std::span<const LinearUse> uses) override { return inner_->TuneLinear(uses); }
+  absl::StatusOr<TuneReport> TuneKernels(const KernelUses& uses) override { return inner_->TuneKernels(uses); }
   void CopyFromHost2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
                       size_t rows) override {
     inner_->CopyFromHost2D(dst, dst_pitch, src, src_pitch, row_bytes, rows);

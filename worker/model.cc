@@ -407,20 +407,21 @@ void Model::set_kernel_options(const KernelOptions& k) {
 }
 
 absl::StatusOr<TuneReport> Model::TuneKernels(int64_t max_tokens, int64_t max_logit_rows) {
-  std::vector<LinearUse> uses;
+  KernelUses uses;
   for (const auto& L : layers_) {
     const int64_t q = L->heads.q_heads * L->cfg.head_dim, kv = L->heads.kv_heads * L->cfg.head_dim;
     std::vector<int64_t> parts = {q, kv};  // K = V: no v rows (RunLayer's ForwardSplit)
     if (!L->cfg.k_eq_v) parts.push_back(kv);
     TP_CHECK(q + kv * static_cast<int64_t>(parts.size() - 1) == L->qkv_proj.out_features());
-    uses.push_back(LinearUse{L->qkv_proj.weight(), std::move(parts), max_tokens});
-    uses.push_back(LinearUse{L->o_proj.weight(), {}, max_tokens});
-    uses.push_back(LinearUse{L->gate_up_proj.weight(), {}, max_tokens});
-    uses.push_back(LinearUse{L->down_proj.weight(), {}, max_tokens});
+    uses.linear.push_back(LinearUse{L->qkv_proj.weight(), std::move(parts), max_tokens});
+    uses.linear.push_back(LinearUse{L->o_proj.weight(), {}, max_tokens});
+    uses.linear.push_back(LinearUse{L->gate_up_proj.weight(), {}, max_tokens});
+    uses.linear.push_back(LinearUse{L->down_proj.weight(), {}, max_tokens});
+    uses.attention.push_back(AttentionUse{AttentionParams(*L, 0), max_tokens});
   }
   const VocabParallelEmbedding& head = lm_head_ ? *lm_head_ : embed_;
-  uses.push_back(LinearUse{head.table(), {}, max_logit_rows});
-  auto report = backend_.TuneLinear(uses);
+  uses.linear.push_back(LinearUse{head.table(), {}, max_logit_rows});
+  auto report = backend_.TuneKernels(uses);
   ClearGraphs();
   return report;
 }

@@ -93,11 +93,11 @@ class Model {
   // step, dropping captured graphs (they hold the old kernels), so that a benchmark can
   // compare kernels on one engine. Any thread; every rank alike, between steps.
   void set_kernel_options(const KernelOptions& k);
-  // Times the backend's kernel candidates for every weight's products and keeps the
-  // fastest (Backend::TuneLinear; used while KernelOptions::tuned is set): the layers'
-  // projections at up to `max_tokens` rows, the LM head at up to `max_logit_rows`. This
-  // rank only; drops captured graphs. It allocates temporaries, so call it before the KV
-  // cache is planned.
+  // Times the backend's kernel candidates for every weight's products and every layer's
+  // attention and keeps the fastest (Backend::TuneKernels; used while KernelOptions::tuned
+  // is set): the layers' projections and prefill attention at up to `max_tokens` rows, the
+  // LM head at up to `max_logit_rows`. This rank only; drops captured graphs. It allocates
+  // temporaries, so call it before the KV cache is planned.
   absl::StatusOr<TuneReport> TuneKernels(int64_t max_tokens, int64_t max_logit_rows);
   // Forward steps replayed from (or captured into) a graph so far.
   int64_t replayed_steps() const { return replayed_steps_; }

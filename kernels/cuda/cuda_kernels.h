@@ -154,7 +154,7 @@ struct GemvLaunch {
   // The split kernel's block shape at m = 1 with bf16 weights and k % 8 == 0: an index into
   // GemvTunings() (-1: the production shape). Every shape gives the same bits; where the
   // bulk kernel is taken, or elsewhere, it is ignored. The CUDA backend picks it per weight
-  // shape by measurement (Backend::TuneLinear).
+  // shape by measurement (Backend::TuneKernels).
   int tuning = -1;
 };
 // True when the current device runs the bulk GEMV and programmatic launch (compute
