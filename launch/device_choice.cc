@@ -48,6 +48,10 @@ int RanksSharingGpu(int local_rank, int local_size, int device_count) {
   return n;
 }
 
+int TurnOnGpu(int local_rank, int device_count) {
+  return device_count > 0 ? local_rank / device_count : local_rank;
+}
+
 int GpusInUseOnNode(int local_size, int device_count) { return std::max(0, std::min(local_size, device_count)); }
 
 std::string_view TpCommKindName(TpCommKind k) {

@@ -27,6 +27,10 @@ absl::Status ValidateGpuMemoryUtilization(double utilization);
 int GpuForLocalRank(int local_rank, int device_count);
 // How many of the node's `local_size` ranks run on the same GPU as `local_rank`.
 int RanksSharingGpu(int local_rank, int local_size, int device_count);
+// This rank's place among the ranks on its GPU (0 for the first), so that work that must
+// not overlap on one GPU (start-up kernel tuning) can take turns: turn t is every GPU's
+// t-th rank.
+int TurnOnGpu(int local_rank, int device_count);
 // Distinct GPUs this node's ranks use.
 int GpusInUseOnNode(int local_size, int device_count);
 

@@ -261,11 +261,14 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
   if (gpu && (o.kernels.tuned || o.tune_kernels)) {
     // Before the warm-up step, which then builds the tuned GEMM plans, and before the KV
     // planning measures free memory (the tuning's buffers are freed by then). Ranks that
-    // share a GPU take turns, so that none times its kernels beside another's.
-    const bool sharing = RanksSharingGpu(world.local_rank, world.local_size, CudaDeviceCount()) > 1;
+    // share a GPU take turns, so that none times its kernels beside another's: turn t is
+    // every GPU's t-th rank; every rank runs the agreed number of turns.
+    const int devices = CudaDeviceCount();
+    const int my_turn = TurnOnGpu(world.local_rank, devices);
+    const int turns = static_cast<int>(-comm.AllReduceMin(-RanksSharingGpu(world.local_rank, world.local_size, devices)));
     absl::Status tuned = absl::OkStatus();
-    for (int turn = 0; turn < (sharing ? comm.size() : 1); ++turn) {
-      if (!sharing || turn == comm.rank()) {
+    for (int turn = 0; turn < turns; ++turn) {
+      if (turn == my_turn) {
         auto report = e.model->TuneKernels(std::max<int32_t>(o.max_num_batched_tokens, 1),
                                            std::max<int32_t>(o.max_num_seqs, 1));
         if (report.ok()) {
@@ -274,7 +277,7 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
           tuned = report.status();
         }
       }
-      if (sharing) comm.Barrier();
+      if (turns > 1) comm.Barrier();
     }
     TP_RETURN_IF_ERROR(comm.AgreeOnStatus(tuned));
   }

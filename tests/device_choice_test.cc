@@ -58,6 +58,14 @@ TEST(DeviceChoiceTest, RanksGoRoundRobinOverTheNodesGpus) {
   EXPECT_EQ(RanksSharingGpu(0, 3, 2), 2);
   EXPECT_EQ(RanksSharingGpu(2, 3, 2), 2);
   EXPECT_EQ(RanksSharingGpu(1, 3, 2), 1);
+  // Turns on a GPU (start-up tuning): GPU 0's ranks 0 and 2 take turns 0 and 1, rank 1 has
+  // GPU 1 in turn 0; thread ranks on one GPU go one by one; one rank per GPU all in turn 0.
+  EXPECT_EQ(TurnOnGpu(0, 2), 0);
+  EXPECT_EQ(TurnOnGpu(1, 2), 0);
+  EXPECT_EQ(TurnOnGpu(2, 2), 1);
+  EXPECT_EQ(TurnOnGpu(1, 1), 1);
+  EXPECT_EQ(TurnOnGpu(7, 8), 0);
+  for (int r = 0; r < 5; ++r) EXPECT_LT(TurnOnGpu(r, 2), RanksSharingGpu(0, 5, 2)) << r;  // the most on one GPU
   EXPECT_EQ(GpusInUseOnNode(2, 1), 1);
   EXPECT_EQ(GpusInUseOnNode(4, 8), 4);
   EXPECT_EQ(GpusInUseOnNode(4, 0), 0);

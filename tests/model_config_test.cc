@@ -141,6 +141,13 @@ TEST(ModelConfig, Presets) {
   const double billions = c->ParameterCount() / 1e9;
   EXPECT_GT(billions, 29.0);
   EXPECT_LT(billions, 33.0);
+  // Attention over a 2048-token prompt: 50 sliding layers (32 heads x 256, window 1024:
+  // 1024 * 1025 / 2 + 1024 * 1024 keys seen) and 10 full ones (32 x 512, 2048 * 2049 / 2).
+  const double sliding = 4.0 * 32 * 256 * (1024.0 * 1025 / 2 + 1024.0 * 1024);
+  const double global = 4.0 * 32 * 512 * (2048.0 * 2049 / 2);
+  EXPECT_DOUBLE_EQ(c->PrefillAttentionFlops(2048), 50 * sliding + 10 * global);
+  EXPECT_DOUBLE_EQ(c->PrefillAttentionFlops(1), 50 * 4.0 * 32 * 256 + 10 * 4.0 * 32 * 512);  // one key each
+  EXPECT_EQ(c->PrefillAttentionFlops(0), 0.0);
   auto small = PresetModelConfig("gemma-4-1b");
   ASSERT_TRUE(small.ok());
   EXPECT_NEAR(small->ParameterCount() / 1e9, 1.0, 0.25);

@@ -21,6 +21,8 @@ using cuda::bf16;
 
 // GEMVs at up to this many rows (the CUDA backend's kGemvMaxRows); cuBLASLt above.
 constexpr int64_t kGemvRows = 4;
+// The longest synthetic prompt prefill attention is timed on.
+constexpr int64_t kAttentionTuneMaxTokens = 8192;
 
 // The weights of one shape, read in turn by the timed runs.
 struct Weights {
@@ -130,16 +132,16 @@ absl::Status TuneAttention(std::span<const AttentionUse> uses, const TuneTarget&
     it->second.max_tokens = std::max(it->second.max_tokens, u.max_tokens);
   }
   for (const auto& [key, use] : configs) {
-    std::vector<cuda::PrefillTuning> tiles;  // [0]: the production launch (no tuning)
-    tiles.push_back(cuda::PrefillTuning{});
+    const cuda::PrefillTuning production = cuda::PrefillAttentionProductionTuning(use.p.head_dim);
+    std::vector<cuda::PrefillTuning> tiles = {production};  // [0] runs as PrefillAttention itself
     for (const cuda::PrefillTuning& tile : cuda::PrefillAttentionTunings(use.p.head_dim)) {
-      const cuda::PrefillTuning production{};
       if (tile.block_keys != production.block_keys || tile.row_warps != production.row_warps) tiles.push_back(tile);
     }
     if (tiles.size() < 2) continue;  // nothing to choose between for this head_dim
-    const int64_t T = use.max_tokens;
+    // Work grows as T^2; the tiles rank alike well before 8192 tokens.
+    const int64_t T = std::min<int64_t>(use.max_tokens, kAttentionTuneMaxTokens);
     cpu::PagedAttentionParams p = use.p;
-    p.block_size = 16;
+    if (p.block_size <= 0) p.block_size = 16;
     p.max_blocks_per_seq = static_cast<int32_t>((T + p.block_size - 1) / p.block_size);
     const int64_t q_elems = T * p.num_q_heads * p.head_dim;
     const int64_t kv_elems = int64_t{p.max_blocks_per_seq} * p.block_size * p.num_kv_heads * p.head_dim;
@@ -178,8 +180,8 @@ absl::Status TuneAttention(std::span<const AttentionUse> uses, const TuneTarget&
     ++report.products;
     report.changed += best > 0;
     auto name = [&](int i) {
-      return i == 0 ? std::string("production tile")
-                    : absl::StrCat("tile ", tiles[i].block_keys, " keys x ", 16 * tiles[i].row_warps, " rows");
+      return absl::StrCat(i == 0 ? "production " : "", "tile ", tiles[i].block_keys, " keys x ",
+                          16 * tiles[i].row_warps, " rows");
     };
     report.lines.push_back(absl::StrCat(
         "prefill attention d=", p.head_dim, " heads ", p.num_q_heads, "/", p.num_kv_heads,

@@ -44,7 +44,8 @@ struct TuneTarget {
 // bits), every cuBLASLt heuristic candidate per (n, k) of each part at row counts
 // TuneRowBuckets(5, max_rows), and the prefill attention tiles
 // (cuda::PrefillAttentionTunings) per configuration on one causal prompt of max_tokens
-// tokens (where that is more than the decode kernel's 64); ChooseFastest picks. Each
+// tokens, at most 8192 (where that is more than the decode kernel's 64); ChooseFastest
+// picks. Each
 // linear candidate reads in turn every weight of its shape (the model's layers share
 // shapes), so the weights come from DRAM as they do in a step, not from L2. Synchronizes
 // the stream; not while capturing.

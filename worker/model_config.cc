@@ -497,6 +497,18 @@ int64_t ModelConfig::ParameterCount() const {
   return n;
 }
 
+double ModelConfig::PrefillAttentionFlops(int64_t tokens) const {
+  double flops = 0;
+  const double t = static_cast<double>(tokens);
+  for (const auto& l : layers) {
+    // Keys visible to the queries at positions 0..tokens-1: sum of min(i + 1, window).
+    const double w = l.sliding && l.sliding_window > 0 ? static_cast<double>(l.sliding_window) : t;
+    const double visible = t <= w ? t * (t + 1) / 2 : w * (w + 1) / 2 + (t - w) * w;
+    flops += 2 * 2 * static_cast<double>(num_heads) * l.head_dim * visible;
+  }
+  return flops;
+}
+
 std::vector<float> RopeInvFreq(const RopeConfig& r, int32_t head_dim) {
   const int32_t half = head_dim / 2;
   std::vector<float> inv(half, 0.0f);

@@ -71,6 +71,10 @@ struct ModelConfig {
   int32_t bos_token_id = -1;
 
   int64_t ParameterCount() const;  // text model only
+  // FLOPs of attention's two products (Q·K^T and P·V, 2 per multiply-add) over a causal
+  // prompt of `tokens` tokens from position 0, every layer, sliding windows counted: what
+  // 2 x params x tokens leaves out of a prefill's work.
+  double PrefillAttentionFlops(int64_t tokens) const;
   int32_t max_head_dim() const;
 };
 

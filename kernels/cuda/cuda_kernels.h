@@ -131,6 +131,9 @@ struct PrefillTuning {
   size_t smem_bytes = 0;
 };
 std::vector<PrefillTuning> PrefillAttentionTunings(int32_t head_dim);  // those this device's shared memory fits
+// The shape PrefillAttention itself launches for head_dim on this device (512: 32 keys where
+// shared memory allows, else 16).
+PrefillTuning PrefillAttentionProductionTuning(int32_t head_dim);
 void PrefillAttentionWithTuning(const PrefillTuning& t, const bf16* q, const bf16* k_cache, const bf16* v_cache,
                                 const int32_t* token_seq, const int32_t* token_pos, int64_t tokens,
                                 const int32_t* block_tables, const cpu::PagedAttentionParams& p, void* workspace,

@@ -473,6 +473,15 @@ std::vector<PrefillTuning> PrefillAttentionTunings(int32_t head_dim) {
   return fit;
 }
 
+PrefillTuning PrefillAttentionProductionTuning(int32_t head_dim) {
+  if (head_dim == 512) {
+    const PrefillTuning wide = TuningOf<512, 32, 2, 4>();
+    return wide.smem_bytes <= static_cast<size_t>(SmemOptin()) ? wide : TuningOf<512, 16, 2, 4>();
+  }
+  if (head_dim == 256) return TuningOf<256, 32, 1, 4>();
+  return PrefillTuning{64, 4, 0};  // Launch<D, 64, 1>; no other shapes are built for these
+}
+
 void PrefillAttentionWithTuning(const PrefillTuning& t, const bf16* q, const bf16* k_cache, const bf16* v_cache,
                                 const int32_t* token_seq, const int32_t* token_pos, int64_t tokens,
                                 const int32_t* block_tables, const cpu::PagedAttentionParams& p, void* workspace,

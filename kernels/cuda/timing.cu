@@ -22,8 +22,10 @@ __global__ void HoldKernel(uint64_t ns) {
 }
 
 // How long the host may take to enqueue one run: launches cost a few microseconds (a
-// cuBLASLt call a few more); generous, since a hold that ends early shows as host time.
-constexpr double kEnqueueUsPerRun = 8.0;
+// cuBLASLt call or a two-kernel attention a few more); generous, since a hold that ends
+// before the batch is queued lets host time into the measurement (then it is doubled).
+constexpr double kEnqueueUsPerRun = 15.0;
+constexpr double kMaxHoldUs = 20000.0;
 
 }  // namespace
 
@@ -38,16 +40,29 @@ std::vector<double> TimeCandidates(cudaStream_t stream, int count, const std::fu
   TP_CUDA_CHECK(cudaEventCreate(&start));
   TP_CUDA_CHECK(cudaEventCreate(&stop));
   auto time_runs = [&](int i, int reps) {
-    const double hold_us = std::clamp(reps * kEnqueueUsPerRun + 20.0, 20.0, 4000.0);
-    HoldKernel<<<1, 1, 0, stream>>>(static_cast<uint64_t>(hold_us * 1e3));
-    TP_CUDA_CHECK_LAUNCH();
-    TP_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int r = 0; r < reps; ++r) enqueue(i);
-    TP_CUDA_CHECK(cudaEventRecord(stop, stream));
-    TP_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    TP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    return 1e3 * ms / reps;
+    double hold_us = std::clamp(reps * kEnqueueUsPerRun + 20.0, 20.0, kMaxHoldUs);
+    for (;;) {
+      HoldKernel<<<1, 1, 0, stream>>>(static_cast<uint64_t>(hold_us * 1e3));
+      TP_CUDA_CHECK_LAUNCH();
+      TP_CUDA_CHECK(cudaEventRecord(start, stream));
+      for (int r = 0; r < reps; ++r) enqueue(i);
+      // The hold already over (start reached) before the batch was queued: the GPU may
+      // have waited on the host. Time again with a longer hold.
+      const cudaError_t held = cudaEventQuery(start);
+      TP_CHECK(held == cudaSuccess || held == cudaErrorNotReady);
+      // "Not ready" is no error; should the runtime keep it as the thread's last error,
+      // the next launch check would read it.
+      if (held == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+      TP_CUDA_CHECK(cudaEventRecord(stop, stream));
+      TP_CUDA_CHECK(cudaEventSynchronize(stop));
+      if (held == cudaSuccess && hold_us < kMaxHoldUs) {
+        hold_us = std::min(2 * hold_us, kMaxHoldUs);
+        continue;
+      }
+      float ms = 0;
+      TP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      return 1e3 * ms / reps;
+    }
   };
   std::vector<bool> runs(count, false);
   std::vector<int> reps(count, 1);
