@@ -29,4 +29,9 @@ int ChooseFastest(std::span<const double> times, double margin) {
   return best;
 }
 
+bool ChosenAtOrAbove(const std::map<int64_t, bool>& by_rows, int64_t rows) {
+  const auto it = by_rows.lower_bound(rows);
+  return it != by_rows.end() && it->second;
+}
+
 }  // namespace tpserve

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <vector>
 
@@ -26,5 +27,9 @@ int64_t TuneBucketFor(int64_t rows, std::span<const int64_t> measured);
 // more than `margin` of its time, so that timing noise does not move a choice off the
 // default. -1 when nothing ran.
 int ChooseFastest(std::span<const double> times, double margin = 0.03);
+
+// A yes/no choice measured per row count: the one at the smallest measured row count at or
+// above `rows`; false where there is none (rows beyond them all: not measured for that).
+bool ChosenAtOrAbove(const std::map<int64_t, bool>& by_rows, int64_t rows);
 
 }  // namespace tpserve

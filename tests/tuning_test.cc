@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <vector>
 
 namespace tpserve {
@@ -39,6 +40,16 @@ TEST(ChooseFastest, TheFastestBeyondTheMarginElseTheDefault) {
   EXPECT_EQ(ChooseFastest(std::vector<double>{10, -1, 7}), 2);
   EXPECT_EQ(ChooseFastest(std::vector<double>{-1, -1}), -1);
   EXPECT_EQ(ChooseFastest(std::vector<double>{}), -1);
+}
+
+TEST(ChosenAtOrAbove, TheChoiceOfTheNextMeasuredRowCount) {
+  const std::map<int64_t, bool> gemv_won{{8, true}, {16, false}};
+  EXPECT_TRUE(ChosenAtOrAbove(gemv_won, 5));
+  EXPECT_TRUE(ChosenAtOrAbove(gemv_won, 8));
+  EXPECT_FALSE(ChosenAtOrAbove(gemv_won, 9));
+  EXPECT_FALSE(ChosenAtOrAbove(gemv_won, 16));
+  EXPECT_FALSE(ChosenAtOrAbove(gemv_won, 17));  // not measured that far
+  EXPECT_FALSE(ChosenAtOrAbove({}, 5));
 }
 
 }  // namespace

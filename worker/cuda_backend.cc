@@ -155,10 +155,13 @@ class CudaBackendImpl : public CudaBackend {
   }
   void Linear(const Tensor& x, const Tensor& w, const float* bias, Tensor y) override {
     TP_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows);
-    if (w.dtype == DType::kBF16 && x.rows > kGemvMaxRows) {
+    const bool gemv = w.dtype != DType::kBF16 || x.rows <= kGemvMaxRows ||
+                      (tuned_ && WideGemvChosen(wide_gemv_, x.rows, w.rows, w.cols));
+    if (!gemv) {
       gemm_->Run(Bf16(x), x.rows, x.cols, static_cast<const bf16*>(w.data), w.rows, Bf16(y), stream_);
     } else {
       // fp16/fp32 weights also land here at any M: correct, not fast (load bf16 weights).
+      // Tuned, bf16 products of up to 16 rows where the GEMV beat cuBLASLt too.
       cuda::Gemv(Bf16(x), x.rows, x.cols, w.data, w.dtype, w.rows, Bf16(y), stream_, GemvFor(x.rows, w));
     }
     if (bias != nullptr) cuda::AddBias(Bf16(y), bias, y.rows, y.cols, stream_);
@@ -383,6 +386,7 @@ class CudaBackendImpl : public CudaBackend {
   // TuneKernels' choices where a candidate other than the default won: GEMVs (pdl comes
   // from the options) and prefill attention tiles.
   GemvChoices gemv_tuned_;
+  WideGemvChoices wide_gemv_;  // row counts 5-16 where the GEMV beat cuBLASLt
   PrefillChoices prefill_tuned_;
   SamplingScratch sample_;
   void* workspace_ = nullptr;  // attention partials / tile plans, shared by all layers
@@ -419,6 +423,7 @@ absl::StatusOr<TuneReport> CudaBackendImpl::TuneKernels(const KernelUses& uses) 
       .stream = stream_,
       .gemm = gemm_.get(),
       .gemv = &gemv_tuned_,
+      .wide_gemv = &wide_gemv_,
       .prefill = &prefill_tuned_,
       .pdl = gemv_.pdl,
       .decode_max_tokens = kDecodeMaxTokens,

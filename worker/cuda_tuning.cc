@@ -109,13 +109,25 @@ absl::Status TuneLinear(std::span<const LinearUse> uses, const TuneTarget& t, Tu
           t.stream, count, [&](int i) { return t.gemm->RunCandidate(i, x, m, k, ws.Next(), n, y, t.stream); });
       const int best = std::max(ChooseFastest(us), 0);
       t.gemm->Choose(m, n, k, best);
+      // Small batches: the GEMV against cuBLASLt's best (other summation orders both).
+      bool gemv_won = false;
+      std::string gemv_note;
+      if (m <= kWideGemvMaxRows && k % 8 == 0) {
+        const double gemv_us = cuda::TimeCandidates(t.stream, 1, [&](int) {
+          cuda::Gemv(x, m, k, ws.Next(), DType::kBF16, n, y, t.stream, cuda::GemvLaunch{.pdl = t.pdl});
+          return true;
+        })[0];
+        gemv_won = ChooseFastest(std::vector<double>{us[best], gemv_us}) == 1;
+        (*t.wide_gemv)[{n, k}][m] = gemv_won;
+        gemv_note = absl::StrFormat(", gemv %.1f us", gemv_us);
+      }
       ++report.products;
-      report.changed += best > 0;
-      report.lines.push_back(absl::StrCat("gemm m=", m, " n=", n, " k=", k, " (", ws.w.size(),
-                                          " weights): candidate ", best, absl::StrFormat(" %.1f us", us[best]),
-                                          best > 0 ? absl::StrFormat(" (heuristic's first %.1f us)", us[0])
-                                                   : std::string(),
-                                          ", ", count, " candidates"));
+      report.changed += best > 0 || gemv_won;
+      report.lines.push_back(absl::StrCat(
+          "gemm m=", m, " n=", n, " k=", k, " (", ws.w.size(), " weights): ",
+          gemv_won ? "gemv, over cuBLASLt " : "", "candidate ", best, absl::StrFormat(" %.1f us", us[best]),
+          best > 0 ? absl::StrFormat(" (heuristic's first %.1f us)", us[0]) : std::string(), gemv_note, ", ", count,
+          " candidates"));
     }
   }
   TP_CUDA_CHECK(cudaStreamSynchronize(t.stream));  // before the buffers go
@@ -196,6 +208,12 @@ absl::Status TuneAttention(std::span<const AttentionUse> uses, const TuneTarget&
 
 }  // namespace
 
+bool WideGemvChosen(const WideGemvChoices& c, int64_t m, int64_t n, int64_t k) {
+  if (m > kWideGemvMaxRows) return false;
+  const auto it = c.find({n, k});
+  return it != c.end() && ChosenAtOrAbove(it->second, m);
+}
+
 PrefillKey PrefillKeyOf(const cpu::PagedAttentionParams& p) {
   return {p.head_dim, p.num_q_heads, p.num_kv_heads, p.sliding_window, p.softcap > 0};
 }
@@ -203,6 +221,7 @@ PrefillKey PrefillKeyOf(const cpu::PagedAttentionParams& p) {
 absl::StatusOr<TuneReport> TuneKernelsOnDevice(const KernelUses& uses, const TuneTarget& t) {
   const auto t0 = std::chrono::steady_clock::now();
   t.gemv->clear();
+  t.wide_gemv->clear();
   t.gemm->ClearChoices();
   t.prefill->clear();
   TuneReport report;
