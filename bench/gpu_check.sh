@@ -30,7 +30,7 @@ case "${1:-}" in
 esac
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
+cd "$root" || exit 1
 deps=${TPSERVE_GPU_DEPS:-$root/.gpu_deps}
 build=${TPSERVE_GPU_BUILD:-$root/build-gpu}
 archs=${TPSERVE_CUDA_ARCHS:-90}

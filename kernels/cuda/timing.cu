@@ -49,7 +49,7 @@ std::vector<double> TimeCandidates(cudaStream_t stream, int count, const std::fu
       // The hold already over (start reached) before the batch was queued: the GPU may
       // have waited on the host. Time again with a longer hold.
       const cudaError_t held = cudaEventQuery(start);
-      TP_CHECK(held == cudaSuccess || held == cudaErrorNotReady);
+      if (held != cudaErrorNotReady) TP_CUDA_CHECK(held);  // a kernel before it failed
       // "Not ready" is no error; should the runtime keep it as the thread's last error,
       // the next launch check would read it.
       if (held == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
