@@ -439,15 +439,15 @@ TEST(CudaModelGraphTest, TuneKernelsChoosesAPrefillTile) {
   Backend& b = **made;
   const int32_t T = 200, D = 256, Hq = 4, Hkv = 2, bs = 16, blocks = (T + bs - 1) / bs;
   for (int32_t window : {0, 64}) {
-    cpu::PagedAttentionParams p;
-    p.num_q_heads = Hq;
-    p.num_kv_heads = Hkv;
-    p.head_dim = D;
-    p.block_size = bs;
-    p.max_blocks_per_seq = blocks;
-    p.scale = 1.0f / 16.0f;
-    p.sliding_window = window;
-    p.bf16_probabilities = true;  // as the kernels round P before P.V
+    const cpu::PagedAttentionParams p{.num_q_heads = Hq,
+                                      .num_kv_heads = Hkv,
+                                      .head_dim = D,
+                                      .block_size = bs,
+                                      .max_blocks_per_seq = blocks,
+                                      .scale = 1.0f / 16.0f,
+                                      .sliding_window = window,
+                                      .softcap = 0.0f,
+                                      .bf16_probabilities = true};  // as the kernels round P before P.V
     auto report = b.TuneKernels(KernelUses{.linear = {}, .attention = {AttentionUse{p, 256}}});
     ASSERT_TRUE(report.ok()) << report.status();
     ASSERT_EQ(report->lines.size(), 1u) << "window " << window;
