@@ -116,7 +116,7 @@ def main():
             print(f"  engine tp {run.get('tp')} start-up tuning: {tuned['products']} products in "
                   f"{tuned.get('seconds', 0):.1f} s, {tuned.get('changed', 0)} not the default:")
             for line in tuned.get("lines", []):
-                if "(split " in line or "(heuristic's first " in line:
+                if any(mark in line for mark in ("(split ", "(heuristic's first ", "gemv, over", "(production ")):
                     print(f"    {line}")
         prefill = {p["kernels"]: p for p in run.get("prefill_by_kernels", [])}
         if "split" in prefill:
