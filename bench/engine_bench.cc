@@ -46,7 +46,8 @@ ABSL_FLAG(bool, op_profile, false,
 ABSL_FLAG(std::string, kernels, "split",
           "cuda: kernel choices measured side by side on one engine (prefill and decode), comma-separated: split | "
           "bulk | tuned, each optionally +pdl (bulk: GEMVs stream weights with bulk copies; tuned: the fastest "
-          "GEMV and cuBLASLt algorithm per weight shape and prefill tile per attention layout, measured at start-up; pdl: programmatic launch)");
+          "GEMV and cuBLASLt algorithm per weight shape and prefill tile per attention layout, measured at "
+          "start-up; pdl: programmatic launch)");
 ABSL_FLAG(int, num_layers, 0, "cuda: run the model's first N layers only (0: all); shortens the dummy load");
 
 namespace tpserve {

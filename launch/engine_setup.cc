@@ -265,7 +265,8 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
     // every GPU's t-th rank; every rank runs the agreed number of turns.
     const int devices = CudaDeviceCount();
     const int my_turn = TurnOnGpu(world.local_rank, devices);
-    const int turns = static_cast<int>(-comm.AllReduceMin(-RanksSharingGpu(world.local_rank, world.local_size, devices)));
+    const int sharing = RanksSharingGpu(world.local_rank, world.local_size, devices);
+    const int turns = static_cast<int>(-comm.AllReduceMin(-sharing));  // the most ranks on one GPU
     absl::Status tuned = absl::OkStatus();
     for (int turn = 0; turn < turns; ++turn) {
       if (turn == my_turn) {

@@ -40,8 +40,9 @@ ABSL_FLAG(std::string, kernels, "split",
           "cuda: how projections run: split (default: the split-K GEMV at 1-4 rows, cuBLASLt's heuristic above), "
           "bulk (compute capability 9.0+: GEMV weights streamed through shared memory by bulk copies; the same "
           "results), tuned (each weight shape's fastest GEMV and cuBLASLt algorithm and each attention layout's "
-          "fastest prefill tile, measured at start-up; GEMM and attention results move by rounding); each may add +pdl (9.0+: each GEMV starts while the kernel before it "
-          "finishes). Being measured, see docs/gpu_backend.md");
+          "fastest prefill tile, measured at start-up; GEMM and attention results move by rounding); each may add "
+          "+pdl (9.0+: each GEMV starts while the kernel before it finishes). Being measured, see "
+          "docs/gpu_backend.md");
 ABSL_FLAG(std::string, prompt, "", "Prompt text (tokenized with the model's tokenizer.json)");
 ABSL_FLAG(std::string, prompt_ids, "", "Prompt as comma-separated token ids, e.g. 2,651,1234");
 ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json path (default: MODEL/tokenizer.json)");
