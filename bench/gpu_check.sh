@@ -146,13 +146,31 @@ if (( ctest_rc != 0 )); then
 fi
 row "ctest -L gpu" "$( (( ctest_rc == 0 )) && echo ok || echo FAILED)" "$(elapsed "$t")"
 # The bulk GEMV and programmatic launch are measured only where their tests (in
-# cuda_linear_test and cuda_model_test) passed: a broken kernel traps, which would end the
-# benchmark that runs it and lose its other rows.
+# cuda_linear_test and cuda_model_test) passed, start-up tuning only where its tests (those
+# named *Tun*, and the timing helper's in cuda_elementwise_test) passed too: a broken
+# kernel traps, which would end the benchmark that runs it and lose its other rows. A test
+# binary that crashed or timed out (no test names to go by) turns both off.
 bulk_ok=1
-if grep -qE "(cuda_linear_test|cuda_model_test) .*(Failed|Timeout|Exception|Not Run)" "$build/gpu_check.ctest.log"; then
+tuned_ok=1
+# Suite.Test names of the failed GoogleTest cases (not gtest's "[  FAILED  ] 1 test" line).
+failed_tests=$(grep -oE '^\[  FAILED  \] [A-Za-z0-9_/]+\.[A-Za-z0-9_/]+' "$build/gpu_check.ctest.log" |
+               awk '{print $4}' | sort -u)
+if grep -qE "(cuda_linear_test|cuda_model_test|cuda_elementwise_test) .*(Timeout|Exception|Not Run)" \
+     "$build/gpu_check.ctest.log"; then
   bulk_ok=0
-  log "cuda_linear_test or cuda_model_test failed: the benchmarks skip the bulk GEMV and programmatic launch"
+  tuned_ok=0
 fi
+if grep -qE "(cuda_linear_test|cuda_model_test) .*Failed" "$build/gpu_check.ctest.log" &&
+   grep -vqE 'Tun' <<< "$failed_tests"; then
+  bulk_ok=0
+fi
+if grep -qE 'Tun|CudaTimeCandidatesTest|CudaFillPatternTest' <<< "$failed_tests"; then
+  tuned_ok=0
+fi
+(( bulk_ok )) || tuned_ok=0  # tuning times the bulk GEMV too
+(( bulk_ok )) || log "bulk GEMV or programmatic-launch tests failed: the benchmarks skip them (and tuning)"
+(( tuned_ok )) || log "kernel tuning's tests failed (or the bulk GEMV's): the benchmarks skip --kernels tuned"
+[[ -n $failed_tests ]] && log "failed tests: $(echo $failed_tests)"
 # A failing GPU test runs again under compute-sanitizer (memcheck), where the machine has it
 # and time allows, so that one run shows out-of-bounds accesses and launch errors too.
 if (( ctest_rc != 0 )) && command -v compute-sanitizer > /dev/null; then
@@ -191,10 +209,13 @@ if [[ -x $build/bench/engine_bench ]]; then
   # Kernels side by side on one engine: what start-up tuning measured fastest per shape
   # (first, so that the engine starts with it and tunes under programmatic launch, as it
   # runs; the op profiles are of it), the defaults, and the bulk GEMV under programmatic
-  # launch. Tuning times the bulk GEMV too, so without bulk_ok only the defaults run.
+  # launch; each only where its tests passed (bulk_ok, tuned_ok).
   args=${ENGINE_BENCH_ARGS:---backend cuda --model gemma-4-31b --tp 1 --batch 1,8,64,256 --context 1024 --decode_steps 16 --prefill_tokens 2048 --gpu_memory_utilization 0.9 --kernels tuned+pdl,split,bulk+pdl --op_profile --json}
   note=""
-  (( bulk_ok )) || args=${args/--kernels tuned+pdl,split,bulk+pdl/--kernels split}
+  kernels="split"
+  (( bulk_ok )) && kernels+=",bulk+pdl"
+  (( tuned_ok )) && kernels="tuned+pdl,$kernels"
+  args=${args/--kernels tuned+pdl,split,bulk+pdl/--kernels $kernels}
   if [[ -z ${ENGINE_BENCH_ARGS:-} ]] && (( $(left) < 300 )); then
     args+=" --num_layers 12"
     note=" (12/60 layers: time)"
@@ -246,7 +267,8 @@ if [[ -x $tpserve_bin ]]; then
   # graphs with the bulk GEMV under programmatic launch and with the tuned kernels (where
   # the bulk tests passed: tuning times the bulk GEMV too).
   runs=("1 true split" "2 true split" "1 false split")
-  (( bulk_ok )) && runs+=("1 false bulk+pdl" "1 false tuned+pdl")
+  (( bulk_ok )) && runs+=("1 false bulk+pdl")
+  (( tuned_ok )) && runs+=("1 false tuned+pdl")
   for run in "${runs[@]}"; do
     read -r tp eager kernels <<< "$run"
     what="tpserve generate --device cuda tp=$tp$([[ $eager == false ]] && echo " graphs")$([[ $kernels != split ]] && echo " $kernels") = --device cpu (qwen3)"
