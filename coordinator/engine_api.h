@@ -37,6 +37,7 @@ struct ModelInfo {
   std::string cuda_version = "none";
   int32_t max_num_seqs = 0;
   int32_t max_num_batched_tokens = 0;
+  std::string kernels = "cpu";  // see ModelInfoResponse.kernels
 };
 
 struct EngineStats {

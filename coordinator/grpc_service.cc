@@ -108,6 +108,7 @@ grpc::ServerUnaryReactor* TpServeService::ModelInfo(grpc::CallbackServerContext*
   response->set_device_count(info.device_count);
   response->set_driver_version(info.driver_version);
   response->set_cuda_version(info.cuda_version);
+  response->set_kernels(info.kernels);
   response->set_max_num_seqs(info.max_num_seqs);
   response->set_max_num_batched_tokens(info.max_num_batched_tokens);
   reactor->Finish(grpc::Status::OK);

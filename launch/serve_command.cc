@@ -191,6 +191,8 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
     info.driver_version = facts.ok() ? CudaVersionString(facts->driver_version) : "unknown";
     info.cuda_version = facts.ok() ? CudaVersionString(facts->runtime_version) : "unknown";
     info.device_count = engine->gpus_in_use;
+    info.kernels = absl::StrCat("cuda: ", KernelOptionsName(o.engine.kernels), ", ",
+                                engine->model->cuda_graphs() ? "CUDA graphs" : "eager");
   } else {
     info.device = CpuDeviceName();
     info.device_count = 0;

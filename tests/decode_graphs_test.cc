@@ -455,6 +455,7 @@ TEST(KernelOptionsTest, ParseKnowsTheVocabulary) {
     auto k = ParseKernelOptions(c.spec);
     ASSERT_TRUE(k.ok()) << c.spec << ": " << k.status();
     EXPECT_TRUE(*k == c.want) << c.spec;
+    EXPECT_EQ(KernelOptionsName(*k), c.spec);  // and back
   }
   for (const std::string bad : {"", "fast", "pdl", "+pdl", "tuned+", "bulk+tuned", "split+pdl+pdl", "SPLIT"}) {
     auto k = ParseKernelOptions(bad);

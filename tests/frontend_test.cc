@@ -187,6 +187,7 @@ TEST_F(FrontendTest, GrpcModelInfoAndStats) {
   EXPECT_EQ(info.device(), "CPU: fake");
   EXPECT_EQ(info.device_count(), 0);
   EXPECT_EQ(info.driver_version(), "none");
+  EXPECT_EQ(info.kernels(), "cpu");
   EXPECT_EQ(info.max_num_seqs(), 7);
 
   grpc::ClientContext c2;

@@ -364,6 +364,7 @@ RunRecord FullRun() {
   r.dtype = "bf16";
   r.driver_version = "550.54";
   r.cuda_version = "12.4";
+  r.kernels = "cuda: tuned+pdl, CUDA graphs";
   r.gpu_model = "NVIDIA H200";
   r.gpu_count = 2;
   r.nodes = 1;
@@ -479,6 +480,7 @@ TEST(RecordTest, RunRoundTripAndErrors) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(ToJson(*back), ToJson(run));
   EXPECT_EQ(back->gpu_model, "NVIDIA H200");
+  EXPECT_EQ(back->kernels, "cuda: tuned+pdl, CUDA graphs");
   EXPECT_EQ(back->max_model_len, 8192);
   ASSERT_EQ(back->levels.size(), 1u);
   EXPECT_EQ(back->levels[0].end_s, 20);

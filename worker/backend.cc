@@ -26,6 +26,10 @@ absl::StatusOr<KernelOptions> ParseKernelOptions(std::string_view spec) {
                                                  "\" is not one of split, bulk, tuned, split+pdl, bulk+pdl, tuned+pdl"));
 }
 
+std::string KernelOptionsName(const KernelOptions& k) {
+  return absl::StrCat(k.tuned ? "tuned" : k.bulk_gemv ? "bulk" : "split", k.pdl ? "+pdl" : "");
+}
+
 void Backend::CopyFromHost2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
                              size_t rows) {
   if (dst_pitch == row_bytes && src_pitch == row_bytes) return CopyFromHost(dst, src, rows * row_bytes);

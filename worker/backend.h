@@ -76,6 +76,8 @@ struct KernelOptions {
 // "split" (the default), "bulk" or "tuned", each optionally with "+pdl" (the vocabulary of
 // tpserve's and engine_bench's --kernels); an error names the choices.
 absl::StatusOr<KernelOptions> ParseKernelOptions(std::string_view spec);
+// The spec ParseKernelOptions reads back as `k` ("split", "tuned+pdl", ...).
+std::string KernelOptionsName(const KernelOptions& k);
 
 // A weight the model multiplies by, for Backend::TuneKernels: its products have 1 to
 // max_rows rows; `parts` are LinearSplit's output widths (summing to w.rows) where it is

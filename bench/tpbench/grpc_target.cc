@@ -98,6 +98,7 @@ class GrpcTarget : public Target {
     info.driver_version = r.driver_version();
     info.cuda_version = r.cuda_version();
     info.max_num_seqs = r.max_num_seqs();
+    info.kernels = r.kernels();
     return info;
   }
 

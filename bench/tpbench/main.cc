@@ -70,6 +70,8 @@ ABSL_FLAG(std::string, gpu_model, "", "GPU model (default: what the server says,
 ABSL_FLAG(int, gpu_count, -1, "GPU count (default: what the server says)");
 ABSL_FLAG(std::string, driver_version, "", "GPU driver version (default: what the server says)");
 ABSL_FLAG(std::string, cuda_version, "", "CUDA version (default: what the server says)");
+ABSL_FLAG(std::string, kernels, "",
+          "The server's kernel configuration, e.g. \"cuda: tuned+pdl, CUDA graphs\" (default: what the server says)");
 ABSL_FLAG(int, nodes, 0, "Nodes the server spans (default: distinct rank hosts the server reports, else 1)");
 ABSL_FLAG(int, tp_size, 0, "Tensor-parallel size (default: what the server says)");
 ABSL_FLAG(int, max_model_len, 0, "Recorded, and prompts that do not fit are skipped (default: the server's)");
@@ -169,6 +171,7 @@ void FillEnvironment(Target& target, RunRecord* run) {
   run->gpu_model = pick(absl::GetFlag(FLAGS_gpu_model), i.device, "unknown");
   run->driver_version = pick(absl::GetFlag(FLAGS_driver_version), i.driver_version, "unknown");
   run->cuda_version = pick(absl::GetFlag(FLAGS_cuda_version), i.cuda_version, "unknown");
+  run->kernels = pick(absl::GetFlag(FLAGS_kernels), i.kernels, "unknown");
   run->gpu_count = absl::GetFlag(FLAGS_gpu_count) >= 0 ? absl::GetFlag(FLAGS_gpu_count) : info.ok() ? i.device_count : -1;
   run->tp_size = absl::GetFlag(FLAGS_tp_size) > 0 ? absl::GetFlag(FLAGS_tp_size) : i.tp_size;
   run->max_model_len = absl::GetFlag(FLAGS_max_model_len) > 0 ? absl::GetFlag(FLAGS_max_model_len) : i.max_model_len;

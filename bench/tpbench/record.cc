@@ -237,6 +237,7 @@ nlohmann::json ToJson(const RunRecord& r) {
               {"dtype", r.dtype},
               {"driver_version", r.driver_version},
               {"cuda_version", r.cuda_version},
+              {"kernels", r.kernels},
               {"gpu_model", r.gpu_model},
               {"gpu_count", r.gpu_count},
               {"nodes", r.nodes},
@@ -269,6 +270,7 @@ absl::StatusOr<RunRecord> RunRecordFromJson(const nlohmann::json& j) {
   TP_RETURN_IF_ERROR(f.Get("dtype", kOptional, &r.dtype));
   TP_RETURN_IF_ERROR(f.Get("driver_version", kOptional, &r.driver_version));
   TP_RETURN_IF_ERROR(f.Get("cuda_version", kOptional, &r.cuda_version));
+  TP_RETURN_IF_ERROR(f.Get("kernels", kOptional, &r.kernels));
   TP_RETURN_IF_ERROR(f.Get("gpu_model", kOptional, &r.gpu_model));
   TP_RETURN_IF_ERROR(f.Get("gpu_count", kOptional, &r.gpu_count));
   TP_RETURN_IF_ERROR(f.Get("nodes", kOptional, &r.nodes));

@@ -77,6 +77,7 @@ struct RunRecord {
   std::string dtype;            // dtype / quantization
   std::string driver_version;   // GPU driver, or "none" (CPU), or "unknown"
   std::string cuda_version;
+  std::string kernels;          // the server's kernel configuration, e.g. "cuda: tuned+pdl, CUDA graphs"
   std::string gpu_model;        // or "none (CPU)"
   int gpu_count = 0;
   int nodes = 1;

@@ -124,6 +124,7 @@ std::string EnvironmentTable(const RunView& v) {
       {"Dtype", or_unknown(r.dtype)},
       {"GPU driver", or_unknown(r.driver_version)},
       {"CUDA", or_unknown(r.cuda_version)},
+      {"Kernels", or_unknown(r.kernels)},
       {"Device", DeviceText(r)},
       {"Nodes", absl::StrCat(r.nodes)},
       {"Tensor parallel", r.tp_size > 0 ? absl::StrCat(r.tp_size) : "unknown"},

@@ -39,6 +39,7 @@ struct ServerInfo {
   int device_count = 0;            // GPUs across ranks
   std::string driver_version, cuda_version;
   int max_num_seqs = 0;
+  std::string kernels;  // e.g. "cuda: tuned+pdl, CUDA graphs"
 };
 
 // Cumulative server counters (tpserve's Stats); LevelRecord keeps the difference.
