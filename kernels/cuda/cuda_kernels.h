@@ -139,7 +139,7 @@ void PrefillAttentionWithTuning(const PrefillTuning& t, const bf16* q, const bf1
                                 const int32_t* block_tables, const cpu::PagedAttentionParams& p, void* workspace,
                                 size_t workspace_bytes, bf16* out, cudaStream_t stream);
 
-// ---- Linear (kernels/cuda/gemv.cu; large M goes through kernels/cuda/gemm.h) ----
+// ---- Linear (kernels/cuda/gemv.cu, gemv_bulk.cu; large M goes through kernels/cuda/gemm.h) ----
 
 // How a GEMV may run; every choice gives the same bits.
 struct GemvLaunch {
