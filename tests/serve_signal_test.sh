@@ -39,6 +39,12 @@ running() { for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done; return
 gone() { ! kill -0 "$1" 2>/dev/null; }
 no_rank_left() { ! pgrep -f "^$TPSERVE serve" >/dev/null; }
 stream_started() { cat "$stream".* 2>/dev/null | grep -q '"text"'; }  # $stream: drain_case's
+# Every stream admitted (running or waiting, from /metrics), so that none is still on its
+# way in when the signal lands (it would get the drain's 503). $http: drain_case's.
+all_admitted() {
+  [ "$(curl -s -m 5 "http://127.0.0.1:$http/metrics" |
+       awk '/^tpserve_num_requests_(running|waiting)[ {]/ {s += $NF} END {print s + 0}')" -ge "$STREAMS" ]
+}
 
 # drain_case TAG NAME SIGNAL TARGET: TARGET "pid" signals the launcher, "group" its process group.
 drain_case() {
@@ -67,6 +73,10 @@ drain_case() {
   done
   if ! poll 60 stream_started; then
     bad "$name: no stream started: $(head -c 300 "$stream".*)"
+    return
+  fi
+  if ! poll 30 all_admitted; then
+    bad "$name: not all $STREAMS streams were admitted: $(curl -s "http://127.0.0.1:$http/metrics" | grep num_requests)"
     return
   fi
 
