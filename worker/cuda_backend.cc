@@ -426,6 +426,7 @@ absl::StatusOr<TuneReport> CudaBackendImpl::TuneKernels(const KernelUses& uses) 
       .wide_gemv = &wide_gemv_,
       .prefill = &prefill_tuned_,
       .pdl = gemv_.pdl,
+      .gemv_max_rows = kGemvMaxRows,
       .decode_max_tokens = kDecodeMaxTokens,
       .allocate = [this](size_t bytes) { return Allocate(bytes); },
   };

@@ -19,8 +19,6 @@ namespace {
 
 using cuda::bf16;
 
-// GEMVs at up to this many rows (the CUDA backend's kGemvMaxRows); cuBLASLt above.
-constexpr int64_t kGemvRows = 4;
 // The longest synthetic prompt prefill attention is timed on.
 constexpr int64_t kAttentionTuneMaxTokens = 8192;
 
@@ -61,13 +59,13 @@ absl::Status TuneLinear(std::span<const LinearUse> uses, const TuneTarget& t, Tu
     const bf16* w = static_cast<const bf16*>(u.w.data);
     const int64_t k = u.w.cols;
     if (k % 8 == 0) {  // other k: one GEMV kernel
-      for (int64_t m = 1; m <= std::min(kGemvRows, u.max_rows); ++m) {
+      for (int64_t m = 1; m <= std::min(t.gemv_max_rows, u.max_rows); ++m) {
         AddWeight(gemvs[{m, u.w.rows, k}], w, m);
         x_elems = std::max(x_elems, m * k);
         y_elems = std::max(y_elems, m * u.w.rows);
       }
     }
-    if (u.max_rows <= kGemvRows) continue;
+    if (u.max_rows <= t.gemv_max_rows) continue;
     const std::vector<int64_t> parts = u.parts.empty() ? std::vector<int64_t>{u.w.rows} : u.parts;
     int64_t row0 = 0;
     for (int64_t n : parts) {
@@ -103,7 +101,7 @@ absl::Status TuneLinear(std::span<const LinearUse> uses, const TuneTarget& t, Tu
   }
   for (auto& [key, ws] : gemms) {
     const auto [n, k] = key;
-    for (int64_t m : TuneRowBuckets(kGemvRows + 1, ws.max_rows)) {
+    for (int64_t m : TuneRowBuckets(t.gemv_max_rows + 1, ws.max_rows)) {
       const int count = t.gemm->NumCandidates(m, n, k);
       const std::vector<double> us = cuda::TimeCandidates(
           t.stream, count, [&](int i) { return t.gemm->RunCandidate(i, x, m, k, ws.Next(), n, y, t.stream); });

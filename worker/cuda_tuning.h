@@ -44,6 +44,7 @@ struct TuneTarget {
   WideGemvChoices* wide_gemv = nullptr;
   PrefillChoices* prefill = nullptr;
   bool pdl = false;            // GEMVs timed (and later run) under programmatic launch
+  int64_t gemv_max_rows = 4;       // Linear over more rows runs cuBLASLt (or the wide GEMV)
   int64_t decode_max_tokens = 64;  // attention over more query tokens runs the prefill kernel
   std::function<absl::StatusOr<std::unique_ptr<Buffer>>(size_t)> allocate;  // temporaries
 };

@@ -50,7 +50,6 @@ class Gemm {
   void Choose(int64_t m, int64_t n, int64_t k, int candidate);
   void ClearChoices();
   void set_use_tuned(bool on) { use_tuned_ = on; }
-  bool use_tuned() const { return use_tuned_; }
   // The algorithm Run would use for this shape is a chosen one other than the heuristic's
   // first (for tests).
   bool UsesTunedChoice(int64_t m, int64_t n, int64_t k);
