@@ -12,9 +12,9 @@
 namespace tpserve {
 
 // The row counts measured for products of up to `max_rows` rows: powers of two from
-// `min_rows` (rounded up to one) to the first at or above max_rows, whose place max_rows
-// itself takes (the warm-up and the largest prefill chunk run exactly that many). Empty
-// when max_rows < min_rows.
+// `min_rows` (rounded up to a power of two) to the first at or above max_rows, whose
+// place max_rows itself takes (the warm-up and the largest prefill chunk run exactly that
+// many). Empty when max_rows < min_rows.
 std::vector<int64_t> TuneRowBuckets(int64_t min_rows, int64_t max_rows);
 
 // The measured row count whose choice a product of `rows` rows uses: the smallest one at
