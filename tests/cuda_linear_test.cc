@@ -109,8 +109,8 @@ TEST_P(CudaGemvTest, SplitOutputsMatchOneOutput) {
 }
 
 // The bulk-copy GEMV and programmatic launch (cuda::GemvLaunch) give the split kernel's
-// bits, one output or three; shapes they do not take (m > 4, k % 8 != 0, rows over 48 KB)
-// fall back to the split kernel.
+// bits, one output or three; shapes they do not take (m > 4, k % 8 != 0, rows over 48 KB,
+// x and two stages beyond shared memory) fall back to the split kernel.
 TEST_P(CudaGemvTest, BulkAndProgrammaticLaunchGiveTheSameBits) {
   TP_SKIP_WITHOUT_GPU();
   if (!cuda::GemvBulkSupported()) GTEST_SKIP() << "the bulk GEMV and programmatic launch need compute capability 9.0";
@@ -122,13 +122,21 @@ TEST_P(CudaGemvTest, BulkAndProgrammaticLaunchGiveTheSameBits) {
   auto* xb = reinterpret_cast<bf16*>(d_x.get());
   cuda::Gemv(xb, m, k, d_w.get(), DType::kBF16, n, reinterpret_cast<bf16*>(whole.get()), nullptr);
   const std::vector<uint16_t> want = whole.Download();
+  int smem_optin = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), cudaSuccess);
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   for (const cuda::GemvLaunch launch : {cuda::GemvLaunch{.bulk = true}, cuda::GemvLaunch{.pdl = true},
                                         cuda::GemvLaunch{.bulk = true, .pdl = true}}) {
     const std::string name = std::string(launch.bulk ? "bulk" : "split") + (launch.pdl ? "+pdl" : "");
     if (launch.bulk) {  // the shapes the bulk kernel takes (a fallback would pass unseen)
-      EXPECT_EQ(cuda::GemvTakesBulk(m, k), m <= 4 && k % 8 == 0 && k * 2 <= 48 * 1024) << name;
+      // Rows of at most 48 KB, 4 / 2 / 1 of them a stage; x's rows and two stages within
+      // the shared memory a block may opt into, less up to 2 KB of static shared memory
+      // (the test's shapes are far from that edge).
+      const int64_t row = k * 2, stage = (row * 4 <= 48 * 1024 ? 4 : row * 2 <= 48 * 1024 ? 2 : 1) * row;
+      const int64_t x_bytes = (m * row + 127) / 128 * 128;
+      const bool fits = x_bytes + 2 * stage <= static_cast<int64_t>(smem_optin) - 2048;
+      EXPECT_EQ(cuda::GemvTakesBulk(m, k), m <= 4 && k % 8 == 0 && row <= 48 * 1024 && fits) << name;
     }
     ASSERT_EQ(cudaMemset(got.get(), 0xff, m * n * 2), cudaSuccess);  // no variant inherits the last one's output
     for (int rep = 0; rep < 3; ++rep) {  // the persistent blocks' stages are reused across calls
@@ -280,6 +288,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemvTest,
                                            LinearCase{1, 100, 64},      // K not a multiple of 8
                                            LinearCase{1, 8192, 5376},   // bulk: 2 features a group
                                            LinearCase{2, 16384, 1000},  // bulk: 1 feature a group
+                                           LinearCase{3, 21504, 260},   // bulk: 3 rows of down_proj fit
+                                           LinearCase{4, 21504, 260},   // 4 rows + 2 stages do not: split
                                            LinearCase{1, 32768, 300}),  // rows over 48 KB: no bulk
                          [](const auto& info) {
                            return std::to_string(info.param.m) + "x" + std::to_string(info.param.k) + "x" +

@@ -147,8 +147,10 @@ void PrefillAttentionWithTuning(const PrefillTuning& t, const bf16* q, const bf1
 struct GemvLaunch {
   // Stream the weights through shared memory with bulk asynchronous copies (the TMA
   // engine), a persistent block per SM with up to 6 groups of rows in flight, instead of
-  // the split kernel's register loads. Taken for bf16 weights, m <= 4, k % 8 == 0 and
-  // k <= 24576 on compute capability 9.0+ (GemvBulkSupported); otherwise ignored.
+  // the split kernel's register loads. Taken for bf16 weights, m <= 4, k % 8 == 0,
+  // k <= 24576 and x's m rows plus two stages of weight rows within shared memory (on an
+  // H200 m = 4 stops near k = 19300, m = 3 near k = 23200), on compute capability 9.0+
+  // (GemvBulkSupported); otherwise ignored (GemvTakesBulk says which).
   bool bulk = false;
   // Programmatic dependent launch (9.0+; ignored below): the GEMV may start while the
   // kernel before it on the stream still runs, fetching weights meanwhile; it reads x and

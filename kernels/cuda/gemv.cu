@@ -56,7 +56,7 @@ __device__ __forceinline__ void Load8(const float* w, int64_t i, float* f) {
 template <typename WT, int kRows>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
     GemvKernel(const bf16* __restrict__ x, int64_t m, int64_t k, const WT* __restrict__ w, int64_t n,
-               OutputMap y) {
+               const __grid_constant__ OutputMap y) {
   const int lane = threadIdx.x % kWarp;
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kRows;
@@ -156,11 +156,16 @@ constexpr int DefaultMinBlocks() {
 // Block (x: kFeatures output features from blockIdx.x * kFeatures, y: kRows rows of x).
 // Thread t sums vectors t, t + 256, ... of each feature in that order whatever kFeatures,
 // kSplitUnroll and kMinBlocks are, so every variant gives bit-identical results.
+// x is not __restrict__: with programmatic launch the kernel before this one writes x while
+// this one runs (its weight loads start early), so x must not go through the read-only
+// (ld.global.nc) path, whose contract is data unchanged for the kernel's lifetime. Its
+// loads are plain L1-cached LDG.E.128 after griddepcontrol.wait. y is a __grid_constant__
+// parameter: OutputAt reads it in place instead of from a per-thread local copy.
 template <typename WT, int kRows, int kFeatures = kFeaturesDefault, int kSplitUnroll = kUnrollDefault,
           int kMinBlocks = DefaultMinBlocks<WT, kRows>()>
 __global__ void __launch_bounds__(kSplitThreads, kMinBlocks)
-    GemvSplitKernel(const bf16* __restrict__ x, int64_t m, int64_t k, const WT* __restrict__ w, int64_t n,
-                    OutputMap y) {
+    GemvSplitKernel(const bf16* x, int64_t m, int64_t k, const WT* __restrict__ w, int64_t n,
+                    const __grid_constant__ OutputMap y) {
   __shared__ float partial[kSplitThreads / kWarp][kRows][kFeatures];
   const int tid = threadIdx.x;
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kFeatures;

@@ -53,7 +53,7 @@ __device__ __forceinline__ uint64_t GlobalTimerNs() {
 template <int kRows, int kFeatures>
 __global__ void __launch_bounds__(kBulkThreads, 1)
     GemvBulkKernel(const bf16* __restrict__ x, int64_t m, int64_t k, const bf16* __restrict__ w, int64_t n,
-                   OutputMap y, int stages, int64_t x_bytes) {
+                   const __grid_constant__ OutputMap y, int stages, int64_t x_bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) uint8_t smem[];  // x (x_bytes, padded), then the stages
   __shared__ __align__(8) uint64_t full[kBulkMaxStages];
@@ -165,7 +165,9 @@ DeviceFacts CurrentDevice() {
     cudaFuncAttributes attr{};
     TP_CUDA_CHECK(cudaFuncGetAttributes(&attr, GemvBulkKernel<1, 4>));
     facts[device].device = device;
-    facts[device].sm90 = attr.binaryVersion >= 90;
+    // ptxVersion is the architecture the code was compiled for (__CUDA_ARCH__); binaryVersion
+    // is the device's own where sm_80 PTX was compiled at load time.
+    facts[device].sm90 = attr.ptxVersion >= 90 && attr.binaryVersion >= 90;
     TP_CUDA_CHECK(cudaDeviceGetAttribute(&facts[device].sms, cudaDevAttrMultiProcessorCount, device));
   });
   return facts[device];
