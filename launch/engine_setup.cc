@@ -189,20 +189,26 @@ absl::StatusOr<int64_t> PlanGpuKvBudget(const EngineOptions& o, const WorldConfi
   // allocation without that room could run out of memory mid-serving.
   int64_t graph_bytes = 0;
   if (m.cuda_graphs()) {
+    auto agree = [&](absl::Status gs) {
+      if (!gs.ok()) {
+        gs = absl::Status(gs.code(), absl::StrCat("capturing the decode steps' CUDA graphs: ", gs.message(),
+                                                  " (--enforce-eager runs without them)"));
+      }
+      return comm.AgreeOnStatus(gs);
+    };
+    // Agreed before capturing: the captured steps hold all-reduces, so every rank captures
+    // or none does.
     absl::Status gs = m.ReserveGraphBuffers();
     e.backend->Synchronize();
     absl::StatusOr<DeviceMemoryInfo> before = CudaDeviceMemory(e.gpu);
     if (gs.ok()) gs = before.status();
-    if (gs.ok()) gs = m.CaptureCudaGraphs();
+    TP_RETURN_IF_ERROR(agree(gs));
+    gs = m.CaptureCudaGraphs();
     e.backend->Synchronize();
     absl::StatusOr<DeviceMemoryInfo> after = CudaDeviceMemory(e.gpu);
     if (gs.ok()) gs = after.status();
     if (gs.ok()) graph_bytes = std::max<int64_t>(0, before->free_bytes - after->free_bytes);
-    if (!gs.ok()) {
-      gs = absl::Status(gs.code(), absl::StrCat("capturing the decode steps' CUDA graphs: ", gs.message(),
-                                                " (--enforce-eager runs without them)"));
-    }
-    TP_RETURN_IF_ERROR(comm.AgreeOnStatus(gs));
+    TP_RETURN_IF_ERROR(agree(gs));
   }
   m.FreeKvCache();
   e.backend->Synchronize();
@@ -309,6 +315,10 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
   if (kv.ok()) kv = e.model->AllocateKvCache(blocks);
   TP_RETURN_IF_ERROR(comm.AgreeOnStatus(kv));
   e.model->FitGraphsToKvCache();  // same blocks on every rank: same width
+  // The graphs' buffers at that width, now rather than at the first decode step: the
+  // attention workspace is not monotonic in the width, and growing it mid-serving, after
+  // the KV cache took the memory, could fail on one rank alone.
+  TP_RETURN_IF_ERROR(comm.AgreeOnStatus(e.model->ReserveGraphBuffers()));
   e.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return e;
 }

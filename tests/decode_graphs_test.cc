@@ -333,6 +333,74 @@ TEST(DecodeGraphsTest, RanksWithHostCollectivesStayEager) {
   ExpectSame(eager, asked);
 }
 
+// Fails the capture of one size as CudaGraphRunner does (the step reruns eagerly, the
+// size stays eager) and counts the steps each size ran.
+class FailingStepGraphs : public FakeStepGraphs {
+ public:
+  FailingStepGraphs(std::vector<int32_t> sizes, int32_t fail, std::map<int32_t, int>* steps, int* replays,
+                    int* clears)
+      : FakeStepGraphs(std::move(sizes), replays, clears), fail_(fail), steps_(steps) {}
+  absl::Status Run(int32_t padded, const std::function<void()>& step) override {
+    if (padded != fail_) {
+      return FakeStepGraphs::Run(padded, [&] {
+        ++(*steps_)[padded];
+        step();
+      });
+    }
+    ++(*steps_)[padded];
+    step();
+    if (warmed_up_) return absl::InternalError("capture refused");
+    warmed_up_ = true;
+    return absl::OkStatus();
+  }
+  bool captured(int32_t padded) const override { return padded != fail_ && FakeStepGraphs::captured(padded); }
+
+ private:
+  int32_t fail_;
+  bool warmed_up_ = false;
+  std::map<int32_t, int>* steps_;
+};
+
+class FailingGraphCpuBackend : public GraphCpuBackend {
+ public:
+  FailingGraphCpuBackend(int32_t fail, std::map<int32_t, int>* steps, int* replays)
+      : GraphCpuBackend(replays), fail_(fail), steps_(steps), replays_(replays) {}
+  std::unique_ptr<StepGraphs> MakeStepGraphs(const std::vector<int32_t>& batch_sizes) override {
+    return std::make_unique<FailingStepGraphs>(batch_sizes, fail_, steps_, replays_, &graph_clears);
+  }
+
+ private:
+  int32_t fail_;
+  std::map<int32_t, int>* steps_;
+  int* replays_;
+};
+
+// A size whose capture fails does not end CaptureCudaGraphs early: every later size still
+// runs its warm-up and capture steps (on several ranks they hold all-reduces that the other
+// ranks wait in), and the first error comes back at the end.
+TEST(DecodeGraphsTest, CaptureRunsEverySizeAfterAFailure) {
+  auto config = LoadModelConfig(testing::FixtureDir("qwen3"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto source = OpenCheckpointSource(testing::FixtureDir("qwen3"));
+  ASSERT_TRUE(source.ok()) << source.status();
+  std::map<int32_t, int> steps;
+  int replays = 0;
+  FailingGraphCpuBackend backend(/*fail=*/2, &steps, &replays);
+  auto comm = LocalGroup(1).Rank(0);
+  ModelOptions mo;
+  mo.block_size = 4;
+  mo.cuda_graph_batch_sizes = {1, 2, 4};
+  mo.max_model_len = 40;
+  auto model = Model::Load(*config, **source, backend, *comm, mo);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_TRUE((*model)->cuda_graphs());
+  ASSERT_TRUE((*model)->AllocateKvCache(64).ok());
+  const absl::Status st = (*model)->CaptureCudaGraphs();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(st.message().find("capture refused"), std::string::npos) << st;
+  EXPECT_EQ(steps, (std::map<int32_t, int>{{1, 2}, {2, 2}, {4, 2}}));
+}
+
 // The plain CPU backend has no graphs: the option changes nothing.
 TEST(DecodeGraphsTest, CpuBackendIgnoresTheSizes) {
   auto config = LoadModelConfig(testing::FixtureDir("qwen3"));

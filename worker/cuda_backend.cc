@@ -77,6 +77,7 @@ class CudaBackendImpl : public CudaBackend {
     tuned_ = k.tuned;
     gemv_ = cuda::GemvLaunch{.bulk = k.bulk_gemv && !k.tuned, .pdl = k.pdl};
     gemm_->set_use_tuned(k.tuned);
+    ++workspace_generation_;  // captured graphs hold the old kernels: BackendStepGraphs drop them
   }
   absl::StatusOr<TuneReport> TuneKernels(const KernelUses& uses) override;
 
@@ -290,7 +291,8 @@ class CudaBackendImpl : public CudaBackend {
     return EnsureWorkspace(WorkspaceBytes(tokens, p));
   }
   std::unique_ptr<StepGraphs> MakeStepGraphs(const std::vector<int32_t>& batch_sizes) override;
-  // Bumped whenever the attention workspace moves (graphs that read it are stale then).
+  // Bumped whenever captured graphs go stale: the attention workspace moved, or the kernel
+  // options or tuned choices changed.
   uint64_t workspace_generation() const { return workspace_generation_; }
 
  private:

@@ -62,9 +62,11 @@ absl::Status CudaGraphRunner::Run(int32_t padded, const std::function<void()>& s
     e.exec = nullptr;
     e.failed = true;
     step();  // nothing ran during the failed capture
+    // What gets here was refused at end of capture or instantiation; a launch that the
+    // capture refused aborts at its own TP_CUDA_CHECK_LAUNCH with file and line.
     return absl::InternalError(absl::StrCat("capturing the decode step for batch size ", padded,
-                                            " failed: ", cudaGetErrorString(err),
-                                            " (an op synchronized or copied from the host inside the step?)"));
+                                            " failed at end of capture or instantiation: ",
+                                            cudaGetErrorString(err)));
   }
   TP_CUDA_CHECK(cudaGraphLaunch(e.exec, stream_));
   return absl::OkStatus();

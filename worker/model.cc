@@ -389,14 +389,27 @@ absl::Status Model::CaptureCudaGraphs() {
   StepPlan none;  // no real token: every one of the step's tokens is padding
   none.kv.resize(config_.kv_group_windows.size());
   StepTimes times;
+  // Every size runs on every rank even after one failed to capture (a failed capture reruns
+  // its step eagerly): the steps hold all-reduces, and a rank that left the loop early
+  // would leave the others waiting in them. The first error is returned at the end.
+  absl::Status first_error;
   for (int32_t b : graph_sizes_) {
     TP_RETURN_IF_ERROR(UploadStep(PadDecodeStep(none, b, graph_table_width_), graph_table_width_));
     // Twice: the warm-up run, then the capture (which launches the graph).
     for (int i = 0; i < 2 && !graphs_->captured(b); ++i) {
-      TP_RETURN_IF_ERROR(graphs_->Run(b, [&] { RunDevice(b, b, &times); }));
+      const absl::Status st = graphs_->Run(b, [&] { RunDevice(b, b, &times); });
+      if (!st.ok() && first_error.ok()) first_error = st;
     }
   }
   backend_.Synchronize();
+  TP_RETURN_IF_ERROR(first_error);
+  for (int32_t b : graph_sizes_) {
+    if (!graphs_->captured(b)) {
+      return absl::InternalError(absl::StrCat("the decode step for batch size ", b,
+                                              " was not captured (a capture failed before, or the attention "
+                                              "workspace moved while capturing)"));
+    }
+  }
   return absl::OkStatus();
 }
 
