@@ -1,13 +1,18 @@
 // Micro-benchmark of the CUDA kernels at Gemma 4 31B shapes (TP 1): achieved GB/s or
 // TFLOP/s of each next to the device's measured copy bandwidth. Not a test; run by
-// bench/gpu_check.sh and by hand: build/bench/cuda_kernels_bench [--device N] [--no_bulk] [--json]
+// bench/gpu_check.sh and by hand:
+//   build/bench/cuda_kernels_bench [--device N] [--no_bulk] [--no_tune] [--no_wgmma] [--json]
+// stdout is line-buffered and every row is printed (with --json, its JSON line too) as it
+// is measured, so a kernel that traps late costs only the rows after it.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,9 +66,8 @@ double TimeUs(cudaStream_t stream, const std::function<void()>& f) {
   return us[us.size() / 2];
 }
 
-// Every row also as one JSON object (--json prints them last, one a line, for
-// tools/gpu_check_summary.py).
-std::vector<std::string> json_rows;
+// --json: every row also as one JSON line ("json: {...}", for tools/gpu_check_summary.py).
+bool json_rows = false;
 
 std::string JsonString(const std::string& s) {
   std::string out = "\"";
@@ -79,14 +83,17 @@ void Row(const char* kernel, const std::string& shape, double us, double amount,
   char nums[160];
   std::snprintf(nums, sizeof(nums), "\"us\": %.3f, \"rate\": %.3f, \"unit\": \"%s\", \"peak\": %.1f", us, rate,
                 amount > 0 ? unit : "", peak);
-  json_rows.push_back("{\"kernel\": " + JsonString(kernel) + ", \"shape\": " + JsonString(shape) + ", " + nums + "}");
   if (amount <= 0) {  // a time only
     std::printf("%-22s %-44s %10.1f %10s\n", kernel, shape.c_str(), us, "-");
-    return;
+  } else {
+    std::printf("%-22s %-44s %10.1f %10.1f %-7s", kernel, shape.c_str(), us, rate, unit);
+    if (peak > 0) std::printf(" %5.0f%% of %.0f", 100.0 * rate / peak, peak);
+    std::printf("\n");
   }
-  std::printf("%-22s %-44s %10.1f %10.1f %-7s", kernel, shape.c_str(), us, rate, unit);
-  if (peak > 0) std::printf(" %5.0f%% of %.0f", 100.0 * rate / peak, peak);
-  std::printf("\n");
+  if (json_rows) {
+    std::printf("json: %s\n",
+                ("{\"kernel\": " + JsonString(kernel) + ", \"shape\": " + JsonString(shape) + ", " + nums + "}").c_str());
+  }
 }
 
 // Paged attention inputs: `seqs` sequences of `ctx` keys each in consecutive blocks,
@@ -129,13 +136,19 @@ AttnInputs MakeAttn(int32_t q_heads, int32_t kv_heads, int32_t head_dim, int32_t
 
 int Main(int argc, char** argv) {
   int device = 0;
-  bool no_bulk = false;  // --no_bulk: skip the bulk GEMV and programmatic launch (gpu_check: their tests failed)
-  bool json = false;     // --json: every row again as a JSON line ("json: {...}") at the end
+  // gpu_check passes the --no_* flags where the kernels' tests failed: a kernel that traps
+  // would end the benchmark and lose the rows after it.
+  bool no_bulk = false;   // skip the bulk GEMV and programmatic launch
+  bool no_tune = false;   // skip the sweeps of GEMV block shapes and prefill tiles (start-up tuning's candidates)
+  bool no_wgmma = false;  // skip the sm_90a wgmma prefill kernel
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--json") == 0) json = true;
+    if (std::strcmp(argv[i], "--json") == 0) json_rows = true;
     if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--no_bulk") == 0) no_bulk = true;
+    if (std::strcmp(argv[i], "--no_tune") == 0) no_tune = true;
+    if (std::strcmp(argv[i], "--no_wgmma") == 0) no_wgmma = true;
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::printf("cuda_kernels_bench: no CUDA device\n");
@@ -241,7 +254,7 @@ int Main(int argc, char** argv) {
     cudaFree(x);
     cudaFree(y);
   }
-  {  // The m = 1 GEMV's block shape: the production {features 4, unroll 4, 2 blocks per SM}
+  if (!no_tune) {  // The m = 1 GEMV's block shape: the production {features 4, unroll 4, 2 blocks per SM}
      // against the other instantiated tunings, at the shapes batch-1 decode spends its time
      // in. Every tuning must give the production bits (checked here).
     struct Shape {
@@ -477,7 +490,7 @@ int Main(int argc, char** argv) {
           4.0 * (static_cast<double>(T) * T / 2) * 32 * d, "TFLOP/s", 0);
     }
   }
-  {  // The prefill kernel's tile shapes (keys per K/V tile / 16-row warps per CTA) on the
+  if (!no_tune) {  // The prefill kernel's tile shapes (keys per K/V tile / 16-row warps per CTA) on the
      // 31B's 2048-token prompt: sliding layers (window 1024, d 256) and global layers
      // (causal, d 512); the production shape is 32/4 for both.
     for (int32_t d : {256, 512}) {
@@ -517,8 +530,41 @@ int Main(int argc, char** argv) {
     const double us_argmax = TimeUs(st, [&] { Argmax(dl, DType::kF32, rows, V, out, st); });
     Row("argmax", "rows=64 vocab=262144", us_argmax, 1.0 * rows * V * 4, "GB/s", peak_gbs);
   }
-  if (json) {
-    for (const std::string& j : json_rows) std::printf("json: %s\n", j.c_str());
+  // Last, as it has never run on a GPU before: the sm_90a prefill kernel (S on wgmma) beside
+  // the production mma.sync kernel on the 31B's sliding-layer prompt and a causal 4096-token
+  // one, and how far its output is from production's.
+  if (const std::optional<PrefillTuning> wg = PrefillAttentionWgmmaTuning(256); wg.has_value() && !no_wgmma) {
+    for (const int32_t window : {1024, 0}) {
+      const int32_t T = window > 0 ? 2048 : 4096;
+      AttnInputs a = MakeAttn(32, 16, 256, window, 1, T, T);
+      const size_t ws_bytes = PrefillAttentionWorkspaceBytes(a.tokens);
+      void* ws = Alloc<uint8_t>(static_cast<int64_t>(ws_bytes));
+      bf16* ref = Alloc<bf16>(a.tokens * 32 * 256);
+      double pairs = 0;
+      for (int32_t t = 0; t < T; ++t) pairs += window > 0 ? std::min(t + 1, window) : t + 1;
+      const std::string shape = "tokens=" + std::to_string(T) + " q/kv=32/16 d=256" +
+                                (window > 0 ? " window=1024" : " causal");
+      const double base_us = TimeUs(st, [&] {
+        PrefillAttention(a.q, a.kc, a.vc, a.seq, a.pos, a.tokens, a.tables, a.p, ws, ws_bytes, ref, st);
+      });
+      Row("prefill mma.sync", shape, base_us, 4.0 * pairs * 32 * 256, "TFLOP/s", 0);
+      const double us = TimeUs(st, [&] {
+        PrefillAttentionWithTuning(*wg, a.q, a.kc, a.vc, a.seq, a.pos, a.tokens, a.tables, a.p, ws, ws_bytes, a.out,
+                                   st);
+      });
+      Row("prefill wgmma", shape, us, 4.0 * pairs * 32 * 256, "TFLOP/s", 0);
+      const int64_t n = a.tokens * 32 * 256;
+      std::vector<uint16_t> got(n), want(n);
+      TP_CUDA_CHECK(cudaMemcpy(got.data(), a.out, n * 2, cudaMemcpyDeviceToHost));
+      TP_CUDA_CHECK(cudaMemcpy(want.data(), ref, n * 2, cudaMemcpyDeviceToHost));
+      double max_diff = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double d = std::fabs(static_cast<double>(Bf16ToF32(got[i])) - Bf16ToF32(want[i]));
+        max_diff = std::isnan(d) ? INFINITY : std::max(max_diff, d);
+      }
+      std::printf("prefill wgmma vs mma.sync (%s): max |diff| %.3g\n", shape.c_str(), max_diff);
+      for (void* p : {static_cast<void*>(ws), static_cast<void*>(ref)}) cudaFree(p);
+    }
   }
   return 0;
 }
