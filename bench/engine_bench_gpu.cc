@@ -430,7 +430,9 @@ int RunGpuEngineBench(const GpuBenchOptions& o) {
     if (!r.error.empty()) {
       std::fprintf(stderr, "engine_bench: tp %d: %s\n", tp, r.error.c_str());
       code = 1;
-      continue;
+      if (r.load_s <= 0) continue;  // the engine never started: nothing was measured
+      // A later measurement failed: what was measured before it is still worth printing.
+      std::printf("\ntp %d stopped early (%s); what it measured before that follows\n", tp, r.error.c_str());
     }
     std::printf("\ntp %d (%s): load %.1f s, weights %.2f GiB, KV cache %.2f GiB per rank = %s blocks per group of %d "
                 "tokens, peak GPU memory %.2f of %.2f GiB\n",
@@ -535,6 +537,7 @@ int RunGpuEngineBench(const GpuBenchOptions& o) {
                             {"changed", r.tune_report.changed},
                             {"seconds", r.tune_report.seconds},
                             {"lines", r.tune_report.lines}};
+      if (!r.error.empty()) j["error"] = r.error;
       std::printf("%s\n", j.dump().c_str());
     }
   }

@@ -2,8 +2,8 @@
 """What bench/gpu_check.sh's benchmarks say to change, from its bench log.
 
 Reads the "json: {...}" rows of `cuda_kernels_bench --json` and the JSON objects of
-`engine_bench --json` (build-gpu/gpu_check.bench.log) and prints, per sweep, the
-production choice beside the fastest one:
+`engine_bench --json` (gpu_check's $OUT/kernels_bench.log and engine_*.log) and prints,
+per sweep, the production choice beside the fastest one:
 
   - GEMV block shapes ("gemv tune F/U/B", production 4/4/2) per shape;
   - bulk-copy GEMV against the split kernel per projection shape;
@@ -14,10 +14,16 @@ production choice beside the fastest one:
   - engine_bench decode rows and the prefill step by kernels (split vs bulk+pdl vs
     tuned+pdl) per batch and mode, and what start-up tuning chose where it left a default.
 
-A row whose name says BITS DIFFER is reported and never recommended. Python 3 standard
-library only (the GPU machine has nothing else); not run by CI.
+Before those, a headline per engine_bench run (copy bandwidth, GEMM, load, KV blocks,
+peak memory, prefill by kernels, decode step time and its share of the copy bandwidth per
+batch, mode and kernels, any error) and the kernel bench's prefill attention rows: the
+numbers the GPU run is for, short enough to stay in the last lines of gpu_check's output.
 
-  python3 tools/gpu_check_summary.py build-gpu/gpu_check.bench.log
+A row whose name says BITS DIFFER is reported and never recommended. A section whose data
+is malformed (missing keys, null for NaN) says so and the others still print. Python 3
+standard library only (the GPU machine has nothing else); not run by CI.
+
+  python3 tools/gpu_check_summary.py LOG [LOG ...]   # gpu_check's kernels and engine logs
 """
 import collections
 import json
@@ -25,22 +31,66 @@ import re
 import sys
 
 
-def load(path):
+def load(paths):
     kernel_rows, engine_runs = [], []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            line = line.strip()
-            if line.startswith("json: "):
-                try:
-                    kernel_rows.append(json.loads(line[len("json: "):]))
-                except json.JSONDecodeError:
-                    pass
-            elif line.startswith("{") and '"backend"' in line:
-                try:
-                    engine_runs.append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass
+    for path in paths:
+        try:
+            f = open(path, encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        with f:
+            load_lines(f, kernel_rows, engine_runs)
     return kernel_rows, engine_runs
+
+
+def load_lines(f, kernel_rows, engine_runs):
+    for line in f:
+        line = line.strip()
+        if line.startswith("json: "):
+            try:
+                kernel_rows.append(json.loads(line[len("json: "):]))
+            except json.JSONDecodeError:
+                pass
+        elif line.startswith("{") and '"backend"' in line:
+            try:
+                engine_runs.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+
+
+def num(v, fmt=".1f"):
+    return format(v, fmt) if isinstance(v, (int, float)) else "?"
+
+
+def share(v):
+    """A fraction as a whole percentage; "?" where it is missing (null: NaN in the JSON)."""
+    return f"{100.0 * v:.0f}%" if isinstance(v, (int, float)) else "?"
+
+
+def headline(kernel_rows, engine_runs):
+    """The measurements themselves, compactly (the sweeps below compare choices)."""
+    for run in engine_runs:
+        print(f"engine {run.get('model')} {run.get('layers')}/{run.get('model_layers')} layers, tp {run.get('tp')}, "
+              f"{run.get('gpu')}: copy {num(run.get('copy_gbs'), '.0f')} GB/s, GEMM {num(run.get('gemm_tflops'), '.0f')} "
+              f"TFLOP/s, load {num(run.get('load_s'))} s, KV blocks {run.get('kv_blocks')}, peak "
+              f"{num((run.get('peak_gpu_memory_bytes') or 0) / 2**30, '.1f')} of "
+              f"{num((run.get('gpu_memory_total_bytes') or 0) / 2**30, '.1f')} GiB")
+        if run.get("error"):
+            print(f"  ERROR: {run['error']}")
+        for p in run.get("prefill_by_kernels", []):
+            print(f"  prefill {p.get('tokens')} {p.get('kernels')}: {num(p.get('ms'))} ms, "
+                  f"{num(p.get('tflops'), '.0f')} TFLOP/s = {share(p.get('of_gemm'))} of the GEMM "
+                  f"(target 70%); with attention {share(p.get('of_gemm_with_attention'))}")
+        for d in run.get("decode", []):
+            if "step_ms" not in d:
+                print(f"  decode batch {d.get('batch')}: {d.get('kv')}")
+                continue
+            extra = f", {num(d['graph_speedup'], '.2f')}x eager" if isinstance(d.get("graph_speedup"), (int, float)) else ""
+            print(f"  decode batch {d.get('batch')} {d.get('mode')} {d.get('kernels')}: {num(d.get('step_ms'), '.2f')} ms, "
+                  f"{num(d.get('tok_s'), '.0f')} tok/s, {share(d.get('of_copy'))} of copy{' (target 90%)' if d.get('batch') == 1 else ''}{extra}")
+    for r in kernel_rows:
+        if r.get("kernel", "").startswith(("prefill attn causal", "prefill mma.sync", "prefill wgmma")):
+            print(f"  kernel {r['kernel']} {r.get('shape')}: {num(r.get('us'))} us, {num(r.get('rate'))} {r.get('unit')}")
 
 
 def pct(a, b):
@@ -76,14 +126,23 @@ def by_shape(rows, prefix):
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) < 2:
         print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
         return 2
-    kernel_rows, engine_runs = load(sys.argv[1])
+    kernel_rows, engine_runs = load(sys.argv[1:])
     if not kernel_rows and not engine_runs:
-        print("gpu_check_summary: no JSON rows in the log (cuda_kernels_bench --json, engine_bench --json)")
+        print("gpu_check_summary: no JSON rows in the logs (cuda_kernels_bench --json, engine_bench --json)")
         return 1
-    print("What the sweeps say (time: lower is better):")
+    for title, section in (("Measured", headline), ("What the sweeps say (time: lower is better)", sweeps)):
+        print(f"{title}:")
+        try:
+            section(kernel_rows, engine_runs)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+            print(f"  (this section stopped on malformed data: {type(e).__name__}: {e})")
+    return 0
+
+
+def sweeps(kernel_rows, engine_runs):
 
     for shape, rows in by_shape(kernel_rows, "gemv tune ").items():
         best_of(rows, "4/4/2", "GEMV block shape", lambda r: r["kernel"].split()[2])
@@ -140,7 +199,6 @@ def main():
                 print(f"  engine tp {run.get('tp')} batch {batch} {mode}: {name} {d['step_ms']:.2f} ms vs split "
                       f"{base['step_ms']:.2f} ms ({pct(d['step_ms'], base['step_ms'])}), "
                       f"{100.0 * d['of_copy']:.0f}% vs {100.0 * base['of_copy']:.0f}% of copy")
-    return 0
 
 
 if __name__ == "__main__":
