@@ -174,9 +174,12 @@ def sweeps(kernel_rows, engine_runs):
         if tuned.get("products"):
             print(f"  engine tp {run.get('tp')} start-up tuning: {tuned['products']} products in "
                   f"{tuned.get('seconds', 0):.1f} s, {tuned.get('changed', 0)} not the default:")
-            for line in tuned.get("lines", []):
-                if any(mark in line for mark in ("(split ", "(heuristic's first ", "gemv, over", "(production ")):
-                    print(f"    {line}")
+            changed = [line for line in tuned.get("lines", [])
+                       if any(mark in line for mark in ("(split ", "(heuristic's first ", "gemv, over", "(production "))]
+            for line in changed[:30]:
+                print(f"    {line}")
+            if len(changed) > 30:
+                print(f"    ... {len(changed) - 30} more in the engine log")
         prefill = {p["kernels"]: p for p in run.get("prefill_by_kernels", [])}
         if "split" in prefill:
             base = prefill["split"]
