@@ -1,6 +1,7 @@
 // Communicators on device buffers: StagedCommunicator over LocalGroup thread ranks that
-// share one GPU, and NcclCommunicator with one GPU per rank (skipped below 2 GPUs); both
-// also pass host buffers through. GPU test (ctest -L gpu).
+// share one GPU, and NcclCommunicator with one GPU per rank (skipped below 2 GPUs; one rank
+// on one GPU, graph capture included, runs anywhere NCCL is built); both also pass host
+// buffers through. GPU test (ctest -L gpu).
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -126,6 +127,38 @@ TEST(NcclCommunicatorTest, OneGpuPerRank) {
       if (absl::IsUnimplemented(comm.status())) GTEST_SKIP() << comm.status();
       ASSERT_TRUE(comm.ok()) << comm.status();
       ExerciseDeviceCollectives(rank, **comm, stream);
+    }
+    cudaStreamDestroy(stream);
+  });
+}
+
+// One rank on one GPU, as a single-GPU machine can run it: NCCL's setup (the unique id over
+// the host communicator, init, the communicator on the backend's stream), its collectives,
+// and an all-reduce captured in a CUDA graph and replayed, as decode steps capture theirs.
+TEST(NcclCommunicatorTest, OneRankOnOneGpu) {
+  TP_SKIP_WITHOUT_GPU();
+  RunRanks(1, [&](int rank, Communicator& host) {
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    {
+      auto comm = MakeNcclCommunicator(host, 0, stream);
+      if (absl::IsUnimplemented(comm.status())) GTEST_SKIP() << comm.status();
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      ExerciseDeviceCollectives(rank, **comm, stream);
+      EXPECT_TRUE((*comm)->capturable());
+      DeviceArray<uint16_t> x(testing::ToBf16(std::vector<float>(256, 1.5f)));
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      (*comm)->AllReduceSum(x.get(), 256, DType::kBF16);
+      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      for (int i = 0; i < 2; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      EXPECT_EQ(testing::FromBf16(x.Download()), std::vector<float>(256, 1.5f));  // a sum over one rank
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
     }
     cudaStreamDestroy(stream);
   });
