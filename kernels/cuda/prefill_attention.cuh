@@ -23,7 +23,8 @@
 // head_dim-256 key tile; now ~190 of 1571). Key tiles span
 // the union of the rows' [FirstKey, pos] ranges; a warp skips tiles none of its rows see
 // and masks only tiles some of its rows see in part. Rows of shared memory are padded by
-// 16 bytes, which keeps ldmatrix and cp.async free of bank conflicts.
+// 16 bytes, which keeps ldmatrix and cp.async free of bank conflicts (with kWgmma, Q and K
+// are swizzled instead, as wgmma reads them: Sw128Offset).
 //   D <= 128: BK 64, 4 warps;  D 256: BK 32, 4 warps, 100 KiB (2 CTAs per SM on sm_90);
 //   D 512: BK 32, 8 warps, 212 KiB where the device allows it (sm_90), else BK 16, 138 KiB.
 // Tiles are planned on the device from token_seq, so the launch never reads the batch on
@@ -347,25 +348,24 @@ __global__ void __launch_bounds__(Cfg<D, BK, kSplit, kRowWarps, kWgmma>::kThread
         WgmmaScores<D, BK, C::R>(s, SmemAddr(q_s), SmemAddr(k_s) + stage * static_cast<uint32_t>(C::kKStage));
       }
       if (j0 <= w_hi && j0 + BK - 1 >= w_lo) {
-        // S[16, BK] = Q[16, D] · K^T over this warp's columns of D.
-        if constexpr (!kWgmma) {
+        if constexpr (!kWgmma) {  // S[16, BK] = Q[16, D] · K^T over this warp's columns of D
 #pragma unroll
-        for (int j = 0; j < kNt; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-        const bf16* ks = k_s + stage * BK * kLd;
+          for (int j = 0; j < kNt; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+          const bf16* ks = k_s + stage * BK * kLd;
 #pragma unroll
-        for (int kk = 0; kk < kDw / 16; ++kk) {
-          uint32_t qa[4];
-          Ldmatrix4(qa, SmemAddr(q_s + (row_warp * 16 + lane % 16) * kLd + d0 + kk * 16 + (lane / 16) * 8));
+          for (int kk = 0; kk < kDw / 16; ++kk) {
+            uint32_t qa[4];
+            Ldmatrix4(qa, SmemAddr(q_s + (row_warp * 16 + lane % 16) * kLd + d0 + kk * 16 + (lane / 16) * 8));
 #pragma unroll
-          for (int np = 0; np < BK / 16; ++np) {
-            uint32_t kb[4];
-            Ldmatrix4(kb, SmemAddr(ks + (np * 16 + (lane / 16) * 8 + lane % 8) * kLd + d0 + kk * 16 +
-                                   ((lane / 8) % 2) * 8));
-            Mma(s[2 * np], qa, kb[0], kb[1]);
-            Mma(s[2 * np + 1], qa, kb[2], kb[3]);
+            for (int np = 0; np < BK / 16; ++np) {
+              uint32_t kb[4];
+              Ldmatrix4(kb, SmemAddr(ks + (np * 16 + (lane / 16) * 8 + lane % 8) * kLd + d0 + kk * 16 +
+                                     ((lane / 8) % 2) * 8));
+              Mma(s[2 * np], qa, kb[0], kb[1]);
+              Mma(s[2 * np + 1], qa, kb[2], kb[3]);
+            }
           }
         }
-        }  // !kWgmma
         if constexpr (kSplit > 1) {  // add the partner warp's half of the dot products
           static_assert(kSplit == 2);
           float* mine = xch + warp * kWarp * (BK / 2);
@@ -494,7 +494,7 @@ void RaiseSmemLimit() {
 
 template <int D, int BK, int kSplit, int kRowWarps, bool kWgmma>
 void LaunchPrefillKernel(const AttnArgs& a, const prefill_detail::TilePlan& plan, int group, int smem_optin,
-                       cudaStream_t stream) {
+                         cudaStream_t stream) {
   using C = Cfg<D, BK, kSplit, kRowWarps, kWgmma>;
   const int tokens_per_tile = C::R / group;
   TP_CHECK(tokens_per_tile >= 1);  // more query heads per KV head than rows in a tile
