@@ -125,7 +125,7 @@ TEST_P(CudaAttentionTest, DecodeAndPrefillKernelsMatchCpu) {
   auto B = [](const DeviceArray<uint16_t>& a) { return reinterpret_cast<bf16*>(a.get()); };
   // Every kernel writes into NaNs (bf16 0xffff), so rows a kernel skips cannot pass on the
   // previous kernel's output.
-  auto poison = [&] { ASSERT_EQ(cudaMemset(out.get(), 0xff, s.q.size() * sizeof(uint16_t)), cudaSuccess); };
+  auto poison = [&] { return cudaMemset(out.get(), 0xff, s.q.size() * sizeof(uint16_t)) == cudaSuccess; };
 
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
@@ -133,7 +133,7 @@ TEST_P(CudaAttentionTest, DecodeAndPrefillKernelsMatchCpu) {
   for (int num_sms : {sms, 1, 8 * sms}) {
     const size_t ws_bytes = cuda::DecodeAttentionWorkspaceBytes(s.tokens, s.p, num_sms);
     DeviceArray<uint8_t> ws(ws_bytes);
-    poison();
+    ASSERT_TRUE(poison());
     cuda::DecodeAttention(B(q), B(kc), B(vc), seq.get(), pos.get(), s.tokens, tables.get(), s.p, num_sms, ws.get(),
                           ws_bytes, B(out), nullptr);
     EXPECT_TRUE(AllClose(FromBf16(out.Download()), s.want, testing::kBf16Attention))
@@ -141,13 +141,13 @@ TEST_P(CudaAttentionTest, DecodeAndPrefillKernelsMatchCpu) {
   }
   const size_t ws_bytes = cuda::PrefillAttentionWorkspaceBytes(s.tokens);
   DeviceArray<uint8_t> ws(ws_bytes);
-  poison();
+  ASSERT_TRUE(poison());
   cuda::PrefillAttention(B(q), B(kc), B(vc), seq.get(), pos.get(), s.tokens, tables.get(), s.p, ws.get(), ws_bytes,
                          B(out), nullptr);
   EXPECT_TRUE(AllClose(FromBf16(out.Download()), s.want, testing::kBf16Attention)) << c.name << " prefill kernel";
   // The tile shapes cuda_kernels_bench sweeps (head_dim 256 and 512) compute the same.
   for (const cuda::PrefillTuning& t : cuda::PrefillAttentionTunings(c.head_dim)) {
-    poison();
+    ASSERT_TRUE(poison());
     cuda::PrefillAttentionWithTuning(t, B(q), B(kc), B(vc), seq.get(), pos.get(), s.tokens, tables.get(), s.p, ws.get(),
                                      ws_bytes, B(out), nullptr);
     EXPECT_TRUE(AllClose(FromBf16(out.Download()), s.want, testing::kBf16Attention))

@@ -43,10 +43,15 @@ def load(paths):
     return kernel_rows, engine_runs
 
 
+NOTES = []  # plain-text lines worth repeating: the wgmma kernel's output against production's
+
+
 def load_lines(f, kernel_rows, engine_runs):
     for line in f:
         line = line.strip()
-        if line.startswith("json: "):
+        if line.startswith("prefill wgmma vs mma.sync"):
+            NOTES.append(line)
+        elif line.startswith("json: "):
             try:
                 kernel_rows.append(json.loads(line[len("json: "):]))
             except json.JSONDecodeError:
@@ -91,6 +96,8 @@ def headline(kernel_rows, engine_runs):
     for r in kernel_rows:
         if r.get("kernel", "").startswith(("prefill attn causal", "prefill mma.sync", "prefill wgmma")):
             print(f"  kernel {r['kernel']} {r.get('shape')}: {num(r.get('us'))} us, {num(r.get('rate'))} {r.get('unit')}")
+    for line in NOTES:
+        print(f"  {line}")
 
 
 def pct(a, b):

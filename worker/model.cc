@@ -392,6 +392,8 @@ absl::Status Model::CaptureCudaGraphs() {
   // Every size runs on every rank even after one failed to capture (a failed capture reruns
   // its step eagerly): the steps hold all-reduces, and a rank that left the loop early
   // would leave the others waiting in them. The first error is returned at the end.
+  // (UploadStep only copies into the buffers ReserveGraphBuffers made; its failure is a
+  // CUDA error that aborts the process, which the launcher turns into every rank's end.)
   absl::Status first_error;
   for (int32_t b : graph_sizes_) {
     TP_RETURN_IF_ERROR(UploadStep(PadDecodeStep(none, b, graph_table_width_), graph_table_width_));

@@ -52,7 +52,7 @@ __device__ __forceinline__ uint64_t GlobalTimerNs() {
 
 template <int kRows, int kFeatures>
 __global__ void __launch_bounds__(kBulkThreads, 1)
-    GemvBulkKernel(const bf16* __restrict__ x, int64_t m, int64_t k, const bf16* __restrict__ w, int64_t n,
+    GemvBulkKernel(const bf16* x, int64_t m, int64_t k, const bf16* __restrict__ w, int64_t n,
                    const __grid_constant__ OutputMap y, int stages, int64_t x_bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) uint8_t smem[];  // x (x_bytes, padded), then the stages

@@ -292,8 +292,9 @@ __global__ void __launch_bounds__(Cfg<D, BK, kSplit, kRowWarps, kWgmma>::kThread
     // freed block. One thread per key and tile: the block-table read and the division by
     // the block size happen once per key, not once per 16-byte column.
     auto key_offset = [&](int kt, int k) -> int64_t {
+      if (kt >= num_kt) return -1;  // also a tile of padding only: lo is INT_MAX there
       const int32_t key = lo + kt * BK + k;
-      if (kt >= num_kt || key > hi) return -1;
+      if (key > hi) return -1;
       const int32_t block = table[key / a.block_size];
       if (block < 0) return -1;
       return (static_cast<int64_t>(block) * a.block_size + key % a.block_size) * kv_stride +
