@@ -197,6 +197,13 @@ absl::StatusOr<TpResult::OpProfile> ProfileStep(StepExecutor& exec, const StepPl
 }
 
 // Rank 0's measurements once the engine is up.
+// A measurement as soon as it is taken ("progress: ..." on stdout, flushed): the tables come
+// at the end of the run, and a crash before then would otherwise leave nothing.
+void Progress(const std::string& line) {
+  std::printf("progress: %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
 // `set_graphs` turns replays on or off on every rank (between steps).
 // `set_kernels` switches every rank's kernels (GpuBenchOptions::kernels).
 absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exec,
@@ -230,6 +237,8 @@ absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exe
         allreduce += t.second;
       }
       r.prefill.push_back({kernels, Median(ms), total > 0 ? allreduce / total : 0});
+      Progress(absl::StrCat("prefill ", o.prefill_tokens, " tokens, kernels ", kernels, ": ",
+                            Fixed(r.prefill.back().ms, " ms", 2)));
       sample();
     }
     set_kernels(o.kernels.front());
@@ -280,6 +289,7 @@ absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exe
         d.step_max_ms = *std::max_element(ms.begin(), ms.end());
         d.allreduce_share = total > 0 ? allreduce / total : 0;
         r.decode.push_back(d);
+        Progress(absl::StrCat("decode batch ", batch, " ", mode, " ", kernels, ": ", Fixed(d.step_ms, " ms", 3)));
         sample();
       }
       if (r.decode.size() - first == 2) r.decode[first].eager_step_ms = r.decode[first + 1].step_ms;

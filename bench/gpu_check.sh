@@ -21,8 +21,7 @@
 #     12,000 characters must hold. Everything verbose stays in $OUT.
 #   - A kernel whose tests failed is kept out of the benchmarks (a trap would end the
 #     benchmark and lose its other rows). cuda_kernels_bench prints each row as measured;
-#     engine_bench prints its tables when a run ends, also after a failure it reports
-#     (not after a crash or a kill).
+#     engine_bench a "progress:" line per measurement and its tables when a run ends.
 # When the steps before the engine benchmark leave too little time for the 31B model's
 # 57 GiB of dummy weights, it runs the first 12 layers and says so; if the full run
 # fails, a plain 12-layer run follows where time allows.

@@ -31,6 +31,9 @@ import re
 import sys
 
 
+NOTES = []  # plain-text lines worth repeating: the wgmma kernel's check, runs cut short
+
+
 def load(paths):
     kernel_rows, engine_runs = [], []
     for path in paths:
@@ -39,17 +42,22 @@ def load(paths):
         except OSError:
             continue
         with f:
-            load_lines(f, kernel_rows, engine_runs)
+            runs_before = len(engine_runs)
+            progress = load_lines(f, kernel_rows, engine_runs)
+        if len(engine_runs) == runs_before and progress:  # a run that ended before its tables
+            NOTES.append(f"{path}: no result table; measured before it ended:")
+            NOTES.extend(f"  {line}" for line in progress[-24:])
     return kernel_rows, engine_runs
 
 
-NOTES = []  # plain-text lines worth repeating: the wgmma kernel's output against production's
-
-
 def load_lines(f, kernel_rows, engine_runs):
+    """Collects the rows and runs; returns the file's engine_bench "progress:" lines."""
+    progress = []
     for line in f:
         line = line.strip()
-        if line.startswith("prefill wgmma vs mma.sync"):
+        if line.startswith("progress: "):
+            progress.append(line[len("progress: "):])
+        elif line.startswith("prefill wgmma vs mma.sync"):
             NOTES.append(line)
         elif line.startswith("json: "):
             try:
@@ -61,6 +69,7 @@ def load_lines(f, kernel_rows, engine_runs):
                 engine_runs.append(json.loads(line))
             except json.JSONDecodeError:
                 pass
+    return progress
 
 
 def num(v, fmt=".1f"):
