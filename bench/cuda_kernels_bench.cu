@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -530,10 +529,11 @@ int Main(int argc, char** argv) {
     const double us_argmax = TimeUs(st, [&] { Argmax(dl, DType::kF32, rows, V, out, st); });
     Row("argmax", "rows=64 vocab=262144", us_argmax, 1.0 * rows * V * 4, "GB/s", peak_gbs);
   }
-  // Last, as it has never run on a GPU before: the sm_90a prefill kernel (S on wgmma) beside
-  // the production mma.sync kernel on the 31B's sliding-layer prompt and a causal 4096-token
-  // one, and how far its output is from production's.
-  if (const std::optional<PrefillTuning> wg = PrefillAttentionWgmmaTuning(256); wg.has_value() && !no_wgmma) {
+  // Last, as they have never run on a GPU before: the sm_90a prefill kernels (1: S on
+  // wgmma; 2: P·V too) beside the production mma.sync kernel on the 31B's sliding-layer
+  // prompt and a causal 4096-token one, and how far each output is from production's.
+  const std::vector<PrefillTuning> wgmma = no_wgmma ? std::vector<PrefillTuning>{} : PrefillAttentionWgmmaTunings(256);
+  if (!wgmma.empty()) {
     for (const int32_t window : {1024, 0}) {
       const int32_t T = window > 0 ? 2048 : 4096;
       AttnInputs a = MakeAttn(32, 16, 256, window, 1, T, T);
@@ -548,21 +548,24 @@ int Main(int argc, char** argv) {
         PrefillAttention(a.q, a.kc, a.vc, a.seq, a.pos, a.tokens, a.tables, a.p, ws, ws_bytes, ref, st);
       });
       Row("prefill mma.sync", shape, base_us, 4.0 * pairs * 32 * 256, "TFLOP/s", 0);
-      const double us = TimeUs(st, [&] {
-        PrefillAttentionWithTuning(*wg, a.q, a.kc, a.vc, a.seq, a.pos, a.tokens, a.tables, a.p, ws, ws_bytes, a.out,
-                                   st);
-      });
-      Row("prefill wgmma", shape, us, 4.0 * pairs * 32 * 256, "TFLOP/s", 0);
       const int64_t n = a.tokens * 32 * 256;
-      std::vector<uint16_t> got(n), want(n);
-      TP_CUDA_CHECK(cudaMemcpy(got.data(), a.out, n * 2, cudaMemcpyDeviceToHost));
+      std::vector<uint16_t> want(n), got(n);
       TP_CUDA_CHECK(cudaMemcpy(want.data(), ref, n * 2, cudaMemcpyDeviceToHost));
-      double max_diff = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const double d = std::fabs(static_cast<double>(Bf16ToF32(got[i])) - Bf16ToF32(want[i]));
-        max_diff = std::isnan(d) ? INFINITY : std::max(max_diff, d);
+      for (const PrefillTuning& wg : wgmma) {
+        const double us = TimeUs(st, [&] {
+          PrefillAttentionWithTuning(wg, a.q, a.kc, a.vc, a.seq, a.pos, a.tokens, a.tables, a.p, ws, ws_bytes, a.out,
+                                     st);
+        });
+        const std::string name = "prefill wgmma " + std::to_string(wg.wgmma);
+        Row(name.c_str(), shape, us, 4.0 * pairs * 32 * 256, "TFLOP/s", 0);
+        TP_CUDA_CHECK(cudaMemcpy(got.data(), a.out, n * 2, cudaMemcpyDeviceToHost));
+        double max_diff = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const double d = std::fabs(static_cast<double>(Bf16ToF32(got[i])) - Bf16ToF32(want[i]));
+          max_diff = std::isnan(d) ? INFINITY : std::max(max_diff, d);
+        }
+        std::printf("prefill wgmma vs mma.sync (variant %d, %s): max |diff| %.3g\n", wg.wgmma, shape.c_str(), max_diff);
       }
-      std::printf("prefill wgmma vs mma.sync (%s): max |diff| %.3g\n", shape.c_str(), max_diff);
       for (void* p : {static_cast<void*>(ws), static_cast<void*>(ref)}) cudaFree(p);
     }
   }

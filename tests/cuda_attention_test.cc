@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <optional>
 #include <random>
 #include <string>
 
@@ -155,25 +154,29 @@ TEST_P(CudaAttentionTest, DecodeAndPrefillKernelsMatchCpu) {
   }
 }
 
-// The sm_90a prefill variant (S on wgmma), where built and the device runs it: the same
-// cases at head_dim 256. Its own ctest target (cuda_attention_wgmma_test runs only this
-// test, cuda_attention_test everything else), so that a crash here costs no other result.
+// The sm_90a prefill variants (1: S on wgmma; 2: P·V too), where built and the device runs
+// them: the same cases at head_dim 256. Their own ctest target (cuda_attention_wgmma_test
+// runs only this test, cuda_attention_test everything else), so that a crash here costs no
+// other result. Variant 1 first: if only 2 fails, its P·V is what is wrong.
 TEST_P(CudaAttentionTest, WgmmaPrefillMatchesCpu) {
   TP_SKIP_WITHOUT_GPU();
   const AttnCase& c = GetParam();
-  const std::optional<cuda::PrefillTuning> t = cuda::PrefillAttentionWgmmaTuning(c.head_dim);
-  if (!t.has_value()) GTEST_SKIP() << "no wgmma prefill kernel for head_dim " << c.head_dim << " on this build/device";
+  const std::vector<cuda::PrefillTuning> variants = cuda::PrefillAttentionWgmmaTunings(c.head_dim);
+  if (variants.empty()) GTEST_SKIP() << "no wgmma prefill kernel for head_dim " << c.head_dim << " on this build/device";
   const Scenario s = Build(c, 42);
   DeviceArray<uint16_t> q(ToBf16(s.q)), kc(ToBf16(s.k_cache)), vc(ToBf16(s.v_cache)), out(s.q.size());
   DeviceArray<int32_t> seq(s.token_seq), pos(s.token_pos), tables(s.block_tables);
   auto B = [](const DeviceArray<uint16_t>& a) { return reinterpret_cast<bf16*>(a.get()); };
   const size_t ws_bytes = cuda::PrefillAttentionWorkspaceBytes(s.tokens);
   DeviceArray<uint8_t> ws(ws_bytes);
-  ASSERT_EQ(cudaMemset(out.get(), 0xff, s.q.size() * sizeof(uint16_t)), cudaSuccess);  // NaNs: every row written
-  cuda::PrefillAttentionWithTuning(*t, B(q), B(kc), B(vc), seq.get(), pos.get(), s.tokens, tables.get(), s.p, ws.get(),
-                                   ws_bytes, B(out), nullptr);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.name;
-  EXPECT_TRUE(AllClose(FromBf16(out.Download()), s.want, testing::kBf16Attention)) << c.name << " prefill wgmma";
+  for (const cuda::PrefillTuning& t : variants) {
+    ASSERT_EQ(cudaMemset(out.get(), 0xff, s.q.size() * sizeof(uint16_t)), cudaSuccess);  // NaNs: every row written
+    cuda::PrefillAttentionWithTuning(t, B(q), B(kc), B(vc), seq.get(), pos.get(), s.tokens, tables.get(), s.p,
+                                     ws.get(), ws_bytes, B(out), nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.name << " wgmma variant " << t.wgmma;
+    EXPECT_TRUE(AllClose(FromBf16(out.Download()), s.want, testing::kBf16Attention))
+        << c.name << " prefill wgmma variant " << t.wgmma;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -11,7 +11,7 @@ histogram of its opcodes. The counts are static: paths a run does not take are i
   # the prefill kernel's key-tile loop at head_dim 256, 32 keys x 4 row warps:
   python3 tools/sass_loop_stats.py \\
       build-gpupre/kernels/cuda/CMakeFiles/tpserve_kernels_cuda.dir/prefill_attention.cu.o \\
-      PrefillKernelILi256ELi32ELi1ELi4ELb0E
+      PrefillKernelILi256ELi32ELi1ELi4ELi0E
 
 KERNEL_SUBSTRING matches the mangled name (the first kernel that contains it). cuobjdump
 comes from --cuobjdump, PATH, or $CUDA_HOME/bin and /usr/local/cuda/bin. Python 3 standard

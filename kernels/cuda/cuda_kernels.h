@@ -12,7 +12,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -132,16 +131,18 @@ void PrefillAttention(const bf16* q, const bf16* k_cache, const bf16* v_cache, c
 struct PrefillTuning {
   int block_keys = 32, row_warps = 4;
   size_t smem_bytes = 0;
-  bool wgmma = false;  // PrefillAttentionWgmmaTuning's
+  int wgmma = 0;  // PrefillAttentionWgmmaTunings': 1, S on wgmma; 2, P·V too
 };
 std::vector<PrefillTuning> PrefillAttentionTunings(int32_t head_dim);  // those this device's shared memory fits
-// The sm_90a variant of the prefill kernel, where S = Q·K^T runs on wgmma (a warpgroup of 64
-// rows, Q and K in 128-byte-swizzled shared memory; P·V stays on mma.sync): head_dim 256,
-// 32 keys x 4 row warps. Empty where the build has no sm_90 code, the device is not compute
-// capability 9.0, or head_dim is another. Not among PrefillAttentionTunings (so start-up
-// tuning does not offer it) until a GPU run has held it to the CPU reference and timed it
-// (tests/cuda_attention_test.cc's Wgmma test, cuda_kernels_bench's "prefill wgmma" rows).
-std::optional<PrefillTuning> PrefillAttentionWgmmaTuning(int32_t head_dim);
+// The sm_90a variants of the prefill kernel (head_dim 256, 32 keys x 4 row warps, a
+// warpgroup of 64 rows): wgmma 1, S = Q·K^T on wgmma with Q and K in 128-byte-swizzled
+// shared memory, P·V on mma.sync; wgmma 2, P·V on wgmma too (P from registers, V swizzled
+// as an MN-major operand). Empty where the build has no sm_90 code, the device is not
+// compute capability 9.0, or head_dim is another. Not among PrefillAttentionTunings (so
+// start-up tuning does not offer them) until a GPU run has held them to the CPU reference
+// and timed them (tests/cuda_attention_test.cc's Wgmma test, cuda_kernels_bench's
+// "prefill wgmma" rows).
+std::vector<PrefillTuning> PrefillAttentionWgmmaTunings(int32_t head_dim);
 // The shape PrefillAttention itself launches for head_dim on this device (512: 32 keys where
 // shared memory allows, else 16).
 PrefillTuning PrefillAttentionProductionTuning(int32_t head_dim);

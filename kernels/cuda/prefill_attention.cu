@@ -3,7 +3,6 @@
 // prefill_attention_wgmma.cu. Tested by tests/cuda_attention_test.cc against
 // cpu::PagedAttention.
 #include <algorithm>
-#include <optional>
 #include <vector>
 
 #include "kernels/cuda/prefill_attention.cuh"
@@ -13,8 +12,8 @@ namespace tpserve::cuda {
 #if !defined(TPSERVE_HAVE_SM90A)
 // Built without sm_90 among the CUDA architectures: no wgmma variant.
 namespace prefill_detail {
-size_t WgmmaSmemBytes(int) { return 0; }
-bool LaunchWgmma(int, const AttnArgs&, const TilePlan&, int, int, cudaStream_t) { return false; }
+size_t WgmmaSmemBytes(int, int) { return 0; }
+bool LaunchWgmma(int, int, const AttnArgs&, const TilePlan&, int, int, cudaStream_t) { return false; }
 }  // namespace prefill_detail
 #endif
 
@@ -35,8 +34,8 @@ struct LaunchPrefill {
 
   template <int D>
   void operator()() const {
-    if (tuning != nullptr && tuning->wgmma) {
-      TP_CHECK(prefill_detail::LaunchWgmma(D, a, plan, group, smem_optin, stream));  // else not offered for D
+    if (tuning != nullptr && tuning->wgmma != 0) {  // else not offered for D
+      TP_CHECK(prefill_detail::LaunchWgmma(D, tuning->wgmma, a, plan, group, smem_optin, stream));
       return;
     }
     if (tuning != nullptr) {
@@ -137,10 +136,14 @@ PrefillTuning PrefillAttentionProductionTuning(int32_t head_dim) {
   return PrefillTuning{64, 4, 0};  // Launch<D, 64, 1>; no other shapes are built for these
 }
 
-std::optional<PrefillTuning> PrefillAttentionWgmmaTuning(int32_t head_dim) {
-  const size_t bytes = prefill_detail::WgmmaSmemBytes(head_dim);
-  if (bytes == 0 || bytes > static_cast<size_t>(SmemOptin())) return std::nullopt;
-  return PrefillTuning{.block_keys = 32, .row_warps = 4, .smem_bytes = bytes, .wgmma = true};
+std::vector<PrefillTuning> PrefillAttentionWgmmaTunings(int32_t head_dim) {
+  std::vector<PrefillTuning> out;
+  for (int variant : {1, 2}) {
+    const size_t bytes = prefill_detail::WgmmaSmemBytes(head_dim, variant);
+    if (bytes == 0 || bytes > static_cast<size_t>(SmemOptin())) continue;
+    out.push_back(PrefillTuning{.block_keys = 32, .row_warps = 4, .smem_bytes = bytes, .wgmma = variant});
+  }
+  return out;
 }
 
 void PrefillAttentionWithTuning(const PrefillTuning& t, const bf16* q, const bf16* k_cache, const bf16* v_cache,

@@ -1,6 +1,6 @@
 // The prefill attention kernel, shared by prefill_attention.cu (mma.sync, every
-// architecture) and prefill_attention_wgmma.cu (its sm_90a variant, where S = Q·K^T runs
-// on wgmma). Internal to kernels/cuda: each including file gets its own copies of the
+// architecture) and prefill_attention_wgmma.cu (its sm_90a variants: kWgmma 1, S = Q·K^T on
+// wgmma; kWgmma 2, P·V too). Internal to kernels/cuda: each including file gets its own copies of the
 // kernels (anonymous namespace).
 //
 // Paged attention for many query tokens (prefill, chunked prefill, mixed batches),
@@ -24,7 +24,7 @@
 // the union of the rows' [FirstKey, pos] ranges; a warp skips tiles none of its rows see
 // and masks only tiles some of its rows see in part. Rows of shared memory are padded by
 // 16 bytes, which keeps ldmatrix and cp.async free of bank conflicts (with kWgmma, Q and K
-// are swizzled instead, as wgmma reads them: Sw128Offset).
+// are swizzled instead, as wgmma reads them, and with kWgmma 2 V too: Sw128Offset).
 //   D <= 128: BK 64, 4 warps;  D 256: BK 32, 4 warps, 100 KiB (2 CTAs per SM on sm_90);
 //   D 512: BK 32, 8 warps, 212 KiB where the device allows it (sm_90), else BK 16, 138 KiB.
 // Tiles are planned on the device from token_seq, so the launch never reads the batch on
@@ -55,12 +55,12 @@ inline TilePlan LayoutTilePlan(void* ws, int64_t tokens) {
   return TilePlan{base, base + tokens, base + 2 * tokens};
 }
 
-// The sm_90a variant (prefill_attention_wgmma.cu where the build targets sm_90, else the
-// stubs in prefill_attention.cu). WgmmaSmemBytes: its shared memory at head_dim, 0 where
-// it is not built for head_dim or this device cannot run it. LaunchWgmma: false where it
-// launched nothing.
-size_t WgmmaSmemBytes(int head_dim);
-bool LaunchWgmma(int head_dim, const AttnArgs& a, const TilePlan& plan, int group, int smem_optin,
+// The sm_90a variants (prefill_attention_wgmma.cu where the build targets sm_90, else the
+// stubs in prefill_attention.cu): 1, S on wgmma; 2, P·V too. WgmmaSmemBytes: the variant's
+// shared memory at head_dim, 0 where it is not built for head_dim or this device cannot
+// run it. LaunchWgmma: false where it launched nothing.
+size_t WgmmaSmemBytes(int head_dim, int variant);
+bool LaunchWgmma(int head_dim, int variant, const AttnArgs& a, const TilePlan& plan, int group, int smem_optin,
                  cudaStream_t stream);
 
 }  // namespace prefill_detail
@@ -71,7 +71,7 @@ constexpr int kPlanThreads = 1024;
 
 // Tile shape and shared-memory layout for head dim D, BK keys per K/V tile, kSplit warps
 // sharing each 16 rows (each owning D / kSplit output columns) and kRowWarps x 16 rows.
-template <int D, int BK, int kSplit, int kRowWarps = 4, bool kWgmma = false>
+template <int D, int BK, int kSplit, int kRowWarps = 4, int kWgmma = 0>
 struct Cfg {
   static constexpr int kThreads = kRowWarps * kSplit * kWarp;
   static constexpr int R = 16 * kRowWarps;  // query rows per CTA
@@ -82,19 +82,22 @@ struct Cfg {
   static constexpr int kPasses = (BK + kKeysPerPass - 1) / kKeysPerPass;
   static_assert(kDw % 16 == 0 && BK % 16 == 0 && kThreads % kChunks == 0);
   static_assert(BK <= kThreads);  // one thread looks up each key of a tile
-  // wgmma: one warpgroup of 64 rows computes S = Q·K^T with Q and K in 128-byte-swizzled
-  // slabs (Sw128Offset); 32 keys a tile (wgmma m64n32k16).
-  static_assert(!kWgmma || (kSplit == 1 && kRowWarps == 4 && D % 64 == 0 && BK == 32));
+  // kWgmma 1: one warpgroup of 64 rows computes S = Q·K^T with Q and K in 128-byte-swizzled
+  // slabs (Sw128Offset); 32 keys a tile (wgmma m64n32k16). 2: P·V too (m64n256k16, V
+  // swizzled the same way), head_dim 256.
+  static_assert(kWgmma == 0 || (kSplit == 1 && kRowWarps == 4 && D % 64 == 0 && BK == 32));
+  static_assert(kWgmma < 2 || D == 256);
   // Q [R][kLd]; K, V [2 stages][BK][kLd]; the split warps' partial scores; key_ok [2][BK];
   // key_off [2][BK] (each key's cache offset for this KV head, -1 where there is none).
   // wgmma: Q [D / 64 slabs][R][64] and K [2][D / 64][BK][64], swizzled, from a base that
   // the kernel aligns to 1024 bytes (the swizzle pattern's period) within kAlign of slack.
   static constexpr size_t kAlign = kWgmma ? 1024 : 0;
   static constexpr size_t kKStage = sizeof(bf16) * BK * (kWgmma ? D : kLd);
+  static constexpr size_t kVStage = sizeof(bf16) * BK * (kWgmma >= 2 ? D : kLd);
   static constexpr size_t kQ = 0;
   static constexpr size_t kK = kQ + sizeof(bf16) * R * (kWgmma ? D : kLd);
   static constexpr size_t kV = kK + 2 * kKStage;
-  static constexpr size_t kXch = kV + sizeof(bf16) * 2 * BK * kLd;
+  static constexpr size_t kXch = kV + 2 * kVStage;
   static constexpr size_t kKeyOk = kXch + (kSplit > 1 ? sizeof(float) * kThreads * (BK / 2) : 0);
   static constexpr size_t kKeyOff = (kKeyOk + 2 * BK + 7) / 8 * 8;
   static constexpr size_t kBytes = kAlign + kKeyOff + sizeof(int64_t) * 2 * BK;
@@ -223,7 +226,74 @@ __device__ __forceinline__ void WgmmaScores(float (&s)[BK / 8][4], uint32_t q_ad
 #endif
 }
 
-template <int D, int BK, int kSplit, int kRowWarps, bool kWgmma>
+// O[64, 256] += P[64, 32] · V[32, 256] by the CTA's warpgroup: two wgmma m64n256k16 with P
+// from registers (pa: each warp's 16 rows x 16 keys, the mma.sync A fragment, which is
+// wgmma's register A layout) and V from shared memory as an MN-major operand with 128-byte
+// swizzle (Sw128Offset(key, chunk, BK): keys 128 bytes apart within a 64-column slab; 8-key
+// groups 1024 bytes apart = SBO; slabs BK x 128 bytes apart = LBO). o: the accumulators in
+// the mma.sync C-fragment layout (o[n8 tile][4]).
+// The accumulators of n8 tile j as four "+f" asm operands.
+#define TP_O4(j) "+f"(o[j][0]), "+f"(o[j][1]), "+f"(o[j][2]), "+f"(o[j][3])
+template <int BK>
+__device__ __forceinline__ void WgmmaPv(float (&o)[32][4], const float (&s)[BK / 8][4], uint32_t v_addr) {
+  static_assert(BK == 32);
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  uint32_t pa[BK / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < BK / 16; ++kk) {
+    pa[kk][0] = PackBf16(s[2 * kk][0], s[2 * kk][1]);
+    pa[kk][1] = PackBf16(s[2 * kk][2], s[2 * kk][3]);
+    pa[kk][2] = PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    pa[kk][3] = PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  }
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(o[j][e])::"memory");
+  }
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+  const uint64_t v_desc = static_cast<uint64_t>((v_addr & 0x3FFFF) >> 4) | (uint64_t{(BK * 128) >> 4} << 16) |
+                          (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+#pragma unroll
+  for (int kk = 0; kk < BK / 16; ++kk) {
+    const uint64_t vd = v_desc + static_cast<uint64_t>((kk * 16 * 128) >> 4);  // 16 keys further
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+        :
+          TP_O4(0), TP_O4(1), TP_O4(2), TP_O4(3),
+          TP_O4(4), TP_O4(5), TP_O4(6), TP_O4(7),
+          TP_O4(8), TP_O4(9), TP_O4(10), TP_O4(11),
+          TP_O4(12), TP_O4(13), TP_O4(14), TP_O4(15),
+          TP_O4(16), TP_O4(17), TP_O4(18), TP_O4(19),
+          TP_O4(20), TP_O4(21), TP_O4(22), TP_O4(23),
+          TP_O4(24), TP_O4(25), TP_O4(26), TP_O4(27),
+          TP_O4(28), TP_O4(29), TP_O4(30), TP_O4(31)
+        : "r"(pa[kk][0]), "r"(pa[kk][1]), "r"(pa[kk][2]), "r"(pa[kk][3]), "l"(vd), "r"(1));
+  }
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(o[j][e])::"memory");
+  }
+#else
+  __trap();  // only instantiated in prefill_attention_wgmma.cu, built for sm_90a
+#endif
+}
+#undef TP_O4
+
+template <int D, int BK, int kSplit, int kRowWarps, int kWgmma>
 __global__ void __launch_bounds__(Cfg<D, BK, kSplit, kRowWarps, kWgmma>::kThreads,
                                   Cfg<D, BK, kSplit, kRowWarps, kWgmma>::kMinBlocks)
     PrefillKernel(AttnArgs a, const int32_t* __restrict__ tile_start, const int32_t* __restrict__ tile_len,
@@ -306,7 +376,7 @@ __global__ void __launch_bounds__(Cfg<D, BK, kSplit, kRowWarps, kWgmma>::kThread
     auto load_kv = [&](int kt) {
       const int stage = kt & 1, col = tid % C::kChunks;
       const uint32_t ks = SmemAddr(k_s) + stage * static_cast<uint32_t>(C::kKStage);
-      bf16* vs = v_s + stage * BK * kLd;
+      const uint32_t vs = SmemAddr(v_s) + stage * static_cast<uint32_t>(C::kVStage);
 #pragma unroll
       for (int p = 0; p < C::kPasses; ++p) {
         const int k = tid / C::kChunks + p * C::kKeysPerPass;
@@ -317,7 +387,9 @@ __global__ void __launch_bounds__(Cfg<D, BK, kSplit, kRowWarps, kWgmma>::kThread
         const uint32_t k_dst =
             kWgmma ? Sw128Offset(k, col, BK) : static_cast<uint32_t>((k * kLd + col * 8) * sizeof(bf16));
         CpAsync16(ks + k_dst, a.k_cache + src, valid);
-        CpAsync16(SmemAddr(vs + k * kLd + col * 8), a.v_cache + src, valid);
+        const uint32_t v_dst =
+            kWgmma >= 2 ? Sw128Offset(k, col, BK) : static_cast<uint32_t>((k * kLd + col * 8) * sizeof(bf16));
+        CpAsync16(vs + v_dst, a.v_cache + src, valid);
         if (col == 0) key_ok[stage * BK + k] = valid ? 1 : 0;
       }
     };
@@ -348,7 +420,9 @@ __global__ void __launch_bounds__(Cfg<D, BK, kSplit, kRowWarps, kWgmma>::kThread
       if constexpr (kWgmma) {  // the whole warpgroup, every tile: S[64, BK] = Q · K^T
         WgmmaScores<D, BK, C::R>(s, SmemAddr(q_s), SmemAddr(k_s) + stage * static_cast<uint32_t>(C::kKStage));
       }
-      if (j0 <= w_hi && j0 + BK - 1 >= w_lo) {
+      // A warp skips tiles none of its rows sees, unless P·V runs on wgmma (the whole
+      // warpgroup issues it; a warp that sees no key contributes P = 0).
+      if (kWgmma >= 2 || (j0 <= w_hi && j0 + BK - 1 >= w_lo)) {
         if constexpr (!kWgmma) {  // S[16, BK] = Q[16, D] · K^T over this warp's columns of D
 #pragma unroll
           for (int j = 0; j < kNt; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
@@ -441,19 +515,23 @@ __global__ void __launch_bounds__(Cfg<D, BK, kSplit, kRowWarps, kWgmma>::kThread
         }
 
         // O[16, kDw] += P[16, BK] · V[BK, this warp's columns]; P's C fragments are A fragments.
-        const bf16* vs = v_s + stage * BK * kLd;
+        if constexpr (kWgmma >= 2) {
+          WgmmaPv<BK>(o, s, SmemAddr(v_s) + stage * static_cast<uint32_t>(C::kVStage));
+        } else {
+          const bf16* vs = v_s + stage * BK * kLd;
 #pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk) {
-          const uint32_t pa[4] = {PackBf16(s[2 * kk][0], s[2 * kk][1]), PackBf16(s[2 * kk][2], s[2 * kk][3]),
-                                  PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                  PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+          for (int kk = 0; kk < BK / 16; ++kk) {
+            const uint32_t pa[4] = {PackBf16(s[2 * kk][0], s[2 * kk][1]), PackBf16(s[2 * kk][2], s[2 * kk][3]),
+                                    PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                    PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-          for (int dp = 0; dp < kDw / 16; ++dp) {
-            uint32_t vb[4];
-            Ldmatrix4Trans(vb, SmemAddr(vs + (kk * 16 + ((lane / 8) % 2) * 8 + lane % 8) * kLd + d0 + dp * 16 +
-                                        (lane / 16) * 8));
-            Mma(o[2 * dp], pa, vb[0], vb[1]);
-            Mma(o[2 * dp + 1], pa, vb[2], vb[3]);
+            for (int dp = 0; dp < kDw / 16; ++dp) {
+              uint32_t vb[4];
+              Ldmatrix4Trans(vb, SmemAddr(vs + (kk * 16 + ((lane / 8) % 2) * 8 + lane % 8) * kLd + d0 + dp * 16 +
+                                          (lane / 16) * 8));
+              Mma(o[2 * dp], pa, vb[0], vb[1]);
+              Mma(o[2 * dp + 1], pa, vb[2], vb[3]);
+            }
           }
         }
       }
@@ -482,7 +560,7 @@ __global__ void __launch_bounds__(Cfg<D, BK, kSplit, kRowWarps, kWgmma>::kThread
   }
 }
 
-template <int D, int BK, int kSplit, int kRowWarps, bool kWgmma>
+template <int D, int BK, int kSplit, int kRowWarps, int kWgmma>
 void RaiseSmemLimit() {
   static OncePerDevice once;
   once.Run([] {
@@ -493,7 +571,7 @@ void RaiseSmemLimit() {
 }
 
 
-template <int D, int BK, int kSplit, int kRowWarps, bool kWgmma>
+template <int D, int BK, int kSplit, int kRowWarps, int kWgmma>
 void LaunchPrefillKernel(const AttnArgs& a, const prefill_detail::TilePlan& plan, int group, int smem_optin,
                          cudaStream_t stream) {
   using C = Cfg<D, BK, kSplit, kRowWarps, kWgmma>;
