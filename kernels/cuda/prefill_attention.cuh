@@ -89,8 +89,9 @@ struct Cfg {
   static_assert(kWgmma < 2 || D == 256);
   // Q [R][kLd]; K, V [2 stages][BK][kLd]; the split warps' partial scores; key_ok [2][BK];
   // key_off [2][BK] (each key's cache offset for this KV head, -1 where there is none).
-  // wgmma: Q [D / 64 slabs][R][64] and K [2][D / 64][BK][64], swizzled, from a base that
-  // the kernel aligns to 1024 bytes (the swizzle pattern's period) within kAlign of slack.
+  // wgmma: Q [D / 64 slabs][R][64] and K [2][D / 64][BK][64] (with kWgmma 2, V too),
+  // swizzled, from a base that the kernel aligns to 1024 bytes (the swizzle pattern's
+  // period) within kAlign of slack.
   static constexpr size_t kAlign = kWgmma ? 1024 : 0;
   static constexpr size_t kKStage = sizeof(bf16) * BK * (kWgmma ? D : kLd);
   static constexpr size_t kVStage = sizeof(bf16) * BK * (kWgmma >= 2 ? D : kLd);
@@ -245,6 +246,13 @@ __device__ __forceinline__ void WgmmaPv(float (&o)[32][4], const float (&s)[BK /
     pa[kk][1] = PackBf16(s[2 * kk][2], s[2 * kk][3]);
     pa[kk][2] = PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
     pa[kk][3] = PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  }
+  // Pinned before the fence: wgmma.fence must follow every write to a register the MMA
+  // reads, the A fragment (pa) as well as the accumulators.
+#pragma unroll
+  for (int kk = 0; kk < BK / 16; ++kk) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(pa[kk][i])::"memory");
   }
 #pragma unroll
   for (int j = 0; j < 32; ++j) {
