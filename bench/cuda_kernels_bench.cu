@@ -95,6 +95,14 @@ void Row(const char* kernel, const std::string& shape, double us, double amount,
   }
 }
 
+// (query, key) pairs a causal prompt of `tokens` tokens from position 0 attends to, each
+// query seeing at most `window` keys (0: all before it).
+double VisiblePairs(int32_t tokens, int32_t window) {
+  double pairs = 0;
+  for (int32_t t = 0; t < tokens; ++t) pairs += window > 0 ? std::min(t + 1, window) : t + 1;
+  return pairs;
+}
+
 // Paged attention inputs: `seqs` sequences of `ctx` keys each in consecutive blocks,
 // `q_per_seq` queries at the last positions of each.
 struct AttnInputs {
@@ -497,8 +505,7 @@ int Main(int argc, char** argv) {
       AttnInputs a = MakeAttn(32, kv, d, window, 1, T, T);
       const size_t ws_bytes = PrefillAttentionWorkspaceBytes(a.tokens);
       void* ws = Alloc<uint8_t>(static_cast<int64_t>(ws_bytes));
-      double pairs = 0;  // (query, key) pairs a row sees
-      for (int32_t t = 0; t < T; ++t) pairs += window > 0 ? std::min(t + 1, window) : t + 1;
+      const double pairs = VisiblePairs(T, window);
       const std::string shape = "tokens=2048 q/kv=32/" + std::to_string(kv) + " d=" + std::to_string(d) +
                                 (window > 0 ? " window=1024" : " causal");
       for (const PrefillTuning& t : PrefillAttentionTunings(d)) {
@@ -540,8 +547,7 @@ int Main(int argc, char** argv) {
       const size_t ws_bytes = PrefillAttentionWorkspaceBytes(a.tokens);
       void* ws = Alloc<uint8_t>(static_cast<int64_t>(ws_bytes));
       bf16* ref = Alloc<bf16>(a.tokens * 32 * 256);
-      double pairs = 0;
-      for (int32_t t = 0; t < T; ++t) pairs += window > 0 ? std::min(t + 1, window) : t + 1;
+      const double pairs = VisiblePairs(T, window);
       const std::string shape = "tokens=" + std::to_string(T) + " q/kv=32/16 d=256" +
                                 (window > 0 ? " window=1024" : " causal");
       const double base_us = TimeUs(st, [&] {

@@ -196,7 +196,6 @@ absl::StatusOr<TpResult::OpProfile> ProfileStep(StepExecutor& exec, const StepPl
   return p;
 }
 
-// Rank 0's measurements once the engine is up.
 // A measurement as soon as it is taken ("progress: ..." on stdout, flushed): the tables come
 // at the end of the run, and a crash before then would otherwise leave nothing.
 void Progress(const std::string& line) {
@@ -204,6 +203,7 @@ void Progress(const std::string& line) {
   std::fflush(stdout);
 }
 
+// Rank 0's measurements once the engine is up.
 // `set_graphs` turns replays on or off on every rank (between steps).
 // `set_kernels` switches every rank's kernels (GpuBenchOptions::kernels).
 absl::Status Measure(const GpuBenchOptions& o, Engine& engine, StepExecutor& exec,

@@ -35,7 +35,8 @@ void AddWeight(Weights& ws, const bf16* w, int64_t max_rows) {
   ws.max_rows = std::max(ws.max_rows, max_rows);
 }
 
-// A temporary device buffer of `elems` bf16 values, or an error that says what it was for.
+// A temporary device buffer of `elems` values of `elem_bytes` each, or an error that says
+// what it was for.
 absl::StatusOr<std::unique_ptr<Buffer>> TuneBuffer(const TuneTarget& t, int64_t elems, size_t elem_bytes,
                                                    const char* what) {
   auto b = t.allocate(static_cast<size_t>(elems) * elem_bytes);
@@ -143,7 +144,7 @@ absl::Status TuneAttention(std::span<const AttentionUse> uses, const TuneTarget&
   }
   for (const auto& [key, use] : configs) {
     const cuda::PrefillTuning production = cuda::PrefillAttentionProductionTuning(use.p.head_dim);
-    std::vector<cuda::PrefillTuning> tiles = {production};  // [0] runs as PrefillAttention itself
+    std::vector<cuda::PrefillTuning> tiles = {production};  // [0]: what PrefillAttention launches
     for (const cuda::PrefillTuning& tile : cuda::PrefillAttentionTunings(use.p.head_dim)) {
       if (tile.block_keys != production.block_keys || tile.row_warps != production.row_warps) tiles.push_back(tile);
     }
@@ -178,11 +179,7 @@ absl::Status TuneAttention(std::span<const AttentionUse> uses, const TuneTarget&
     const auto* vb = static_cast<const bf16*>(v->data());
     auto* ob = static_cast<bf16*>(out->data());
     const std::vector<double> us = cuda::TimeCandidates(t.stream, static_cast<int>(tiles.size()), [&](int i) {
-      if (i == 0) {
-        cuda::PrefillAttention(qb, kb, vb, seq, pos, T, table, p, ws, ws_bytes, ob, t.stream);
-      } else {
-        cuda::PrefillAttentionWithTuning(tiles[i], qb, kb, vb, seq, pos, T, table, p, ws, ws_bytes, ob, t.stream);
-      }
+      cuda::PrefillAttentionWithTuning(tiles[i], qb, kb, vb, seq, pos, T, table, p, ws, ws_bytes, ob, t.stream);
       return true;
     });
     const int best = std::max(ChooseFastest(us), 0);

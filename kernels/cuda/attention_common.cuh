@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_util.cuh"
 
 namespace tpserve::cuda {
 
@@ -69,10 +70,6 @@ void DispatchHeadDim(int32_t head_dim, const F& f) {
 // ---- Tensor-core and async-copy helpers of both kernels (sm_80+) ----
 
 constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 // 16 bytes global -> shared, asynchronously; zero-fills (reads nothing) unless `valid`.
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {

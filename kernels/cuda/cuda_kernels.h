@@ -125,8 +125,9 @@ void PrefillAttention(const bf16* q, const bf16* k_cache, const bf16* v_cache, c
 // The prefill kernel with another tile shape (keys per K/V tile, 16-row warps per CTA), for
 // cuda_kernels_bench's sweep and for start-up tuning (`--kernels tuned`), which launches the
 // fastest through PrefillAttentionWithTuning. PrefillAttentionProductionTuning says what
-// PrefillAttention itself launches. Key tiles start at other keys, so the bits may differ
-// from PrefillAttention's by rounding (tests/cuda_attention_test.cc holds every tuning to
+// PrefillAttention itself launches (the same as PrefillAttentionWithTuning with it). Other
+// tiles start key tiles at other keys, so the bits may differ from PrefillAttention's by
+// rounding (tests/cuda_attention_test.cc holds every tuning to
 // the CPU reference).
 struct PrefillTuning {
   int block_keys = 32, row_warps = 4;

@@ -66,6 +66,11 @@ __device__ __forceinline__ void Half8ToFloat(const uint4 v, float* f) {
   }
 }
 
+// The 32-bit shared-window address of a pointer into shared memory (PTX operands).
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

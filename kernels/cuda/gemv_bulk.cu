@@ -65,24 +65,23 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
   uint8_t* stage0 = smem + x_bytes;
   const int rows = static_cast<int>(min(static_cast<int64_t>(kRows), m));
   const int64_t vecs = k / 8;
-  auto SmemAddress = [](const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); };
 
   // Thread 0 only: fetch group g into stage s, completing on full[s].
   auto fetch = [&](int s, int64_t g) {
     const int64_t col0 = g * kFeatures;
     const uint32_t bytes =
         static_cast<uint32_t>(min(static_cast<int64_t>(kFeatures), n - col0) * k * static_cast<int64_t>(sizeof(bf16)));
-    const uint32_t bar = SmemAddress(&full[s]);
+    const uint32_t bar = SmemAddr(&full[s]);
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-            SmemAddress(stage0 + s * stage_bytes)),
+            SmemAddr(stage0 + s * stage_bytes)),
         "l"(w + col0 * k), "r"(bytes), "r"(bar)
         : "memory");
   };
   if (tid == 0) {
     for (int s = 0; s < stages; ++s) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddress(&full[s])), "r"(1) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddr(&full[s])), "r"(1) : "memory");
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     for (int s = 0; s < stages; ++s) {
@@ -104,7 +103,7 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
     // A copy that never lands is a bug: trap after 2 s (the launch fails with an error)
     // rather than hang the process.
     uint64_t waited_since = 0;
-    while (!MbarrierTryWait(SmemAddress(&full[s]), parity)) {
+    while (!MbarrierTryWait(SmemAddr(&full[s]), parity)) {
       const uint64_t now = GlobalTimerNs();
       if (waited_since == 0) {
         waited_since = now;

@@ -1,5 +1,5 @@
 // Paged prefill attention: the launchers and the tile shapes. The kernel and its design
-// notes are in prefill_attention.cuh; its sm_90a variant (S on wgmma) is built from
+// notes are in prefill_attention.cuh; its sm_90a variants (wgmma) are built from
 // prefill_attention_wgmma.cu. Tested by tests/cuda_attention_test.cc against
 // cpu::PagedAttention.
 #include <algorithm>
@@ -19,6 +19,22 @@ bool LaunchWgmma(int, int, const AttnArgs&, const TilePlan&, int, int, cudaStrea
 
 namespace {
 
+template <int D, int BK, int kSplit, int kRowWarps>
+PrefillTuning TuningOf() {
+  return PrefillTuning{BK, kRowWarps, Cfg<D, BK, kSplit, kRowWarps>::kBytes};
+}
+
+// The tile PrefillAttention launches for head_dim on a device that lets a block opt into
+// `smem_optin` bytes of shared memory (512: 32 keys where they fit, else 16).
+PrefillTuning ProductionTuningFor(int32_t head_dim, int smem_optin) {
+  if (head_dim == 512) {
+    const PrefillTuning wide = TuningOf<512, 32, 2, 4>();
+    return wide.smem_bytes <= static_cast<size_t>(smem_optin) ? wide : TuningOf<512, 16, 2, 4>();
+  }
+  if (head_dim == 256) return TuningOf<256, 32, 1, 4>();
+  return PrefillTuning{64, 4, 0};  // Launch<D, 64, 1>; no other shapes are built for these
+}
+
 struct LaunchPrefill {
   const AttnArgs& a;
   const prefill_detail::TilePlan& plan;
@@ -29,37 +45,27 @@ struct LaunchPrefill {
 
   template <int D, int BK, int kSplit, int kRowWarps = 4>
   void Launch() const {
-    LaunchPrefillKernel<D, BK, kSplit, kRowWarps, false>(a, plan, group, smem_optin, stream);
+    LaunchPrefillKernel<D, BK, kSplit, kRowWarps, 0>(a, plan, group, smem_optin, stream);
   }
 
   template <int D>
   void operator()() const {
-    if (tuning != nullptr && tuning->wgmma != 0) {  // else not offered for D
-      TP_CHECK(prefill_detail::LaunchWgmma(D, tuning->wgmma, a, plan, group, smem_optin, stream));
-      return;
-    }
-    if (tuning != nullptr) {
-      TP_CHECK(LaunchTuning<D>(*tuning));  // else not one of PrefillAttentionTunings(D)
-      return;
-    }
-    if constexpr (D == 512) {
-      if (static_cast<size_t>(smem_optin) >= Cfg<512, 32, 2>::kBytes) {
-        Launch<512, 32, 2>();
-      } else {
-        Launch<512, 16, 2>();
-      }
-    } else if constexpr (D == 256) {
-      Launch<256, 32, 1>();
+    const PrefillTuning t = tuning != nullptr ? *tuning : ProductionTuningFor(D, smem_optin);
+    if (t.wgmma != 0) {
+      TP_CHECK(prefill_detail::LaunchWgmma(D, t.wgmma, a, plan, group, smem_optin, stream));  // else not offered for D
     } else {
-      Launch<D, 64, 1>();
+      TP_CHECK(LaunchTile<D>(t));  // else not one of PrefillAttentionTunings(D)
     }
   }
 
-  // The tunings instantiated for cuda_kernels_bench (PrefillAttentionTunings).
+  // The tiles instantiated: production's (ProductionTuningFor) and the others
+  // PrefillAttentionTunings offers.
   template <int D>
-  bool LaunchTuning(const PrefillTuning& t) const {
+  bool LaunchTile(const PrefillTuning& t) const {
     auto is = [&](int bk, int rw) { return t.block_keys == bk && t.row_warps == rw; };
-    if constexpr (D == 256) {
+    if constexpr (D != 256 && D != 512) {
+      if (is(64, 4)) return Launch<D, 64, 1, 4>(), true;
+    } else if constexpr (D == 256) {
       if (is(32, 4)) return Launch<256, 32, 1, 4>(), true;
       if (is(64, 4)) return Launch<256, 64, 1, 4>(), true;
       if (is(32, 8)) return Launch<256, 32, 1, 8>(), true;
@@ -71,11 +77,6 @@ struct LaunchPrefill {
     return false;
   }
 };
-
-template <int D, int BK, int kSplit, int kRowWarps>
-PrefillTuning TuningOf() {
-  return PrefillTuning{BK, kRowWarps, Cfg<D, BK, kSplit, kRowWarps>::kBytes};
-}
 
 }  // namespace
 
@@ -128,12 +129,7 @@ std::vector<PrefillTuning> PrefillAttentionTunings(int32_t head_dim) {
 }
 
 PrefillTuning PrefillAttentionProductionTuning(int32_t head_dim) {
-  if (head_dim == 512) {
-    const PrefillTuning wide = TuningOf<512, 32, 2, 4>();
-    return wide.smem_bytes <= static_cast<size_t>(SmemOptin()) ? wide : TuningOf<512, 16, 2, 4>();
-  }
-  if (head_dim == 256) return TuningOf<256, 32, 1, 4>();
-  return PrefillTuning{64, 4, 0};  // Launch<D, 64, 1>; no other shapes are built for these
+  return ProductionTuningFor(head_dim, SmemOptin());
 }
 
 std::vector<PrefillTuning> PrefillAttentionWgmmaTunings(int32_t head_dim) {

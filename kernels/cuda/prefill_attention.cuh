@@ -172,22 +172,33 @@ __device__ __forceinline__ void FenceProxyAsync() {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// wgmma shared-memory matrix descriptor for a K-major, 128-byte-swizzled operand starting
-// at shared address `addr`: start address >> 4 (bits 0-13), leading byte offset 16 (unused
-// with this swizzle; bits 16-29), stride byte offset 1024 between 8-row groups (bits
-// 32-45), base offset 0 (the tile is 1024-byte aligned), swizzle mode 1 = 128 B (62-63).
-__device__ __forceinline__ uint64_t Sw128Desc(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (uint64_t{16 >> 4} << 16) | (uint64_t{1024 >> 4} << 32) |
-         (uint64_t{1} << 62);
+// wgmma shared-memory matrix descriptor for a 128-byte-swizzled operand starting at shared
+// address `addr`: start address >> 4 (bits 0-13), leading byte offset (bits 16-29; unused,
+// 16, for K-major operands; between 64-column slabs for MN-major ones), stride byte offset
+// 1024 between 8-row groups (bits 32-45), base offset 0 (the tile is 1024-byte aligned),
+// swizzle mode 1 = 128 B (bits 62-63).
+__device__ __forceinline__ uint64_t Sw128Desc(uint32_t addr, uint32_t leading_bytes = 16) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(leading_bytes >> 4) << 16) |
+         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
 }
 
-// Pins the accumulators across the wgmma fence and wait: the asynchronous MMA writes them
-// between its issue and its wait, behind the compiler's back.
-__device__ __forceinline__ void FenceOperands(float (&s)[4][4]) {
+// Pins registers across the wgmma fence and wait: wgmma.fence must follow every write to
+// a register the MMA reads, and the asynchronous MMA writes its accumulators between its
+// issue and its wait, behind the compiler's back.
+template <int N>
+__device__ __forceinline__ void FenceOperands(float (&r)[N][4]) {
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < N; ++j) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(s[j][e])::"memory");
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(r[j][e])::"memory");
+  }
+}
+template <int N>
+__device__ __forceinline__ void FenceOperands(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[j][e])::"memory");
   }
 }
 #endif
@@ -247,21 +258,10 @@ __device__ __forceinline__ void WgmmaPv(float (&o)[32][4], const float (&s)[BK /
     pa[kk][2] = PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
     pa[kk][3] = PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
   }
-  // Pinned before the fence: wgmma.fence must follow every write to a register the MMA
-  // reads, the A fragment (pa) as well as the accumulators.
-#pragma unroll
-  for (int kk = 0; kk < BK / 16; ++kk) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(pa[kk][i])::"memory");
-  }
-#pragma unroll
-  for (int j = 0; j < 32; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(o[j][e])::"memory");
-  }
+  FenceOperands(pa);  // the A fragment as well as the accumulators
+  FenceOperands(o);
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-  const uint64_t v_desc = static_cast<uint64_t>((v_addr & 0x3FFFF) >> 4) | (uint64_t{(BK * 128) >> 4} << 16) |
-                          (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+  const uint64_t v_desc = Sw128Desc(v_addr, BK * 128);  // MN-major: 64-column slabs BK x 128 bytes apart
 #pragma unroll
   for (int kk = 0; kk < BK / 16; ++kk) {
     const uint64_t vd = v_desc + static_cast<uint64_t>((kk * 16 * 128) >> 4);  // 16 keys further
@@ -290,11 +290,7 @@ __device__ __forceinline__ void WgmmaPv(float (&o)[32][4], const float (&s)[BK /
   }
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#pragma unroll
-  for (int j = 0; j < 32; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(o[j][e])::"memory");
-  }
+  FenceOperands(o);
 #else
   __trap();  // only instantiated in prefill_attention_wgmma.cu, built for sm_90a
 #endif
