@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
 #include <mutex>
+#include <type_traits>
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -185,21 +186,27 @@ __device__ __forceinline__ uint64_t Sw128Desc(uint32_t addr, uint32_t leading_by
 // Pins registers across the wgmma fence and wait: wgmma.fence must follow every write to
 // a register the MMA reads, and the asynchronous MMA writes its accumulators between its
 // issue and its wait, behind the compiler's back.
-template <int N>
-__device__ __forceinline__ void FenceOperands(float (&r)[N][4]) {
+template <typename T, int N>  // float accumulators or uint32_t (packed bf16) A fragments
+__device__ __forceinline__ void FenceOperands(T (&r)[N][4]) {
 #pragma unroll
   for (int j = 0; j < N; ++j) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(r[j][e])::"memory");
+    for (int e = 0; e < 4; ++e) {
+      if constexpr (std::is_floating_point_v<T>) {
+        asm volatile("" : "+f"(r[j][e])::"memory");
+      } else {
+        asm volatile("" : "+r"(r[j][e])::"memory");
+      }
+    }
   }
 }
+
+// Commits the wgmmas issued, waits for them all and pins the accumulators they wrote.
 template <int N>
-__device__ __forceinline__ void FenceOperands(uint32_t (&r)[N][4]) {
-#pragma unroll
-  for (int j = 0; j < N; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[j][e])::"memory");
-  }
+__device__ __forceinline__ void WgmmaCommitAndWait(float (&acc)[N][4]) {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  FenceOperands(acc);
 }
 #endif
 
@@ -230,9 +237,7 @@ __device__ __forceinline__ void WgmmaScores(float (&s)[BK / 8][4], uint32_t q_ad
           "+f"(s[3][2]), "+f"(s[3][3])
         : "l"(qd), "l"(kd), "r"(kk > 0 ? 1 : 0));
   }
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-  FenceOperands(s);
+  WgmmaCommitAndWait(s);
 #else
   __trap();  // only instantiated in prefill_attention_wgmma.cu, built for sm_90a
 #endif
@@ -288,9 +293,7 @@ __device__ __forceinline__ void WgmmaPv(float (&o)[32][4], const float (&s)[BK /
           TP_O4(28), TP_O4(29), TP_O4(30), TP_O4(31)
         : "r"(pa[kk][0]), "r"(pa[kk][1]), "r"(pa[kk][2]), "r"(pa[kk][3]), "l"(vd), "r"(1));
   }
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-  FenceOperands(o);
+  WgmmaCommitAndWait(o);
 #else
   __trap();  // only instantiated in prefill_attention_wgmma.cu, built for sm_90a
 #endif
