@@ -494,7 +494,7 @@ int Main(int argc, char** argv) {
         PrefillAttention(a.q, a.kc, a.vc, a.seq, a.pos, a.tokens, a.tables, a.p, ws, ws_bytes, a.out, st);
       });
       Row("prefill attn causal", "tokens=4096 q/kv=32/" + std::to_string(kv) + " d=" + std::to_string(d), us,
-          4.0 * (static_cast<double>(T) * T / 2) * 32 * d, "TFLOP/s", 0);
+          4.0 * VisiblePairs(T, 0) * 32 * d, "TFLOP/s", 0);
     }
   }
   if (!no_tune) {  // The prefill kernel's tile shapes (keys per K/V tile / 16-row warps per CTA) on the

@@ -272,7 +272,7 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
     const int devices = CudaDeviceCount();
     const int my_turn = TurnOnGpu(world.local_rank, devices);
     const int sharing = RanksSharingGpu(world.local_rank, world.local_size, devices);
-    const int turns = static_cast<int>(-comm.AllReduceMin(-sharing));  // the most ranks on one GPU
+    const int turns = static_cast<int>(comm.AllReduceMax(sharing));  // the most ranks on one GPU
     absl::Status tuned = absl::OkStatus();
     for (int turn = 0; turn < turns; ++turn) {
       if (turn == my_turn) {

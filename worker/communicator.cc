@@ -1,4 +1,5 @@
 // Collective helpers shared by every Communicator. Tested by tests/communicator_test.cc.
+#include <algorithm>
 #include <cstring>
 
 #include "worker/communicator.h"
@@ -26,9 +27,13 @@ absl::Status Communicator::AgreeOnStatus(const absl::Status& local) {
 int64_t Communicator::AllReduceMin(int64_t v) {
   std::vector<int64_t> all(size());
   AllGather(&v, sizeof(v), all.data());
-  int64_t m = all[0];
-  for (int64_t x : all) m = std::min(m, x);
-  return m;
+  return *std::min_element(all.begin(), all.end());
+}
+
+int64_t Communicator::AllReduceMax(int64_t v) {
+  std::vector<int64_t> all(size());
+  AllGather(&v, sizeof(v), all.data());
+  return *std::max_element(all.begin(), all.end());
 }
 
 void Communicator::BroadcastBytes(std::vector<uint8_t>& bytes, int root) {

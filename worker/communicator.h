@@ -59,6 +59,7 @@ class Communicator {
   // start-up phases so that a failure on one rank is an error on all, never a hang.
   absl::Status AgreeOnStatus(const absl::Status& local);
   int64_t AllReduceMin(int64_t v);
+  int64_t AllReduceMax(int64_t v);
   // root's bytes to every rank (any size); the receivers wait as in BroadcastWaiting.
   void BroadcastBytes(std::vector<uint8_t>& bytes, int root);
 };

@@ -1,6 +1,6 @@
 // tpbench workloads: the prompts (and output lengths) a run sends. Random prompts of
 // given lengths, a JSONL prompt file, or a ShareGPT conversation file; all seeded and
-// deterministic. Tested by tests/tpbench_workload_test.cc.
+// deterministic. Tested by tests/tpbench_load_test.cc.
 #ifndef TPSERVE_BENCH_TPBENCH_WORKLOAD_H_
 #define TPSERVE_BENCH_TPBENCH_WORKLOAD_H_
 
