@@ -123,5 +123,23 @@ TEST(Checkpoint, DummyIsDeterministicAndSliceConsistent) {
   EXPECT_NEAR(mean_sq / full.size(), 1.0f / 128, 0.3f / 128);  // variance 1/fan_in
 }
 
+// A slice outside its shape, or of no shape at all, is an error before anything is read.
+TEST(Checkpoint, BadSliceRequestsAreErrors) {
+  auto c = PresetModelConfig("gemma-4-tiny");
+  ASSERT_TRUE(c.ok());
+  auto src = MakeDummySource(*c, 3);
+  std::vector<float> buf(256 * 128);
+  for (const SliceRequest& r : {SliceRequest{"layers.0.mlp.up_proj.weight", {}, 0, 1, 0, 1},
+                                SliceRequest{"layers.0.mlp.up_proj.weight", {2, 2, 2}, 0, 1, 0, 1},
+                                SliceRequest{"layers.0.mlp.up_proj.weight", {256, 128}, 250, 16, 0, 128},
+                                SliceRequest{"layers.0.mlp.up_proj.weight", {256, 128}, 0, 16, 0, 129},
+                                SliceRequest{"layers.0.mlp.up_proj.weight", {256, 128}, 8, -4, 0, 128},
+                                SliceRequest{"layers.0.mlp.up_proj.weight", {256, 128}, -1, 1, 0, 128}}) {
+    const absl::Status st = src->Read(r, DType::kF32, buf.data());
+    EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << r.shape.size() << " " << r.row0 << " " << r.rows;
+    EXPECT_NE(std::string(st.message()).find("bad slice request"), std::string::npos) << st;
+  }
+}
+
 }  // namespace
 }  // namespace tpserve

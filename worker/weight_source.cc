@@ -33,11 +33,13 @@ void ConvertRow(const uint8_t* src, DType src_dtype, int64_t n, DType dst_dtype,
 }
 
 absl::Status CheckSlice(const SliceRequest& r, const std::string& where) {
+  const auto bad = [&] { return absl::InternalError(absl::StrCat(where, ": bad slice request")); };
+  if (r.shape.empty() || r.shape.size() > 2) return bad();
   const int64_t full_rows = r.shape.size() == 1 ? 1 : r.shape[0];
   const int64_t full_cols = r.shape.size() == 1 ? r.shape[0] : r.shape[1];
-  if (r.shape.empty() || r.shape.size() > 2 || r.row0 < 0 || r.col0 < 0 || r.row0 + r.rows > full_rows ||
+  if (r.row0 < 0 || r.col0 < 0 || r.rows < 0 || r.cols < 0 || r.row0 + r.rows > full_rows ||
       r.col0 + r.cols > full_cols) {
-    return absl::InternalError(absl::StrCat(where, ": bad slice request"));
+    return bad();
   }
   return absl::OkStatus();
 }
