@@ -183,7 +183,7 @@ absl::Status ParseGemma(const Fields& f, ModelConfig& c) {
   int32_t head_dim;
   ASSIGN_FIELD(head_dim, f.GetOr<int32_t>("head_dim", 256));
   int32_t num_kv;
-  ASSIGN_FIELD(num_kv, f.GetOr<int32_t>("num_key_value_heads", g4 ? 4 : 4));
+  ASSIGN_FIELD(num_kv, f.GetOr<int32_t>("num_key_value_heads", 4));  // transformers: 4 for Gemma 3 and 4
   int32_t window;
   ASSIGN_FIELD(window, f.GetOr<int32_t>("sliding_window", g4 ? 512 : 4096));
   TP_RETURN_IF_ERROR(ParseLayerTypes(f, c.num_layers, 6, c.layers));
