@@ -300,6 +300,10 @@ absl::StatusOr<Value> CallStrMethod(const std::string& self, const std::string& 
     TP_RETURN_IF_ERROR(p.Finish());
     auto width = IntArg(p, width_arg, 0);
     if (!width.ok()) return width.status();
+    // A fill character is at most 4 bytes of UTF-8.
+    if (*width > static_cast<int64_t>(kMaxStringBytes / 4)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, "() width ", *width, " is too large"));
+    }
     char32_t fill = ' ';
     if (fill_arg) {
       std::u32string f = fill_arg->is_string() ? DecodeUtf8(fill_arg->string_value()) : U"";

@@ -78,10 +78,13 @@ absl::StatusOr<ExprPtr> ExpressionParser::ParseTuple(
 }
 
 absl::StatusOr<ExprPtr> ExpressionParser::ParseExpression(bool with_condexpr) {
+  Nesting nesting(this);
+  TP_RETURN_IF_ERROR(nesting.Deeper());
   if (!with_condexpr) return ParseOr();
   const size_t first_unknown = unknown_.size();
   TP_ASSIGN_OR_RETURN(auto expr, ParseOr());
   while (IsName("if")) {
+    TP_RETURN_IF_ERROR(nesting.Deeper());
     SoftScope soft(this, true);
     SourcePos pos = Cur().pos;
     Advance();
@@ -100,8 +103,10 @@ absl::StatusOr<ExprPtr> ExpressionParser::ParseExpression(bool with_condexpr) {
 }
 
 absl::StatusOr<ExprPtr> ExpressionParser::ParseOr() {
+  Nesting nesting(this);
   TP_ASSIGN_OR_RETURN(auto left, ParseAnd());
   while (IsName("or")) {
+    TP_RETURN_IF_ERROR(nesting.Deeper());
     SourcePos pos = Cur().pos;
     Advance();
     TP_ASSIGN_OR_RETURN(auto right, ParseAnd());
@@ -111,8 +116,10 @@ absl::StatusOr<ExprPtr> ExpressionParser::ParseOr() {
 }
 
 absl::StatusOr<ExprPtr> ExpressionParser::ParseAnd() {
+  Nesting nesting(this);
   TP_ASSIGN_OR_RETURN(auto left, ParseNot());
   while (IsName("and")) {
+    TP_RETURN_IF_ERROR(nesting.Deeper());
     SourcePos pos = Cur().pos;
     Advance();
     TP_ASSIGN_OR_RETURN(auto right, ParseNot());
@@ -123,6 +130,8 @@ absl::StatusOr<ExprPtr> ExpressionParser::ParseAnd() {
 
 absl::StatusOr<ExprPtr> ExpressionParser::ParseNot() {
   if (IsName("not")) {
+    Nesting nesting(this);
+    TP_RETURN_IF_ERROR(nesting.Deeper());
     SourcePos pos = Cur().pos;
     Advance();
     TP_ASSIGN_OR_RETURN(auto operand, ParseNot());
@@ -169,6 +178,7 @@ absl::StatusOr<ExprPtr> ExpressionParser::ParseCompare() {
 template <typename Next>
 absl::StatusOr<ExprPtr> ExpressionParser::ParseBinaryLevel(
     Next next, std::initializer_list<std::pair<std::string_view, BinaryOp>> ops) {
+  Nesting nesting(this);
   TP_ASSIGN_OR_RETURN(auto left, (this->*next)());
   while (true) {
     const std::pair<std::string_view, BinaryOp>* match = nullptr;
@@ -176,6 +186,7 @@ absl::StatusOr<ExprPtr> ExpressionParser::ParseBinaryLevel(
       if (IsOp(op.first)) match = &op;
     }
     if (match == nullptr) return left;
+    TP_RETURN_IF_ERROR(nesting.Deeper());
     SourcePos pos = Cur().pos;
     Advance();
     TP_ASSIGN_OR_RETURN(auto right, (this->*next)());
@@ -206,7 +217,9 @@ absl::StatusOr<ExprPtr> ExpressionParser::ParsePow() {
 absl::StatusOr<ExprPtr> ExpressionParser::ParseUnary(bool with_filter) {
   SourcePos pos = Cur().pos;
   ExprPtr node;
+  Nesting nesting(this);
   if (IsOp("-") || IsOp("+")) {
+    TP_RETURN_IF_ERROR(nesting.Deeper());
     UnaryOp op = IsOp("-") ? UnaryOp::kNeg : UnaryOp::kPos;
     Advance();
     TP_ASSIGN_OR_RETURN(auto operand, ParseUnary(false));
@@ -295,7 +308,9 @@ absl::StatusOr<ExprPtr> ExpressionParser::MakeConst(SourcePos pos, Value value) 
 }
 
 absl::StatusOr<ExprPtr> ExpressionParser::ParsePostfix(ExprPtr node) {
+  Nesting nesting(this);
   while (true) {
+    if (IsOp(".") || IsOp("[") || IsOp("(")) TP_RETURN_IF_ERROR(nesting.Deeper());
     if (IsOp(".") || IsOp("[")) {
       TP_ASSIGN_OR_RETURN(auto sub, ParseSubscript(std::move(node)));
       node = std::move(sub);
@@ -309,7 +324,9 @@ absl::StatusOr<ExprPtr> ExpressionParser::ParsePostfix(ExprPtr node) {
 }
 
 absl::StatusOr<ExprPtr> ExpressionParser::ParseFilterExpr(ExprPtr node) {
+  Nesting nesting(this);
   while (true) {
+    if (IsOp("|") || IsName("is") || IsOp("(")) TP_RETURN_IF_ERROR(nesting.Deeper());
     if (IsOp("|")) {
       TP_ASSIGN_OR_RETURN(auto filtered, ParseFilter(std::move(node), false));
       node = std::move(filtered);
@@ -434,7 +451,9 @@ absl::StatusOr<std::string> ExpressionParser::ParseDottedName() {
 }
 
 absl::StatusOr<ExprPtr> ExpressionParser::ParseFilter(ExprPtr node, bool start_inline) {
+  Nesting nesting(this);
   while (IsOp("|") || start_inline) {
+    TP_RETURN_IF_ERROR(nesting.Deeper());
     if (!start_inline) Advance();
     start_inline = false;
     SourcePos pos = Cur().pos;

@@ -48,6 +48,37 @@ class ExpressionParser {
     bool saved_;
   };
 
+  // How deep the parse tree may nest: brackets, operator and filter chains, unary
+  // operators and blocks all add levels. The parser, the evaluator and the tree's
+  // destructors recurse once per level, so without a bound a template of a few kB could
+  // overflow the stack; Python (hence transformers' Jinja) also rejects source nested
+  // past ~200 levels. Published templates nest fewer than 20.
+  static constexpr int kMaxNestingDepth = 128;
+
+  // Counts the levels a parse function adds to the tree; they are released when it
+  // returns. A chain (a ~ b ~ c, x.y.z, v|f|g) adds one level per link, since it builds
+  // a left-nested tree.
+  class Nesting {
+   public:
+    explicit Nesting(ExpressionParser* parser) : parser_(parser) {}
+    ~Nesting() { parser_->depth_ -= levels_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+    // Fails with a syntax error at the current token past kMaxNestingDepth.
+    absl::Status Deeper() {
+      ++levels_;
+      if (++parser_->depth_ <= kMaxNestingDepth) return absl::OkStatus();
+      return parser_->Fail(parser_->Cur().pos,
+                           absl::StrCat("the template nests more than ", kMaxNestingDepth,
+                                        " levels deep (brackets, operator and filter chains, blocks); "
+                                        "split the expression with {% set %} or flatten the blocks"));
+    }
+
+   private:
+    ExpressionParser* parser_;
+    int levels_ = 0;
+  };
+
   // Syntax error for the first unknown filter or test that is not in a conditional.
   absl::Status CheckUnknownNames() const;
 
@@ -138,6 +169,7 @@ class ExpressionParser {
 
   std::vector<Token> toks_;
   size_t i_ = 0;
+  int depth_ = 0;  // levels of the tree above the node being parsed (Nesting)
   std::vector<UnknownName> unknown_;
 };
 

@@ -41,6 +41,9 @@ absl::StatusOr<Value> FilterTojson(const Value& v, CallArgs args) {
     if (indent->is_string()) {
       options.indent = indent->string_value();
     } else if (indent->is_integral()) {
+      if (indent->int_value() > static_cast<int64_t>(kMaxStringBytes)) {
+        return absl::InvalidArgumentError(absl::StrCat("tojson() indent ", indent->int_value(), " is too large"));
+      }
       options.indent = std::string(std::max<int64_t>(0, indent->int_value()), ' ');
     } else {
       return TypeError("tojson() indent must be an int, a str or None");
@@ -138,6 +141,17 @@ std::optional<double> ParsePyFloat(std::string text) {
   return d;
 }
 
+// int(x) for a finite float: truncation, an error where Python's unbounded int would
+// not fit in 64 bits (the conversion itself would be undefined behaviour).
+absl::StatusOr<Value> TruncateToInt(double x) {
+  const double t = std::trunc(x);
+  if (!(t >= -0x1p63 && t < 0x1p63)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "int: ", x, " does not fit a 64-bit integer (chat template integers are 64-bit; Python's are unbounded)"));
+  }
+  return Value::Int(static_cast<int64_t>(t));
+}
+
 absl::StatusOr<Value> FilterInt(const Value& v, CallArgs args) {
   ArgParser p("int", std::move(args));
   auto fallback = p.Get("default");
@@ -148,7 +162,7 @@ absl::StatusOr<Value> FilterInt(const Value& v, CallArgs args) {
   if (v.is_integral()) return Value::Int(v.int_value());
   if (v.kind() == Value::Kind::kFloat) {
     if (!std::isfinite(v.float_value())) return dflt;
-    return Value::Int(static_cast<int64_t>(std::trunc(v.float_value())));
+    return TruncateToInt(v.float_value());
   }
   if (!v.is_string()) return dflt;
   std::string text = PyStrip(v.string_value(), std::nullopt, true, true);
@@ -161,7 +175,7 @@ absl::StatusOr<Value> FilterInt(const Value& v, CallArgs args) {
     if (end == text.c_str() + text.size() && errno == 0) return Value::Int(n);
   }
   if (auto d = ParsePyFloat(v.string_value()); d && std::isfinite(*d)) {
-    return Value::Int(static_cast<int64_t>(std::trunc(*d)));
+    return TruncateToInt(*d);
   }
   return dflt;
 }
@@ -224,12 +238,18 @@ absl::StatusOr<Value> FilterIndent(const Value& v, CallArgs args) {
     return TypeError(
         absl::StrCat("unsupported operand type(s) for +=: '", v.TypeName(), "' and 'str'"));
   }
+  if (width && width->is_integral() && width->int_value() > static_cast<int64_t>(kMaxStringBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("indent() width ", width->int_value(), " is too large"));
+  }
   std::string indention =
       width && width->is_string()
           ? width->string_value()
           : std::string(
                 width && width->is_integral() ? std::max<int64_t>(0, width->int_value()) : 4, ' ');
   std::vector<std::string> lines = PySplitLines(v.Str() + "\n", false);
+  if (lines.size() * indention.size() > kMaxStringBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("indent() result is too large (over ", kMaxStringBytes, " bytes)"));
+  }
   std::string out;
   if (Flag(blank, false)) {
     for (size_t i = 0; i < lines.size(); ++i) {

@@ -58,11 +58,19 @@ void DumpString(std::string_view text, bool ensure_ascii, std::string* out) {
 absl::Status Dump(const Value& value, const JsonDumpOptions& options, int depth, std::string* out) {
   using Kind = Value::Kind;
   if (depth > 512) return absl::InvalidArgumentError("tojson: value is nested too deeply");
+  // A large indent times a deep level could exhaust memory before any check below ran.
   auto newline = [&](int level) {
-    if (!options.indent) return;
+    if (!options.indent) return absl::OkStatus();
+    if (out->size() + 1 + static_cast<size_t>(level) * options.indent->size() > kMaxStringBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("tojson: result is too large (over ", kMaxStringBytes, " bytes)"));
+    }
     out->push_back('\n');
     for (int i = 0; i < level; ++i) *out += *options.indent;
+    return absl::OkStatus();
   };
+  if (out->size() > kMaxStringBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("tojson: result is too large (over ", kMaxStringBytes, " bytes)"));
+  }
   switch (value.kind()) {
     case Kind::kNone:
       *out += "null";
@@ -97,10 +105,10 @@ absl::Status Dump(const Value& value, const JsonDumpOptions& options, int depth,
       out->push_back('[');
       for (size_t i = 0; i < items.size(); ++i) {
         if (i > 0) *out += options.item_separator;
-        newline(depth + 1);
+        if (absl::Status s = newline(depth + 1); !s.ok()) return s;
         if (auto s = Dump(items[i], options, depth + 1, out); !s.ok()) return s;
       }
-      newline(depth);
+      if (absl::Status s = newline(depth); !s.ok()) return s;
       out->push_back(']');
       return absl::OkStatus();
     }
@@ -123,7 +131,7 @@ absl::Status Dump(const Value& value, const JsonDumpOptions& options, int depth,
       out->push_back('{');
       for (size_t i = 0; i < entries.size(); ++i) {
         if (i > 0) *out += options.item_separator;
-        newline(depth + 1);
+        if (absl::Status s = newline(depth + 1); !s.ok()) return s;
         // json.dumps turns int, float, bool and None keys into strings.
         const Value& key = entries[i]->first;
         std::string key_text;
@@ -151,7 +159,7 @@ absl::Status Dump(const Value& value, const JsonDumpOptions& options, int depth,
         *out += options.key_separator;
         if (auto s = Dump(entries[i]->second, options, depth + 1, out); !s.ok()) return s;
       }
-      newline(depth);
+      if (absl::Status s = newline(depth); !s.ok()) return s;
       out->push_back('}');
       return absl::OkStatus();
     }

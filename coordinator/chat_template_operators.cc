@@ -53,15 +53,18 @@ std::pair<double, double> FloatDivMod(double vx, double wx) {
 
 absl::StatusOr<Value> Repeat(const Value& seq, int64_t times) {
   if (times < 0) times = 0;
+  // An empty sequence repeats to itself; looping `times` times could take forever.
+  if (seq.is_string() ? seq.string_value().empty() : seq.items().empty()) times = 0;
+  // Limits compared by division: the product of a huge count and the length wraps.
   if (seq.is_string()) {
-    if (times > 0 && seq.string_value().size() * static_cast<uint64_t>(times) > (64u << 20)) {
+    if (times > 0 && static_cast<uint64_t>(times) > kMaxStringBytes / seq.string_value().size()) {
       return absl::InvalidArgumentError("string repetition result is too large");
     }
     std::string out;
     for (int64_t i = 0; i < times; ++i) out += seq.string_value();
     return Value::String(std::move(out));
   }
-  if (times > 0 && seq.items().size() * static_cast<uint64_t>(times) > (1u << 20)) {
+  if (times > 0 && static_cast<uint64_t>(times) > kMaxListItems / seq.items().size()) {
     return absl::InvalidArgumentError("list repetition result is too large");
   }
   std::vector<Value> out;
@@ -206,10 +209,19 @@ absl::StatusOr<std::string> FormatOne(char conv, const std::string& flags, int w
   }
 }
 
+absl::Status StringTooLarge(const char* op) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("string ", op, " result is too large (over ", kMaxStringBytes, " bytes)"));
+}
+
 }  // namespace
 
 absl::StatusOr<Value> ApplyBinary(BinaryOp op, const Value& a, const Value& b) {
-  if (op == BinaryOp::kConcat) return Value::String(a.Str() + b.Str());
+  if (op == BinaryOp::kConcat) {
+    std::string left = a.Str(), right = b.Str();
+    if (left.size() + right.size() > kMaxStringBytes) return StringTooLarge("concatenation");
+    return Value::String(std::move(left) + right);
+  }
   if (op == BinaryOp::kMod && a.is_string()) return FormatPercent(a.string_value(), b);
   if (a.is_undefined()) return absl::InvalidArgumentError(a.undefined_hint());
   if (b.is_undefined()) return absl::InvalidArgumentError(b.undefined_hint());
@@ -219,6 +231,9 @@ absl::StatusOr<Value> ApplyBinary(BinaryOp op, const Value& a, const Value& b) {
         if (!a.is_string()) return Unsupported("+", a, b);
         return TypeError(
             absl::StrCat("can only concatenate str (not \"", b.TypeName(), "\") to str"));
+      }
+      if (a.string_value().size() + b.string_value().size() > kMaxStringBytes) {
+        return StringTooLarge("concatenation");
       }
       if (a.is_markup() || b.is_markup()) {
         // Markup.__add__ / __radd__ escape the plain operand.
@@ -232,6 +247,10 @@ absl::StatusOr<Value> ApplyBinary(BinaryOp op, const Value& a, const Value& b) {
         if (!a.is_sequence()) return Unsupported("+", a, b);
         return TypeError(absl::StrCat("can only concatenate ", a.TypeName(), " (not \"",
                                       b.TypeName(), "\") to ", a.TypeName()));
+      }
+      if (a.items().size() + b.items().size() > kMaxListItems) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("list concatenation result is too large (over ", kMaxListItems, " items)"));
       }
       std::vector<Value> items = a.items();
       items.insert(items.end(), b.items().begin(), b.items().end());

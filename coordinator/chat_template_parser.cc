@@ -97,6 +97,8 @@ class Parser : public ExpressionParser {
 
   absl::StatusOr<StmtPtr> ParseStatement() {
     if (Cur().type != TokenType::kName) return Unexpected("a tag name");
+    Nesting nesting(this);
+    TP_RETURN_IF_ERROR(nesting.Deeper());
     const std::string tag = Cur().value;
     const SourcePos pos = Cur().pos;
     open_tags_.emplace_back(tag, pos);

@@ -17,6 +17,12 @@
 
 namespace tpserve::chat_template_internal {
 
+// The largest string and list a template may build. A template is a user's file and can
+// double a value in a loop; operations past these limits fail with an error instead of
+// exhausting memory. The string limit is the rendered prompt's (EvalOptions).
+inline constexpr size_t kMaxStringBytes = size_t{64} << 20;
+inline constexpr size_t kMaxListItems = size_t{1} << 20;
+
 class Object;
 class Callable;
 

@@ -240,6 +240,83 @@ TEST(ChatTemplateErrors, SyntaxErrorsNameLineAndColumn) {
   EXPECT_TRUE(absl::StrContains(SyntaxError("{% include 'x.jinja' %}"), "not supported"));
 }
 
+// Found by tests/fuzz/chat_template_fuzzer.cc: each of these overflowed the parser's
+// stack (or, for long chains, the evaluator's and the tree destructor's).
+TEST(ChatTemplateErrors, DeepNestingIsASyntaxError) {
+  auto repeat = [](const std::string& s, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += s;
+    return out;
+  };
+  for (const std::string& source :
+       {"{{ " + repeat("(", 5000) + "1" + repeat(")", 5000) + " }}",
+        "{{ " + repeat("[", 5000) + repeat("]", 5000) + " }}", "{{ " + repeat("not ", 5000) + "1 }}",
+        "{{ " + repeat("-", 5000) + "1 }}", "{{ 1" + repeat(" ~ 1", 5000) + " }}",
+        "{{ 1" + repeat(" and 1", 5000) + " }}", "{{ x" + repeat(".a", 5000) + " }}",
+        "{{ x" + repeat("|string", 5000) + " }}", "{{ " + repeat("1 if 1 else ", 5000) + "1 }}",
+        repeat("{% if 1 %}", 5000) + repeat("{% endif %}", 5000)}) {
+    EXPECT_TRUE(absl::StrContains(SyntaxError(source), "nests more than 128 levels deep"))
+        << source.substr(0, 40);
+  }
+  // Nesting that templates use stays fine.
+  auto t = ChatTemplate::Parse("{{ " + repeat("(", 60) + "1" + repeat(")", 60) + " ~ 'a'" + repeat(" ~ 'a'", 60) +
+                               " }}" + repeat("{% if true %}", 60) + "x" + repeat("{% endif %}", 60));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(*t->Render(Json::object()), "1" + repeat("a", 61) + "x");
+}
+
+// A long single-line template lexed in quadratic time (columns were counted from the
+// line start for every token): 140 kB took minutes. Columns must stay right.
+TEST(ChatTemplateErrors, LongLinesLexInLinearTime) {
+  std::string source;
+  for (int i = 0; i < 100000; ++i) source += "{{ 1 }}";
+  auto t = ChatTemplate::Parse(source);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->Render(Json::object())->size(), 100000u);
+  EXPECT_EQ(SyntaxError("é {{ 1 }} é {{ 2 }} {{ 'x' }}\né {{ 1 }} {{ 1 + }}"),
+            "chat template syntax error at line 2, column 18: unexpected end of print statement '}}'");
+}
+
+std::string RenderError(const std::string& source) {
+  auto t = ChatTemplate::Parse(source);
+  if (!t.ok()) return std::string(t.status().message());
+  auto rendered = t->Render(Json{{"messages", Json::array({{{"role", "user"}, {"content", "hi"}}})}});
+  return rendered.ok() ? "rendered: " + rendered->substr(0, 40) : std::string(rendered.status().message());
+}
+
+// Found by tests/fuzz/chat_template_fuzzer.cc: a float too large for int64 converted
+// to it (undefined behaviour); Python's int is unbounded, so this is an error.
+TEST(ChatTemplateErrors, IntFilterOfAHugeFloatIsAnError) {
+  EXPECT_TRUE(absl::StrContains(RenderError("{{ 1e23|int }}"), "does not fit a 64-bit integer"));
+  EXPECT_TRUE(absl::StrContains(RenderError("{{ '4.4e96'|int }}"), "does not fit a 64-bit integer"));
+  EXPECT_TRUE(absl::StrContains(RenderError("{{ -1e19|int }}"), "does not fit a 64-bit integer"));
+  EXPECT_EQ(RenderError("{{ -9.2e18|int }} {{ '2.9'|int }} {{ (1e300*1e300)|int }}"),
+            "rendered: -9200000000000000000 2 0");
+}
+
+// Found by tests/fuzz/chat_template_fuzzer.cc: sizes that wrapped a size check (a hang)
+// or were allocated at once (out of memory) now fail with an error.
+TEST(ChatTemplateErrors, HugeResultsAreErrors) {
+  EXPECT_TRUE(absl::StrContains(RenderError("{{ 'xxxx' * 4611686018427387904 }}"), "too large"));
+  EXPECT_TRUE(absl::StrContains(RenderError("{{ [1, 2] * 9223372036854775807 }}"), "too large"));
+  EXPECT_EQ(RenderError("{{ '' * 9223372036854775807 }}{{ [] * 9223372036854775807 }}"), "rendered: []");
+  EXPECT_TRUE(absl::StrContains(RenderError("{{ 'x\nx'|indent(10**12) }}"), "too large"));
+  EXPECT_TRUE(absl::StrContains(RenderError("{{ messages|tojson(indent=10**12) }}"), "too large"));
+  EXPECT_TRUE(absl::StrContains(RenderError("{{ 'x'|center(10**12) }}"), "too large"));
+  EXPECT_TRUE(absl::StrContains(RenderError("{{ 'x'.zfill(10**12) }}"), "too large"));
+  EXPECT_TRUE(absl::StrContains(
+      RenderError("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"),
+      "too large"));
+  EXPECT_TRUE(absl::StrContains(
+      RenderError("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}"),
+      "too large"));
+  EXPECT_TRUE(absl::StrContains(
+      RenderError("{% set ns = namespace(s=[1]) %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}"),
+      "too large"));
+  EXPECT_EQ(RenderError("{{ 'ab' * 3 }}|{{ 'x'|center(5) }}|{{ messages|tojson(indent=1) }}"),
+            "rendered: ababab|  x  |[\n {\n  \"role\": \"user\",\n ");
+}
+
 TEST(ChatTemplateErrors, RaiseExceptionIsAClearError) {
   auto t = ChatTemplate::Parse(ReadText(kFixtures / "gemma3.jinja"));
   ASSERT_TRUE(t.ok()) << t.status();
