@@ -247,11 +247,30 @@ absl::Status ParseSampling(const Json& body, OpenAiEndpoint endpoint, OpenAiRequ
 }  // namespace
 
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::string_view body_text) {
+  // Values nested deeper than this are discarded while parsing and the body refused:
+  // copying the body, the chat template's values and tojson all recurse once per level,
+  // so a 4 MB body of brackets would overflow the stack. Real requests (tool schemas
+  // included) nest about ten levels.
+  constexpr int kMaxJsonDepth = 64;
+  bool too_deep = false;
+  auto limit_depth = [&too_deep](int depth, Json::parse_event_t event, Json&) {
+    if (depth < kMaxJsonDepth ||
+        (event != Json::parse_event_t::object_start && event != Json::parse_event_t::array_start)) {
+      return true;
+    }
+    too_deep = true;
+    return false;
+  };
   Json body;
   try {
-    body = Json::parse(body_text.begin(), body_text.end());
-  } catch (const Json::parse_error& e) {
+    body = Json::parse(body_text.begin(), body_text.end(), limit_depth);
+  } catch (const Json::exception& e) {
+    // Not only parse_error: a number out of double's range (1e400) throws out_of_range.
     return absl::InvalidArgumentError(absl::StrCat("request body is not valid JSON: ", e.what()));
+  }
+  if (too_deep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request body nests arrays and objects more than ", kMaxJsonDepth, " levels deep"));
   }
   if (!body.is_object()) return absl::InvalidArgumentError("request body must be a JSON object");
 

@@ -124,6 +124,42 @@ TEST(OpenAiParseTest, MalformedBodies) {
   EXPECT_THAT(std::string(array.status().message()), HasSubstr("must be a JSON object"));
 }
 
+// Found by tests/fuzz/openai_request_fuzzer.cc: a number past double's range makes
+// nlohmann::json throw out_of_range, not parse_error; it escaped the parser and aborted
+// the process (or became a 500 where the HTTP library caught it).
+TEST(OpenAiParseTest, NumbersOutOfRangeAreInvalidJson) {
+  for (const std::string& body : {R"({"prompt": "x", "temperature": 1e400})", R"({"prompt": [-1e999]})"}) {
+    auto r = ParseCompletion(body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("not valid JSON"));
+  }
+  auto chat = ParseChat(R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"n": 1e400}})");
+  ASSERT_FALSE(chat.ok());
+  EXPECT_THAT(std::string(chat.status().message()), HasSubstr("number overflow"));
+}
+
+// Found by probing the openai_request fuzz target with long inputs: a body of nested
+// brackets (well within the 4 MB body limit) overflowed the stack when copied.
+TEST(OpenAiParseTest, DeeplyNestedBodiesAreRefused) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (const std::string& body :
+       {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"x": )" + deep + "}}",
+        R"({"messages": [{"role": "user", "content": "x", "extra": )" + deep + "}]}", deep}) {
+    auto r = ParseChat(body);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("more than 64 levels deep"));
+  }
+  // 64 levels, counting the body object, are fine.
+  const std::string ok_body = R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"x": )" +
+                              std::string(62, '[') + std::string(62, ']') + "}}";
+  EXPECT_TRUE(ParseChat(ok_body).ok()) << ParseChat(ok_body).status();
+  const std::string too_deep = R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"x": )" +
+                               std::string(63, '[') + std::string(63, ']') + "}}";
+  EXPECT_FALSE(ParseChat(too_deep).ok());
+}
+
 TEST(OpenAiParseTest, ChatMessagesAndOptions) {
   auto r = ParseChat(R"({
     "messages": [{"role": "system", "content": "Be brief."},
