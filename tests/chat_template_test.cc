@@ -314,7 +314,7 @@ TEST(ChatTemplateErrors, HugeResultsAreErrors) {
       RenderError("{% set ns = namespace(s=[1]) %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}"),
       "too large"));
   EXPECT_EQ(RenderError("{{ 'ab' * 3 }}|{{ 'x'|center(5) }}|{{ messages|tojson(indent=1) }}"),
-            "rendered: ababab|  x  |[\n {\n  \"role\": \"user\",\n ");
+            "rendered: ababab|  x  |[\n {\n  \"role\": \"user\",\n  \"c");
 }
 
 TEST(ChatTemplateErrors, RaiseExceptionIsAClearError) {

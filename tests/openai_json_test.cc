@@ -128,7 +128,7 @@ TEST(OpenAiParseTest, MalformedBodies) {
 // nlohmann::json throw out_of_range, not parse_error; it escaped the parser and aborted
 // the process (or became a 500 where the HTTP library caught it).
 TEST(OpenAiParseTest, NumbersOutOfRangeAreInvalidJson) {
-  for (const std::string& body : {R"({"prompt": "x", "temperature": 1e400})", R"({"prompt": [-1e999]})"}) {
+  for (const char* body : {R"({"prompt": "x", "temperature": 1e400})", R"({"prompt": [-1e999]})"}) {
     auto r = ParseCompletion(body);
     ASSERT_FALSE(r.ok()) << body;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
