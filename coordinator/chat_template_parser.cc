@@ -3,6 +3,7 @@
 // tests/chat_template_test.cc.
 #include "coordinator/chat_template_parser.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <utility>
 
@@ -207,7 +208,13 @@ class Parser : public ExpressionParser {
     TP_RETURN_IF_ERROR(ExpectOp("("));
     while (!IsOp(")")) {
       if (!macro->params.empty()) TP_RETURN_IF_ERROR(ExpectOp(","));
+      const SourcePos name_pos = Cur().pos;
       TP_ASSIGN_OR_RETURN(auto name, ExpectAnyName());
+      // Python refuses a def with a repeated argument, so Jinja does too; binding the
+      // call's arguments relies on the names being distinct.
+      if (std::find(macro->params.begin(), macro->params.end(), name) != macro->params.end()) {
+        return Fail(name_pos, absl::StrCat("duplicate argument '", name, "' in macro definition"));
+      }
       if (SkipOp("=")) {
         TP_ASSIGN_OR_RETURN(auto def, ParseExpression(true));
         macro->defaults.push_back(std::move(def));

@@ -379,6 +379,13 @@ TEST(ChatTemplate, RenderIsThreadSafe) {
   for (const auto& g : got) EXPECT_EQ(g, want);
 }
 
+TEST(ChatTemplate, DuplicateMacroArgumentsAreASyntaxError) {
+  auto t = ChatTemplate::Parse("{% macro m(a, b, a=1) %}{{ a }}{% endmacro %}{{ m(1, 2) }}");
+  ASSERT_FALSE(t.ok());
+  EXPECT_TRUE(absl::StrContains(t.status().message(), "duplicate argument 'a'")) << t.status();
+  EXPECT_TRUE(absl::StrContains(t.status().message(), "column 18")) << t.status();
+}
+
 TEST(ChatTemplate, DeepRecursionFailsCleanly) {
   auto t = ChatTemplate::Parse("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
   ASSERT_TRUE(t.ok());
