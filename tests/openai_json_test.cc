@@ -125,8 +125,8 @@ TEST(OpenAiParseTest, MalformedBodies) {
 }
 
 // Found by tests/fuzz/openai_request_fuzzer.cc: a number past double's range makes
-// nlohmann::json throw out_of_range, not parse_error; it escaped the parser and aborted
-// the process (or became a 500 where the HTTP library caught it).
+// nlohmann::json throw out_of_range, not parse_error; it escaped the parser (the HTTP
+// server's exception handler made it a 500 "internal error"; the fuzzer aborted).
 TEST(OpenAiParseTest, NumbersOutOfRangeAreInvalidJson) {
   for (const char* body : {R"({"prompt": "x", "temperature": 1e400})", R"({"prompt": [-1e999]})"}) {
     auto r = ParseCompletion(body);
