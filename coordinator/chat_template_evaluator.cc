@@ -260,6 +260,11 @@ class Evaluator {
             "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '",
             target.attribute, "'. Please rename the attribute."));
       }
+      if (Reaches(value, &ns->namespace_object())) {
+        return absl::InvalidArgumentError(absl::StrCat("cannot set ", target.names[0], ".", target.attribute,
+                                                       " to a value that contains the namespace '", target.names[0],
+                                                       "' itself: chat template values cannot form cycles"));
+      }
       ns->namespace_object().Set(target.attribute, std::move(value));
       return absl::OkStatus();
     }

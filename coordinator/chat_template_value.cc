@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/chat_template_text.h"
@@ -302,6 +303,39 @@ void Object::Set(Value key, Value value) {
     }
   }
   entries_.emplace_back(std::move(key), std::move(value));
+}
+
+bool Reaches(const Value& v, const Object* target) {
+  std::vector<const Value*> todo = {&v};
+  absl::flat_hash_set<const void*> seen;  // containers already walked (values share them)
+  while (!todo.empty()) {
+    const Value& x = *todo.back();
+    todo.pop_back();
+    const Object* object = nullptr;
+    switch (x.kind()) {
+      case Value::Kind::kList:
+      case Value::Kind::kTuple:
+      case Value::Kind::kGenerator:
+        if (!seen.insert(x.identity()).second) continue;
+        for (const Value& item : x.items()) todo.push_back(&item);
+        continue;
+      case Value::Kind::kDict:
+        object = &x.dict();
+        break;
+      case Value::Kind::kNamespace:
+        object = &x.namespace_object();
+        if (object == target) return true;
+        break;
+      default:
+        continue;
+    }
+    if (!seen.insert(object).second) continue;
+    for (const auto& [key, value] : object->entries()) {
+      todo.push_back(&key);
+      todo.push_back(&value);
+    }
+  }
+  return false;
 }
 
 bool IsHashable(const Value& key) {

@@ -135,6 +135,13 @@ class Object {
 // Whether Python could use `key` as a dict key (lists, dicts and namespaces cannot).
 bool IsHashable(const Value& key);
 
+// Whether the namespace object `target` can be reached from `v` through lists, tuples,
+// generators, dicts and namespaces. Namespaces are the one mutable value, so storing a
+// value that reaches a namespace into that namespace would make a cycle: printing it
+// would recurse for ever, and the shared pointers would never be freed. Iterative, since
+// values may nest deeper than the stack allows.
+bool Reaches(const Value& v, const Object* target);
+
 struct CallArgs {
   std::vector<Value> positional;
   std::vector<std::pair<std::string, Value>> keyword;

@@ -379,6 +379,20 @@ TEST(ChatTemplate, RenderIsThreadSafe) {
   for (const auto& g : got) EXPECT_EQ(g, want);
 }
 
+// Namespaces are mutable, so `ns.a = ns` would make a cycle that printing follows for
+// ever (tests/fuzz/chat_template_fuzzer.cc); any path back to the namespace is refused,
+// while namespaces inside other namespaces and lists stay fine.
+TEST(ChatTemplateErrors, NamespaceCyclesAreErrors) {
+  const std::string prelude = "{% set ns = namespace(a=1) %}{% set other = namespace(b=[]) %}";
+  for (const char* body : {"{% set ns.a = ns %}{{ ns }}", "{% set ns.a = [1, {'k': (2, ns)}] %}{{ ns }}",
+                           "{% set other.b = [ns] %}{% set ns.a = {'x': other} %}{{ ns }}"}) {
+    EXPECT_TRUE(absl::StrContains(RenderError(prelude + body), "cannot form cycles")) << body;
+  }
+  EXPECT_EQ(RenderError(prelude + "{% set other.b = [ns, ns] %}{% set ns.a = 2 %}{% set other.b = other.b + [ns] %}"
+                                  "{{ other.b|length }} {{ other.b[2].a }}"),
+            "rendered: 3 2");
+}
+
 TEST(ChatTemplate, DuplicateMacroArgumentsAreASyntaxError) {
   auto t = ChatTemplate::Parse("{% macro m(a, b, a=1) %}{{ a }}{% endmacro %}{{ m(1, 2) }}");
   ASSERT_FALSE(t.ok());
