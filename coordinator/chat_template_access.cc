@@ -302,7 +302,7 @@ absl::StatusOr<Value> CallStrMethod(const std::string& self, const std::string& 
     if (!width.ok()) return width.status();
     // A fill character is at most 4 bytes of UTF-8.
     if (*width > static_cast<int64_t>(kMaxStringBytes / 4)) {
-      return absl::InvalidArgumentError(absl::StrCat(name, "() width ", *width, " is too large"));
+      return StringTooLarge(absl::StrCat(name, "()"));
     }
     char32_t fill = ' ';
     if (fill_arg) {

@@ -16,7 +16,7 @@ struct EvalOptions {
   absl::Time now;  // what strftime_now() formats
   absl::TimeZone time_zone;
   int max_call_depth = 200;  // nested macro calls before giving up
-  size_t max_output_bytes = 64 << 20;
+  size_t max_output_bytes = kMaxStringBytes;
 };
 
 // `context` must be a dict; its entries become the template's top-level variables.

@@ -42,7 +42,7 @@ absl::StatusOr<Value> FilterTojson(const Value& v, CallArgs args) {
       options.indent = indent->string_value();
     } else if (indent->is_integral()) {
       if (indent->int_value() > static_cast<int64_t>(kMaxStringBytes)) {
-        return absl::InvalidArgumentError(absl::StrCat("tojson() indent ", indent->int_value(), " is too large"));
+        return StringTooLarge("tojson()");
       }
       options.indent = std::string(std::max<int64_t>(0, indent->int_value()), ' ');
     } else {
@@ -239,7 +239,7 @@ absl::StatusOr<Value> FilterIndent(const Value& v, CallArgs args) {
         absl::StrCat("unsupported operand type(s) for +=: '", v.TypeName(), "' and 'str'"));
   }
   if (width && width->is_integral() && width->int_value() > static_cast<int64_t>(kMaxStringBytes)) {
-    return absl::InvalidArgumentError(absl::StrCat("indent() width ", width->int_value(), " is too large"));
+    return StringTooLarge("indent()");
   }
   std::string indention =
       width && width->is_string()
@@ -248,7 +248,7 @@ absl::StatusOr<Value> FilterIndent(const Value& v, CallArgs args) {
                 width && width->is_integral() ? std::max<int64_t>(0, width->int_value()) : 4, ' ');
   std::vector<std::string> lines = PySplitLines(v.Str() + "\n", false);
   if (lines.size() * indention.size() > kMaxStringBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("indent() result is too large (over ", kMaxStringBytes, " bytes)"));
+    return StringTooLarge("indent()");
   }
   std::string out;
   if (Flag(blank, false)) {

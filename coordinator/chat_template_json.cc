@@ -62,14 +62,14 @@ absl::Status Dump(const Value& value, const JsonDumpOptions& options, int depth,
   auto newline = [&](int level) {
     if (!options.indent) return absl::OkStatus();
     if (out->size() + 1 + static_cast<size_t>(level) * options.indent->size() > kMaxStringBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("tojson: result is too large (over ", kMaxStringBytes, " bytes)"));
+      return StringTooLarge("tojson");
     }
     out->push_back('\n');
     for (int i = 0; i < level; ++i) *out += *options.indent;
     return absl::OkStatus();
   };
   if (out->size() > kMaxStringBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("tojson: result is too large (over ", kMaxStringBytes, " bytes)"));
+    return StringTooLarge("tojson");
   }
   switch (value.kind()) {
     case Kind::kNone:

@@ -58,14 +58,14 @@ absl::StatusOr<Value> Repeat(const Value& seq, int64_t times) {
   // Limits compared by division: the product of a huge count and the length wraps.
   if (seq.is_string()) {
     if (times > 0 && static_cast<uint64_t>(times) > kMaxStringBytes / seq.string_value().size()) {
-      return absl::InvalidArgumentError("string repetition result is too large");
+      return StringTooLarge("string repetition");
     }
     std::string out;
     for (int64_t i = 0; i < times; ++i) out += seq.string_value();
     return Value::String(std::move(out));
   }
   if (times > 0 && static_cast<uint64_t>(times) > kMaxListItems / seq.items().size()) {
-    return absl::InvalidArgumentError("list repetition result is too large");
+    return ListTooLarge("list repetition");
   }
   std::vector<Value> out;
   for (int64_t i = 0; i < times; ++i) out.insert(out.end(), seq.items().begin(), seq.items().end());
@@ -209,17 +209,12 @@ absl::StatusOr<std::string> FormatOne(char conv, const std::string& flags, int w
   }
 }
 
-absl::Status StringTooLarge(const char* op) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("string ", op, " result is too large (over ", kMaxStringBytes, " bytes)"));
-}
-
 }  // namespace
 
 absl::StatusOr<Value> ApplyBinary(BinaryOp op, const Value& a, const Value& b) {
   if (op == BinaryOp::kConcat) {
     std::string left = a.Str(), right = b.Str();
-    if (left.size() + right.size() > kMaxStringBytes) return StringTooLarge("concatenation");
+    if (left.size() + right.size() > kMaxStringBytes) return StringTooLarge("string concatenation");
     return Value::String(std::move(left) + right);
   }
   if (op == BinaryOp::kMod && a.is_string()) return FormatPercent(a.string_value(), b);
@@ -233,7 +228,7 @@ absl::StatusOr<Value> ApplyBinary(BinaryOp op, const Value& a, const Value& b) {
             absl::StrCat("can only concatenate str (not \"", b.TypeName(), "\") to str"));
       }
       if (a.string_value().size() + b.string_value().size() > kMaxStringBytes) {
-        return StringTooLarge("concatenation");
+        return StringTooLarge("string concatenation");
       }
       if (a.is_markup() || b.is_markup()) {
         // Markup.__add__ / __radd__ escape the plain operand.
@@ -249,8 +244,7 @@ absl::StatusOr<Value> ApplyBinary(BinaryOp op, const Value& a, const Value& b) {
                                       b.TypeName(), "\") to ", a.TypeName()));
       }
       if (a.items().size() + b.items().size() > kMaxListItems) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("list concatenation result is too large (over ", kMaxListItems, " items)"));
+        return ListTooLarge("list concatenation");
       }
       std::vector<Value> items = a.items();
       items.insert(items.end(), b.items().begin(), b.items().end());

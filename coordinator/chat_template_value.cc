@@ -305,6 +305,16 @@ void Object::Set(Value key, Value value) {
   entries_.emplace_back(std::move(key), std::move(value));
 }
 
+absl::Status StringTooLarge(std::string_view operation) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(std::string(operation), " result is too large (over ", kMaxStringBytes, " bytes)"));
+}
+
+absl::Status ListTooLarge(std::string_view operation) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(std::string(operation), " result is too large (over ", kMaxListItems, " items)"));
+}
+
 bool Reaches(const Value& v, const Object* target) {
   std::vector<const Value*> todo = {&v};
   absl::flat_hash_set<const void*> seen;  // containers already walked (values share them)

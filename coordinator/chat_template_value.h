@@ -22,6 +22,10 @@ namespace tpserve::chat_template_internal {
 // exhausting memory. The string limit is the rendered prompt's (EvalOptions).
 inline constexpr size_t kMaxStringBytes = size_t{64} << 20;
 inline constexpr size_t kMaxListItems = size_t{1} << 20;
+// The errors for an operation whose result would pass those limits, e.g.
+// StringTooLarge("indent()"): "indent() result is too large (over 67108864 bytes)".
+absl::Status StringTooLarge(std::string_view operation);
+absl::Status ListTooLarge(std::string_view operation);
 
 class Object;
 class Callable;
