@@ -3,31 +3,19 @@
 // helpers under real MPI ranks: tests/mpi_model_test.cc.
 #include <cstdint>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/tp_harness.h"
 #include "worker/communicator.h"
 
 namespace tpserve {
 namespace {
 
-// Runs body(comm) on `n` threads, one per rank of one LocalGroup.
-template <class Body>
-void OnRanks(int n, Body body) {
-  LocalGroup group(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&group, &body, r] {
-      auto comm = group.Rank(r);
-      body(*comm);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
+using testing::RunThreads;
 
 TEST(Communicator, CollectivesOnThreadRanks) {
-  OnRanks(3, [](Communicator& comm) {
+  RunThreads(3, [](Communicator& comm) {
     const int r = comm.rank();
     EXPECT_EQ(comm.size(), 3);
     std::vector<float> v = {1.0f + r, -2.0f * r};
@@ -52,7 +40,7 @@ TEST(Communicator, CollectivesOnThreadRanks) {
 }
 
 TEST(Communicator, MinAndMaxOverRanks) {
-  OnRanks(4, [](Communicator& comm) {
+  RunThreads(4, [](Communicator& comm) {
     const int64_t v = comm.rank() == 2 ? -5 : 100 + comm.rank();
     EXPECT_EQ(comm.AllReduceMin(v), -5);
     EXPECT_EQ(comm.AllReduceMax(v), 103);
@@ -63,7 +51,7 @@ TEST(Communicator, MinAndMaxOverRanks) {
 // Every rank gets the first failing rank's code and message; the other ranks' copies say
 // which rank it came from. All OK: OK everywhere.
 TEST(Communicator, AgreeOnStatusTakesTheFirstFailingRank) {
-  OnRanks(4, [](Communicator& comm) {
+  RunThreads(4, [](Communicator& comm) {
     const int r = comm.rank();
     EXPECT_TRUE(comm.AgreeOnStatus(absl::OkStatus()).ok());
     absl::Status local = absl::OkStatus();
@@ -79,7 +67,7 @@ TEST(Communicator, AgreeOnStatusTakesTheFirstFailingRank) {
 
 TEST(Communicator, BroadcastBytesCarriesAnySize) {
   for (size_t n : {size_t{0}, size_t{1}, size_t{100000}}) {
-    OnRanks(3, [n](Communicator& comm) {
+    RunThreads(3, [n](Communicator& comm) {
       std::vector<uint8_t> bytes;
       if (comm.rank() == 0) {
         for (size_t i = 0; i < n; ++i) bytes.push_back(static_cast<uint8_t>(i * 7));
@@ -94,7 +82,7 @@ TEST(Communicator, BroadcastBytesCarriesAnySize) {
 }
 
 TEST(Communicator, OneRankIsItsOwnWorld) {
-  OnRanks(1, [](Communicator& comm) {
+  RunThreads(1, [](Communicator& comm) {
     float x = 2.5f;
     comm.AllReduceSum(&x, 1, DType::kF32);
     EXPECT_EQ(x, 2.5f);

@@ -3,7 +3,7 @@ tp_add_test(model_config_test SOURCES model_config_test.cc LIBS tpserve_engine)
 tp_add_test(safetensors_test SOURCES safetensors_test.cc LIBS tpserve_engine)
 tp_add_test(model_test SOURCES model_test.cc LIBS tpserve_coordinator)
 # Collectives and their shared helpers on thread ranks (LocalGroup).
-tp_add_test(communicator_test SOURCES communicator_test.cc LIBS tpserve_engine)
+tp_add_test(communicator_test SOURCES communicator_test.cc LIBS tpserve_coordinator)
 # Rounding flips alone (the bf16 CPU reference, jittered) stay inside the GPU model test's
 # tolerance on every fixture. Passive OpenMP waits: its 2 threads spin on busy CI cores.
 tp_add_test(rounding_envelope_test SOURCES rounding_envelope_test.cc LIBS tpserve_coordinator)
