@@ -27,15 +27,9 @@
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/tpserve.grpc.pb.h"
 #include "tests/fake_engine.h"
+#include "tests/fixture_files.h"
 
 namespace tpserve {
-
-inline std::string Fixture(const std::string& path) { return std::string(TPSERVE_FIXTURES) + "/" + path; }
-
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 // Waits for `done` (polled) up to `timeout`.
 template <typename F>

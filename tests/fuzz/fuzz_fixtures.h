@@ -10,10 +10,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "coordinator/tokenizer_unicode.h"
+#include "tests/fixture_files.h"
 
 namespace tpserve::fuzz {
-
-inline std::string Fixture(const std::string& path) { return std::string(TPSERVE_FIXTURES) + "/" + path; }
 
 template <typename T>
 T OrDie(absl::StatusOr<T> value, const char* what) {

@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -44,13 +43,6 @@ Model* MakeModel(const std::string& tokenizer_dir, const std::string& model_dir)
   m->builder = std::make_unique<RequestBuilder>(*m->engine, *m->tokenizer, m->chat_template.get(),
                                                 std::vector<std::string>{"fuzz-model"});
   return m;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
 }
 
 // Gemma 4's template (tools, reasoning, recursive macros) with its tokenizer, and Qwen 3's
