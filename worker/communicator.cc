@@ -24,15 +24,19 @@ absl::Status Communicator::AgreeOnStatus(const absl::Status& local) {
   return absl::Status(static_cast<absl::StatusCode>(code), text);
 }
 
-int64_t Communicator::AllReduceMin(int64_t v) {
+std::vector<int64_t> Communicator::AllGatherInt64(int64_t v) {
   std::vector<int64_t> all(size());
   AllGather(&v, sizeof(v), all.data());
+  return all;
+}
+
+int64_t Communicator::AllReduceMin(int64_t v) {
+  const std::vector<int64_t> all = AllGatherInt64(v);
   return *std::min_element(all.begin(), all.end());
 }
 
 int64_t Communicator::AllReduceMax(int64_t v) {
-  std::vector<int64_t> all(size());
-  AllGather(&v, sizeof(v), all.data());
+  const std::vector<int64_t> all = AllGatherInt64(v);
   return *std::max_element(all.begin(), all.end());
 }
 

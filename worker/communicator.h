@@ -62,6 +62,9 @@ class Communicator {
   int64_t AllReduceMax(int64_t v);
   // root's bytes to every rank (any size); the receivers wait as in BroadcastWaiting.
   void BroadcastBytes(std::vector<uint8_t>& bytes, int root);
+
+ private:
+  std::vector<int64_t> AllGatherInt64(int64_t v);  // every rank's v, in rank order
 };
 
 // Threads of one process acting as `world_size` ranks. Create the group once, then hand
