@@ -18,7 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/engine_bench_gpu.h"
 #include "bench/stream.h"
-#include "coordinator/generator.h"
+#include "coordinator/engine/generator.h"
 #include "nlohmann/json.hpp"
 #include "worker/backend.h"
 #include "worker/communicator.h"

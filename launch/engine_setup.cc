@@ -13,7 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "coordinator/kv_split.h"
+#include "coordinator/engine/kv_split.h"
 #include "worker/device.h"
 #include "worker/memory_planner.h"
 

@@ -7,9 +7,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/generator.h"
+#include "coordinator/engine/generator.h"
 #include "launch/ranks.h"
-#include "coordinator/tokenizer.h"
+#include "coordinator/text/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "worker/worker_loop.h"
 

@@ -1,6 +1,6 @@
 // Block manager unit tests: allocation, freeing, reference counts, prefix reuse, LRU
 // eviction and sliding-window freeing, each on a tiny pool whose state is checked exactly.
-#include "coordinator/block_manager.h"
+#include "coordinator/engine/block_manager.h"
 
 #include <numeric>
 #include <string>

@@ -2,7 +2,7 @@
 // template under fixtures/chat_templates/ must render byte for byte what transformers
 // rendered (expected.json, recorded by tools/make_chat_template_fixtures.py); small
 // templates probe Jinja semantics (expressions.json); model directories test loading.
-#include "coordinator/chat_template.h"
+#include "coordinator/text/chat_template.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "coordinator/chat_template_globals.h"
-#include "coordinator/chat_template_loader.h"
+#include "coordinator/text/chat_template_globals.h"
+#include "coordinator/text/chat_template_loader.h"
 #include "gtest/gtest.h"
 
 namespace tpserve {

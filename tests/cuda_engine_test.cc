@@ -6,7 +6,7 @@
 // (ctest -L gpu).
 #include <algorithm>
 
-#include "coordinator/generator.h"
+#include "coordinator/engine/generator.h"
 #include "gtest/gtest.h"
 #include "launch/engine_setup.h"
 #include "tests/cuda_test_util.h"

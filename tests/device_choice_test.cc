@@ -5,7 +5,7 @@
 
 #include <numeric>
 
-#include "coordinator/kv_split.h"
+#include "coordinator/engine/kv_split.h"
 #include "gtest/gtest.h"
 #include "launch/engine_setup.h"
 #include "tests/tp_harness.h"

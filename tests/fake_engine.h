@@ -19,10 +19,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "coordinator/engine_api.h"
-#include "coordinator/request.h"
-#include "coordinator/tokenizer.h"
-#include "coordinator/tokenizer_incremental_decoder.h"
+#include "coordinator/engine/engine_api.h"
+#include "coordinator/engine/request.h"
+#include "coordinator/text/tokenizer.h"
+#include "coordinator/text/tokenizer_incremental_decoder.h"
 
 namespace tpserve {
 

@@ -1,13 +1,13 @@
 // SplitKvBlocks: the KV budget split between sliding-window and full-attention groups
-// (coordinator/kv_split.h), on hand-computed cases, and its per-group bound checked
+// (coordinator/engine/kv_split.h), on hand-computed cases, and its per-group bound checked
 // against what the real Scheduler + BlockManager hold at their peak. Pure CPU.
-#include "coordinator/kv_split.h"
+#include "coordinator/engine/kv_split.h"
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "coordinator/scheduler.h"
+#include "coordinator/engine/scheduler.h"
 #include "gtest/gtest.h"
 
 namespace tpserve {

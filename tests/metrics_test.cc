@@ -1,6 +1,6 @@
 // MetricsRegistry: Prometheus text rendering of counters, gauges and histograms, labels,
 // escaping, collectors and number formatting.
-#include "coordinator/metrics.h"
+#include "coordinator/api/metrics.h"
 
 #include <limits>
 

@@ -4,10 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/api_error.h"
-#include "coordinator/openai_json.h"
-#include "coordinator/openai_response.h"
-#include "coordinator/tokenizer.h"
+#include "coordinator/api/api_error.h"
+#include "coordinator/api/openai_json.h"
+#include "coordinator/api/openai_response.h"
+#include "coordinator/text/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

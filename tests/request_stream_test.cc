@@ -4,7 +4,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "coordinator/request.h"
+#include "coordinator/engine/request.h"
 #include "gtest/gtest.h"
 
 namespace tpserve {

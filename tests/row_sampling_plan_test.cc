@@ -1,7 +1,7 @@
 // RowSamplingPlanner: request settings -> worker-side sampling rows and penalty entries,
 // as the host Sampler would apply them (counts, prompt tokens under the repetition
 // penalty only, EOS and stop ids masked while short of min_tokens).
-#include "coordinator/row_sampling_plan.h"
+#include "coordinator/engine/row_sampling_plan.h"
 
 #include <map>
 

@@ -1,7 +1,7 @@
-// Tests for coordinator/sampler.h: greedy = argmax, sampled frequencies against exact
+// Tests for coordinator/engine/sampler.h: greedy = argmax, sampled frequencies against exact
 // (truncated) softmax distributions by chi-square over fixed seeds, penalties against
 // hand-computed logits, seeded reproducibility, logprobs and validation messages.
-#include "coordinator/sampler.h"
+#include "coordinator/engine/sampler.h"
 
 #include <algorithm>
 #include <cmath>

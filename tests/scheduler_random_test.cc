@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/scheduler.h"
+#include "coordinator/engine/scheduler.h"
 #include "gtest/gtest.h"
 
 namespace tpserve {

@@ -1,7 +1,7 @@
 // Scheduler tests: token budget, chunked prefill, decode priority, preemption, abort,
 // admission errors, stop conditions, prefix reuse, KV occupancy stats. Pure CPU,
 // milliseconds. The randomized invariant test is tests/scheduler_random_test.cc.
-#include "coordinator/scheduler.h"
+#include "coordinator/engine/scheduler.h"
 
 #include <algorithm>
 #include <map>

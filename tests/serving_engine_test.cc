@@ -3,7 +3,7 @@
 // not change results), cancellation frees blocks, a tiny KV cache forces preemption and
 // every request still completes correctly, bad requests are clear errors, drain works,
 // per-step stats report KV occupancy and the time split.
-#include "coordinator/serving_engine.h"
+#include "coordinator/engine/serving_engine.h"
 
 #include <thread>
 

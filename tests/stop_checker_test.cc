@@ -1,7 +1,7 @@
-// Tests for coordinator/stop_checker.h: stop strings across delta boundaries are never
+// Tests for coordinator/engine/stop_checker.h: stop strings across delta boundaries are never
 // emitted, held-back text is released, and finish reasons for stop ids, EOS,
 // min_tokens and max_tokens; plus a randomized check against plain string search.
-#include "coordinator/stop_checker.h"
+#include "coordinator/engine/stop_checker.h"
 
 #include <random>
 #include <string>

@@ -1,5 +1,5 @@
 // TaskPool: runs what is posted, drains on Stop, refuses afterwards.
-#include "coordinator/task_pool.h"
+#include "coordinator/api/task_pool.h"
 
 #include <atomic>
 

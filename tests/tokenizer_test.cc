@@ -1,7 +1,7 @@
-// Tests for coordinator/tokenizer.h and tokenizer_incremental_decoder.h: exact ids and
+// Tests for coordinator/text/tokenizer.h and tokenizer_incremental_decoder.h: exact ids and
 // text against references that tools/make_tokenizer_fixtures.py made with the Python
 // `tokenizers` library (tests/fixtures/tokenizers/<name>/), streaming, and load errors.
-#include "coordinator/tokenizer.h"
+#include "coordinator/text/tokenizer.h"
 
 #include <algorithm>
 #include <ctime>
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/tokenizer_incremental_decoder.h"
-#include "coordinator/tokenizer_regex.h"
-#include "coordinator/tokenizer_unicode.h"
+#include "coordinator/text/tokenizer_incremental_decoder.h"
+#include "coordinator/text/tokenizer_regex.h"
+#include "coordinator/text/tokenizer_unicode.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "coordinator/generator.h"
+#include "coordinator/engine/generator.h"
 #include "nlohmann/json.hpp"
 #include "worker/communicator.h"
 #include "worker/model.h"

@@ -11,7 +11,7 @@
 
 #include "bench/tpbench/runner.h"
 #include "bench/tpbench/workload.h"
-#include "coordinator/tokenizer.h"
+#include "coordinator/text/tokenizer.h"
 #include "gtest/gtest.h"
 
 namespace tpserve::bench {

@@ -1,6 +1,6 @@
 // KV-cache sizing on a GPU: from --gpu-memory-utilization and the device's free/total
 // memory, minus weights, activation workspace, CUDA-graph pools and a reserve, the bytes
-// this rank's KV cache may take; coordinator/kv_split.h then divides them between the KV
+// this rank's KV cache may take; coordinator/engine/kv_split.h then divides them between the KV
 // groups, and ranks agree on the minimum so that no rank allocates more than it can hold.
 // Pure arithmetic (the caller measures), so start-up never OOMs after planning. Tested by
 // tests/memory_planner_test.cc and tests/device_choice_test.cc (CPU only).

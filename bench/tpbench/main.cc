@@ -30,8 +30,8 @@
 #include "bench/tpbench/report.h"
 #include "bench/tpbench/runner.h"
 #include "bench/tpbench/workload.h"
-#include "coordinator/process_info.h"
-#include "coordinator/tokenizer.h"
+#include "coordinator/api/process_info.h"
+#include "coordinator/text/tokenizer.h"
 
 // Target.
 ABSL_FLAG(std::string, target, "", "grpc://HOST:PORT (tpserve) or an OpenAI-compatible base URL, http(s)://HOST[:PORT]/v1");

@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "coordinator/html_escape.h"
+#include "coordinator/api/html_escape.h"
 
 namespace tpserve::bench {
 

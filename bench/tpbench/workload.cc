@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "coordinator/tokenizer.h"
+#include "coordinator/text/tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace tpserve::bench {

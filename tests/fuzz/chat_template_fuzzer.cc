@@ -7,7 +7,7 @@
 
 #include "absl/time/civil_time.h"
 #include "absl/time/time.h"
-#include "coordinator/chat_template.h"
+#include "coordinator/text/chat_template.h"
 #include "nlohmann/json.hpp"
 #include "tests/fuzz/fuzz_fixtures.h"
 

@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "coordinator/tokenizer.h"
-#include "coordinator/tokenizer_incremental_decoder.h"
+#include "coordinator/text/tokenizer.h"
+#include "coordinator/text/tokenizer_incremental_decoder.h"
 #include "tests/fuzz/fuzz_fixtures.h"
 
 namespace tpserve::fuzz {

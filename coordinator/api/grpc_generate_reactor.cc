@@ -1,0 +1,183 @@
+// GenerateReactor: one streaming Generate call. Tested by tests/frontend_test.cc.
+#include "coordinator/api/grpc_generate_reactor.h"
+
+#include <string>
+#include <utility>
+
+#include "coordinator/api/grpc_status.h"
+
+namespace tpserve {
+namespace {
+
+std::string TokenText(const Tokenizer& tokenizer, int32_t id) {
+  const int32_t ids[1] = {id};
+  return tokenizer.Decode(ids, /*skip_special_tokens=*/false);
+}
+
+v1::FinishReason ToProto(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    default:
+      return v1::FINISH_REASON_UNSPECIFIED;
+  }
+}
+
+}  // namespace
+
+GenerateReactor::GenerateReactor(const Tokenizer& tokenizer, FrontendMetrics* metrics, bool logprobs,
+                                 absl::Time arrival)
+    : tokenizer_(tokenizer), logprobs_(logprobs), tracker_(metrics, arrival) {}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* GenerateReactor::Start(const Context& context,
+                                                                       absl::StatusOr<ServeRequest> request,
+                                                                       bool logprobs, absl::Time arrival) {
+  std::shared_ptr<GenerateReactor> reactor(new GenerateReactor(context.tokenizer, context.metrics, logprobs, arrival));
+  reactor->self_ = reactor;
+  if (!request.ok()) {
+    reactor->Finish(ToGrpcStatus(request.status()));
+    return reactor.get();
+  }
+  absl::StatusOr<std::shared_ptr<RequestStream>> stream = context.engine.Submit(*std::move(request));
+  if (!stream.ok()) {
+    reactor->Finish(ToGrpcStatus(stream.status()));
+    return reactor.get();
+  }
+  // No reaction runs before this function returns, so stream_ needs no lock.
+  reactor->stream_ = *std::move(stream);
+  // Weak references: the hook lives in the engine's stream, which may outlive both.
+  reactor->stream_->SetNotify([weak_reactor = std::weak_ptr<GenerateReactor>(reactor),
+                               weak_pool = context.pump_pool] {
+    std::shared_ptr<TaskPool> pool = weak_pool.lock();
+    std::shared_ptr<GenerateReactor> r = weak_reactor.lock();
+    if (pool != nullptr && r != nullptr) SchedulePump(r, *pool);
+  });
+  reactor->Pump();  // events pushed before SetNotify
+  return reactor.get();
+}
+
+void GenerateReactor::SchedulePump(const std::shared_ptr<GenerateReactor>& self, TaskPool& pool) {
+  if (self->pump_scheduled_.exchange(true)) return;  // the pending Pump will see this event too
+  pool.Post([self] {
+    self->pump_scheduled_.store(false);  // before Pump: later events schedule another
+    self->Pump();
+  });
+}
+
+void GenerateReactor::AppendEvent(const OutputEvent& e) {
+  response_.mutable_token_ids()->Add(e.token_ids.begin(), e.token_ids.end());
+  response_.mutable_text()->append(e.text);
+  if (logprobs_) {
+    for (const TokenLogprob& lp : e.logprobs) {
+      v1::TokenLogprob* out = response_.add_logprobs();
+      out->set_token_id(lp.token_id);
+      out->set_token(TokenText(tokenizer_, lp.token_id));
+      out->set_logprob(lp.logprob);
+      for (const auto& [id, logprob] : lp.top) {
+        v1::TopLogprob* top = out->add_top();
+        top->set_token_id(id);
+        top->set_token(TokenText(tokenizer_, id));
+        top->set_logprob(logprob);
+      }
+    }
+  }
+  response_.mutable_usage()->set_prompt_tokens(e.prompt_tokens);
+  response_.mutable_usage()->set_completion_tokens(e.completion_tokens);
+  if (e.finish != FinishReason::kNone) {
+    response_.set_finish_reason(ToProto(e.finish));
+    v1::Timings* t = response_.mutable_timings();
+    t->set_queue_ms(e.timings.queue_ms);
+    t->set_prefill_ms(e.timings.prefill_ms);
+    t->set_first_token_ms(e.timings.first_token_ms);
+    t->set_decode_ms(e.timings.decode_ms);
+  }
+}
+
+void GenerateReactor::Pump() {
+  enum class Action { kWrite, kWriteAndFinish, kFinish };
+  Action action;
+  grpc::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finishing_ || write_in_flight_) return;
+    if (client_gone_) {
+      finishing_ = true;
+      action = Action::kFinish;
+      status = grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the call");
+    } else {
+      OutputEvent e;
+      bool any = false;
+      FinishReason finish = FinishReason::kNone;
+      std::string error;
+      response_.Clear();
+      while (finish == FinishReason::kNone && stream_->TryNext(&e)) {
+        any = true;
+        tracker_.OnEvent(e);
+        AppendEvent(e);
+        finish = e.finish;
+        error = std::move(e.error);
+      }
+      if (!any) return;
+      response_.set_request_id(stream_->request_id());
+      if (finish == FinishReason::kNone) {
+        write_in_flight_ = true;
+        action = Action::kWrite;
+      } else {
+        finishing_ = true;
+        action = Action::kWriteAndFinish;
+        if (finish == FinishReason::kError) {
+          status = grpc::Status(grpc::StatusCode::INTERNAL, error.empty() ? "the engine failed this request" : error);
+        } else if (finish == FinishReason::kCancelled) {
+          status = grpc::Status(grpc::StatusCode::CANCELLED, error.empty() ? "the request was cancelled" : error);
+        }
+      }
+    }
+  }
+  // Outside the lock: reactions may run on other threads as soon as these are called.
+  // response_ stays untouched until OnWriteDone (or, after the last write, forever).
+  switch (action) {
+    case Action::kWrite:
+      StartWrite(&response_);
+      break;
+    case Action::kWriteAndFinish:
+      StartWriteAndFinish(&response_, grpc::WriteOptions(), status);
+      break;
+    case Action::kFinish:
+      Finish(status);
+      break;
+  }
+}
+
+void GenerateReactor::OnWriteDone(bool ok) {
+  {
+    absl::MutexLock lock(&mu_);
+    write_in_flight_ = false;
+    if (!ok && !client_gone_) {  // the stream broke under us
+      client_gone_ = true;
+      tracker_.OnClientGone();
+      stream_->Cancel();
+    }
+  }
+  Pump();
+}
+
+void GenerateReactor::OnCancel() {
+  if (stream_ == nullptr) return;  // finished at Start with an error
+  {
+    absl::MutexLock lock(&mu_);
+    if (finishing_ || client_gone_) return;
+    client_gone_ = true;
+    tracker_.OnClientGone();
+  }
+  stream_->Cancel();
+  Pump();
+}
+
+void GenerateReactor::OnDone() {
+  // The last reference may be the engine's notify call in flight; it then deletes us.
+  std::shared_ptr<GenerateReactor> self = std::move(self_);
+}
+
+}  // namespace tpserve

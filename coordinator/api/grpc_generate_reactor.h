@@ -1,0 +1,69 @@
+// One streaming Generate call on gRPC's callback API: StartWrite -> OnWriteDone as engine
+// events arrive; client cancel or deadline cancels the request. Tested by tests/frontend_test.cc.
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/engine/engine_api.h"
+#include "coordinator/api/frontend_metrics.h"
+#include "coordinator/engine/request.h"
+#include "coordinator/api/task_pool.h"
+#include "coordinator/text/tokenizer.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/tpserve.grpc.pb.h"
+
+namespace tpserve {
+
+// Owns itself until gRPC's OnDone; a pump queued or running then holds it a little longer.
+// The engine's notify hook holds only a weak reference, so a late event finds it gone.
+class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  struct Context {
+    EngineApi& engine;
+    const Tokenizer& tokenizer;
+    FrontendMetrics* metrics;  // may be null
+    // Where the engine's notify hook sends the work of writing (never the engine thread).
+    std::weak_ptr<TaskPool> pump_pool;
+  };
+  // Submits `request` (or finishes at once with its error, or with Submit's) and returns
+  // the reactor for gRPC to drive. `logprobs`: put the engine's logprobs in responses.
+  // `arrival`: when the call came in.
+  static grpc::ServerWriteReactor<v1::GenerateResponse>* Start(const Context& context,
+                                                               absl::StatusOr<ServeRequest> request, bool logprobs,
+                                                               absl::Time arrival);
+
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  GenerateReactor(const Tokenizer& tokenizer, FrontendMetrics* metrics, bool logprobs, absl::Time arrival);
+  // Starts the next write, or the Finish, when there is something to do and no write is
+  // in flight. Called from the reactions and the pump pool; never blocks.
+  void Pump();
+  // The engine's notify hook: posts one Pump to `pool` unless one is already pending.
+  static void SchedulePump(const std::shared_ptr<GenerateReactor>& self, TaskPool& pool);
+  void AppendEvent(const OutputEvent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Tokenizer& tokenizer_;
+  const bool logprobs_;
+  std::shared_ptr<GenerateReactor> self_;  // released in OnDone
+  std::shared_ptr<RequestStream> stream_;  // set before any reaction can run
+  std::atomic<bool> pump_scheduled_{false};
+
+  absl::Mutex mu_;
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;  // Finish or StartWriteAndFinish issued
+  bool client_gone_ ABSL_GUARDED_BY(mu_) = false;
+  RequestTracker tracker_ ABSL_GUARDED_BY(mu_);
+  // The message of the write in flight. Filled under mu_ while no write is in flight;
+  // gRPC reads it until OnWriteDone.
+  v1::GenerateResponse response_;
+};
+
+}  // namespace tpserve

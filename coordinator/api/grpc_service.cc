@@ -1,0 +1,141 @@
+// TpServeService and the GenerateRequest conversion. Tested by tests/frontend_test.cc.
+#include "coordinator/api/grpc_service.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "coordinator/api/api_error.h"
+#include "coordinator/api/grpc_generate_reactor.h"
+#include "coordinator/api/grpc_status.h"
+#include "coordinator/api/process_info.h"
+
+namespace tpserve {
+namespace {
+
+void CopySampling(const v1::SamplingParams& s, GenerateInput* input) {
+  RequestParams& p = input->params;
+  if (s.has_max_tokens()) {
+    p.max_tokens = s.max_tokens();
+    input->max_tokens_set = true;
+  }
+  if (s.has_temperature()) p.temperature = s.temperature();
+  if (s.has_top_p()) p.top_p = s.top_p();
+  if (s.has_top_k()) p.top_k = s.top_k();
+  if (s.has_min_p()) p.min_p = s.min_p();
+  if (s.has_seed()) p.seed = s.seed();
+  if (s.has_repetition_penalty()) p.repetition_penalty = s.repetition_penalty();
+  if (s.has_presence_penalty()) p.presence_penalty = s.presence_penalty();
+  if (s.has_frequency_penalty()) p.frequency_penalty = s.frequency_penalty();
+  p.stop.assign(s.stop().begin(), s.stop().end());
+  p.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
+  p.ignore_eos = s.ignore_eos();
+  p.min_tokens = s.min_tokens();
+  if (s.has_logprobs()) p.logprobs = s.logprobs();
+}
+
+}  // namespace
+
+absl::StatusOr<GenerateInput> GenerateInputFromProto(const v1::GenerateRequest& request) {
+  GenerateInput input;
+  input.model = request.model();
+  switch (request.prompt_case()) {
+    case v1::GenerateRequest::kText:
+      input.prompt = request.text();
+      break;
+    case v1::GenerateRequest::kTokenIds:
+      input.prompt = std::vector<int32_t>(request.token_ids().ids().begin(), request.token_ids().ids().end());
+      break;
+    case v1::GenerateRequest::kChat: {
+      ChatPrompt chat;
+      for (int i = 0; i < request.chat().messages_size(); ++i) {
+        const v1::ChatMessage& m = request.chat().messages(i);
+        if (m.role().empty()) {
+          const std::string field = "chat.messages[" + std::to_string(i) + "].role";
+          return FieldError(field, field + " must not be empty");
+        }
+        chat.messages.push_back({{"role", m.role()}, {"content", m.content()}});
+      }
+      input.prompt = std::move(chat);
+      break;
+    }
+    case v1::GenerateRequest::PROMPT_NOT_SET:
+      return FieldError("prompt", "prompt is required: set text, token_ids or chat");
+  }
+  CopySampling(request.sampling(), &input);
+  return input;
+}
+
+TpServeService::TpServeService(EngineApi& engine, const RequestBuilder& builder, FrontendMetrics* metrics,
+                               std::weak_ptr<TaskPool> pump_pool)
+    : engine_(engine), builder_(builder), metrics_(metrics), pump_pool_(std::move(pump_pool)) {}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* TpServeService::Generate(grpc::CallbackServerContext* context,
+                                                                         const v1::GenerateRequest* request) {
+  const absl::Time arrival = absl::Now();
+  absl::StatusOr<GenerateInput> input = GenerateInputFromProto(*request);
+  absl::StatusOr<ServeRequest> serve_request =
+      input.ok() ? builder_.Build(*std::move(input), "gen-") : absl::StatusOr<ServeRequest>(input.status());
+  return GenerateReactor::Start({engine_, builder_.tokenizer(), metrics_, pump_pool_}, std::move(serve_request),
+                                request->sampling().has_logprobs(), arrival);
+}
+
+grpc::ServerUnaryReactor* TpServeService::ModelInfo(grpc::CallbackServerContext* context,
+                                                    const v1::ModelInfoRequest* request,
+                                                    v1::ModelInfoResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status s = builder_.CheckModel(request->model()); !s.ok()) {
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
+  const ::tpserve::ModelInfo& info = engine_.Info();
+  for (const std::string& name : builder_.served_model_names()) response->add_served_model_names(name);
+  response->set_architecture(info.architecture);
+  response->set_parameter_count(info.parameter_count);
+  response->set_dtype(info.dtype);
+  response->set_tensor_parallel_size(info.tensor_parallel_size);
+  for (const RankInfo& rank : info.ranks) {
+    v1::Rank* r = response->add_ranks();
+    r->set_rank(rank.rank);
+    r->set_host(rank.host);
+  }
+  response->set_max_model_len(info.max_model_len);
+  response->set_block_size(info.block_size);
+  for (int64_t blocks : info.kv_blocks) response->add_kv_blocks(blocks);
+  response->set_weights(info.weights);
+  response->set_engine_version(info.engine_version);
+  response->set_device(info.device);
+  response->set_device_count(info.device_count);
+  response->set_driver_version(info.driver_version);
+  response->set_cuda_version(info.cuda_version);
+  response->set_kernels(info.kernels);
+  response->set_max_num_seqs(info.max_num_seqs);
+  response->set_max_num_batched_tokens(info.max_num_batched_tokens);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TpServeService::Stats(grpc::CallbackServerContext* context,
+                                                const v1::StatsRequest* request, v1::StatsResponse* response) {
+  const EngineStats s = engine_.Stats();
+  response->set_running(s.running);
+  response->set_waiting(s.waiting);
+  response->set_kv_usage(s.kv_usage);
+  response->set_preemptions(s.preemptions);
+  response->set_prefix_cache_hit_rate(s.prefix_cache_hit_rate);
+  response->set_prompt_tokens(s.prompt_tokens);
+  response->set_generation_tokens(s.generation_tokens);
+  response->set_requests_finished(s.requests_finished);
+  response->set_steps(s.steps);
+  response->mutable_step_time()->set_compute_ms(s.compute_ms);
+  response->mutable_step_time()->set_allreduce_ms(s.allreduce_ms);
+  response->mutable_step_time()->set_scheduling_ms(s.scheduling_ms);
+  const ProcessMemory memory = ReadProcessMemory();
+  response->set_rss_bytes(memory.rss_bytes);
+  response->set_peak_rss_bytes(memory.peak_rss_bytes);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace tpserve

@@ -1,0 +1,390 @@
+// OpenAI request parsing and response building. Tested by tests/openai_json_test.cc.
+#include "coordinator/api/openai_json.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/api/api_error.h"
+
+namespace tpserve {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+// A bad value as a message shows it: short, JSON-quoted.
+std::string Describe(const Json& v) {
+  std::string s = Dump(v);
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return s;
+}
+
+absl::Status TypeError(absl::string_view field, absl::string_view expected, const Json& got) {
+  return FieldError(field, absl::StrCat("'", field, "' must be ", expected, ", got ", Describe(got)));
+}
+
+// Absent or null: false. Present: true; `v` is the value.
+bool Present(const Json& body, const char* field, const Json** v) {
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return false;
+  *v = &*it;
+  return true;
+}
+
+absl::Status ReadBool(const Json& body, const char* field, bool* out) {
+  const Json* v;
+  if (!Present(body, field, &v)) return absl::OkStatus();
+  if (!v->is_boolean()) return TypeError(field, "true or false", *v);
+  *out = v->get<bool>();
+  return absl::OkStatus();
+}
+
+absl::Status ReadFloat(const Json& body, const char* field, float* out) {
+  const Json* v;
+  if (!Present(body, field, &v)) return absl::OkStatus();
+  if (!v->is_number()) return TypeError(field, "a number", *v);
+  *out = static_cast<float>(v->get<double>());
+  return absl::OkStatus();
+}
+
+// Integers; a float with an integral value (2.0) is accepted as pydantic does.
+absl::StatusOr<int64_t> AsInt(const Json& v, absl::string_view field, int64_t lo, int64_t hi) {
+  int64_t x = 0;
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return TypeError(field, "an integer", v);
+    x = static_cast<int64_t>(u);
+  } else if (v.is_number_integer()) {
+    x = v.get<int64_t>();
+  } else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
+             std::fabs(v.get<double>()) < 9e18) {
+    x = static_cast<int64_t>(v.get<double>());
+  } else {
+    return TypeError(field, "an integer", v);
+  }
+  if (x < lo || x > hi) {
+    return FieldError(field, absl::StrCat("'", field, "' must be between ", lo, " and ", hi, ", got ", x));
+  }
+  return x;
+}
+
+absl::Status ReadInt32(const Json& body, const char* field, int32_t* out, bool* present = nullptr) {
+  const Json* v;
+  if (!Present(body, field, &v)) return absl::OkStatus();
+  absl::StatusOr<int64_t> x =
+      AsInt(*v, field, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max());
+  if (!x.ok()) return x.status();
+  *out = static_cast<int32_t>(*x);
+  if (present != nullptr) *present = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> AsTokenIds(const Json& v, absl::string_view field) {
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    absl::StatusOr<int64_t> id = AsInt(v[i], absl::StrCat(field, "[", i, "]"), 0, std::numeric_limits<int32_t>::max());
+    if (!id.ok()) return id.status();
+    ids.push_back(static_cast<int32_t>(*id));
+  }
+  return ids;
+}
+
+bool AllIntegers(const Json& v) {
+  for (const Json& x : v) {
+    if (!x.is_number()) return false;
+  }
+  return true;
+}
+
+// A string, a list of token ids, or a batch of one of those.
+absl::StatusOr<Prompt> ParsePrompt(const Json& body) {
+  const Json* v;
+  if (!Present(body, "prompt", &v)) return FieldError("prompt", "'prompt' is required");
+  if (v->is_string()) return Prompt(v->get<std::string>());
+  if (!v->is_array()) return TypeError("prompt", "a string or a list of token ids", *v);
+  if (v->empty()) return FieldError("prompt", "prompt must not be empty");
+  if (AllIntegers(*v)) {
+    absl::StatusOr<std::vector<int32_t>> ids = AsTokenIds(*v, "prompt");
+    if (!ids.ok()) return ids.status();
+    return Prompt(*std::move(ids));
+  }
+  if (v->size() > 1) {
+    return FieldError("prompt", absl::StrCat("'prompt' is a batch of ", v->size(),
+                                             " prompts; tpserve takes one prompt per request"));
+  }
+  const Json& only = (*v)[0];
+  if (only.is_string()) return Prompt(only.get<std::string>());
+  if (only.is_array() && AllIntegers(only)) {
+    absl::StatusOr<std::vector<int32_t>> ids = AsTokenIds(only, "prompt[0]");
+    if (!ids.ok()) return ids.status();
+    return Prompt(*std::move(ids));
+  }
+  return TypeError("prompt", "a string or a list of token ids", *v);
+}
+
+// Messages go to the chat template as the client sent them, except that a content list
+// of text parts becomes one string (joined with newlines, as vLLM does for templates that
+// expect string content).
+absl::StatusOr<Json> ParseMessages(const Json& body) {
+  const Json* v;
+  if (!Present(body, "messages", &v)) return FieldError("messages", "'messages' is required");
+  if (!v->is_array()) return TypeError("messages", "a list of messages", *v);
+  if (v->empty()) return FieldError("messages", "messages must be a non-empty list of messages");
+  Json messages = *v;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    Json& m = messages[i];
+    const std::string at = absl::StrCat("messages[", i, "]");
+    if (!m.is_object()) return TypeError(at, "an object with \"role\" and \"content\"", m);
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      return FieldError(absl::StrCat(at, ".role"), absl::StrCat("'", at, ".role' must be a string"));
+    }
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null() || content->is_string()) continue;
+    if (!content->is_array()) return TypeError(absl::StrCat(at, ".content"), "a string or a list of parts", *content);
+    std::string text;
+    for (size_t k = 0; k < content->size(); ++k) {
+      const Json& part = (*content)[k];
+      const std::string part_at = absl::StrCat(at, ".content[", k, "]");
+      auto type = part.is_object() ? part.find("type") : part.end();
+      if (!part.is_object() || type == part.end() || *type != "text") {
+        return FieldError(part_at, absl::StrCat("'", part_at, "': only {\"type\": \"text\"} parts are supported, got ",
+                                                Describe(part)));
+      }
+      auto part_text = part.find("text");
+      if (part_text == part.end() || !part_text->is_string()) {
+        return FieldError(part_at, absl::StrCat("'", part_at, ".text' must be a string"));
+      }
+      if (k > 0) text += "\n";
+      text += part_text->get<std::string>();
+    }
+    *content = text;
+  }
+  return messages;
+}
+
+absl::Status ParseStop(const Json& body, std::vector<std::string>* stop) {
+  const Json* v;
+  if (!Present(body, "stop", &v)) return absl::OkStatus();
+  if (v->is_string()) {
+    stop->push_back(v->get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!v->is_array()) return TypeError("stop", "a string or a list of strings", *v);
+  for (const Json& s : *v) {
+    if (!s.is_string()) return TypeError("stop", "a string or a list of strings", *v);
+    stop->push_back(s.get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseSampling(const Json& body, OpenAiEndpoint endpoint, OpenAiRequest* r) {
+  RequestParams& p = r->input.params;
+  if (absl::Status s = ReadInt32(body, "max_tokens", &p.max_tokens, &r->input.max_tokens_set); !s.ok()) return s;
+  if (endpoint == OpenAiEndpoint::kChatCompletions) {  // the newer name wins
+    if (absl::Status s = ReadInt32(body, "max_completion_tokens", &p.max_tokens, &r->input.max_tokens_set); !s.ok()) {
+      return s;
+    }
+  }
+  for (auto [field, out] : {std::pair{"temperature", &p.temperature}, std::pair{"top_p", &p.top_p},
+                            std::pair{"min_p", &p.min_p}, std::pair{"presence_penalty", &p.presence_penalty},
+                            std::pair{"frequency_penalty", &p.frequency_penalty},
+                            std::pair{"repetition_penalty", &p.repetition_penalty}}) {
+    if (absl::Status s = ReadFloat(body, field, out); !s.ok()) return s;
+  }
+  if (absl::Status s = ReadInt32(body, "top_k", &p.top_k); !s.ok()) return s;
+  if (p.top_k == -1) p.top_k = 0;  // vLLM spells "off" as -1
+  if (absl::Status s = ReadInt32(body, "min_tokens", &p.min_tokens); !s.ok()) return s;
+  if (absl::Status s = ReadBool(body, "ignore_eos", &p.ignore_eos); !s.ok()) return s;
+  if (absl::Status s = ParseStop(body, &p.stop); !s.ok()) return s;
+  const Json* v;
+  if (Present(body, "stop_token_ids", &v)) {
+    if (!v->is_array()) return TypeError("stop_token_ids", "a list of token ids", *v);
+    absl::StatusOr<std::vector<int32_t>> ids = AsTokenIds(*v, "stop_token_ids");
+    if (!ids.ok()) return ids.status();
+    p.stop_token_ids = *std::move(ids);
+  }
+  if (Present(body, "seed", &v)) {
+    absl::StatusOr<int64_t> seed =
+        AsInt(*v, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+    if (!seed.ok()) return seed.status();
+    p.seed = static_cast<uint64_t>(*seed);
+  }
+  int32_t n = 1;
+  if (absl::Status s = ReadInt32(body, "n", &n); !s.ok()) return s;
+  if (n != 1) return FieldError("n", absl::StrCat("'n' must be 1 (one choice per request), got ", n));
+  bool echo = false;
+  if (absl::Status s = ReadBool(body, "echo", &echo); !s.ok()) return s;
+  if (echo) return FieldError("echo", "'echo' is not supported");
+
+  // Logprobs: completions take an integer (alternatives per token); chat takes a boolean
+  // plus top_logprobs.
+  if (endpoint == OpenAiEndpoint::kCompletions) {
+    if (Present(body, "logprobs", &v)) {
+      absl::StatusOr<int64_t> k = AsInt(*v, "logprobs", 0, 20);
+      if (!k.ok()) return k.status();
+      r->logprobs = true;
+      p.logprobs = static_cast<int32_t>(*k);
+    }
+  } else {
+    if (absl::Status s = ReadBool(body, "logprobs", &r->logprobs); !s.ok()) return s;
+    if (Present(body, "top_logprobs", &v)) {
+      absl::StatusOr<int64_t> k = AsInt(*v, "top_logprobs", 0, 20);
+      if (!k.ok()) return k.status();
+      if (*k > 0 && !r->logprobs) {
+        return FieldError("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
+      }
+      p.logprobs = static_cast<int32_t>(*k);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::string_view body_text) {
+  // Values nested deeper than this are discarded while parsing and the body refused:
+  // copying the body, the chat template's values and tojson all recurse once per level,
+  // so a 4 MB body of brackets would overflow the stack. Real requests (tool schemas
+  // included) nest about ten levels.
+  constexpr int kMaxJsonDepth = 64;
+  bool too_deep = false;
+  auto limit_depth = [&too_deep](int depth, Json::parse_event_t event, Json&) {
+    if (depth < kMaxJsonDepth ||
+        (event != Json::parse_event_t::object_start && event != Json::parse_event_t::array_start)) {
+      return true;
+    }
+    too_deep = true;
+    return false;
+  };
+  Json body;
+  try {
+    body = Json::parse(body_text.begin(), body_text.end(), limit_depth);
+  } catch (const Json::exception& e) {
+    // Not only parse_error: a number out of double's range (1e400) throws out_of_range.
+    return absl::InvalidArgumentError(absl::StrCat("request body is not valid JSON: ", e.what()));
+  }
+  if (too_deep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request body nests arrays and objects more than ", kMaxJsonDepth, " levels deep"));
+  }
+  if (!body.is_object()) return absl::InvalidArgumentError("request body must be a JSON object");
+
+  OpenAiRequest r;
+  r.endpoint = endpoint;
+  const Json* v;
+  if (Present(body, "model", &v)) {
+    if (!v->is_string()) return TypeError("model", "a string", *v);
+    r.input.model = v->get<std::string>();
+  }
+  if (endpoint == OpenAiEndpoint::kCompletions) {
+    absl::StatusOr<Prompt> prompt = ParsePrompt(body);
+    if (!prompt.ok()) return prompt.status();
+    r.input.prompt = *std::move(prompt);
+  } else {
+    ChatPrompt chat;
+    absl::StatusOr<Json> messages = ParseMessages(body);
+    if (!messages.ok()) return messages.status();
+    chat.messages = *std::move(messages);
+    if (absl::Status s = ReadBool(body, "add_generation_prompt", &chat.add_generation_prompt); !s.ok()) return s;
+    if (Present(body, "chat_template_kwargs", &v)) {
+      if (!v->is_object()) return TypeError("chat_template_kwargs", "an object", *v);
+      chat.template_kwargs = *v;
+    }
+    r.input.prompt = std::move(chat);
+  }
+  if (absl::Status s = ParseSampling(body, endpoint, &r); !s.ok()) return s;
+  if (absl::Status s = ReadBool(body, "stream", &r.stream); !s.ok()) return s;
+  if (Present(body, "stream_options", &v)) {
+    if (!v->is_object()) return TypeError("stream_options", "an object", *v);
+    if (absl::Status s = ReadBool(*v, "include_usage", &r.include_usage); !s.ok()) {
+      return FieldError("stream_options.include_usage", "'stream_options.include_usage' must be true or false");
+    }
+  }
+  return r;
+}
+
+Json ErrorJson(const absl::Status& status) {
+  const char* type = "server_error";
+  Json code = nullptr;
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      type = "invalid_request_error";
+      break;
+    case absl::StatusCode::kNotFound:
+      type = "invalid_request_error";
+      code = "model_not_found";
+      break;
+    case absl::StatusCode::kResourceExhausted:
+      type = "rate_limit_error";
+      code = "rate_limit_exceeded";
+      break;
+    case absl::StatusCode::kUnavailable:
+      code = "service_unavailable";
+      break;
+    default:
+      break;
+  }
+  std::optional<std::string> field = ErrorField(status);
+  Json error = Json::object();
+  error["message"] = std::string(status.message());
+  error["type"] = type;
+  error["param"] = field.has_value() ? Json(*field) : Json(nullptr);
+  error["code"] = code;
+  return Json{{"error", error}};
+}
+
+HttpError ToHttpError(const absl::Status& status) {
+  HttpError e;
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      e.status = 400;
+      break;
+    case absl::StatusCode::kNotFound:
+      e.status = 404;
+      break;
+    case absl::StatusCode::kResourceExhausted:
+      e.status = 429;
+      break;
+    case absl::StatusCode::kUnavailable:
+      e.status = 503;
+      break;
+    default:
+      e.status = 500;
+      break;
+  }
+  e.body = Dump(ErrorJson(status));
+  return e;
+}
+
+std::string SseEvent(absl::string_view data) { return absl::StrCat("data: ", data, "\n\n"); }
+
+std::string ModelListJson(const std::vector<std::string>& served_model_names, int64_t created,
+                          int64_t max_model_len) {
+  Json data = Json::array();
+  for (const std::string& name : served_model_names) {
+    data.push_back(Json{{"id", name},
+                        {"object", "model"},
+                        {"created", created},
+                        {"owned_by", "tpserve"},
+                        {"max_model_len", max_model_len}});
+  }
+  return Dump(Json{{"object", "list"}, {"data", data}});
+}
+
+Json FinishReasonJson(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace tpserve

@@ -1,0 +1,54 @@
+// OpenAI HTTP API JSON: request parsing, error bodies, the model list, SSE framing (responses
+// are openai_response.h). Pure functions, tested by tests/openai_json_test.cc.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "coordinator/engine/request.h"
+#include "coordinator/api/request_builder.h"
+#include "nlohmann/json.hpp"
+
+namespace tpserve {
+
+enum class OpenAiEndpoint { kCompletions, kChatCompletions };
+
+struct OpenAiRequest {
+  OpenAiEndpoint endpoint = OpenAiEndpoint::kCompletions;
+  GenerateInput input;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage: a final usage chunk
+  bool logprobs = false;       // return per-token logprobs (input.params.logprobs alternatives)
+};
+
+// Parse and type errors are INVALID_ARGUMENT tagged with the field (api_error.h), e.g.
+// "'temperature' must be a number, got \"hot\"". Range checks of sampling values are the
+// engine's. Unknown fields are ignored, as vLLM does.
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::string_view body);
+
+// An error response: HTTP status and {"error": {"message", "type", "param", "code"}}.
+struct HttpError {
+  int status = 500;
+  std::string body;
+};
+// INVALID_ARGUMENT -> 400, NOT_FOUND -> 404 (code "model_not_found"), RESOURCE_EXHAUSTED
+// -> 429, UNAVAILABLE -> 503, anything else -> 500. "param" is the FieldError's field.
+HttpError ToHttpError(const absl::Status& status);
+nlohmann::ordered_json ErrorJson(const absl::Status& status);
+
+// One "data: ...\n\n" server-sent event.
+std::string SseEvent(absl::string_view data);
+inline constexpr char kSseDone[] = "data: [DONE]\n\n";
+
+// GET /v1/models.
+std::string ModelListJson(const std::vector<std::string>& served_model_names, int64_t created,
+                          int64_t max_model_len);
+
+// "stop" / "length"; null while unfinished.
+nlohmann::ordered_json FinishReasonJson(FinishReason r);
+
+}  // namespace tpserve

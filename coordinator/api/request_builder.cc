@@ -1,0 +1,118 @@
+// RequestBuilder: model routing, prompt rendering and tokenization, length checks.
+// Tested by tests/frontend_test.cc.
+#include "coordinator/api/request_builder.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/api/api_error.h"
+
+namespace tpserve {
+namespace {
+
+constexpr int32_t kDefaultCompletionTokens = 16;
+
+// The field that names the prompt in both APIs' error messages.
+const char* PromptField(const Prompt& prompt) {
+  return std::holds_alternative<ChatPrompt>(prompt) ? "messages" : "prompt";
+}
+
+}  // namespace
+
+RequestBuilder::RequestBuilder(const EngineApi& engine, const Tokenizer& tokenizer,
+                               const ModelChatTemplate* chat_template, std::vector<std::string> served_model_names)
+    : engine_(engine),
+      tokenizer_(tokenizer),
+      chat_template_(chat_template),
+      served_model_names_(std::move(served_model_names)),
+      id_base_(absl::Uniform<uint64_t>(absl::BitGen())) {
+  if (served_model_names_.empty()) served_model_names_.push_back(engine_.Info().served_model_name);
+}
+
+absl::Status RequestBuilder::CheckModel(absl::string_view model) const {
+  if (model.empty()) return absl::OkStatus();
+  for (const std::string& name : served_model_names_) {
+    if (name == model) return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat("model \"", model, "\" is not served here; served models: ",
+                                          absl::StrJoin(served_model_names_, ", ")));
+}
+
+const std::string& RequestBuilder::ResolveModel(absl::string_view model) const {
+  for (const std::string& name : served_model_names_) {
+    if (name == model) return name;
+  }
+  return served_model_names_.front();
+}
+
+absl::StatusOr<std::vector<int32_t>> RequestBuilder::Tokenize(const Prompt& prompt) const {
+  if (const auto* text = std::get_if<std::string>(&prompt)) {
+    if (text->empty()) return FieldError("prompt", "prompt must not be empty");
+    return tokenizer_.Encode(*text, /*add_special_tokens=*/true);
+  }
+  if (const auto* ids = std::get_if<std::vector<int32_t>>(&prompt)) {
+    if (ids->empty()) return FieldError("prompt", "prompt must not be empty");
+    for (int32_t id : *ids) {
+      if (id < 0 || id >= tokenizer_.vocab_size()) {
+        return FieldError("prompt", absl::StrCat("prompt: token id ", id, " is outside the vocabulary [0, ",
+                                                 tokenizer_.vocab_size(), ")"));
+      }
+    }
+    return *ids;
+  }
+  const auto& chat = std::get<ChatPrompt>(prompt);
+  if (!chat.messages.is_array() || chat.messages.empty()) {
+    return FieldError("messages", "messages must be a non-empty list of messages");
+  }
+  if (chat_template_ == nullptr) {
+    return FieldError("messages",
+                      "messages: this model has no chat template (chat_template.jinja or tokenizer_config.json's "
+                      "chat_template); send a prompt to the completions API instead");
+  }
+  ApplyChatTemplateOptions options;
+  options.add_generation_prompt = chat.add_generation_prompt;
+  options.extra_context = chat.template_kwargs;
+  absl::StatusOr<std::string> text = chat_template_->Apply(chat.messages, options);
+  if (!text.ok()) return FieldError("messages", absl::StrCat("messages: ", text.status().message()));
+  // The template writes the special tokens (BOS) itself.
+  return tokenizer_.Encode(*text, /*add_special_tokens=*/false);
+}
+
+absl::StatusOr<ServeRequest> RequestBuilder::Build(GenerateInput input, absl::string_view id_prefix) const {
+  if (absl::Status s = CheckModel(input.model); !s.ok()) return s;
+  absl::StatusOr<std::vector<int32_t>> ids = Tokenize(input.prompt);
+  if (!ids.ok()) return ids.status();
+  const char* prompt_field = PromptField(input.prompt);
+  if (ids->empty()) return FieldError(prompt_field, absl::StrCat(prompt_field, " tokenizes to no tokens"));
+
+  const int64_t max_model_len = engine_.Info().max_model_len;
+  const int64_t prompt_len = static_cast<int64_t>(ids->size());
+  if (max_model_len > 0 && prompt_len >= max_model_len) {
+    return FieldError(prompt_field, absl::StrCat(prompt_field, " is ", prompt_len, " tokens, but max_model_len is ",
+                                                 max_model_len, ": shorten it"));
+  }
+  RequestParams& params = input.params;
+  if (!input.max_tokens_set) {
+    const bool chat = std::holds_alternative<ChatPrompt>(input.prompt);
+    int64_t n = chat && max_model_len > 0 ? max_model_len - prompt_len : kDefaultCompletionTokens;
+    if (max_model_len > 0) n = std::min(n, max_model_len - prompt_len);
+    params.max_tokens = static_cast<int32_t>(n);
+  } else if (max_model_len > 0 && params.max_tokens > 0 && prompt_len + params.max_tokens > max_model_len) {
+    return FieldError("max_tokens",
+                      absl::StrCat("max_tokens: the prompt (", prompt_len, " tokens) plus max_tokens (",
+                                   params.max_tokens, ") exceeds max_model_len (", max_model_len,
+                                   "); ask for at most ", max_model_len - prompt_len, " tokens"));
+  }
+
+  ServeRequest request;
+  request.request_id = absl::StrFormat("%s%016x%06x", id_prefix, id_base_, next_id_.fetch_add(1));
+  request.prompt_ids = *std::move(ids);
+  request.params = std::move(params);
+  return request;
+}
+
+}  // namespace tpserve

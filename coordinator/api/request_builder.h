@@ -1,0 +1,72 @@
+// API request (text, token ids or chat messages) -> the engine's ServeRequest: model routing,
+// chat template, tokenization, length checks. Shared by both front ends; tests/frontend_test.cc.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "coordinator/text/chat_template_loader.h"
+#include "coordinator/engine/engine_api.h"
+#include "coordinator/engine/request.h"
+#include "coordinator/text/tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace tpserve {
+
+struct ChatPrompt {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // message objects
+  bool add_generation_prompt = true;
+  // Extra template variables, e.g. {"enable_thinking": false}.
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+};
+
+// Text is tokenized with special tokens (BOS) added; token ids are used as they are.
+using Prompt = std::variant<std::string, std::vector<int32_t>, ChatPrompt>;
+
+struct GenerateInput {
+  std::string model;  // empty: the default (first) served name
+  Prompt prompt;
+  RequestParams params;
+  // Unset max_tokens: 16 for text and token prompts (as OpenAI's completions), the rest
+  // of the context (max_model_len - prompt) for chat.
+  bool max_tokens_set = false;
+};
+
+// Thread-safe (const, plus an atomic request counter).
+class RequestBuilder {
+ public:
+  // `chat_template` may be null: chat requests then fail with INVALID_ARGUMENT.
+  // `served_model_names` empty: the engine's Info().served_model_name. Referenced objects
+  // must outlive this one.
+  RequestBuilder(const EngineApi& engine, const Tokenizer& tokenizer, const ModelChatTemplate* chat_template,
+                 std::vector<std::string> served_model_names);
+
+  const std::vector<std::string>& served_model_names() const { return served_model_names_; }
+  // OK for "" and the served names; NOT_FOUND listing the served names otherwise.
+  absl::Status CheckModel(absl::string_view model) const;
+  // The served name a request for `model` is answered as.
+  const std::string& ResolveModel(absl::string_view model) const;
+
+  // request_id is `id_prefix` plus a process-unique suffix. Errors are INVALID_ARGUMENT
+  // tagged with the field (coordinator/api/api_error.h) or NOT_FOUND for the model.
+  absl::StatusOr<ServeRequest> Build(GenerateInput input, absl::string_view id_prefix) const;
+
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+
+ private:
+  absl::StatusOr<std::vector<int32_t>> Tokenize(const Prompt& prompt) const;
+
+  const EngineApi& engine_;
+  const Tokenizer& tokenizer_;
+  const ModelChatTemplate* const chat_template_;
+  std::vector<std::string> served_model_names_;
+  const uint64_t id_base_;
+  mutable std::atomic<uint64_t> next_id_{0};
+};
+
+}  // namespace tpserve

@@ -1,0 +1,47 @@
+// TaskPool. Tested by tests/task_pool_test.cc.
+#include "coordinator/api/task_pool.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace tpserve {
+
+TaskPool::TaskPool(int threads) {
+  for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { Work(); });
+}
+
+TaskPool::~TaskPool() { Stop(); }
+
+bool TaskPool::Post(std::function<void()> task) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return false;
+  tasks_.push_back(std::move(task));
+  return true;
+}
+
+void TaskPool::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+void TaskPool::Work() {
+  while (true) {
+    std::function<void()> task;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !tasks_.empty(); };
+      mu_.Await(absl::Condition(&ready));
+      if (tasks_.empty()) return;  // stopping, and drained
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    task();  // destroyed here too, outside the lock: it may own the last reference to a reactor
+  }
+}
+
+}  // namespace tpserve

@@ -1,0 +1,73 @@
+// The serving engine as the API front ends (gRPC, OpenAI HTTP) see it: submit a request,
+// read its stream, read stats and model info, drain. The real implementation is the
+// coordinator loop (coordinator/engine/serving_engine.h); tests use fakes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/engine/request.h"
+
+namespace tpserve {
+
+struct RankInfo {
+  int rank = 0;
+  std::string host;
+};
+
+struct ModelInfo {
+  std::string served_model_name;  // what clients put in "model"
+  std::string architecture;       // e.g. gemma4
+  int64_t parameter_count = 0;
+  std::string dtype;              // weight dtype
+  int32_t tensor_parallel_size = 1;
+  std::vector<RankInfo> ranks;
+  int64_t max_model_len = 0;
+  int32_t block_size = 16;
+  std::vector<int64_t> kv_blocks;  // per KV cache group
+  std::string weights;             // source description
+  std::string engine_version;     // version and git hash
+  std::string device;             // rank 0's device, e.g. "NVIDIA H200" or "CPU: <model>"
+  int32_t device_count = 0;       // GPUs across all ranks; 0 on the CPU backend
+  std::string driver_version = "none";
+  std::string cuda_version = "none";
+  int32_t max_num_seqs = 0;
+  int32_t max_num_batched_tokens = 0;
+  std::string kernels = "cpu";  // see ModelInfoResponse.kernels
+};
+
+struct EngineStats {
+  int32_t running = 0;
+  int32_t waiting = 0;
+  double kv_usage = 0;  // fraction of KV blocks in use (the fullest group)
+  int64_t preemptions = 0;
+  double prefix_cache_hit_rate = 0;  // hit tokens / queried tokens
+  int64_t prompt_tokens = 0;         // totals since start
+  int64_t generation_tokens = 0;
+  int64_t requests_finished = 0;
+  int64_t steps = 0;
+  // Per-step time split, cumulative milliseconds since start.
+  double compute_ms = 0;     // forward pass excluding all-reduce
+  double allreduce_ms = 0;
+  // Everything else the coordinator thread does while requests are active: admission,
+  // scheduling, plan building and broadcast, sampling, detokenizing, stop checks, streaming.
+  double scheduling_ms = 0;
+};
+
+class EngineApi {
+ public:
+  virtual ~EngineApi() = default;
+  // Thread-safe. INVALID_ARGUMENT (message names the field) for bad parameters or a prompt
+  // that does not fit max_model_len; RESOURCE_EXHAUSTED when the waiting queue is full;
+  // UNAVAILABLE while loading or draining. On success the stream ends with a finish reason.
+  virtual absl::StatusOr<std::shared_ptr<RequestStream>> Submit(ServeRequest request) = 0;
+  virtual EngineStats Stats() const = 0;
+  virtual const ModelInfo& Info() const = 0;
+  virtual bool Ready() const = 0;  // false while loading or draining
+};
+
+}  // namespace tpserve

@@ -1,0 +1,286 @@
+// FCFS continuous batching over the paged KV cache. Tested by tests/scheduler_test.cc.
+#include "coordinator/engine/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/base.h"
+
+namespace tpserve {
+namespace {
+
+BlockManagerConfig BlockConfigOf(const SchedulerConfig& c) {
+  return BlockManagerConfig{c.num_kv_blocks, c.kv_group_windows, c.block_size, c.enable_prefix_caching};
+}
+
+}  // namespace
+
+absl::Status SchedulerConfig::Validate() const {
+  if (max_num_seqs < 1) return absl::InvalidArgumentError("max_num_seqs must be at least 1");
+  if (max_num_batched_tokens < 1) return absl::InvalidArgumentError("max_num_batched_tokens must be at least 1");
+  if (max_model_len < 2) return absl::InvalidArgumentError("max_model_len must be at least 2");
+  if (!(kv_watermark >= 0.0 && kv_watermark < 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("kv_watermark must be in [0, 1), got ", kv_watermark));
+  }
+  return BlockConfigOf(*this).Validate();
+}
+
+int32_t ScheduleDecision::num_logit_rows() const {
+  return static_cast<int32_t>(
+      std::count_if(scheduled.begin(), scheduled.end(), [](const ScheduledSequence& s) { return s.sample; }));
+}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerConfig config) {
+  TP_RETURN_IF_ERROR(config.Validate());
+  return std::make_unique<Scheduler>(std::move(config));
+}
+
+Scheduler::Scheduler(SchedulerConfig config) : config_(std::move(config)), block_manager_(BlockConfigOf(config_)) {
+  TP_CHECK(config_.Validate().ok());
+}
+
+absl::Status Scheduler::AddRequest(SequenceRequest request) {
+  if (seqs_.contains(request.request_id)) {
+    return absl::AlreadyExistsError(absl::StrCat("request id '", request.request_id, "' is already in use"));
+  }
+  const int64_t prompt = static_cast<int64_t>(request.prompt_token_ids.size());
+  const int64_t max_tokens = request.max_tokens;
+  std::string error;
+  if (prompt == 0) {
+    error = "the prompt is empty";
+  } else if (max_tokens < 1) {
+    error = absl::StrCat("max_tokens is ", max_tokens, "; it must be at least 1");
+  } else if (prompt + max_tokens > config_.max_model_len) {
+    error = absl::StrCat("the prompt has ", prompt, " tokens and max_tokens is ", max_tokens,
+                         ": together more than the ", config_.max_model_len,
+                         " tokens of max_model_len; shorten the prompt or lower max_tokens");
+  } else {
+    // The last sampled token never needs KV.
+    error = std::string(block_manager_.CheckFitsAlone(prompt + max_tokens - 1).message());
+  }
+  if (!error.empty()) {
+    rejected_.push_back({std::move(request.request_id), std::move(error)});
+    return absl::OkStatus();
+  }
+  auto seq = std::make_unique<Sequence>(std::move(request), next_arrival_++);
+  waiting_.push_back(seq.get());
+  const std::string id = seq->request_id();
+  seqs_.emplace(id, std::move(seq));
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Abort(absl::string_view request_id) {
+  auto it = seqs_.find(request_id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no unfinished request with id '", request_id, "'"));
+  }
+  FinishSequence(it->second.get(), FinishReason::kCancelled);
+  return absl::OkStatus();
+}
+
+const Sequence* Scheduler::Find(absl::string_view request_id) const {
+  auto it = seqs_.find(request_id);
+  return it == seqs_.end() ? nullptr : it->second.get();
+}
+
+void Scheduler::FinishSequence(Sequence* seq, FinishReason reason, std::string error_message) {
+  if (seq->is_running()) {
+    running_.erase(std::find(running_.begin(), running_.end(), seq));
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq));
+  }
+  block_manager_.Free(*seq);
+  seq->Finish(reason, std::move(error_message));
+  auto node = seqs_.extract(seq->request_id());
+  finished_.push_back(std::move(node.mapped()));
+}
+
+void Scheduler::AddToRunning(Sequence* seq) {
+  auto pos = std::upper_bound(running_.begin(), running_.end(), seq,
+                              [](const Sequence* a, const Sequence* b) { return a->arrival() < b->arrival(); });
+  running_.insert(pos, seq);
+}
+
+void Scheduler::AddScheduled(Sequence* seq, int32_t num_tokens, ScheduleDecision& decision, int32_t& budget) {
+  const int32_t start = seq->num_computed_tokens();
+  decision.scheduled.push_back({seq, start, num_tokens, start + num_tokens == seq->num_tokens()});
+  decision.num_batched_tokens += num_tokens;
+  budget -= num_tokens;
+}
+
+bool Scheduler::BelowWatermark() const {
+  for (int32_t g = 0; g < block_manager_.num_groups(); ++g) {
+    const BlockPool& pool = block_manager_.pool(g);
+    if (pool.num_free() < config_.kv_watermark * pool.num_blocks()) return true;
+  }
+  return false;
+}
+
+// Recompute preemption: the sequence keeps its tokens (prompt and output) and loses its
+// KV; when readmitted it prefills all of them (the prefix cache usually still has most).
+void Scheduler::Preempt(Sequence* seq, ScheduleDecision& decision, int32_t& budget) {
+  TP_CHECK(running_.back() == seq);
+  running_.pop_back();
+  auto it = std::find_if(decision.scheduled.begin(), decision.scheduled.end(),
+                         [&](const ScheduledSequence& s) { return s.seq == seq; });
+  if (it != decision.scheduled.end()) {
+    budget += it->num_tokens;
+    decision.num_batched_tokens -= it->num_tokens;
+    decision.scheduled.erase(it);
+  }
+  block_manager_.Free(*seq);
+  seq->SetPreempted();
+  waiting_.push_front(seq);
+  decision.preempted.push_back(seq->request_id());
+  ++num_preemptions_;
+}
+
+ScheduleDecision Scheduler::Schedule() {
+  finished_.clear();
+  ScheduleDecision decision;
+  decision.rejected = std::move(rejected_);
+  rejected_.clear();
+  int32_t budget = config_.max_num_batched_tokens;
+  const int64_t preemptions_before = num_preemptions_;
+
+  // Running sequences, oldest first: decodes (one token each) before prefill chunks, so
+  // a long prompt never takes the budget decodes need. Short of KV blocks, the newest
+  // running sequence is preempted (possibly the one asking), so the oldest always advances.
+  for (const bool prefill : {false, true}) {
+    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+      Sequence* seq = running_[i];
+      if (seq->is_prefill() != prefill) continue;
+      int32_t n;
+      while ((n = block_manager_.Allocate(*seq, budget)) == 0) {
+        Sequence* victim = running_.back();
+        Preempt(victim, decision, budget);
+        if (victim == seq) break;
+      }
+      if (n > 0) AddScheduled(seq, n, decision, budget);
+    }
+  }
+
+  // Waiting sequences, in order, while budget, sequence slots and blocks last. Not in a
+  // step that preempted: what was just freed is for the sequences still running.
+  while (num_preemptions_ == preemptions_before && !waiting_.empty() && budget > 0 &&
+         static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+    Sequence* seq = waiting_.front();
+    const int32_t n = block_manager_.Allocate(*seq, budget);
+    if (n == 0 && running_.empty()) {
+      // Admission checks make this unreachable; finishing beats waiting forever.
+      const std::string error = "the request does not fit in the KV cache even alone; give the KV cache more memory";
+      decision.rejected.push_back({seq->request_id(), error});
+      FinishSequence(seq, FinishReason::kError, error);
+      continue;
+    }
+    if (n == 0) break;
+    if (!running_.empty() && BelowWatermark()) {
+      block_manager_.Free(*seq);  // not now: leave room for the running sequences to grow
+      break;
+    }
+    waiting_.pop_front();
+    seq->SetRunning();
+    AddToRunning(seq);
+    AddScheduled(seq, n, decision, budget);
+  }
+
+  num_scheduled_tokens_ += decision.num_batched_tokens;
+  if (!decision.empty()) ++num_steps_;
+  return decision;
+}
+
+StepPlan Scheduler::BuildStepPlan(const ScheduleDecision& decision) const {
+  const int32_t bs = config_.block_size;
+  const int32_t groups = block_manager_.num_groups();
+  StepPlan plan;
+  plan.num_seqs = static_cast<int32_t>(decision.scheduled.size());
+  plan.kv.resize(groups);
+  for (int32_t g = 0; g < groups; ++g) {
+    KvGroupPlan& k = plan.kv[g];
+    for (const ScheduledSequence& s : decision.scheduled) {
+      k.max_blocks_per_seq =
+          std::max(k.max_blocks_per_seq, static_cast<int32_t>(s.seq->kv().block_tables[g].size()));
+    }
+    k.block_tables.assign(static_cast<size_t>(plan.num_seqs) * k.max_blocks_per_seq, -1);
+    k.slot_mapping.reserve(decision.num_batched_tokens);
+  }
+  plan.token_ids.reserve(decision.num_batched_tokens);
+  plan.positions.reserve(decision.num_batched_tokens);
+  plan.token_seq.reserve(decision.num_batched_tokens);
+  for (int32_t row = 0; row < plan.num_seqs; ++row) {
+    const ScheduledSequence& s = decision.scheduled[row];
+    const std::vector<std::vector<int32_t>>& tables = s.seq->kv().block_tables;
+    for (int32_t g = 0; g < groups; ++g) {
+      std::copy(tables[g].begin(), tables[g].end(),
+                plan.kv[g].block_tables.begin() + static_cast<size_t>(row) * plan.kv[g].max_blocks_per_seq);
+    }
+    for (int32_t pos = s.start; pos < s.start + s.num_tokens; ++pos) {
+      plan.token_ids.push_back(s.seq->token_ids()[pos]);
+      plan.positions.push_back(pos);
+      plan.token_seq.push_back(row);
+      for (int32_t g = 0; g < groups; ++g) {
+        const int32_t block = tables[g][pos / bs];
+        TP_CHECK(block >= 0);
+        plan.kv[g].slot_mapping.push_back(block * bs + pos % bs);
+      }
+    }
+    if (s.sample) plan.logit_rows.push_back(static_cast<int32_t>(plan.token_ids.size()) - 1);
+  }
+  return plan;
+}
+
+std::vector<SequenceOutput> Scheduler::Update(const ScheduleDecision& decision,
+                                              absl::Span<const int32_t> sampled_token_ids,
+                                              const FinishFn& finish_check) {
+  TP_CHECK(static_cast<int32_t>(sampled_token_ids.size()) == decision.num_logit_rows());
+  std::vector<SequenceOutput> outputs;
+  size_t row = 0;
+  for (const ScheduledSequence& s : decision.scheduled) {
+    const int32_t token = s.sample ? sampled_token_ids[row++] : -1;
+    Sequence* seq = s.seq;
+    if (seq->is_finished()) continue;  // aborted after Schedule()
+    TP_CHECK(seq->is_running() && seq->num_computed_tokens() == s.start);
+    block_manager_.CommitComputed(*seq, s.num_tokens);
+    if (!s.sample) continue;
+    seq->AppendToken(token);
+    const std::vector<int32_t>& stops = seq->stop_token_ids();
+    FinishReason reason = finish_check ? finish_check(*seq) : FinishReason::kNone;
+    if (reason == FinishReason::kNone && std::find(stops.begin(), stops.end(), token) != stops.end()) {
+      reason = FinishReason::kStop;
+    }
+    // Admission sized the KV for max_tokens: the sequence may not grow past it.
+    if (reason == FinishReason::kNone && seq->num_output_tokens() >= seq->max_tokens()) {
+      reason = FinishReason::kLength;
+    }
+    outputs.push_back({seq->request_id(), token, reason});
+    if (reason != FinishReason::kNone) FinishSequence(seq, reason);
+  }
+  return outputs;
+}
+
+std::vector<int64_t> Scheduler::KvLiveTokens() const {
+  std::vector<int64_t> live(block_manager_.num_groups(), 0);
+  for (int32_t g = 0; g < block_manager_.num_groups(); ++g) {
+    for (const Sequence* seq : running_) live[g] += block_manager_.NumLiveTokens(g, *seq);
+  }
+  return live;
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats s;
+  s.num_running = static_cast<int32_t>(running_.size());
+  s.num_waiting = static_cast<int32_t>(waiting_.size());
+  for (int32_t g = 0; g < block_manager_.num_groups(); ++g) {
+    s.kv_usage.push_back(block_manager_.usage(g));
+    s.kv_blocks_used.push_back(block_manager_.num_used(g));
+  }
+  s.num_preemptions = num_preemptions_;
+  s.prefix_query_tokens = block_manager_.prefix_query_tokens();
+  s.prefix_hit_tokens = block_manager_.prefix_hit_tokens();
+  s.num_scheduled_tokens = num_scheduled_tokens_;
+  s.num_steps = num_steps_;
+  return s;
+}
+
+}  // namespace tpserve

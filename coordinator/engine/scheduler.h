@@ -1,0 +1,156 @@
+// Continuous batching, first come first served, with chunked prefill and preemption by
+// recompute; turns each step's decision into the StepPlan every rank runs. Tested by
+// tests/scheduler_test.cc (including a randomized invariant test).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "coordinator/engine/block_manager.h"
+#include "coordinator/engine/sequence.h"
+#include "worker/step.h"
+
+namespace tpserve {
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 256;             // sequences running (holding KV) at once
+  int32_t max_num_batched_tokens = 2048;  // tokens per step: decodes plus prefill chunks
+  int32_t max_model_len = 8192;           // prompt + max_tokens, at most
+  int32_t block_size = 16;                // tokens per KV cache block
+  bool enable_prefix_caching = true;      // reuse cached full blocks of earlier requests
+  // A waiting sequence is admitted only if every KV group keeps at least this fraction of
+  // its blocks free after the admission (vLLM's watermark), so that running sequences
+  // can grow for a while before one is preempted. [0, 1).
+  double kv_watermark = 0.01;
+  std::vector<int64_t> num_kv_blocks;     // per KV group: Model::num_kv_blocks()
+  std::vector<int32_t> kv_group_windows;  // per KV group: ModelConfig::kv_group_windows
+  // Chunked prefill is always on: a prompt longer than the step's budget left runs over
+  // several steps.
+
+  absl::Status Validate() const;
+};
+
+// One sequence's part of a step: tokens [start, start + num_tokens) of its token list.
+struct ScheduledSequence {
+  Sequence* seq = nullptr;
+  int32_t start = 0;
+  int32_t num_tokens = 0;
+  bool sample = false;  // the chunk ends at its newest token: it gets a logit row
+};
+
+// What one Schedule() call decided. Valid until the next Schedule(); hand it to
+// BuildStepPlan() and then Update() before that.
+struct ScheduleDecision {
+  std::vector<ScheduledSequence> scheduled;  // decodes first, then prefill chunks
+  int32_t num_batched_tokens = 0;
+  std::vector<std::string> preempted;  // request ids sent back to the waiting queue
+  // Requests that finished without running (rejected at admission with reason error).
+  struct Rejected {
+    std::string request_id;
+    std::string error_message;
+  };
+  std::vector<Rejected> rejected;
+
+  bool empty() const { return scheduled.empty(); }
+  int32_t num_logit_rows() const;
+};
+
+// What happened to one sequence in Update().
+struct SequenceOutput {
+  std::string request_id;
+  int32_t token_id = -1;                     // the token sampled this step
+  FinishReason finish_reason = FinishReason::kNone;  // kNone: still running
+};
+
+struct SchedulerStats {
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+  std::vector<double> kv_usage;   // per KV group, fraction of blocks in use
+  // Per KV group, between steps: blocks referenced.
+  std::vector<int64_t> kv_blocks_used;
+  int64_t num_preemptions = 0;    // since start
+  int64_t prefix_query_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  int64_t num_scheduled_tokens = 0;  // since start
+  int64_t num_steps = 0;
+  double prefix_cache_hit_rate() const {
+    return prefix_query_tokens == 0 ? 0.0 : static_cast<double>(prefix_hit_tokens) / prefix_query_tokens;
+  }
+};
+
+// Owned by the one coordinator thread. Each step:
+//   decision = Schedule(); plan = BuildStepPlan(decision); run plan on every rank;
+//   outputs = Update(decision, sampled tokens of the logit rows);
+// AddRequest() and Abort() go between steps.
+class Scheduler {
+ public:
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(SchedulerConfig config);
+  explicit Scheduler(SchedulerConfig config);  // config must be valid
+
+  // Queues a request at the back of the waiting queue. A request that could never run
+  // (empty prompt, max_tokens < 1, longer than max_model_len, more KV than the whole
+  // cache) is finished with reason error at once and reported in the next decision's
+  // `rejected`. Errors only for a request id that is already queued or running.
+  absl::Status AddRequest(SequenceRequest request);
+  // Finishes the request with reason cancelled wherever it is, freeing its KV blocks at
+  // once. NotFound for an unknown or finished request.
+  absl::Status Abort(absl::string_view request_id);
+
+  // Chooses this step's sequences and token counts, allocating their KV slots.
+  ScheduleDecision Schedule();
+  // The decision as the message every rank runs: call it right after Schedule().
+  StepPlan BuildStepPlan(const ScheduleDecision& decision) const;
+  // The step ran. `sampled_token_ids[i]` is the token sampled from logit row i. Appends
+  // each token, then finishes the sequence with the first reason found: `finish_check`
+  // (called for every appended token, e.g. the request's StopChecker: stop strings, EOS,
+  // min_tokens), a stop_token_id (stop), max_tokens (length). Frees finished sequences'
+  // blocks at once.
+  using FinishFn = std::function<FinishReason(const Sequence&)>;  // kNone: go on
+  std::vector<SequenceOutput> Update(const ScheduleDecision& decision,
+                                     absl::Span<const int32_t> sampled_token_ids,
+                                     const FinishFn& finish_check = nullptr);
+
+  bool has_unfinished() const { return !running_.empty() || !waiting_.empty() || !rejected_.empty(); }
+  SchedulerStats stats() const;
+  // Per KV group: the tokens running sequences still need from it
+  // (BlockManager::NumLiveTokens); 1 - live / (blocks used * block_size) is the paged
+  // cache's waste. A pass over the running sequences: for benchmarks, not every step.
+  std::vector<int64_t> KvLiveTokens() const;
+  const SchedulerConfig& config() const { return config_; }
+  const BlockManager& block_manager() const { return block_manager_; }
+  const std::vector<Sequence*>& running() const { return running_; }  // oldest first
+  const std::deque<Sequence*>& waiting() const { return waiting_; }   // next first
+  const Sequence* Find(absl::string_view request_id) const;
+
+ private:
+  void Preempt(Sequence* seq, ScheduleDecision& decision, int32_t& budget);
+  // Some KV group has fewer free blocks than config_.kv_watermark of its blocks.
+  bool BelowWatermark() const;
+  void FinishSequence(Sequence* seq, FinishReason reason, std::string error_message = "");
+  void AddToRunning(Sequence* seq);
+  void AddScheduled(Sequence* seq, int32_t num_tokens, ScheduleDecision& decision, int32_t& budget);
+
+  SchedulerConfig config_;
+  BlockManager block_manager_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Sequence>> seqs_;  // unfinished
+  std::vector<Sequence*> running_;  // sorted by arrival
+  std::deque<Sequence*> waiting_;   // preempted ones at the front
+  // Finished sequences live until the next Schedule(): a decision may still point at them.
+  std::vector<std::unique_ptr<Sequence>> finished_;
+  std::vector<ScheduleDecision::Rejected> rejected_;
+  int64_t next_arrival_ = 0;
+  int64_t num_preemptions_ = 0;
+  int64_t num_scheduled_tokens_ = 0;
+  int64_t num_steps_ = 0;
+};
+
+}  // namespace tpserve

@@ -1,0 +1,46 @@
+// Sequence state transitions. Tested by tests/scheduler_test.cc.
+#include "coordinator/engine/sequence.h"
+
+#include <utility>
+
+#include "kernels/base.h"
+
+namespace tpserve {
+
+absl::string_view SequenceStatusName(SequenceStatus s) {
+  switch (s) {
+    case SequenceStatus::kWaiting: return "waiting";
+    case SequenceStatus::kRunning: return "running";
+    case SequenceStatus::kPreempted: return "preempted";
+    case SequenceStatus::kFinished: return "finished";
+  }
+  return "?";
+}
+
+Sequence::Sequence(SequenceRequest request, int64_t arrival)
+    : request_id_(std::move(request.request_id)),
+      arrival_(arrival),
+      max_tokens_(request.max_tokens),
+      stop_token_ids_(std::move(request.stop_token_ids)),
+      token_ids_(std::move(request.prompt_token_ids)),
+      num_prompt_tokens_(static_cast<int32_t>(token_ids_.size())) {}
+
+void Sequence::SetRunning() {
+  TP_CHECK(status_ == SequenceStatus::kWaiting || status_ == SequenceStatus::kPreempted);
+  status_ = SequenceStatus::kRunning;
+}
+
+void Sequence::SetPreempted() {
+  TP_CHECK(status_ == SequenceStatus::kRunning);
+  TP_CHECK(kv_.block_tables.empty() && kv_.num_computed_tokens == 0);
+  status_ = SequenceStatus::kPreempted;
+}
+
+void Sequence::Finish(FinishReason reason, std::string error_message) {
+  TP_CHECK(status_ != SequenceStatus::kFinished && reason != FinishReason::kNone);
+  status_ = SequenceStatus::kFinished;
+  finish_reason_ = reason;
+  error_message_ = std::move(error_message);
+}
+
+}  // namespace tpserve

@@ -1,0 +1,100 @@
+// One request's life on the coordinator: its tokens, its state (docs/request_lifecycle.md)
+// and its KV cache blocks. Tested by tests/scheduler_test.cc and tests/block_manager_test.cc.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "coordinator/engine/request.h"  // FinishReason: one enum, shared with the API front ends
+
+namespace tpserve {
+
+// A request as the scheduler needs it (sampling settings stay with the caller; the
+// scheduler only needs to know how long a sequence may grow).
+struct SequenceRequest {
+  std::string request_id;
+  std::vector<int32_t> prompt_token_ids;
+  int32_t max_tokens = 16;  // generated tokens at most; finish reason `length`
+  // Sampling one of these finishes the sequence with reason `stop`. Leave empty when the
+  // caller's finish check (a StopChecker) handles stop tokens, EOS and min_tokens.
+  std::vector<int32_t> stop_token_ids;
+};
+
+// waiting -> running -> finished, with running -> preempted -> running on KV pressure.
+// A running sequence is prefilling until only its newest token lacks KV, then decoding.
+// Finished carries a FinishReason (coordinator/engine/request.h): stop, length, cancelled, error.
+enum class SequenceStatus : uint8_t { kWaiting, kRunning, kPreempted, kFinished };
+
+absl::string_view SequenceStatusName(SequenceStatus s);
+
+// The sequence's KV cache state. The BlockManager reads and writes it; nobody else
+// writes it.
+struct KvState {
+  int32_t num_computed_tokens = 0;  // leading tokens whose k/v are in the cache
+  // [group][logical block]: physical block ids; -1 where the sequence holds no block (a
+  // sliding-window block that fell out of the window, or one it never needed).
+  std::vector<std::vector<int32_t>> block_tables;
+  // Prefix-cache hash chain of the sequence's full blocks (tokens only ever append, so
+  // entries stay valid across preemption), and how many leading blocks were offered to
+  // the cache already.
+  std::vector<uint64_t> block_hashes;
+  int32_t num_committed_blocks = 0;
+};
+
+class Sequence {
+ public:
+  Sequence(SequenceRequest request, int64_t arrival);  // takes the request's vectors
+
+  const std::string& request_id() const { return request_id_; }
+  int64_t arrival() const { return arrival_; }  // admission order; smaller is older
+  int32_t max_tokens() const { return max_tokens_; }
+  const std::vector<int32_t>& stop_token_ids() const { return stop_token_ids_; }
+
+  // Prompt, then generated tokens. After a preemption the whole list is recomputed as
+  // if it were the prompt; output_token_ids() still reports only generated tokens.
+  const std::vector<int32_t>& token_ids() const { return token_ids_; }
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids_.size()); }
+  int32_t num_prompt_tokens() const { return num_prompt_tokens_; }
+  int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens_; }
+  absl::Span<const int32_t> prompt_token_ids() const {
+    return absl::MakeConstSpan(token_ids_).first(num_prompt_tokens_);
+  }
+  absl::Span<const int32_t> output_token_ids() const {
+    return absl::MakeConstSpan(token_ids_).subspan(num_prompt_tokens_);
+  }
+  void AppendToken(int32_t id) { token_ids_.push_back(id); }
+
+  SequenceStatus status() const { return status_; }
+  bool is_finished() const { return status_ == SequenceStatus::kFinished; }
+  bool is_running() const { return status_ == SequenceStatus::kRunning; }
+  // Running and more than the newest token still lacks KV (prompt or recompute).
+  bool is_prefill() const { return kv_.num_computed_tokens + 1 < num_tokens(); }
+  FinishReason finish_reason() const { return finish_reason_; }
+  const std::string& error_message() const { return error_message_; }
+
+  // State transitions; an illegal one is a scheduler bug and aborts.
+  void SetRunning();    // waiting or preempted -> running
+  void SetPreempted();  // running -> preempted (KV already freed)
+  void Finish(FinishReason reason, std::string error_message = "");  // any -> finished
+
+  KvState& kv() { return kv_; }
+  const KvState& kv() const { return kv_; }
+  int32_t num_computed_tokens() const { return kv_.num_computed_tokens; }
+
+ private:
+  std::string request_id_;
+  int64_t arrival_;
+  int32_t max_tokens_;
+  std::vector<int32_t> stop_token_ids_;
+  std::vector<int32_t> token_ids_;
+  int32_t num_prompt_tokens_;
+  SequenceStatus status_ = SequenceStatus::kWaiting;
+  FinishReason finish_reason_ = FinishReason::kNone;
+  std::string error_message_;
+  KvState kv_;
+};
+
+}  // namespace tpserve

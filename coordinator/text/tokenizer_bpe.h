@@ -1,0 +1,71 @@
+// The BPE model of a tokenizer.json (model.type "BPE"): vocabulary, ranked merges,
+// byte fallback and unknown-token handling. Tested through tests/tokenizer_test.cc.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "coordinator/text/tokenizer_json.h"
+
+namespace tpserve::tokenizer_internal {
+
+class BpeModel {
+ public:
+  // `j` is the "model" object. Unsupported options (dropout > 0, other model types)
+  // are errors naming the field.
+  static absl::StatusOr<std::unique_ptr<BpeModel>> FromJson(const Json& j, const JsonPath& at);
+
+  // Appends the ids of one pre-tokenized word. Merges apply lowest rank first, ties
+  // leftmost first, as the tokenizers library does.
+  void Tokenize(std::string_view word, std::vector<int32_t>* ids) const;
+
+  std::optional<int32_t> TokenToId(std::string_view token) const;
+  // Null when no vocabulary entry has this id.
+  const std::string* IdToToken(int32_t id) const;
+  // Largest id in the vocabulary, -1 when empty.
+  int32_t max_id() const { return static_cast<int32_t>(id_to_token_.size()) - 1; }
+
+ private:
+  struct Merge {
+    uint32_t rank;
+    int32_t new_id;
+  };
+  static uint64_t PairKey(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+  const Merge* FindMerge(int32_t a, int32_t b) const {
+    const auto it = merges_.find(PairKey(a, b));
+    return it == merges_.end() ? nullptr : &it->second;
+  }
+  void MergeWord(std::string_view word, std::vector<int32_t>* ids) const;
+  struct Symbol;
+  struct Candidate;
+  void MergeSegment(std::vector<Symbol>& symbols, int32_t begin, int32_t end,
+                    std::vector<Candidate>* heap, std::vector<int32_t>* ids) const;
+
+  absl::flat_hash_map<std::string, int32_t> vocab_;
+  std::vector<std::string> id_to_token_;
+  std::vector<bool> has_id_;
+  absl::flat_hash_map<uint64_t, Merge> merges_;
+  std::array<int32_t, 256> byte_ids_{};  // id of "<0xNN>", -1 when absent
+  std::optional<int32_t> unk_id_;
+  bool fuse_unk_ = false;
+  bool byte_fallback_ = false;
+  bool ignore_merges_ = false;
+  std::string continuing_subword_prefix_;
+  std::string end_of_word_suffix_;
+  // (last character of a merge's left part, first of its right part) as PairKey.
+  absl::flat_hash_set<uint64_t> junctions_;
+  bool splittable_ = false;        // no prefix/suffix: symbols are the word's characters
+  std::vector<int32_t> char_ids_;  // when splittable_: id of each BMP character, or -1
+};
+
+}  // namespace tpserve::tokenizer_internal
