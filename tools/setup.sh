@@ -9,7 +9,7 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       libabsl-dev nlohmann-json3-dev libpcre2-dev libicu-dev libopenblas-dev
       libgtest-dev libgmock-dev libopenmpi-dev openmpi-bin curl
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcpp-httplib-dev
-      libcurl4-openssl-dev)
+      libcurl4-openssl-dev ccache)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,5 +19,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${TPSERVE_CMAKE_ARGS:-}
+# ccache (Debian) keeps compiled objects between builds and between checkouts: paths are
+# hashed relative to CCACHE_BASEDIR, so a fresh clone elsewhere still hits the cache.
+LAUNCHER=()
+if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$PWD")}"
+  export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
+  export CCACHE_NOHASHDIR=1  # debug info names the build directory; hit anyway
+  LAUNCHER=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+            -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${LAUNCHER[@]}" ${TPSERVE_CMAKE_ARGS:-}
 cmake --build build -j"$(nproc)"
