@@ -41,9 +41,8 @@ struct EngineOptions {
   // step whose activations the KV planning leaves room for.
   int32_t max_num_seqs = 256;
   // true: the KV budget is split between KV groups by what max-length sequences need
-  // (SplitKvBlocks; the serving scheduler frees blocks that left a sliding window).
-  // false: every group gets the same number of blocks, as the offline Generator needs
-  // (it gives all groups one block layout).
+  // (SplitKvBlocks; the scheduler frees blocks that left a sliding window). false: every
+  // group gets the same number of blocks (benchmarks whose hand-made plans assume it).
   bool split_kv_by_need = true;
   uint64_t dummy_seed = 0;
   // cuda: decode steps replay CUDA graphs of these batch sizes (empty: the default,

@@ -1,13 +1,14 @@
 // `tpserve generate`. Tested by tests/cli_test.sh.
 #include "launch/generate_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/engine/generator.h"
+#include "coordinator/engine/offline.h"
 #include "launch/ranks.h"
 #include "coordinator/text/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -51,21 +52,31 @@ absl::Status Coordinate(const GenerateCommandOptions& o, Engine& engine, Communi
   }
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty: pass --prompt TEXT or --prompt-ids 1,2,3");
 
-  GeneratorOptions go;
-  go.max_num_batched_tokens = o.max_num_batched_tokens;
-  Generator gen(*engine.model, executor, go);
-  GenerateParams gp;
-  gp.max_tokens = o.max_tokens;
-  gp.top_logprobs = o.logprobs;
-  gp.ignore_eos = o.ignore_eos;
-  TP_ASSIGN_OR_RETURN(auto outs, gen.Generate({prompt}, gp));
-  const GenerationOutput& out = outs[0];
+  SchedulerConfig sc = SchedulerConfigFor(*engine.model, /*max_num_seqs=*/1,
+                                         static_cast<int32_t>(o.max_num_batched_tokens), o.engine.max_model_len);
+  if (tokenizer) {
+    for (int32_t id : tokenizer->eos_ids()) {
+      if (std::find(sc.eos_token_ids.begin(), sc.eos_token_ids.end(), id) == sc.eos_token_ids.end()) {
+        sc.eos_token_ids.push_back(id);
+      }
+    }
+  }
+  TP_RETURN_IF_ERROR(sc.Validate());
+  EngineCore core(executor, sc, o.seed);
+  SamplingParams params;
+  params.max_tokens = o.max_tokens;
+  params.temperature = o.temperature;
+  params.seed = o.seed;
+  params.logprobs = o.logprobs;
+  params.ignore_eos = o.ignore_eos;
+  TP_ASSIGN_OR_RETURN(OfflineResult result, GenerateOffline(core, {prompt}, params));
+  const GenerationOutput& out = result.outputs[0];
   std::string text = tokenizer ? tokenizer->Decode(out.output_ids, /*skip_special_tokens=*/true) : "";
 
   double prefill_ms = 0, decode_ms = 0, allreduce_ms = 0, total_ms = 0;
   int64_t decode_steps = 0;
   std::vector<double> step_ms;
-  for (const auto& s : gen.steps()) {
+  for (const StepRecord& s : result.steps) {
     (s.prefill ? prefill_ms : decode_ms) += s.step_ms;
     if (!s.prefill) ++decode_steps;
     allreduce_ms += s.allreduce_ms;
@@ -130,7 +141,6 @@ absl::Status Coordinate(const GenerateCommandOptions& o, Engine& engine, Communi
 
 int RunRank(const GenerateCommandOptions& o, const WorldConfig& world, Communicator& comm) {
   EngineOptions eo = o.engine;
-  eo.split_kv_by_need = false;  // the Generator gives every KV group the same block layout
   eo.max_num_seqs = 1;          // one prompt: steps sample one row
   auto engine = StartEngine(eo, world, comm);
   if (!engine.ok()) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,8 @@ struct GenerateCommandOptions {
   bool ignore_eos = false;
   bool json = false;
   int64_t max_num_batched_tokens = 2048;
+  float temperature = 0;         // 0: greedy
+  std::optional<uint64_t> seed;  // the sampling seed (--seed)
 };
 
 // Runs on every rank; returns the process exit code.

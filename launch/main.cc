@@ -1,6 +1,7 @@
 // The tpserve binary: `tpserve generate` (offline generation), `tpserve serve` (gRPC and
 // OpenAI HTTP APIs), `tpserve client`. Flags are parsed here and only here. Tested by
 // tests/cli_test.sh and tests/serve_test.sh.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -50,7 +51,9 @@ ABSL_FLAG(int, max_tokens, 16, "Tokens to generate");
 ABSL_FLAG(int, logprobs, 0, "Top-N logprobs to report per generated token");
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating past EOS");
 ABSL_FLAG(bool, json, false, "Print one JSON object instead of text");
-ABSL_FLAG(uint64_t, seed, 0, "Seed of --load-format dummy weights");
+ABSL_FLAG(int64_t, seed, -1, "Default sampling seed (vLLM's --seed): requests without a seed get seeds drawn "
+          "from it, so a run repeats (-1: fresh entropy)");
+ABSL_FLAG(uint64_t, dummy_weight_seed, 0, "Seed of --load-format dummy weights");
 // `tpserve serve` (also the engine flags above).
 ABSL_FLAG(std::string, host, "0.0.0.0", "serve: address the APIs listen on");
 ABSL_FLAG(int, grpc_port, 50051, "serve: gRPC port (-1: off)");
@@ -68,7 +71,8 @@ ABSL_FLAG(int64_t, max_body_bytes, 4 << 20, "serve: largest request body");
 ABSL_FLAG(std::string, grpc, "", "client: the server's gRPC address, HOST:PORT");
 ABSL_FLAG(std::string, http, "", "client: the server's HTTP URL, e.g. http://127.0.0.1:8000");
 ABSL_FLAG(bool, chat, false, "client: send --prompt as a user message (the chat template applies)");
-ABSL_FLAG(double, temperature, -1, "client: sampling temperature (negative: the server's default)");
+ABSL_FLAG(double, temperature, -1, "client: sampling temperature (negative: the server's default); generate: "
+          "negative = 0, greedy");
 
 namespace {
 
@@ -77,8 +81,9 @@ constexpr char kUsage[] =
     "  tpserve-mpirun -np N tpserve serve --model DIR|PRESET [--grpc-port 50051] [--http-port 8000]\n"
     "      [--tokenizer PATH] [--shutdown-timeout 30]   (tpserve-mpirun: mpirun on which SIGTERM/Ctrl-C drain)\n"
     "  mpirun -np N tpserve generate --model DIR|PRESET [--load-format dummy] (--prompt TEXT | --prompt-ids 1,2,3)\n"
-    "      [--max-tokens N] [--logprobs N] [--json]\n"
-    "  Both take --device auto|cpu|cuda, --gpu-memory-utilization F and --enforce-eager (cuda).\n"
+    "      [--max-tokens N] [--logprobs N] [--temperature T] [--seed S] [--json]\n"
+    "  Both take --seed S (the default sampling seed; --dummy-weight-seed seeds dummy weights),\n"
+    "      --device auto|cpu|cuda, --gpu-memory-utilization F and --enforce-eager (cuda).\n"
     "  tpserve client (--grpc HOST:PORT | --http URL) --prompt TEXT [--chat] [--model NAME]\n"
     "      [--max-tokens N] [--temperature T]\n\n"
     "Run `tpserve --helpfull` for every flag.";
@@ -117,7 +122,7 @@ int EngineOptionsFromFlags(tpserve::EngineOptions& e) {
   e.block_size = absl::GetFlag(FLAGS_block_size);
   e.max_num_batched_tokens = static_cast<int32_t>(absl::GetFlag(FLAGS_max_num_batched_tokens));
   e.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
-  e.dummy_seed = absl::GetFlag(FLAGS_seed);
+  e.dummy_seed = absl::GetFlag(FLAGS_dummy_weight_seed);
   e.enforce_eager = absl::GetFlag(FLAGS_enforce_eager);
   auto kernels = tpserve::ParseKernelOptions(absl::GetFlag(FLAGS_kernels));
   if (!kernels.ok()) return Fail("--kernels: " + std::string(kernels.status().message()));
@@ -172,6 +177,8 @@ int main(int argc, char** argv) {
     o.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
     o.json = absl::GetFlag(FLAGS_json);
     o.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+    o.temperature = static_cast<float>(std::max(0.0, absl::GetFlag(FLAGS_temperature)));
+    if (absl::GetFlag(FLAGS_seed) >= 0) o.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
     const std::string ids = absl::GetFlag(FLAGS_prompt_ids);
     if (!ids.empty()) {
       for (absl::string_view part : absl::StrSplit(ids, ',', absl::SkipWhitespace())) {
@@ -202,6 +209,7 @@ int main(int argc, char** argv) {
     o.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
     o.shutdown_timeout_s = absl::GetFlag(FLAGS_shutdown_timeout);
     o.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
+    if (absl::GetFlag(FLAGS_seed) >= 0) o.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
     if (code == 0) code = tpserve::RunServe(o, world);
 #else
     code = Fail("this tpserve was built without gRPC and cpp-httplib, so `serve` is not available");

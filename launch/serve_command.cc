@@ -201,21 +201,13 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   info.max_num_batched_tokens = o.max_num_batched_tokens;
 
   ServingConfig sc;
-  sc.scheduler.max_num_seqs = o.max_num_seqs;
-  sc.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
-  sc.scheduler.max_model_len = static_cast<int32_t>(std::min<int64_t>(mc.max_position_embeddings, 1 << 30));
-  sc.scheduler.block_size = engine->model->block_size();
+  sc.scheduler = SchedulerConfigFor(*engine->model, o.max_num_seqs, o.max_num_batched_tokens, o.engine.max_model_len);
   sc.scheduler.enable_prefix_caching = o.enable_prefix_caching;
-  sc.scheduler.num_kv_blocks = engine->model->num_kv_blocks();
-  sc.scheduler.kv_group_windows = mc.kv_group_windows;
   sc.max_queue = o.max_queue;
-  sc.vocab_size = mc.vocab_size;
-  sc.eos_token_ids = mc.eos_token_ids;
-  sc.device_sampling = engine->device == DeviceKind::kCuda;  // only token ids leave the GPU
+  sc.seed = o.seed;
   for (int32_t id : tokenizer->eos_ids()) {
-    if (std::find(sc.eos_token_ids.begin(), sc.eos_token_ids.end(), id) == sc.eos_token_ids.end()) {
-      sc.eos_token_ids.push_back(id);
-    }
+    std::vector<int32_t>& eos = sc.scheduler.eos_token_ids;
+    if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
   }
   absl::Status sched_ok = sc.scheduler.Validate();
   StepExecutor executor(*engine->model, comm);

@@ -6,6 +6,7 @@
 
 #include <signal.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@ struct ServeCommandOptions {
   bool enable_prefix_caching = true;
   double shutdown_timeout_s = 30;
   size_t max_body_bytes = size_t{4} << 20;
+  std::optional<uint64_t> seed;  // --seed: seeds of requests without one (a run repeats)
 };
 
 // The signals on which `serve` drains: SIGTERM, SIGINT, and SIGUSR1, which Open MPI's mpirun

@@ -27,7 +27,7 @@ std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& 
   return a;
 }
 
-Sequence Seq(std::vector<int32_t> tokens) { return Sequence(SequenceRequest{"r", std::move(tokens), 16, {}}, 0); }
+Sequence Seq(std::vector<int32_t> tokens) { return Sequence(SequenceRequest{"r", std::move(tokens), SamplingParams{}}, 0); }
 
 // Allocates and commits all of `seq`'s tokens (one chunk, as a prefill step would).
 void RunAll(BlockManager& bm, Sequence& seq) {

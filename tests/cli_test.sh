@@ -33,6 +33,16 @@ got=$(timeout 120 "${MPIRUN[@]}" -np 1 "$TPSERVE" generate --model "$FIX/models/
       --prompt-ids "$prompt" --max-tokens 8 --ignore-eos --enforce-eager=false 2>"$WORK/err")
 if [ "$got" = "$expect" ]; then ok "qwen3 --enforce-eager=false greedy = transformers"; else bad "qwen3 --enforce-eager=false: got '$got' want '$expect' ($(tail -2 "$WORK/err"))"; fi
 
+# Seeded sampling (--temperature, --seed): the same tokens at 1 and 2 ranks (one rule, keyed by
+# seed and output position), other tokens with another seed.
+seeded() {
+  timeout 120 "${MPIRUN[@]}" -np "$1" "$TPSERVE" generate --model "$FIX/models/qwen3" --device cpu \
+    --prompt-ids "$prompt" --max-tokens 12 --ignore-eos --temperature 1 --seed "$2" 2>"$WORK/err"
+}
+s1=$(seeded 1 7); s2=$(seeded 2 7); s3=$(seeded 1 8)
+if [ -n "$s1" ] && [ "$s1" = "$s2" ]; then ok "seeded sampling: np=1 = np=2"; else bad "seeded sampling: np=1 '$s1' np=2 '$s2' ($(tail -2 "$WORK/err"))"; fi
+if [ "$s1" != "$s3" ]; then ok "seeded sampling: another seed, other tokens"; else bad "seeds 7 and 8 drew the same tokens '$s1'"; fi
+
 # 2. Bad inputs: non-zero exit on every rank, message names the culprit, fast.
 expect_error() {
   local name=$1 pattern=$2

@@ -6,7 +6,7 @@
 // (ctest -L gpu).
 #include <algorithm>
 
-#include "coordinator/engine/generator.h"
+#include "tests/offline_harness.h"
 #include "gtest/gtest.h"
 #include "launch/engine_setup.h"
 #include "tests/cuda_test_util.h"
@@ -51,7 +51,6 @@ RunOutput Generate(const std::string& device, int tp, double utilization = kUtil
   o.threads = 1;
   o.kv_cache_bytes = 16 << 20;
   o.max_num_seqs = 1;
-  o.split_kv_by_need = false;  // the Generator's layout, as `tpserve generate` uses
   testing::RunThreads(tp, [&](Communicator& comm) {
     WorldConfig w{comm.rank(), tp, tp, comm.rank(), tp, "local"};
     auto engine = StartEngine(o, w, comm);
@@ -75,14 +74,10 @@ RunOutput Generate(const std::string& device, int tp, double utilization = kUtil
       }
     }
     StepExecutor executor(*engine->model, comm);
-    Generator gen(*engine->model, executor, GeneratorOptions{});
-    GenerateParams gp;
-    gp.max_tokens = kTokens;
-    gp.ignore_eos = true;
-    auto outs = gen.Generate({ref.prompt_ids}, gp);
+    auto outs = testing::GreedyGenerate(*engine->model, executor, {ref.prompt_ids}, kTokens);
     executor.Shutdown();
     EXPECT_TRUE(outs.ok()) << outs.status();
-    if (outs.ok()) out.ids = (*outs)[0].output_ids;
+    if (outs.ok()) out.ids = outs->outputs[0].output_ids;
   });
   return out;
 }

@@ -11,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "launch/engine_setup.h"
+#include "tests/offline_harness.h"
 #include "tests/tp_harness.h"
 #include "worker/backend.h"
 #include "worker/decode_graphs.h"
@@ -232,23 +233,18 @@ GenResult Generate(const std::string& fixture, int tp, const std::vector<int32_t
     }
     r.graphs = (*model)->cuda_graphs();
     StepExecutor exec(**model, comm);
-    Generator gen(**model, exec, GeneratorOptions{});
-    GenerateParams gp;
-    gp.max_tokens = 6;
-    gp.ignore_eos = true;
-    gp.return_logits = true;
     const std::vector<std::vector<int32_t>> prompts = {{5, 6, 7, 8, 9}, {11, 12}, {13, 14, 15, 16, 17, 18, 19}};
-    auto outs = gen.Generate(prompts, gp);
+    auto outs = testing::GreedyGenerate(**model, exec, prompts, 6);
     ASSERT_TRUE(outs.ok()) << outs.status();
-    r.outputs = std::move(*outs);
+    r.outputs = std::move(outs->outputs);
     r.replays = replays;
     EXPECT_EQ((*model)->replayed_steps(), replays);
     if (switch_to.has_value()) {
       const int clears = backend.graph_clears;
       (*model)->set_kernel_options(*switch_to);
-      auto again = gen.Generate(prompts, gp);
+      auto again = testing::GreedyGenerate(**model, exec, prompts, 6);
       ASSERT_TRUE(again.ok()) << again.status();
-      r.switched_outputs = std::move(*again);
+      r.switched_outputs = std::move(again->outputs);
       r.switched_replays = replays - r.replays;
       r.switched_clears = backend.graph_clears - clears;
       r.backend_kernels = backend.kernel_options;

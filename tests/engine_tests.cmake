@@ -1,16 +1,18 @@
 # Engine tests: config, checkpoints, the whole model against transformers.
 tp_add_test(model_config_test SOURCES model_config_test.cc LIBS tpserve_engine)
 tp_add_test(safetensors_test SOURCES safetensors_test.cc LIBS tpserve_engine)
-tp_add_test(model_test SOURCES model_test.cc LIBS tpserve_coordinator)
+tp_add_test(model_test SOURCES model_test.cc LIBS tpserve_engine_core)
+tp_add_test(engine_core_test SOURCES engine_core_test.cc LIBS tpserve_engine_core)
+tp_add_test(persistent_batch_test SOURCES persistent_batch_test.cc LIBS tpserve_engine)
 # Collectives and their shared helpers on thread ranks (LocalGroup).
-tp_add_test(communicator_test SOURCES communicator_test.cc LIBS tpserve_coordinator)
+tp_add_test(communicator_test SOURCES communicator_test.cc LIBS tpserve_engine_core)
 # Rounding flips alone (the bf16 CPU reference, jittered) stay inside the GPU model test's
 # tolerance on every fixture. Passive OpenMP waits: its 2 threads spin on busy CI cores.
-tp_add_test(rounding_envelope_test SOURCES rounding_envelope_test.cc LIBS tpserve_coordinator)
+tp_add_test(rounding_envelope_test SOURCES rounding_envelope_test.cc LIBS tpserve_engine_core)
 set_tests_properties(rounding_envelope_test PROPERTIES ENVIRONMENT "OMP_WAIT_POLICY=passive")
 # Decode steps replayed from CUDA graphs: padding, block-table width, batch sizes, and the
 # model's replay path through a fake StepGraphs on the CPU.
-tp_add_test(decode_graphs_test SOURCES decode_graphs_test.cc LIBS tpserve_launch tpserve_coordinator)
+tp_add_test(decode_graphs_test SOURCES decode_graphs_test.cc LIBS tpserve_launch tpserve_engine_core)
 # Device and communicator choice, the KV planner's budget split, --device errors (CPU).
 tp_add_test(device_choice_test SOURCES device_choice_test.cc LIBS tpserve_launch)
 # bench/op_profile.h (engine_bench --op_profile) on the CPU backend.
@@ -20,7 +22,7 @@ tp_add_test(op_profile_test SOURCES op_profile_test.cc LIBS tpserve_op_profile t
 # mechanism needs ptrace rights that containers often lack.
 if(MPI_CXX_FOUND)
   add_executable(mpi_model_test mpi_model_test.cc)
-  target_link_libraries(mpi_model_test PRIVATE tpserve_coordinator tpserve_mpi GTest::gtest)
+  target_link_libraries(mpi_model_test PRIVATE tpserve_engine_core tpserve_mpi GTest::gtest)
   target_compile_definitions(mpi_model_test PRIVATE TPSERVE_FIXTURES="${TPSERVE_FIXTURES}")
   foreach(np 1 2 4)
     add_test(NAME mpi_model_test_np${np}

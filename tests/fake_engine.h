@@ -62,7 +62,7 @@ class FakeEngine : public EngineApi {
   }
 
   absl::StatusOr<std::shared_ptr<RequestStream>> Submit(ServeRequest request) override {
-    const RequestParams& p = request.params;
+    const SamplingParams& p = request.params;
     if (!ready_.load()) return absl::UnavailableError("fake engine is not ready");
     if (p.max_tokens < 1) {
       return absl::InvalidArgumentError(absl::StrCat("max_tokens must be at least 1, got ", p.max_tokens));
@@ -201,7 +201,7 @@ class FakeEngine : public EngineApi {
     TokenLogprob lp;
     lp.token_id = id;
     lp.logprob = -0.5f;
-    for (int32_t k = 0; k < a.request.params.logprobs; ++k) lp.top.emplace_back(id + k, -0.5f - k);
+    for (int32_t k = 0; k < a.request.params.logprobs.value_or(0); ++k) lp.top.emplace_back(id + k, -0.5f - k);
     e->logprobs = {lp};
     e->completion_tokens = a.generated;
     const std::vector<int32_t>& stops = a.request.params.stop_token_ids;

@@ -13,6 +13,12 @@
 namespace tpserve {
 namespace {
 
+SequenceRequest MaxTokens(std::string id, std::vector<int32_t> prompt, int32_t max_tokens) {
+  SamplingParams params;
+  params.max_tokens = max_tokens;
+  return SequenceRequest{std::move(id), std::move(prompt), std::move(params)};
+}
+
 // Gemma 4-like: group 0 full attention (cheap blocks), group 1 sliding, window 1024.
 KvSplitInputs Gemma(int64_t budget) {
   KvSplitInputs in;
@@ -120,6 +126,7 @@ TEST(KvSplitTest, BoundHoldsAgainstTheScheduler) {
       in.max_num_batched_tokens = budget;
       constexpr int kSeqs = 5;
       SchedulerConfig c;
+      c.vocab_size = 1000;
       c.max_num_seqs = kSeqs;
       c.max_num_batched_tokens = budget;
       c.max_model_len = 200;
@@ -131,11 +138,11 @@ TEST(KvSplitTest, BoundHoldsAgainstTheScheduler) {
       for (int i = 0; i < kSeqs; ++i) {
         std::vector<int32_t> prompt(120 + i);
         for (int k = 0; k < static_cast<int>(prompt.size()); ++k) prompt[k] = 1 + (i * 31 + k) % 50;
-        ASSERT_TRUE(s.AddRequest(SequenceRequest{"r" + std::to_string(i), prompt, 79 - i, {}}).ok());
+        ASSERT_TRUE(s.AddRequest(MaxTokens("r" + std::to_string(i), prompt, 79 - i)).ok());
       }
       int64_t peak[2] = {0, 0};
       while (s.has_unfinished()) {
-        ScheduleDecision d = s.Schedule();
+        SchedulerOutput d = s.Schedule();
         for (int g = 0; g < 2; ++g) peak[g] = std::max<int64_t>(peak[g], s.block_manager().num_used(g));
         std::vector<int32_t> sampled(d.num_logit_rows(), 7);
         s.Update(d, sampled);

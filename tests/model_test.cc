@@ -5,6 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "tests/offline_harness.h"
 #include "tests/tp_harness.h"
 #include "worker/backend.h"
 #include "worker/weight_source.h"
@@ -18,6 +19,7 @@ using testing::Reference;
 struct RunResult {
   std::vector<std::vector<float>> prompt_logits;
   std::vector<GenerationOutput> outputs;
+  int64_t preemptions = 0;
 };
 
 struct RunOptions {
@@ -26,6 +28,7 @@ struct RunOptions {
   bool scramble = false;
   int32_t block_size = 16;
   int copies = 1;  // identical prompts in one batch
+  int64_t kv_blocks = 0;  // KV blocks per group for generation (0: 64): few force preemption
 };
 
 // Loads the fixture on `tp` thread-ranks, runs one prefill returning every position's
@@ -71,18 +74,15 @@ RunResult RunFixture(const std::string& name, int tp, const Reference& ref, cons
       result.prompt_logits.emplace_back(logits->logits.begin() + p * V, logits->logits.begin() + (p + 1) * V);
     }
 
-    GeneratorOptions go;
-    go.max_num_batched_tokens = ro.chunk;
-    go.scramble_blocks = ro.scramble;
-    Generator gen(**model, exec, go);
-    GenerateParams gp;
-    gp.max_tokens = static_cast<int32_t>(ref.greedy_ids.size());
-    gp.ignore_eos = true;
-    gp.return_logits = true;
+    testing::OfflineOptions oo;
+    oo.max_num_batched_tokens = static_cast<int32_t>(ro.chunk);
+    oo.scramble_blocks = ro.scramble;
+    oo.kv_blocks = ro.kv_blocks;
     std::vector<std::vector<int32_t>> prompts(ro.copies, ref.prompt_ids);
-    auto outs = gen.Generate(prompts, gp);
+    auto outs = testing::GreedyGenerate(**model, exec, prompts, static_cast<int32_t>(ref.greedy_ids.size()), oo);
     ASSERT_TRUE(outs.ok()) << outs.status();
-    result.outputs = std::move(*outs);
+    result.outputs = std::move(outs->outputs);
+    result.preemptions = outs->preemptions;
     exec.Shutdown();
   });
   return result;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/offline_harness.h"
 #include "tests/tp_harness.h"
 #include "worker/backend.h"
 #include "worker/weight_source.h"
@@ -40,17 +41,13 @@ TEST_P(MpiFixtureTest, GreedyMatchesTransformers) {
     return;
   }
   StepExecutor exec(**model, comm);
-  GeneratorOptions go;
-  go.max_num_batched_tokens = 7;  // chunked prefill across ranks too
-  Generator gen(**model, exec, go);
-  GenerateParams gp;
-  gp.max_tokens = static_cast<int32_t>(ref.greedy_ids.size());
-  gp.ignore_eos = true;
-  gp.return_logits = true;
-  auto outs = gen.Generate({ref.prompt_ids, ref.prompt_ids}, gp);
+  testing::OfflineOptions oo;
+  oo.max_num_batched_tokens = 7;  // chunked prefill across ranks too
+  auto outs = testing::GreedyGenerate(**model, exec, {ref.prompt_ids, ref.prompt_ids},
+                                      static_cast<int32_t>(ref.greedy_ids.size()), oo);
   exec.Shutdown();
   ASSERT_TRUE(outs.ok()) << outs.status();
-  for (const auto& out : *outs) {
+  for (const auto& out : outs->outputs) {
     EXPECT_EQ(out.output_ids, ref.greedy_ids) << name;
     for (size_t s = 0; s < ref.greedy_logits.size(); ++s) {
       EXPECT_LE(testing::ToleranceRatio(out.logits[s], ref.greedy_logits[s], 2e-3, 2e-3), 1.0) << name << " step " << s;

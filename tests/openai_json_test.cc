@@ -35,7 +35,7 @@ void ExpectFieldError(const absl::StatusOr<OpenAiRequest>& r, const std::string&
   EXPECT_THAT(std::string(r.status().message()), HasSubstr(message_part));
 }
 
-TEST(OpenAiParseTest, CompletionFieldsMapToRequestParams) {
+TEST(OpenAiParseTest, CompletionFieldsMapToSamplingParams) {
   auto r = ParseCompletion(R"({
     "model": "m", "prompt": "Hello", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9,
     "top_k": -1, "min_p": 0.05, "seed": 42, "stop": "\n", "stop_token_ids": [5, 6],
@@ -45,7 +45,7 @@ TEST(OpenAiParseTest, CompletionFieldsMapToRequestParams) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->input.model, "m");
   EXPECT_EQ(std::get<std::string>(r->input.prompt), "Hello");
-  const RequestParams& p = r->input.params;
+  const SamplingParams& p = r->input.params;
   EXPECT_TRUE(r->input.max_tokens_set);
   EXPECT_EQ(p.max_tokens, 7);
   EXPECT_FLOAT_EQ(p.temperature, 0.5f);

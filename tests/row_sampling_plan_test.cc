@@ -1,5 +1,5 @@
 // RowSamplingPlanner: request settings -> worker-side sampling rows and penalty entries,
-// as the host Sampler would apply them (counts, prompt tokens under the repetition
+// the one rule every backend samples by (counts, prompt tokens under the repetition
 // penalty only, EOS and stop ids masked while short of min_tokens).
 #include "coordinator/engine/row_sampling_plan.h"
 
@@ -25,20 +25,20 @@ TEST(RowSamplingPlanner, RowsCarryFiltersSeedsPenaltiesAndMasks) {
   plain.temperature = 0.7f;
   plain.top_k = -1;
   plain.top_p = 0.9f;
-  planner.AddRow(plain, SamplingRng(5), {10, 11}, {20, 20}, plan);
+  planner.AddRow(plain, 5, {10, 11}, {20, 20}, plan);
 
   SamplingParams pen;
   pen.repetition_penalty = 1.2f;
   pen.frequency_penalty = 0.5f;
   pen.min_tokens = 4;
   pen.stop_token_ids = {7};
-  planner.AddRow(pen, SamplingRng(6), {10, 11, 20}, {20, 20, 30}, plan);
+  planner.AddRow(pen, 6, {10, 11, 20}, {20, 20, 30}, plan);
 
   SamplingParams done = pen;  // min_tokens reached; ignore_eos: nothing masked
   done.min_tokens = 2;
   done.ignore_eos = true;
   done.repetition_penalty = 1.0f;
-  planner.AddRow(done, SamplingRng(7), {10}, {20, 20, 30}, plan);
+  planner.AddRow(done, 7, {10}, {20, 20, 30}, plan);
 
   ASSERT_EQ(plan.sampling.size(), 3u);
   EXPECT_EQ(plan.penalty_offsets.size(), 4u);
@@ -55,7 +55,7 @@ TEST(RowSamplingPlanner, RowsCarryFiltersSeedsPenaltiesAndMasks) {
   EXPECT_EQ(Entries(plan, 2), (std::map<int32_t, int32_t>{{20, 2}, {30, 1}}));
   // The same request at the same output length draws with the same seed and step.
   StepPlan again;
-  planner.AddRow(pen, SamplingRng(6), {10, 11, 20}, {20, 20, 30}, again);
+  planner.AddRow(pen, 6, {10, 11, 20}, {20, 20, 30}, again);
   EXPECT_EQ(again.sampling[0].seed, plan.sampling[1].seed);
   EXPECT_EQ(again.sampling[0].step, plan.sampling[1].step);
 }

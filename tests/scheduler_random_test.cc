@@ -13,9 +13,18 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/engine/scheduler.h"
 #include "gtest/gtest.h"
+#include "worker/persistent_batch.h"
 
 namespace tpserve {
 namespace {
+
+// Token 0 is a stop token; EOS none.
+SequenceRequest StopAtZero(std::string id, std::vector<int32_t> prompt, int32_t max_tokens) {
+  SamplingParams params;
+  params.max_tokens = max_tokens;
+  params.stop_token_ids = {0};
+  return SequenceRequest{std::move(id), std::move(prompt), std::move(params)};
+}
 
 uint64_t Fnv(const std::vector<int32_t>& tokens) {
   uint64_t h = 1469598103934665603ull;
@@ -53,10 +62,23 @@ int32_t RandomModelToken(const std::vector<int32_t>& tokens) {
 
 // Checks the plan against the scheduler's state and a simulated KV cache, then writes
 // the step's k/v into it. kv[g][slot] holds the prefix hash of whatever was written there.
-::testing::AssertionResult CheckPlanAgainstKv(const Scheduler& s, const ScheduleDecision& d, const StepPlan& plan,
+::testing::AssertionResult CheckPlanAgainstKv(const Scheduler& s, const SchedulerOutput& d, const StepPlan& plan,
                                               std::vector<std::vector<uint64_t>>& kv) {
   const int32_t bs = s.config().block_size;
   const BlockManager& bm = s.block_manager();
+  // The workers' tables (from the deltas) are the scheduler's.
+  for (size_t row = 0; row < d.scheduled.size(); ++row) {
+    for (int32_t g = 0; g < bm.num_groups(); ++g) {
+      const std::vector<int32_t>& want = d.scheduled[row].seq->kv().block_tables[g];
+      const KvGroupPlan& k = plan.kv[g];
+      const auto begin = k.block_tables.begin() + row * k.max_blocks_per_seq;
+      if (!std::equal(want.begin(), want.end(), begin) ||
+          !std::all_of(begin + want.size(), begin + k.max_blocks_per_seq, [](int32_t b) { return b == -1; })) {
+        return ::testing::AssertionFailure() << "the workers' table of " << d.scheduled[row].seq->request_id()
+                                             << " in group " << g << " differs from the scheduler's";
+      }
+    }
+  }
   std::vector<std::vector<uint64_t>> hashes;
   for (const ScheduledSequence& x : d.scheduled) hashes.push_back(PrefixHashes(x.seq->token_ids()));
   std::set<std::pair<int32_t, int32_t>> written;
@@ -127,6 +149,7 @@ void RunRandom(const RandomCase& rc) {
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   auto chance = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
   SchedulerConfig c;
+  c.vocab_size = 1000;
   c.max_num_batched_tokens = uniform(1, 48);
   c.max_num_seqs = uniform(1, 8);
   c.max_model_len = 128;
@@ -135,6 +158,7 @@ void RunRandom(const RandomCase& rc) {
   c.num_kv_blocks = rc.num_blocks;
   c.kv_group_windows = rc.windows;
   Scheduler s(c);
+  PersistentBatch batch(static_cast<int32_t>(c.num_kv_blocks.size()), c.block_size);
   SCOPED_TRACE(absl::StrCat("seed ", rc.seed, " budget ", c.max_num_batched_tokens, " max_num_seqs ",
                             c.max_num_seqs, " blocks ", c.num_kv_blocks[0]));
   std::vector<std::vector<uint64_t>> kv;
@@ -162,14 +186,14 @@ void RunRandom(const RandomCase& rc) {
       const int32_t max_tokens = uniform(1, 30);
       reqs[id] = Expect{prompt, static_cast<int32_t>(prompt.size()), max_tokens};
       live.push_back(id);
-      ASSERT_TRUE(s.AddRequest(SequenceRequest{id, prompt, max_tokens, {0}}).ok());
+      ASSERT_TRUE(s.AddRequest(StopAtZero(id, prompt, max_tokens)).ok());
     }
     if (!live.empty() && chance(0.02)) {
       const std::string id = live[uniform(0, static_cast<int>(live.size()) - 1)];
       if (s.Abort(id).ok()) reqs[id].reason = FinishReason::kCancelled;
     }
 
-    ScheduleDecision d = s.Schedule();
+    SchedulerOutput d = s.Schedule();
     for (const auto& r : d.rejected) {
       ASSERT_EQ(reqs[r.request_id].reason, FinishReason::kNone);
       reqs[r.request_id].reason = FinishReason::kError;
@@ -190,7 +214,12 @@ void RunRandom(const RandomCase& rc) {
     for (const std::string& p : d.preempted) {
       for (const Sequence* r : s.running()) ASSERT_LT(r->arrival(), s.Find(p)->arrival()) << "preempted not newest";
     }
-    StepPlan plan = s.BuildStepPlan(d);
+    StepPlan plan;  // as every worker expands the step's delta
+    if (!d.empty()) {
+      absl::StatusOr<StepPlan> expanded = batch.Apply(d.plan);
+      ASSERT_TRUE(expanded.ok()) << expanded.status();
+      plan = std::move(*expanded);
+    }
     const absl::Status valid = plan.Validate(c.num_kv_blocks, c.block_size);
     ASSERT_TRUE(valid.ok()) << valid;
     ASSERT_TRUE(CheckPlanAgainstKv(s, d, plan, kv)) << "step " << step;

@@ -10,9 +10,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "worker/persistent_batch.h"
 
 namespace tpserve {
 namespace {
+
+constexpr int32_t kEos = 127;  // NextToken never returns it
 
 SchedulerConfig Config(std::vector<int64_t> num_blocks, std::vector<int32_t> windows, int32_t budget,
                        int32_t max_num_seqs = 8, int32_t block_size = 4, bool caching = true) {
@@ -24,6 +27,8 @@ SchedulerConfig Config(std::vector<int64_t> num_blocks, std::vector<int32_t> win
   c.enable_prefix_caching = caching;
   c.num_kv_blocks = std::move(num_blocks);
   c.kv_group_windows = std::move(windows);
+  c.vocab_size = 128;
+  c.eos_token_ids = {kEos};
   return c;
 }
 
@@ -44,26 +49,45 @@ std::vector<int32_t> Prompt(int32_t n, int32_t first) {
 
 SequenceRequest Req(std::string id, std::vector<int32_t> prompt, int32_t max_tokens,
                     std::vector<int32_t> stop = {}) {
-  return SequenceRequest{std::move(id), std::move(prompt), max_tokens, std::move(stop)};
+  SamplingParams params;
+  params.max_tokens = max_tokens;
+  params.stop_token_ids = std::move(stop);
+  return SequenceRequest{std::move(id), std::move(prompt), std::move(params)};
 }
 
 struct StepResult {
-  ScheduleDecision decision;
-  StepPlan plan;
+  SchedulerOutput decision;
+  StepPlan plan;  // the delta as a worker expands it
   std::vector<SequenceOutput> outputs;
 };
 
-StepResult Step(Scheduler& s, const Scheduler::FinishFn& finish_check = nullptr) {
+// A worker's batch per scheduler (keyed by address: each test's scheduler starts at slot
+// 0 and announces every slot before using it, so a stale entry is overwritten).
+PersistentBatch& BatchOf(const Scheduler& s) {
+  static std::map<const Scheduler*, PersistentBatch> batches;
+  auto it = batches.find(&s);
+  if (it == batches.end()) {
+    it = batches.emplace(&s, PersistentBatch(static_cast<int32_t>(s.config().num_kv_blocks.size()),
+                                             s.config().block_size)).first;
+  }
+  return it->second;
+}
+
+StepResult Step(Scheduler& s, std::function<int32_t(const Sequence&)> model = nullptr) {
   StepResult r;
   r.decision = s.Schedule();
-  r.plan = s.BuildStepPlan(r.decision);
+  if (!r.decision.empty()) {
+    absl::StatusOr<StepPlan> plan = BatchOf(s).Apply(r.decision.plan);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    if (plan.ok()) r.plan = std::move(*plan);
+  }
   const absl::Status valid = r.plan.Validate(s.config().num_kv_blocks, s.config().block_size);
   EXPECT_TRUE(valid.ok()) << valid;
   std::vector<int32_t> sampled;
   for (const ScheduledSequence& x : r.decision.scheduled) {
-    if (x.sample) sampled.push_back(NextToken(x.seq->token_ids()));
+    if (x.sample) sampled.push_back(model ? model(*x.seq) : NextToken(x.seq->token_ids()));
   }
-  r.outputs = s.Update(r.decision, sampled, finish_check);
+  r.outputs = s.Update(r.decision, sampled);
   return r;
 }
 
@@ -273,8 +297,7 @@ TEST(SchedulerTest, AbortFreesBlocksInEveryState) {
   EXPECT_GT(s.stats().kv_usage[0], 0.0);
 
   // Aborted between Schedule() and Update(): the step's result for it is dropped.
-  ScheduleDecision d = s.Schedule();
-  StepPlan plan = s.BuildStepPlan(d);
+  SchedulerOutput d = s.Schedule();
   ASSERT_TRUE(s.Abort("decoding").ok());
   std::vector<int32_t> sampled(d.num_logit_rows(), 5);
   for (const SequenceOutput& o : s.Update(d, sampled)) EXPECT_NE(o.request_id, "decoding");
@@ -299,7 +322,7 @@ TEST(SchedulerTest, RequestsThatCanNeverRunFinishWithAnErrorAtAdmission) {
   ASSERT_TRUE(s.AddRequest(Req("no_tokens", Prompt(3, 1), 0)).ok());
   ASSERT_TRUE(s.AddRequest(Req("fine", Prompt(20, 1), 13)).ok());  // 32 tokens of KV exactly
   EXPECT_EQ(s.AddRequest(Req("fine", Prompt(2, 1), 1)).code(), absl::StatusCode::kAlreadyExists);
-  ScheduleDecision d = s.Schedule();
+  SchedulerOutput d = s.Schedule();
   ASSERT_EQ(d.rejected.size(), 4u);
   std::map<std::string, std::string> errors;
   for (const auto& r : d.rejected) errors[r.request_id] = r.error_message;
@@ -314,39 +337,56 @@ TEST(SchedulerTest, RequestsThatCanNeverRunFinishWithAnErrorAtAdmission) {
   EXPECT_EQ(out["fine"].tokens.size(), 13u);
 }
 
-TEST(SchedulerTest, StopTokensAndTheCallersFinishCheckEndSequences) {
+TEST(SchedulerTest, StopTokensAndEosEndSequencesAfterMinTokens) {
   Scheduler s(Config({64}, {0}, 64));
   const std::vector<int32_t> p = Prompt(6, 1);
   ASSERT_TRUE(s.AddRequest(Req("stop_token", p, 10, {NextToken(p)})).ok());
-  ASSERT_TRUE(s.AddRequest(Req("stop_string", Prompt(6, 50), 10)).ok());
-  auto stop_after_two = [](const Sequence& seq) {
-    return seq.request_id() == "stop_string" && seq.num_output_tokens() == 2 ? FinishReason::kStop
-                                                                              : FinishReason::kNone;
-  };
-  StepResult r = Step(s, stop_after_two);
+  SequenceRequest eos = Req("eos", Prompt(6, 50), 10);
+  eos.params.min_tokens = 2;  // an EOS before the third token does not count
+  ASSERT_TRUE(s.AddRequest(std::move(eos)).ok());
+  SequenceRequest ignored = Req("ignore_eos", Prompt(6, 80), 3);
+  ignored.params.ignore_eos = true;
+  ASSERT_TRUE(s.AddRequest(std::move(ignored)).ok());
+  auto model = [](const Sequence& seq) { return seq.request_id() == "stop_token" ? NextToken(seq.token_ids()) : kEos; };
+  StepResult r = Step(s, model);
+  ASSERT_EQ(r.outputs.size(), 3u);
+  EXPECT_EQ(r.outputs[0].finish_reason, FinishReason::kStop);
+  EXPECT_EQ(r.outputs[0].stop_token_id, NextToken(p));
+  EXPECT_EQ(r.outputs[1].finish_reason, FinishReason::kNone);  // EOS as the 1st token, min_tokens 2
+  EXPECT_EQ(r.outputs[2].finish_reason, FinishReason::kNone);
+  r = Step(s, model);
   ASSERT_EQ(r.outputs.size(), 2u);
-  EXPECT_EQ(r.outputs[0].finish_reason, FinishReason::kStop);
-  EXPECT_EQ(r.outputs[1].finish_reason, FinishReason::kNone);
-  r = Step(s, stop_after_two);
-  ASSERT_EQ(r.outputs.size(), 1u);
-  EXPECT_EQ(r.outputs[0].finish_reason, FinishReason::kStop);
+  EXPECT_EQ(r.outputs[0].finish_reason, FinishReason::kNone);  // the 2nd
+  r = Step(s, model);
+  ASSERT_EQ(r.outputs.size(), 2u);
+  EXPECT_EQ(r.outputs[0].finish_reason, FinishReason::kStop);  // the 3rd: EOS counts
+  EXPECT_EQ(r.outputs[0].stop_token_id, -1);
+  EXPECT_EQ(r.outputs[1].finish_reason, FinishReason::kLength);  // ignore_eos: max_tokens 3
   EXPECT_FALSE(s.has_unfinished());
 }
 
-TEST(SchedulerTest, MaxTokensBoundsEvenACheckThatNeverFinishes) {
+TEST(SchedulerTest, PlansCarryOneSamplingRowPerLogitRow) {
   Scheduler s(Config({64}, {0}, 64));
-  ASSERT_TRUE(s.AddRequest(Req("a", Prompt(6, 1), 3)).ok());
-  int calls = 0;
-  auto never = [&](const Sequence&) {
-    ++calls;
-    return FinishReason::kNone;
-  };
-  StepResult r;
-  for (int i = 0; i < 3; ++i) r = Step(s, never);
-  ASSERT_EQ(r.outputs.size(), 1u);
-  EXPECT_EQ(r.outputs[0].finish_reason, FinishReason::kLength);
-  EXPECT_EQ(calls, 3);
-  EXPECT_FALSE(s.has_unfinished());
+  SequenceRequest a = Req("a", Prompt(6, 1), 4);
+  a.params.temperature = 0.5f;
+  a.params.top_k = 7;
+  a.params.presence_penalty = 0.5f;
+  a.seed = 99;
+  ASSERT_TRUE(s.AddRequest(std::move(a)).ok());
+  SequenceRequest b = Req("b", Prompt(5, 40), 4);
+  b.params.logprobs = 2;
+  ASSERT_TRUE(s.AddRequest(std::move(b)).ok());
+  StepResult r = Step(s);
+  ASSERT_EQ(r.decision.plan.sampling.size(), 2u);
+  EXPECT_EQ(r.decision.plan.sampling[0].temperature, 0.5f);
+  EXPECT_EQ(r.decision.plan.sampling[0].top_k, 7);
+  EXPECT_EQ(r.decision.plan.sampling[0].seed, 99u);
+  EXPECT_EQ(r.decision.plan.sampling[0].step, 0u);
+  EXPECT_TRUE(r.decision.plan.return_logits);  // b wants logprobs
+  r = Step(s);
+  EXPECT_EQ(r.decision.plan.sampling[0].step, 1u);  // the draw index is the output position
+  ASSERT_EQ(r.decision.plan.penalty_offsets.size(), 3u);
+  EXPECT_EQ(r.decision.plan.penalty_offsets[1], 1);  // a's first output token, for its presence penalty
 }
 
 TEST(SchedulerTest, SecondRequestWithTheSamePromptReusesItsBlocks) {

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "tests/offline_harness.h"
 #include "tests/tp_harness.h"
 #include "worker/backend.h"
 #include "worker/weight_source.h"
@@ -52,7 +53,7 @@ std::vector<int32_t> Prompt(int i, int len) {
 void WithEngine(int64_t kv_blocks, int32_t max_num_seqs, int32_t max_queue,
                 const std::function<void(ServingEngine&, const std::function<std::vector<int32_t>(
                                                                const std::vector<int32_t>&, int)>&)>& body,
-                std::function<void(const EngineStepStats&)> on_step = nullptr, bool device_sampling = false) {
+                std::function<void(const EngineStepStats&)> on_step = nullptr) {
   auto tok = Tokenizer::FromFile(std::string(TPSERVE_FIXTURES) + "/tokenizers/gemma/tokenizer.json");
   ASSERT_TRUE(tok.ok()) << tok.status();
   testing::RunThreads(kTp, [&](Communicator& comm) {
@@ -71,16 +72,9 @@ void WithEngine(int64_t kv_blocks, int32_t max_num_seqs, int32_t max_queue,
     }
     StepExecutor exec(**model, comm);
     ServingConfig sc;
-    sc.scheduler.max_num_seqs = max_num_seqs;
-    sc.scheduler.max_num_batched_tokens = 64;
-    sc.scheduler.max_model_len = 256;
-    sc.scheduler.block_size = 16;
-    sc.scheduler.num_kv_blocks = (*model)->num_kv_blocks();
-    sc.scheduler.kv_group_windows = config->kv_group_windows;
+    sc.scheduler = SchedulerConfigFor(**model, max_num_seqs, /*max_num_batched_tokens=*/64, /*max_model_len=*/256);
     sc.max_queue = max_queue;
-    sc.vocab_size = config->vocab_size;
     sc.on_step = on_step;
-    sc.device_sampling = device_sampling;
     ModelInfo info;
     info.served_model_name = "tiny";
     ServingEngine engine(exec, **tok, sc, info);
@@ -90,13 +84,9 @@ void WithEngine(int64_t kv_blocks, int32_t max_num_seqs, int32_t max_queue,
       // Offline generation shares the executor, so it runs between engine steps only
       // when the engine is idle: tests call it before submitting.
       std::lock_guard<std::mutex> lock(offline_mu);
-      Generator gen(**model, exec, GeneratorOptions{});
-      GenerateParams gp;
-      gp.max_tokens = max_tokens;
-      gp.ignore_eos = true;
-      auto out = gen.Generate({prompt}, gp);
+      auto out = testing::GreedyGenerate(**model, exec, {prompt}, max_tokens);
       EXPECT_TRUE(out.ok()) << out.status();
-      return out.ok() ? (*out)[0].output_ids : std::vector<int32_t>{};
+      return out.ok() ? out->outputs[0].output_ids : std::vector<int32_t>{};
     };
     body(engine, offline);
     engine.Shutdown(absl::Seconds(30));
@@ -212,22 +202,27 @@ TEST(ServingEngine, SeededSamplingIsReproducibleAndStopStringsEndOutput) {
       auto s = engine.Submit(Greedy("g", Prompt(4, 10), 10));
       return Drain(**s);
     }();
-    if (g.text.size() >= 4) {
-      ServeRequest r = Greedy("stop", Prompt(4, 10), 10);
-      r.params.stop = {g.text.substr(2, 2)};
-      auto s = engine.Submit(r);
-      ASSERT_TRUE(s.ok());
-      Collected c = Drain(**s);
-      EXPECT_EQ(c.finish, FinishReason::kStop);
-      EXPECT_EQ(c.text, g.text.substr(0, 2));
-    }
+    ASSERT_GE(g.text.size(), 4u) << "the fixture's greedy text is too short for this test";
+    const int64_t generated_before = engine.Stats().generation_tokens;
+    ServeRequest r = Greedy("stop", Prompt(4, 10), 200);
+    r.params.stop = {g.text.substr(2, 2)};
+    auto s = engine.Submit(r);
+    ASSERT_TRUE(s.ok());
+    Collected c = Drain(**s);
+    EXPECT_EQ(c.finish, FinishReason::kStop);
+    EXPECT_EQ(c.text, g.text.substr(0, 2));
+    // The output processor's abort stopped the sequence within a few steps of the match,
+    // not at max_tokens (200).
+    for (int i = 0; i < 500 && engine.Stats().running > 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+    EXPECT_EQ(engine.Stats().running, 0);
+    EXPECT_LE(engine.Stats().generation_tokens - generated_before, static_cast<int64_t>(c.ids.size()) + 8);
   });
 }
 
-// Sampling on the workers (as on a GPU; here the CPU backend runs the same rule): greedy
-// requests still give offline generation's tokens, seeded ones repeat whether or not a
-// request that wants logprobs shares their steps (the host computes logprobs of the
-// workers' choice), and that request gets its logprobs.
+// Sampling is the workers' (the one rule, kernels/row_sampling.h): greedy requests give
+// offline generation's tokens, seeded ones repeat whether or not a request that wants
+// logprobs shares their steps (the host computes logprobs of the workers' choice), and
+// that request gets its logprobs.
 TEST(ServingEngine, WorkerSideSamplingMatchesOfflineAndKeepsLogprobs) {
   WithEngine(
       /*kv_blocks=*/256, /*max_num_seqs=*/16, /*max_queue=*/100,
@@ -282,8 +277,7 @@ TEST(ServingEngine, WorkerSideSamplingMatchesOfflineAndKeepsLogprobs) {
         // The same seed again, alone: no logprobs request in any of its steps.
         Collected c = Drain(*seeded("s3"));
         EXPECT_EQ(c.ids, a.ids) << "a seeded request's tokens depend on its batch";
-      },
-      nullptr, /*device_sampling=*/true);
+      });
 }
 
 TEST(ServingEngine, StepStatsReportKvOccupancyAndTimes) {

@@ -9,7 +9,6 @@
 #include <thread>
 #include <vector>
 
-#include "coordinator/engine/generator.h"
 #include "nlohmann/json.hpp"
 #include "worker/communicator.h"
 #include "worker/model.h"

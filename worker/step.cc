@@ -24,7 +24,78 @@ bool GetVec(const int32_t*& p, const int32_t* end, std::vector<int32_t>& v) {
   return true;
 }
 
+void PutRows(std::vector<int32_t>& w, const std::vector<RowSampling>& rows) {
+  static_assert(sizeof(RowSampling) % 4 == 0 && std::is_trivially_copyable_v<RowSampling>);
+  constexpr size_t kWords = sizeof(RowSampling) / 4;
+  w.push_back(static_cast<int32_t>(rows.size()));
+  const size_t at = w.size();
+  w.resize(at + rows.size() * kWords);
+  if (!rows.empty()) std::memcpy(w.data() + at, rows.data(), rows.size() * sizeof(RowSampling));
+}
+
+bool GetRows(const int32_t*& p, const int32_t* end, std::vector<RowSampling>& rows) {
+  constexpr int64_t kWords = sizeof(RowSampling) / 4;
+  if (p >= end) return false;
+  const int32_t n = *p++;
+  if (n < 0 || (end - p) / kWords < n) return false;
+  rows.resize(n);
+  if (n > 0) std::memcpy(static_cast<void*>(rows.data()), p, n * sizeof(RowSampling));
+  p += n * kWords;
+  return true;
+}
+
+std::vector<uint8_t> ToBytes(const std::vector<int32_t>& w) {
+  std::vector<uint8_t> bytes(w.size() * 4);
+  std::memcpy(bytes.data(), w.data(), bytes.size());
+  return bytes;
+}
+
 }  // namespace
+
+int32_t StepMessageKind(const std::vector<uint8_t>& bytes) {
+  if (bytes.size() < 4 || bytes.size() % 4 != 0) return -1;
+  int32_t kind;
+  std::memcpy(&kind, bytes.data(), 4);
+  return kind;
+}
+
+std::vector<uint8_t> StepDelta::Serialize() const {
+  std::vector<int32_t> w;
+  w.reserve(16 + table_edits.size() + slots.size() * 3 + token_ids.size() + sampling.size() * 12 +
+            penalty_tokens.size() * 2);
+  w.push_back(static_cast<int32_t>(StepPlan::Kind::kDelta));
+  for (const auto* v : {&removed_slots, &added_slots, &table_edits, &slots, &starts, &num_tokens, &token_ids,
+                        &sampled_rows}) {
+    PutVec(w, *v);
+  }
+  PutRows(w, sampling);
+  PutVec(w, penalty_offsets);
+  PutVec(w, penalty_tokens);
+  PutVec(w, penalty_counts);
+  w.push_back(return_logits ? 1 : 0);
+  return ToBytes(w);
+}
+
+absl::StatusOr<StepDelta> StepDelta::Deserialize(const std::vector<uint8_t>& bytes) {
+  if (StepMessageKind(bytes) != static_cast<int32_t>(StepPlan::Kind::kDelta)) {
+    return absl::DataLossError("step delta: not a delta message");
+  }
+  std::vector<int32_t> w(bytes.size() / 4);
+  std::memcpy(w.data(), bytes.data(), bytes.size());
+  const int32_t* p = w.data() + 1;
+  const int32_t* end = w.data() + w.size();
+  StepDelta d;
+  bool ok = true;
+  for (auto* v : {&d.removed_slots, &d.added_slots, &d.table_edits, &d.slots, &d.starts, &d.num_tokens, &d.token_ids,
+                  &d.sampled_rows}) {
+    ok = ok && GetVec(p, end, *v);
+  }
+  ok = ok && GetRows(p, end, d.sampling) && GetVec(p, end, d.penalty_offsets) && GetVec(p, end, d.penalty_tokens) &&
+       GetVec(p, end, d.penalty_counts) && end - p == 1 && (*p == 0 || *p == 1);
+  if (!ok) return absl::DataLossError("step delta: malformed message");
+  d.return_logits = *p == 1;
+  return d;
+}
 
 std::vector<uint8_t> StepPlan::Serialize() const {
   std::vector<int32_t> w;
@@ -41,19 +112,12 @@ std::vector<uint8_t> StepPlan::Serialize() const {
     PutVec(w, g.block_tables);
   }
   PutVec(w, logit_rows);
-  static_assert(sizeof(RowSampling) % 4 == 0 && std::is_trivially_copyable_v<RowSampling>);
-  constexpr size_t kWords = sizeof(RowSampling) / 4;
-  w.push_back(static_cast<int32_t>(sampling.size()));
-  const size_t at = w.size();
-  w.resize(at + sampling.size() * kWords);
-  if (!sampling.empty()) std::memcpy(w.data() + at, sampling.data(), sampling.size() * sizeof(RowSampling));
+  PutRows(w, sampling);
   PutVec(w, penalty_offsets);
   PutVec(w, penalty_tokens);
   PutVec(w, penalty_counts);
   w.push_back(return_logits ? 1 : 0);
-  std::vector<uint8_t> bytes(w.size() * 4);
-  std::memcpy(bytes.data(), w.data(), bytes.size());
-  return bytes;
+  return ToBytes(w);
 }
 
 absl::StatusOr<StepPlan> StepPlan::Deserialize(const std::vector<uint8_t>& bytes) {
@@ -77,13 +141,9 @@ absl::StatusOr<StepPlan> StepPlan::Deserialize(const std::vector<uint8_t>& bytes
     g.max_blocks_per_seq = *p++;
     ok = GetVec(p, end, g.slot_mapping) && GetVec(p, end, g.block_tables);
   }
-  if (!ok || !GetVec(p, end, s.logit_rows) || p >= end) return absl::DataLossError("step plan: malformed message");
-  constexpr int64_t kWords = sizeof(RowSampling) / 4;
-  const int32_t rows = *p++;
-  if (rows < 0 || (end - p) / kWords < rows) return absl::DataLossError("step plan: malformed message");
-  s.sampling.resize(rows);
-  if (rows > 0) std::memcpy(static_cast<void*>(s.sampling.data()), p, rows * sizeof(RowSampling));
-  p += rows * kWords;
+  if (!ok || !GetVec(p, end, s.logit_rows) || !GetRows(p, end, s.sampling)) {
+    return absl::DataLossError("step plan: malformed message");
+  }
   if (!GetVec(p, end, s.penalty_offsets) || !GetVec(p, end, s.penalty_tokens) || !GetVec(p, end, s.penalty_counts) ||
       end - p != 1 || (*p != 0 && *p != 1)) {
     return absl::DataLossError("step plan: malformed message");

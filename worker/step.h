@@ -21,7 +21,9 @@ struct KvGroupPlan {
 };
 
 struct StepPlan {
-  enum class Kind : int32_t { kForward = 0, kShutdown = 1 };
+  // The first word of every step message: a whole plan, the end of the worker loop, or a
+  // StepDelta.
+  enum class Kind : int32_t { kForward = 0, kShutdown = 1, kDelta = 2 };
   Kind kind = Kind::kForward;
   // Per token (a flat batch; prefill chunks and decode tokens mixed):
   std::vector<int32_t> token_ids;
@@ -51,6 +53,38 @@ struct StepPlan {
   // Every input and penalty token id is in [0, vocab_size).
   absl::Status ValidateTokenIds(int64_t vocab_size) const;
 };
+
+// The message rank 0 broadcasts for an engine step: only what changed since the last
+// one. Every rank keeps a PersistentBatch (worker/persistent_batch.h) of the sequences
+// in flight, each with its block tables under a slot number that rank 0 chose, applies
+// the delta to it and runs the StepPlan it expands to. A decode step of B sequences
+// costs about 56 bytes per sequence, whatever their context: no block tables, only the
+// blocks that changed. Tested by tests/persistent_batch_test.cc.
+struct StepDelta {
+  std::vector<int32_t> removed_slots;  // sequences that left the batch (finished, preempted)
+  std::vector<int32_t> added_slots;    // sequences new to it: empty block tables
+  // Block-table changes, flat: per edit `slot, group, freed, n, block ids (n)`: append
+  // the n ids to the slot's table of that group, then mark its first `freed` entries -1
+  // (blocks that left a sliding window: tables only ever lose a prefix).
+  std::vector<int32_t> table_edits;
+  // The step's sequences, one row each in this order: tokens [start, start + num_tokens)
+  // of the sequence in `slot`, whose ids follow row after row in token_ids.
+  std::vector<int32_t> slots, starts, num_tokens;
+  std::vector<int32_t> token_ids;
+  std::vector<int32_t> sampled_rows;  // ascending: rows whose last token is sampled
+  // As StepPlan's, one per sampled row.
+  std::vector<RowSampling> sampling;
+  std::vector<int32_t> penalty_offsets, penalty_tokens, penalty_counts;
+  bool return_logits = false;
+
+  int64_t num_tokens_total() const { return static_cast<int64_t>(token_ids.size()); }
+  std::vector<uint8_t> Serialize() const;
+  // Checks the message's own shape; PersistentBatch::Apply checks it against the batch.
+  static absl::StatusOr<StepDelta> Deserialize(const std::vector<uint8_t>& bytes);
+};
+
+// The kind word of a serialized step message (-1 for a malformed one).
+int32_t StepMessageKind(const std::vector<uint8_t>& bytes);
 
 // What a step gives rank 0 (other ranks get nothing): the logit rows, or, when the plan
 // asks the workers to sample, one token id per logit row (and the logit rows too when

@@ -14,7 +14,7 @@ namespace tpserve {
 namespace {
 
 void CopySampling(const v1::SamplingParams& s, GenerateInput* input) {
-  RequestParams& p = input->params;
+  SamplingParams& p = input->params;
   if (s.has_max_tokens()) {
     p.max_tokens = s.max_tokens();
     input->max_tokens_set = true;

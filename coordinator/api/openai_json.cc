@@ -183,7 +183,7 @@ absl::Status ParseStop(const Json& body, std::vector<std::string>* stop) {
 }
 
 absl::Status ParseSampling(const Json& body, OpenAiEndpoint endpoint, OpenAiRequest* r) {
-  RequestParams& p = r->input.params;
+  SamplingParams& p = r->input.params;
   if (absl::Status s = ReadInt32(body, "max_tokens", &p.max_tokens, &r->input.max_tokens_set); !s.ok()) return s;
   if (endpoint == OpenAiEndpoint::kChatCompletions) {  // the newer name wins
     if (absl::Status s = ReadInt32(body, "max_completion_tokens", &p.max_tokens, &r->input.max_tokens_set); !s.ok()) {
@@ -238,8 +238,9 @@ absl::Status ParseSampling(const Json& body, OpenAiEndpoint endpoint, OpenAiRequ
       if (*k > 0 && !r->logprobs) {
         return FieldError("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
       }
-      p.logprobs = static_cast<int32_t>(*k);
+      if (r->logprobs) p.logprobs = static_cast<int32_t>(*k);
     }
+    if (r->logprobs && !p.logprobs.has_value()) p.logprobs = 0;  // the chosen tokens' logprobs only
   }
   return absl::OkStatus();
 }

@@ -95,7 +95,7 @@ absl::StatusOr<ServeRequest> RequestBuilder::Build(GenerateInput input, absl::st
     return FieldError(prompt_field, absl::StrCat(prompt_field, " is ", prompt_len, " tokens, but max_model_len is ",
                                                  max_model_len, ": shorten it"));
   }
-  RequestParams& params = input.params;
+  SamplingParams& params = input.params;
   if (!input.max_tokens_set) {
     const bool chat = std::holds_alternative<ChatPrompt>(input.prompt);
     int64_t n = chat && max_model_len > 0 ? max_model_len - prompt_len : kDefaultCompletionTokens;

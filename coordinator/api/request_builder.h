@@ -31,7 +31,7 @@ using Prompt = std::variant<std::string, std::vector<int32_t>, ChatPrompt>;
 struct GenerateInput {
   std::string model;  // empty: the default (first) served name
   Prompt prompt;
-  RequestParams params;
+  SamplingParams params;
   // Unset max_tokens: 16 for text and token prompts (as OpenAI's completions), the rest
   // of the context (max_model_len - prompt) for chat.
   bool max_tokens_set = false;

@@ -18,7 +18,7 @@ uint64_t BlockHash(uint64_t parent_hash, absl::Span<const int32_t> tokens) {
 
 // ---- BlockPool ----
 
-BlockPool::BlockPool(int32_t num_blocks, int32_t block_size, bool enable_caching)
+BlockPool::BlockPool(int32_t num_blocks, int32_t block_size, bool enable_caching, bool scramble)
     : num_blocks_(num_blocks),
       block_size_(block_size),
       enable_caching_(enable_caching),
@@ -29,6 +29,9 @@ BlockPool::BlockPool(int32_t num_blocks, int32_t block_size, bool enable_caching
   // Hand out low block ids first (stable, readable tests).
   free_.reserve(num_blocks);
   for (int32_t b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
+  if (scramble) {  // a fixed permutation: consecutive allocations get scattered blocks
+    for (size_t i = 0; i < free_.size(); ++i) std::swap(free_[i], free_[(i * 7919 + 13) % free_.size()]);
+  }
   if (enable_caching) tokens_.resize(static_cast<size_t>(num_blocks) * block_size);
 }
 
@@ -142,7 +145,8 @@ absl::Status BlockManagerConfig::Validate() const {
 BlockManager::BlockManager(BlockManagerConfig config) : config_(std::move(config)) {
   TP_CHECK(config_.Validate().ok());
   for (int64_t n : config_.num_blocks) {
-    pools_.emplace_back(static_cast<int32_t>(n), config_.block_size, config_.enable_prefix_caching);
+    pools_.emplace_back(static_cast<int32_t>(n), config_.block_size, config_.enable_prefix_caching,
+                        config_.scramble_blocks);
   }
 }
 

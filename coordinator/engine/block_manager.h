@@ -24,7 +24,9 @@ uint64_t BlockHash(uint64_t parent_hash, absl::Span<const int32_t> tokens);
 // only when a fresh block is needed and no never-cached free block is left.
 class BlockPool {
  public:
-  BlockPool(int32_t num_blocks, int32_t block_size, bool enable_caching);
+  // `scramble`: hand blocks out in a scrambled order (tests: proves attention follows
+  // the block tables); else low ids first.
+  BlockPool(int32_t num_blocks, int32_t block_size, bool enable_caching, bool scramble = false);
 
   int32_t num_blocks() const { return num_blocks_; }
   // Blocks a sequence could take now: free ones plus cached ones nobody references.
@@ -81,6 +83,7 @@ struct BlockManagerConfig {
   std::vector<int32_t> windows;     // per KV group, ModelConfig::kv_group_windows; 0 = full
   int32_t block_size = 16;          // tokens per block
   bool enable_prefix_caching = true;
+  bool scramble_blocks = false;     // tests: BlockPool's scrambled order
 
   absl::Status Validate() const;
 };

@@ -62,9 +62,20 @@ void RequestStream::SetNotify(std::function<void()> notify) {
   notify_ = std::move(notify);
 }
 
-void RequestStream::Cancel() {
+void RequestStream::SetCancelHook(std::function<void()> hook) {
   std::lock_guard<std::mutex> lock(mu_);
-  cancelled_ = true;
+  cancel_hook_ = std::move(hook);
+}
+
+void RequestStream::Cancel() {
+  std::function<void()> hook;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_) return;
+    cancelled_ = true;
+    if (!finished_) hook = std::move(cancel_hook_);
+  }
+  if (hook) hook();
 }
 
 bool RequestStream::cancelled() const {

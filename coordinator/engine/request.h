@@ -14,31 +14,14 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "coordinator/engine/sampling_params.h"
 
 namespace tpserve {
-
-// Sampling and stopping, as OpenAI/vLLM define them. Validated by the engine.
-struct RequestParams {
-  int32_t max_tokens = 16;
-  float temperature = 1.0f;  // 0 = greedy
-  int32_t top_k = 0;         // 0 = off
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  std::optional<uint64_t> seed;
-  float repetition_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  std::vector<std::string> stop;          // stop strings (never emitted)
-  std::vector<int32_t> stop_token_ids;    // in addition to the model's EOS ids
-  bool ignore_eos = false;
-  int32_t min_tokens = 0;
-  int32_t logprobs = -1;  // -1: none; 0: the chosen token's logprob; N: also the top N
-};
 
 struct ServeRequest {
   std::string request_id;
   std::vector<int32_t> prompt_ids;
-  RequestParams params;
+  SamplingParams params;  // validated by the engine
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
@@ -88,6 +71,9 @@ class RequestStream {
   // The client went away or asked to stop: the engine finishes the request with
   // kCancelled and frees its KV blocks at its next step.
   void Cancel();
+  // Called once, on the cancelling thread without the lock held, by the first Cancel()
+  // before the final event (the engine hears of it at once; no polling). Must not block.
+  void SetCancelHook(std::function<void()> hook);
   bool cancelled() const;
   bool finished() const;  // the final event was pushed
 
@@ -97,6 +83,7 @@ class RequestStream {
   std::condition_variable cv_;
   std::deque<OutputEvent> events_;
   std::function<void()> notify_;
+  std::function<void()> cancel_hook_;
   bool cancelled_ = false;
   bool finished_ = false;
 };

@@ -6,7 +6,7 @@ namespace tpserve {
 RowSamplingPlanner::RowSamplingPlanner(int64_t vocab_size, std::vector<int32_t> eos_token_ids)
     : vocab_size_(vocab_size), eos_token_ids_(std::move(eos_token_ids)) {}
 
-void RowSamplingPlanner::Entry(int32_t token, int32_t count, StepPlan& plan) {
+void RowSamplingPlanner::Entry(int32_t token, int32_t count, StepDelta& plan) {
   if (token < 0 || token >= vocab_size_) {  // kept as is: the executor names the bad id
     plan.penalty_tokens.push_back(token);
     plan.penalty_counts.push_back(count);
@@ -23,9 +23,9 @@ void RowSamplingPlanner::Entry(int32_t token, int32_t count, StepPlan& plan) {
   }
 }
 
-void RowSamplingPlanner::AddRow(const SamplingParams& params, const SamplingRng& rng,
+void RowSamplingPlanner::AddRow(const SamplingParams& params, uint64_t seed,
                                 absl::Span<const int32_t> prompt_ids, absl::Span<const int32_t> output_ids,
-                                StepPlan& plan) {
+                                StepDelta& plan) {
   if (entry_of_.empty()) entry_of_.assign(vocab_size_, -1);
   if (plan.penalty_offsets.empty()) plan.penalty_offsets.push_back(0);
   RowSampling r;
@@ -36,7 +36,7 @@ void RowSamplingPlanner::AddRow(const SamplingParams& params, const SamplingRng&
   r.repetition_penalty = params.repetition_penalty;
   r.presence_penalty = params.presence_penalty;
   r.frequency_penalty = params.frequency_penalty;
-  r.seed = rng.seed() ^ (static_cast<uint64_t>(rng.stream()) * 0x9E3779B97F4A7C15ull);
+  r.seed = seed;
   r.step = output_ids.size();
   plan.sampling.push_back(r);
 

@@ -1,15 +1,16 @@
-// Turns a request's sampling settings into the step plan's worker-side sampling row
-// (kernels/row_sampling.h): the filters, a seed and draw index from its SamplingRng, and
-// its penalty entries (output tokens with their counts, prompt tokens for the repetition
-// penalty, EOS and stop_token_ids masked while short of min_tokens), as Sampler applies
-// them on the host. Tested by tests/row_sampling_plan_test.cc.
+// Turns a request's sampling settings into the step plan's sampling row
+// (kernels/row_sampling.h), the one rule every backend samples by: the filters, the
+// request's seed with its output position as the draw index, and its penalty entries
+// (output tokens with their counts, prompt tokens for the repetition penalty, EOS and
+// stop_token_ids masked while short of min_tokens). Tested by
+// tests/row_sampling_plan_test.cc.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/types/span.h"
-#include "coordinator/engine/sampler.h"
+#include "coordinator/engine/sampling_params.h"
 #include "worker/step.h"
 
 namespace tpserve {
@@ -21,11 +22,11 @@ class RowSamplingPlanner {
   // Appends one sampling row (and its penalty entries) to `plan`; call once per logit
   // row, in logit-row order. Ids outside the vocabulary are left for the executor to
   // reject.
-  void AddRow(const SamplingParams& params, const SamplingRng& rng, absl::Span<const int32_t> prompt_ids,
-              absl::Span<const int32_t> output_ids, StepPlan& plan);
+  void AddRow(const SamplingParams& params, uint64_t seed, absl::Span<const int32_t> prompt_ids,
+              absl::Span<const int32_t> output_ids, StepDelta& plan);
 
  private:
-  void Entry(int32_t token, int32_t count, StepPlan& plan);
+  void Entry(int32_t token, int32_t count, StepDelta& plan);
 
   int64_t vocab_size_;
   std::vector<int32_t> eos_token_ids_;

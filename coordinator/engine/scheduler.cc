@@ -11,7 +11,8 @@ namespace tpserve {
 namespace {
 
 BlockManagerConfig BlockConfigOf(const SchedulerConfig& c) {
-  return BlockManagerConfig{c.num_kv_blocks, c.kv_group_windows, c.block_size, c.enable_prefix_caching};
+  return BlockManagerConfig{c.num_kv_blocks, c.kv_group_windows, c.block_size, c.enable_prefix_caching,
+                            c.scramble_blocks};
 }
 
 }  // namespace
@@ -20,13 +21,19 @@ absl::Status SchedulerConfig::Validate() const {
   if (max_num_seqs < 1) return absl::InvalidArgumentError("max_num_seqs must be at least 1");
   if (max_num_batched_tokens < 1) return absl::InvalidArgumentError("max_num_batched_tokens must be at least 1");
   if (max_model_len < 2) return absl::InvalidArgumentError("max_model_len must be at least 2");
+  if (vocab_size < 1) return absl::InvalidArgumentError("vocab_size must be at least 1");
+  for (int32_t id : eos_token_ids) {
+    if (id < 0 || id >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("EOS id ", id, " is outside the vocabulary [0, ", vocab_size, ")"));
+    }
+  }
   if (!(kv_watermark >= 0.0 && kv_watermark < 1.0)) {
     return absl::InvalidArgumentError(absl::StrCat("kv_watermark must be in [0, 1), got ", kv_watermark));
   }
   return BlockConfigOf(*this).Validate();
 }
 
-int32_t ScheduleDecision::num_logit_rows() const {
+int32_t SchedulerOutput::num_logit_rows() const {
   return static_cast<int32_t>(
       std::count_if(scheduled.begin(), scheduled.end(), [](const ScheduledSequence& s) { return s.sample; }));
 }
@@ -36,7 +43,10 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerConfig con
   return std::make_unique<Scheduler>(std::move(config));
 }
 
-Scheduler::Scheduler(SchedulerConfig config) : config_(std::move(config)), block_manager_(BlockConfigOf(config_)) {
+Scheduler::Scheduler(SchedulerConfig config)
+    : config_(std::move(config)),
+      block_manager_(BlockConfigOf(config_)),
+      row_sampling_(config_.vocab_size, config_.eos_token_ids) {
   TP_CHECK(config_.Validate().ok());
 }
 
@@ -45,7 +55,7 @@ absl::Status Scheduler::AddRequest(SequenceRequest request) {
     return absl::AlreadyExistsError(absl::StrCat("request id '", request.request_id, "' is already in use"));
   }
   const int64_t prompt = static_cast<int64_t>(request.prompt_token_ids.size());
-  const int64_t max_tokens = request.max_tokens;
+  const int64_t max_tokens = request.params.max_tokens;
   std::string error;
   if (prompt == 0) {
     error = "the prompt is empty";
@@ -70,12 +80,12 @@ absl::Status Scheduler::AddRequest(SequenceRequest request) {
   return absl::OkStatus();
 }
 
-absl::Status Scheduler::Abort(absl::string_view request_id) {
+absl::Status Scheduler::Abort(absl::string_view request_id, FinishReason reason, std::string error_message) {
   auto it = seqs_.find(request_id);
   if (it == seqs_.end()) {
     return absl::NotFoundError(absl::StrCat("no unfinished request with id '", request_id, "'"));
   }
-  FinishSequence(it->second.get(), FinishReason::kCancelled);
+  FinishSequence(it->second.get(), reason, std::move(error_message));
   return absl::OkStatus();
 }
 
@@ -91,6 +101,7 @@ void Scheduler::FinishSequence(Sequence* seq, FinishReason reason, std::string e
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq));
   }
   block_manager_.Free(*seq);
+  ReleaseSlot(seq);
   seq->Finish(reason, std::move(error_message));
   auto node = seqs_.extract(seq->request_id());
   finished_.push_back(std::move(node.mapped()));
@@ -102,7 +113,7 @@ void Scheduler::AddToRunning(Sequence* seq) {
   running_.insert(pos, seq);
 }
 
-void Scheduler::AddScheduled(Sequence* seq, int32_t num_tokens, ScheduleDecision& decision, int32_t& budget) {
+void Scheduler::AddScheduled(Sequence* seq, int32_t num_tokens, SchedulerOutput& decision, int32_t& budget) {
   const int32_t start = seq->num_computed_tokens();
   decision.scheduled.push_back({seq, start, num_tokens, start + num_tokens == seq->num_tokens()});
   decision.num_batched_tokens += num_tokens;
@@ -119,7 +130,7 @@ bool Scheduler::BelowWatermark() const {
 
 // Recompute preemption: the sequence keeps its tokens (prompt and output) and loses its
 // KV; when readmitted it prefills all of them (the prefix cache usually still has most).
-void Scheduler::Preempt(Sequence* seq, ScheduleDecision& decision, int32_t& budget) {
+void Scheduler::Preempt(Sequence* seq, SchedulerOutput& decision, int32_t& budget) {
   TP_CHECK(running_.back() == seq);
   running_.pop_back();
   auto it = std::find_if(decision.scheduled.begin(), decision.scheduled.end(),
@@ -130,15 +141,16 @@ void Scheduler::Preempt(Sequence* seq, ScheduleDecision& decision, int32_t& budg
     decision.scheduled.erase(it);
   }
   block_manager_.Free(*seq);
+  ReleaseSlot(seq);
   seq->SetPreempted();
   waiting_.push_front(seq);
   decision.preempted.push_back(seq->request_id());
   ++num_preemptions_;
 }
 
-ScheduleDecision Scheduler::Schedule() {
+SchedulerOutput Scheduler::Schedule() {
   finished_.clear();
-  ScheduleDecision decision;
+  SchedulerOutput decision;
   decision.rejected = std::move(rejected_);
   rejected_.clear();
   int32_t budget = config_.max_num_batched_tokens;
@@ -181,80 +193,122 @@ ScheduleDecision Scheduler::Schedule() {
     }
     waiting_.pop_front();
     seq->SetRunning();
+    TakeSlot(seq);
     AddToRunning(seq);
     AddScheduled(seq, n, decision, budget);
   }
 
   num_scheduled_tokens_ += decision.num_batched_tokens;
-  if (!decision.empty()) ++num_steps_;
+  if (!decision.empty()) {
+    ++num_steps_;
+    BuildStepPlan(decision);  // an empty step is not sent: its batch changes wait for the next
+  }
   return decision;
 }
 
-StepPlan Scheduler::BuildStepPlan(const ScheduleDecision& decision) const {
-  const int32_t bs = config_.block_size;
-  const int32_t groups = block_manager_.num_groups();
-  StepPlan plan;
-  plan.num_seqs = static_cast<int32_t>(decision.scheduled.size());
-  plan.kv.resize(groups);
-  for (int32_t g = 0; g < groups; ++g) {
-    KvGroupPlan& k = plan.kv[g];
-    for (const ScheduledSequence& s : decision.scheduled) {
-      k.max_blocks_per_seq =
-          std::max(k.max_blocks_per_seq, static_cast<int32_t>(s.seq->kv().block_tables[g].size()));
-    }
-    k.block_tables.assign(static_cast<size_t>(plan.num_seqs) * k.max_blocks_per_seq, -1);
-    k.slot_mapping.reserve(decision.num_batched_tokens);
+void Scheduler::TakeSlot(Sequence* seq) {
+  BatchView& v = seq->batch();
+  TP_CHECK(v.slot < 0);
+  if (free_slots_.empty()) {
+    v.slot = next_slot_++;
+  } else {
+    v.slot = free_slots_.back();
+    free_slots_.pop_back();
   }
-  plan.token_ids.reserve(decision.num_batched_tokens);
-  plan.positions.reserve(decision.num_batched_tokens);
-  plan.token_seq.reserve(decision.num_batched_tokens);
-  for (int32_t row = 0; row < plan.num_seqs; ++row) {
-    const ScheduledSequence& s = decision.scheduled[row];
-    const std::vector<std::vector<int32_t>>& tables = s.seq->kv().block_tables;
-    for (int32_t g = 0; g < groups; ++g) {
-      std::copy(tables[g].begin(), tables[g].end(),
-                plan.kv[g].block_tables.begin() + static_cast<size_t>(row) * plan.kv[g].max_blocks_per_seq);
-    }
-    for (int32_t pos = s.start; pos < s.start + s.num_tokens; ++pos) {
-      plan.token_ids.push_back(s.seq->token_ids()[pos]);
-      plan.positions.push_back(pos);
-      plan.token_seq.push_back(row);
-      for (int32_t g = 0; g < groups; ++g) {
-        const int32_t block = tables[g][pos / bs];
-        TP_CHECK(block >= 0);
-        plan.kv[g].slot_mapping.push_back(block * bs + pos % bs);
-      }
-    }
-    if (s.sample) plan.logit_rows.push_back(static_cast<int32_t>(plan.token_ids.size()) - 1);
-  }
-  return plan;
+  v.added = false;
+  v.sent_len.assign(block_manager_.num_groups(), 0);
+  v.sent_freed.assign(block_manager_.num_groups(), 0);
 }
 
-std::vector<SequenceOutput> Scheduler::Update(const ScheduleDecision& decision,
-                                              absl::Span<const int32_t> sampled_token_ids,
-                                              const FinishFn& finish_check) {
-  TP_CHECK(static_cast<int32_t>(sampled_token_ids.size()) == decision.num_logit_rows());
+void Scheduler::ReleaseSlot(Sequence* seq) {
+  BatchView& v = seq->batch();
+  if (v.slot < 0) return;
+  if (v.added) removed_slots_.push_back(v.slot);
+  free_slots_.push_back(v.slot);
+  v = BatchView{};
+}
+
+void Scheduler::SendTableChanges(Sequence& seq, StepDelta& plan) {
+  BatchView& v = seq.batch();
+  for (int32_t g = 0; g < block_manager_.num_groups(); ++g) {
+    const std::vector<int32_t>& table = seq.kv().block_tables[g];
+    const int32_t len = static_cast<int32_t>(table.size());
+    // Tables grow at the end and lose blocks only at the front (a sliding window).
+    int32_t freed = v.sent_freed[g];
+    while (freed < len && table[freed] < 0) ++freed;
+    if (freed == v.sent_freed[g] && len == v.sent_len[g]) continue;
+    plan.table_edits.insert(plan.table_edits.end(), {v.slot, g, freed, len - v.sent_len[g]});
+    plan.table_edits.insert(plan.table_edits.end(), table.begin() + v.sent_len[g], table.end());
+    v.sent_freed[g] = freed;
+    v.sent_len[g] = len;
+  }
+}
+
+void Scheduler::BuildStepPlan(SchedulerOutput& decision) {
+  StepDelta& plan = decision.plan;
+  plan.removed_slots = std::move(removed_slots_);
+  removed_slots_.clear();
+  plan.slots.reserve(decision.scheduled.size());
+  plan.starts.reserve(decision.scheduled.size());
+  plan.num_tokens.reserve(decision.scheduled.size());
+  plan.token_ids.reserve(decision.num_batched_tokens);
+  for (size_t row = 0; row < decision.scheduled.size(); ++row) {
+    const ScheduledSequence& s = decision.scheduled[row];
+    Sequence& seq = *s.seq;
+    BatchView& v = seq.batch();
+    if (!v.added) {
+      plan.added_slots.push_back(v.slot);
+      v.added = true;
+    }
+    SendTableChanges(seq, plan);
+    plan.slots.push_back(v.slot);
+    plan.starts.push_back(s.start);
+    plan.num_tokens.push_back(s.num_tokens);
+    plan.token_ids.insert(plan.token_ids.end(), seq.token_ids().begin() + s.start,
+                          seq.token_ids().begin() + s.start + s.num_tokens);
+    if (s.sample) {
+      plan.sampled_rows.push_back(static_cast<int32_t>(row));
+      row_sampling_.AddRow(seq.params(), seq.seed(), seq.prompt_token_ids(), seq.output_token_ids(), plan);
+      if (seq.params().logprobs.has_value() || seq.params().return_logits) plan.return_logits = true;
+    }
+  }
+}
+
+FinishReason Scheduler::TokenStop(const Sequence& seq, int32_t token, int32_t* stop_token_id) const {
+  const SamplingParams& p = seq.params();
+  // The workers mask stop ids and EOS below min_tokens; this guards the rule itself.
+  if (seq.num_output_tokens() > p.min_tokens) {
+    if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end()) {
+      *stop_token_id = token;
+      return FinishReason::kStop;
+    }
+    const std::vector<int32_t>& eos = config_.eos_token_ids;
+    if (!p.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) return FinishReason::kStop;
+  }
+  // Admission sized the KV for max_tokens: the sequence may not grow past it.
+  if (seq.num_output_tokens() >= seq.max_tokens()) return FinishReason::kLength;
+  return FinishReason::kNone;
+}
+
+std::vector<SequenceOutput> Scheduler::Update(const SchedulerOutput& output,
+                                              absl::Span<const int32_t> sampled_token_ids) {
+  TP_CHECK(static_cast<int32_t>(sampled_token_ids.size()) == output.num_logit_rows());
   std::vector<SequenceOutput> outputs;
-  size_t row = 0;
-  for (const ScheduledSequence& s : decision.scheduled) {
-    const int32_t token = s.sample ? sampled_token_ids[row++] : -1;
+  int32_t row = 0;
+  for (const ScheduledSequence& s : output.scheduled) {
+    const int32_t this_row = s.sample ? row++ : -1;
     Sequence* seq = s.seq;
     if (seq->is_finished()) continue;  // aborted after Schedule()
     TP_CHECK(seq->is_running() && seq->num_computed_tokens() == s.start);
     block_manager_.CommitComputed(*seq, s.num_tokens);
     if (!s.sample) continue;
+    const int32_t token = sampled_token_ids[this_row];
     seq->AppendToken(token);
-    const std::vector<int32_t>& stops = seq->stop_token_ids();
-    FinishReason reason = finish_check ? finish_check(*seq) : FinishReason::kNone;
-    if (reason == FinishReason::kNone && std::find(stops.begin(), stops.end(), token) != stops.end()) {
-      reason = FinishReason::kStop;
-    }
-    // Admission sized the KV for max_tokens: the sequence may not grow past it.
-    if (reason == FinishReason::kNone && seq->num_output_tokens() >= seq->max_tokens()) {
-      reason = FinishReason::kLength;
-    }
-    outputs.push_back({seq->request_id(), token, reason});
-    if (reason != FinishReason::kNone) FinishSequence(seq, reason);
+    SequenceOutput o{seq, seq->request_id(), token};
+    o.logit_row = this_row;
+    o.finish_reason = TokenStop(*seq, token, &o.stop_token_id);
+    if (o.finish_reason != FinishReason::kNone) FinishSequence(seq, o.finish_reason);
+    outputs.push_back(std::move(o));
   }
   return outputs;
 }

@@ -1,11 +1,12 @@
 // Continuous batching, first come first served, with chunked prefill and preemption by
-// recompute; turns each step's decision into the StepPlan every rank runs. Tested by
+// recompute. Its output is the whole step: which sequences, how many tokens each, which
+// KV slots, which rows are sampled with which parameters (the StepPlan every rank runs).
+// Update() applies the sampled tokens and the token-level stops. Tested by
 // tests/scheduler_test.cc (including a randomized invariant test).
 #pragma once
 
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "coordinator/engine/block_manager.h"
+#include "coordinator/engine/row_sampling_plan.h"
 #include "coordinator/engine/sequence.h"
 #include "worker/step.h"
 
@@ -33,6 +35,11 @@ struct SchedulerConfig {
   double kv_watermark = 0.01;
   std::vector<int64_t> num_kv_blocks;     // per KV group: Model::num_kv_blocks()
   std::vector<int32_t> kv_group_windows;  // per KV group: ModelConfig::kv_group_windows
+  bool scramble_blocks = false;           // tests: KV blocks handed out in a scrambled order
+  int64_t vocab_size = 0;                 // the model's; > 0
+  // The model's EOS ids: they end a sequence unless it ignores EOS, and are masked from
+  // sampling while it is short of min_tokens.
+  std::vector<int32_t> eos_token_ids;
   // Chunked prefill is always on: a prompt longer than the step's budget left runs over
   // several steps.
 
@@ -47,11 +54,15 @@ struct ScheduledSequence {
   bool sample = false;  // the chunk ends at its newest token: it gets a logit row
 };
 
-// What one Schedule() call decided. Valid until the next Schedule(); hand it to
-// BuildStepPlan() and then Update() before that.
-struct ScheduleDecision {
+// What one Schedule() call decided, and the plan every rank runs. Valid until the next
+// Schedule(); hand it to Update() before that.
+struct SchedulerOutput {
   std::vector<ScheduledSequence> scheduled;  // decodes first, then prefill chunks
   int32_t num_batched_tokens = 0;
+  // The step as every rank gets it: what changed in the batch (sequences in and out,
+  // new blocks), the scheduled rows and their tokens, and one sampling row per scheduled
+  // sequence with sample set, in order.
+  StepDelta plan;
   std::vector<std::string> preempted;  // request ids sent back to the waiting queue
   // Requests that finished without running (rejected at admission with reason error).
   struct Rejected {
@@ -66,9 +77,12 @@ struct ScheduleDecision {
 
 // What happened to one sequence in Update().
 struct SequenceOutput {
+  Sequence* seq = nullptr;  // valid until the next Schedule()
   std::string request_id;
   int32_t token_id = -1;                     // the token sampled this step
   FinishReason finish_reason = FinishReason::kNone;  // kNone: still running
+  int32_t stop_token_id = -1;  // with kStop: the stop_token_id (not EOS) that ended it
+  int32_t logit_row = -1;      // the step's logit row this token was sampled from
 };
 
 struct SchedulerStats {
@@ -87,10 +101,10 @@ struct SchedulerStats {
   }
 };
 
-// Owned by the one coordinator thread. Each step:
-//   decision = Schedule(); plan = BuildStepPlan(decision); run plan on every rank;
-//   outputs = Update(decision, sampled tokens of the logit rows);
-// AddRequest() and Abort() go between steps.
+// Owned by the one engine thread. Each step:
+//   out = Schedule(); run out.plan on every rank; outputs = Update(out, sampled tokens);
+// AddRequest() and Abort() go between steps (an Abort between Schedule and Update drops
+// that sequence's result).
 class Scheduler {
  public:
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(SchedulerConfig config);
@@ -101,23 +115,19 @@ class Scheduler {
   // cache) is finished with reason error at once and reported in the next decision's
   // `rejected`. Errors only for a request id that is already queued or running.
   absl::Status AddRequest(SequenceRequest request);
-  // Finishes the request with reason cancelled wherever it is, freeing its KV blocks at
-  // once. NotFound for an unknown or finished request.
-  absl::Status Abort(absl::string_view request_id);
+  // Finishes the request with `reason` (cancelled, or error when a step failed) wherever
+  // it is, freeing its KV blocks at once. NotFound for an unknown or finished request.
+  absl::Status Abort(absl::string_view request_id, FinishReason reason = FinishReason::kCancelled,
+                     std::string error_message = "");
 
-  // Chooses this step's sequences and token counts, allocating their KV slots.
-  ScheduleDecision Schedule();
-  // The decision as the message every rank runs: call it right after Schedule().
-  StepPlan BuildStepPlan(const ScheduleDecision& decision) const;
+  // Chooses this step's sequences and token counts, allocating their KV slots, and
+  // builds the plan.
+  SchedulerOutput Schedule();
   // The step ran. `sampled_token_ids[i]` is the token sampled from logit row i. Appends
-  // each token, then finishes the sequence with the first reason found: `finish_check`
-  // (called for every appended token, e.g. the request's StopChecker: stop strings, EOS,
-  // min_tokens), a stop_token_id (stop), max_tokens (length). Frees finished sequences'
-  // blocks at once.
-  using FinishFn = std::function<FinishReason(const Sequence&)>;  // kNone: go on
-  std::vector<SequenceOutput> Update(const ScheduleDecision& decision,
-                                     absl::Span<const int32_t> sampled_token_ids,
-                                     const FinishFn& finish_check = nullptr);
+  // each token, then finishes the sequence with the first reason found: a stop_token_id
+  // or (unless ignore_eos) an EOS id after min_tokens (stop), max_tokens (length). Frees
+  // finished sequences' blocks at once.
+  std::vector<SequenceOutput> Update(const SchedulerOutput& output, absl::Span<const int32_t> sampled_token_ids);
 
   bool has_unfinished() const { return !running_.empty() || !waiting_.empty() || !rejected_.empty(); }
   SchedulerStats stats() const;
@@ -129,15 +139,22 @@ class Scheduler {
   const BlockManager& block_manager() const { return block_manager_; }
   const std::vector<Sequence*>& running() const { return running_; }  // oldest first
   const std::deque<Sequence*>& waiting() const { return waiting_; }   // next first
-  const Sequence* Find(absl::string_view request_id) const;
+  const Sequence* Find(absl::string_view request_id) const;  // unfinished ones
 
  private:
-  void Preempt(Sequence* seq, ScheduleDecision& decision, int32_t& budget);
+  void Preempt(Sequence* seq, SchedulerOutput& out, int32_t& budget);
+  void BuildStepPlan(SchedulerOutput& out);
+  // Gives `seq` a batch slot (announced in the next plan) / takes it back.
+  void TakeSlot(Sequence* seq);
+  void ReleaseSlot(Sequence* seq);
+  // Appends the edits that bring the workers' copy of seq's tables up to date.
+  void SendTableChanges(Sequence& seq, StepDelta& plan);
   // Some KV group has fewer free blocks than config_.kv_watermark of its blocks.
   bool BelowWatermark() const;
   void FinishSequence(Sequence* seq, FinishReason reason, std::string error_message = "");
   void AddToRunning(Sequence* seq);
-  void AddScheduled(Sequence* seq, int32_t num_tokens, ScheduleDecision& decision, int32_t& budget);
+  void AddScheduled(Sequence* seq, int32_t num_tokens, SchedulerOutput& out, int32_t& budget);
+  FinishReason TokenStop(const Sequence& seq, int32_t token, int32_t* stop_token_id) const;
 
   SchedulerConfig config_;
   BlockManager block_manager_;
@@ -146,7 +163,11 @@ class Scheduler {
   std::deque<Sequence*> waiting_;   // preempted ones at the front
   // Finished sequences live until the next Schedule(): a decision may still point at them.
   std::vector<std::unique_ptr<Sequence>> finished_;
-  std::vector<ScheduleDecision::Rejected> rejected_;
+  std::vector<SchedulerOutput::Rejected> rejected_;
+  RowSamplingPlanner row_sampling_;
+  std::vector<int32_t> free_slots_;     // batch slots to hand out again
+  int32_t next_slot_ = 0;               // slots below this have been handed out before
+  std::vector<int32_t> removed_slots_;  // released since the last plan
   int64_t next_arrival_ = 0;
   int64_t num_preemptions_ = 0;
   int64_t num_scheduled_tokens_ = 0;

@@ -20,10 +20,12 @@ absl::string_view SequenceStatusName(SequenceStatus s) {
 Sequence::Sequence(SequenceRequest request, int64_t arrival)
     : request_id_(std::move(request.request_id)),
       arrival_(arrival),
-      max_tokens_(request.max_tokens),
-      stop_token_ids_(std::move(request.stop_token_ids)),
+      params_(std::move(request.params)),
+      seed_(request.seed),
       token_ids_(std::move(request.prompt_token_ids)),
-      num_prompt_tokens_(static_cast<int32_t>(token_ids_.size())) {}
+      num_prompt_tokens_(static_cast<int32_t>(token_ids_.size())) {
+  times_.arrival = request.arrival;
+}
 
 void Sequence::SetRunning() {
   TP_CHECK(status_ == SequenceStatus::kWaiting || status_ == SequenceStatus::kPreempted);

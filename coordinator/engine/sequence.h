@@ -8,19 +8,29 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "absl/time/time.h"
 #include "coordinator/engine/request.h"  // FinishReason: one enum, shared with the API front ends
+#include "coordinator/engine/sampling_params.h"
 
 namespace tpserve {
 
-// A request as the scheduler needs it (sampling settings stay with the caller; the
-// scheduler only needs to know how long a sequence may grow).
+// A request as the engine core hands it to the scheduler: its tokens and its sampling
+// and stopping settings, which the scheduler turns into each step's sampling rows and
+// applies when tokens come back (EOS, stop_token_ids, min_tokens, max_tokens). Stop
+// strings are text, matched off the engine thread (OutputProcessor).
 struct SequenceRequest {
   std::string request_id;
   std::vector<int32_t> prompt_token_ids;
-  int32_t max_tokens = 16;  // generated tokens at most; finish reason `length`
-  // Sampling one of these finishes the sequence with reason `stop`. Leave empty when the
-  // caller's finish check (a StopChecker) handles stop tokens, EOS and min_tokens.
-  std::vector<int32_t> stop_token_ids;
+  SamplingParams params;  // validated (SamplingParams::Validate) by the caller
+  uint64_t seed = 0;      // the random stream's key: ResolveSeed(params)
+  absl::Time arrival = absl::InfinitePast();  // when the engine got it (timings)
+};
+
+// When the request arrived and first ran, for its timings (written by the engine core).
+struct SequenceTimes {
+  absl::Time arrival = absl::InfinitePast();
+  absl::Time first_scheduled = absl::InfinitePast();
+  absl::Time first_token = absl::InfinitePast();
 };
 
 // waiting -> running -> finished, with running -> preempted -> running on KV pressure.
@@ -44,14 +54,25 @@ struct KvState {
   int32_t num_committed_blocks = 0;
 };
 
+// What every rank's PersistentBatch holds of the sequence, as the scheduler last sent it.
+struct BatchView {
+  int32_t slot = -1;               // -1: not in the batch
+  bool added = false;              // the slot was announced (StepDelta::added_slots)
+  std::vector<int32_t> sent_len;   // per group: table entries sent
+  std::vector<int32_t> sent_freed; // per group: leading entries sent as freed (-1)
+};
+
 class Sequence {
  public:
   Sequence(SequenceRequest request, int64_t arrival);  // takes the request's vectors
 
   const std::string& request_id() const { return request_id_; }
   int64_t arrival() const { return arrival_; }  // admission order; smaller is older
-  int32_t max_tokens() const { return max_tokens_; }
-  const std::vector<int32_t>& stop_token_ids() const { return stop_token_ids_; }
+  int32_t max_tokens() const { return params_.max_tokens; }
+  const SamplingParams& params() const { return params_; }
+  uint64_t seed() const { return seed_; }
+  SequenceTimes& times() { return times_; }
+  const SequenceTimes& times() const { return times_; }
 
   // Prompt, then generated tokens. After a preemption the whole list is recomputed as
   // if it were the prompt; output_token_ids() still reports only generated tokens.
@@ -80,6 +101,7 @@ class Sequence {
   void SetPreempted();  // running -> preempted (KV already freed)
   void Finish(FinishReason reason, std::string error_message = "");  // any -> finished
 
+  BatchView& batch() { return batch_; }
   KvState& kv() { return kv_; }
   const KvState& kv() const { return kv_; }
   int32_t num_computed_tokens() const { return kv_.num_computed_tokens; }
@@ -87,14 +109,16 @@ class Sequence {
  private:
   std::string request_id_;
   int64_t arrival_;
-  int32_t max_tokens_;
-  std::vector<int32_t> stop_token_ids_;
+  SamplingParams params_;
+  uint64_t seed_;
+  SequenceTimes times_;
   std::vector<int32_t> token_ids_;
   int32_t num_prompt_tokens_;
   SequenceStatus status_ = SequenceStatus::kWaiting;
   FinishReason finish_reason_ = FinishReason::kNone;
   std::string error_message_;
   KvState kv_;
+  BatchView batch_;
 };
 
 }  // namespace tpserve

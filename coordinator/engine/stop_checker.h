@@ -10,7 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "coordinator/engine/request.h"  // FinishReason
-#include "coordinator/engine/sampler.h"
+#include "coordinator/engine/sampling_params.h"
 
 namespace tpserve {
 

@@ -1,0 +1,200 @@
+// The engine step: schedule -> execute -> update. Tested by tests/engine_core_test.cc.
+#include "coordinator/engine/engine_core.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/engine/logprobs.h"
+#include "kernels/base.h"
+
+namespace tpserve {
+namespace {
+
+double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+}  // namespace
+
+SchedulerConfig SchedulerConfigFor(const Model& model, int32_t max_num_seqs, int32_t max_num_batched_tokens,
+                                   int64_t max_model_len) {
+  const ModelConfig& mc = model.config();
+  int64_t len = mc.max_position_embeddings;
+  if (max_model_len > 0) len = std::min(len, max_model_len);
+  SchedulerConfig c;
+  c.max_num_seqs = max_num_seqs;
+  c.max_num_batched_tokens = max_num_batched_tokens;
+  c.max_model_len = static_cast<int32_t>(std::min<int64_t>(len, int64_t{1} << 30));
+  c.block_size = model.block_size();
+  c.num_kv_blocks = model.num_kv_blocks();
+  c.kv_group_windows = mc.kv_group_windows;
+  c.vocab_size = mc.vocab_size;
+  c.eos_token_ids = mc.eos_token_ids;
+  return c;
+}
+
+EngineCore::EngineCore(StepExecutor& executor, SchedulerConfig config, std::optional<uint64_t> seed)
+    : executor_(executor), scheduler_(std::move(config)) {
+  if (seed.has_value()) seeds_.emplace(*seed);
+}
+
+absl::Status EngineCore::Validate(absl::Span<const int32_t> prompt_ids, const SamplingParams& params) const {
+  const SchedulerConfig& c = scheduler_.config();
+  if (prompt_ids.empty()) return absl::InvalidArgumentError("prompt: must not be empty");
+  for (int32_t id : prompt_ids) {
+    if (id < 0 || id >= c.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt: token id ", id, " is outside the vocabulary [0, ", c.vocab_size, ")"));
+    }
+  }
+  TP_RETURN_IF_ERROR(params.Validate(c.vocab_size));
+  const int64_t total = static_cast<int64_t>(prompt_ids.size()) + params.max_tokens;
+  if (total > c.max_model_len) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tokens: the prompt (", prompt_ids.size(),
+                                                   " tokens) plus max_tokens (", params.max_tokens, ") is ", total,
+                                                   " tokens, more than max-model-len ", c.max_model_len));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineCore::AddRequest(std::string request_id, std::vector<int32_t> prompt_ids, SamplingParams params,
+                                    absl::Time arrival) {
+  const uint64_t seed = params.seed.has_value() || !seeds_ ? ResolveSeed(params) : (*seeds_)();
+  return scheduler_.AddRequest(
+      SequenceRequest{std::move(request_id), std::move(prompt_ids), std::move(params), seed, arrival});
+}
+
+std::vector<std::string> EngineCore::UnfinishedIds() const {
+  std::vector<std::string> ids;
+  for (const Sequence* s : scheduler_.running()) ids.push_back(s->request_id());
+  for (const Sequence* s : scheduler_.waiting()) ids.push_back(s->request_id());
+  return ids;
+}
+
+EngineOutput EngineCore::FinalOutput(const Sequence& seq, FinishReason reason, std::string error,
+                                     absl::Time now) const {
+  EngineOutput o;
+  o.request_id = seq.request_id();
+  o.finish = reason;
+  o.error = std::move(error);
+  o.num_prompt_tokens = seq.num_prompt_tokens();
+  o.num_output_tokens = seq.num_output_tokens();
+  const SequenceTimes& t = seq.times();
+  o.timings.queue_ms = Ms((t.first_scheduled != absl::InfinitePast() ? t.first_scheduled : now) - t.arrival);
+  if (t.first_token != absl::InfinitePast()) {
+    o.timings.first_token_ms = Ms(t.first_token - t.arrival);
+    o.timings.prefill_ms = Ms(t.first_token - t.first_scheduled);
+    o.timings.decode_ms = Ms(now - t.first_token);
+  }
+  return o;
+}
+
+absl::StatusOr<EngineOutput> EngineCore::Abort(const std::string& request_id, const std::string& error) {
+  const Sequence* seq = scheduler_.Find(request_id);
+  if (seq == nullptr) return absl::NotFoundError(absl::StrCat("no unfinished request with id '", request_id, "'"));
+  EngineOutput o = FinalOutput(*seq, FinishReason::kCancelled, error, absl::Now());
+  TP_RETURN_IF_ERROR(scheduler_.Abort(request_id));
+  return o;
+}
+
+void EngineCore::FailAll(const absl::Status& error, EngineStep& step) {
+  step.error = error;
+  const std::string message = absl::StrCat("the model step failed: ", error.message());
+  const absl::Time now = absl::Now();
+  for (const std::string& id : UnfinishedIds()) {
+    step.outputs.push_back(FinalOutput(*scheduler_.Find(id), FinishReason::kError, message, now));
+    (void)scheduler_.Abort(id, FinishReason::kError, message);
+  }
+}
+
+EngineStep EngineCore::Step() {
+  const absl::Time t0 = absl::Now();
+  EngineStep step;
+  // Schedule.
+  SchedulerOutput scheduled = scheduler_.Schedule();
+  for (const auto& r : scheduled.rejected) {
+    EngineOutput o;
+    o.request_id = r.request_id;
+    o.finish = FinishReason::kError;
+    o.error = r.error_message;
+    step.outputs.push_back(std::move(o));
+  }
+  if (scheduled.empty()) {
+    step.coordinator_ms = Ms(absl::Now() - t0);
+    return step;
+  }
+  for (const ScheduledSequence& s : scheduled.scheduled) {
+    SequenceTimes& t = s.seq->times();
+    if (t.first_scheduled == absl::InfinitePast()) t.first_scheduled = t0;
+    if (s.seq->is_prefill() || !s.sample) step.num_prefill_tokens += s.num_tokens;
+  }
+  step.num_seqs = static_cast<int32_t>(scheduled.scheduled.size());
+  step.num_tokens = scheduled.num_batched_tokens;
+
+  // Execute.
+  StepTimes times;
+  absl::StatusOr<StepOutput> out = executor_.Execute(scheduled.plan, &times);
+  step.forward_ms = times.total_us / 1000.0;
+  step.allreduce_ms = times.allreduce_us / 1000.0;
+  if (!out.ok()) {
+    FailAll(out.status(), step);
+  } else if (out->token_ids.size() != scheduled.plan.sampled_rows.size()) {
+    FailAll(absl::InternalError(absl::StrCat("the step returned ", out->token_ids.size(), " token ids for ",
+                                             scheduled.plan.sampled_rows.size(), " sampled rows")),
+            step);
+  } else {
+    // Update.
+    Update(scheduled, *out, step);
+  }
+  step.coordinator_ms = Ms(absl::Now() - t0) - step.forward_ms;
+  return step;
+}
+
+void EngineCore::Update(const SchedulerOutput& scheduled, const StepOutput& out, EngineStep& step) {
+  const StepDelta& plan = scheduled.plan;
+  const int64_t V = scheduler_.config().vocab_size;
+  const absl::Time now = absl::Now();
+  for (SequenceOutput& so : scheduler_.Update(scheduled, out.token_ids)) {
+    Sequence& seq = *so.seq;
+    const SamplingParams& p = seq.params();
+    if (seq.times().first_token == absl::InfinitePast()) seq.times().first_token = now;
+    EngineOutput o;
+    if (so.finish_reason != FinishReason::kNone) {
+      o = FinalOutput(seq, so.finish_reason, "", now);
+      o.stop_token_id = so.stop_token_id;
+    } else {
+      o.request_id = seq.request_id();
+      o.num_prompt_tokens = seq.num_prompt_tokens();
+      o.num_output_tokens = seq.num_output_tokens();
+    }
+    o.token_ids = {so.token_id};
+    // A token whose logprobs cannot be given ends its request with an error (the
+    // sequence may still be running: it is aborted).
+    auto fail = [&](const std::string& message) {
+      if (!seq.is_finished()) (void)scheduler_.Abort(seq.request_id(), FinishReason::kError, message);
+      o = FinalOutput(seq, FinishReason::kError, message, now);
+    };
+    const int32_t r = so.logit_row;
+    const bool wants_logits = p.logprobs.has_value() || p.return_logits;
+    if (wants_logits && out.logits.size() < static_cast<size_t>(r + 1) * V) {
+      fail("the step returned no logits for a request that asked for logprobs");
+    } else if (p.logprobs.has_value()) {
+      const auto row = absl::MakeConstSpan(out.logits).subspan(static_cast<size_t>(r) * V, V);
+      const int32_t e0 = plan.penalty_offsets[r], n = plan.penalty_offsets[r + 1] - e0;
+      absl::StatusOr<TokenLogprob> lp =
+          ComputeLogprobs(row, plan.sampling[r], absl::MakeConstSpan(plan.penalty_tokens).subspan(e0, n),
+                          absl::MakeConstSpan(plan.penalty_counts).subspan(e0, n), so.token_id, *p.logprobs);
+      if (lp.ok()) {
+        o.logprobs.push_back(std::move(*lp));
+      } else {
+        fail(absl::StrCat("sampling failed: ", lp.status().message()));
+      }
+    }
+    if (p.return_logits && o.finish != FinishReason::kError) {
+      o.logits.emplace_back(out.logits.begin() + static_cast<size_t>(r) * V,
+                            out.logits.begin() + static_cast<size_t>(r + 1) * V);
+    }
+    step.outputs.push_back(std::move(o));
+  }
+}
+
+}  // namespace tpserve

@@ -1,0 +1,98 @@
+// The one engine loop behind `tpserve generate`, `tpserve serve`, the benchmarks and the
+// transformers parity tests. Each Step() is three stages: schedule (the Scheduler's
+// output is the whole plan), execute (the plan on every rank; sampled ids and any
+// requested logits back) and update (append tokens, token-level stops, free blocks,
+// per-request outputs). Owned by one thread; no text work. Tested by
+// tests/engine_core_test.cc and, end to end, tests/model_test.cc.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "coordinator/engine/request.h"
+#include "coordinator/engine/sampling_params.h"
+#include "coordinator/engine/scheduler.h"
+#include "worker/worker_loop.h"
+
+namespace tpserve {
+
+// One request's part of one step, or its end without one (rejected, aborted, failed).
+struct EngineOutput {
+  std::string request_id;
+  std::vector<int32_t> token_ids;                // new tokens
+  std::vector<TokenLogprob> logprobs;            // one per new token, with params.logprobs
+  std::vector<std::vector<float>> logits;        // one [vocab] row per new token, with params.return_logits
+  FinishReason finish = FinishReason::kNone;     // kNone: more to come
+  std::string error;                             // with kError (and a cancel's reason, if any)
+  int32_t stop_token_id = -1;                    // with kStop by a stop_token_id (vLLM's stop_reason)
+  int32_t num_prompt_tokens = 0;
+  int32_t num_output_tokens = 0;                 // so far
+  RequestTimings timings;                        // set on the final output
+};
+
+// What one Step() did.
+struct EngineStep {
+  std::vector<EngineOutput> outputs;
+  int32_t num_seqs = 0;    // sequences in the forward; 0: nothing ran
+  int32_t num_tokens = 0;  // tokens in the forward: one per decode, plus prefill chunks
+  int32_t num_prefill_tokens = 0;
+  // Wall time of the step split in two: the forward on rank 0 (all-reduce included) and
+  // everything else the engine thread did in Step (schedule, plan broadcast, update).
+  double forward_ms = 0;
+  double allreduce_ms = 0;
+  double coordinator_ms = 0;
+  // Set when the forward failed: every unfinished request was ended with kError.
+  absl::Status error;
+};
+
+// The scheduler settings for `model` (its KV pools, block size, windows, vocabulary and
+// EOS ids) with these limits; max_model_len 0 or above the model's positions: the model's.
+SchedulerConfig SchedulerConfigFor(const Model& model, int32_t max_num_seqs, int32_t max_num_batched_tokens,
+                                   int64_t max_model_len = 0);
+
+class EngineCore {
+ public:
+  // `config` must be valid (SchedulerConfig::Validate); `executor` runs plans on every
+  // rank. `seed` (vLLM's --seed): requests without a seed get theirs from a generator
+  // seeded with it, so a whole run repeats; unset: from the OS's entropy.
+  EngineCore(StepExecutor& executor, SchedulerConfig config, std::optional<uint64_t> seed = std::nullopt);
+
+  // Thread-safe (reads only the config): INVALID_ARGUMENT naming the field for ids
+  // outside the vocabulary, bad sampling parameters, or a prompt plus max_tokens longer
+  // than max_model_len.
+  absl::Status Validate(absl::Span<const int32_t> prompt_ids, const SamplingParams& params) const;
+  // Queues a validated request; `arrival` starts its timings. ALREADY_EXISTS for an id
+  // that is unfinished. A request that can never fit the KV cache ends with kError in
+  // the next Step's outputs.
+  absl::Status AddRequest(std::string request_id, std::vector<int32_t> prompt_ids, SamplingParams params,
+                          absl::Time arrival);
+  // Ends an unfinished request now (its KV blocks freed) with kCancelled and `error` as
+  // the reason given; returns its final output. NotFound when it is not unfinished.
+  absl::StatusOr<EngineOutput> Abort(const std::string& request_id, const std::string& error = "");
+  // Ids of every unfinished request (waiting or running).
+  std::vector<std::string> UnfinishedIds() const;
+
+  // schedule -> execute -> update. Call only while HasUnfinished().
+  EngineStep Step();
+  bool HasUnfinished() const { return scheduler_.has_unfinished(); }
+
+  const Scheduler& scheduler() const { return scheduler_; }
+  const SchedulerConfig& config() const { return scheduler_.config(); }
+
+ private:
+  EngineOutput FinalOutput(const Sequence& seq, FinishReason reason, std::string error, absl::Time now) const;
+  void Update(const SchedulerOutput& scheduled, const StepOutput& out, EngineStep& step);
+  void FailAll(const absl::Status& error, EngineStep& step);
+
+  StepExecutor& executor_;
+  Scheduler scheduler_;
+  std::optional<std::mt19937_64> seeds_;  // with a seed: the requests' seeds
+};
+
+}  // namespace tpserve

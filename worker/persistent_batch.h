@@ -1,0 +1,42 @@
+// The sequences in flight as every rank keeps them between steps: per slot (chosen by
+// rank 0's scheduler), its block tables. A StepDelta updates them and expands to the
+// StepPlan the model runs, so that step messages carry only what changed. Tested by
+// tests/persistent_batch_test.cc and every engine test.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/step.h"
+
+namespace tpserve {
+
+class PersistentBatch {
+ public:
+  PersistentBatch(int32_t num_kv_groups, int32_t block_size);
+
+  // Applies the delta's removals, additions and table edits, then builds the step: rows
+  // in the delta's order, dense block tables padded with -1, positions from the starts,
+  // slots from the tables. An inconsistent delta (a slot not in the batch, a token whose
+  // block is missing, an id stream that does not add up) is an error naming what is
+  // wrong; the batch may then be partly updated and must not be used again.
+  absl::StatusOr<StepPlan> Apply(const StepDelta& delta);
+
+  // The slot's table of `group`; empty for a slot not in the batch (tests).
+  std::vector<int32_t> Table(int32_t slot, int32_t group) const;
+  int32_t num_live() const;
+
+ private:
+  struct Slot {
+    bool live = false;
+    std::vector<std::vector<int32_t>> tables;  // [group][logical block]
+  };
+  absl::Status CheckSlot(int32_t slot) const;
+
+  int32_t num_groups_;
+  int32_t block_size_;
+  std::vector<Slot> slots_;
+};
+
+}  // namespace tpserve
