@@ -1,9 +1,17 @@
 // cpu::SampleRows against the plain reference of the rule in kernels/row_sampling.h
 // (tests/sampling_reference.h): penalties and masks, greedy, and seeded draws across
-// mixes of temperature, top-k, top-p and min-p; plus the frequency of many draws against
-// the softmax. The same reference checks the GPU kernels (tests/cuda_sampling_test.cc).
+// mixes of temperature, top-k, top-p and min-p at vocabularies from 1 to 262,144, with
+// ties at every threshold; plus the frequency of many draws against the softmax. The same
+// reference checks the GPU kernels (tests/cuda_sampling_test.cc).
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <limits>
+#include <numeric>
 #include <random>
+#include <set>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -120,6 +128,377 @@ TEST(CpuSamplingTest, DrawFrequenciesFollowTheSoftmax) {
   for (int64_t i = 0; i < V; ++i) {
     const double se = std::sqrt(prob[i] * (1 - prob[i]) / n);
     EXPECT_NEAR(static_cast<double>(hits[i]) / n, prob[i], 5 * se + 1e-9) << "token " << i;
+  }
+}
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// One row of a SampleRows call.
+struct Case {
+  std::string name;
+  RowSampling p;
+  std::vector<float> logits;
+  std::vector<PenaltyEntry> entries;  // may hold ids outside [0, V), which SampleRows skips
+};
+
+struct Tally {
+  int checked = 0;
+  int ambiguous = 0;
+  std::vector<int32_t> tokens;  // per row
+};
+
+// Samples all cases (one vocabulary) in one SampleRows call and compares each row with the
+// reference: the penalized logits always, the token unless the reference calls the draw
+// ambiguous. Even an ambiguous draw from a row with a finite logit must pick a finite one
+// (never a masked token). A row left without a finite logit takes the first argmax.
+Tally ExpectMatchesReference(const std::vector<Case>& cases) {
+  Tally tally;
+  if (cases.empty()) return tally;
+  const int64_t V = static_cast<int64_t>(cases[0].logits.size());
+  Csr csr;
+  std::vector<RowSampling> params;
+  std::vector<float> work;
+  for (const Case& c : cases) {
+    EXPECT_EQ(static_cast<int64_t>(c.logits.size()), V);
+    csr.Add(c.entries);
+    params.push_back(c.p);
+    work.insert(work.end(), c.logits.begin(), c.logits.end());
+  }
+  std::vector<int32_t> out(cases.size(), -1);
+  cpu::SampleRows(work.data(), static_cast<int64_t>(cases.size()), V, params.data(), csr.offsets.data(),
+                  csr.ids.data(), csr.counts.data(), out.data());
+  tally.tokens = out;
+  for (size_t r = 0; r < cases.size(); ++r) {
+    const Case& c = cases[r];
+    const std::string where = c.name + " (V=" + std::to_string(V) + ", row " + std::to_string(r) + ")";
+    std::vector<PenaltyEntry> in_range;
+    for (const PenaltyEntry& e : c.entries) {
+      if (e.token >= 0 && e.token < V) in_range.push_back(e);
+    }
+    std::vector<float> row = c.logits;
+    testing::ReferencePenalties(row, c.p, in_range);
+    EXPECT_TRUE(std::equal(row.begin(), row.end(), work.begin() + r * V)) << where << ": penalized logits differ";
+    const int32_t got = out[r];
+    if (got < 0 || got >= V) {
+      ADD_FAILURE() << where << ": token " << got << " outside the vocabulary";
+      continue;
+    }
+    const bool any_finite = std::any_of(row.begin(), row.end(), [](float x) { return std::isfinite(x); });
+    if (!(c.p.temperature >= 1e-5f) || !any_finite) {
+      EXPECT_EQ(got, testing::ReferenceArgmax(row)) << where;
+      ++tally.checked;
+      continue;
+    }
+    EXPECT_TRUE(std::isfinite(row[got])) << where << ": drew token " << got << " with logit " << row[got];
+    const testing::ReferenceDraw want = testing::ReferenceSample(row, c.p);
+    if (want.ambiguous) {
+      ++tally.ambiguous;
+      continue;
+    }
+    ++tally.checked;
+    EXPECT_EQ(got, want.token) << where << " T=" << c.p.temperature << " k=" << c.p.top_k << " p=" << c.p.top_p
+                               << " min_p=" << c.p.min_p << " seed=" << c.p.seed << " step=" << c.p.step;
+  }
+  return tally;
+}
+
+RowSampling Params(float temperature, int32_t top_k = 0, float top_p = 1.0f, float min_p = 0.0f) {
+  RowSampling p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  return p;
+}
+
+enum class Shape {
+  kPeaked,       // N(0, 2) with a few tokens far above: most mass on a handful
+  kFlat,         // N(0, 0.3): every token a top-p candidate
+  kTied,         // integers: every threshold falls inside a group of ties
+  kMasked,       // N(0, 2) with 70% of the tokens at -inf
+  kHeavyAndSea,  // V/400 heavy tokens with 60% of the mass at T = 1 above a near-flat sea
+};
+constexpr Shape kShapes[] = {Shape::kPeaked, Shape::kFlat, Shape::kTied, Shape::kMasked, Shape::kHeavyAndSea};
+const char* ShapeName(Shape s) {
+  switch (s) {
+    case Shape::kPeaked: return "peaked";
+    case Shape::kFlat: return "flat";
+    case Shape::kTied: return "tied";
+    case Shape::kMasked: return "masked";
+    case Shape::kHeavyAndSea: return "heavy+sea";
+  }
+  return "?";
+}
+
+std::vector<float> MakeLogits(Shape shape, int64_t V, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  std::uniform_int_distribution<int64_t> token(0, V - 1);
+  std::vector<float> l(V);
+  switch (shape) {
+    case Shape::kPeaked:
+      for (float& x : l) x = 2.0f * normal(rng);
+      for (int i = 0; i < 8; ++i) l[token(rng)] += 6.0f + 6.0f * uniform(rng);
+      break;
+    case Shape::kFlat:
+      for (float& x : l) x = 0.3f * normal(rng);
+      break;
+    case Shape::kTied:
+      for (float& x : l) x = std::round(1.5f * normal(rng));
+      break;
+    case Shape::kMasked:
+      for (float& x : l) x = uniform(rng) < 0.7f ? -kInf : 2.0f * normal(rng);
+      l[token(rng)] = normal(rng);  // at least one finite
+      break;
+    case Shape::kHeavyAndSea: {
+      const int64_t heavy = std::max<int64_t>(1, V / 400);
+      const float level = std::log(1.5f * static_cast<float>(V) / static_cast<float>(heavy));
+      for (float& x : l) x = 0.05f * uniform(rng);
+      for (int64_t i = 0; i < heavy; ++i) l[token(rng)] = level + 0.02f * uniform(rng);
+      break;
+    }
+  }
+  return l;
+}
+
+// Up to 12 distinct in-vocabulary entries (masks among them, never of every token) and
+// two out-of-vocabulary ones.
+std::vector<PenaltyEntry> MakeEntries(int64_t V, std::mt19937& rng) {
+  const int32_t counts[] = {kMaskedCount, 0, 1, 2, 5};
+  std::vector<int32_t> ids(V);
+  std::iota(ids.begin(), ids.end(), 0);
+  const int64_t n = std::min<int64_t>(V - 1, 12);
+  std::vector<PenaltyEntry> entries;
+  for (int64_t i = 0; i < n; ++i) {
+    std::swap(ids[i], ids[i + rng() % (V - i)]);
+    entries.push_back({ids[i], counts[rng() % 5]});
+  }
+  entries.push_back({static_cast<int32_t>(V), 1});
+  entries.push_back({-1, kMaskedCount});
+  return entries;
+}
+
+// Every filter alone and combined, at and around its limits (top_k > 2048 takes
+// nth_element, top_k >= V is off, top_p <= 0 keeps the top ties).
+std::vector<std::pair<std::string, RowSampling>> SweepConfigs(int64_t V) {
+  const int32_t v = static_cast<int32_t>(V);
+  return {
+      {"greedy", Params(0.0f)},
+      {"T=1", Params(1.0f)},
+      {"T=0.8", Params(0.8f)},
+      {"T=1.7", Params(1.7f)},
+      {"k=1", Params(0.8f, 1)},
+      {"k=5", Params(0.8f, 5)},
+      {"k=50", Params(1.0f, 50)},
+      {"k=2049", Params(1.0f, 2049)},
+      {"k=5000", Params(0.9f, 5000)},
+      {"k=V-1", Params(1.0f, v - 1)},
+      {"k=V", Params(1.0f, v)},
+      {"k=V+3", Params(0.8f, v + 3)},
+      {"p=0.01", Params(1.0f, 0, 0.01f)},
+      {"p=0.5", Params(0.8f, 0, 0.5f)},
+      {"p=0.9", Params(1.0f, 0, 0.9f)},
+      {"p=0.999", Params(1.2f, 0, 0.999f)},
+      {"p=0", Params(1.0f, 0, 0.0f)},
+      {"k=50,p=0.9", Params(0.8f, 50, 0.9f)},
+      {"k=3000,p=0.9", Params(1.0f, 3000, 0.9f)},
+      {"min_p=0.05", Params(1.0f, 0, 1.0f, 0.05f)},
+      {"min_p=0.3", Params(1.3f, 0, 1.0f, 0.3f)},
+      {"p=0.3,min_p=0.1", Params(1.0f, 0, 0.3f, 0.1f)},
+      {"k=100,p=0.9,min_p=0.02", Params(0.8f, 100, 0.9f, 0.02f)},
+      {"k=40,p=0.95,min_p=0.05", Params(0.7f, 40, 0.95f, 0.05f)},
+  };
+}
+
+// Every vocabulary size around the block and SIMD widths up to 262,144, every logit shape,
+// every config; one SampleRows call per (V, shape, seed) with a different config and
+// penalties on each row.
+TEST(CpuSamplingTest, VocabSweepMatchesReference) {
+  std::mt19937 rng(11);
+  Tally total;
+  for (const int64_t V : {1, 7, 255, 256, 257, 4099, 262144}) {
+    const int seeds = V >= 100000 ? 1 : 4;
+    Tally tally;
+    for (const Shape shape : kShapes) {
+      for (int s = 0; s < seeds; ++s) {
+        std::vector<Case> cases;
+        for (const auto& [name, params] : SweepConfigs(V)) {
+          Case c{std::string(ShapeName(shape)) + " " + name, params, MakeLogits(shape, V, rng), {}};
+          c.p.seed = rng();
+          c.p.step = rng() % 1000;
+          if (cases.size() % 3 == 0) {
+            c.name += " +penalties";
+            c.entries = MakeEntries(V, rng);
+            c.p.repetition_penalty = 1.3f;
+            c.p.presence_penalty = 0.4f;
+            c.p.frequency_penalty = 0.2f;
+          }
+          cases.push_back(std::move(c));
+        }
+        const Tally t = ExpectMatchesReference(cases);
+        tally.checked += t.checked;
+        tally.ambiguous += t.ambiguous;
+      }
+    }
+    std::printf("V=%lld: %d draws checked, %d ambiguous\n", static_cast<long long>(V), tally.checked,
+                tally.ambiguous);
+    total.checked += tally.checked;
+    total.ambiguous += tally.ambiguous;
+  }
+  // Flat rows at large V are ambiguous by the reference's measure (every weight is below
+  // its 1e-4 tolerance); the rest must be checked.
+  EXPECT_GT(total.checked, 3 * total.ambiguous);
+}
+
+// Tied logits straddle each threshold: the rule keeps every tie, so over many draws each
+// kept token turns up and nothing else does.
+TEST(CpuSamplingTest, TiesAtThresholdsAreAllKept) {
+  const int64_t V = 300;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(-5.0f, 1.0f);
+  std::vector<float> logits(V);
+  for (float& x : logits) x = normal(rng);
+  const std::set<int32_t> top = {10, 150, 299}, second = {20, 40, 60, 200};
+  for (int32_t i : top) logits[i] = 4.0f;
+  for (int32_t i : second) logits[i] = 3.0f;
+  std::set<int32_t> both = top;
+  both.insert(second.begin(), second.end());
+  // The reference calls every draw under top_p <= 0 ambiguous (its crossing sits at need = 0)
+  // and every one under min_p = 1 (the max lies on the threshold): there only the kept set
+  // is checked.
+  const std::vector<std::tuple<std::string, RowSampling, std::set<int32_t>, bool>> configs = {
+      {"k=2 (inside the top ties)", Params(1.0f, 2), top, true},
+      {"k=4 (inside the second ties)", Params(1.0f, 4), both, true},
+      {"k=4, T=0.7", Params(0.7f, 4), both, true},
+      {"p=0 (the top ties)", Params(1.0f, 0, 0.0f), top, false},
+      {"p=0.8 (boundary in the second ties)", Params(1.0f, 0, 0.8f), both, true},
+      {"p=0.5 (boundary in the top ties)", Params(0.9f, 0, 0.5f), top, true},
+      {"min_p=1 (the max ties)", Params(1.0f, 0, 1.0f, 1.0f), top, false},
+      {"k=4,p=0.8,min_p=0.3", Params(1.0f, 4, 0.8f, 0.3f), both, true},
+  };
+  for (const auto& [name, params, want, reference_decides] : configs) {
+    std::vector<Case> cases;
+    for (int step = 0; step < 300; ++step) {
+      Case c{name, params, logits, {}};
+      c.p.seed = 99;
+      c.p.step = static_cast<uint64_t>(step);
+      cases.push_back(std::move(c));
+    }
+    const Tally t = ExpectMatchesReference(cases);
+    if (reference_decides) {
+      EXPECT_GT(t.checked, 250) << name;
+    }
+    EXPECT_EQ(std::set<int32_t>(t.tokens.begin(), t.tokens.end()), want) << name;
+  }
+}
+
+// Distinct logits that the division by T rounds to one s are ties of the rule (its
+// thresholds are on s), so a threshold on the logits alone would drop one of them.
+TEST(CpuSamplingTest, LogitsThatTemperatureMakesEqualAreTies) {
+  const float T = 1.5f;
+  float x = 1.6f;
+  int tries = 0;
+  while (x / T != std::nextafter(x, -kInf) / T) {
+    x = std::nextafter(x, 2.0f);
+    ASSERT_LT(++tries, 100000) << "no pair of adjacent floats that T merges";
+  }
+  const float below = std::nextafter(x, -kInf);
+  ASSERT_NE(x, below);
+  const int64_t V = 64;
+  std::vector<float> logits(V, -10.0f);
+  logits[30] = below;  // the lower logit first in id order: the draw must reach it
+  logits[10] = x;
+  std::vector<float> second = logits;  // the pair below a larger top token
+  second[0] = 2.5f;
+  // As in TiesAtThresholdsAreAllKept, the reference cannot decide under p=0 or min_p=1.
+  const std::vector<std::tuple<std::string, RowSampling, std::vector<float>, std::set<int32_t>, bool>> configs = {
+      {"k=1", Params(T, 1), logits, {10, 30}, true},
+      {"p=0", Params(T, 0, 0.0f), logits, {10, 30}, false},
+      {"min_p=1", Params(T, 0, 1.0f, 1.0f), logits, {10, 30}, false},
+      {"k=2 below a larger top", Params(T, 2), second, {0, 10, 30}, true},
+      {"k=2,p=0.999 below a larger top", Params(T, 2, 0.999f), second, {0, 10, 30}, true},
+  };
+  for (const auto& [name, params, row, want, reference_decides] : configs) {
+    std::vector<Case> cases;
+    for (int step = 0; step < 200; ++step) {
+      Case c{name, params, row, {}};
+      c.p.seed = 7;
+      c.p.step = static_cast<uint64_t>(step);
+      cases.push_back(std::move(c));
+    }
+    const Tally t = ExpectMatchesReference(cases);
+    if (reference_decides) {
+      EXPECT_GT(t.checked, 150) << name;
+    }
+    EXPECT_EQ(std::set<int32_t>(t.tokens.begin(), t.tokens.end()), want) << name;
+  }
+}
+
+// A top-k threshold with more ties than the gathered (sparse) path holds: the kept set,
+// ties included, is weighed over the whole row, alone and under top-p.
+TEST(CpuSamplingTest, TopKTiesBeyondTheSparseLimit) {
+  const int64_t V = 262144;
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(-20.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  std::vector<float> logits(V);
+  for (float& x : logits) x = normal(rng);
+  for (int64_t i = 0; i < 5000; ++i) logits[(i * 52391) % V] = -2.0f;  // the 50th largest, 5000 times
+  for (int64_t i = 0; i < 49; ++i) logits[(i * 7919 + 13) % V] = 2.0f + uniform(rng);
+  std::vector<Case> cases;
+  for (int step = 0; step < 24; ++step) {
+    Case c{"k=50", Params(1.0f, 50), logits, {}};
+    if (step % 2 == 1) c = {"k=50,p=0.4", Params(1.0f, 50, 0.4f), logits, {}};
+    c.p.seed = 3;
+    c.p.step = static_cast<uint64_t>(step);
+    cases.push_back(std::move(c));
+  }
+  const Tally t = ExpectMatchesReference(cases);
+  EXPECT_GT(t.checked, 10);
+}
+
+// Top-p over a quarter of a million candidates (the binned path) with the boundary among
+// heavy tokens, where the reference's draws are not ambiguous; with min-p too.
+TEST(CpuSamplingTest, TopPBinsManyCandidates) {
+  const int64_t V = 262144;
+  std::mt19937 rng(8);
+  const std::vector<float> logits = MakeLogits(Shape::kHeavyAndSea, V, rng);
+  std::vector<Case> cases;
+  for (int step = 0; step < 24; ++step) {
+    const RowSampling p = step % 3 == 0   ? Params(1.0f, 0, 0.3f)
+                          : step % 3 == 1 ? Params(0.9f, 0, 0.45f)
+                                          : Params(1.0f, 0, 0.3f, 1e-4f);
+    Case c{"heavy+sea p=" + std::to_string(p.top_p), p, logits, {}};
+    c.p.seed = 12;
+    c.p.step = static_cast<uint64_t>(step);
+    cases.push_back(std::move(c));
+  }
+  const Tally t = ExpectMatchesReference(cases);
+  EXPECT_GT(t.checked, 12);
+}
+
+// Rows without a finite (scaled) logit have nothing to weigh: the first argmax, NaN
+// counting as the largest, as for greedy rows.
+TEST(CpuSamplingTest, NoFiniteLogitTakesTheFirstArgmax) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Row {
+    std::vector<float> logits;
+    RowSampling p;
+    int32_t want;
+  };
+  const std::vector<Row> rows = {
+      {{-kInf, -kInf, -kInf}, Params(1.0f, 2, 0.9f), 0},
+      {{1.0f, kInf, 2.0f, kInf}, Params(1.0f), 1},
+      {{3e38f, -1.0f, 3.1e38f}, Params(1e-3f), 2},  // 3.1e38 / T overflows
+      {{1.0f, nan, 3.0f, nan}, Params(0.0f), 1},
+      {{nan, nan}, Params(0.7f), 0},
+  };
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::vector<float> l = rows[r].logits;
+    const int32_t offsets[2] = {0, 0};
+    int32_t got = -1;
+    cpu::SampleRows(l.data(), 1, static_cast<int64_t>(l.size()), &rows[r].p, offsets, nullptr, nullptr, &got);
+    EXPECT_EQ(got, rows[r].want) << "row " << r;
   }
 }
 
