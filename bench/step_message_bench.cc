@@ -37,7 +37,10 @@ int Run() {
   SchedulerConfig c;
   c.max_num_seqs = seqs;
   c.max_num_batched_tokens = 1 << 16;
-  c.max_model_len = context + steps + 8;
+  // Sequences finish prefill over many steps; those done first decode meanwhile, so each
+  // may generate this many tokens before the last one joins, then `steps` more together.
+  const int32_t max_tokens = static_cast<int32_t>(int64_t{seqs} * context / c.max_num_batched_tokens) + steps + 8;
+  c.max_model_len = context + max_tokens;
   c.block_size = 16;
   c.enable_prefix_caching = false;  // distinct prompts
   c.kv_watermark = 0;
@@ -56,7 +59,7 @@ int Run() {
     SamplingParams p;
     p.temperature = 0.7f;
     p.top_p = 0.9f;
-    p.max_tokens = steps + 4;
+    p.max_tokens = max_tokens;
     p.ignore_eos = true;
     if (!s.AddRequest(SequenceRequest{"r" + std::to_string(i), std::move(prompt), p, static_cast<uint64_t>(i)}).ok()) {
       return 1;

@@ -27,7 +27,7 @@ std::vector<int32_t> Prompt(int i, int len) {
 
 // Loads `fixture` on `tp` thread-ranks and runs `body(model, exec)` on rank 0.
 void WithModel(const std::string& fixture, int tp, int64_t kv_blocks,
-               const std::function<void(Model&, StepExecutor&)>& body) {
+               const std::function<void(Model&, StepExecutor&)>& body, int32_t block_size = 16) {
   testing::RunThreads(tp, [&](Communicator& comm) {
     const std::string dir = testing::FixtureDir(fixture);
     auto config = LoadModelConfig(dir);
@@ -35,7 +35,9 @@ void WithModel(const std::string& fixture, int tp, int64_t kv_blocks,
     auto source = OpenCheckpointSource(dir);
     ASSERT_TRUE(source.ok()) << source.status();
     auto backend = MakeCpuBackend(BackendOptions{.threads = 1});
-    auto model = Model::Load(*config, **source, *backend, comm, ModelOptions{});
+    ModelOptions mo;
+    mo.block_size = block_size;
+    auto model = Model::Load(*config, **source, *backend, comm, mo);
     ASSERT_TRUE(model.ok()) << model.status();
     ASSERT_TRUE((*model)->AllocateKvCache(kv_blocks).ok());
     if (comm.rank() != 0) {
@@ -112,12 +114,13 @@ TEST(EngineCoreTest, GreedyEqualsTransformersUnderPreemptionAndChunking) {
         testing::OfflineOptions o;
         o.max_num_batched_tokens = 5;
         o.scramble_blocks = true;
-        // Enough blocks for one sequence and a bit: the second must wait or be preempted.
-        const int64_t need = (ref.prompt_ids.size() + ref.greedy_ids.size() + 15) / 16;
+        // Blocks of 4, enough for one sequence and a bit: the others grow into a full cache.
+        const int64_t need = (ref.prompt_ids.size() + ref.greedy_ids.size() + 3) / 4;
         o.kv_blocks = need + 1;
         auto r = testing::GreedyGenerate(model, exec, {ref.prompt_ids, ref.prompt_ids, ref.prompt_ids},
                                          static_cast<int32_t>(ref.greedy_ids.size()), o);
         ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_GT(r->preemptions, 0) << fixture << " tp " << tp << ": the cache was meant to run short";
         for (const GenerationOutput& out : r->outputs) {
           EXPECT_EQ(out.output_ids, ref.greedy_ids) << fixture << " tp " << tp;
           ASSERT_EQ(out.logits.size(), ref.greedy_logits.size());
@@ -126,7 +129,7 @@ TEST(EngineCoreTest, GreedyEqualsTransformersUnderPreemptionAndChunking) {
                 << fixture << " tp " << tp << " step " << s;
           }
         }
-      });
+      }, /*block_size=*/4);
     }
   }
 }

@@ -10,7 +10,7 @@
 namespace tpserve {
 namespace {
 
-std::map<int32_t, int32_t> Entries(const StepPlan& p, size_t row) {
+std::map<int32_t, int32_t> Entries(const StepDelta& p, size_t row) {
   std::map<int32_t, int32_t> m;
   for (int32_t e = p.penalty_offsets[row]; e < p.penalty_offsets[row + 1]; ++e) {
     EXPECT_TRUE(m.emplace(p.penalty_tokens[e], p.penalty_counts[e]).second) << "token listed twice";
@@ -20,7 +20,7 @@ std::map<int32_t, int32_t> Entries(const StepPlan& p, size_t row) {
 
 TEST(RowSamplingPlanner, RowsCarryFiltersSeedsPenaltiesAndMasks) {
   RowSamplingPlanner planner(100, /*eos_token_ids=*/{1});
-  StepPlan plan;
+  StepDelta plan;
   SamplingParams plain;  // no penalties, no min_tokens: no entries
   plain.temperature = 0.7f;
   plain.top_k = -1;
@@ -54,7 +54,7 @@ TEST(RowSamplingPlanner, RowsCarryFiltersSeedsPenaltiesAndMasks) {
   // No repetition penalty: the prompt is not listed; min_tokens met: nothing masked.
   EXPECT_EQ(Entries(plan, 2), (std::map<int32_t, int32_t>{{20, 2}, {30, 1}}));
   // The same request at the same output length draws with the same seed and step.
-  StepPlan again;
+  StepDelta again;
   planner.AddRow(pen, 6, {10, 11, 20}, {20, 20, 30}, again);
   EXPECT_EQ(again.sampling[0].seed, plan.sampling[1].seed);
   EXPECT_EQ(again.sampling[0].step, plan.sampling[1].step);

@@ -61,28 +61,36 @@ struct StepResult {
   std::vector<SequenceOutput> outputs;
 };
 
-// A worker's batch per scheduler (keyed by address: each test's scheduler starts at slot
-// 0 and announces every slot before using it, so a stale entry is overwritten).
+// A worker's batch per scheduler, new at the scheduler's first step (keyed by address,
+// which a later test's scheduler may reuse).
 PersistentBatch& BatchOf(const Scheduler& s) {
   static std::map<const Scheduler*, PersistentBatch> batches;
   auto it = batches.find(&s);
-  if (it == batches.end()) {
+  if (it == batches.end() || s.stats().num_steps == 1) {
+    batches.erase(&s);
     it = batches.emplace(&s, PersistentBatch(static_cast<int32_t>(s.config().num_kv_blocks.size()),
                                              s.config().block_size)).first;
   }
   return it->second;
 }
 
+// Schedule() and send the step to the worker's batch (every non-empty step is sent), so
+// that the batch sees every delta; returns the expanded plan in *plan.
+SchedulerOutput ScheduleAndSend(Scheduler& s, StepPlan* plan = nullptr) {
+  SchedulerOutput d = s.Schedule();
+  if (d.empty()) return d;
+  absl::StatusOr<StepPlan> expanded = BatchOf(s).Apply(d.plan);
+  EXPECT_TRUE(expanded.ok()) << expanded.status();
+  if (!expanded.ok()) return d;
+  const absl::Status valid = expanded->Validate(s.config().num_kv_blocks, s.config().block_size);
+  EXPECT_TRUE(valid.ok()) << valid;
+  if (plan != nullptr) *plan = std::move(*expanded);
+  return d;
+}
+
 StepResult Step(Scheduler& s, std::function<int32_t(const Sequence&)> model = nullptr) {
   StepResult r;
-  r.decision = s.Schedule();
-  if (!r.decision.empty()) {
-    absl::StatusOr<StepPlan> plan = BatchOf(s).Apply(r.decision.plan);
-    EXPECT_TRUE(plan.ok()) << plan.status();
-    if (plan.ok()) r.plan = std::move(*plan);
-  }
-  const absl::Status valid = r.plan.Validate(s.config().num_kv_blocks, s.config().block_size);
-  EXPECT_TRUE(valid.ok()) << valid;
+  r.decision = ScheduleAndSend(s, &r.plan);
   std::vector<int32_t> sampled;
   for (const ScheduledSequence& x : r.decision.scheduled) {
     if (x.sample) sampled.push_back(model ? model(*x.seq) : NextToken(x.seq->token_ids()));
@@ -297,7 +305,7 @@ TEST(SchedulerTest, AbortFreesBlocksInEveryState) {
   EXPECT_GT(s.stats().kv_usage[0], 0.0);
 
   // Aborted between Schedule() and Update(): the step's result for it is dropped.
-  SchedulerOutput d = s.Schedule();
+  SchedulerOutput d = ScheduleAndSend(s);
   ASSERT_TRUE(s.Abort("decoding").ok());
   std::vector<int32_t> sampled(d.num_logit_rows(), 5);
   for (const SequenceOutput& o : s.Update(d, sampled)) EXPECT_NE(o.request_id, "decoding");
@@ -309,7 +317,7 @@ TEST(SchedulerTest, AbortFreesBlocksInEveryState) {
   EXPECT_FALSE(s.has_unfinished());
   EXPECT_DOUBLE_EQ(s.stats().kv_usage[0], 0.0);
   EXPECT_TRUE(s.block_manager().pool(0).CheckInvariants().ok());
-  EXPECT_TRUE(s.Schedule().empty());
+  EXPECT_TRUE(ScheduleAndSend(s).empty());
 }
 
 TEST(SchedulerTest, RequestsThatCanNeverRunFinishWithAnErrorAtAdmission) {
@@ -322,7 +330,7 @@ TEST(SchedulerTest, RequestsThatCanNeverRunFinishWithAnErrorAtAdmission) {
   ASSERT_TRUE(s.AddRequest(Req("no_tokens", Prompt(3, 1), 0)).ok());
   ASSERT_TRUE(s.AddRequest(Req("fine", Prompt(20, 1), 13)).ok());  // 32 tokens of KV exactly
   EXPECT_EQ(s.AddRequest(Req("fine", Prompt(2, 1), 1)).code(), absl::StatusCode::kAlreadyExists);
-  SchedulerOutput d = s.Schedule();
+  SchedulerOutput d = ScheduleAndSend(s);
   ASSERT_EQ(d.rejected.size(), 4u);
   std::map<std::string, std::string> errors;
   for (const auto& r : d.rejected) errors[r.request_id] = r.error_message;

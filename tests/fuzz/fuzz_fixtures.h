@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "coordinator/tokenizer_unicode.h"
+#include "coordinator/text/tokenizer_unicode.h"
 #include "tests/fixture_files.h"
 
 namespace tpserve::fuzz {
