@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <ctime>
 #include <limits>
 #include <map>
 #include <random>
@@ -646,62 +644,6 @@ TEST(SamplerTest, RejectsRowsWithoutAValidMaximum) {
   auto bad_id = sampler.Sample(std::vector<float>{0, 1, 2, 3}, p, {0, 4}, {}, SamplingRng(0));
   EXPECT_EQ(bad_id.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad_id.status().message(), HasSubstr("prompt token 1 is 4, outside the vocabulary [0, 4)"));
-}
-
-double ThreadCpuMicros() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
-}
-
-TEST(SamplerTest, TimingAtVocab262144) {
-  // Not a pass/fail check: prints the CPU time per row of each path (CPU time, as the
-  // test machines are shared).
-  constexpr int64_t kVocab = 262144;
-  const std::vector<float> logits = RandomLogits(kVocab, 11, 3.0f);
-  std::vector<int32_t> prompt(8192);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 7919) % kVocab);
-  const std::vector<int32_t> output(256, 17);
-  Sampler sampler(kVocab, {});
-  auto time = [&](const char* name, const SamplingParams& p, bool with_history) {
-    constexpr int kRuns = 50;
-    const double start = ThreadCpuMicros();
-    for (int i = 0; i < kRuns; ++i) {
-      auto r = sampler.Sample(logits, p, with_history ? absl::MakeConstSpan(prompt) : absl::Span<const int32_t>(),
-                              with_history ? absl::MakeConstSpan(output) : absl::Span<const int32_t>(),
-                              SamplingRng(i));
-      ASSERT_TRUE(r.ok());
-    }
-    std::printf("  %-42s %8.1f us/row\n", name, (ThreadCpuMicros() - start) / kRuns);
-  };
-  SamplingParams p;
-  p.temperature = 0;
-  time("greedy", p, false);
-  p.logprobs = 5;
-  time("greedy + logprobs 5", p, false);
-  p.logprobs.reset();
-  p.temperature = 1;
-  time("T=1", p, false);
-  p.temperature = 0.7f;
-  p.top_k = 50;
-  time("T=0.7 top_k=50", p, false);
-  p.top_k = 0;
-  p.top_p = 0.9f;
-  time("T=0.7 top_p=0.9", p, false);
-  p.top_k = 50;
-  p.min_p = 0.05f;
-  time("T=0.7 top_k=50 top_p=0.9 min_p=0.05", p, false);
-  p.top_k = 0;
-  p.top_p = 0.999f;
-  p.temperature = 5;
-  time("T=5 top_p=0.999 (flat: many candidates)", p, false);
-  p.top_k = 10000;
-  p.top_p = 1;
-  time("T=5 top_k=10000", p, false);
-  p = SamplingParams();
-  p.repetition_penalty = 1.1f;
-  p.frequency_penalty = 0.1f;
-  time("T=1 penalties, 8192 prompt + 256 output", p, true);
 }
 
 }  // namespace
