@@ -59,10 +59,25 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
 RUNS=()
 NETNS_MADE=0
 
+# The server's mpirun runs in a session of its own (setsid; $! is its pid and the session's
+# id); its local ranks, and the netns leg's agents and daemons, stay in that session.
+SERVER=""
+# stop_server: SIGUSR1 to that mpirun, which forwards it to every rank (local or remote):
+# they drain and exit. Up to 30 s, then SIGTERM (Open MPI ends the job), then SIGKILL to
+# whatever is left in the session. Nothing else on the machine is signalled.
 stop_server() {
-  pkill -TERM -f "^$TPSERVE serve" 2>/dev/null || true
-  for _ in $(seq 1 60); do pgrep -f "^$TPSERVE serve" >/dev/null || return 0; sleep 0.5; done
-  pkill -KILL -f "^$TPSERVE serve" 2>/dev/null || true
+  [ -n "$SERVER" ] || return 0
+  kill -USR1 "$SERVER" 2>/dev/null || true
+  for _ in $(seq 1 60); do kill -0 "$SERVER" 2>/dev/null || break; sleep 0.5; done
+  if kill -0 "$SERVER" 2>/dev/null; then
+    kill -TERM "$SERVER" 2>/dev/null || true
+    for _ in $(seq 1 10); do kill -0 "$SERVER" 2>/dev/null || break; sleep 0.5; done
+  fi
+  local left
+  left=$(pgrep -s "$SERVER" || true)
+  [ -z "$left" ] || kill -KILL $left 2>/dev/null || true
+  wait "$SERVER" 2>/dev/null || true
+  SERVER=""
 }
 teardown_netns() {
   [ $NETNS_MADE = 1 ] || return 0
@@ -80,13 +95,13 @@ run_one() {
   local log="$OUT/$name.server.log"
   echo "== $name: starting $tp rank(s) ($threads thread(s) each)"
   local t0; t0=$(date +%s.%N)
-  "$@" "$TPSERVE" serve "${MODEL_ARGS[@]}" --threads $threads --kv-cache-memory "$KV" --host 0.0.0.0 \
+  setsid "$@" "$TPSERVE" serve "${MODEL_ARGS[@]}" --threads $threads --kv-cache-memory "$KV" --host 0.0.0.0 \
     --http-port $HTTP --grpc-port $GRPC >"$log" 2>&1 &
-  local server=$!
+  SERVER=$!
   local ready=0
   for _ in $(seq 1 1200); do
     if curl -sf "http://$addr:$HTTP/health" >/dev/null 2>&1; then ready=1; break; fi
-    kill -0 $server 2>/dev/null || break
+    kill -0 $SERVER 2>/dev/null || break
     sleep 0.5
   done
   if [ $ready = 0 ]; then
@@ -101,7 +116,6 @@ run_one() {
     --progress=false "${BENCH_ARGS[@]}" || echo "   tpbench failed (records so far are kept)"
   RUNS+=("$OUT/$name")
   stop_server
-  wait $server 2>/dev/null || true
 }
 
 IFS=, read -r -a TPS <<< "$TP_LIST"

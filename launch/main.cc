@@ -56,8 +56,11 @@ ABSL_FLAG(int64_t, seed, -1, "Default sampling seed (vLLM's --seed): requests wi
 ABSL_FLAG(uint64_t, dummy_weight_seed, 0, "Seed of --load-format dummy weights");
 // `tpserve serve` (also the engine flags above).
 ABSL_FLAG(std::string, host, "0.0.0.0", "serve: address the APIs listen on");
-ABSL_FLAG(int, grpc_port, 50051, "serve: gRPC port (-1: off)");
-ABSL_FLAG(int, http_port, 8000, "serve: OpenAI-compatible HTTP port (-1: off)");
+ABSL_FLAG(int, grpc_port, 50051, "serve: gRPC port (0: any free port, see --port-file; -1: off)");
+ABSL_FLAG(int, http_port, 8000, "serve: OpenAI-compatible HTTP port (0: any free port, see --port-file; -1: off)");
+ABSL_FLAG(std::string, port_file, "", "serve: once both APIs listen, write the ports they got to this file as "
+                                      "{\"http\": P, \"grpc\": Q} (null: off; written to FILE.tmp, then renamed); "
+                                      "they are also logged on stderr as \"tpserve: HTTP listening on HOST:P\"");
 ABSL_FLAG(std::string, served_model_name, "", "serve: names clients use in \"model\", comma-separated "
                                               "(default: the --model argument)");
 ABSL_FLAG(int, max_num_seqs, 256, "serve: sequences running at once (on cuda it also sizes the start-up step)");
@@ -79,7 +82,8 @@ namespace {
 constexpr char kUsage[] =
     "tpserve: tensor-parallel LLM inference.\n\n"
     "  tpserve-mpirun -np N tpserve serve --model DIR|PRESET [--grpc-port 50051] [--http-port 8000]\n"
-    "      [--tokenizer PATH] [--shutdown-timeout 30]   (tpserve-mpirun: mpirun on which SIGTERM/Ctrl-C drain)\n"
+    "      [--port-file FILE] [--tokenizer PATH] [--shutdown-timeout 30]   (tpserve-mpirun: mpirun on which\n"
+    "      SIGTERM/Ctrl-C drain; ports 0: free ports, written to --port-file as {\"http\": P, \"grpc\": Q})\n"
     "  mpirun -np N tpserve generate --model DIR|PRESET [--load-format dummy] (--prompt TEXT | --prompt-ids 1,2,3)\n"
     "      [--max-tokens N] [--logprobs N] [--temperature T] [--seed S] [--json]\n"
     "  Both take --seed S (the default sampling seed; --dummy-weight-seed seeds dummy weights),\n"
@@ -200,6 +204,7 @@ int main(int argc, char** argv) {
     o.host = absl::GetFlag(FLAGS_host);
     o.grpc_port = absl::GetFlag(FLAGS_grpc_port);
     o.http_port = absl::GetFlag(FLAGS_http_port);
+    o.port_file = absl::GetFlag(FLAGS_port_file);
     for (absl::string_view n : absl::StrSplit(absl::GetFlag(FLAGS_served_model_name), ',', absl::SkipWhitespace())) {
       o.served_model_names.emplace_back(n);
     }

@@ -19,6 +19,7 @@
 #include "coordinator/api/process_info.h"
 #include "coordinator/engine/serving_engine.h"
 #include "coordinator/text/tokenizer.h"
+#include "launch/port_file.h"
 #include "launch/ranks.h"
 #include "worker/device.h"
 #include "worker/worker_loop.h"
@@ -143,6 +144,11 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
       if (front.ok()) {
         Log(world, absl::StrCat("listening: gRPC ", grpc ? absl::StrCat(o.host, ":", grpc->port()) : "off", ", HTTP ",
                                 http ? absl::StrCat(o.host, ":", http->port()) : "off", " (loading the model)"));
+        // The bound ports (--http-port 0 / --grpc-port 0: the kernel's choice), for scripts.
+        const ListeningPorts ports{http ? http->port() : -1, grpc ? grpc->port() : -1};
+        std::fputs(ListeningLines(o.host, ports).c_str(), stderr);
+        std::fflush(stderr);
+        if (!o.port_file.empty()) front = WritePortFile(o.port_file, ports);
       }
     }
   }

@@ -22,6 +22,10 @@ struct ServeCommandOptions {
   std::string host = "0.0.0.0";
   int grpc_port = 50051;         // < 0: no gRPC server
   int http_port = 8000;          // < 0: no HTTP server
+  // Ports 0: the kernel picks free ones. Both are logged ("tpserve: HTTP listening on
+  // HOST:PORT") and, where port_file is set, written there as {"http": P, "grpc": Q} once
+  // both listen (launch/port_file.h).
+  std::string port_file;
   std::vector<std::string> served_model_names;  // default: the --model argument
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;

@@ -8,7 +8,6 @@ set -u
 TPSERVE=$1
 FIX=$2
 source "$(dirname "$0")/harness.sh"
-trap 'rm -rf "$WORK"' EXIT
 
 ids() { grep -o "\"$1\": \[[^]]*\]" "$2" | head -1 | sed 's/.*\[//; s/\]//; s/ //g'; }
 

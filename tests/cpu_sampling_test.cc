@@ -16,6 +16,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/row_sampling.h"
 #include "tests/sampling_reference.h"
 
 namespace tpserve {
@@ -33,6 +34,22 @@ struct Csr {
     offsets.push_back(static_cast<int32_t>(ids.size()));
   }
 };
+
+// The uniform draw both samplers use (kernels/row_sampling.h, host and device). Moved
+// here from cuda_sampling_test: it runs on the host, so it must run where no GPU is.
+TEST(CpuSamplingTest, UniformIsInUnitIntervalAndVaries) {
+  float lo = 1, hi = 0;
+  for (uint64_t i = 0; i < 10000; ++i) {
+    const float u = SampleUniform(1234, i);
+    ASSERT_GE(u, 0.0f);
+    ASSERT_LT(u, 1.0f);
+    lo = std::min(lo, u);
+    hi = std::max(hi, u);
+  }
+  EXPECT_LT(lo, 0.01f);
+  EXPECT_GT(hi, 0.99f);
+  EXPECT_NE(SampleUniform(1, 0), SampleUniform(2, 0));
+}
 
 TEST(CpuSamplingTest, PenaltiesAndMasksThenGreedy) {
   const int64_t V = 50;

@@ -125,14 +125,6 @@ struct TinyDecoder {
   std::unique_ptr<Buffer> ids, positions, slots, token_seq, tables, h, x, o, q, attn, k, v, logits;
 };
 
-TEST(CudaGraphRunnerTest, PaddedBatchSizes) {
-  CudaGraphRunner runner(nullptr, {8, 1, 2, 4, 4});
-  EXPECT_EQ(runner.PaddedBatchSize(1), 1);
-  EXPECT_EQ(runner.PaddedBatchSize(3), 4);
-  EXPECT_EQ(runner.PaddedBatchSize(8), 8);
-  EXPECT_EQ(runner.PaddedBatchSize(9), 0);
-}
-
 class CudaGraphTest : public ::testing::TestWithParam<int32_t> {};
 
 TEST_P(CudaGraphTest, ReplayedDecodeStepsMatchEagerSteps) {

@@ -24,20 +24,6 @@ using testing::ReferenceSample;
 
 // ---- Tests ----
 
-TEST(CudaSamplingTest, UniformIsInUnitIntervalAndVaries) {
-  float lo = 1, hi = 0;
-  for (uint64_t i = 0; i < 10000; ++i) {
-    const float u = cuda::SampleUniform(1234, i);
-    ASSERT_GE(u, 0.0f);
-    ASSERT_LT(u, 1.0f);
-    lo = std::min(lo, u);
-    hi = std::max(hi, u);
-  }
-  EXPECT_LT(lo, 0.01f);
-  EXPECT_GT(hi, 0.99f);
-  EXPECT_NE(cuda::SampleUniform(1, 0), cuda::SampleUniform(2, 0));
-}
-
 TEST(CudaArgmaxTest, TiesNanAndDtypes) {
   TP_SKIP_WITHOUT_GPU();
   const int64_t V = 262144;

@@ -15,6 +15,8 @@ set_tests_properties(rounding_envelope_test PROPERTIES ENVIRONMENT "OMP_WAIT_POL
 tp_add_test(decode_graphs_test SOURCES decode_graphs_test.cc LIBS tpserve_launch tpserve_engine_core)
 # Device and communicator choice, the KV planner's budget split, --device errors (CPU).
 tp_add_test(device_choice_test SOURCES device_choice_test.cc LIBS tpserve_launch)
+# What `tpserve serve --port-file` writes and logs (launch/port_file.h).
+tp_add_test(port_file_test SOURCES port_file_test.cc LIBS tpserve_port_file GTest::gmock)
 # bench/op_profile.h (engine_bench --op_profile) on the CPU backend.
 tp_add_test(op_profile_test SOURCES op_profile_test.cc LIBS tpserve_op_profile tpserve_launch)
 

@@ -1,6 +1,6 @@
 # Sourced by the end-to-end shell tests (cli_test.sh, serve_test.sh, serve_signal_test.sh,
 # tpbench_test.sh): MPI settings for a 2-core CI machine, a scratch directory, PASS/FAIL
-# counting and waiting for a server's /health.
+# counting, the ports a server got, and ending exactly the processes a test started.
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
 MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
 WORK=$(mktemp -d)
@@ -10,6 +10,36 @@ ok() { echo "PASS: $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
 # The tally; the script's exit status when it is the last command.
 finish() { echo "$pass passed, $fail failed"; [ $fail -eq 0 ]; }
+
+# poll SECONDS COMMAND...: runs COMMAND every 0.2 s until it succeeds or SECONDS pass.
+poll() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@"; do
+    [ $SECONDS -ge $deadline ] && return 1
+    sleep 0.2
+  done
+}
+
+# Servers bind port 0 (`tpserve serve --http-port 0 --grpc-port 0 --port-file FILE`) and
+# say which ports they got: no test picks or guesses a port.
+# wait_ports FILE PID: up to 2 minutes for FILE ({"http": P, "grpc": Q}, written whole by
+# a rename once both APIs listen); sets HTTP and GRPC. Fails at once if PID has exited.
+wait_ports() {
+  local file=$1 pid=$2
+  for _ in $(seq 1 240); do
+    if [ -f "$file" ]; then
+      HTTP=$(sed -n 's/.*"http": *\([0-9][0-9]*\).*/\1/p' "$file")
+      GRPC=$(sed -n 's/.*"grpc": *\([0-9][0-9]*\).*/\1/p' "$file")
+      [ -n "$HTTP" ] && [ -n "$GRPC" ] && return 0
+      echo "wait_ports: $file: $(cat "$file")"
+      return 1
+    fi
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.5
+  done
+  return 1
+}
 # wait_healthy PORT: up to 2 minutes for http://127.0.0.1:PORT/health to answer 200.
 wait_healthy() {
   for _ in $(seq 1 240); do
@@ -18,3 +48,29 @@ wait_healthy() {
   done
   return 1
 }
+
+# A server is started in a session of its own (`setsid CMD &`: not a process-group leader
+# in a script without job control, so $! is the session's id). mpirun puts each rank in a
+# process group of its own but leaves it in mpirun's session, so the session is what holds
+# exactly what the test started; nothing outside it is signalled.
+# session_pids SID: the processes still in session SID.
+session_pids() {
+  case $1 in '' | 0 | 1 | *[!0-9]*) return 1 ;; esac  # never "our own session" (pgrep -s 0)
+  pgrep -s "$1"
+}
+# kill_session SIGNAL SID: SIGNAL to every process of session SID.
+kill_session() {
+  local pids
+  pids=$(session_pids "$2") || return 0
+  kill -"$1" $pids 2>/dev/null
+  return 0
+}
+session_gone() { ! session_pids "$1" >/dev/null; }
+# The sessions the EXIT trap kills (harness_cleanup); add each server's.
+SESSIONS=()
+harness_cleanup() {
+  local s
+  for s in "${SESSIONS[@]}"; do kill_session KILL "$s"; done
+  rm -rf "$WORK"
+}
+trap harness_cleanup EXIT

@@ -1,9 +1,17 @@
 // The model under real MPI ranks (run by ctest with mpirun -np 1, 2 and 4): every
 // fixture's greedy tokens and logits match transformers through the MPI communicator.
 #include <mpi.h>
-#include <time.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -75,33 +83,78 @@ TEST(Mpi, AgreeOnStatusReachesEveryRank) {
   EXPECT_EQ(comm.AllReduceMin(100 - comm.rank()), 100 - (comm.size() - 1));
 }
 
+// The waiting thread's voluntary context switches: how often it blocked in the kernel
+// (sleep, wait). A spinning or yielding thread has none. -1 if unreadable.
+long VoluntarySwitches(pid_t tid) {
+  std::ifstream status("/proc/self/task/" + std::to_string(tid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stol(line.substr(line.find(':') + 1));
+  }
+  return -1;
+}
+
 // Workers wait for the next plan through BroadcastBytes; while the server idles that wait
 // must not hold a core (a blocking MPI_Bcast spins: an idle `tpserve serve -np 2` had rank
-// 1 at 99% CPU). Rank 0 sends after 400 ms; the others' CPU time over the wait stays a
-// small part of it (spinning, each waiting rank used 66-100% of it: 2 cores, up to 4 ranks).
-TEST(Mpi, WaitingForABroadcastDoesNotHoldACore) {
+// 1 at 99% CPU; worker/mpi_communicator.cc's wait sleeps between probes, which took it to
+// 2%). No clock: on each waiting rank a watcher thread reads the waiting thread's voluntary
+// context switches and, once it has blocked in the kernel, leaves a file; rank 0 sends
+// only when every waiting rank has left one. A wait that spins never blocks and the files
+// never come: rank 0 sends after 60 s (a hang guard, not a speed limit) and the waiting
+// ranks fail.
+TEST(Mpi, WaitingForABroadcastSleeps) {
   Communicator& comm = Comm();
-  auto thread_cpu_s = [] {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-  };
+  std::vector<uint8_t> dir_bytes;  // a directory every rank sees (ctest runs them on one machine)
+  if (comm.rank() == 0) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "mpi_model_test.XXXXXX").string();
+    if (mkdtemp(tmpl.data()) != nullptr) {
+      dir_bytes.assign(tmpl.begin(), tmpl.end());
+    } else {
+      ADD_FAILURE() << "mkdtemp " << tmpl << ": " << std::strerror(errno);
+    }
+  }
+  comm.BroadcastBytes(dir_bytes, 0);
+  const std::string dir(dir_bytes.begin(), dir_bytes.end());
+  if (dir.empty()) return;  // on every rank
+  auto slept_file = [&dir](int rank) { return dir + "/slept." + std::to_string(rank); };
   comm.Barrier();
   std::vector<uint8_t> bytes;
   if (comm.rank() == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    bool all = false;
+    for (int ms = 0; ms < 60000 && !all; ++ms) {
+      all = true;
+      for (int r = 1; r < comm.size(); ++r) all = all && std::filesystem::exists(slept_file(r));
+      if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_TRUE(all) << "60 s and not every waiting rank has blocked in the kernel: the wait spins";
     bytes = {1, 2, 3, 4, 5};
+    comm.BroadcastBytes(bytes, 0);
+  } else {
+    // MPI_THREAD_FUNNELED: the watcher makes no MPI call.
+    const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
+    const long before = VoluntarySwitches(tid);
+    EXPECT_GE(before, 0) << "/proc/self/task/" << tid << "/status has no voluntary_ctxt_switches";
+    std::atomic<bool> done{false};
+    std::atomic<long> after{before};
+    std::thread watcher([&] {
+      while (before >= 0 && !done.load()) {
+        after = VoluntarySwitches(tid);
+        if (after > before) {
+          std::ofstream(slept_file(comm.rank())) << after - before << "\n";
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    });
+    comm.BroadcastBytes(bytes, 0);
+    done = true;
+    watcher.join();
+    EXPECT_GT(after.load(), before) << "rank " << comm.rank() << " waited for the broadcast without blocking once";
   }
-  const auto wall0 = std::chrono::steady_clock::now();
-  const double cpu0 = thread_cpu_s();
-  comm.BroadcastBytes(bytes, 0);
-  const double cpu = thread_cpu_s() - cpu0;
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   EXPECT_EQ(bytes, (std::vector<uint8_t>{1, 2, 3, 4, 5}));
-  if (comm.rank() != 0) {
-    EXPECT_GT(wall, 0.1);  // it did wait (less than 400 ms if this rank was descheduled after the barrier)
-    EXPECT_LT(cpu, 0.25 * wall) << "rank " << comm.rank() << " used " << cpu << " s of CPU waiting " << wall << " s";
-  }
+  comm.Barrier();
+  if (comm.rank() == 0) std::filesystem::remove_all(dir);
+
   // Back to back, as steps of a busy server: every message arrives, in order.
   for (uint8_t i = 0; i < 50; ++i) {
     std::vector<uint8_t> msg;

@@ -3,7 +3,8 @@
 # completions (greedy) must equal `tpserve generate`'s output for the same prompts
 # (batching must not change results); streaming SSE ends with [DONE]; bad requests get
 # 400/404; /health, /metrics; the gRPC path through `tpserve client`; SIGTERM drains and
-# every rank exits 0.  Usage: serve_test.sh TPSERVE_BINARY FIXTURES_DIR   (run by ctest)
+# every rank exits 0. The server binds free ports (port 0) and names them in --port-file.
+# Usage: serve_test.sh TPSERVE_BINARY FIXTURES_DIR   (run by ctest)
 set -u
 TPSERVE=$1
 FIX=$2
@@ -11,10 +12,6 @@ source "$(dirname "$0")/harness.sh"
 TOK="$FIX/tokenizers/gemma/tokenizer.json"
 # The CPU backend: on a GPU, batching changes bf16 rounding and so may flip near-tied tokens.
 MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu)
-HTTP=$((20000 + RANDOM % 20000))
-GRPC=$((HTTP + 1))
-cleanup() { pkill -KILL -f "^$TPSERVE serve" 2>/dev/null; rm -rf "$WORK"; }
-trap cleanup EXIT
 
 PROMPTS=("Hello there" "The capital of France is" "1 2 3 4" "def f(x):" "你好，世界" "emoji 🙂 test" "a b c d e f g" "Tensor parallel")
 for i in "${!PROMPTS[@]}"; do
@@ -22,9 +19,20 @@ for i in "${!PROMPTS[@]}"; do
     --ignore-eos --json 2>/dev/null | grep -o '"text":"[^"]*"' > "$WORK/expect.$i"
 done
 
-timeout 300 "${MPIRUN[@]}" -np 2 "$TPSERVE" serve "${MODEL[@]}" --host 127.0.0.1 --http-port $HTTP \
-  --grpc-port $GRPC --kv-cache-memory 128MiB >"$WORK/server.log" 2>&1 &
+# timeout: a hang guard (it ends the job; ctest's TIMEOUT is 600 s).
+setsid timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$TPSERVE" serve "${MODEL[@]}" --host 127.0.0.1 --http-port 0 \
+  --grpc-port 0 --port-file "$WORK/ports.json" --kv-cache-memory 128MiB >"$WORK/server.log" 2>&1 &
 SERVER=$!
+SESSIONS+=("$SERVER")
+if ! wait_ports "$WORK/ports.json" $SERVER; then
+  bad "no port file: $(cat "$WORK/server.log")"
+  finish
+  exit 1
+fi
+# mpirun forwards the ranks' stderr on its own time: the line may land after the file.
+poll 30 grep -q "^tpserve: HTTP listening on 127.0.0.1:$HTTP$" "$WORK/server.log" \
+  && poll 30 grep -q "^tpserve: gRPC listening on 127.0.0.1:$GRPC$" "$WORK/server.log" \
+  && ok "the ports of --port-file are logged (HTTP $HTTP, gRPC $GRPC)" || bad "listening lines: $(cat "$WORK/server.log")"
 wait_healthy $HTTP && ok "health 200 when ready" || bad "server not ready: $(cat "$WORK/server.log")"
 
 for i in "${!PROMPTS[@]}"; do
@@ -54,9 +62,13 @@ curl -s "http://127.0.0.1:$HTTP/metrics" | grep -q "^# TYPE" && ok "/metrics is 
 timeout 60 "$TPSERVE" client --grpc "127.0.0.1:$GRPC" --prompt "Hello there" --max-tokens 6 >"$WORK/grpc.out" 2>&1 \
   && grep -q "finish_reason length" "$WORK/grpc.out" && ok "gRPC Generate via tpserve client" || bad "gRPC: $(cat "$WORK/grpc.out")"
 
-pkill -TERM -f "^$TPSERVE serve"
+# SIGTERM straight to the ranks: the children of the mpirun this test started.
+mpirun_pid=$(pgrep -P $SERVER -x mpirun)
+ranks=$([ -n "$mpirun_pid" ] && pgrep -P "$mpirun_pid" -x tpserve)
+[ $(echo $ranks | wc -w) -eq 2 ] && kill -TERM $ranks
 rc=0
 wait $SERVER || rc=$?
-[ $rc -eq 0 ] && grep -q "drained" "$WORK/server.log" && ok "SIGTERM drains, every rank exits 0" || bad "shutdown rc=$rc: $(tail -5 "$WORK/server.log")"
+[ $(echo $ranks | wc -w) -eq 2 ] && [ $rc -eq 0 ] && grep -q "drained" "$WORK/server.log" \
+  && ok "SIGTERM drains, every rank exits 0" || bad "shutdown (ranks: $ranks) rc=$rc: $(tail -5 "$WORK/server.log")"
 
 finish

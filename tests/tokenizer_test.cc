@@ -4,7 +4,6 @@
 #include "coordinator/text/tokenizer.h"
 
 #include <algorithm>
-#include <ctime>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -123,21 +122,24 @@ TEST_P(FixtureTest, MetadataMatchesReference) {
   EXPECT_FALSE(tokenizer_->TokenToId("no such token in any vocab").has_value());
 }
 
-// Encoding 1 MB must stay well under a second of CPU time (RelWithDebInfo build; CPU
-// time rather than wall time so that a loaded CI machine does not fail the test).
-TEST_P(FixtureTest, EncodesOneMegabyteQuickly) {
+// 1 MB encodes (no clock: the speed is bench/coordinator_bench's to print). The size is
+// the guard against a superlinear encoder: a merge loop or regex scan that restarts from
+// the start of the text would take ~n^2/2 = 5e11 steps here (Gemma's tokenizer, which does
+// not split on spaces, merges the whole megabyte as one sequence), which is past ctest's
+// TIMEOUT (300 s, tests/CMakeLists.txt) even at a step per nanosecond; the linear encoder
+// takes 0.1-0.2 s per family.
+TEST_P(FixtureTest, EncodesOneMegabyte) {
   std::string text;
   while (text.size() < (1 << 20)) {
     for (const Json& sample : reference_["samples"])
       text += sample["text"].get<std::string>() + " ";
   }
-  const std::clock_t start = std::clock();
   const std::vector<int32_t> ids = tokenizer_->Encode(text, false);
-  const double seconds = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
-  std::printf("%s: encoded %zu bytes into %zu tokens in %.3f s CPU\n", GetParam().c_str(),
-              text.size(), ids.size(), seconds);
-  EXPECT_LT(seconds, 1.0);
   EXPECT_GT(ids.size(), text.size() / 16);
+  for (int32_t id : ids) {
+    ASSERT_GE(id, 0);
+    ASSERT_LT(id, tokenizer_->vocab_size());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FixtureTest,

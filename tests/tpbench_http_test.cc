@@ -61,6 +61,33 @@ enum class End {
   kStall,  // nothing more for 2 s (or until the test ends), then a clean end
 };
 
+// A loopback port where connections are refused: a socket bound to a free port (port 0)
+// that never listens. No other process can take the port while it is held, so this is no
+// guess that some fixed port is unused.
+class RefusingPort {
+ public:
+  RefusingPort() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port_ = ntohs(addr.sin_port);
+    }
+  }
+  ~RefusingPort() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RefusingPort(const RefusingPort&) = delete;
+  RefusingPort& operator=(const RefusingPort&) = delete;
+  int port() const { return port_; }  // 0 if the socket could not be bound
+
+ private:
+  int fd_;
+  int port_ = 0;
+};
+
 struct Script {
   int status = 200;
   std::string error_body{};           // the body when status != 200
@@ -197,9 +224,17 @@ TEST_F(OpenAiTargetTest, CompletionsStreamTimesEveryChunk) {
   EXPECT_GT(out.ttft_ms, 0);
   EXPECT_GE(out.latency_ms, out.ttft_ms);
   ASSERT_EQ(out.itl_ms.size(), kTokens - 1u);
-  // The server waits kGap before each piece; a loaded machine may deliver one late and
-  // the next on time, so allow half of it. No upper bounds: CI machines stall.
-  for (double itl : out.itl_ms) EXPECT_GE(itl, absl::ToDoubleMilliseconds(kGap) / 2);
+  // No speed assumed: single gaps may shrink on the way (a late chunk, then one on time),
+  // but the server waits kGap before each chunk after the first, so the last token comes
+  // at least (kTokens - 1) * kGap after the request was sent, and TTFT plus the ITLs is
+  // that time exactly (1 us allowed for summing doubles).
+  double last_token_ms = out.ttft_ms;
+  for (double itl : out.itl_ms) {
+    EXPECT_GE(itl, 0);
+    last_token_ms += itl;
+  }
+  EXPECT_GE(last_token_ms, (kTokens - 1) * absl::ToDoubleMilliseconds(kGap) - 1e-3);
+  EXPECT_LE(last_token_ms, out.latency_ms + 1e-3);
 
   Received r = last_received();
   EXPECT_EQ(r.path, "/v1/completions");
@@ -222,8 +257,10 @@ TEST_F(OpenAiTargetTest, InfoReadsTheModelList) {
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->model, "fake-model") << "the requested model, not the first listed";
   EXPECT_EQ(info->max_model_len, 4096);
+  RefusingPort refusing;
+  ASSERT_GT(refusing.port(), 0);
   OpenAiTargetOptions dead = Options();
-  dead.base_url = "http://127.0.0.1:1/v1";
+  dead.base_url = "http://127.0.0.1:" + std::to_string(refusing.port()) + "/v1";
   absl::StatusOr<ServerInfo> none = (*MakeOpenAiTarget(dead))->Info();
   EXPECT_FALSE(none.ok());
   EXPECT_THAT(std::string(none.status().message()), HasSubstr("/v1/models"));
@@ -260,8 +297,8 @@ TEST_F(OpenAiTargetTest, ChatRoleOnlyDeltaIsNotAToken) {
   EXPECT_EQ(out.completion_tokens, 3);
   EXPECT_EQ(out.prompt_tokens, 12);
   EXPECT_EQ(out.finish_reason, "stop");
-  // The first token came one gap after the role-only chunk.
-  EXPECT_GE(out.ttft_ms, absl::ToDoubleMilliseconds(kGap) / 2);
+  // The first token came one gap after the role-only chunk (a bound no delay can break).
+  EXPECT_GE(out.ttft_ms, absl::ToDoubleMilliseconds(kGap) - 1e-3);
   EXPECT_EQ(out.itl_ms.size(), 2u);
 
   Received r = last_received();
@@ -439,22 +476,13 @@ TEST_F(OpenAiTargetTest, StallPastTheTimeoutTimesOut) {
 }
 
 TEST_F(OpenAiTargetTest, RefusedConnectionNamesTheUrl) {
-  // A bound socket that never listens: connecting to its port is refused, and no other
-  // process can take the port while we hold it.
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const std::string base = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + "/v1";
+  RefusingPort refusing;
+  ASSERT_GT(refusing.port(), 0);
+  const std::string base = "http://127.0.0.1:" + std::to_string(refusing.port()) + "/v1";
 
   OpenAiTargetOptions options;
   options.base_url = base;
   RequestOutcome out = Send(options, Request(), absl::Seconds(10));
-  ::close(fd);
   EXPECT_FALSE(out.success);
   EXPECT_FALSE(out.timeout);
   EXPECT_THAT(out.error, StartsWith("cannot connect to " + base + "/completions: "));

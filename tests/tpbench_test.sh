@@ -3,25 +3,25 @@
 # the built-in tiny model, benchmarked over gRPC (token-id prompts), over HTTP
 # completions and over HTTP chat; records checked line by line; faults (unreachable
 # target, timeouts, bad flags) become error records or clear messages; `tpbench report`
-# renders the runs. Usage: tpbench_test.sh TPSERVE TPBENCH FIXTURES_DIR (run by ctest)
+# renders the runs. The server binds free ports (port 0) and names them in --port-file.
+# Usage: tpbench_test.sh TPSERVE TPBENCH FIXTURES_DIR (run by ctest)
 set -u
 TPSERVE=$1
 TPBENCH=$2
 FIX=$3
 source "$(dirname "$0")/harness.sh"
 TOK="$FIX/tokenizers/gemma/tokenizer.json"
-HTTP=$((20000 + RANDOM % 20000))
-GRPC=$((HTTP + 1))
-cleanup() { pkill -KILL -f "^$TPSERVE serve" 2>/dev/null; rm -rf "$WORK"; }
-trap cleanup EXIT
 # jq is not required: python-free checks with grep/awk on the one-object-per-line records.
 count() { grep -c "$1" "$2" 2>/dev/null || true; }
 
-timeout 600 "${MPIRUN[@]}" -np 2 "$TPSERVE" serve --model gemma-4-tiny \
-  --load-format dummy --tokenizer "$TOK" --host 127.0.0.1 --http-port $HTTP --grpc-port $GRPC \
-  --kv-cache-memory 128MiB --max-num-seqs 8 >"$WORK/server.log" 2>&1 &
+# timeout: a hang guard (ctest's TIMEOUT is 600 s too).
+setsid timeout -k 10 600 "${MPIRUN[@]}" -np 2 "$TPSERVE" serve --model gemma-4-tiny \
+  --load-format dummy --tokenizer "$TOK" --host 127.0.0.1 --http-port 0 --grpc-port 0 \
+  --port-file "$WORK/ports.json" --kv-cache-memory 128MiB --max-num-seqs 8 >"$WORK/server.log" 2>&1 &
 SERVER=$!
-wait_healthy $HTTP || { bad "server not ready: $(cat "$WORK/server.log")"; exit 1; }
+SESSIONS+=("$SERVER")
+wait_ports "$WORK/ports.json" $SERVER || { bad "no port file: $(cat "$WORK/server.log")"; finish; exit 1; }
+wait_healthy $HTTP || { bad "server not ready: $(cat "$WORK/server.log")"; finish; exit 1; }
 
 COMMON=(--tokenizer "$TOK" --input-len 16 --output-len 8 --ignore-eos --concurrency 1,2 --rounds 2
         --warmup 1 --timeout 60 --progress=false --num-prompts 8)
@@ -78,7 +78,8 @@ if "$TPBENCH" run --target "http://127.0.0.1:$HTTP/v1" --api chat "${COMMON[@]}"
 rc=$?
 [ $rc = 0 ] && [ "$(count '"timeout":true' "$WORK/timeout/requests.jsonl")" = 3 ] \
   && ok "timeouts are records with timeout=true; the run completes" || bad "timeout run rc=$rc: $(head -2 "$WORK/timeout/requests.jsonl")"
-DEAD=$((HTTP + 2))
+# Port 0: nothing can listen there, so every connection is refused (no guessed free port).
+DEAD=0
 "$TPBENCH" run --target "http://127.0.0.1:$DEAD/v1" --input-len 4 --output-len 4 --concurrency 1 --rounds 2 \
   --progress=false --out "$WORK/dead" >"$WORK/dead.out" 2>&1
 rc=$?
@@ -102,6 +103,9 @@ grep -q "TTFT" "$WORK/report/report.md" && grep -q "Groq" "$WORK/report/report.m
 grep -q "(no GPU)" "$WORK/report/report.md" && grep -q "Server memory (rank 0 peak RSS) | [1-9]" "$WORK/report/report.md" \
   && ok "report: the CPU device and the server's peak memory" || bad "report environment: $(grep -n "Device\|memory" "$WORK/report/report.md")"
 
-pkill -TERM -f "^$TPSERVE serve"
-wait $SERVER
+# SIGUSR1 to the mpirun this test started: mpirun forwards it to every rank, which drains.
+kill -USR1 "$(pgrep -P $SERVER -x mpirun)"
+rc=0
+wait $SERVER || rc=$?
+[ $rc -eq 0 ] && ok "the server drains and exits 0" || bad "server exit $rc: $(tail -5 "$WORK/server.log")"
 finish

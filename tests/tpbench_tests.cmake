@@ -1,6 +1,7 @@
 # tpbench end to end against `tpserve serve` (2 ranks under mpirun): gRPC, HTTP, faults,
-# report. Needs the serving build (gRPC, httplib) and libcurl.
-if(TARGET tpbench AND TARGET tpserve AND MPIEXEC_EXECUTABLE)
+# report. Needs MPI, the serving build (gRPC, httplib: TPSERVE_HAVE_SERVING) and libcurl
+# (the tpbench executable exists where bench/tpbench found it).
+if(MPI_CXX_FOUND AND TPSERVE_HAVE_SERVING AND TARGET tpbench)
   add_test(NAME tpbench_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tpbench_test.sh $<TARGET_FILE:tpserve>
            $<TARGET_FILE:tpbench> ${TPSERVE_FIXTURES})
   set_tests_properties(tpbench_test PROPERTIES TIMEOUT 600 LABELS mpi RUN_SERIAL TRUE)
