@@ -13,10 +13,11 @@ LAUNCHER=$3
 source "$(dirname "$0")/harness.sh"
 TOK="$FIX/tokenizers/gemma/tokenizer.json"
 MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu)
-# --shutdown-timeout. Three 4000-token streams, one at a time (--max-num-seqs 1), are 12000
-# decode steps: far longer than the drain even at 1000 steps/s, so the drain runs to its end.
-DRAIN_S=5
-STREAMS=3
+# --shutdown-timeout. Eight 4000-token streams, one at a time (--max-num-seqs 1), are 32000
+# decode steps: longer than the 3 s drain below 10,000 steps/s (the tiny model ran about
+# 2,400 a second at 2 ranks on the 2-core CI machine, 2026-12-01), so the drain runs to its end.
+DRAIN_S=3
+STREAMS=8
 # The launcher runs in a process group of its own (job control, below); it starts mpirun in
 # a session of its own (setsid), which the ranks stay in. Cleanup ends that group and the
 # mpirun sessions (harness.sh SESSIONS), nothing else.
@@ -119,7 +120,7 @@ drain_case() {
   done
   [ $ended -eq $STREAMS ] && ok "$name: all $STREAMS streams (running and queued) end with a reason and [DONE]" \
     || bad "$name: only $ended/$STREAMS streams ended with a reason"
-  # 12000 tokens one stream at a time outlast any drain: --shutdown-timeout must cut some.
+  # 32000 tokens one stream at a time outlast the drain: --shutdown-timeout must cut some.
   [ $cut -ge 1 ] && ok "$name: --shutdown-timeout cut $cut of $STREAMS streams" \
     || bad "$name: no stream was cut by --shutdown-timeout"
   grep -q "SIGUSR1: draining" "$log" && grep -q "drained; shutting down" "$log" \
