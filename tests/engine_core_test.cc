@@ -25,31 +25,6 @@ std::vector<int32_t> Prompt(int i, int len) {
   return p;
 }
 
-// Loads `fixture` on `tp` thread-ranks and runs `body(model, exec)` on rank 0.
-void WithModel(const std::string& fixture, int tp, int64_t kv_blocks,
-               const std::function<void(Model&, StepExecutor&)>& body, int32_t block_size = 16) {
-  testing::RunThreads(tp, [&](Communicator& comm) {
-    const std::string dir = testing::FixtureDir(fixture);
-    auto config = LoadModelConfig(dir);
-    ASSERT_TRUE(config.ok()) << config.status();
-    auto source = OpenCheckpointSource(dir);
-    ASSERT_TRUE(source.ok()) << source.status();
-    auto backend = MakeCpuBackend(BackendOptions{.threads = 1});
-    ModelOptions mo;
-    mo.block_size = block_size;
-    auto model = Model::Load(*config, **source, *backend, comm, mo);
-    ASSERT_TRUE(model.ok()) << model.status();
-    ASSERT_TRUE((*model)->AllocateKvCache(kv_blocks).ok());
-    if (comm.rank() != 0) {
-      ASSERT_TRUE(RunWorkerLoop(**model, comm).ok());
-      return;
-    }
-    StepExecutor exec(**model, comm);
-    body(**model, exec);
-    exec.Shutdown();
-  });
-}
-
 SamplingParams Seeded(uint64_t seed) {
   SamplingParams p;
   p.temperature = 1.0f;  // the tiny models' flat distributions make every draw count
@@ -65,7 +40,7 @@ SamplingParams Seeded(uint64_t seed) {
 // The probe request's tokens when it runs with `others` other seeded requests.
 std::vector<int32_t> ProbeTokens(const std::string& fixture, int tp, int others) {
   std::vector<int32_t> tokens;
-  WithModel(fixture, tp, 256, [&](Model& model, StepExecutor& exec) {
+  testing::WithFixtureModel(fixture, tp, 256, [&](Model& model, StepExecutor& exec) {
     EngineCore core(exec, SchedulerConfigFor(model, 64, 256));
     ASSERT_TRUE(core.AddRequest("probe", Prompt(0, 9), Seeded(2024), absl::Now()).ok());
     for (int i = 0; i < others; ++i) {
@@ -94,7 +69,7 @@ TEST(EngineCoreTest, SeededSamplingIsTheSameAtTp1AndTp2AndAtBatch1And32) {
 }
 
 TEST(EngineCoreTest, DifferentSeedsDrawDifferentTokens) {
-  WithModel("qwen3", 1, 64, [&](Model& model, StepExecutor& exec) {
+  testing::WithFixtureModel("qwen3", 1, 64, [&](Model& model, StepExecutor& exec) {
     EngineCore core(exec, SchedulerConfigFor(model, 8, 256));
     auto a = GenerateOffline(core, {Prompt(0, 9)}, Seeded(1));
     auto b = GenerateOffline(core, {Prompt(0, 9)}, Seeded(2));
@@ -110,7 +85,7 @@ TEST(EngineCoreTest, GreedyEqualsTransformersUnderPreemptionAndChunking) {
   for (const std::string fixture : {"gemma4_text", "llama3"}) {
     for (int tp : {1, 2}) {
       const testing::Reference ref = testing::LoadReference(fixture);
-      WithModel(fixture, tp, 64, [&](Model& model, StepExecutor& exec) {
+      testing::WithFixtureModel(fixture, tp, 64, [&](Model& model, StepExecutor& exec) {
         testing::OfflineOptions o;
         o.max_num_batched_tokens = 5;
         o.scramble_blocks = true;
@@ -135,7 +110,7 @@ TEST(EngineCoreTest, GreedyEqualsTransformersUnderPreemptionAndChunking) {
 }
 
 TEST(EngineCoreTest, AbortsRejectionsAndStopsEndRequestsWithAReason) {
-  WithModel("qwen3", 2, 16, [&](Model& model, StepExecutor& exec) {
+  testing::WithFixtureModel("qwen3", 2, 16, [&](Model& model, StepExecutor& exec) {
     SchedulerConfig sc = SchedulerConfigFor(model, 8, 64);
     EngineCore core(exec, sc);
     SamplingParams greedy;

@@ -1,12 +1,18 @@
-// Greedy offline generation through the engine core, as `tpserve generate` runs it, for
-// the tests that compare a model with transformers (tests/model_test.cc and friends).
+// Greedy offline generation through the engine core, as `tpserve generate` runs it, and a
+// fixture model on thread ranks, for the tests that run the engine on real checkpoints
+// (tests/model_test.cc, tests/engine_core_test.cc, tests/serving_engine_test.cc and friends).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "coordinator/engine/offline.h"
+#include "tests/tp_harness.h"
+#include "worker/backend.h"
+#include "worker/weight_source.h"
 
 namespace tpserve::testing {
 
@@ -18,6 +24,31 @@ struct OfflineOptions {
   // Fewer KV blocks per group than the model has (0: all): forces preemption.
   int64_t kv_blocks = 0;
 };
+
+// Loads `fixture` on `tp` thread-ranks and runs `body(model, exec)` on rank 0.
+inline void WithFixtureModel(const std::string& fixture, int tp, int64_t kv_blocks,
+               const std::function<void(Model&, StepExecutor&)>& body, int32_t block_size = 16) {
+  RunThreads(tp, [&](Communicator& comm) {
+    const std::string dir = FixtureDir(fixture);
+    auto config = LoadModelConfig(dir);
+    ASSERT_TRUE(config.ok()) << config.status();
+    auto source = OpenCheckpointSource(dir);
+    ASSERT_TRUE(source.ok()) << source.status();
+    auto backend = MakeCpuBackend(BackendOptions{.threads = 1});
+    ModelOptions mo;
+    mo.block_size = block_size;
+    auto model = Model::Load(*config, **source, *backend, comm, mo);
+    ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_TRUE((*model)->AllocateKvCache(kv_blocks).ok());
+    if (comm.rank() != 0) {
+      ASSERT_TRUE(RunWorkerLoop(**model, comm).ok());
+      return;
+    }
+    StepExecutor exec(**model, comm);
+    body(**model, exec);
+    exec.Shutdown();
+  });
+}
 
 // Greedy tokens with every step's logits, EOS ignored, `max_tokens` per prompt.
 inline absl::StatusOr<OfflineResult> GreedyGenerate(Model& model, StepExecutor& exec,

@@ -56,23 +56,9 @@ void WithEngine(int64_t kv_blocks, int32_t max_num_seqs, int32_t max_queue,
                 std::function<void(const EngineStepStats&)> on_step = nullptr) {
   auto tok = Tokenizer::FromFile(std::string(TPSERVE_FIXTURES) + "/tokenizers/gemma/tokenizer.json");
   ASSERT_TRUE(tok.ok()) << tok.status();
-  testing::RunThreads(kTp, [&](Communicator& comm) {
-    const std::string dir = testing::FixtureDir("gemma4_text");
-    auto config = LoadModelConfig(dir);
-    ASSERT_TRUE(config.ok());
-    auto source = OpenCheckpointSource(dir);
-    ASSERT_TRUE(source.ok());
-    auto backend = MakeCpuBackend(BackendOptions{.threads = 1});
-    auto model = Model::Load(*config, **source, *backend, comm, ModelOptions{});
-    ASSERT_TRUE(model.ok()) << model.status();
-    ASSERT_TRUE((*model)->AllocateKvCache(kv_blocks).ok());
-    if (comm.rank() != 0) {
-      ASSERT_TRUE(RunWorkerLoop(**model, comm).ok());
-      return;
-    }
-    StepExecutor exec(**model, comm);
+  testing::WithFixtureModel("gemma4_text", kTp, kv_blocks, [&](Model& model, StepExecutor& exec) {
     ServingConfig sc;
-    sc.scheduler = SchedulerConfigFor(**model, max_num_seqs, /*max_num_batched_tokens=*/64, /*max_model_len=*/256);
+    sc.scheduler = SchedulerConfigFor(model, max_num_seqs, /*max_num_batched_tokens=*/64, /*max_model_len=*/256);
     sc.max_queue = max_queue;
     sc.on_step = on_step;
     ModelInfo info;
@@ -84,14 +70,13 @@ void WithEngine(int64_t kv_blocks, int32_t max_num_seqs, int32_t max_queue,
       // Offline generation shares the executor, so it runs between engine steps only
       // when the engine is idle: tests call it before submitting.
       std::lock_guard<std::mutex> lock(offline_mu);
-      auto out = testing::GreedyGenerate(**model, exec, {prompt}, max_tokens);
+      auto out = testing::GreedyGenerate(model, exec, {prompt}, max_tokens);
       EXPECT_TRUE(out.ok()) << out.status();
       return out.ok() ? out->outputs[0].output_ids : std::vector<int32_t>{};
     };
     body(engine, offline);
     engine.Shutdown(absl::Seconds(30));
     loop.join();
-    exec.Shutdown();
   });
 }
 

@@ -44,6 +44,27 @@ bool GetRows(const int32_t*& p, const int32_t* end, std::vector<RowSampling>& ro
   return true;
 }
 
+// The sampling rows, their penalty entries and return_logits: the tail of both messages.
+void PutSampling(std::vector<int32_t>& w, const std::vector<RowSampling>& rows, const std::vector<int32_t>& offsets,
+                 const std::vector<int32_t>& tokens, const std::vector<int32_t>& counts, bool return_logits) {
+  PutRows(w, rows);
+  PutVec(w, offsets);
+  PutVec(w, tokens);
+  PutVec(w, counts);
+  w.push_back(return_logits ? 1 : 0);
+}
+
+// Reads the tail PutSampling wrote, which must end the message.
+bool GetSampling(const int32_t*& p, const int32_t* end, std::vector<RowSampling>& rows, std::vector<int32_t>& offsets,
+                 std::vector<int32_t>& tokens, std::vector<int32_t>& counts, bool& return_logits) {
+  if (!GetRows(p, end, rows) || !GetVec(p, end, offsets) || !GetVec(p, end, tokens) || !GetVec(p, end, counts) ||
+      end - p != 1 || (*p != 0 && *p != 1)) {
+    return false;
+  }
+  return_logits = *p++ == 1;
+  return true;
+}
+
 std::vector<uint8_t> ToBytes(const std::vector<int32_t>& w) {
   std::vector<uint8_t> bytes(w.size() * 4);
   std::memcpy(bytes.data(), w.data(), bytes.size());
@@ -68,11 +89,7 @@ std::vector<uint8_t> StepDelta::Serialize() const {
                         &sampled_rows}) {
     PutVec(w, *v);
   }
-  PutRows(w, sampling);
-  PutVec(w, penalty_offsets);
-  PutVec(w, penalty_tokens);
-  PutVec(w, penalty_counts);
-  w.push_back(return_logits ? 1 : 0);
+  PutSampling(w, sampling, penalty_offsets, penalty_tokens, penalty_counts, return_logits);
   return ToBytes(w);
 }
 
@@ -90,10 +107,10 @@ absl::StatusOr<StepDelta> StepDelta::Deserialize(const std::vector<uint8_t>& byt
                   &d.sampled_rows}) {
     ok = ok && GetVec(p, end, *v);
   }
-  ok = ok && GetRows(p, end, d.sampling) && GetVec(p, end, d.penalty_offsets) && GetVec(p, end, d.penalty_tokens) &&
-       GetVec(p, end, d.penalty_counts) && end - p == 1 && (*p == 0 || *p == 1);
-  if (!ok) return absl::DataLossError("step delta: malformed message");
-  d.return_logits = *p == 1;
+  if (!ok || !GetSampling(p, end, d.sampling, d.penalty_offsets, d.penalty_tokens, d.penalty_counts,
+                          d.return_logits)) {
+    return absl::DataLossError("step delta: malformed message");
+  }
   return d;
 }
 
@@ -112,11 +129,7 @@ std::vector<uint8_t> StepPlan::Serialize() const {
     PutVec(w, g.block_tables);
   }
   PutVec(w, logit_rows);
-  PutRows(w, sampling);
-  PutVec(w, penalty_offsets);
-  PutVec(w, penalty_tokens);
-  PutVec(w, penalty_counts);
-  w.push_back(return_logits ? 1 : 0);
+  PutSampling(w, sampling, penalty_offsets, penalty_tokens, penalty_counts, return_logits);
   return ToBytes(w);
 }
 
@@ -141,14 +154,10 @@ absl::StatusOr<StepPlan> StepPlan::Deserialize(const std::vector<uint8_t>& bytes
     g.max_blocks_per_seq = *p++;
     ok = GetVec(p, end, g.slot_mapping) && GetVec(p, end, g.block_tables);
   }
-  if (!ok || !GetVec(p, end, s.logit_rows) || !GetRows(p, end, s.sampling)) {
+  if (!ok || !GetVec(p, end, s.logit_rows) ||
+      !GetSampling(p, end, s.sampling, s.penalty_offsets, s.penalty_tokens, s.penalty_counts, s.return_logits)) {
     return absl::DataLossError("step plan: malformed message");
   }
-  if (!GetVec(p, end, s.penalty_offsets) || !GetVec(p, end, s.penalty_tokens) || !GetVec(p, end, s.penalty_counts) ||
-      end - p != 1 || (*p != 0 && *p != 1)) {
-    return absl::DataLossError("step plan: malformed message");
-  }
-  s.return_logits = *p++ == 1;
   return s;
 }
 
