@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/engine/offline.h"
+#include "gtest/gtest.h"
 #include "tests/tp_harness.h"
 #include "worker/backend.h"
 #include "worker/weight_source.h"
