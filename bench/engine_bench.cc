@@ -24,6 +24,7 @@
 #include "worker/communicator.h"
 #include "worker/model.h"
 #include "worker/weight_source.h"
+#include "worker/step_executor.h"
 #include "worker/worker_loop.h"
 
 ABSL_FLAG(std::string, model, "gemma-4-1b", "Built-in model (dummy weights): gemma-4-1b, gemma-4-31b, gemma-4-tiny");

@@ -19,6 +19,7 @@
 #include "launch/engine_setup.h"
 #include "nlohmann/json.hpp"
 #include "worker/device.h"
+#include "worker/step_executor.h"
 #include "worker/worker_loop.h"
 
 namespace tpserve::bench {

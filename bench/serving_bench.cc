@@ -25,6 +25,7 @@
 #include "launch/engine_setup.h"
 #include "nlohmann/json.hpp"
 #include "worker/communicator.h"
+#include "worker/step_executor.h"
 #include "worker/worker_loop.h"
 
 ABSL_FLAG(std::string, model, "gemma-4-tiny", "Built-in model (dummy weights): gemma-4-tiny, gemma-4-1b, gemma-4-31b");

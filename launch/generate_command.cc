@@ -12,6 +12,7 @@
 #include "launch/ranks.h"
 #include "coordinator/text/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "worker/step_executor.h"
 #include "worker/worker_loop.h"
 
 namespace tpserve {

@@ -22,6 +22,7 @@
 #include "launch/port_file.h"
 #include "launch/ranks.h"
 #include "worker/device.h"
+#include "worker/step_executor.h"
 #include "worker/worker_loop.h"
 
 namespace tpserve {

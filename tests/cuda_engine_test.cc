@@ -12,6 +12,7 @@
 #include "tests/cuda_test_util.h"
 #include "tests/tp_harness.h"
 #include "worker/device.h"
+#include "worker/step_executor.h"
 #include "worker/worker_loop.h"
 
 namespace tpserve {

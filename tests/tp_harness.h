@@ -12,6 +12,7 @@
 #include "nlohmann/json.hpp"
 #include "worker/communicator.h"
 #include "worker/model.h"
+#include "worker/step_executor.h"
 #include "worker/worker_loop.h"
 
 namespace tpserve::testing {

@@ -1,83 +1,15 @@
-// Lockstep step execution across ranks. Tested by tests/model_test.cc and
-// tests/persistent_batch_test.cc.
+// The worker ranks' loop. Tested by tests/model_test.cc.
 #include "worker/worker_loop.h"
 
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "worker/persistent_batch.h"
 
 namespace tpserve {
-namespace {
-
-PersistentBatch BatchFor(const Model& model) {
-  return PersistentBatch(static_cast<int32_t>(model.num_kv_blocks().size()), model.block_size());
-}
-
-}  // namespace
-
-StepExecutor::StepExecutor(Model& model, Communicator& comm) : model_(model), comm_(comm), batch_(BatchFor(model)) {}
-
-absl::StatusOr<StepOutput> StepExecutor::Run(const StepPlan& plan, StepTimes* times) {
-  auto out = model_.Forward(plan, times);
-  if (!out.ok() && comm_.size() > 1) {
-    // Workers ran (or are running) the same plan; we cannot resynchronize them safely.
-    std::fprintf(stderr, "tpserve: rank 0 step failed: %s\n", std::string(out.status().message()).c_str());
-    comm_.Abort(1);
-  }
-  return out;
-}
-
-absl::StatusOr<StepOutput> StepExecutor::Execute(const StepDelta& delta, StepTimes* times) {
-  if (shut_down_) return absl::FailedPreconditionError("the executor has shut down");
-  TP_RETURN_IF_ERROR(broken_);
-  // Expand and validate on rank 0 before broadcasting, so a bad step is an error here and
-  // never reaches the workers.
-  absl::StatusOr<StepPlan> plan = batch_.Apply(delta);
-  if (plan.ok()) {
-    absl::Status valid = plan->Validate(model_.num_kv_blocks(), model_.block_size());
-    if (valid.ok()) valid = plan->ValidateTokenIds(model_.config().vocab_size);
-    if (!valid.ok()) plan = valid;
-  }
-  if (!plan.ok()) {
-    broken_ = absl::InternalError(absl::StrCat("a step could not be planned; restart the engine: ",
-                                               plan.status().message()));
-    return plan.status();
-  }
-  if (comm_.size() > 1) {
-    std::vector<uint8_t> bytes = delta.Serialize();
-    last_message_bytes_ = static_cast<int64_t>(bytes.size());
-    comm_.BroadcastBytes(bytes, 0);
-  }
-  return Run(*plan, times);
-}
-
-absl::StatusOr<StepOutput> StepExecutor::Execute(const StepPlan& plan, StepTimes* times) {
-  if (shut_down_) return absl::FailedPreconditionError("the executor has shut down");
-  // Validate before broadcasting, so a bad plan is an error on rank 0 and never reaches
-  // the workers.
-  TP_RETURN_IF_ERROR(plan.Validate(model_.num_kv_blocks(), model_.block_size()));
-  TP_RETURN_IF_ERROR(plan.ValidateTokenIds(model_.config().vocab_size));
-  if (comm_.size() > 1) {
-    std::vector<uint8_t> bytes = plan.Serialize();
-    last_message_bytes_ = static_cast<int64_t>(bytes.size());
-    comm_.BroadcastBytes(bytes, 0);
-  }
-  return Run(plan, times);
-}
-
-void StepExecutor::Shutdown() {
-  if (shut_down_) return;
-  shut_down_ = true;
-  if (comm_.size() > 1) {
-    StepPlan p;
-    p.kind = StepPlan::Kind::kShutdown;
-    std::vector<uint8_t> bytes = p.Serialize();
-    comm_.BroadcastBytes(bytes, 0);
-  }
-}
 
 absl::Status RunWorkerLoop(Model& model, Communicator& comm) {
-  PersistentBatch batch = BatchFor(model);
+  PersistentBatch batch(static_cast<int32_t>(model.num_kv_blocks().size()), model.block_size());
   auto fail = [&](const absl::Status& st) {
     std::fprintf(stderr, "tpserve: rank %d: %s\n", comm.rank(), std::string(st.message()).c_str());
     comm.Abort(1);

@@ -18,7 +18,7 @@
 #include "coordinator/engine/request.h"
 #include "coordinator/engine/sampling_params.h"
 #include "coordinator/engine/scheduler.h"
-#include "worker/worker_loop.h"
+#include "worker/step_executor.h"
 
 namespace tpserve {
 

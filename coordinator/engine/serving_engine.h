@@ -21,7 +21,7 @@
 #include "coordinator/engine/engine_core.h"
 #include "coordinator/engine/output_processor.h"
 #include "coordinator/text/tokenizer.h"
-#include "worker/worker_loop.h"
+#include "worker/step_executor.h"
 
 namespace tpserve {
 
