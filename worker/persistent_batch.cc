@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/base.h"
 
 namespace tpserve {
 namespace {
@@ -35,6 +36,12 @@ int32_t PersistentBatch::num_live() const {
 }
 
 absl::StatusOr<StepPlan> PersistentBatch::Apply(const StepDelta& d) {
+  StepPlan plan;
+  TP_RETURN_IF_ERROR(ApplyInto(d, plan));
+  return plan;
+}
+
+absl::Status PersistentBatch::ApplyInto(const StepDelta& d, StepPlan& plan) {
   for (int32_t slot : d.removed_slots) {
     if (absl::Status st = CheckSlot(slot); !st.ok()) return st;
     slots_[slot] = Slot{};
@@ -65,9 +72,10 @@ absl::StatusOr<StepPlan> PersistentBatch::Apply(const StepDelta& d) {
 
   const size_t rows = d.slots.size();
   if (d.starts.size() != rows || d.num_tokens.size() != rows) return Bad("per-row arrays differ in length");
-  StepPlan plan;
+  plan.kind = StepPlan::Kind::kForward;
   plan.num_seqs = static_cast<int32_t>(rows);
   plan.kv.resize(num_groups_);
+  for (KvGroupPlan& k : plan.kv) k.max_blocks_per_seq = 0;
   int64_t tokens = 0;
   for (size_t r = 0; r < rows; ++r) {
     if (absl::Status st = CheckSlot(d.slots[r]); !st.ok()) return st;
@@ -81,11 +89,12 @@ absl::StatusOr<StepPlan> PersistentBatch::Apply(const StepDelta& d) {
   if (tokens != d.num_tokens_total()) return Bad(d.num_tokens_total(), " token ids for ", tokens, " tokens");
   for (KvGroupPlan& k : plan.kv) {
     k.block_tables.assign(rows * static_cast<size_t>(k.max_blocks_per_seq), -1);
-    k.slot_mapping.reserve(tokens);
+    k.slot_mapping.clear();
   }
   plan.token_ids = d.token_ids;
-  plan.positions.reserve(tokens);
-  plan.token_seq.reserve(tokens);
+  plan.positions.clear();
+  plan.token_seq.clear();
+  plan.logit_rows.clear();
   size_t sampled = 0;
   for (size_t r = 0; r < rows; ++r) {
     const Slot& s = slots_[d.slots[r]];
@@ -116,7 +125,7 @@ absl::StatusOr<StepPlan> PersistentBatch::Apply(const StepDelta& d) {
   plan.penalty_tokens = d.penalty_tokens;
   plan.penalty_counts = d.penalty_counts;
   plan.return_logits = d.return_logits;
-  return plan;
+  return absl::OkStatus();
 }
 
 }  // namespace tpserve

@@ -22,6 +22,8 @@ class PersistentBatch {
   // block is missing, an id stream that does not add up) is an error naming what is
   // wrong; the batch may then be partly updated and must not be used again.
   absl::StatusOr<StepPlan> Apply(const StepDelta& delta);
+  // The same into `plan`, whose buffers are reused (no allocation in a steady decode).
+  absl::Status ApplyInto(const StepDelta& delta, StepPlan& plan);
 
   // The slot's table of `group`; empty for a slot not in the batch (tests).
   std::vector<int32_t> Table(int32_t slot, int32_t group) const;

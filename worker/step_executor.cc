@@ -26,23 +26,20 @@ absl::StatusOr<StepOutput> StepExecutor::Execute(const StepDelta& delta, StepTim
   TP_RETURN_IF_ERROR(broken_);
   // Expand and validate on rank 0 before broadcasting, so a bad step is an error here and
   // never reaches the workers.
-  absl::StatusOr<StepPlan> plan = batch_.Apply(delta);
-  if (plan.ok()) {
-    absl::Status valid = plan->Validate(model_.num_kv_blocks(), model_.block_size());
-    if (valid.ok()) valid = plan->ValidateTokenIds(model_.config().vocab_size);
-    if (!valid.ok()) plan = valid;
-  }
-  if (!plan.ok()) {
+  absl::Status planned = batch_.ApplyInto(delta, plan_);
+  if (planned.ok()) planned = plan_.Validate(model_.num_kv_blocks(), model_.block_size());
+  if (planned.ok()) planned = plan_.ValidateTokenIds(model_.config().vocab_size);
+  if (!planned.ok()) {
     broken_ = absl::InternalError(absl::StrCat("a step could not be planned; restart the engine: ",
-                                               plan.status().message()));
-    return plan.status();
+                                               planned.message()));
+    return planned;
   }
   if (comm_.size() > 1) {
     std::vector<uint8_t> bytes = delta.Serialize();
     last_message_bytes_ = static_cast<int64_t>(bytes.size());
     comm_.BroadcastBytes(bytes, 0);
   }
-  return Run(*plan, times);
+  return Run(plan_, times);
 }
 
 absl::StatusOr<StepOutput> StepExecutor::Execute(const StepPlan& plan, StepTimes* times) {

@@ -34,6 +34,7 @@ class StepExecutor {
   Model& model_;
   Communicator& comm_;
   PersistentBatch batch_;
+  StepPlan plan_;  // the last delta expanded (buffers reused step to step)
   bool shut_down_ = false;
   absl::Status broken_;  // a delta rank 0 could not apply: the batches may differ
   int64_t last_message_bytes_ = 0;

@@ -14,17 +14,21 @@ absl::Status RunWorkerLoop(Model& model, Communicator& comm) {
     std::fprintf(stderr, "tpserve: rank %d: %s\n", comm.rank(), std::string(st.message()).c_str());
     comm.Abort(1);
   };
+  StepPlan expanded;  // deltas expand here, its buffers reused step to step
   while (true) {
     std::vector<uint8_t> bytes;
     comm.BroadcastBytes(bytes, 0);
-    absl::StatusOr<StepPlan> plan;
+    const StepPlan* plan = &expanded;
+    absl::StatusOr<StepPlan> whole;
     if (StepMessageKind(bytes) == static_cast<int32_t>(StepPlan::Kind::kDelta)) {
       absl::StatusOr<StepDelta> delta = StepDelta::Deserialize(bytes);
-      plan = delta.ok() ? batch.Apply(*delta) : delta.status();
+      absl::Status st = delta.ok() ? batch.ApplyInto(*delta, expanded) : delta.status();
+      if (!st.ok()) fail(st);
     } else {
-      plan = StepPlan::Deserialize(bytes);
+      whole = StepPlan::Deserialize(bytes);
+      if (!whole.ok()) fail(whole.status());
+      plan = &*whole;
     }
-    if (!plan.ok()) fail(plan.status());
     if (plan->kind == StepPlan::Kind::kShutdown) return absl::OkStatus();
     auto out = model.Forward(*plan, nullptr);
     if (!out.ok()) fail(absl::InternalError(absl::StrCat("step failed: ", out.status().message())));
