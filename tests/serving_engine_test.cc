@@ -5,6 +5,7 @@
 // per-step stats report KV occupancy and the time split.
 #include "coordinator/engine/serving_engine.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -189,6 +190,28 @@ TEST(ServingEngine, SeededSamplingIsReproducibleAndStopStringsEndOutput) {
       return Drain(**s);
     }();
     ASSERT_GE(g.text.size(), 4u) << "the fixture's greedy text is too short for this test";
+    // A stop token id ends the output with its token id but without its text: the text is
+    // what the tokens before it make, held-back text included. The stop id: the first
+    // greedy token not seen before it, on the first prompt that has one.
+    bool checked = false;
+    for (int prompt = 4; prompt < 12 && !checked; ++prompt) {
+      Collected greedy = Drain(**engine.Submit(Greedy("greedy", Prompt(prompt, 10), 10)));
+      size_t k = 1;
+      while (k < greedy.ids.size() &&
+             std::find(greedy.ids.begin(), greedy.ids.begin() + k, greedy.ids[k]) != greedy.ids.begin() + k) {
+        ++k;
+      }
+      if (k == greedy.ids.size()) continue;
+      const Collected before = Drain(**engine.Submit(Greedy("before", Prompt(prompt, 10), static_cast<int>(k))));
+      ServeRequest stop_id = Greedy("stop_id", Prompt(prompt, 10), 10);
+      stop_id.params.stop_token_ids = {greedy.ids[k]};
+      Collected c = Drain(**engine.Submit(stop_id));
+      EXPECT_EQ(c.finish, FinishReason::kStop);
+      EXPECT_EQ(c.ids, std::vector<int32_t>(greedy.ids.begin(), greedy.ids.begin() + k + 1));
+      EXPECT_EQ(c.text, before.text);
+      checked = true;
+    }
+    EXPECT_TRUE(checked) << "no prompt gave a greedy output with two distinct tokens";
     const int64_t generated_before = engine.Stats().generation_tokens;
     ServeRequest r = Greedy("stop", Prompt(4, 10), 200);
     r.params.stop = {g.text.substr(2, 2)};

@@ -7,19 +7,18 @@
 namespace tpserve {
 
 struct OutputProcessor::State {
-  State(const Tokenizer& tokenizer, const SamplingParams& params, absl::Span<const int32_t> eos)
-      : decoder(tokenizer, /*skip_special_tokens=*/true), stop(params, eos) {}
+  State(const Tokenizer& tokenizer, const SamplingParams& params)
+      : decoder(tokenizer, /*skip_special_tokens=*/true), stop(params) {}
   std::string request_id;
   std::shared_ptr<RequestStream> stream;
   IncrementalDecoder decoder;
-  StopChecker stop;  // stop strings, and the same token-level rules the engine applies
+  StopChecker stop;  // stop strings
   int32_t num_prompt_tokens = 0;
   bool done = false;  // the final event was sent
 };
 
-OutputProcessor::OutputProcessor(const Tokenizer& tokenizer, std::vector<int32_t> eos_token_ids,
-                                 std::function<void(const std::string&)> abort)
-    : tokenizer_(tokenizer), eos_token_ids_(std::move(eos_token_ids)), abort_(std::move(abort)) {
+OutputProcessor::OutputProcessor(const Tokenizer& tokenizer, std::function<void(const std::string&)> abort)
+    : tokenizer_(tokenizer), abort_(std::move(abort)) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -27,7 +26,7 @@ OutputProcessor::~OutputProcessor() { Close(); }
 
 void OutputProcessor::Add(const std::string& request_id, std::shared_ptr<RequestStream> stream,
                           const SamplingParams& params, int32_t num_prompt_tokens) {
-  auto state = std::make_shared<State>(tokenizer_, params, eos_token_ids_);
+  auto state = std::make_shared<State>(tokenizer_, params);
   state->request_id = request_id;
   state->stream = std::move(stream);
   state->num_prompt_tokens = num_prompt_tokens;
@@ -85,26 +84,25 @@ void OutputProcessor::Handle(EngineOutput& o) {
     e.completion_tokens = o.num_output_tokens;
     e.timings = o.timings;
     FinishReason finish = FinishReason::kNone;
-    // Each new token through the decoder and the stop checker; a stop string (or a stop
-    // token the engine also saw) ends the stream here.
+    // Each new token through the decoder and the stop strings. A token the engine stopped
+    // on (a stop token id or EOS: the last of an output that ends with kStop) is not
+    // emitted as text; a stop string ends the stream here.
     for (size_t i = 0; i < o.token_ids.size() && finish == FinishReason::kNone; ++i) {
       const int32_t id = o.token_ids[i];
       e.token_ids.push_back(id);
       if (i < o.logprobs.size()) e.logprobs.push_back(std::move(o.logprobs[i]));
       const std::string delta = s.decoder.Push(id);
-      StopUpdate u = s.stop.Push(id, delta);
+      if (o.finish == FinishReason::kStop && i + 1 == o.token_ids.size()) continue;
+      StopUpdate u = s.stop.Push(delta);
       e.text += u.text;
       finish = u.finish_reason;
     }
     if (finish == FinishReason::kNone && o.finish != FinishReason::kNone) {
-      // Ended by the engine: cancelled, failed, or (with a rule the checker shares) EOS,
-      // a stop token or max_tokens. Held-back text goes out, except after an error.
+      // Ended by the engine: a stop token, max_tokens, a cancel or a failure. Held-back
+      // text goes out, except after an error.
       finish = o.finish;
       e.error = o.error;
-      if (finish != FinishReason::kError) {
-        e.text += s.stop.Flush();
-        e.text += s.decoder.Flush();
-      }
+      if (finish != FinishReason::kError) e.text += s.stop.Flush();
     }
     e.finish = finish;
     s.done = finish != FinishReason::kNone;

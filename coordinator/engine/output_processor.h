@@ -29,8 +29,7 @@ class OutputProcessor {
  public:
   // `abort` is called (on this processor's thread) with the id of a request whose stop
   // string matched while the engine may still be running it.
-  OutputProcessor(const Tokenizer& tokenizer, std::vector<int32_t> eos_token_ids,
-                  std::function<void(const std::string&)> abort);
+  OutputProcessor(const Tokenizer& tokenizer, std::function<void(const std::string&)> abort);
   ~OutputProcessor();  // Close()s
 
   // Engine thread. Add() before any output of the request; outputs in step order.
@@ -47,7 +46,6 @@ class OutputProcessor {
   void Handle(EngineOutput& o);
 
   const Tokenizer& tokenizer_;
-  const std::vector<int32_t> eos_token_ids_;
   const std::function<void(const std::string&)> abort_;
 
   std::mutex mu_;

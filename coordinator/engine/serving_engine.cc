@@ -22,8 +22,7 @@ ServingEngine::ServingEngine(StepExecutor& executor, const Tokenizer& tokenizer,
     : config_(std::move(config)),
       info_(std::move(info)),
       core_(executor, config_.scheduler, config_.seed),
-      outputs_(tokenizer, config_.scheduler.eos_token_ids,
-               [inbox = inbox_](const std::string& id) { inbox->Abort(id); }) {}
+      outputs_(tokenizer, [inbox = inbox_](const std::string& id) { inbox->Abort(id); }) {}
 
 ServingEngine::~ServingEngine() { outputs_.Close(); }
 
