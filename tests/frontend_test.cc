@@ -8,7 +8,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "google/protobuf/descriptor.pb.h"
 #include "launch/client_command.h"
+#include "proto/reflection_client.pb.h"
 #include "tests/frontend_fixture.h"
 
 namespace tpserve {
@@ -221,6 +223,46 @@ TEST_F(FrontendTest, GrpcHealthFollowsReady) {
   EXPECT_EQ(HealthStatus("tpserve.v1.TpServe"), HealthCheckResponse::NOT_SERVING);
   engine_->SetReady(true);
   EXPECT_TRUE(Eventually([&] { return HealthStatus("") == HealthCheckResponse::SERVING; }));
+}
+
+// Server reflection, as grpcurl uses it: `list` names the services, `describe` gets the
+// file that defines a symbol, with no .proto on the client's side.
+TEST_F(FrontendTest, GrpcServerReflectionListsAndDescribesTheServices) {
+  StartServers();
+  namespace reflection = tpserve::testing::reflection;
+  using Stream = grpc::ClientReaderWriter<reflection::ServerReflectionRequest, reflection::ServerReflectionResponse>;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  // What a generated stub does, by the method's path (the messages' package is ours).
+  const grpc::internal::RpcMethod method("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                                         grpc::internal::RpcMethod::BIDI_STREAMING, channel_);
+  std::unique_ptr<Stream> stream(grpc::internal::ClientReaderWriterFactory<
+                                 reflection::ServerReflectionRequest,
+                                 reflection::ServerReflectionResponse>::Create(channel_.get(), method, &context));
+  reflection::ServerReflectionRequest list;
+  list.set_list_services("");
+  ASSERT_TRUE(stream->Write(list));
+  reflection::ServerReflectionResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  std::vector<std::string> services;
+  for (const auto& s : response.list_services_response().service()) services.push_back(s.name());
+  EXPECT_THAT(services, ::testing::IsSupersetOf({"tpserve.v1.TpServe", "grpc.health.v1.Health"}));
+
+  reflection::ServerReflectionRequest describe;
+  describe.set_file_containing_symbol("tpserve.v1.TpServe");
+  ASSERT_TRUE(stream->Write(describe));
+  ASSERT_TRUE(stream->Read(&response));
+  ASSERT_GE(response.file_descriptor_response().file_descriptor_proto_size(), 1) << response.DebugString();
+  google::protobuf::FileDescriptorProto file;
+  ASSERT_TRUE(file.ParseFromString(response.file_descriptor_response().file_descriptor_proto(0)));
+  EXPECT_EQ(file.package(), "tpserve.v1");
+  std::vector<std::string> methods;
+  for (const auto& service : file.service()) {
+    for (const auto& m : service.method()) methods.push_back(m.name());
+  }
+  EXPECT_THAT(methods, ::testing::IsSupersetOf({"Generate", "ModelInfo", "Stats"}));
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
 }
 
 TEST_F(FrontendTest, GrpcHealthStartsNotServingWhileNotReady) {

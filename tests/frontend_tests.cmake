@@ -6,5 +6,6 @@ if(TPSERVE_HAVE_SERVING)
   tp_add_test(metrics_test SOURCES metrics_test.cc LIBS tpserve_frontend GTest::gmock)
   tp_add_test(openai_json_test SOURCES openai_json_test.cc LIBS tpserve_frontend GTest::gmock)
   tp_add_test(frontend_test SOURCES frontend_test.cc frontend_http_test.cc
-              LIBS tpserve_frontend tpserve_client_command tpserve_health_proto PkgConfig::HTTPLIB GTest::gmock)
+              LIBS tpserve_frontend tpserve_client_command tpserve_health_proto tpserve_reflection_client_proto PkgConfig::HTTPLIB
+                   GTest::gmock)
 endif()

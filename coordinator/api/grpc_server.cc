@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/api/grpc_service.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 
 namespace tpserve {
@@ -30,6 +31,9 @@ GrpcServer::~GrpcServer() { Shutdown(); }
 absl::Status GrpcServer::Start() {
   // Process-wide switch, read when the server is built.
   grpc::EnableDefaultHealthCheckService(true);
+  // Server reflection (`grpcurl list`, `grpcurl describe` without the .proto). Calling the
+  // plugin's init also keeps libgrpc++_reflection linked in (it registers itself statically).
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.address, grpc::InsecureServerCredentials(), &port_);
   builder.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
