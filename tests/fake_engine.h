@@ -62,17 +62,9 @@ class FakeEngine : public EngineApi {
   }
 
   absl::StatusOr<std::shared_ptr<RequestStream>> Submit(ServeRequest request) override {
-    const SamplingParams& p = request.params;
     if (!ready_.load()) return absl::UnavailableError("fake engine is not ready");
-    if (p.max_tokens < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("max_tokens must be at least 1, got ", p.max_tokens));
-    }
-    if (p.temperature < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("temperature must be >= 0, got ", p.temperature));
-    }
-    if (!(p.top_p > 0 && p.top_p <= 1)) {
-      return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", p.top_p));
-    }
+    // The real engine's validation of the parameters (EngineCore::Validate).
+    if (absl::Status valid = request.params.Validate(tokenizer_.vocab_size()); !valid.ok()) return valid;
     if (request.prompt_ids.empty()) return absl::InvalidArgumentError("prompt must not be empty");
     absl::MutexLock lock(&mu_);
     if (!submit_error_.ok()) return submit_error_;

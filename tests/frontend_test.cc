@@ -160,6 +160,18 @@ TEST_F(FrontendTest, GrpcErrors) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("max_model_len (256)"));
 
+  // Out-of-range fields are refused as HTTP refuses them (one SamplingParams::Validate).
+  v1::GenerateRequest minus = TextRequest("Hi", 2);
+  minus.mutable_sampling()->set_logprobs(-1);
+  status = Generate(minus, &responses);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("logprobs must be in [0, 20], got -1"));
+  v1::GenerateRequest top_p = TextRequest("Hi", 2);
+  top_p.mutable_sampling()->set_top_p(0);
+  status = Generate(top_p, &responses);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("top_p must be in (0, 1]"));
+
   // gRPC's own size check (GrpcServerOptions::max_receive_message_bytes, 4 MiB).
   status = Generate(TextRequest(std::string(5 << 20, 'a'), 2), &responses);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
