@@ -14,9 +14,10 @@ source "$(dirname "$0")/harness.sh"
 TOK="$FIX/tokenizers/gemma/tokenizer.json"
 MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu)
 # --shutdown-timeout. Eight 4000-token streams, one at a time (--max-num-seqs 1), are 32000
-# decode steps: longer than the 3 s drain below 10,000 steps/s (the tiny model ran about
-# 2,400 a second at 2 ranks on the 2-core CI machine, 2026-12-01), so the drain runs to its end.
-DRAIN_S=3
+# decode steps: longer than the 6 s drain below 5,300 steps/s (the tiny model ran about
+# 2,400 a second at 2 ranks on the 2-core CI machine, 2026-12-01), so the drain runs to its
+# end; 6 s also leaves a loaded machine time to probe the drain with a new request.
+DRAIN_S=6
 STREAMS=8
 # The launcher runs in a process group of its own (job control, below); it starts mpirun in
 # a session of its own (setsid), which the ranks stay in. Cleanup ends that group and the
