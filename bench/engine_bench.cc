@@ -138,13 +138,13 @@ Result RunOne(const ModelConfig& config, DType dtype, int tp, int threads_per_ra
       }
       std::vector<double> decode_ms, coordinator_ms;
       double decode_total = 0, allreduce_total = 0, coordinator_total = 0;
-      for (const StepRecord& s : outs->steps) {
-        if (s.prefill) {
-          r.prefill_ms += s.step_ms;
+      for (const StepSummary& s : outs->steps) {
+        if (s.num_prefill_tokens > 0) {
+          r.prefill_ms += s.forward_ms;
         } else {
-          decode_ms.push_back(s.step_ms);
+          decode_ms.push_back(s.forward_ms);
           coordinator_ms.push_back(s.coordinator_ms);
-          decode_total += s.step_ms;
+          decode_total += s.forward_ms;
           allreduce_total += s.allreduce_ms;
           coordinator_total += s.coordinator_ms;
         }

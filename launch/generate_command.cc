@@ -77,12 +77,13 @@ absl::Status Coordinate(const GenerateCommandOptions& o, Engine& engine, Communi
   double prefill_ms = 0, decode_ms = 0, allreduce_ms = 0, total_ms = 0;
   int64_t decode_steps = 0;
   std::vector<double> step_ms;
-  for (const StepRecord& s : result.steps) {
-    (s.prefill ? prefill_ms : decode_ms) += s.step_ms;
-    if (!s.prefill) ++decode_steps;
+  for (const StepSummary& s : result.steps) {
+    const bool prefill = s.num_prefill_tokens > 0;
+    (prefill ? prefill_ms : decode_ms) += s.forward_ms;
+    if (!prefill) ++decode_steps;
     allreduce_ms += s.allreduce_ms;
-    total_ms += s.step_ms;
-    step_ms.push_back(s.step_ms);
+    total_ms += s.forward_ms;
+    step_ms.push_back(s.forward_ms);
   }
   const double decode_tok_s = decode_ms > 0 ? decode_steps / (decode_ms / 1000.0) : 0;
   if (o.json) {

@@ -233,9 +233,9 @@ void RunRandom(const RandomCase& rc) {
       if (x.sample) sampled.push_back(RandomModelToken(x.seq->token_ids()));
     }
     for (const SequenceOutput& o : s.Update(d, sampled)) {
-      Expect& e = reqs[o.request_id];
-      ASSERT_EQ(e.reason, FinishReason::kNone) << o.request_id << " output after finishing";
-      ASSERT_EQ(o.token_id, RandomModelToken(e.tokens)) << o.request_id;
+      Expect& e = reqs[o.seq->request_id()];
+      ASSERT_EQ(e.reason, FinishReason::kNone) << o.seq->request_id() << " output after finishing";
+      ASSERT_EQ(o.token_id, RandomModelToken(e.tokens)) << o.seq->request_id();
       e.tokens.push_back(o.token_id);
       e.reason = o.finish_reason;
     }

@@ -107,8 +107,8 @@ struct Finished {
 void Record(const StepResult& r, std::map<std::string, Finished>& out) {
   for (const auto& rej : r.decision.rejected) out[rej.request_id].reason = FinishReason::kError;
   for (const SequenceOutput& o : r.outputs) {
-    out[o.request_id].tokens.push_back(o.token_id);
-    out[o.request_id].reason = o.finish_reason;
+    out[o.seq->request_id()].tokens.push_back(o.token_id);
+    out[o.seq->request_id()].reason = o.finish_reason;
   }
 }
 std::map<std::string, Finished> RunToCompletion(Scheduler& s, std::map<std::string, Finished> out = {}) {
@@ -277,8 +277,8 @@ TEST_P(PreemptionTest, TinyPoolPreemptsTheNewestAndEveryRequestStillFinishes) {
       EXPECT_EQ(s.Find(p)->status(), SequenceStatus::kPreempted);
     }
     for (const SequenceOutput& o : r.outputs) {
-      out[o.request_id].tokens.push_back(o.token_id);
-      out[o.request_id].reason = o.finish_reason;
+      out[o.seq->request_id()].tokens.push_back(o.token_id);
+      out[o.seq->request_id()].reason = o.finish_reason;
     }
   }
   ASSERT_FALSE(s.has_unfinished());
@@ -308,7 +308,7 @@ TEST(SchedulerTest, AbortFreesBlocksInEveryState) {
   SchedulerOutput d = ScheduleAndSend(s);
   ASSERT_TRUE(s.Abort("decoding").ok());
   std::vector<int32_t> sampled(d.num_logit_rows(), 5);
-  for (const SequenceOutput& o : s.Update(d, sampled)) EXPECT_NE(o.request_id, "decoding");
+  for (const SequenceOutput& o : s.Update(d, sampled)) EXPECT_NE(o.seq->request_id(), "decoding");
 
   EXPECT_TRUE(s.Abort("prefilling").ok());
   EXPECT_TRUE(s.Abort("waiting").ok());

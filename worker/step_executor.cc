@@ -36,7 +36,6 @@ absl::StatusOr<StepOutput> StepExecutor::Execute(const StepDelta& delta, StepTim
   }
   if (comm_.size() > 1) {
     std::vector<uint8_t> bytes = delta.Serialize();
-    last_message_bytes_ = static_cast<int64_t>(bytes.size());
     comm_.BroadcastBytes(bytes, 0);
   }
   return Run(plan_, times);
@@ -50,7 +49,6 @@ absl::StatusOr<StepOutput> StepExecutor::Execute(const StepPlan& plan, StepTimes
   TP_RETURN_IF_ERROR(plan.ValidateTokenIds(model_.config().vocab_size));
   if (comm_.size() > 1) {
     std::vector<uint8_t> bytes = plan.Serialize();
-    last_message_bytes_ = static_cast<int64_t>(bytes.size());
     comm_.BroadcastBytes(bytes, 0);
   }
   return Run(plan, times);

@@ -23,8 +23,6 @@ class StepExecutor {
   absl::StatusOr<StepOutput> Execute(const StepDelta& delta, StepTimes* times);
   // The same for a whole plan (tests, benchmarks): the batch is untouched.
   absl::StatusOr<StepOutput> Execute(const StepPlan& plan, StepTimes* times);
-  // Bytes of the last step message sent to the other ranks (0 at TP 1: nothing is sent).
-  int64_t last_message_bytes() const { return last_message_bytes_; }
   // Tells every worker loop to return. Idempotent.
   void Shutdown();
 
@@ -37,7 +35,6 @@ class StepExecutor {
   StepPlan plan_;  // the last delta expanded (buffers reused step to step)
   bool shut_down_ = false;
   absl::Status broken_;  // a delta rank 0 could not apply: the batches may differ
-  int64_t last_message_bytes_ = 0;
 };
 
 }  // namespace tpserve

@@ -36,9 +36,8 @@ struct EngineOutput {
   RequestTimings timings;                        // set on the final output
 };
 
-// What one Step() did.
-struct EngineStep {
-  std::vector<EngineOutput> outputs;
+// The size and time split of one Step().
+struct StepSummary {
   int32_t num_seqs = 0;    // sequences in the forward; 0: nothing ran
   int32_t num_tokens = 0;  // tokens in the forward: one per decode, plus prefill chunks
   int32_t num_prefill_tokens = 0;
@@ -47,6 +46,11 @@ struct EngineStep {
   double forward_ms = 0;
   double allreduce_ms = 0;
   double coordinator_ms = 0;
+};
+
+// What one Step() did.
+struct EngineStep : StepSummary {
+  std::vector<EngineOutput> outputs;
   // Set when the forward failed: every unfinished request was ended with kError.
   absl::Status error;
 };

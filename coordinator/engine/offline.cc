@@ -26,8 +26,7 @@ absl::StatusOr<OfflineResult> GenerateOffline(EngineCore& core, const std::vecto
   while (finished < prompts.size()) {
     EngineStep step = core.Step();
     if (step.num_seqs > 0) {
-      result.steps.push_back(StepRecord{step.num_tokens, step.forward_ms, step.allreduce_ms, step.coordinator_ms,
-                                        step.num_prefill_tokens > 0});
+      result.steps.push_back(step);  // the StepSummary part
     }
     for (EngineOutput& o : step.outputs) {
       size_t i = 0;

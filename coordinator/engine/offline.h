@@ -23,18 +23,9 @@ struct GenerationOutput {
   std::string finish_reason;                                         // "stop" or "length"
 };
 
-// One engine step of an offline run.
-struct StepRecord {
-  int64_t tokens = 0;  // tokens in the step
-  double step_ms = 0;  // the forward on rank 0
-  double allreduce_ms = 0;
-  double coordinator_ms = 0;  // the rest of EngineCore::Step
-  bool prefill = false;       // the step had prefill tokens
-};
-
 struct OfflineResult {
   std::vector<GenerationOutput> outputs;  // in prompt order
-  std::vector<StepRecord> steps;
+  std::vector<StepSummary> steps;  // every step that ran a forward
   int64_t preemptions = 0;  // sequences sent back to wait for KV (and recomputed)
 };
 

@@ -215,7 +215,7 @@ void Scheduler::TakeSlot(Sequence* seq) {
     v.slot = free_slots_.back();
     free_slots_.pop_back();
   }
-  v.added = false;
+  added_slots_.push_back(v.slot);
   v.sent_len.assign(block_manager_.num_groups(), 0);
   v.sent_freed.assign(block_manager_.num_groups(), 0);
 }
@@ -223,7 +223,13 @@ void Scheduler::TakeSlot(Sequence* seq) {
 void Scheduler::ReleaseSlot(Sequence* seq) {
   BatchView& v = seq->batch();
   if (v.slot < 0) return;
-  if (v.added) removed_slots_.push_back(v.slot);
+  // A slot taken since the last plan is simply not announced; else the workers drop it.
+  auto pending = std::find(added_slots_.begin(), added_slots_.end(), v.slot);
+  if (pending != added_slots_.end()) {
+    added_slots_.erase(pending);
+  } else {
+    removed_slots_.push_back(v.slot);
+  }
   free_slots_.push_back(v.slot);
   v = BatchView{};
 }
@@ -247,7 +253,9 @@ void Scheduler::SendTableChanges(Sequence& seq, StepDelta& plan) {
 void Scheduler::BuildStepPlan(SchedulerOutput& decision) {
   StepDelta& plan = decision.plan;
   plan.removed_slots = std::move(removed_slots_);
+  plan.added_slots = std::move(added_slots_);
   removed_slots_.clear();
+  added_slots_.clear();
   plan.slots.reserve(decision.scheduled.size());
   plan.starts.reserve(decision.scheduled.size());
   plan.num_tokens.reserve(decision.scheduled.size());
@@ -255,13 +263,8 @@ void Scheduler::BuildStepPlan(SchedulerOutput& decision) {
   for (size_t row = 0; row < decision.scheduled.size(); ++row) {
     const ScheduledSequence& s = decision.scheduled[row];
     Sequence& seq = *s.seq;
-    BatchView& v = seq.batch();
-    if (!v.added) {
-      plan.added_slots.push_back(v.slot);
-      v.added = true;
-    }
     SendTableChanges(seq, plan);
-    plan.slots.push_back(v.slot);
+    plan.slots.push_back(seq.batch().slot);
     plan.starts.push_back(s.start);
     plan.num_tokens.push_back(s.num_tokens);
     plan.token_ids.insert(plan.token_ids.end(), seq.token_ids().begin() + s.start,
@@ -304,7 +307,7 @@ std::vector<SequenceOutput> Scheduler::Update(const SchedulerOutput& output,
     if (!s.sample) continue;
     const int32_t token = sampled_token_ids[this_row];
     seq->AppendToken(token);
-    SequenceOutput o{seq, seq->request_id(), token};
+    SequenceOutput o{seq, token};
     o.logit_row = this_row;
     o.finish_reason = TokenStop(*seq, token, &o.stop_token_id);
     if (o.finish_reason != FinishReason::kNone) FinishSequence(seq, o.finish_reason);

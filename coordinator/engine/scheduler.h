@@ -78,7 +78,6 @@ struct SchedulerOutput {
 // What happened to one sequence in Update().
 struct SequenceOutput {
   Sequence* seq = nullptr;  // valid until the next Schedule()
-  std::string request_id;
   int32_t token_id = -1;                     // the token sampled this step
   FinishReason finish_reason = FinishReason::kNone;  // kNone: still running
   int32_t stop_token_id = -1;  // with kStop: the stop_token_id (not EOS) that ended it
@@ -144,7 +143,7 @@ class Scheduler {
  private:
   void Preempt(Sequence* seq, SchedulerOutput& out, int32_t& budget);
   void BuildStepPlan(SchedulerOutput& out);
-  // Gives `seq` a batch slot (announced in the next plan) / takes it back.
+  // Gives `seq` a batch slot / takes it back, announced in the next plan.
   void TakeSlot(Sequence* seq);
   void ReleaseSlot(Sequence* seq);
   // Appends the edits that bring the workers' copy of seq's tables up to date.
@@ -167,7 +166,8 @@ class Scheduler {
   RowSamplingPlanner row_sampling_;
   std::vector<int32_t> free_slots_;     // batch slots to hand out again
   int32_t next_slot_ = 0;               // slots below this have been handed out before
-  std::vector<int32_t> removed_slots_;  // released since the last plan
+  // Batch changes since the last plan (an empty step is not sent: they wait for the next).
+  std::vector<int32_t> added_slots_, removed_slots_;
   int64_t next_arrival_ = 0;
   int64_t num_preemptions_ = 0;
   int64_t num_scheduled_tokens_ = 0;

@@ -57,7 +57,6 @@ struct KvState {
 // What every rank's PersistentBatch holds of the sequence, as the scheduler last sent it.
 struct BatchView {
   int32_t slot = -1;               // -1: not in the batch
-  bool added = false;              // the slot was announced (StepDelta::added_slots)
   std::vector<int32_t> sent_len;   // per group: table entries sent
   std::vector<int32_t> sent_freed; // per group: leading entries sent as freed (-1)
 };

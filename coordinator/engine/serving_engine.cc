@@ -149,12 +149,7 @@ void ServingEngine::Run() {
     EngineStep step = core_.Step();
     PublishStats(&step);
     if (config_.on_step && step.num_seqs > 0) {
-      EngineStepStats st;
-      st.num_seqs = step.num_seqs;
-      st.num_tokens = step.num_tokens;
-      st.forward_ms = step.forward_ms;
-      st.allreduce_ms = step.allreduce_ms;
-      st.coordinator_ms = step.coordinator_ms;
+      EngineStepStats st{step};  // the StepSummary part
       st.scheduler = core_.scheduler().stats();
       st.kv_live_tokens = core_.scheduler().KvLiveTokens();
       config_.on_step(st);

@@ -25,15 +25,9 @@
 
 namespace tpserve {
 
-// One engine step, as ServingConfig::on_step reports it.
-struct EngineStepStats {
-  int32_t num_seqs = 0;    // sequences in the step
-  int32_t num_tokens = 0;  // tokens in the step: one per decode, plus prefill chunks
-  // The step's wall time split in two: the forward pass on rank 0 (all-reduce included),
-  // and everything else EngineCore::Step did (scheduling, plan broadcast, update).
-  double forward_ms = 0;
-  double allreduce_ms = 0;
-  double coordinator_ms = 0;
+// One engine step, as ServingConfig::on_step reports it: the step's size and time split,
+// and the scheduler's state after it.
+struct EngineStepStats : StepSummary {
   SchedulerStats scheduler;             // after the step: running, waiting, KV blocks per group
   std::vector<int64_t> kv_live_tokens;  // after the step, per group (Scheduler::KvLiveTokens)
 };
