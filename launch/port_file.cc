@@ -1,3 +1,4 @@
+// --port-file and the "listening on" lines of `tpserve serve`. Tested by tests/port_file_test.cc.
 #include "launch/port_file.h"
 
 #include <cerrno>
