@@ -69,6 +69,15 @@ ABSL_FLAG(bool, enable_prefix_caching, true, "serve: reuse the KV cache of share
 ABSL_FLAG(double, shutdown_timeout, 30, "serve: seconds a drain (SIGTERM, SIGINT or SIGUSR1) waits for in-flight "
                                         "requests before cancelling them");
 ABSL_FLAG(int64_t, max_body_bytes, 4 << 20, "serve: largest request body");
+ABSL_FLAG(int, max_connections, 4096, "serve: HTTP connections open at once; one more gets 503 and is closed");
+ABSL_FLAG(double, timeout_keep_alive, 5, "serve: seconds an idle HTTP keep-alive connection is held (vLLM's flag)");
+ABSL_FLAG(double, http_header_timeout, 10, "serve: seconds a client has to send a request's headers (a new "
+          "connection: from its accept; a kept-alive one: from the request's first byte); slower clients are "
+          "dropped");
+ABSL_FLAG(double, http_body_timeout, 30, "serve: seconds a client has to send a request's body after its headers");
+ABSL_FLAG(int, http_threads, 1, "serve: HTTP I/O threads (event loops); every connection is served by one of them");
+ABSL_FLAG(int, render_threads, 2, "serve: threads that parse, render (chat template) and tokenize requests");
+ABSL_FLAG(int, max_pending_renders, 1024, "serve: requests waiting to be rendered at most; more get HTTP 429");
 
 // `tpserve client` (also --model: the served model name, --prompt, --max-tokens).
 ABSL_FLAG(std::string, grpc, "", "client: the server's gRPC address, HOST:PORT");
@@ -214,10 +223,17 @@ int main(int argc, char** argv) {
     o.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
     o.shutdown_timeout_s = absl::GetFlag(FLAGS_shutdown_timeout);
     o.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
+    o.max_connections = absl::GetFlag(FLAGS_max_connections);
+    o.timeout_keep_alive_s = absl::GetFlag(FLAGS_timeout_keep_alive);
+    o.http_header_timeout_s = absl::GetFlag(FLAGS_http_header_timeout);
+    o.http_body_timeout_s = absl::GetFlag(FLAGS_http_body_timeout);
+    o.http_io_threads = absl::GetFlag(FLAGS_http_threads);
+    o.render_threads = absl::GetFlag(FLAGS_render_threads);
+    o.max_pending_renders = absl::GetFlag(FLAGS_max_pending_renders);
     if (absl::GetFlag(FLAGS_seed) >= 0) o.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
     if (code == 0) code = tpserve::RunServe(o, world);
 #else
-    code = Fail("this tpserve was built without gRPC and cpp-httplib, so `serve` is not available");
+    code = Fail("this tpserve was built without gRPC, Boost and cpp-httplib, so `serve` is not available");
 #endif
   } else if (std::string(args[1]) == "client") {
     if (world.rank == 0) code = RunClientFromFlags();

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <cstdio>
@@ -56,6 +57,25 @@ class DeferredEngine : public EngineApi {
   ModelInfo loading_info_;
   std::atomic<EngineApi*> engine_{nullptr};
 };
+
+// Each HTTP connection is a file descriptor, and the usual soft limit (1024) is below the
+// default --max-connections: raise the soft limit toward the hard one. A message when the
+// limit stays too low for `connections`, else OK.
+absl::Status RaiseOpenFileLimit(int connections) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return absl::OkStatus();
+  const rlim_t want = static_cast<rlim_t>(connections) + 256;  // the model's files, MPI, gRPC
+  if (limit.rlim_cur < want && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = std::min(want, limit.rlim_max);
+    setrlimit(RLIMIT_NOFILE, &limit);
+    getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  if (limit.rlim_cur >= want) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("warning: the open-file limit (", limit.rlim_cur, ", hard ", limit.rlim_max,
+                   ") is below --max-connections ", connections,
+                   " + 256; connections past it are refused by the kernel (raise `ulimit -n`)"));
+}
 
 void Log(const WorldConfig& w, const std::string& msg) {
   std::fprintf(stderr, "tpserve[rank %d]: %s\n", w.rank, msg.c_str());
@@ -134,11 +154,19 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
       }
       if (front.ok() && o.http_port >= 0) {
         HttpServerOptions ho;
-        ho.host = o.host;
-        ho.port = o.http_port;
+        ho.transport.host = o.host;
+        ho.transport.port = o.http_port;
+        ho.transport.max_body_bytes = o.max_body_bytes;
+        ho.transport.max_connections = o.max_connections;
+        ho.transport.keep_alive_timeout = absl::Seconds(o.timeout_keep_alive_s);
+        ho.transport.header_timeout = absl::Seconds(o.http_header_timeout_s);
+        ho.transport.body_timeout = absl::Seconds(o.http_body_timeout_s);
+        ho.transport.io_threads = o.http_io_threads;
         ho.served_model_names = names;
+        ho.render_threads = o.render_threads;
+        ho.max_pending_renders = o.max_pending_renders;
         ho.metrics = &metrics;
-        ho.max_body_bytes = o.max_body_bytes;
+        if (absl::Status fds = RaiseOpenFileLimit(o.max_connections); !fds.ok()) Log(world, std::string(fds.message()));
         http = std::make_unique<HttpServer>(deferred, *tokenizer, chat.get(), ho);
         front = http->Start();
       }
@@ -260,7 +288,29 @@ void BlockDrainSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
+absl::Status ValidateServeOptions(const ServeCommandOptions& o) {
+  auto positive = [](absl::string_view flag, double v) {
+    return v > 0 ? absl::OkStatus()
+                 : absl::InvalidArgumentError(absl::StrCat("--", flag, " must be positive, got ", v));
+  };
+  for (const absl::Status& s : {positive("max-connections", o.max_connections),
+                                positive("timeout-keep-alive", o.timeout_keep_alive_s),
+                                positive("http-header-timeout", o.http_header_timeout_s),
+                                positive("http-body-timeout", o.http_body_timeout_s),
+                                positive("http-threads", o.http_io_threads),
+                                positive("render-threads", o.render_threads),
+                                positive("max-pending-renders", o.max_pending_renders),
+                                positive("max-body-bytes", static_cast<double>(o.max_body_bytes))}) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 int RunServe(const ServeCommandOptions& o, const WorldConfig& mpi_world) {
+  if (absl::Status valid = ValidateServeOptions(o); !valid.ok()) {
+    if (mpi_world.rank == 0) std::fprintf(stderr, "tpserve: %s\n", std::string(valid.message()).c_str());
+    return 2;
+  }
   // Rank 0 drains; the other ranks wait for rank 0's shutdown plan. main() blocked the
   // signals before MPI started its threads; blocking again covers callers that did not.
   BlockDrainSignals();

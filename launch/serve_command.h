@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "launch/engine_setup.h"
 #include "worker/communicator.h"
 
@@ -33,6 +34,15 @@ struct ServeCommandOptions {
   bool enable_prefix_caching = true;
   double shutdown_timeout_s = 30;
   size_t max_body_bytes = size_t{4} << 20;
+  // The HTTP server (coordinator/api/http_server.h): connections open at most, deadlines,
+  // I/O threads, and the pool that renders and tokenizes requests.
+  int max_connections = 4096;
+  double timeout_keep_alive_s = 5;
+  double http_header_timeout_s = 10;
+  double http_body_timeout_s = 30;
+  int http_io_threads = 1;
+  int render_threads = 2;
+  int max_pending_renders = 1024;
   std::optional<uint64_t> seed;  // --seed: seeds of requests without one (a run repeats)
 };
 
@@ -44,6 +54,9 @@ sigset_t DrainSignals();
 // threads, so that every thread inherits the mask and only RunServe's watcher receives them
 // (a worker rank must not die of its own signal while rank 0 drains).
 void BlockDrainSignals();
+
+// INVALID_ARGUMENT naming the flag for a value out of range.
+absl::Status ValidateServeOptions(const ServeCommandOptions& options);
 
 // Runs on every rank; returns the process exit code.
 int RunServe(const ServeCommandOptions& options, const WorldConfig& mpi_world);

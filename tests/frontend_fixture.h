@@ -83,13 +83,11 @@ class FrontendTest : public ::testing::Test {
     g.metrics = metrics_.get();
     grpc_ = std::make_unique<GrpcServer>(*engine_, *tokenizer_, chat_template_.get(), g);
     ASSERT_TRUE(grpc_->Start().ok());
-    HttpServerOptions h;
-    h.host = "127.0.0.1";
-    h.port = 0;
+    HttpServerOptions h = http_options_;
+    h.transport.host = "127.0.0.1";
+    h.transport.port = 0;
+    h.transport.max_body_bytes = 64 << 10;
     h.served_model_names = served_names;
-    h.max_body_bytes = 64 << 10;
-    h.disconnect_poll_interval = absl::Milliseconds(10);
-    h.keep_alive_timeout_s = 5;
     h.metrics = metrics_.get();
     http_ = std::make_unique<HttpServer>(*engine_, *tokenizer_, chat_template_.get(), h);
     ASSERT_TRUE(http_->Start().ok());
@@ -149,6 +147,7 @@ class FrontendTest : public ::testing::Test {
   std::unique_ptr<FrontendMetrics> metrics_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<HttpServer> http_;
+  HttpServerOptions http_options_;  // a test may change them before StartServers()
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::TpServe::Stub> stub_;
 };

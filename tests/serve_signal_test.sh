@@ -91,11 +91,11 @@ drain_case() {
   poll 30 grep -q "draining (up to" "$log" || bad "$name: rank 0 did not start draining: $(cat "$log")"
   if running "${curl_pids[@]}"; then
     local code
-    code=$(curl -s -m 30 -o "$WORK/$tag.refused" -w '%{http_code}' "http://127.0.0.1:$http/v1/completions" \
-      -d '{"prompt":"Hi","max_tokens":3}')
-    [ "$code" = 503 ] && grep -q "shutting down" "$WORK/$tag.refused" \
+    code=$(curl -s -m 30 -o "$WORK/$tag.refused" -w '%{http_code} (curl exit %{exitcode}: %{errormsg})' \
+      "http://127.0.0.1:$http/v1/completions" -d '{"prompt":"Hi","max_tokens":3}')
+    [ "${code%% *}" = 503 ] && grep -q "shutting down" "$WORK/$tag.refused" \
       && ok "$name: a new request during the drain gets 503 \"the server is shutting down\"" \
-      || bad "$name: a request during the drain got $code $(cat "$WORK/$tag.refused")"
+      || bad "$name: a request during the drain got $code $(cat "$WORK/$tag.refused" 2>/dev/null); log: $(tail -5 "$log")"
   else
     bad "$name: the streams ended before the drain could be probed: $(tail -c 300 "$stream".1)"
   fi

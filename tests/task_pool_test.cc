@@ -32,5 +32,23 @@ TEST(TaskPoolTest, StopDrainsThenRefuses) {
   EXPECT_EQ(ran.load(), 100);
 }
 
+TEST(TaskPoolTest, RefusesBeyondItsQueueLimit) {
+  TaskPool pool(1, /*max_queued=*/2);
+  absl::Notification running, release;
+  std::atomic<int> ran{0};
+  ASSERT_TRUE(pool.Post([&] {
+    running.Notify();
+    release.WaitForNotification();
+    ++ran;
+  }));
+  running.WaitForNotification();  // the running task does not count against the limit
+  EXPECT_TRUE(pool.Post([&] { ++ran; }));
+  EXPECT_TRUE(pool.Post([&] { ++ran; }));
+  EXPECT_FALSE(pool.Post([&] { ++ran; }));
+  release.Notify();
+  pool.Stop();
+  EXPECT_EQ(ran.load(), 3);
+}
+
 }  // namespace
 }  // namespace tpserve

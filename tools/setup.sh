@@ -8,7 +8,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
 PKGS=(build-essential cmake ninja-build pkg-config git
       libabsl-dev nlohmann-json3-dev libpcre2-dev libicu-dev libopenblas-dev
       libgtest-dev libgmock-dev libopenmpi-dev openmpi-bin curl
-      libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcpp-httplib-dev
+      libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcpp-httplib-dev libboost-dev
       libcurl4-openssl-dev ccache)
 missing=()
 for p in "${PKGS[@]}"; do

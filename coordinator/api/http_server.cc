@@ -1,85 +1,104 @@
-// HttpServer: routes, error mapping and the streaming of one response per request.
-// Tested by tests/frontend_test.cc.
+// HttpServer: routes, error mapping, and one ResponsePump per request that turns its
+// engine events into a JSON body or SSE chunks. Tested by tests/frontend_http_test.cc.
 #include "coordinator/api/http_server.h"
-
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "coordinator/api/openai_response.h"
-#include "httplib.h"
+#include "nlohmann/json.hpp"
 
 namespace tpserve {
 namespace {
 
 constexpr char kJson[] = "application/json";
 
-void SendError(httplib::Response& res, const absl::Status& status) {
-  HttpError e = ToHttpError(status);
-  res.status = e.status;
-  res.set_content(e.body, kJson);
-}
-
-// One response being produced: httplib calls Provide() on the connection's thread until
-// the request finishes; each call waits briefly for events, so that a client that went
-// away is noticed (sink.is_writable() peeks at the socket) and its request cancelled.
-class ResponseStream {
+// Turns one request's engine events into its response, on the connection's strand: woken by
+// the stream (SetNotify) and by the client going away. Keeps itself alive until the
+// response is complete or the client is gone.
+class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
  public:
-  ResponseStream(std::shared_ptr<RequestStream> stream, OpenAiResponseBuilder builder, bool sse,
-                 RequestTracker tracker, absl::Duration poll, std::shared_ptr<std::atomic<bool>> stopping)
-      : stream_(std::move(stream)),
+  ResponsePump(std::shared_ptr<HttpExchange> exchange, std::shared_ptr<RequestStream> stream,
+               OpenAiResponseBuilder builder, bool sse, RequestTracker tracker)
+      : exchange_(std::move(exchange)),
+        stream_(std::move(stream)),
         builder_(std::move(builder)),
         sse_(sse),
-        tracker_(std::move(tracker)),
-        poll_(poll),
-        stopping_(std::move(stopping)) {}
+        tracker_(std::move(tracker)) {}
 
-  bool Provide(httplib::DataSink& sink) {
+  void Start() {
+    self_ = shared_from_this();
+    if (sse_) exchange_->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+    std::weak_ptr<ResponsePump> weak = self_;
+    exchange_->OnClientGone([weak] {
+      if (auto p = weak.lock()) p->ClientGone();
+    });
+    stream_->SetNotify([weak] {
+      if (auto p = weak.lock()) p->Schedule();
+    });
+    Schedule();  // events pushed before SetNotify
+  }
+
+ private:
+  void Schedule() {
+    if (scheduled_.exchange(true)) return;  // the pending Pump will see this event too
+    exchange_->Post([self = shared_from_this()] {
+      self->scheduled_.store(false);  // before Pump: later events schedule another
+      self->Pump();
+    });
+  }
+
+  void Pump() {
+    if (done_) return;
     OutputEvent e;
-    if (stopping_->load()) return Abandon();
-    if (!stream_->Next(&e, poll_)) return sink.is_writable() ? true : Abandon();
     std::string out;
-    do {  // everything available, in one write
+    bool finished = false;
+    while (!finished && stream_->TryNext(&e)) {
       tracker_.OnEvent(e);
       if (sse_) {
         out += builder_.Chunks(e);
       } else {
         builder_.Accumulate(e);
       }
-    } while (e.finish == FinishReason::kNone && stream_->TryNext(&e));
-    if (!sse_ && builder_.finished()) out = builder_.Body();
-    if (!out.empty() && !sink.write(out.data(), out.size())) return Abandon();
-    if (builder_.finished()) {
-      done_ = true;
-      sink.done();
+      finished = e.finish != FinishReason::kNone;
     }
-    return true;
-  }
-
-  // httplib is done with the response, successfully or not.
-  void Release() {
-    if (!done_) Abandon();
-  }
-
- private:
-  bool Abandon() {
-    if (!done_) {
-      done_ = true;
-      stream_->Cancel();
-      tracker_.OnClientGone();
+    if (sse_) exchange_->Write(std::move(out));
+    if (!finished) return;
+    if (sse_) {
+      exchange_->End();
+    } else if (absl::Status failure = builder_.status(); !failure.ok()) {
+      exchange_->Respond(ToHttpError(failure).status, kJson, builder_.Body());
+    } else {
+      exchange_->Respond(200, kJson, builder_.Body());
     }
-    return false;
+    Done();
   }
 
+  void ClientGone() {
+    if (done_) return;
+    stream_->Cancel();
+    tracker_.OnClientGone();
+    Done();
+  }
+
+  void Done() {
+    done_ = true;
+    stream_->SetNotify(nullptr);
+    self_.reset();
+  }
+
+  const std::shared_ptr<HttpExchange> exchange_;
   const std::shared_ptr<RequestStream> stream_;
   OpenAiResponseBuilder builder_;
   const bool sse_;
   RequestTracker tracker_;
-  const absl::Duration poll_;
-  const std::shared_ptr<std::atomic<bool>> stopping_;
+  std::atomic<bool> scheduled_{false};
+  // Strand-only.
   bool done_ = false;
+  std::shared_ptr<ResponsePump> self_;
 };
 
 }  // namespace
@@ -94,129 +113,94 @@ HttpServer::HttpServer(EngineApi& engine, const Tokenizer& tokenizer, const Mode
                        : std::make_unique<FrontendMetrics>(engine, builder_.served_model_names().front())),
       metrics_(options_.metrics != nullptr ? options_.metrics : own_metrics_.get()),
       started_unix_s_(absl::ToUnixSeconds(absl::Now())),
-      server_(std::make_unique<httplib::Server>()),
-      stopping_(std::make_shared<std::atomic<bool>>(false)) {
-  Route();
-}
+      render_pool_(options_.render_threads, static_cast<size_t>(std::max(1, options_.max_pending_renders))),
+      transport_(
+          options_.transport, [this](std::shared_ptr<HttpExchange> e) { Handle(std::move(e)); },
+          [](int, const absl::Status& error) { return ToHttpError(error).body; }) {}
 
 HttpServer::~HttpServer() { Shutdown(); }
 
-void HttpServer::Route() {
-  httplib::Server& s = *server_;
-  const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  s.set_payload_max_length(options_.max_body_bytes);
-  s.set_keep_alive_timeout(options_.keep_alive_timeout_s);
-  s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) { HandleError(req, res); });
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown exception";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    SendError(res, absl::InternalError(absl::StrCat("internal error: ", what)));
-  });
+absl::Status HttpServer::Start() { return transport_.Start(); }
 
-  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleGenerate(OpenAiEndpoint::kCompletions, req, res);
-  });
-  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleGenerate(OpenAiEndpoint::kChatCompletions, req, res);
-  });
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(ModelListJson(builder_.served_model_names(), started_unix_s_, engine_.Info().max_model_len),
-                    kJson);
-  });
-  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (!engine_.Ready()) SendError(res, absl::UnavailableError("the engine is not ready (loading or draining)"));
-  });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_->RenderPrometheus(), "text/plain; version=0.0.4; charset=utf-8");
-  });
+void HttpServer::Shutdown() {
+  if (stopping_.exchange(true)) return;
+  render_pool_.Stop();  // requests being rendered are submitted (or refused) first
+  transport_.Shutdown();
 }
 
-// Errors httplib raises itself (unknown route, oversize body, unparsable request) get
-// the same JSON shape as ours; responses that already have a body are left alone.
-void HttpServer::HandleError(const httplib::Request& req, httplib::Response& res) {
-  if (!res.body.empty()) return;
-  switch (res.status) {
-    case 413:  // reported as the 400 our API promises for bad input
-      SendError(res, absl::InvalidArgumentError(absl::StrCat("request body exceeds the limit of ",
-                                                             options_.max_body_bytes, " bytes")));
-      break;
-    case 400:
-      SendError(res, absl::InvalidArgumentError("malformed HTTP request"));
-      break;
-    case 404: {
-      auto body = ErrorJson(absl::NotFoundError(absl::StrCat("no route for ", req.method, " ", req.path)));
-      body["error"]["code"] = nullptr;
-      res.set_content(body.dump(), kJson);
-      break;
+void HttpServer::Reply(HttpExchange& exchange, const absl::Status& error) {
+  HttpError e = ToHttpError(error);
+  exchange.Respond(e.status, kJson, std::move(e.body));
+}
+
+// On an I/O thread: cheap routes are answered here, generation goes to the render pool.
+void HttpServer::Handle(std::shared_ptr<HttpExchange> exchange) {
+  const HttpRequest& req = exchange->request();
+  const bool get = req.method == "GET", post = req.method == "POST";
+  if (post && (req.path == "/v1/completions" || req.path == "/v1/chat/completions")) {
+    const OpenAiEndpoint endpoint =
+        req.path == "/v1/completions" ? OpenAiEndpoint::kCompletions : OpenAiEndpoint::kChatCompletions;
+    if (stopping_.load()) return Reply(*exchange, absl::UnavailableError("the server is shutting down"));
+    if (!render_pool_.Post([this, endpoint, exchange] { Generate(endpoint, exchange); })) {
+      return Reply(*exchange,
+                   absl::ResourceExhaustedError(absl::StrCat(
+                       "the server is busy: ", options_.max_pending_renders,
+                       " requests already wait to be rendered and tokenized (--max-pending-renders); retry later")));
     }
-    default:
-      res.set_content(ErrorJson(absl::UnknownError(absl::StrCat("HTTP status ", res.status))).dump(), kJson);
-      break;
+    return;
   }
+  if (get && req.path == "/health") {
+    if (!engine_.Ready()) return Reply(*exchange, absl::UnavailableError("the engine is not ready (loading or draining)"));
+    return exchange->Respond(200, kJson, "{}");
+  }
+  if (get && req.path == "/metrics") {
+    return exchange->Respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics_->RenderPrometheus());
+  }
+  if (get && req.path == "/v1/models") {
+    return exchange->Respond(
+        200, kJson, ModelListJson(builder_.served_model_names(), started_unix_s_, engine_.Info().max_model_len));
+  }
+  if (get && absl::StartsWith(req.path, "/v1/models/")) {
+    const std::string id = req.path.substr(std::string("/v1/models/").size());
+    absl::Status known = builder_.CheckModel(id);
+    if (id.empty() || !known.ok()) {
+      return Reply(*exchange, absl::NotFoundError(absl::StrCat("model \"", id, "\" is not served here; served models: ",
+                                                               absl::StrJoin(builder_.served_model_names(), ", "))));
+    }
+    return exchange->Respond(200, kJson, ModelJson(id, started_unix_s_, engine_.Info().max_model_len));
+  }
+  if (get && req.path == "/version") {
+    return exchange->Respond(200, kJson, nlohmann::json{{"version", engine_.Info().engine_version}}.dump());
+  }
+  const bool known = req.path == "/v1/completions" || req.path == "/v1/chat/completions" || req.path == "/health" ||
+                     req.path == "/metrics" || req.path == "/v1/models" || req.path == "/version";
+  if (known) {
+    nlohmann::ordered_json body = ErrorJson(absl::InvalidArgumentError(
+        absl::StrCat("method ", req.method, " is not allowed for ", req.path, "; use ", post ? "GET" : "POST")));
+    return exchange->Respond(405, kJson, body.dump(), {{"Allow", post ? "GET" : "POST"}});
+  }
+  nlohmann::ordered_json body = ErrorJson(absl::NotFoundError(absl::StrCat("no route for ", req.method, " ", req.path)));
+  body["error"]["code"] = nullptr;
+  exchange->Respond(404, kJson, body.dump());
 }
 
-void HttpServer::HandleGenerate(OpenAiEndpoint endpoint, const httplib::Request& req, httplib::Response& res) {
-  RequestTracker tracker(metrics_);  // the clock starts now
-  absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(endpoint, req.body);
-  if (!parsed.ok()) return SendError(res, parsed.status());
+// On the render pool: parse, render, tokenize, submit; then the pump streams the response.
+void HttpServer::Generate(OpenAiEndpoint endpoint, const std::shared_ptr<HttpExchange>& exchange) {
+  RequestTracker tracker(metrics_, exchange->request().arrival);
+  absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(endpoint, exchange->request().body);
+  if (!parsed.ok()) return Reply(*exchange, parsed.status());
   const std::string model = builder_.ResolveModel(parsed->input.model);
   absl::StatusOr<ServeRequest> request =
       builder_.Build(parsed->input, endpoint == OpenAiEndpoint::kCompletions ? "cmpl-" : "chatcmpl-");
-  if (!request.ok()) return SendError(res, request.status());
+  if (!request.ok()) return Reply(*exchange, request.status());
   std::string id = request->request_id;
   absl::StatusOr<std::shared_ptr<RequestStream>> stream = engine_.Submit(*std::move(request));
-  if (!stream.ok()) return SendError(res, stream.status());
-
+  if (!stream.ok()) return Reply(*exchange, stream.status());
   OpenAiResponseBuilder response(*parsed, std::move(id), model, absl::ToUnixSeconds(absl::Now()),
                                  builder_.tokenizer());
-  auto body = std::make_shared<ResponseStream>(*std::move(stream), std::move(response), parsed->stream,
-                                               std::move(tracker), options_.disconnect_poll_interval, stopping_);
-  if (parsed->stream) res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      parsed->stream ? "text/event-stream" : kJson,
-      [body](size_t /*offset*/, httplib::DataSink& sink) { return body->Provide(sink); },
-      [body](bool /*success*/) { body->Release(); });
-}
-
-absl::Status HttpServer::Start() {
-  // Debian's libcpp-httplib listens with a backlog of 5, so a burst of connections overflows
-  // the accept queue (dropped handshakes, 1 s retries, resets). Remember the listening
-  // socket as it is created and raise its backlog once it is bound.
-  int listen_fd = -1;
-  server_->set_socket_options([&listen_fd](int sock) {
-    httplib::default_socket_options(sock);
-    listen_fd = sock;
-  });
-  port_ = options_.port == 0 ? server_->bind_to_any_port(options_.host)
-                             : (server_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
-  server_->set_socket_options(httplib::default_socket_options);  // drop the reference to listen_fd
-  if (port_ <= 0) {
-    port_ = 0;
-    return absl::UnavailableError(
-        absl::StrCat("HTTP: cannot listen on ", options_.host, ":", options_.port, " (in use, or not an address of "
-                     "this machine)"));
-  }
-  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);  // on Linux, a second listen() resizes the queue
-  auto listening_ended = std::make_shared<std::atomic<bool>>(false);
-  listen_thread_ = std::thread([this, listening_ended] {
-    server_->listen_after_bind();
-    listening_ended->store(true);
-  });
-  // stop() is a no-op until the accept loop runs, so Shutdown() must not come earlier.
-  while (!server_->is_running() && !listening_ended->load()) absl::SleepFor(absl::Milliseconds(1));
-  return absl::OkStatus();
-}
-
-void HttpServer::Shutdown() {
-  if (stopping_->exchange(true)) return;
-  server_->stop();
-  if (listen_thread_.joinable()) listen_thread_.join();
+  std::make_shared<ResponsePump>(exchange, *std::move(stream), std::move(response), parsed->stream,
+                                 std::move(tracker))
+      ->Start();
 }
 
 }  // namespace tpserve

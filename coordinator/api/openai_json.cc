@@ -364,17 +364,22 @@ HttpError ToHttpError(const absl::Status& status) {
 
 std::string SseEvent(absl::string_view data) { return absl::StrCat("data: ", data, "\n\n"); }
 
+namespace {
+Json ModelObject(const std::string& name, int64_t created, int64_t max_model_len) {
+  return Json{{"id", name}, {"object", "model"}, {"created", created}, {"owned_by", "tpserve"},
+              {"max_model_len", max_model_len}};
+}
+}  // namespace
+
 std::string ModelListJson(const std::vector<std::string>& served_model_names, int64_t created,
                           int64_t max_model_len) {
   Json data = Json::array();
-  for (const std::string& name : served_model_names) {
-    data.push_back(Json{{"id", name},
-                        {"object", "model"},
-                        {"created", created},
-                        {"owned_by", "tpserve"},
-                        {"max_model_len", max_model_len}});
-  }
+  for (const std::string& name : served_model_names) data.push_back(ModelObject(name, created, max_model_len));
   return Dump(Json{{"object", "list"}, {"data", data}});
+}
+
+std::string ModelJson(const std::string& name, int64_t created, int64_t max_model_len) {
+  return Dump(ModelObject(name, created, max_model_len));
 }
 
 Json FinishReasonJson(FinishReason r) {

@@ -47,6 +47,8 @@ inline constexpr char kSseDone[] = "data: [DONE]\n\n";
 // GET /v1/models.
 std::string ModelListJson(const std::vector<std::string>& served_model_names, int64_t created,
                           int64_t max_model_len);
+// GET /v1/models/{id}: one model object.
+std::string ModelJson(const std::string& name, int64_t created, int64_t max_model_len);
 
 // "stop" / "length"; null while unfinished.
 nlohmann::ordered_json FinishReasonJson(FinishReason r);

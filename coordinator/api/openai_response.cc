@@ -41,11 +41,15 @@ void OpenAiResponseBuilder::Record(const OutputEvent& e) {
 }
 
 absl::Status OpenAiResponseBuilder::FailureStatus() const {
+  // A cancel the client sees was the server's (a drain cut it): the client's own cancel
+  // (a disconnect) leaves nobody to answer.
   if (finish_ == FinishReason::kCancelled) {
-    return absl::CancelledError(error_.empty() ? "the request was cancelled" : error_);
+    return absl::UnavailableError(error_.empty() ? "the server cancelled the request" : error_);
   }
   return absl::InternalError(error_.empty() ? "the engine failed this request" : error_);
 }
+
+absl::Status OpenAiResponseBuilder::status() const { return failed() ? FailureStatus() : absl::OkStatus(); }
 
 Json OpenAiResponseBuilder::Envelope(bool chunk) const {
   const char* object = endpoint_ == OpenAiEndpoint::kCompletions ? "text_completion"

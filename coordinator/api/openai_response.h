@@ -30,9 +30,11 @@ class OpenAiResponseBuilder {
   // Non-streaming.
   void Accumulate(const OutputEvent& e);
   bool finished() const { return finish_ != FinishReason::kNone; }
-  // The response body; call after the final event. An error or cancel is an error JSON
-  // (the HTTP status is then already sent, so it is the body that tells).
+  // The response body; call after the final event. An error or cancel is an error JSON.
   std::string Body() const;
+  // After the final event: OK, or what failed the request (UNAVAILABLE: the server cut it,
+  // e.g. a drain; INTERNAL: the engine failed it), for the response's HTTP status.
+  absl::Status status() const;
 
  private:
   void Record(const OutputEvent& e);

@@ -6,7 +6,7 @@
 
 namespace tpserve {
 
-TaskPool::TaskPool(int threads) {
+TaskPool::TaskPool(int threads, size_t max_queued) : max_queued_(max_queued) {
   for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { Work(); });
 }
 
@@ -14,7 +14,7 @@ TaskPool::~TaskPool() { Stop(); }
 
 bool TaskPool::Post(std::function<void()> task) {
   absl::MutexLock lock(&mu_);
-  if (stopping_) return false;
+  if (stopping_ || tasks_.size() >= max_queued_) return false;
   tasks_.push_back(std::move(task));
   return true;
 }

@@ -1,7 +1,10 @@
-// A few threads running posted closures: the engine's notify hooks post response writing
-// here instead of doing it on the engine thread. Tested by tests/task_pool_test.cc.
+// A few threads running posted closures, with an optional bound on the tasks waiting: the
+// gRPC server's response pumps, the HTTP server's request rendering. Tested by
+// tests/task_pool_test.cc.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <thread>
@@ -14,12 +17,14 @@ namespace tpserve {
 
 class TaskPool {
  public:
-  explicit TaskPool(int threads);
+  // At most `max_queued` tasks wait (not counting those running); Post refuses more.
+  explicit TaskPool(int threads, size_t max_queued = SIZE_MAX);
   ~TaskPool();  // Stop()
   TaskPool(const TaskPool&) = delete;
   TaskPool& operator=(const TaskPool&) = delete;
 
-  // Thread-safe and never blocks on the tasks. False (the task is dropped) after Stop().
+  // Thread-safe and never blocks on the tasks. False (the task is dropped) after Stop() or
+  // when max_queued tasks already wait.
   bool Post(std::function<void()> task);
   // Runs the tasks already posted, then joins the threads. Idempotent; must not be called
   // from a task.
@@ -28,6 +33,7 @@ class TaskPool {
  private:
   void Work();
 
+  const size_t max_queued_;
   absl::Mutex mu_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,0 +1,521 @@
+// HttpTransport: accepting, reading requests under deadlines, writing responses, noticing
+// disconnects. Tested by tests/http_transport_test.cc.
+#include "coordinator/api/http_transport.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <chrono>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/status.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace tpserve {
+
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+using ErrorCode = boost::system::error_code;
+
+struct HttpTransport::Shared {
+  Shared(HttpTransportOptions o, HttpHandler h, HttpErrorBody e)
+      : options(std::move(o)), handler(std::move(h)), error_body(std::move(e)) {}
+  asio::io_context ioc;
+  const HttpTransportOptions options;
+  const HttpHandler handler;
+  const HttpErrorBody error_body;
+  std::atomic<int64_t> open{0};
+  std::mutex mu;
+  bool stopping = false;  // guarded by mu
+  std::unordered_map<HttpConnection*, std::weak_ptr<HttpConnection>> live;  // guarded by mu
+};
+
+namespace {
+
+std::chrono::steady_clock::duration ToSteady(absl::Duration d) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(absl::ToChronoNanoseconds(d));
+}
+
+std::string StatusLine(int status) {
+  const boost::beast::string_view reason = http::obsolete_reason(http::int_to_status(static_cast<unsigned>(status)));
+  return absl::StrCat("HTTP/1.1 ", status, " ", absl::string_view(reason.data(), reason.size()), "\r\n");
+}
+
+}  // namespace
+
+// One TCP connection: its requests, one at a time, and their responses. Every member runs on
+// the connection's strand (the socket's executor).
+class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
+ public:
+  HttpConnection(std::shared_ptr<HttpTransport::Shared> shared, tcp::socket socket)
+      : shared_(std::move(shared)), socket_(std::move(socket)), timer_(socket_.get_executor()) {
+    shared_->open.fetch_add(1);
+  }
+  ~HttpConnection() {
+    shared_->open.fetch_sub(1);
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->live.erase(this);
+  }
+
+  asio::any_io_executor executor() { return socket_.get_executor(); }
+
+  void Start() {
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      if (shared_->stopping) return Close();
+      shared_->live.emplace(this, weak_from_this());
+    }
+    if (shared_->open.load() > shared_->options.max_connections) {
+      keep_alive_ = false;
+      return SendError(503, absl::UnavailableError(absl::StrCat("the server has reached its limit of ",
+                                                                shared_->options.max_connections,
+                                                                " connections (--max-connections); retry later")));
+    }
+    arrival_ = absl::Now();
+    StartHeader();
+  }
+
+  void Close() {
+    if (phase_ == Phase::kClosed) return;
+    phase_ = Phase::kClosed;
+    ErrorCode ignored;
+    socket_.close(ignored);
+    ClearDeadline();  // out_ stays: a write in flight may still point into it
+    if (std::function<void()> gone = std::move(client_gone_); gone && !response_done_) gone();
+    client_gone_ = nullptr;
+  }
+
+  // The current exchange's calls (on the strand). `seq` names the exchange; stale ones are ignored.
+  void Respond(uint64_t seq, int status, absl::string_view content_type, std::string body,
+               const std::vector<HttpHeader>& headers) {
+    if (!Current(seq) || response_started_) return;
+    response_started_ = true;
+    std::string head = Head(status, content_type, headers);
+    absl::StrAppend(&head, "Content-Length: ", body.size(), "\r\n\r\n");
+    Queue(std::move(head));
+    Queue(std::move(body));
+    FinishResponse();
+  }
+  void StartStream(uint64_t seq, int status, absl::string_view content_type, const std::vector<HttpHeader>& headers) {
+    if (!Current(seq) || response_started_) return;
+    response_started_ = true;
+    streaming_ = true;
+    chunked_ = http_minor_ >= 1;
+    if (!chunked_) keep_alive_ = false;  // HTTP/1.0: the body ends when the connection does
+    std::string head = Head(status, content_type, headers);
+    absl::StrAppend(&head, chunked_ ? "Transfer-Encoding: chunked\r\n\r\n" : "\r\n");
+    Queue(std::move(head));
+  }
+  void Write(uint64_t seq, std::string data) {
+    if (!Current(seq) || !streaming_ || response_done_ || data.empty()) return;
+    if (chunked_) {
+      Queue(absl::StrCat(absl::Hex(data.size()), "\r\n"));
+      data += "\r\n";
+    }
+    Queue(std::move(data));
+  }
+  void End(uint64_t seq) {
+    if (!Current(seq) || !streaming_ || response_done_) return;
+    if (chunked_) Queue("0\r\n\r\n");
+    FinishResponse();
+  }
+  void SetClientGone(uint64_t seq, std::function<void()> fn) {
+    if (seq != seq_ || response_done_) return;  // answered: the client was not left waiting
+    if (phase_ == Phase::kClosed) return fn();
+    client_gone_ = std::move(fn);
+  }
+  // The exchange's last reference went away.
+  void Dropped(uint64_t seq) {
+    if (Current(seq) && !response_done_) Close();  // unanswered: the client must not wait forever
+  }
+
+ private:
+  enum class Phase { kIdle, kHeader, kBody, kHandling, kLinger, kClosed };
+
+  bool Current(uint64_t seq) const { return phase_ == Phase::kHandling && seq == seq_; }
+
+  void SetDeadline(absl::Duration d) {
+    const uint64_t gen = ++deadline_gen_;
+    timer_.expires_after(ToSteady(d));
+    timer_.async_wait([self = shared_from_this(), gen](ErrorCode ec) {
+      if (!ec && gen == self->deadline_gen_) self->Close();
+    });
+  }
+  void ClearDeadline() {
+    ++deadline_gen_;
+    timer_.cancel();
+  }
+
+  // Waits until the socket is readable: the next request's first byte (idle), or, while a
+  // response is pending, end of stream (the client went away) or a pipelined request.
+  void WatchReadable() {
+    if (watching_ || phase_ == Phase::kClosed) return;
+    watching_ = true;
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](ErrorCode ec) {
+      self->watching_ = false;
+      self->OnReadable(ec);
+    });
+  }
+  void OnReadable(ErrorCode ec) {
+    if (phase_ == Phase::kClosed || phase_ == Phase::kLinger) return;
+    if (ec) return Close();
+    char c;
+    const ssize_t n = ::recv(socket_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return Close();  // the client closed its side
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return WatchReadable();
+      return Close();
+    }
+    if (phase_ == Phase::kIdle) {
+      arrival_ = absl::Now();
+      StartHeader();
+    } else {
+      pipelined_ = true;  // read after this response; disconnects go unnoticed until then
+    }
+  }
+
+  void StartHeader() {
+    phase_ = Phase::kHeader;
+    SetDeadline(shared_->options.header_timeout);
+    parser_.emplace();
+    parser_->header_limit(static_cast<uint32_t>(std::min<size_t>(shared_->options.max_header_bytes, UINT32_MAX)));
+    parser_->body_limit(shared_->options.max_body_bytes);
+    http::async_read_header(socket_, buffer_, *parser_,
+                            [self = shared_from_this()](ErrorCode ec, size_t) { self->OnHeader(ec); });
+  }
+
+  void OnHeader(ErrorCode ec) {
+    if (phase_ != Phase::kHeader) return;
+    if (ec == http::error::header_limit) {
+      return SendError(400, absl::InvalidArgumentError(absl::StrCat("request headers exceed the limit of ",
+                                                                    shared_->options.max_header_bytes, " bytes")));
+    }
+    if (ec == http::error::body_limit) return SendError(400, BodyTooLarge());  // from Content-Length
+    if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::operation_aborted ||
+        ec == asio::error::connection_reset) {
+      return Close();
+    }
+    if (ec) return SendError(400, absl::InvalidArgumentError(absl::StrCat("malformed HTTP request: ", ec.message())));
+    const auto& header = parser_->get();
+    http_minor_ = header.version() % 10;
+    if (boost::optional<uint64_t> length = parser_->content_length();
+        length.has_value() && *length > shared_->options.max_body_bytes) {
+      return SendError(400, BodyTooLarge());
+    }
+    if (auto expect = header.find(http::field::expect);
+        expect != header.end() &&
+        absl::EqualsIgnoreCase(absl::string_view(expect->value().data(), expect->value().size()), "100-continue")) {
+      Queue("HTTP/1.1 100 Continue\r\n\r\n");
+    }
+    if (parser_->is_done()) return OnBody(ErrorCode());
+    phase_ = Phase::kBody;
+    SetDeadline(shared_->options.body_timeout);
+    http::async_read(socket_, buffer_, *parser_, [self = shared_from_this()](ErrorCode ec, size_t) { self->OnBody(ec); });
+  }
+
+  absl::Status BodyTooLarge() const {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request body exceeds the limit of ", shared_->options.max_body_bytes, " bytes"));
+  }
+
+  void OnBody(ErrorCode ec) {
+    if (phase_ != Phase::kHeader && phase_ != Phase::kBody) return;
+    if (ec == http::error::body_limit) return SendError(400, BodyTooLarge());
+    if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::operation_aborted ||
+        ec == asio::error::connection_reset) {
+      return Close();
+    }
+    if (ec) return SendError(400, absl::InvalidArgumentError(absl::StrCat("malformed HTTP request: ", ec.message())));
+    ClearDeadline();
+    http::request<http::string_body> message = parser_->release();
+    parser_.reset();
+    HttpRequest request;
+    request.method = std::string(message.method_string());
+    request.target = std::string(message.target());
+    request.path = request.target.substr(0, request.target.find('?'));
+    if (auto type = message.find(http::field::content_type); type != message.end()) {
+      request.content_type = std::string(type->value());
+    }
+    request.body = std::move(message.body());
+    request.arrival = arrival_;
+    keep_alive_ = message.keep_alive();
+    phase_ = Phase::kHandling;
+    ++seq_;
+    response_started_ = response_done_ = streaming_ = chunked_ = false;
+    pipelined_ = buffer_.size() > 0;
+    if (!pipelined_) WatchReadable();
+    shared_->handler(std::make_shared<HttpExchange>(shared_from_this(), seq_, std::move(request)));
+  }
+
+  // A response the transport makes itself; the connection closes after it.
+  void SendError(int status, const absl::Status& error) {
+    phase_ = Phase::kHandling;
+    ++seq_;
+    response_started_ = response_done_ = streaming_ = chunked_ = false;
+    keep_alive_ = false;
+    Respond(seq_, status, "application/json", shared_->error_body(status, error), {});
+  }
+
+  std::string Head(int status, absl::string_view content_type, const std::vector<HttpHeader>& headers) const {
+    std::string head = StatusLine(status);
+    absl::StrAppend(&head, "Content-Type: ", content_type, "\r\n");
+    for (const HttpHeader& h : headers) absl::StrAppend(&head, h.name, ": ", h.value, "\r\n");
+    if (!keep_alive_) {
+      head += "Connection: close\r\n";
+    } else if (http_minor_ == 0) {
+      head += "Connection: keep-alive\r\n";
+    }
+    return head;
+  }
+
+  void Queue(std::string bytes) {
+    if (phase_ == Phase::kClosed || bytes.empty()) return;
+    pending_bytes_ += bytes.size();
+    out_.push_back(std::move(bytes));
+    if (pending_bytes_ > shared_->options.max_pending_write_bytes) return Close();  // it does not read
+    if (!writing_) WriteQueued();
+  }
+
+  void WriteQueued() {
+    writing_ = true;
+    std::vector<asio::const_buffer> buffers;
+    buffers.reserve(out_.size());
+    for (const std::string& s : out_) buffers.emplace_back(asio::buffer(s));
+    asio::async_write(socket_, buffers, [self = shared_from_this(), n = out_.size()](ErrorCode ec, size_t) {
+      self->OnWritten(ec, n);
+    });
+  }
+
+  void OnWritten(ErrorCode ec, size_t n) {
+    writing_ = false;
+    if (phase_ == Phase::kClosed) return;
+    if (ec) return Close();
+    for (size_t i = 0; i < n && !out_.empty(); ++i) {
+      pending_bytes_ -= out_.front().size();
+      out_.pop_front();
+    }
+    if (!out_.empty()) return WriteQueued();
+    if (response_done_ && phase_ == Phase::kHandling) AfterResponse();
+  }
+
+  void FinishResponse() {
+    response_done_ = true;
+    client_gone_ = nullptr;
+    if (!writing_ && out_.empty()) AfterResponse();
+  }
+
+  void AfterResponse() {
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      stopping = shared_->stopping;
+    }
+    if (!keep_alive_ || stopping) return Linger();
+    if (pipelined_ || buffer_.size() > 0) {
+      arrival_ = absl::Now();
+      return StartHeader();
+    }
+    phase_ = Phase::kIdle;
+    SetDeadline(shared_->options.keep_alive_timeout);
+    WatchReadable();
+  }
+
+  // Closing with unread input would reset the connection and could discard the response the
+  // client has not read yet: shut down the sending side, read and drop what the client still
+  // sends for a moment, then close.
+  void Linger() {
+    phase_ = Phase::kLinger;
+    ErrorCode ignored;
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    SetDeadline(absl::Seconds(1));
+    Drain();
+  }
+  void Drain() {
+    socket_.async_read_some(asio::buffer(discard_), [self = shared_from_this()](ErrorCode ec, size_t) {
+      if (self->phase_ != Phase::kLinger) return;
+      if (ec) return self->Close();
+      self->Drain();
+    });
+  }
+
+  const std::shared_ptr<HttpTransport::Shared> shared_;
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  uint64_t deadline_gen_ = 0;
+  Phase phase_ = Phase::kIdle;
+  boost::beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  absl::Time arrival_;
+  unsigned http_minor_ = 1;
+  bool keep_alive_ = true;
+  bool watching_ = false;
+  bool pipelined_ = false;
+  // The current exchange.
+  uint64_t seq_ = 0;
+  bool response_started_ = false;
+  bool response_done_ = false;
+  bool streaming_ = false;
+  bool chunked_ = false;
+  std::function<void()> client_gone_;
+  // Output.
+  std::deque<std::string> out_;
+  size_t pending_bytes_ = 0;
+  bool writing_ = false;
+  char discard_[4096];
+};
+
+class HttpAcceptor : public std::enable_shared_from_this<HttpAcceptor> {
+ public:
+  explicit HttpAcceptor(std::shared_ptr<HttpTransport::Shared> shared)
+      : shared_(std::move(shared)), acceptor_(asio::make_strand(shared_->ioc)), retry_(acceptor_.get_executor()) {}
+
+  absl::Status Bind(const std::string& host, int port, int* bound_port) {
+    ErrorCode ec;
+    tcp::resolver resolver(shared_->ioc);
+    auto endpoints = resolver.resolve(host, std::to_string(port), tcp::resolver::passive, ec);
+    if (ec || endpoints.empty()) {
+      return absl::UnavailableError(absl::StrCat("HTTP: cannot resolve host \"", host, "\": ", ec.message()));
+    }
+    const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return absl::UnavailableError(absl::StrCat("HTTP: cannot listen on ", host, ":", port, ": ", ec.message(),
+                                                 " (in use, or not an address of this machine)"));
+    }
+    *bound_port = acceptor_.local_endpoint().port();
+    return absl::OkStatus();
+  }
+
+  void Accept() {
+    acceptor_.async_accept(asio::make_strand(shared_->ioc), [self = shared_from_this()](ErrorCode ec, tcp::socket s) {
+      if (!self->acceptor_.is_open() || ec == asio::error::operation_aborted) return;
+      if (ec) {  // e.g. out of file descriptors: try again shortly instead of spinning
+        self->retry_.expires_after(std::chrono::milliseconds(50));
+        self->retry_.async_wait([self](ErrorCode e) {
+          if (!e) self->Accept();
+        });
+        return;
+      }
+      s.set_option(tcp::no_delay(true), ec);
+      auto connection = std::make_shared<HttpConnection>(self->shared_, std::move(s));
+      asio::dispatch(connection->executor(), [connection] { connection->Start(); });
+      self->Accept();
+    });
+  }
+
+  void Close() {
+    asio::post(acceptor_.get_executor(), [self = shared_from_this()] {
+      ErrorCode ignored;
+      self->acceptor_.close(ignored);
+      self->retry_.cancel();
+    });
+  }
+
+ private:
+  const std::shared_ptr<HttpTransport::Shared> shared_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer retry_;
+};
+
+HttpExchange::HttpExchange(std::shared_ptr<HttpConnection> connection, uint64_t seq, HttpRequest request)
+    : connection_(std::move(connection)), seq_(seq), request_(std::move(request)) {}
+
+HttpExchange::~HttpExchange() {
+  asio::post(connection_->executor(), [c = connection_, seq = seq_] { c->Dropped(seq); });
+}
+
+void HttpExchange::Post(std::function<void()> fn) { asio::post(connection_->executor(), std::move(fn)); }
+
+void HttpExchange::Respond(int status, absl::string_view content_type, std::string body,
+                           std::vector<HttpHeader> headers) {
+  Post([c = connection_, seq = seq_, status, type = std::string(content_type), body = std::move(body),
+        headers = std::move(headers)]() mutable { c->Respond(seq, status, type, std::move(body), headers); });
+}
+
+void HttpExchange::StartStream(int status, absl::string_view content_type, std::vector<HttpHeader> headers) {
+  Post([c = connection_, seq = seq_, status, type = std::string(content_type), headers = std::move(headers)] {
+    c->StartStream(seq, status, type, headers);
+  });
+}
+
+void HttpExchange::Write(std::string data) {
+  Post([c = connection_, seq = seq_, data = std::move(data)]() mutable { c->Write(seq, std::move(data)); });
+}
+
+void HttpExchange::End() {
+  Post([c = connection_, seq = seq_] { c->End(seq); });
+}
+
+void HttpExchange::OnClientGone(std::function<void()> fn) {
+  Post([c = connection_, seq = seq_, fn = std::move(fn)]() mutable { c->SetClientGone(seq, std::move(fn)); });
+}
+
+HttpTransport::HttpTransport(HttpTransportOptions options, HttpHandler handler, HttpErrorBody error_body)
+    : options_(options),
+      shared_(std::make_shared<Shared>(std::move(options), std::move(handler), std::move(error_body))) {}
+
+HttpTransport::~HttpTransport() { Shutdown(); }
+
+absl::Status HttpTransport::Start() {
+  if (started_) return absl::FailedPreconditionError("the HTTP server is already started");
+  acceptor_ = std::make_shared<HttpAcceptor>(shared_);
+  absl::Status bound = acceptor_->Bind(options_.host, options_.port, &port_);
+  if (!bound.ok()) {
+    port_ = 0;
+    return bound;
+  }
+  started_ = true;
+  acceptor_->Accept();
+  auto guard = std::make_shared<asio::executor_work_guard<asio::io_context::executor_type>>(shared_->ioc.get_executor());
+  work_guard_ = guard;
+  for (int i = 0; i < std::max(1, options_.io_threads); ++i) {
+    threads_.emplace_back([shared = shared_] { shared->ioc.run(); });
+  }
+  return absl::OkStatus();
+}
+
+void HttpTransport::Shutdown() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (!started_) return;
+  acceptor_->Close();
+  std::vector<std::weak_ptr<HttpConnection>> live;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->stopping = true;
+    for (auto& [ptr, weak] : shared_->live) live.push_back(weak);
+  }
+  for (auto& weak : live) {
+    if (std::shared_ptr<HttpConnection> c = weak.lock()) asio::post(c->executor(), [c] { c->Close(); });
+  }
+  work_guard_.reset();  // run() returns once every connection has closed
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+  acceptor_.reset();
+}
+
+int64_t HttpTransport::open_connections() const { return shared_->open.load(); }
+
+}  // namespace tpserve
