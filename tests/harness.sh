@@ -1,6 +1,7 @@
 # Sourced by the end-to-end shell tests (cli_test.sh, serve_test.sh, serve_signal_test.sh,
-# tpbench_test.sh): MPI settings for a 2-core CI machine, a scratch directory, PASS/FAIL
-# counting, the ports a server got, and ending exactly the processes a test started.
+# tpbench_test.sh, client_conformance_test.sh): MPI settings for a 2-core CI machine, a
+# scratch directory, PASS/FAIL counting, the ports a server got, and ending exactly the
+# processes a test started.
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
 MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
 WORK=$(mktemp -d)

@@ -9,7 +9,8 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       libabsl-dev nlohmann-json3-dev libpcre2-dev libicu-dev libopenblas-dev
       libgtest-dev libgmock-dev libopenmpi-dev openmpi-bin curl
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcpp-httplib-dev libboost-dev
-      libcurl4-openssl-dev ccache)
+      libcurl4-openssl-dev ccache
+      python3-venv)  # tests/client_conformance_test.sh: the openai SDK and grpcurl in a venv
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
