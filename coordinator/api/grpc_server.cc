@@ -10,6 +10,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "proto/grpc/health/v1/health.pb.h"
 
 namespace tpserve {
 namespace {
@@ -34,6 +35,10 @@ absl::Status GrpcServer::Start() {
   // Server reflection (`grpcurl list`, `grpcurl describe` without the .proto). Calling the
   // plugin's init also keeps libgrpc++_reflection linked in (it registers itself statically).
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // The built-in health service is not generated code, so reflection would list it but
+  // could not describe it (grpcurl: "does not expose service"); naming a generated health
+  // message links health.pb.cc, whose descriptors reflection then finds.
+  grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.address, grpc::InsecureServerCredentials(), &port_);
   builder.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
