@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "coordinator/engine/engine_api.h"
@@ -62,6 +63,11 @@ class FakeEngine : public EngineApi {
   }
 
   absl::StatusOr<std::shared_ptr<RequestStream>> Submit(ServeRequest request) override {
+    if (absl::Notification* gate = submit_gate_.load()) {
+      ++submits_waiting_;
+      gate->WaitForNotification();
+      --submits_waiting_;
+    }
     if (!ready_.load()) return absl::UnavailableError("fake engine is not ready");
     // The real engine's validation of the parameters (EngineCore::Validate).
     if (absl::Status valid = request.params.Validate(tokenizer_.vocab_size()); !valid.ok()) return valid;
@@ -107,6 +113,15 @@ class FakeEngine : public EngineApi {
   void SetSubmitError(absl::Status status) {
     absl::MutexLock lock(&mu_);
     submit_error_ = std::move(status);
+  }
+  // Submit() waits for `gate` (null: no wait): holds the front end's render threads.
+  void SetSubmitGate(absl::Notification* gate) { submit_gate_.store(gate); }
+  int submits_waiting() const { return submits_waiting_.load(); }
+  // Ends every running request at the next step with `reason` and `error`, as the real
+  // engine does when a step fails (kError) or a drain cuts a request (kCancelled).
+  void EndAll(FinishReason reason, std::string error) {
+    absl::MutexLock lock(&mu_);
+    end_all_ = std::make_pair(reason, std::move(error));
   }
   int cancelled() const {
     absl::MutexLock lock(&mu_);
@@ -155,7 +170,11 @@ class FakeEngine : public EngineApi {
         Active& a = **it;
         OutputEvent e;
         e.prompt_tokens = static_cast<int32_t>(a.request.prompt_ids.size());
-        if (a.stream->cancelled()) {
+        if (end_all_.has_value()) {
+          e.finish = end_all_->first;
+          e.error = end_all_->second;
+          e.completion_tokens = a.generated;
+        } else if (a.stream->cancelled()) {
           e.finish = FinishReason::kCancelled;
           e.completion_tokens = a.generated;
           ++cancelled_;
@@ -174,6 +193,7 @@ class FakeEngine : public EngineApi {
           ++it;
         }
       }
+      end_all_.reset();
       // Push without the lock, as the real engine does: notify hooks run here.
       mu_.Unlock();
       for (auto& [stream, e] : out) stream->Push(std::move(e));
@@ -221,6 +241,9 @@ class FakeEngine : public EngineApi {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::unique_ptr<Active>> active_ ABSL_GUARDED_BY(mu_);
   absl::Status submit_error_ ABSL_GUARDED_BY(mu_);
+  std::optional<std::pair<FinishReason, std::string>> end_all_ ABSL_GUARDED_BY(mu_);
+  std::atomic<absl::Notification*> submit_gate_{nullptr};
+  std::atomic<int> submits_waiting_{0};
   ServeRequest last_request_ ABSL_GUARDED_BY(mu_);
   int submitted_ ABSL_GUARDED_BY(mu_) = 0;
   int cancelled_ ABSL_GUARDED_BY(mu_) = 0;

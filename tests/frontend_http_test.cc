@@ -204,6 +204,92 @@ TEST_F(FrontendTest, HttpErrors) {
   EXPECT_EQ(r.status, 429);
 }
 
+// A request that fails after admission: a non-streaming one gets the 5xx an SDK raises
+// (503 when the server cut it, 500 when the engine failed it), never 200; a stream, whose 200
+// went out with its first event, ends with an error event and [DONE].
+TEST_F(FrontendTest, HttpFailureAfterAdmission) {
+  StartServers(Slow());
+  struct Case {
+    FinishReason reason;
+    const char* error;
+    int status;
+  };
+  for (const Case& c : {Case{FinishReason::kCancelled, "the server shut down before the request finished", 503},
+                        Case{FinishReason::kError, "the model step failed: rank 1 is gone", 500}}) {
+    const int before = engine_->submitted();
+    HttpResult r;
+    std::thread client([&] { r = Post("/v1/completions", R"({"prompt": "Hello", "max_tokens": 200})"); });
+    ASSERT_TRUE(Eventually([&] { return engine_->submitted() == before + 1; }));
+    engine_->EndAll(c.reason, c.error);
+    client.join();
+    EXPECT_EQ(r.status, c.status) << r.body;
+    EXPECT_EQ(Json::parse(r.body)["error"]["message"], c.error);
+
+    r = {};
+    std::thread streamer(
+        [&] { r = Post("/v1/completions", R"({"prompt": "Hello", "max_tokens": 200, "stream": true})"); });
+    ASSERT_TRUE(Eventually([&] { return engine_->submitted() == before + 2; }));
+    engine_->EndAll(c.reason, c.error);
+    streamer.join();
+    ASSERT_EQ(r.status, 200) << r.body;
+    std::vector<std::string> payloads = SsePayloads(r.body);
+    ASSERT_GE(payloads.size(), 2u);
+    EXPECT_EQ(payloads.back(), "[DONE]");
+    EXPECT_EQ(Json::parse(payloads[payloads.size() - 2])["error"]["message"], c.error);
+  }
+}
+
+// Rendering and tokenizing run on a bounded pool: one request more than it holds is a 429,
+// and the I/O thread keeps answering meanwhile.
+TEST_F(FrontendTest, HttpRenderQueueLimit) {
+  http_options_.render_threads = 1;
+  http_options_.max_pending_renders = 1;
+  StartServers();
+  absl::Notification gate;
+  engine_->SetSubmitGate(&gate);
+  HttpResult first;
+  std::thread a([&] { first = Post("/v1/completions", R"({"prompt": "a", "max_tokens": 2})"); });
+  ASSERT_TRUE(Eventually([&] { return engine_->submits_waiting() == 1; }));  // a holds the render thread
+  // b and c: one waits in the queue, the other finds it full.
+  HttpResult rest[2];
+  std::atomic<int> answered{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 2; ++i) {
+    clients.emplace_back([&, i] {
+      rest[i] = Post("/v1/completions", R"({"prompt": "b", "max_tokens": 2, "stream": true})");
+      ++answered;
+    });
+  }
+  ASSERT_TRUE(Eventually([&] { return answered.load() == 1; }));
+  const HttpResult& refused = rest[0].status == 429 ? rest[0] : rest[1];
+  ASSERT_EQ(refused.status, 429) << rest[0].body << rest[1].body;
+  EXPECT_THAT(Json::parse(refused.body)["error"]["message"].get<std::string>(), HasSubstr("--max-pending-renders"));
+  EXPECT_EQ(Get("/health").status, 200);  // the I/O thread answers while the pool is full
+  engine_->SetSubmitGate(nullptr);
+  gate.Notify();
+  a.join();
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(rest[0].status + rest[1].status, 200 + 429);
+}
+
+TEST_F(FrontendTest, HttpModelByIdVersionAndMethods) {
+  StartServers({}, {"alias-a", "alias-b"});
+  HttpResult r = Get("/v1/models/alias-b");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Json::parse(r.body)["id"], "alias-b");
+  EXPECT_EQ(Json::parse(r.body)["object"], "model");
+  r = Get("/v1/models/gpt-4");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(Json::parse(r.body)["error"]["code"], "model_not_found");
+  r = Get("/version");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(Json::parse(r.body)["version"], "test");
+  r = Get("/v1/completions");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_THAT(Json::parse(r.body)["error"]["message"].get<std::string>(), HasSubstr("use POST"));
+}
+
 TEST_F(FrontendTest, HttpHealthAndModels) {
   StartServers({}, {"alias-a", "alias-b"});
   EXPECT_EQ(Get("/health").status, 200);
