@@ -113,7 +113,8 @@ HttpServer::HttpServer(EngineApi& engine, const Tokenizer& tokenizer, const Mode
                        : std::make_unique<FrontendMetrics>(engine, builder_.served_model_names().front())),
       metrics_(options_.metrics != nullptr ? options_.metrics : own_metrics_.get()),
       started_unix_s_(absl::ToUnixSeconds(absl::Now())),
-      render_pool_(options_.render_threads, static_cast<size_t>(std::max(1, options_.max_pending_renders))),
+      render_pool_(options_.render_threads, static_cast<size_t>(std::max(1, options_.max_pending_renders)),
+                   "tpserve-render"),
       transport_(
           options_.transport, [this](std::shared_ptr<HttpExchange> e) { Handle(std::move(e)); },
           [](int, const absl::Status& error) { return ToHttpError(error).body; }) {}

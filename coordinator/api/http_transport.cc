@@ -2,6 +2,7 @@
 // disconnects. Tested by tests/http_transport_test.cc.
 #include "coordinator/api/http_transport.h"
 
+#include <pthread.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -491,7 +492,10 @@ absl::Status HttpTransport::Start() {
   auto guard = std::make_shared<asio::executor_work_guard<asio::io_context::executor_type>>(shared_->ioc.get_executor());
   work_guard_ = guard;
   for (int i = 0; i < std::max(1, options_.io_threads); ++i) {
-    threads_.emplace_back([shared = shared_] { shared->ioc.run(); });
+    threads_.emplace_back([shared = shared_] {
+      pthread_setname_np(pthread_self(), "tpserve-http");  // for top -H, perf, and bench/frontend_bench
+      shared->ioc.run();
+    });
   }
   return absl::OkStatus();
 }

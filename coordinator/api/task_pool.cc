@@ -1,13 +1,20 @@
 // TaskPool. Tested by tests/task_pool_test.cc.
 #include "coordinator/api/task_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <utility>
 
 namespace tpserve {
 
-TaskPool::TaskPool(int threads, size_t max_queued) : max_queued_(max_queued) {
-  for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { Work(); });
+TaskPool::TaskPool(int threads, size_t max_queued, const char* name) : max_queued_(max_queued) {
+  for (int i = 0; i < std::max(1, threads); ++i) {
+    threads_.emplace_back([this, name] {
+      pthread_setname_np(pthread_self(), name);
+      Work();
+    });
+  }
 }
 
 TaskPool::~TaskPool() { Stop(); }

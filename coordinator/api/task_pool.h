@@ -17,8 +17,9 @@ namespace tpserve {
 
 class TaskPool {
  public:
-  // At most `max_queued` tasks wait (not counting those running); Post refuses more.
-  explicit TaskPool(int threads, size_t max_queued = SIZE_MAX);
+  // At most `max_queued` tasks wait (not counting those running); Post refuses more. The
+  // threads are named `name` (at most 15 characters: top -H, perf).
+  explicit TaskPool(int threads, size_t max_queued = SIZE_MAX, const char* name = "tpserve-pool");
   ~TaskPool();  // Stop()
   TaskPool(const TaskPool&) = delete;
   TaskPool& operator=(const TaskPool&) = delete;
