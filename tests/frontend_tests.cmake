@@ -1,7 +1,9 @@
 # Front-end tests: RequestStream always; with serving built, the metrics registry, the
-# OpenAI JSON layer (no sockets) and both servers on loopback ports with a fake engine.
+# OpenAI JSON layer (no sockets), the HTTP transport on raw sockets, and both servers on
+# loopback ports with a fake engine.
 tp_add_test(request_stream_test SOURCES request_stream_test.cc LIBS tpserve_request)
 if(TPSERVE_HAVE_SERVING)
+  tp_add_test(http_transport_test SOURCES http_transport_test.cc LIBS tpserve_frontend GTest::gmock)
   tp_add_test(task_pool_test SOURCES task_pool_test.cc LIBS tpserve_frontend)
   tp_add_test(metrics_test SOURCES metrics_test.cc LIBS tpserve_frontend GTest::gmock)
   tp_add_test(openai_json_test SOURCES openai_json_test.cc LIBS tpserve_frontend GTest::gmock)

@@ -10,6 +10,7 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <unordered_map>
 
 #include <boost/asio/dispatch.hpp>
@@ -48,6 +49,9 @@ struct HttpTransport::Shared {
   std::mutex mu;
   bool stopping = false;  // guarded by mu
   std::unordered_map<HttpConnection*, std::weak_ptr<HttpConnection>> live;  // guarded by mu
+  // Set once Shutdown() has joined the I/O threads: from then on nothing runs the io_context.
+  std::shared_mutex post_mu;
+  bool io_joined = false;  // guarded by post_mu
 };
 
 namespace {
@@ -78,6 +82,20 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   }
 
   asio::any_io_executor executor() { return socket_.get_executor(); }
+
+  // Runs `fn` on the strand, from any thread. Once Shutdown() has joined the I/O threads, a
+  // handler queued on the io_context would never run nor be destroyed, and would keep its
+  // connection (and through it the io_context) alive forever: `fn` is destroyed unrun instead.
+  void Post(std::function<void()> fn) {
+    {
+      std::shared_lock<std::shared_mutex> lock(shared_->post_mu);
+      if (!shared_->io_joined) {
+        asio::post(executor(), std::move(fn));
+        return;
+      }
+    }
+    fn = nullptr;  // outside the lock: it may hold the last reference to an exchange
+  }
 
   void Start() {
     {
@@ -444,10 +462,10 @@ HttpExchange::HttpExchange(std::shared_ptr<HttpConnection> connection, uint64_t 
     : connection_(std::move(connection)), seq_(seq), request_(std::move(request)) {}
 
 HttpExchange::~HttpExchange() {
-  asio::post(connection_->executor(), [c = connection_, seq = seq_] { c->Dropped(seq); });
+  connection_->Post([c = connection_, seq = seq_] { c->Dropped(seq); });
 }
 
-void HttpExchange::Post(std::function<void()> fn) { asio::post(connection_->executor(), std::move(fn)); }
+void HttpExchange::Post(std::function<void()> fn) { connection_->Post(std::move(fn)); }
 
 void HttpExchange::Respond(int status, absl::string_view content_type, std::string body,
                            std::vector<HttpHeader> headers) {
@@ -517,6 +535,14 @@ void HttpTransport::Shutdown() {
   work_guard_.reset();  // run() returns once every connection has closed
   for (std::thread& t : threads_) t.join();
   threads_.clear();
+  {
+    std::unique_lock<std::shared_mutex> lock(shared_->post_mu);
+    shared_->io_joined = true;  // exchanges' calls from now on are dropped (HttpConnection::Post)
+  }
+  // Run here what was posted between the threads' run() returning and io_joined: queued, it
+  // would hold its connection forever. Every connection is closed by now: no I/O follows.
+  shared_->ioc.restart();
+  shared_->ioc.poll();
   acceptor_.reset();
 }
 

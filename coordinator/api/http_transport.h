@@ -86,11 +86,13 @@ class HttpExchange {
   void End();
 
   // Runs `fn` on the connection's strand (serialized with the exchange's writes and its
-  // client-gone callback); it runs even after the connection closed.
+  // client-gone callback); it runs even after the connection closed, but not once
+  // HttpTransport::Shutdown() has returned (then every call here is dropped: no thread is left).
   void Post(std::function<void()> fn);
   // Called once, on the strand, if the connection closes before the response ended: the
   // client disconnected, was too slow, or the server shut down; at once if that already
-  // happened. Never after the whole response was queued.
+  // happened (unless registered after Shutdown() returned). Never after the whole response
+  // was queued.
   void OnClientGone(std::function<void()> fn);
 
  private:
@@ -115,7 +117,7 @@ class HttpTransport {
   absl::Status Start();
   int port() const { return port_; }
   // Stops accepting, closes every connection (pending exchanges see their client gone) and
-  // joins the I/O threads. Idempotent.
+  // joins the I/O threads; exchanges still held afterwards are inert. Idempotent.
   void Shutdown();
   // Connections open now.
   int64_t open_connections() const;
