@@ -347,12 +347,12 @@ TEST_F(FrontendTest, ClientCommandTalksToBothServers) {
 
 // ---- RequestBuilder: bounded work before admission ----
 
-// `n` alternating user/assistant messages of ~35 bytes (issue 16: 10,000 of them, 350 KB).
+// `n` alternating user/assistant messages of ~35 bytes of JSON each (issue 16: 10,000 of
+// them, 350 KB).
 nlohmann::ordered_json ShortMessages(int n) {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   for (int i = 0; i < n; ++i) {
-    messages.push_back({{"role", i % 2 == 0 ? "user" : "assistant"},
-                        {"content", absl::StrCat("short message number ", 100000 + i, " here")}});
+    messages.push_back({{"role", i % 2 == 0 ? "user" : "assistant"}, {"content", absl::StrCat(i)}});
   }
   return messages;
 }
