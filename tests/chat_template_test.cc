@@ -396,6 +396,27 @@ TEST(ChatTemplateErrors, NamespaceCyclesAreErrors) {
             "rendered: 3 2");
 }
 
+// Loops build `loop` only when their body names it, and reuse an iteration's frame when
+// nothing kept it (chat_template_evaluator.cc); neither may show through.
+TEST(ChatTemplate, LoopObjectAndIterationFramesAreInvisible) {
+  // `loop` in an inner loop's iterable is the outer loop's; in its body, its own.
+  EXPECT_EQ(RenderError("{% for a in 'xyz' %}{% for b in range(loop.index0) %}{{ b }}{% endfor %};{% endfor %}"),
+            "rendered: ;0;01;");
+  EXPECT_EQ(RenderError("{% for a in 'xy' %}{% for b in 'pq' %}{{ loop.index }}{% endfor %}{% endfor %}"),
+            "rendered: 1212");
+  // A macro defined in the loop body sees that iteration's `loop`.
+  EXPECT_EQ(RenderError("{% for a in 'xy' %}{% macro m() %}{{ loop.index }}{% endmacro %}{{ m() }}{% endfor %}"),
+            "rendered: 12");
+  // Every iteration starts with no variables of the last one's.
+  EXPECT_EQ(RenderError("{% for a in [1, 2] %}{{ x is defined }}{% set x = a %}{% endfor %}"),
+            "rendered: FalseFalse");
+  // A macro kept from an earlier iteration still fails once its iteration is over.
+  EXPECT_TRUE(absl::StrContains(
+      RenderError("{% set ns = namespace(f=none) %}{% for a in [1, 2] %}{% if ns.f %}{{ ns.f() }}{% endif %}"
+                  "{% macro m() %}{{ a }}{% endmacro %}{% set ns.f = m %}{% endfor %}"),
+      "outside the block that defined it"));
+}
+
 TEST(ChatTemplate, DuplicateMacroArgumentsAreASyntaxError) {
   auto t = ChatTemplate::Parse("{% macro m(a, b, a=1) %}{{ a }}{% endmacro %}{{ m(1, 2) }}");
   ASSERT_FALSE(t.ok());

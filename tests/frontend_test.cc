@@ -1,5 +1,6 @@
 // The gRPC server end to end (tests/frontend_fixture.h): streaming, concurrency, cancel and
-// deadline, errors, ModelInfo/Stats, health; shutdown; `tpserve client` against both servers.
+// deadline, errors, ModelInfo/Stats, health; shutdown; `tpserve client` against both servers;
+// RequestBuilder's bounds on a prompt's work before admission.
 #include <atomic>
 #include <sstream>
 #include <string>
@@ -9,6 +10,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "google/protobuf/descriptor.pb.h"
+#include "coordinator/api/api_error.h"
+#include "coordinator/api/request_builder.h"
 #include "launch/client_command.h"
 #include "proto/reflection_client.pb.h"
 #include "tests/frontend_fixture.h"
@@ -340,6 +343,91 @@ TEST_F(FrontendTest, ClientCommandTalksToBothServers) {
   absl::StatusOr<ClientResult> r = RunClientRequest(unknown, std::cout);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("HTTP 404"));
+}
+
+// ---- RequestBuilder: bounded work before admission ----
+
+// `n` alternating user/assistant messages of ~35 bytes of JSON each (issue 16: 10,000 of
+// them, 350 KB).
+nlohmann::ordered_json ShortMessages(int n) {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (int i = 0; i < n; ++i) {
+    messages.push_back({{"role", i % 2 == 0 ? "user" : "assistant"}, {"content", absl::StrCat(i)}});
+  }
+  return messages;
+}
+
+GenerateInput ChatInput(nlohmann::ordered_json messages) {
+  GenerateInput input;
+  ChatPrompt chat;
+  chat.messages = std::move(messages);
+  input.prompt = std::move(chat);
+  return input;
+}
+
+void ExpectRefused(const absl::StatusOr<ServeRequest>& r, const std::string& field, const std::string& message_part) {
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ErrorField(r.status()), field);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr(message_part));
+}
+
+TEST_F(FrontendTest, BuilderRefusesTooManyMessagesBeforeRendering) {
+  FakeEngineOptions options;
+  options.max_model_len = 8192;
+  FakeEngine engine(*tokenizer_, options);
+  RequestBuilder builder(engine, *tokenizer_, chat_template_.get(), {});
+  GenerateInput input = ChatInput(ShortMessages(10000));
+  EXPECT_GT(std::get<ChatPrompt>(input.prompt).messages.dump().size(), 350000u);
+  ExpectRefused(builder.Build(input, "t-"), "messages", "messages: 10000 messages cannot fit in max_model_len 8192");
+}
+
+TEST_F(FrontendTest, BuilderRefusesTooMuchTextBeforeRenderingOrTokenizing) {
+  FakeEngineOptions options;
+  options.max_model_len = 64;
+  FakeEngine engine(*tokenizer_, options);
+  RequestBuilder builder(engine, *tokenizer_, chat_template_.get(), {});
+  const int64_t max_bytes = 64 * *tokenizer_->max_text_bytes_per_token();
+  // Whitespace does not count (templates may trim it), so this one reaches the token check.
+  nlohmann::ordered_json spaced = ShortMessages(1);
+  spaced[0]["content"] = std::string(max_bytes + 1, ' ') + "x";
+  ExpectRefused(builder.Build(ChatInput(spaced), "t-"), "messages", "tokens, but max_model_len is 64");
+  nlohmann::ordered_json long_text = ShortMessages(2);
+  long_text[1]["content"] = {{{"type", "text"}, {"text", std::string(max_bytes / 2, 'x')}}};
+  long_text[0]["content"] = std::string(max_bytes / 2 + 1, 'y');
+  ExpectRefused(builder.Build(ChatInput(long_text), "t-"), "messages",
+                absl::StrCat("messages: the message contents hold ", max_bytes + 1, " bytes of text"));
+  GenerateInput text;
+  text.prompt = std::string(max_bytes + 1, 'z');
+  ExpectRefused(builder.Build(text, "t-"), "prompt", absl::StrCat("prompt: ", max_bytes + 1, " bytes of text"));
+  // Reasoning before an assistant's "</think>" does not count: templates drop it from history.
+  nlohmann::ordered_json reasoning = ShortMessages(3);
+  reasoning[1]["content"] = "<think>" + std::string(max_bytes, 'r') + "</think>ok";
+  ExpectRefused(builder.Build(ChatInput(reasoning), "t-"), "messages", "tokens, but max_model_len is 64");
+}
+
+// The bounds refuse nothing that fits: a chat whose rendering is T tokens is built at
+// max_model_len T + 1 (and refused, by the exact token check, at T).
+TEST_F(FrontendTest, BuilderAcceptsAChatThatExactlyFits) {
+  const nlohmann::ordered_json messages = ShortMessages(40);
+  ApplyChatTemplateOptions apply;
+  apply.add_generation_prompt = true;
+  auto text = chat_template_->Apply(messages, apply);
+  ASSERT_TRUE(text.ok()) << text.status();
+  const int64_t tokens = static_cast<int64_t>(tokenizer_->Encode(*text, false).size());
+  for (const int64_t max_model_len : {tokens + 1, tokens}) {
+    FakeEngineOptions options;
+    options.max_model_len = max_model_len;
+    FakeEngine engine(*tokenizer_, options);
+    RequestBuilder builder(engine, *tokenizer_, chat_template_.get(), {});
+    absl::StatusOr<ServeRequest> request = builder.Build(ChatInput(messages), "t-");
+    if (max_model_len > tokens) {
+      ASSERT_TRUE(request.ok()) << request.status();
+      EXPECT_EQ(static_cast<int64_t>(request->prompt_ids.size()), tokens);
+    } else {
+      ExpectRefused(request, "messages", absl::StrCat("messages is ", tokens, " tokens, but max_model_len is "));
+    }
+  }
 }
 
 }  // namespace

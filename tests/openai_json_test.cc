@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/api/api_error.h"
 #include "coordinator/api/openai_json.h"
 #include "coordinator/api/openai_response.h"
@@ -185,6 +186,24 @@ TEST(OpenAiParseTest, ChatErrorsNameTheField) {
   ExpectFieldError(ParseChat(R"({"messages": []})"), "messages", "non-empty");
   ExpectFieldError(ParseChat(R"({"messages": "hi"})"), "messages", "a list of messages");
   ExpectFieldError(ParseChat(R"({"messages": [{"content": "hi"}]})"), "messages[0].role", "must be a string");
+  // Content is required, except for an assistant message that calls tools (as OpenAI).
+  ExpectFieldError(ParseChat(R"({"messages": [{"role": "system", "content": "x"}, {"role": "user"}]})"),
+                   "messages[1].content", "messages[1].content is required for a \"user\" message");
+  for (const char* role : {"system", "developer", "tool", "user"}) {
+    ExpectFieldError(ParseChat(absl::StrCat(R"({"messages": [{"role": ")", role, R"(", "content": null}]})")),
+                     "messages[0].content", absl::StrCat("required for a \"", role, "\" message"));
+  }
+  ExpectFieldError(ParseChat(R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant"}]})"),
+                   "messages[1].content", "required for an \"assistant\" message without \"tool_calls\"");
+  ExpectFieldError(
+      ParseChat(R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": null}]})"),
+      "messages[1].content", "without \"tool_calls\"");
+  for (const char* call : {R"("tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}])",
+                           R"("function_call": {"name": "f", "arguments": "{}"})"}) {
+    auto chat = ParseChat(absl::StrCat(R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", )", call,
+                                       "}]}"));
+    EXPECT_TRUE(chat.ok()) << call << ": " << chat.status();
+  }
   ExpectFieldError(ParseChat(R"({"messages": [{"role": "user", "content":
       [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x"}}]}]})"),
                    "messages[0].content[1]", "only {\"type\": \"text\"} parts");

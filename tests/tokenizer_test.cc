@@ -146,6 +146,18 @@ INSTANTIATE_TEST_SUITE_P(Families, FixtureTest,
                          ::testing::Values("gemma", "llama2", "mistral", "llama3", "qwen2", "gpt2"),
                          [](const auto& info) { return info.param; });
 
+// No sample is fewer tokens than its non-whitespace bytes allow
+// (Tokenizer::max_text_bytes_per_token, what the front end refuses unfit prompts by).
+TEST_P(FixtureTest, TextBytesPerTokenBoundsEverySample) {
+  const std::optional<int64_t> bound = tokenizer_->max_text_bytes_per_token();
+  ASSERT_TRUE(bound.has_value());
+  for (const Json& sample : reference_["samples"]) {
+    const std::string text = sample["text"];
+    const int64_t tokens = static_cast<int64_t>(tokenizer_->Encode(text, false).size());
+    EXPECT_GE(tokens * *bound, Tokenizer::NonWhitespaceBytes(text)) << "text: " << Show(text);
+  }
+}
+
 TEST(IncrementalDecoder, HoldsBytesOfASplitCharacterUntilComplete) {
   auto tokenizer = LoadFixture("gemma");
   ASSERT_NE(tokenizer, nullptr);
@@ -235,6 +247,29 @@ TEST(Tokenizer, ConfigAddBosTokenReplacesThePostProcessor) {
   EXPECT_EQ((*with_bos)->Encode("a", true), std::vector<int32_t>({0, 1}));
   EXPECT_EQ((*with_bos)->Encode("a<s>", false), std::vector<int32_t>({1, 0}));
   EXPECT_EQ((*with_bos)->bos_id(), 0);
+}
+
+TEST(Tokenizer, TextBytesPerTokenIsAbsentWhereTextCanVanish) {
+  const auto bound = [](const std::string& sections) {
+    auto t = Tokenizer::FromJson(
+        R"({"model": {"type": "BPE", "vocab": {"<unk>": 0, "a": 1, "abcdef": 2}, "merges": [], "unk_token": "<unk>")" +
+            sections + "}",
+        "inline.json");
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? (*t)->max_text_bytes_per_token() : std::optional<int64_t>(-1);
+  };
+  EXPECT_EQ(bound("}"), 6);
+  EXPECT_EQ(bound(R"(}, "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"})"), 6);
+  EXPECT_EQ(bound(R"(}, "normalizer": {"type": "NFKC"})"), 24);  // U+1D400 (4 bytes) -> "A"
+  EXPECT_EQ(bound(R"(}, "normalizer": {"type": "Sequence", "normalizers": [{"type": "Strip"}, {"type": "NFC"}]})"),
+            24);
+  EXPECT_EQ(bound(R"(}, "normalizer": {"type": "StripAccents"})"), std::nullopt);
+  EXPECT_EQ(bound(R"(}, "normalizer": {"type": "Replace", "pattern": {"String": "ab"}, "content": ""})"),
+            std::nullopt);
+  EXPECT_EQ(bound(R"(}, "pre_tokenizer": {"type": "Split", "pattern": {"String": "a"}, "behavior": "Removed"})"),
+            std::nullopt);
+  EXPECT_EQ(bound(R"(, "fuse_unk": true})"), std::nullopt);  // "<unk>" for any run of unknowns
+  EXPECT_EQ(Tokenizer::NonWhitespaceBytes(" a\tb\n\u00e9\u3000\u2028x \xff"), 6);
 }
 
 // ---- Load errors name the file and the field ----

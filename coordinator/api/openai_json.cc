@@ -144,7 +144,20 @@ absl::StatusOr<Json> ParseMessages(const Json& body) {
       return FieldError(absl::StrCat(at, ".role"), absl::StrCat("'", at, ".role' must be a string"));
     }
     auto content = m.find("content");
-    if (content == m.end() || content->is_null() || content->is_string()) continue;
+    if (content == m.end() || content->is_null()) {
+      // As OpenAI's API: only an assistant message that calls tools may leave out content.
+      const std::string& role_name = role->get_ref<const std::string&>();
+      const auto present = [&m](const char* key) {
+        auto it = m.find(key);
+        return it != m.end() && !it->is_null();
+      };
+      if (role_name == "assistant" && (present("tool_calls") || present("function_call"))) continue;
+      return FieldError(absl::StrCat(at, ".content"),
+                        role_name == "assistant"
+                            ? absl::StrCat(at, ".content is required for an \"assistant\" message without \"tool_calls\"")
+                            : absl::StrCat(at, ".content is required for a \"", role_name, "\" message"));
+    }
+    if (content->is_string()) continue;
     if (!content->is_array()) return TypeError(absl::StrCat(at, ".content"), "a string or a list of parts", *content);
     std::string text;
     for (size_t k = 0; k < content->size(); ++k) {

@@ -3,6 +3,10 @@
 #include "coordinator/api/request_builder.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/random/random.h"
@@ -19,6 +23,38 @@ constexpr int32_t kDefaultCompletionTokens = 16;
 // The field that names the prompt in both APIs' error messages.
 const char* PromptField(const Prompt& prompt) {
   return std::holds_alternative<ChatPrompt>(prompt) ? "messages" : "prompt";
+}
+
+// The text of a chat's message contents that every template renders, in non-whitespace
+// bytes (templates may trim it): string contents and the "text" of content parts. An
+// assistant content counts only after its last "</think>": Qwen3 and DeepSeek V3.1
+// templates drop the reasoning before it from earlier turns.
+int64_t ChatContentBytes(const nlohmann::ordered_json& messages) {
+  int64_t bytes = 0;
+  for (const auto& message : messages) {
+    if (!message.is_object()) continue;
+    const auto content = message.find("content");
+    if (content == message.end()) continue;
+    const auto role = message.find("role");
+    const bool assistant = role != message.end() && role->is_string() && *role == "assistant";
+    const auto count = [&](const std::string& text) {
+      std::string_view rest = text;
+      if (assistant) {
+        if (const size_t think = rest.rfind("</think>"); think != std::string_view::npos) rest.remove_prefix(think);
+      }
+      bytes += Tokenizer::NonWhitespaceBytes(rest);
+    };
+    if (content->is_string()) {
+      count(content->get_ref<const std::string&>());
+    } else if (content->is_array()) {
+      for (const auto& part : *content) {
+        if (!part.is_object()) continue;
+        const auto text = part.find("text");
+        if (text != part.end() && text->is_string()) count(text->get_ref<const std::string&>());
+      }
+    }
+  }
+  return bytes;
 }
 
 }  // namespace
@@ -50,8 +86,25 @@ const std::string& RequestBuilder::ResolveModel(absl::string_view model) const {
 }
 
 absl::StatusOr<std::vector<int32_t>> RequestBuilder::Tokenize(const Prompt& prompt) const {
+  // Work on a prompt is bounded before it is done: a prompt that provably cannot fit
+  // max_model_len is refused before its template runs or its text is tokenized. The
+  // bounds are sound (no prompt that could fit is refused): every chat message renders to
+  // at least one token, and no token holds more than max_text_bytes_per_token()
+  // non-whitespace bytes of the text. The exact check on the token count follows in Build.
+  const int64_t max_model_len = engine_.Info().max_model_len;
+  const std::optional<int64_t> bytes_per_token = tokenizer_.max_text_bytes_per_token();
+  const std::optional<int64_t> max_text_bytes =
+      max_model_len > 0 && bytes_per_token ? std::optional<int64_t>(max_model_len * *bytes_per_token) : std::nullopt;
   if (const auto* text = std::get_if<std::string>(&prompt)) {
     if (text->empty()) return FieldError("prompt", "prompt must not be empty");
+    if (max_text_bytes && static_cast<int64_t>(text->size()) > *max_text_bytes) {
+      const int64_t bytes = Tokenizer::NonWhitespaceBytes(*text);
+      if (bytes > *max_text_bytes) {
+        return FieldError("prompt", absl::StrCat("prompt: ", bytes, " bytes of text (not counting whitespace) cannot fit in "
+                                                 "max_model_len ", max_model_len, " tokens: this model's tokens hold at most ",
+                                                 *bytes_per_token, " bytes each; shorten the prompt"));
+      }
+    }
     return tokenizer_.Encode(*text, /*add_special_tokens=*/true);
   }
   if (const auto* ids = std::get_if<std::vector<int32_t>>(&prompt)) {
@@ -72,6 +125,22 @@ absl::StatusOr<std::vector<int32_t>> RequestBuilder::Tokenize(const Prompt& prom
     return FieldError("messages",
                       "messages: this model has no chat template (chat_template.jinja or tokenizer_config.json's "
                       "chat_template); send a prompt to the completions API instead");
+  }
+  const int64_t message_count = static_cast<int64_t>(chat.messages.size());
+  if (max_model_len > 0 && message_count > max_model_len) {
+    return FieldError("messages", absl::StrCat("messages: ", message_count, " messages cannot fit in max_model_len ",
+                                               max_model_len, ": every message takes at least one token; send at most ",
+                                               max_model_len, " messages (drop or summarize earlier turns)"));
+  }
+  if (max_text_bytes) {
+    const int64_t bytes = ChatContentBytes(chat.messages);
+    if (bytes > *max_text_bytes) {
+      return FieldError("messages",
+                        absl::StrCat("messages: the message contents hold ", bytes,
+                                     " bytes of text (not counting whitespace), which cannot fit in max_model_len ",
+                                     max_model_len, " tokens: this model's tokens hold at most ", *bytes_per_token,
+                                     " bytes each; shorten the conversation"));
+    }
   }
   ApplyChatTemplateOptions options;
   options.add_generation_prompt = chat.add_generation_prompt;

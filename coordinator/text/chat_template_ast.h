@@ -210,6 +210,9 @@ struct ForStmt : Stmt {
   ExprPtr filter;  // `for x in xs if cond`; may be null
   Body body;
   Body else_body;
+  // Whether the body names `loop` anywhere (nested blocks and macros included). Only such
+  // loops get a `loop` object, as in Jinja: building it is most of an iteration's cost.
+  bool uses_loop = true;
 };
 
 struct SetStmt : Stmt {

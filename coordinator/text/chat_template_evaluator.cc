@@ -36,6 +36,9 @@ absl::Status WithPosition(const absl::Status& status, SourcePos pos) {
 struct Frame {
   std::shared_ptr<Frame> parent;
   absl::flat_hash_map<std::string, Value> vars;
+  // A macro or caller defined here holds this frame (weakly), so it cannot be reused for
+  // the next loop iteration.
+  bool captured = false;
 
   const Value* Lookup(const std::string& name) const {
     for (const Frame* f = this; f != nullptr; f = f->parent.get()) {
@@ -149,6 +152,7 @@ class Evaluator {
       }
       case Stmt::Kind::kMacro: {
         const auto& macro = static_cast<const MacroStmt&>(stmt);
+        frame->captured = true;
         frame->vars[macro.name] =
             Value::Function(std::make_shared<MacroCallable>(this, &macro, frame));
         return absl::OkStatus();
@@ -199,38 +203,42 @@ class Evaluator {
 
   absl::Status ExecFor(const ForStmt& stmt, const FramePtr& frame, std::string* out) {
     TP_ASSIGN_OR_RETURN(auto iterable, Eval(*stmt.iterable, frame));
-    auto all_items = IterateValue(iterable);
-    if (!all_items.ok()) return WithPosition(all_items.status(), stmt.iterable->pos);
-    std::vector<Value> items;
-    if (stmt.filter) {
-      for (Value& item : *all_items) {
-        FramePtr probe = ChildFrame(frame);
-        TP_RETURN_IF_ERROR(WithPositionIfError(Assign(stmt.target, item, probe), stmt.pos));
-        TP_ASSIGN_OR_RETURN(auto keep, Eval(*stmt.filter, probe));
-        if (keep.Truthy()) items.push_back(std::move(item));
-      }
+    // Lists, tuples and generators are immutable and shared: iterate them in place
+    // (`iterable` keeps them alive) rather than copy them per loop.
+    const std::vector<Value>* items = nullptr;
+    std::vector<Value> filtered;
+    const bool shared = iterable.is_sequence() || iterable.kind() == Value::Kind::kGenerator;
+    if (shared && !stmt.filter) {
+      items = &iterable.items();
     } else {
-      items = std::move(*all_items);
+      auto all_items = IterateValue(iterable);
+      if (!all_items.ok()) return WithPosition(all_items.status(), stmt.iterable->pos);
+      if (stmt.filter) {
+        for (Value& item : *all_items) {
+          FramePtr probe = ChildFrame(frame);
+          TP_RETURN_IF_ERROR(WithPositionIfError(Assign(stmt.target, item, probe), stmt.pos));
+          TP_ASSIGN_OR_RETURN(auto keep, Eval(*stmt.filter, probe));
+          if (keep.Truthy()) filtered.push_back(std::move(item));
+        }
+      } else {
+        filtered = std::move(*all_items);
+      }
+      items = &filtered;
     }
-    if (items.empty()) return ExecBody(stmt.else_body, frame, out);
-    const int64_t n = static_cast<int64_t>(items.size());
+    if (items->empty()) return ExecBody(stmt.else_body, frame, out);
+    const int64_t n = static_cast<int64_t>(items->size());
+    FramePtr inner;
     for (int64_t i = 0; i < n; ++i) {
-      FramePtr inner = ChildFrame(frame);
-      TP_RETURN_IF_ERROR(WithPositionIfError(Assign(stmt.target, items[i], inner), stmt.pos));
-      Object loop;
-      loop.Set("index", Value::Int(i + 1));
-      loop.Set("index0", Value::Int(i));
-      loop.Set("revindex", Value::Int(n - i));
-      loop.Set("revindex0", Value::Int(n - i - 1));
-      loop.Set("first", Value::Bool(i == 0));
-      loop.Set("last", Value::Bool(i == n - 1));
-      loop.Set("length", Value::Int(n));
-      loop.Set("depth", Value::Int(1));
-      loop.Set("depth0", Value::Int(0));
-      if (i > 0) loop.Set("previtem", items[i - 1]);
-      if (i + 1 < n) loop.Set("nextitem", items[i + 1]);
-      loop.Set("cycle", Value::Function(std::make_shared<LoopCycle>(i)));
-      inner->vars["loop"] = Value::Dict(std::move(loop));
+      // Each iteration starts from an empty frame. The last one's is reused when nothing
+      // kept it (no child frame still alive, no macro defined in it): allocating a frame
+      // per iteration was most of the cost of a short loop.
+      if (inner == nullptr || inner.use_count() != 1 || inner->captured) {
+        inner = ChildFrame(frame);
+      } else {
+        inner->vars.clear();
+      }
+      TP_RETURN_IF_ERROR(WithPositionIfError(Assign(stmt.target, (*items)[i], inner), stmt.pos));
+      if (stmt.uses_loop) inner->vars["loop"] = LoopObject(*items, i);
       TP_RETURN_IF_ERROR(ExecBody(stmt.body, inner, out));
       if (jump_ == Jump::kBreak) {
         jump_ = Jump::kNone;
@@ -241,7 +249,28 @@ class Evaluator {
     return absl::OkStatus();
   }
 
+  // Jinja's loop variable for iteration i of `items`.
+  static Value LoopObject(const std::vector<Value>& items, int64_t i) {
+    const int64_t n = static_cast<int64_t>(items.size());
+    Object loop;
+    loop.Reserve(12);
+    loop.Append(Value::String("index"), Value::Int(i + 1));
+    loop.Append(Value::String("index0"), Value::Int(i));
+    loop.Append(Value::String("revindex"), Value::Int(n - i));
+    loop.Append(Value::String("revindex0"), Value::Int(n - i - 1));
+    loop.Append(Value::String("first"), Value::Bool(i == 0));
+    loop.Append(Value::String("last"), Value::Bool(i == n - 1));
+    loop.Append(Value::String("length"), Value::Int(n));
+    loop.Append(Value::String("depth"), Value::Int(1));
+    loop.Append(Value::String("depth0"), Value::Int(0));
+    if (i > 0) loop.Append(Value::String("previtem"), items[i - 1]);
+    if (i + 1 < n) loop.Append(Value::String("nextitem"), items[i + 1]);
+    loop.Append(Value::String("cycle"), Value::Function(std::make_shared<LoopCycle>(i)));
+    return Value::Dict(std::move(loop));
+  }
+
   absl::Status ExecCallBlock(const CallBlockStmt& stmt, const FramePtr& frame, std::string* out) {
+    frame->captured = true;
     Value caller = Value::Function(std::make_shared<MacroCallable>(this, &stmt, frame));
     const auto& call = static_cast<const CallExpr&>(*stmt.call);
     TP_ASSIGN_OR_RETURN(auto result, EvalCall(call, frame, &caller));

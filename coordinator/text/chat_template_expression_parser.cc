@@ -248,6 +248,7 @@ absl::StatusOr<ExprPtr> ExpressionParser::ParsePrimary() {
         macro->uses_kwargs |= name == "kwargs";
         macro->uses_caller |= name == "caller";
       }
+      if (name == "loop") ++loop_names_;
       return ExprPtr(std::make_unique<NameExpr>(pos, std::move(name)));
     }
     case TokenType::kString: {

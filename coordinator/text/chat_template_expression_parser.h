@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -139,6 +140,7 @@ class ExpressionParser {
   }
 
   std::vector<MacroStmt*> macro_stack_;  // macros whose bodies are being parsed
+  int64_t loop_names_ = 0;               // `loop` names parsed so far (ForStmt::uses_loop)
   bool soft_ = false;                    // inside an if or inline-if (see UnknownName)
 
  private:

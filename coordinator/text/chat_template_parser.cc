@@ -171,7 +171,9 @@ class Parser : public ExpressionParser {
       }
       if (IsName("recursive")) return Fail(Cur().pos, "recursive for loops are not supported");
       ++loop_depth_;
+      const int64_t loop_names_before = loop_names_;
       result = ParseBodyUntil({"endfor", "else"});
+      stmt->uses_loop = loop_names_ != loop_names_before;
       --loop_depth_;
     }
     if (!result.ok()) return result.status();

@@ -123,7 +123,9 @@ Value Value::FromJson(const nlohmann::ordered_json& json) {
     }
     case nlohmann::ordered_json::value_t::object: {
       Object object;
-      for (const auto& [key, item] : json.items()) object.Set(key, FromJson(item));
+      object.Reserve(json.size());
+      // An ordered_json object holds each key once.
+      for (const auto& [key, item] : json.items()) object.Append(String(key), FromJson(item));
       return Dict(std::move(object));
     }
     default:  // binary, discarded

@@ -128,6 +128,10 @@ class Object {
   // Replaces the value of an existing key in place, as a Python dict does.
   void Set(std::string key, Value value);
   void Set(Value key, Value value);
+  // Adds a key the caller knows is not present yet (a JSON object's keys, a fresh loop
+  // object's) without Set's search, which would make building n keys cost n^2.
+  void Append(Value key, Value value) { entries_.emplace_back(std::move(key), std::move(value)); }
+  void Reserve(size_t n) { entries_.reserve(n); }
   const std::vector<std::pair<Value, Value>>& entries() const { return entries_; }
   size_t size() const { return entries_.size(); }
   bool empty() const { return entries_.empty(); }

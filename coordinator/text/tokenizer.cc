@@ -20,6 +20,7 @@
 #include "coordinator/text/tokenizer_normalizer.h"
 #include "coordinator/text/tokenizer_post_processor.h"
 #include "coordinator/text/tokenizer_pre_tokenizer.h"
+#include "coordinator/text/tokenizer_text_bound.h"
 #include "coordinator/text/tokenizer_unicode.h"
 #include "kernels/base.h"
 
@@ -123,6 +124,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(
     }));
   }
   tokenizer->added_->Build(tokenizer->normalizer_.get());
+  tokenizer->FinishTextBound();
   return tokenizer;
 }
 
@@ -138,6 +140,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(
     }));
   }
   tokenizer->added_->Build(tokenizer->normalizer_.get());
+  tokenizer->FinishTextBound();
   return tokenizer;
 }
 
@@ -169,6 +172,8 @@ absl::Status Tokenizer::LoadTokenizerJson(std::string_view json, const std::stri
   if (const Json* d = section("decoder")) {
     TP_ASSIGN_OR_RETURN(decoder_, tokenizer_internal::ParseDecoder(*d, top.Field("decoder")));
   }
+  normalizer_shrink_factor_ = tokenizer_internal::NormalizerShrinkFactor(section("normalizer"));
+  if (tokenizer_internal::PreTokenizerDropsText(section("pre_tokenizer"))) normalizer_shrink_factor_.reset();
   vocab_size_ = model_->max_id() + 1;
   if (const Json* added = section("added_tokens")) {
     const JsonPath at = top.Field("added_tokens");
@@ -187,6 +192,42 @@ absl::Status Tokenizer::LoadTokenizerJson(std::string_view json, const std::stri
     }
   }
   return absl::OkStatus();
+}
+
+int64_t Tokenizer::NonWhitespaceBytes(std::string_view text) {
+  int64_t bytes = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const unsigned char lead = static_cast<unsigned char>(text[pos]);
+    if (lead < 0x80) {  // the common case, without decoding
+      bytes += !(lead == ' ' || (lead >= '\t' && lead <= '\r') || (lead >= 0x1C && lead <= 0x1F));
+      ++pos;
+      continue;
+    }
+    const size_t len = tokenizer_internal::Utf8SeqLen(lead);
+    bool valid = len > 1 && pos + len <= text.size();
+    for (size_t i = 1; valid && i < len; ++i) valid = (static_cast<unsigned char>(text[pos + i]) & 0xC0) == 0x80;
+    if (!valid) {  // Encode reads it as U+FFFD: count it as text
+      ++bytes;
+      ++pos;
+      continue;
+    }
+    size_t next = 0;
+    const char32_t c = tokenizer_internal::NextCodePoint(text.substr(pos, len), &next);
+    if (!tokenizer_internal::IsWhiteSpace(c)) bytes += static_cast<int64_t>(len);
+    pos += len;
+  }
+  return bytes;
+}
+
+void Tokenizer::FinishTextBound() {
+  max_text_bytes_per_token_.reset();
+  if (!normalizer_shrink_factor_ || model_->fuses_unknown_runs()) return;
+  int64_t longest = std::max<int64_t>(4, model_->max_token_bytes());
+  for (const AddedToken& token : added_->tokens()) {
+    longest = std::max(longest, static_cast<int64_t>(token.content.size()));
+  }
+  max_text_bytes_per_token_ = longest * *normalizer_shrink_factor_;
 }
 
 absl::Status Tokenizer::LoadTokenizerConfig(std::string_view json, const std::string& source) {

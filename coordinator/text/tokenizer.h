@@ -68,12 +68,29 @@ class Tokenizer {
   // True for added tokens marked special (skipped by Decode(ids, true)).
   bool IsSpecial(int32_t id) const;
 
+  // At most how many bytes of input text, not counting Unicode whitespace, one token stands
+  // for: the longest token's byte length (vocabulary entries and added tokens, at least 4,
+  // one character), times how much the normalizer can shrink text (4 for Unicode normal
+  // forms and lowercasing). Token spellings never undercount the text they encode
+  // (byte-level spells a byte with one or two bytes, SentencePiece a space as the 3-byte
+  // "▁", byte fallback a byte as "<0xNN>"). So a text of B such bytes is at least
+  // B / max_text_bytes_per_token() tokens: what lets the front end refuse a prompt that
+  // cannot fit max_model_len without tokenizing it. Nullopt when no bound exists: a
+  // normalizer or pre-tokenizer that can delete text (StripAccents, Replace by a regex or
+  // by shorter content, Split "Removed"), or an unk token fusing any run of unknown
+  // characters. Computed once at load.
+  std::optional<int64_t> max_text_bytes_per_token() const { return max_text_bytes_per_token_; }
+  // The bytes of `text` outside Unicode whitespace: what max_text_bytes_per_token() bounds.
+  static int64_t NonWhitespaceBytes(std::string_view text);
+
  private:
   Tokenizer();
   absl::Status LoadTokenizerJson(std::string_view json, const std::string& source);
   absl::Status LoadTokenizerConfig(std::string_view json, const std::string& source);
   absl::Status LoadGenerationConfig(std::string_view json, const std::string& source);
   void AddEosId(int32_t id);
+  // Sets max_text_bytes_per_token_ once all tokens are loaded.
+  void FinishTextBound();
 
   std::unique_ptr<tokenizer_internal::Normalizer> normalizer_;
   std::unique_ptr<tokenizer_internal::PreTokenizer> pre_tokenizer_;
@@ -85,6 +102,9 @@ class Tokenizer {
   int32_t vocab_size_ = 0;
   std::optional<int32_t> bos_id_;
   std::vector<int32_t> eos_ids_;
+  // From the normalizer and pre-tokenizer sections; nullopt: no bound.
+  std::optional<int64_t> normalizer_shrink_factor_ = 1;
+  std::optional<int64_t> max_text_bytes_per_token_;
 };
 
 }  // namespace tpserve

@@ -125,6 +125,9 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j, cons
       if (pos == token.size() && c < 0x10000) model->char_ids_[c] = id;
     }
   }
+  for (const auto& [token, id] : model->vocab_) {
+    model->max_token_bytes_ = std::max(model->max_token_bytes_, static_cast<int64_t>(token.size()));
+  }
   for (int b = 0; b < 256; ++b) {
     const auto id = model->TokenToId(absl::StrFormat("<0x%02X>", b));
     model->byte_ids_[b] = id.value_or(-1);
@@ -135,6 +138,15 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j, cons
     model->unk_id_ = model->TokenToId(unk->get<std::string>());
   }
   return model;
+}
+
+bool BpeModel::fuses_unknown_runs() const {
+  if (!fuse_unk_ || !unk_id_) return false;
+  if (!byte_fallback_) return true;
+  for (int32_t id : byte_ids_) {
+    if (id < 0) return true;
+  }
+  return false;
 }
 
 std::optional<int32_t> BpeModel::TokenToId(std::string_view token) const {

@@ -32,6 +32,11 @@ class BpeModel {
   const std::string* IdToToken(int32_t id) const;
   // Largest id in the vocabulary, -1 when empty.
   int32_t max_id() const { return static_cast<int32_t>(id_to_token_.size()) - 1; }
+  // The longest vocabulary entry's byte length.
+  int64_t max_token_bytes() const { return max_token_bytes_; }
+  // Whether one unk token can stand for a whole run of unknown characters: fuse_unk with
+  // an unk token that byte fallback does not make unreachable.
+  bool fuses_unknown_runs() const;
 
  private:
   struct Merge {
@@ -66,6 +71,7 @@ class BpeModel {
   absl::flat_hash_set<uint64_t> junctions_;
   bool splittable_ = false;        // no prefix/suffix: symbols are the word's characters
   std::vector<int32_t> char_ids_;  // when splittable_: id of each BMP character, or -1
+  int64_t max_token_bytes_ = 0;
 };
 
 }  // namespace tpserve::tokenizer_internal
