@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The HTTP front end of `tpserve serve` under load, at reduced scale (bench/frontend_bench has
+# the full-scale numbers): 256 concurrent streams from keep-alive connections (tpbench) all
+# complete while 70 slow-header clients hold connections open, and those are dropped at
+# --http-header-timeout; clients that disconnect mid-stream (rounds of 20 streams read for 5
+# events, then closed) are cancelled every time, at 2 and at 4 ranks: each is counted as
+# cancelled, none finishes by length, and the tokens generated stay within a few steps of
+# what the clients read.
+# Usage: serve_load_test.sh TPSERVE_BINARY TPBENCH_BINARY FIXTURES_DIR   (run by ctest)
+set -u
+TPSERVE=$1
+TPBENCH=$2
+FIX=$3
+source "$(dirname "$0")/harness.sh"
+TOK="$FIX/tokenizers/gemma/tokenizer.json"
+MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu)
+ROUNDS=${DISCONNECT_ROUNDS:-10}
+MAX_TOKENS=3000
+
+# metric NAME [LABEL_FILTER]: a sample's value from /metrics on $http (0 when absent).
+metric() {
+  curl -s -m 10 "http://127.0.0.1:$http/metrics" | grep "^$1[{ ]" | grep -- "${2:-}" |
+    awk '{s += $NF} END {printf "%d\n", s}'
+}
+
+# start_server TAG NP [ARGS...]: sets http and server.
+start_server() {
+  local tag=$1 np=$2
+  shift 2
+  setsid timeout -k 10 600 "${MPIRUN[@]}" -np "$np" "$TPSERVE" serve "${MODEL[@]}" --host 127.0.0.1 --http-port 0 \
+    --grpc-port 0 --port-file "$WORK/$tag.ports" --kv-cache-memory 256MiB "$@" >"$WORK/$tag.log" 2>&1 &
+  server=$!
+  SESSIONS+=("$server")
+  if ! wait_ports "$WORK/$tag.ports" "$server" || ! wait_healthy "$HTTP"; then
+    bad "$tag: server not ready: $(tail -20 "$WORK/$tag.log")"
+    return 1
+  fi
+  http=$HTTP
+}
+
+stop_server() {
+  kill_session TERM "$server"
+  poll 30 session_gone "$server" || bad "$1: server did not stop: $(tail -5 "$WORK/$1.log")"
+}
+
+# disconnect_rounds NAME: ROUNDS rounds of 20 streams, each read for 5 events (10 lines) and closed.
+disconnect_rounds() {
+  local name=$1 r i
+  local cancelled0 length0 tokens0
+  cancelled0=$(metric tpserve_requests_finished_total 'finished_reason="cancelled"')
+  length0=$(metric tpserve_requests_finished_total 'finished_reason="length"')
+  tokens0=$(metric tpserve_generation_tokens_total)
+  for r in $(seq 1 "$ROUNDS"); do
+    for i in $(seq 1 20); do
+      curl -s -N -m 60 "http://127.0.0.1:$http/v1/completions" \
+        -d "{\"prompt\":\"round $r stream $i\",\"max_tokens\":$MAX_TOKENS,\"ignore_eos\":true,\"stream\":true}" |
+        head -n 10 >/dev/null &
+    done
+    wait
+  done
+  local n=$((ROUNDS * 20))
+  poll 60 test "$(metric tpserve_num_requests_running)" = 0 || bad "$name: requests still running"
+  local cancelled length tokens
+  cancelled=$(($(metric tpserve_requests_finished_total 'finished_reason="cancelled"') - cancelled0))
+  length=$(($(metric tpserve_requests_finished_total 'finished_reason="length"') - length0))
+  tokens=$(($(metric tpserve_generation_tokens_total) - tokens0))
+  [ "$cancelled" = "$n" ] && [ "$length" = 0 ] \
+    && ok "$name: all $n disconnected streams cancelled, none finished by length" \
+    || bad "$name: of $n disconnected streams $cancelled cancelled, $length finished by length"
+  # Each client read 5 tokens; what the server generated past that is what was in flight
+  # when the disconnect became visible. One that ran on would add up to $MAX_TOKENS.
+  local per=$((tokens / n))
+  [ "$per" -lt 64 ] && ok "$name: $tokens tokens generated for $n streams read for 5 tokens each ($per a stream)" \
+    || bad "$name: $tokens tokens generated for $n streams ($per a stream): disconnects noticed late"
+}
+
+# 1. Two ranks: load with slow-header clients connected, then the disconnect rounds.
+if start_server np2 2 --max-num-seqs 256 --http-header-timeout 3; then
+  slow=()
+  for i in $(seq 1 70); do
+    exec {fd}<>"/dev/tcp/127.0.0.1/$http" && printf 'POST /v1/completions HTTP/1.1\r\nX-Slow: ' >&"$fd" && slow+=("$fd")
+  done
+  [ ${#slow[@]} = 70 ] && ok "70 slow-header clients connected" || bad "only ${#slow[@]} slow clients connected"
+  if "$TPBENCH" run --target "http://127.0.0.1:$http/v1" --tokenizer "$TOK" --input-len 16 --output-len 16 \
+       --ignore-eos --concurrency 256 --rounds 2 --warmup 0 --timeout 120 --progress=false --num-prompts 64 \
+       --fail-on-error --out "$WORK/load" >"$WORK/load.out" 2>&1; then
+    n=$(grep -c '"success":true' "$WORK/load/requests.jsonl")
+    [ "$n" = 512 ] && ok "256 concurrent keep-alive streams x 2 rounds: all 512 complete ($(grep -m1 -i 'ttft' "$WORK/load.out" | tr -s ' '))" \
+      || bad "load: $n/512 succeeded"
+  else
+    bad "load: tpbench failed: $(tail -5 "$WORK/load.out")"
+  fi
+  dropped=0
+  for fd in "${slow[@]}"; do
+    # The server closes them at --http-header-timeout (3 s): reading sees the end at once.
+    timeout 10 cat <&"$fd" >/dev/null && dropped=$((dropped + 1))
+    exec {fd}>&-
+  done
+  [ $dropped = 70 ] && ok "the 70 slow-header clients were dropped at --http-header-timeout" \
+    || bad "$dropped/70 slow-header clients dropped"
+  disconnect_rounds "2 ranks"
+  stop_server np2
+fi
+
+# 2. Four ranks: the disconnect rounds again.
+if start_server np4 4 --max-num-seqs 64; then
+  disconnect_rounds "4 ranks"
+  stop_server np4
+fi
+
+finish
