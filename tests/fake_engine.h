@@ -95,6 +95,8 @@ class FakeEngine : public EngineApi {
     s.kv_usage = 0.25;
     s.preemptions = 3;
     s.prefix_cache_hit_rate = 0.5;
+    s.prefix_cache_queries = 40;
+    s.prefix_cache_hits = 20;
     s.prompt_tokens = prompt_tokens_;
     s.generation_tokens = generation_tokens_;
     s.requests_finished = finished_;

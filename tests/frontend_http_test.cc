@@ -1,5 +1,6 @@
 // The HTTP server end to end (tests/frontend_fixture.h): completions and chat, JSON and SSE,
-// concurrency, disconnects, 400/404/429/503, /health, /v1/models, /metrics as Prometheus text.
+// concurrency, disconnects, 400/404/429/503, /health, /v1/models, /metrics as Prometheus text
+// under vLLM's names, latencies from the front end's arrival, HTTP responses by route.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -316,7 +318,7 @@ TEST_F(FrontendTest, HttpHealthAndModels) {
 }
 
 // Checks the text exposition format line by line; returns each sample's value by its
-// name and labels, e.g. "tpserve_num_requests_running{model_name=\"fake-model\"}".
+// name and labels, e.g. "vllm:num_requests_running{model_name=\"fake-model\",engine=\"0\"}".
 std::map<std::string, double> ParsePrometheus(const std::string& text) {
   static const std::regex kHelp(R"(# HELP [a-zA-Z_:][a-zA-Z0-9_:]* .*)");
   static const std::regex kType(R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped))");
@@ -358,6 +360,27 @@ std::map<std::string, double> ParsePrometheus(const std::string& text) {
   return samples;
 }
 
+// The value of each sample in `text` by its name and labels as rendered.
+class Samples {
+ public:
+  explicit Samples(std::string text) : text_(std::move(text)), samples_(ParsePrometheus(text_)) {}
+  double operator()(const std::string& key) const {
+    auto it = samples_.find(key);
+    EXPECT_TRUE(it != samples_.end()) << key << " missing from\n" << text_;
+    return it == samples_.end() ? NAN : it->second;
+  }
+  // A series with vLLM's labels (model_name, engine) and then `labels`.
+  double Model(const std::string& name, const std::string& labels = "") const {
+    return (*this)(absl::StrCat(name, "{model_name=\"fake-model\",engine=\"0\"", labels.empty() ? "" : ",", labels,
+                                "}"));
+  }
+  bool Has(const std::string& key) const { return samples_.count(key) > 0; }
+
+ private:
+  const std::string text_;
+  const std::map<std::string, double> samples_;
+};
+
 TEST_F(FrontendTest, MetricsAreValidPrometheusText) {
   StartServers();
   // Traffic from both front ends lands in the shared metrics.
@@ -367,29 +390,106 @@ TEST_F(FrontendTest, MetricsAreValidPrometheusText) {
 
   HttpResult r = Get("/metrics");
   ASSERT_EQ(r.status, 200);
-  std::map<std::string, double> s = ParsePrometheus(r.body);
-  const std::string model = "model_name=\"fake-model\"";
-  auto value = [&](const std::string& name, const std::string& labels = "") {
-    const std::string key = absl::StrCat(name, "{", model, labels.empty() ? "" : ",", labels, "}");
-    EXPECT_EQ(s.count(key), 1u) << key << " missing from\n" << r.body;
-    return s[key];
-  };
-  EXPECT_EQ(value("tpserve_num_requests_running"), 0);
-  EXPECT_EQ(value("tpserve_num_requests_waiting"), 0);
-  EXPECT_EQ(value("tpserve_kv_cache_usage_perc"), 0.25);
-  EXPECT_EQ(value("tpserve_num_preemptions_total"), 3);
-  EXPECT_GT(value("tpserve_prompt_tokens_total"), 0);
-  EXPECT_EQ(value("tpserve_generation_tokens_total"), 10);
-  EXPECT_EQ(value("tpserve_requests_finished_total", "finished_reason=\"length\""), 2);
-  EXPECT_EQ(value("tpserve_step_time_seconds_total", "phase=\"allreduce\""), 0.002);
-  EXPECT_GT(value("process_resident_memory_bytes"), 1 << 20);
-  EXPECT_GE(value("tpserve_process_peak_resident_memory_bytes"), value("process_resident_memory_bytes"));
-  for (const char* h : {"tpserve_time_to_first_token_seconds", "tpserve_e2e_request_latency_seconds",
-                        "tpserve_request_queue_time_seconds"}) {
-    EXPECT_EQ(value(absl::StrCat(h, "_count")), 2) << h;
-    EXPECT_EQ(value(absl::StrCat(h, "_bucket"), "le=\"+Inf\""), 2) << h;
+  const Samples s(r.body);
+  EXPECT_EQ(s.Model("vllm:num_requests_running"), 0);
+  EXPECT_EQ(s.Model("vllm:num_requests_waiting"), 0);
+  EXPECT_EQ(s.Model("vllm:kv_cache_usage_perc"), 0.25);
+  EXPECT_EQ(s.Model("vllm:gpu_cache_usage_perc"), 0.25);
+  EXPECT_EQ(s.Model("vllm:prefix_cache_queries_total"), 40);
+  EXPECT_EQ(s.Model("vllm:prefix_cache_hits_total"), 20);
+  EXPECT_EQ(s.Model("vllm:num_preemptions_total"), 3);
+  EXPECT_GT(s.Model("vllm:prompt_tokens_total"), 0);
+  EXPECT_EQ(s.Model("vllm:generation_tokens_total"), 10);
+  EXPECT_EQ(s.Model("vllm:request_success_total", "finished_reason=\"length\""), 2);
+  EXPECT_EQ(s.Model("vllm:request_success_total", "finished_reason=\"abort\""), 0);
+  EXPECT_EQ(s.Model("tpserve_step_time_seconds_total", "phase=\"allreduce\""), 0.002);
+  EXPECT_GT(s("process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GE(s("tpserve_process_peak_resident_memory_bytes"), s("process_resident_memory_bytes"));
+  for (const char* h : {"vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
+                        "vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds",
+                        "vllm:request_decode_time_seconds", "vllm:request_inference_time_seconds",
+                        "vllm:request_prompt_tokens", "vllm:request_generation_tokens"}) {
+    EXPECT_EQ(s.Model(absl::StrCat(h, "_count")), 2) << h;
+    EXPECT_EQ(s.Model(absl::StrCat(h, "_bucket"), "le=\"+Inf\""), 2) << h;
   }
-  EXPECT_EQ(value("tpserve_inter_token_latency_seconds_count"), 8);  // 4 gaps per request
+  // vLLM's bucket bounds; token counts in 1-2-5 steps.
+  EXPECT_EQ(s.Model("vllm:time_to_first_token_seconds_bucket", "le=\"2560\""), 2);
+  EXPECT_TRUE(s.Has("vllm:inter_token_latency_seconds_bucket{model_name=\"fake-model\",engine=\"0\",le=\"0.01\"}"));
+  EXPECT_FALSE(s.Has("vllm:inter_token_latency_seconds_bucket{model_name=\"fake-model\",engine=\"0\",le=\"0.001\"}"));
+  EXPECT_EQ(s.Model("vllm:request_generation_tokens_bucket", "le=\"5\""), 2);
+  EXPECT_EQ(s.Model("vllm:request_generation_tokens_sum"), 10);
+  EXPECT_TRUE(s.Has("vllm:request_prompt_tokens_bucket{model_name=\"fake-model\",engine=\"0\",le=\"200\"}"));
+  EXPECT_FALSE(s.Has("vllm:request_prompt_tokens_bucket{model_name=\"fake-model\",engine=\"0\",le=\"300\"}"));
+  // 4 gaps per request, under both of vLLM's names.
+  EXPECT_EQ(s.Model("vllm:inter_token_latency_seconds_count"), 8);
+  EXPECT_EQ(s.Model("vllm:time_per_output_token_seconds_count"), 8);
+  // The names vLLM has replaced tpserve's; none is exported twice.
+  EXPECT_THAT(r.body, ::testing::Not(HasSubstr("tpserve_num_requests")));
+  EXPECT_THAT(r.body, ::testing::Not(HasSubstr("tpserve_time_to_first_token")));
+}
+
+// TTFT, e2e and queue time start at the request's first byte: a client that takes 200 ms
+// to send its request shows in them, though the engine's own timings never see it.
+TEST_F(FrontendTest, MetricsMeasureFromTheFrontEndsArrival) {
+  FakeEngineOptions options;
+  options.first_token_delay = absl::Milliseconds(20);
+  StartServers(options);
+  const std::string body = R"({"prompt": "Hello", "max_tokens": 3})";
+  const std::string request = absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+                                           "Connection: close\r\nContent-Type: application/json\r\n",
+                                           "Content-Length: ", body.size(), "\r\n\r\n", body);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(http_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const size_t half = request.size() / 2;
+  ASSERT_EQ(write(fd, request.data(), half), static_cast<ssize_t>(half));
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_EQ(write(fd, request.data() + half, request.size() - half), static_cast<ssize_t>(request.size() - half));
+  std::string response;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) response.append(buf, static_cast<size_t>(n));
+  close(fd);
+  ASSERT_THAT(response, ::testing::StartsWith("HTTP/1.1 200"));
+
+  const Samples s(Get("/metrics").body);
+  ASSERT_EQ(s.Model("vllm:time_to_first_token_seconds_count"), 1);
+  const double ttft_s = s.Model("vllm:time_to_first_token_seconds_sum");
+  EXPECT_GE(ttft_s, 0.2 + 0.02);
+  EXPECT_GE(s.Model("vllm:e2e_request_latency_seconds_sum"), ttft_s);
+  // Waiting for the rest of the request is time before the engine saw it: queue time, too.
+  const double queue_s = s.Model("vllm:request_queue_time_seconds_sum");
+  EXPECT_GE(queue_s, 0.2);
+  EXPECT_LT(queue_s, ttft_s);
+  // The engine's phases stay the engine's: the fake's prefill is its first_token_delay.
+  EXPECT_LT(s.Model("vllm:request_prefill_time_seconds_sum"), 0.2);
+}
+
+TEST_F(FrontendTest, MetricsCountHttpRequestsByRouteAndStatus) {
+  StartServers();
+  ASSERT_EQ(Post("/v1/completions", R"({"prompt": "Hello", "max_tokens": 2})").status, 200);
+  ASSERT_EQ(Post("/v1/completions", R"({"prompt": "Hello", "max_tokens": 2, "stream": true})").status, 200);
+  ASSERT_EQ(Post("/v1/completions", "not json").status, 400);
+  ASSERT_EQ(Get("/nowhere").status, 404);
+  ASSERT_EQ(Get("/v1/models/unknown").status, 404);
+  ASSERT_EQ(Get("/v1/models").status, 200);
+  ASSERT_EQ(Post("/health", "{}").status, 405);
+
+  const Samples s(Get("/metrics").body);
+  auto count = [&](const std::string& handler, const std::string& method, const std::string& status) {
+    return s(absl::StrCat("http_requests_total{handler=\"", handler, "\",method=\"", method, "\",status=\"", status,
+                          "\"}"));
+  };
+  EXPECT_EQ(count("/v1/completions", "POST", "2xx"), 2);  // JSON and SSE
+  EXPECT_EQ(count("/v1/completions", "POST", "4xx"), 1);
+  EXPECT_EQ(count("none", "GET", "4xx"), 1);  // unknown paths share one handler
+  EXPECT_EQ(count("/v1/models/{model}", "GET", "4xx"), 1);
+  EXPECT_EQ(count("/v1/models", "GET", "2xx"), 1);
+  EXPECT_EQ(count("/health", "POST", "4xx"), 1);
+  EXPECT_FALSE(s.Has("http_requests_total{handler=\"/nowhere\",method=\"GET\",status=\"4xx\"}"));
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // MetricsRegistry: Prometheus text rendering of counters, gauges and histograms, labels,
-// escaping, collectors and number formatting.
+// names with colons, escaping, collectors and number formatting.
 #include "coordinator/api/metrics.h"
 
 #include <limits>
@@ -30,6 +30,14 @@ TEST(MetricsTest, RendersCountersAndGaugesWithLabels) {
             "# HELP x_running Running \\\\ now\\nhere.\n"
             "# TYPE x_running gauge\n"
             "x_running{model_name=\"m\"} 0.25\n");
+}
+
+// Prometheus allows colons in metric names (not in label names); vLLM's names use them.
+TEST(MetricsTest, AcceptsColonsInMetricNames) {
+  MetricsRegistry r;
+  r.AddCounter("vllm:prompt_tokens_total", "Prompt tokens.", {{"model_name", "m"}}).Increment(7);
+  EXPECT_THAT(r.Render(), HasSubstr("# TYPE vllm:prompt_tokens_total counter\n"
+                                    "vllm:prompt_tokens_total{model_name=\"m\"} 7\n"));
 }
 
 TEST(MetricsTest, EscapesLabelValues) {

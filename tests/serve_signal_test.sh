@@ -41,7 +41,7 @@ stream_started() { cat "$stream".* 2>/dev/null | grep -q '"text"'; }  # $stream:
 # way in when the signal lands (it would get the drain's 503). $http: drain_case's.
 all_admitted() {
   [ "$(curl -s -m 5 "http://127.0.0.1:$http/metrics" |
-       awk '/^tpserve_num_requests_(running|waiting)[ {]/ {s += $NF} END {print s + 0}')" -ge "$STREAMS" ]
+       awk '/^vllm:num_requests_(running|waiting)[ {]/ {s += $NF} END {print s + 0}')" -ge "$STREAMS" ]
 }
 
 # drain_case TAG NAME SIGNAL TARGET: TARGET "pid" signals the launcher, "group" its process group.

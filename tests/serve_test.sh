@@ -57,7 +57,11 @@ code=$(curl -s -o "$WORK/e2" -w '%{http_code}' "http://127.0.0.1:$HTTP/v1/comple
 [ "$code" = 404 ] && ok "unknown model -> 404" || bad "unknown model -> $code"
 code=$(curl -s -o "$WORK/e3" -w '%{http_code}' "http://127.0.0.1:$HTTP/v1/completions" -d '{"prompt": ')
 [ "$code" = 400 ] && ok "malformed JSON -> 400" || bad "malformed JSON -> $code"
-curl -s "http://127.0.0.1:$HTTP/metrics" | grep -q "^# TYPE" && ok "/metrics is Prometheus text" || bad "/metrics"
+curl -s "http://127.0.0.1:$HTTP/metrics" >"$WORK/metrics"
+grep -q "^# TYPE" "$WORK/metrics" && grep -q '^vllm:num_requests_running{model_name=' "$WORK/metrics" \
+  && grep -q '^http_requests_total{handler="/v1/completions",method="POST",status="4xx"} [1-9]' "$WORK/metrics" \
+  && ok "/metrics is Prometheus text under vLLM's names, with HTTP responses by route" \
+  || bad "/metrics: $(head -c 600 "$WORK/metrics")"
 
 timeout 60 "$TPSERVE" client --grpc "127.0.0.1:$GRPC" --prompt "Hello there" --max-tokens 6 >"$WORK/grpc.out" 2>&1 \
   && grep -q "finish_reason length" "$WORK/grpc.out" && ok "gRPC Generate via tpserve client" || bad "gRPC: $(cat "$WORK/grpc.out")"

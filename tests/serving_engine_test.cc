@@ -118,6 +118,13 @@ TEST(ServingEngine, ConcurrentRequestsMatchOfflineGeneration) {
     EXPECT_EQ(Drain(**ref_stream).ids, ref.greedy_ids);
     EngineStats st = engine.Stats();
     EXPECT_GT(st.generation_tokens, 0);
+    // Every prompt was looked up in the prefix cache at least once (again after a preemption).
+    int64_t prompt_tokens = static_cast<int64_t>(ref.prompt_ids.size());
+    for (int i = 0; i < kN; ++i) prompt_tokens += 5 + 9 * i;
+    EXPECT_GE(st.prefix_cache_queries, prompt_tokens);
+    EXPECT_LE(st.prefix_cache_hits, st.prefix_cache_queries);
+    EXPECT_DOUBLE_EQ(st.prefix_cache_hit_rate,
+                     static_cast<double>(st.prefix_cache_hits) / static_cast<double>(st.prefix_cache_queries));
   });
 }
 

@@ -1,72 +1,150 @@
-// FrontendMetrics and RequestTracker. Tested by tests/frontend_test.cc.
+// FrontendMetrics and RequestTracker. Tested by tests/frontend_http_test.cc.
 #include "coordinator/api/frontend_metrics.h"
 
+#include <cstdint>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "coordinator/api/process_info.h"
 
 namespace tpserve {
 namespace {
 
-// Bucket bounds in seconds, as vLLM chose them for the same metrics.
-const std::vector<double>& TtftBuckets() {
-  static const auto* b = new std::vector<double>{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
-                                                 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0};
-  return *b;
+// Bucket bounds in seconds, vLLM's for the same metrics (vllm/v1/metrics/loggers.py), so
+// that dashboards' histogram_quantile reads the same resolution.
+std::vector<double> TtftBuckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+          1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
 }
-const std::vector<double>& InterTokenBuckets() {
-  static const auto* b = new std::vector<double>{0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
-                                                 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
-  return *b;
+std::vector<double> InterTokenBuckets() {
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+          0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
 }
-const std::vector<double>& RequestBuckets() {
-  static const auto* b = new std::vector<double>{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
-                                                 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
-  return *b;
+std::vector<double> RequestBuckets() {
+  return {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+          30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+}
+// Token counts: 1, 2, 5, 10, 20, 50, ... as vLLM's build_1_2_5_buckets. vLLM stops at
+// max_model_len; these metrics exist before the model (and so max_model_len) is loaded, so
+// they go up to a million tokens, and the buckets past max_model_len stay empty.
+std::vector<double> TokenCountBuckets() {
+  constexpr int64_t kMax = 1000000;
+  std::vector<double> out;
+  for (int64_t scale = 1; scale <= kMax; scale *= 10) {
+    for (int64_t m : {1, 2, 5}) {
+      if (m * scale <= kMax) out.push_back(static_cast<double>(m * scale));
+    }
+  }
+  return out;
 }
 
-constexpr char kFinished[] = "tpserve_requests_finished_total";
-constexpr char kFinishedHelp[] = "Requests finished, by reason (stop, length, cancelled, error).";
+// vLLM's per-series labels: the served model and the engine (data-parallel) index, always
+// 0 here; `extra` after them.
+MetricLabels Labels(const std::string& model_name, MetricLabels extra = {}) {
+  MetricLabels labels{{"model_name", model_name}, {"engine", "0"}};
+  for (auto& label : extra) labels.push_back(std::move(label));
+  return labels;
+}
+
+constexpr char kSuccess[] = "vllm:request_success_total";
+constexpr char kSuccessHelp[] = "Requests finished, by finished_reason (stop, length, abort, error).";
+
+// The HttpServer's routes (http_server.cc); anything else is "none", as the instrumentator
+// labels paths no route matched.
+std::string HandlerLabel(absl::string_view path) {
+  for (absl::string_view route :
+       {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", "/version"}) {
+    if (path == route) return std::string(route);
+  }
+  if (absl::StartsWith(path, "/v1/models/")) return "/v1/models/{model}";
+  return "none";
+}
+
+std::string MethodLabel(absl::string_view method) {
+  for (absl::string_view known : {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"}) {
+    if (method == known) return std::string(known);
+  }
+  return "other";
+}
 
 }  // namespace
 
 FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& model_name)
-    : registry_(MetricLabels{{"model_name", model_name}}),
-      time_to_first_token_s_(registry_.AddHistogram("tpserve_time_to_first_token_seconds",
-                                                    "Arrival to first token (server side).", TtftBuckets())),
-      inter_token_latency_s_(registry_.AddHistogram("tpserve_inter_token_latency_seconds",
-                                                    "Time between successive output tokens, as the API "
-                                                    "server receives them.",
-                                                    InterTokenBuckets())),
-      e2e_latency_s_(registry_.AddHistogram("tpserve_e2e_request_latency_seconds",
-                                            "Arrival at the API server to the last token.", RequestBuckets())),
-      queue_time_s_(registry_.AddHistogram("tpserve_request_queue_time_seconds",
-                                           "Arrival to first scheduled.", RequestBuckets())),
-      finished_stop_(registry_.AddCounter(kFinished, kFinishedHelp, {{"finished_reason", "stop"}})),
-      finished_length_(registry_.AddCounter(kFinished, kFinishedHelp, {{"finished_reason", "length"}})),
-      finished_cancelled_(registry_.AddCounter(kFinished, kFinishedHelp, {{"finished_reason", "cancelled"}})),
-      finished_error_(registry_.AddCounter(kFinished, kFinishedHelp, {{"finished_reason", "error"}})) {
+    : time_to_first_token_s_(registry_.AddHistogram(
+          "vllm:time_to_first_token_seconds",
+          "Arrival at the front end (first byte of the request) to its first token there.", TtftBuckets(),
+          Labels(model_name))),
+      inter_token_latency_s_(registry_.AddHistogram("vllm:inter_token_latency_seconds",
+                                                    "Time between successive output tokens as the front end "
+                                                    "receives them (tokens that arrive together share the gap).",
+                                                    InterTokenBuckets(), Labels(model_name))),
+      time_per_output_token_s_(registry_.AddHistogram(
+          "vllm:time_per_output_token_seconds",
+          "The same observations as vllm:inter_token_latency_seconds, under vLLM's older (deprecated) name "
+          "that vLLM's example Grafana dashboard still reads.",
+          InterTokenBuckets(), Labels(model_name))),
+      e2e_latency_s_(registry_.AddHistogram("vllm:e2e_request_latency_seconds",
+                                            "Arrival at the front end to the request's final event there.",
+                                            RequestBuckets(), Labels(model_name))),
+      queue_time_s_(registry_.AddHistogram(
+          "vllm:request_queue_time_seconds",
+          "Arrival at the front end to first scheduled: parsing, rendering and tokenizing, then the "
+          "engine's waiting queue.",
+          RequestBuckets(), Labels(model_name))),
+      prefill_time_s_(registry_.AddHistogram("vllm:request_prefill_time_seconds",
+                                             "First scheduled to first token, in the engine.", RequestBuckets(),
+                                             Labels(model_name))),
+      decode_time_s_(registry_.AddHistogram("vllm:request_decode_time_seconds",
+                                            "First token to last token, in the engine.", RequestBuckets(),
+                                            Labels(model_name))),
+      inference_time_s_(registry_.AddHistogram("vllm:request_inference_time_seconds",
+                                               "First scheduled to last token, in the engine (prefill + decode).",
+                                               RequestBuckets(), Labels(model_name))),
+      prompt_tokens_(registry_.AddHistogram("vllm:request_prompt_tokens", "Prompt tokens per finished request.",
+                                            TokenCountBuckets(), Labels(model_name))),
+      generation_tokens_(registry_.AddHistogram("vllm:request_generation_tokens",
+                                                "Generated tokens per finished request.",
+                                                TokenCountBuckets(), Labels(model_name))),
+      finished_stop_(registry_.AddCounter(kSuccess, kSuccessHelp, Labels(model_name, {{"finished_reason", "stop"}}))),
+      finished_length_(
+          registry_.AddCounter(kSuccess, kSuccessHelp, Labels(model_name, {{"finished_reason", "length"}}))),
+      finished_abort_(
+          registry_.AddCounter(kSuccess, kSuccessHelp, Labels(model_name, {{"finished_reason", "abort"}}))),
+      finished_error_(
+          registry_.AddCounter(kSuccess, kSuccessHelp, Labels(model_name, {{"finished_reason", "error"}}))) {
   // Pointers into the registry, which owns the metrics for as long as it lives.
-  Gauge* running = &registry_.AddGauge("tpserve_num_requests_running", "Requests in the running batch.");
-  Gauge* waiting = &registry_.AddGauge("tpserve_num_requests_waiting", "Requests waiting to be scheduled.");
-  Gauge* kv_usage = &registry_.AddGauge("tpserve_kv_cache_usage_perc",
-                                        "Fraction of KV cache blocks in use (the fullest group), 0 to 1.");
-  Gauge* prefix_hit_rate = &registry_.AddGauge("tpserve_prefix_cache_hit_rate",
-                                               "Prefix cache hit tokens / queried tokens since start.");
-  Counter* preemptions = &registry_.AddCounter("tpserve_num_preemptions_total", "Requests preempted.");
-  Counter* prompt_tokens = &registry_.AddCounter("tpserve_prompt_tokens_total", "Prompt tokens processed.");
-  Counter* generation_tokens = &registry_.AddCounter("tpserve_generation_tokens_total", "Tokens generated.");
-  Counter* steps = &registry_.AddCounter("tpserve_engine_steps_total", "Engine steps run.");
+  const MetricLabels l = Labels(model_name);
+  Gauge* running = &registry_.AddGauge("vllm:num_requests_running", "Requests in the running batch.", l);
+  Gauge* waiting = &registry_.AddGauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", l);
+  Gauge* kv_usage = &registry_.AddGauge("vllm:kv_cache_usage_perc",
+                                        "Fraction of KV cache blocks in use (the fullest group), 0 to 1.", l);
+  Gauge* gpu_cache_usage = &registry_.AddGauge(
+      "vllm:gpu_cache_usage_perc",
+      "vllm:kv_cache_usage_perc under vLLM's older (deprecated) name that vLLM's example Grafana dashboard reads.", l);
+  Counter* prefix_queries = &registry_.AddCounter("vllm:prefix_cache_queries_total",
+                                                  "Prompt tokens looked up in the prefix cache.", l);
+  Counter* prefix_hits = &registry_.AddCounter("vllm:prefix_cache_hits_total",
+                                               "Prompt tokens found in the prefix cache (not recomputed).", l);
+  Counter* preemptions = &registry_.AddCounter("vllm:num_preemptions_total", "Requests preempted.", l);
+  Counter* prompt_tokens = &registry_.AddCounter("vllm:prompt_tokens_total", "Prompt tokens processed.", l);
+  Counter* generation_tokens = &registry_.AddCounter("vllm:generation_tokens_total", "Tokens generated.", l);
+  Counter* steps = &registry_.AddCounter("tpserve_engine_steps_total", "Engine steps run.", l);
   constexpr char kStepTime[] = "tpserve_step_time_seconds_total";
   constexpr char kStepTimeHelp[] = "Time spent in engine steps, by phase.";
-  Counter* compute_s = &registry_.AddCounter(kStepTime, kStepTimeHelp, {{"phase", "compute"}});
-  Counter* allreduce_s = &registry_.AddCounter(kStepTime, kStepTimeHelp, {{"phase", "allreduce"}});
-  Counter* scheduling_s = &registry_.AddCounter(kStepTime, kStepTimeHelp, {{"phase", "scheduling"}});
+  Counter* compute_s = &registry_.AddCounter(kStepTime, kStepTimeHelp, Labels(model_name, {{"phase", "compute"}}));
+  Counter* allreduce_s =
+      &registry_.AddCounter(kStepTime, kStepTimeHelp, Labels(model_name, {{"phase", "allreduce"}}));
+  Counter* scheduling_s =
+      &registry_.AddCounter(kStepTime, kStepTimeHelp, Labels(model_name, {{"phase", "scheduling"}}));
+  // The process collector's standard name (no labels), and our peak beside it.
   Gauge* rss = &registry_.AddGauge("process_resident_memory_bytes", "Resident memory of rank 0's process.");
   Gauge* peak_rss = &registry_.AddGauge("tpserve_process_peak_resident_memory_bytes",
                                         "Peak resident memory of rank 0's process since start.");
-  registry_.AddCollector([&engine, running, waiting, kv_usage, prefix_hit_rate, preemptions, prompt_tokens,
-                          generation_tokens, steps, compute_s, allreduce_s, scheduling_s, rss, peak_rss] {
+  registry_.AddCollector([&engine, running, waiting, kv_usage, gpu_cache_usage, prefix_queries, prefix_hits,
+                          preemptions, prompt_tokens, generation_tokens, steps, compute_s, allreduce_s, scheduling_s,
+                          rss, peak_rss] {
     const ProcessMemory memory = ReadProcessMemory();
     rss->Set(static_cast<double>(memory.rss_bytes));
     peak_rss->Set(static_cast<double>(memory.peak_rss_bytes));
@@ -74,7 +152,9 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
     running->Set(s.running);
     waiting->Set(s.waiting);
     kv_usage->Set(s.kv_usage);
-    prefix_hit_rate->Set(s.prefix_cache_hit_rate);
+    gpu_cache_usage->Set(s.kv_usage);
+    prefix_queries->Set(static_cast<double>(s.prefix_cache_queries));
+    prefix_hits->Set(static_cast<double>(s.prefix_cache_hits));
     preemptions->Set(static_cast<double>(s.preemptions));
     prompt_tokens->Set(static_cast<double>(s.prompt_tokens));
     generation_tokens->Set(static_cast<double>(s.generation_tokens));
@@ -85,17 +165,41 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
   });
 }
 
+void FrontendMetrics::CountHttpRequest(absl::string_view method, absl::string_view path, int status) {
+  auto key = std::make_tuple(HandlerLabel(path), MethodLabel(method), absl::StrCat(status / 100, "xx"));
+  Counter* counter = nullptr;
+  {
+    absl::MutexLock lock(&http_mu_);
+    Counter*& c = http_requests_[key];
+    if (c == nullptr) {
+      // Registered on first use: the instrumentator shows only the series that occurred.
+      c = &registry_.AddCounter("http_requests_total", "HTTP responses by handler (route), method and status class.",
+                                {{"handler", std::get<0>(key)}, {"method", std::get<1>(key)},
+                                 {"status", std::get<2>(key)}});
+    }
+    counter = c;
+  }
+  counter->Increment();
+}
+
 RequestTracker::RequestTracker(FrontendMetrics* metrics, absl::Time arrival) : metrics_(metrics), start_(arrival) {}
+
+void RequestTracker::OnSubmitted(absl::Time submitted) { submitted_ = submitted; }
 
 void RequestTracker::OnEvent(const OutputEvent& e) {
   if (metrics_ == nullptr || finished_) return;
   const absl::Time now = absl::Now();
   const size_t n = e.token_ids.size();
   if (n > 0) {
-    if (last_token_ != absl::InfinitePast()) {
+    if (last_token_ == absl::InfinitePast()) {
+      metrics_->time_to_first_token_s_.Observe(absl::ToDoubleSeconds(now - start_));
+    } else {
       // Tokens that arrive together share the gap since the previous arrival.
       const double gap_s = absl::ToDoubleSeconds(now - last_token_) / static_cast<double>(n);
-      for (size_t i = 0; i < n; ++i) metrics_->inter_token_latency_s_.Observe(gap_s);
+      for (size_t i = 0; i < n; ++i) {
+        metrics_->inter_token_latency_s_.Observe(gap_s);
+        metrics_->time_per_output_token_s_.Observe(gap_s);
+      }
     }
     last_token_ = now;
   }
@@ -109,24 +213,28 @@ void RequestTracker::OnEvent(const OutputEvent& e) {
       metrics_->finished_length_.Increment();
       break;
     case FinishReason::kCancelled:
-      metrics_->finished_cancelled_.Increment();
+      metrics_->finished_abort_.Increment();
       return;  // a cancelled request's latencies describe the client, not the server
     case FinishReason::kError:
     case FinishReason::kNone:
       metrics_->finished_error_.Increment();
       return;
   }
-  if (e.completion_tokens > 0) {
-    metrics_->time_to_first_token_s_.Observe(e.timings.first_token_ms / 1e3);
-  }
-  metrics_->queue_time_s_.Observe(e.timings.queue_ms / 1e3);
+  // The engine's queue_ms starts at Submit; the front end's own time comes before it.
+  const absl::Time submitted = submitted_ == absl::InfinitePast() ? start_ : submitted_;
+  metrics_->queue_time_s_.Observe(absl::ToDoubleSeconds(submitted - start_) + e.timings.queue_ms / 1e3);
   metrics_->e2e_latency_s_.Observe(absl::ToDoubleSeconds(now - start_));
+  metrics_->prefill_time_s_.Observe(e.timings.prefill_ms / 1e3);
+  metrics_->decode_time_s_.Observe(e.timings.decode_ms / 1e3);
+  metrics_->inference_time_s_.Observe((e.timings.prefill_ms + e.timings.decode_ms) / 1e3);
+  metrics_->prompt_tokens_.Observe(e.prompt_tokens);
+  metrics_->generation_tokens_.Observe(e.completion_tokens);
 }
 
 void RequestTracker::OnClientGone() {
   if (metrics_ == nullptr || finished_) return;
   finished_ = true;
-  metrics_->finished_cancelled_.Increment();
+  metrics_->finished_abort_.Increment();
 }
 
 }  // namespace tpserve

@@ -1,13 +1,20 @@
-// The front ends' Prometheus metrics: per-request latency histograms plus the engine's
-// gauges and totals read at scrape time. Tested by tests/frontend_http_test.cc.
+// The front ends' Prometheus metrics, under vLLM's names (vllm:..., docs/serving.md
+// "Metrics" lists them): per-request latency histograms measured from the request's
+// arrival at the front end, the engine's gauges and totals read at scrape time, and HTTP
+// responses by route and status. Tested by tests/frontend_http_test.cc.
 #pragma once
 
+#include <map>
 #include <string>
+#include <tuple>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "coordinator/engine/engine_api.h"
 #include "coordinator/api/metrics.h"
+#include "coordinator/engine/engine_api.h"
 #include "coordinator/engine/request.h"
 
 namespace tpserve {
@@ -20,34 +27,56 @@ class FrontendMetrics {
 
   std::string RenderPrometheus() const { return registry_.Render(); }
 
+  // Counts one HTTP response as prometheus-fastapi-instrumentator (vLLM's) does:
+  // http_requests_total{handler, method, status="2xx"}. `path` becomes the handler: one
+  // of the HTTP server's routes ("/v1/models/{model}" for a model's page) or "none"; an
+  // unusual `method` becomes "other", so the series stay few whatever clients send.
+  void CountHttpRequest(absl::string_view method, absl::string_view path, int status);
+
  private:
   friend class RequestTracker;
 
   MetricsRegistry registry_;
   Histogram& time_to_first_token_s_;
   Histogram& inter_token_latency_s_;
+  Histogram& time_per_output_token_s_;  // vLLM's deprecated twin of inter_token_latency_s_
   Histogram& e2e_latency_s_;
   Histogram& queue_time_s_;
+  Histogram& prefill_time_s_;
+  Histogram& decode_time_s_;
+  Histogram& inference_time_s_;
+  Histogram& prompt_tokens_;
+  Histogram& generation_tokens_;
   Counter& finished_stop_;
   Counter& finished_length_;
-  Counter& finished_cancelled_;
+  Counter& finished_abort_;
   Counter& finished_error_;
+
+  absl::Mutex http_mu_;
+  // (handler, method, status class) -> its series in registry_.
+  std::map<std::tuple<std::string, std::string, std::string>, Counter*> http_requests_ ABSL_GUARDED_BY(http_mu_);
 };
 
-// Follows one request's events and records its latencies. One per request, used by one
-// thread at a time (or under the caller's lock).
+// Follows one request's events and records its latencies, all measured from `arrival` at
+// the front end: TTFT when the first token reaches the front end, e2e at the final event,
+// queue time up to the engine's first scheduling. One per request, used by one thread at
+// a time (or under the caller's lock).
 class RequestTracker {
  public:
-  // `metrics` may be null (nothing recorded). `arrival`: when the API server received
-  // the request.
+  // `metrics` may be null (nothing recorded). `arrival`: when the request reached the API
+  // server (HTTP: its first byte).
   explicit RequestTracker(FrontendMetrics* metrics, absl::Time arrival = absl::Now());
+  // Call just before EngineApi::Submit: the engine's timings (queue_ms) start there, so
+  // the queue time is (submitted - arrival) + queue_ms. Not called: arrival is used.
+  void OnSubmitted(absl::Time submitted = absl::Now());
   void OnEvent(const OutputEvent& e);
-  // The client went away before the final event: counts the request as cancelled.
+  // The client went away before the final event: counts the request as aborted.
   void OnClientGone();
 
  private:
-  FrontendMetrics* const metrics_;
-  const absl::Time start_;
+  FrontendMetrics* metrics_;
+  absl::Time start_;
+  absl::Time submitted_ = absl::InfinitePast();
   absl::Time last_token_ = absl::InfinitePast();
   bool finished_ = false;
 };

@@ -40,6 +40,10 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerateReactor::Start(const Con
     reactor->Finish(ToGrpcStatus(request.status()));
     return reactor.get();
   }
+  {
+    absl::MutexLock lock(&reactor->mu_);
+    reactor->tracker_.OnSubmitted();
+  }
   absl::StatusOr<std::shared_ptr<RequestStream>> stream = context.engine.Submit(*std::move(request));
   if (!stream.ok()) {
     reactor->Finish(ToGrpcStatus(stream.status()));

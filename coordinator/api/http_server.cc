@@ -16,22 +16,34 @@ namespace {
 
 constexpr char kJson[] = "application/json";
 
+// Every whole response goes through here (a stream is counted at StartStream), so each is
+// counted once in http_requests_total.
+void Respond(FrontendMetrics& metrics, HttpExchange& exchange, int status, absl::string_view content_type,
+             std::string body, std::vector<HttpHeader> headers = {}) {
+  metrics.CountHttpRequest(exchange.request().method, exchange.request().path, status);
+  exchange.Respond(status, content_type, std::move(body), std::move(headers));
+}
+
 // Turns one request's engine events into its response, on the connection's strand: woken by
 // the stream (SetNotify) and by the client going away. Keeps itself alive until the
 // response is complete or the client is gone.
 class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
  public:
   ResponsePump(std::shared_ptr<HttpExchange> exchange, std::shared_ptr<RequestStream> stream,
-               OpenAiResponseBuilder builder, bool sse, RequestTracker tracker)
+               OpenAiResponseBuilder builder, bool sse, RequestTracker tracker, FrontendMetrics& metrics)
       : exchange_(std::move(exchange)),
         stream_(std::move(stream)),
         builder_(std::move(builder)),
         sse_(sse),
-        tracker_(std::move(tracker)) {}
+        tracker_(std::move(tracker)),
+        metrics_(metrics) {}
 
   void Start() {
     self_ = shared_from_this();
-    if (sse_) exchange_->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+    if (sse_) {
+      metrics_.CountHttpRequest(exchange_->request().method, exchange_->request().path, 200);
+      exchange_->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+    }
     std::weak_ptr<ResponsePump> weak = self_;
     exchange_->OnClientGone([weak] {
       if (auto p = weak.lock()) p->ClientGone();
@@ -70,9 +82,9 @@ class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
     if (sse_) {
       exchange_->End();
     } else if (absl::Status failure = builder_.status(); !failure.ok()) {
-      exchange_->Respond(ToHttpError(failure).status, kJson, builder_.Body());
+      Respond(metrics_, *exchange_, ToHttpError(failure).status, kJson, builder_.Body());
     } else {
-      exchange_->Respond(200, kJson, builder_.Body());
+      Respond(metrics_, *exchange_, 200, kJson, builder_.Body());
     }
     Done();
   }
@@ -95,6 +107,7 @@ class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
   OpenAiResponseBuilder builder_;
   const bool sse_;
   RequestTracker tracker_;
+  FrontendMetrics& metrics_;
   std::atomic<bool> scheduled_{false};
   // Strand-only.
   bool done_ = false;
@@ -131,7 +144,7 @@ void HttpServer::Shutdown() {
 
 void HttpServer::Reply(HttpExchange& exchange, const absl::Status& error) {
   HttpError e = ToHttpError(error);
-  exchange.Respond(e.status, kJson, std::move(e.body));
+  Respond(*metrics_, exchange, e.status, kJson, std::move(e.body));
 }
 
 // On an I/O thread: cheap routes are answered here, generation goes to the render pool.
@@ -152,14 +165,14 @@ void HttpServer::Handle(std::shared_ptr<HttpExchange> exchange) {
   }
   if (get && req.path == "/health") {
     if (!engine_.Ready()) return Reply(*exchange, absl::UnavailableError("the engine is not ready (loading or draining)"));
-    return exchange->Respond(200, kJson, "{}");
+    return Respond(*metrics_, *exchange, 200, kJson, "{}");
   }
   if (get && req.path == "/metrics") {
-    return exchange->Respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics_->RenderPrometheus());
+    return Respond(*metrics_, *exchange, 200, "text/plain; version=0.0.4; charset=utf-8", metrics_->RenderPrometheus());
   }
   if (get && req.path == "/v1/models") {
-    return exchange->Respond(
-        200, kJson, ModelListJson(builder_.served_model_names(), started_unix_s_, engine_.Info().max_model_len));
+    return Respond(*metrics_, *exchange, 200, kJson,
+                   ModelListJson(builder_.served_model_names(), started_unix_s_, engine_.Info().max_model_len));
   }
   if (get && absl::StartsWith(req.path, "/v1/models/")) {
     const std::string id = req.path.substr(std::string("/v1/models/").size());
@@ -168,21 +181,21 @@ void HttpServer::Handle(std::shared_ptr<HttpExchange> exchange) {
       return Reply(*exchange, absl::NotFoundError(absl::StrCat("model \"", id, "\" is not served here; served models: ",
                                                                absl::StrJoin(builder_.served_model_names(), ", "))));
     }
-    return exchange->Respond(200, kJson, ModelJson(id, started_unix_s_, engine_.Info().max_model_len));
+    return Respond(*metrics_, *exchange, 200, kJson, ModelJson(id, started_unix_s_, engine_.Info().max_model_len));
   }
   if (get && req.path == "/version") {
-    return exchange->Respond(200, kJson, nlohmann::json{{"version", engine_.Info().engine_version}}.dump());
+    return Respond(*metrics_, *exchange, 200, kJson, nlohmann::json{{"version", engine_.Info().engine_version}}.dump());
   }
   const bool known = req.path == "/v1/completions" || req.path == "/v1/chat/completions" || req.path == "/health" ||
                      req.path == "/metrics" || req.path == "/v1/models" || req.path == "/version";
   if (known) {
     nlohmann::ordered_json body = ErrorJson(absl::InvalidArgumentError(
         absl::StrCat("method ", req.method, " is not allowed for ", req.path, "; use ", post ? "GET" : "POST")));
-    return exchange->Respond(405, kJson, body.dump(), {{"Allow", post ? "GET" : "POST"}});
+    return Respond(*metrics_, *exchange, 405, kJson, body.dump(), {{"Allow", post ? "GET" : "POST"}});
   }
   nlohmann::ordered_json body = ErrorJson(absl::NotFoundError(absl::StrCat("no route for ", req.method, " ", req.path)));
   body["error"]["code"] = nullptr;
-  exchange->Respond(404, kJson, body.dump());
+  Respond(*metrics_, *exchange, 404, kJson, body.dump());
 }
 
 // On the render pool: parse, render, tokenize, submit; then the pump streams the response.
@@ -195,12 +208,13 @@ void HttpServer::Generate(OpenAiEndpoint endpoint, const std::shared_ptr<HttpExc
       builder_.Build(parsed->input, endpoint == OpenAiEndpoint::kCompletions ? "cmpl-" : "chatcmpl-");
   if (!request.ok()) return Reply(*exchange, request.status());
   std::string id = request->request_id;
+  tracker.OnSubmitted();
   absl::StatusOr<std::shared_ptr<RequestStream>> stream = engine_.Submit(*std::move(request));
   if (!stream.ok()) return Reply(*exchange, stream.status());
   OpenAiResponseBuilder response(*parsed, std::move(id), model, absl::ToUnixSeconds(absl::Now()),
                                  builder_.tokenizer());
   std::make_shared<ResponsePump>(exchange, *std::move(stream), std::move(response), parsed->stream,
-                                 std::move(tracker))
+                                 std::move(tracker), *metrics_)
       ->Start();
 }
 

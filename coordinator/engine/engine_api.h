@@ -45,7 +45,9 @@ struct EngineStats {
   int32_t waiting = 0;
   double kv_usage = 0;  // fraction of KV blocks in use (the fullest group)
   int64_t preemptions = 0;
-  double prefix_cache_hit_rate = 0;  // hit tokens / queried tokens
+  double prefix_cache_hit_rate = 0;  // prefix_cache_hits / prefix_cache_queries
+  int64_t prefix_cache_queries = 0;  // prompt tokens looked up in the prefix cache, since start
+  int64_t prefix_cache_hits = 0;     // of those, tokens found cached
   int64_t prompt_tokens = 0;         // totals since start
   int64_t generation_tokens = 0;
   int64_t requests_finished = 0;

@@ -33,7 +33,8 @@ struct TokenLogprob {
   std::vector<std::pair<int32_t, float>> top;  // top-N alternatives
 };
 
-// Server-side timings of one request, in milliseconds since it arrived.
+// The engine's timings of one request, in milliseconds since it arrived at the engine
+// (EngineApi::Submit). The front ends add their own time before that (RequestTracker).
 struct RequestTimings {
   double queue_ms = 0;        // arrival -> first scheduled
   double prefill_ms = 0;      // first scheduled -> prefill done

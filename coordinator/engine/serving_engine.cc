@@ -37,7 +37,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> ServingEngine::Submit(ServeReques
       return absl::ResourceExhaustedError(
           absl::StrCat("the waiting queue is full (", config_.max_queue, " requests); retry later"));
     }
-    inbox_->requests.emplace_back(std::move(request), stream);
+    inbox_->requests.push_back(Submitted{std::move(request), stream, absl::Now()});
   }
   inbox_->cv.notify_one();
   return stream;
@@ -57,8 +57,8 @@ void ServingEngine::Shutdown(absl::Duration drain_timeout) {
   inbox_->cv.notify_all();
 }
 
-void ServingEngine::Admit(std::deque<std::pair<ServeRequest, std::shared_ptr<RequestStream>>> requests) {
-  for (auto& [req, stream] : requests) {
+void ServingEngine::Admit(std::deque<Submitted> requests) {
+  for (auto& [req, stream, submitted] : requests) {
     if (core_.scheduler().Find(req.request_id) != nullptr) {
       OutputEvent e;
       e.finish = FinishReason::kError;
@@ -68,7 +68,7 @@ void ServingEngine::Admit(std::deque<std::pair<ServeRequest, std::shared_ptr<Req
     }
     const int32_t prompt_tokens = static_cast<int32_t>(req.prompt_ids.size());
     outputs_.Add(req.request_id, stream, req.params, prompt_tokens);
-    absl::Status st = core_.AddRequest(req.request_id, std::move(req.prompt_ids), std::move(req.params), absl::Now());
+    absl::Status st = core_.AddRequest(req.request_id, std::move(req.prompt_ids), std::move(req.params), submitted);
     if (!st.ok()) {
       EngineOutput o;
       o.request_id = req.request_id;
@@ -95,6 +95,8 @@ void ServingEngine::PublishStats(const EngineStep* step) {
   for (double u : s.kv_usage) stats_.kv_usage = std::max(stats_.kv_usage, u);
   stats_.preemptions = s.num_preemptions;
   stats_.prefix_cache_hit_rate = s.prefix_cache_hit_rate();
+  stats_.prefix_cache_queries = s.prefix_query_tokens;
+  stats_.prefix_cache_hits = s.prefix_hit_tokens;
   stats_.steps = s.num_steps;
   if (step == nullptr) return;
   stats_.compute_ms += step->forward_ms - step->allreduce_ms;
@@ -108,7 +110,7 @@ void ServingEngine::PublishStats(const EngineStep* step) {
 
 void ServingEngine::Run() {
   while (true) {
-    std::deque<std::pair<ServeRequest, std::shared_ptr<RequestStream>>> requests;
+    std::deque<Submitted> requests;
     std::deque<std::string> aborts;
     bool past_deadline = false;
     {

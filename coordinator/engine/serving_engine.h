@@ -60,18 +60,25 @@ class ServingEngine : public EngineApi {
   void Shutdown(absl::Duration drain_timeout);
 
  private:
+  struct Submitted {
+    ServeRequest request;
+    std::shared_ptr<RequestStream> stream;
+    // When Submit() took it: the request's timings (queue_ms...) start here, so the wait
+    // for the engine thread to pick it up counts as queue time.
+    absl::Time submitted;
+  };
   // What other threads hand the engine thread; shared with the streams' cancel hooks,
   // which may outlive the engine.
   struct Inbox {
     std::mutex mu;
     std::condition_variable cv;
-    std::deque<std::pair<ServeRequest, std::shared_ptr<RequestStream>>> requests;
+    std::deque<Submitted> requests;
     std::deque<std::string> aborts;  // request ids: cancelled streams, matched stop strings
     absl::Time drain_deadline = absl::InfiniteFuture();
     std::atomic<bool> draining{false};
     void Abort(const std::string& request_id);
   };
-  void Admit(std::deque<std::pair<ServeRequest, std::shared_ptr<RequestStream>>> requests);
+  void Admit(std::deque<Submitted> requests);
   void PublishStats(const EngineStep* step);
 
   const ServingConfig config_;
