@@ -23,6 +23,8 @@ metric() {
     awk '{s += $NF} END {printf "%d\n", s}'
 }
 
+none_running() { [ "$(metric vllm:num_requests_running)" = 0 ]; }
+
 # start_server TAG NP [ARGS...]: sets http and server.
 start_server() {
   local tag=$1 np=$2
@@ -46,24 +48,30 @@ stop_server() {
 # disconnect_rounds NAME: ROUNDS rounds of 20 streams, each read for 5 events (10 lines) and closed.
 disconnect_rounds() {
   local name=$1 r i
-  local cancelled0 length0 tokens0
-  cancelled0=$(metric tpserve_requests_finished_total 'finished_reason="cancelled"')
-  length0=$(metric tpserve_requests_finished_total 'finished_reason="length"')
-  tokens0=$(metric tpserve_generation_tokens_total)
+  local cancelled0 length0 tokens0 lengths
+  poll 60 none_running || bad "$name: requests still running before the rounds"
+  cancelled0=$(metric vllm:request_success_total 'finished_reason="abort"')
+  length0=$(metric vllm:request_success_total 'finished_reason="length"')
+  tokens0=$(metric vllm:generation_tokens_total)
   for r in $(seq 1 "$ROUNDS"); do
+    local clients=()
     for i in $(seq 1 20); do
-      curl -s -N -m 60 "http://127.0.0.1:$http/v1/completions" \
+      # curl exits at its first write after head has closed the pipe (SIGPIPE), closing the socket.
+      (curl -s -N -m 60 "http://127.0.0.1:$http/v1/completions" \
         -d "{\"prompt\":\"round $r stream $i\",\"max_tokens\":$MAX_TOKENS,\"ignore_eos\":true,\"stream\":true}" |
-        head -n 10 >/dev/null &
+        head -n 10 >/dev/null) &
+      clients+=($!)
     done
-    wait
+    wait "${clients[@]}"
+    lengths=$(metric vllm:request_success_total 'finished_reason="length"')
+    [ "$lengths" = "$length0" ] || echo "  $name: round $r: finished by length $length0 -> $lengths"
   done
   local n=$((ROUNDS * 20))
-  poll 60 test "$(metric tpserve_num_requests_running)" = 0 || bad "$name: requests still running"
+  poll 60 none_running || bad "$name: requests still running"
   local cancelled length tokens
-  cancelled=$(($(metric tpserve_requests_finished_total 'finished_reason="cancelled"') - cancelled0))
-  length=$(($(metric tpserve_requests_finished_total 'finished_reason="length"') - length0))
-  tokens=$(($(metric tpserve_generation_tokens_total) - tokens0))
+  cancelled=$(($(metric vllm:request_success_total 'finished_reason="abort"') - cancelled0))
+  length=$(($(metric vllm:request_success_total 'finished_reason="length"') - length0))
+  tokens=$(($(metric vllm:generation_tokens_total) - tokens0))
   [ "$cancelled" = "$n" ] && [ "$length" = 0 ] \
     && ok "$name: all $n disconnected streams cancelled, none finished by length" \
     || bad "$name: of $n disconnected streams $cancelled cancelled, $length finished by length"
