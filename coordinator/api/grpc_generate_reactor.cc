@@ -134,7 +134,10 @@ void GenerateReactor::Pump() {
         if (finish == FinishReason::kError) {
           status = grpc::Status(grpc::StatusCode::INTERNAL, error.empty() ? "the engine failed this request" : error);
         } else if (finish == FinishReason::kCancelled) {
-          status = grpc::Status(grpc::StatusCode::CANCELLED, error.empty() ? "the request was cancelled" : error);
+          // The client's own cancel ends the call before this (client_gone_): this one was the
+          // server's, e.g. a drain past --shutdown-timeout. UNAVAILABLE: retry elsewhere.
+          status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                error.empty() ? "the server cancelled the request" : error);
         }
       }
     }
