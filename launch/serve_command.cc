@@ -124,6 +124,9 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ModelChatTemplate> chat;
   FrontendMetrics metrics(deferred, names[0]);
+  // One budget for building requests (parse, chat template, tokenize) across both APIs.
+  auto render_pool = std::make_shared<TaskPool>(o.render_threads, static_cast<size_t>(o.max_pending_renders),
+                                                "tpserve-render");
   std::unique_ptr<GrpcServer> grpc;
   std::unique_ptr<HttpServer> http;
   absl::Status front = absl::OkStatus();
@@ -149,6 +152,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
         go.served_model_names = names;
         go.metrics = &metrics;
         go.max_receive_message_bytes = static_cast<int>(o.max_body_bytes);
+        go.render_pool = render_pool;
         grpc = std::make_unique<GrpcServer>(deferred, *tokenizer, chat.get(), go);
         front = grpc->Start();
       }
@@ -163,8 +167,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
         ho.transport.body_timeout = absl::Seconds(o.http_body_timeout_s);
         ho.transport.io_threads = o.http_io_threads;
         ho.served_model_names = names;
-        ho.render_threads = o.render_threads;
-        ho.max_pending_renders = o.max_pending_renders;
+        ho.render_pool = render_pool;
         ho.metrics = &metrics;
         if (absl::Status fds = RaiseOpenFileLimit(o.max_connections); !fds.ok()) Log(world, std::string(fds.message()));
         http = std::make_unique<HttpServer>(deferred, *tokenizer, chat.get(), ho);

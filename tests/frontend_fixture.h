@@ -76,7 +76,7 @@ class FrontendTest : public ::testing::Test {
     engine_ = std::make_unique<FakeEngine>(*tokenizer_, engine_options);
     engine_->SetReady(ready);
     metrics_ = std::make_unique<FrontendMetrics>(*engine_, engine_options.served_model_name);
-    GrpcServerOptions g;
+    GrpcServerOptions g = grpc_options_;
     g.address = "127.0.0.1:0";
     g.served_model_names = served_names;
     g.health_poll_interval = absl::Milliseconds(10);
@@ -148,6 +148,7 @@ class FrontendTest : public ::testing::Test {
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<HttpServer> http_;
   HttpServerOptions http_options_;  // a test may change them before StartServers()
+  GrpcServerOptions grpc_options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::TpServe::Stub> stub_;
 };

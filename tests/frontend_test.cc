@@ -311,6 +311,44 @@ TEST_F(FrontendTest, GrpcFailureAfterAdmission) {
   }
 }
 
+// Generate builds its request on the render pool (not gRPC's callback thread): a full pool
+// is RESOURCE_EXHAUSTED, and a call cancelled while it waits there never reaches the engine.
+TEST_F(FrontendTest, GrpcRendersOnTheBoundedPool) {
+  grpc_options_.render_threads = 1;
+  grpc_options_.max_pending_renders = 1;
+  StartServers();
+  absl::Notification gate;
+  engine_->SetSubmitGate(&gate);
+  grpc::Status first;
+  std::vector<v1::GenerateResponse> first_responses;
+  std::thread a([&] { first = Generate(TextRequest("a", 2), &first_responses); });
+  ASSERT_TRUE(Eventually([&] { return engine_->submits_waiting() == 1; }));  // a holds the render thread
+  // b waits in the queue; c finds it full.
+  grpc::ClientContext b_context;
+  auto b_reader = stub_->Generate(&b_context, TextRequest("b", 2));
+  std::vector<v1::GenerateResponse> c_responses;
+  grpc::Status c;
+  ASSERT_TRUE(Eventually([&] {
+    c_responses.clear();
+    c = Generate(TextRequest("c", 2), &c_responses);
+    return c.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+  }));
+  EXPECT_THAT(c.error_message(), ::testing::HasSubstr("--max-pending-renders"));
+  b_context.TryCancel();  // b is cancelled while it waits to be built; the server counts it as aborted
+  ASSERT_TRUE(Eventually([&] {
+    return absl::StrContains(metrics_->RenderPrometheus(), "finished_reason=\"abort\"} 1");
+  }));
+  engine_->SetSubmitGate(nullptr);
+  gate.Notify();
+  a.join();
+  EXPECT_TRUE(first.ok()) << first.error_message();
+  v1::GenerateResponse r;
+  while (b_reader->Read(&r)) {
+  }
+  EXPECT_EQ(b_reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(engine_->submitted(), 1);  // only a
+}
+
 TEST_F(FrontendTest, ShutdownWithOpenStreamsCancelsThem) {
   StartServers(Slow());
   std::thread grpc_client([&] {

@@ -31,35 +31,60 @@ GenerateReactor::GenerateReactor(const Tokenizer& tokenizer, FrontendMetrics* me
                                  absl::Time arrival)
     : tokenizer_(tokenizer), logprobs_(logprobs), tracker_(metrics, arrival) {}
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* GenerateReactor::Start(const Context& context,
-                                                                       absl::StatusOr<ServeRequest> request,
-                                                                       bool logprobs, absl::Time arrival) {
+grpc::ServerWriteReactor<v1::GenerateResponse>* GenerateReactor::Start(
+    const Context& context, std::function<absl::StatusOr<ServeRequest>()> build, bool logprobs, absl::Time arrival) {
   std::shared_ptr<GenerateReactor> reactor(new GenerateReactor(context.tokenizer, context.metrics, logprobs, arrival));
   reactor->self_ = reactor;
-  if (!request.ok()) {
-    reactor->Finish(ToGrpcStatus(request.status()));
-    return reactor.get();
+  std::shared_ptr<TaskPool> render = context.render_pool.lock();
+  const bool posted = render != nullptr && render->Post([reactor, context, build = std::move(build)] {
+    reactor->Admit(context, build());
+  });
+  if (!posted) {
+    {
+      absl::MutexLock lock(&reactor->mu_);
+      reactor->finishing_ = true;
+    }
+    reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError(
+        "the server is busy: requests already wait to be rendered and tokenized (--max-pending-renders); "
+        "retry later")));
   }
+  return reactor.get();
+}
+
+void GenerateReactor::Admit(const Context& context, absl::StatusOr<ServeRequest> request) {
+  // Reactions (OnCancel) may run meanwhile: stream_ and admitted_ change under mu_.
+  auto finish = [this](const absl::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      finishing_ = true;
+    }
+    Finish(ToGrpcStatus(status));
+  };
+  if (!request.ok()) return finish(request.status());
+  bool gone;
   {
-    absl::MutexLock lock(&reactor->mu_);
-    reactor->tracker_.OnSubmitted();
+    absl::MutexLock lock(&mu_);
+    gone = client_gone_;
+    if (!gone) tracker_.OnSubmitted();
   }
+  if (gone) return finish(absl::CancelledError("the client cancelled the call"));
   absl::StatusOr<std::shared_ptr<RequestStream>> stream = context.engine.Submit(*std::move(request));
-  if (!stream.ok()) {
-    reactor->Finish(ToGrpcStatus(stream.status()));
-    return reactor.get();
+  if (!stream.ok()) return finish(stream.status());
+  bool cancelled;
+  {
+    absl::MutexLock lock(&mu_);
+    stream_ = *stream;
+    admitted_ = true;
+    cancelled = client_gone_;  // OnCancel ran while the request was being submitted
   }
-  // No reaction runs before this function returns, so stream_ needs no lock.
-  reactor->stream_ = *std::move(stream);
   // Weak references: the hook lives in the engine's stream, which may outlive both.
-  reactor->stream_->SetNotify([weak_reactor = std::weak_ptr<GenerateReactor>(reactor),
-                               weak_pool = context.pump_pool] {
+  (*stream)->SetNotify([weak_reactor = weak_from_this(), weak_pool = context.pump_pool] {
     std::shared_ptr<TaskPool> pool = weak_pool.lock();
     std::shared_ptr<GenerateReactor> r = weak_reactor.lock();
     if (pool != nullptr && r != nullptr) SchedulePump(r, *pool);
   });
-  reactor->Pump();  // events pushed before SetNotify
-  return reactor.get();
+  if (cancelled) (*stream)->Cancel();
+  Pump();  // events pushed before SetNotify, or the cancel
 }
 
 void GenerateReactor::SchedulePump(const std::shared_ptr<GenerateReactor>& self, TaskPool& pool) {
@@ -105,7 +130,7 @@ void GenerateReactor::Pump() {
   grpc::Status status;
   {
     absl::MutexLock lock(&mu_);
-    if (finishing_ || write_in_flight_) return;
+    if (!admitted_ || finishing_ || write_in_flight_) return;  // Admit finishes an unadmitted call
     if (client_gone_) {
       finishing_ = true;
       action = Action::kFinish;
@@ -161,7 +186,7 @@ void GenerateReactor::OnWriteDone(bool ok) {
   {
     absl::MutexLock lock(&mu_);
     write_in_flight_ = false;
-    if (!ok && !client_gone_) {  // the stream broke under us
+    if (!ok && !client_gone_ && stream_ != nullptr) {  // the stream broke under us
       client_gone_ = true;
       tracker_.OnClientGone();
       stream_->Cancel();
@@ -171,14 +196,15 @@ void GenerateReactor::OnWriteDone(bool ok) {
 }
 
 void GenerateReactor::OnCancel() {
-  if (stream_ == nullptr) return;  // finished at Start with an error
+  std::shared_ptr<RequestStream> stream;
   {
     absl::MutexLock lock(&mu_);
     if (finishing_ || client_gone_) return;
     client_gone_ = true;
     tracker_.OnClientGone();
+    stream = stream_;  // null before Admit: Admit sees client_gone_ instead
   }
-  stream_->Cancel();
+  if (stream != nullptr) stream->Cancel();
   Pump();
 }
 

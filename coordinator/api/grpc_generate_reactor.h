@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
@@ -21,7 +22,8 @@ namespace tpserve {
 
 // Owns itself until gRPC's OnDone; a pump queued or running then holds it a little longer.
 // The engine's notify hook holds only a weak reference, so a late event finds it gone.
-class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse>,
+                        public std::enable_shared_from_this<GenerateReactor> {
  public:
   struct Context {
     EngineApi& engine;
@@ -29,13 +31,16 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
     FrontendMetrics* metrics;  // may be null
     // Where the engine's notify hook sends the work of writing (never the engine thread).
     std::weak_ptr<TaskPool> pump_pool;
+    // Where requests are built (parsed, rendered, tokenized) and submitted: bounded, shared
+    // with the HTTP server; a full queue is RESOURCE_EXHAUSTED.
+    std::weak_ptr<TaskPool> render_pool;
   };
-  // Submits `request` (or finishes at once with its error, or with Submit's) and returns
-  // the reactor for gRPC to drive. `logprobs`: put the engine's logprobs in responses.
-  // `arrival`: when the call came in.
+  // Returns the reactor for gRPC to drive at once; `build` runs on the render pool, then the
+  // request is submitted (or the call finishes with build's error, or Submit's).
+  // `logprobs`: put the engine's logprobs in responses. `arrival`: when the call came in.
   static grpc::ServerWriteReactor<v1::GenerateResponse>* Start(const Context& context,
-                                                               absl::StatusOr<ServeRequest> request, bool logprobs,
-                                                               absl::Time arrival);
+                                                               std::function<absl::StatusOr<ServeRequest>()> build,
+                                                               bool logprobs, absl::Time arrival);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -43,6 +48,8 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
 
  private:
   GenerateReactor(const Tokenizer& tokenizer, FrontendMetrics* metrics, bool logprobs, absl::Time arrival);
+  // On the render pool: submits the built request and starts streaming, or finishes.
+  void Admit(const Context& context, absl::StatusOr<ServeRequest> request);
   // Starts the next write, or the Finish, when there is something to do and no write is
   // in flight. Called from the reactions and the pump pool; never blocks.
   void Pump();
@@ -53,10 +60,11 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   const Tokenizer& tokenizer_;
   const bool logprobs_;
   std::shared_ptr<GenerateReactor> self_;  // released in OnDone
-  std::shared_ptr<RequestStream> stream_;  // set before any reaction can run
   std::atomic<bool> pump_scheduled_{false};
 
   absl::Mutex mu_;
+  std::shared_ptr<RequestStream> stream_ ABSL_GUARDED_BY(mu_);  // set by Admit
+  bool admitted_ ABSL_GUARDED_BY(mu_) = false;
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;  // Finish or StartWriteAndFinish issued
   bool client_gone_ ABSL_GUARDED_BY(mu_) = false;

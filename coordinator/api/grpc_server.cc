@@ -25,7 +25,12 @@ GrpcServer::GrpcServer(EngineApi& engine, const Tokenizer& tokenizer, const Mode
       options_(std::move(options)),
       builder_(engine, tokenizer, chat_template, options_.served_model_names),
       pump_pool_(std::make_shared<TaskPool>(options_.pump_threads)),
-      service_(std::make_unique<TpServeService>(engine, builder_, options_.metrics, pump_pool_)) {}
+      render_pool_(options_.render_pool != nullptr
+                       ? options_.render_pool
+                       : std::make_shared<TaskPool>(options_.render_threads,
+                                                    static_cast<size_t>(std::max(1, options_.max_pending_renders)),
+                                                    "tpserve-render")),
+      service_(std::make_unique<TpServeService>(engine, builder_, options_.metrics, pump_pool_, render_pool_)) {}
 
 GrpcServer::~GrpcServer() { Shutdown(); }
 

@@ -38,6 +38,12 @@ struct GrpcServerOptions {
   // Threads that build and write responses as the engine produces tokens (the engine's
   // thread only posts to them).
   int pump_threads = 2;
+  // Where Generate requests are parsed, rendered and tokenized before submission; share the
+  // HTTP server's (one budget for both). Null: the server makes its own of render_threads
+  // threads and max_pending_renders waiting requests.
+  std::shared_ptr<TaskPool> render_pool;
+  int render_threads = 2;
+  int max_pending_renders = 1024;
   // Request latencies are recorded here (shared with the HTTP server, which exports them);
   // null: not recorded. Must outlive the server.
   FrontendMetrics* metrics = nullptr;
@@ -70,6 +76,7 @@ class GrpcServer {
   const RequestBuilder builder_;
   // Shared so that engine notify hooks can hold weak references to it.
   std::shared_ptr<TaskPool> pump_pool_;
+  std::shared_ptr<TaskPool> render_pool_;
   std::unique_ptr<TpServeService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

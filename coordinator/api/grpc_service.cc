@@ -67,16 +67,23 @@ absl::StatusOr<GenerateInput> GenerateInputFromProto(const v1::GenerateRequest& 
 }
 
 TpServeService::TpServeService(EngineApi& engine, const RequestBuilder& builder, FrontendMetrics* metrics,
-                               std::weak_ptr<TaskPool> pump_pool)
-    : engine_(engine), builder_(builder), metrics_(metrics), pump_pool_(std::move(pump_pool)) {}
+                               std::weak_ptr<TaskPool> pump_pool, std::weak_ptr<TaskPool> render_pool)
+    : engine_(engine),
+      builder_(builder),
+      metrics_(metrics),
+      pump_pool_(std::move(pump_pool)),
+      render_pool_(std::move(render_pool)) {}
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* TpServeService::Generate(grpc::CallbackServerContext* context,
                                                                          const v1::GenerateRequest* request) {
   const absl::Time arrival = absl::Now();
-  absl::StatusOr<GenerateInput> input = GenerateInputFromProto(*request);
-  absl::StatusOr<ServeRequest> serve_request =
-      input.ok() ? builder_.Build(*std::move(input), "gen-") : absl::StatusOr<ServeRequest>(input.status());
-  return GenerateReactor::Start({engine_, builder_.tokenizer(), metrics_, pump_pool_}, std::move(serve_request),
+  // Built on the render pool, not on gRPC's callback thread: a long chat waits its turn there.
+  auto build = [this, proto = *request]() -> absl::StatusOr<ServeRequest> {
+    absl::StatusOr<GenerateInput> input = GenerateInputFromProto(proto);
+    if (!input.ok()) return input.status();
+    return builder_.Build(*std::move(input), "gen-");
+  };
+  return GenerateReactor::Start({engine_, builder_.tokenizer(), metrics_, pump_pool_, render_pool_}, std::move(build),
                                 request->sampling().has_logprobs(), arrival);
 }
 

@@ -21,9 +21,9 @@ absl::StatusOr<GenerateInput> GenerateInputFromProto(const v1::GenerateRequest& 
 class TpServeService final : public v1::TpServe::CallbackService {
  public:
   // All references must outlive the service; `metrics` may be null. `pump_pool` runs the
-  // response writing that engine events trigger.
+  // response writing that engine events trigger; `render_pool` builds requests.
   TpServeService(EngineApi& engine, const RequestBuilder& builder, FrontendMetrics* metrics,
-                 std::weak_ptr<TaskPool> pump_pool);
+                 std::weak_ptr<TaskPool> pump_pool, std::weak_ptr<TaskPool> render_pool);
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* context,
                                                            const v1::GenerateRequest* request) override;
@@ -37,6 +37,7 @@ class TpServeService final : public v1::TpServe::CallbackService {
   const RequestBuilder& builder_;
   FrontendMetrics* const metrics_;
   const std::weak_ptr<TaskPool> pump_pool_;
+  const std::weak_ptr<TaskPool> render_pool_;
 };
 
 }  // namespace tpserve

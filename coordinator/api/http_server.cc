@@ -126,8 +126,11 @@ HttpServer::HttpServer(EngineApi& engine, const Tokenizer& tokenizer, const Mode
                        : std::make_unique<FrontendMetrics>(engine, builder_.served_model_names().front())),
       metrics_(options_.metrics != nullptr ? options_.metrics : own_metrics_.get()),
       started_unix_s_(absl::ToUnixSeconds(absl::Now())),
-      render_pool_(options_.render_threads, static_cast<size_t>(std::max(1, options_.max_pending_renders)),
-                   "tpserve-render"),
+      render_pool_(options_.render_pool != nullptr
+                       ? options_.render_pool
+                       : std::make_shared<TaskPool>(options_.render_threads,
+                                                    static_cast<size_t>(std::max(1, options_.max_pending_renders)),
+                                                    "tpserve-render")),
       transport_(
           options_.transport, [this](std::shared_ptr<HttpExchange> e) { Handle(std::move(e)); },
           [](int, const absl::Status& error) { return ToHttpError(error).body; }) {}
@@ -138,7 +141,7 @@ absl::Status HttpServer::Start() { return transport_.Start(); }
 
 void HttpServer::Shutdown() {
   if (stopping_.exchange(true)) return;
-  render_pool_.Stop();  // requests being rendered are submitted (or refused) first
+  render_pool_->Stop();  // requests being rendered are submitted (or refused) first
   transport_.Shutdown();
 }
 
@@ -155,11 +158,11 @@ void HttpServer::Handle(std::shared_ptr<HttpExchange> exchange) {
     const OpenAiEndpoint endpoint =
         req.path == "/v1/completions" ? OpenAiEndpoint::kCompletions : OpenAiEndpoint::kChatCompletions;
     if (stopping_.load()) return Reply(*exchange, absl::UnavailableError("the server is shutting down"));
-    if (!render_pool_.Post([this, endpoint, exchange] { Generate(endpoint, exchange); })) {
+    if (!render_pool_->Post([this, endpoint, exchange] { Generate(endpoint, exchange); })) {
       return Reply(*exchange,
-                   absl::ResourceExhaustedError(absl::StrCat(
-                       "the server is busy: ", options_.max_pending_renders,
-                       " requests already wait to be rendered and tokenized (--max-pending-renders); retry later")));
+                   absl::ResourceExhaustedError(
+                       "the server is busy: as many requests as --max-pending-renders already wait to be rendered "
+                       "and tokenized; retry later"));
     }
     return;
   }

@@ -32,7 +32,10 @@ struct HttpServerOptions {
   // name. Empty: the engine's Info().served_model_name.
   std::vector<std::string> served_model_names;
   // Threads that parse, render (chat template) and tokenize requests, and how many requests
-  // may wait for them; one more is answered 429.
+  // may wait for them; one more is answered 429. `render_pool`: share one (e.g. the gRPC
+  // server's budget too); null: the server makes its own of render_threads threads and
+  // max_pending_renders waiting requests.
+  std::shared_ptr<TaskPool> render_pool;
   int render_threads = 2;
   int max_pending_renders = 1024;
   // Where request latencies are recorded and /metrics reads from. Null: the server keeps
@@ -70,7 +73,7 @@ class HttpServer {
   FrontendMetrics* const metrics_;
   const int64_t started_unix_s_;
   std::atomic<bool> stopping_{false};
-  TaskPool render_pool_;
+  const std::shared_ptr<TaskPool> render_pool_;
   HttpTransport transport_;  // last: its threads call into the members above
 };
 
