@@ -77,10 +77,12 @@ class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
       }
       finished = e.finish != FinishReason::kNone;
     }
-    if (sse_) exchange_->Write(std::move(out));
-    if (!finished) return;
+    if (!finished) {
+      if (sse_) exchange_->Write(std::move(out));
+      return;
+    }
     if (sse_) {
-      exchange_->End();
+      exchange_->End(std::move(out));
     } else if (absl::Status failure = builder_.status(); !failure.ok()) {
       Respond(metrics_, *exchange_, ToHttpError(failure).status, kJson, builder_.Body());
     } else {

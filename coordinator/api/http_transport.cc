@@ -83,14 +83,20 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   asio::any_io_executor executor() { return socket_.get_executor(); }
 
-  // Runs `fn` on the strand, from any thread. Once Shutdown() has joined the I/O threads, a
+  // Runs `fn` on the strand, from any thread: queued, or with `inline_ok` at once when called
+  // on the strand (a pump writing its events: nothing queued for the exchange can be older).
+  // Once Shutdown() has joined the I/O threads, a
   // handler queued on the io_context would never run nor be destroyed, and would keep its
   // connection (and through it the io_context) alive forever: `fn` is destroyed unrun instead.
-  void Post(std::function<void()> fn) {
+  void Post(std::function<void()> fn, bool inline_ok = false) {
     {
       std::shared_lock<std::shared_mutex> lock(shared_->post_mu);
       if (!shared_->io_joined) {
-        asio::post(executor(), std::move(fn));
+        if (inline_ok) {
+          asio::dispatch(executor(), std::move(fn));
+        } else {
+          asio::post(executor(), std::move(fn));
+        }
         return;
       }
     }
@@ -152,9 +158,12 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     }
     Queue(std::move(data));
   }
-  void End(uint64_t seq) {
+  void End(uint64_t seq, std::string last) {
     if (!Current(seq) || !streaming_ || response_done_) return;
-    if (chunked_) Queue("0\r\n\r\n");
+    if (chunked_) {  // the last piece and the terminating chunk in one write
+      last = last.empty() ? std::string("0\r\n\r\n") : absl::StrCat(absl::Hex(last.size()), "\r\n", last, "\r\n0\r\n\r\n");
+    }
+    Queue(std::move(last));
     FinishResponse();
   }
   void SetClientGone(uint64_t seq, std::function<void()> fn) {
@@ -469,22 +478,22 @@ void HttpExchange::Post(std::function<void()> fn) { connection_->Post(std::move(
 
 void HttpExchange::Respond(int status, absl::string_view content_type, std::string body,
                            std::vector<HttpHeader> headers) {
-  Post([c = connection_, seq = seq_, status, type = std::string(content_type), body = std::move(body),
-        headers = std::move(headers)]() mutable { c->Respond(seq, status, type, std::move(body), headers); });
+  connection_->Post([c = connection_, seq = seq_, status, type = std::string(content_type), body = std::move(body),
+        headers = std::move(headers)]() mutable { c->Respond(seq, status, type, std::move(body), headers); }, /*inline_ok=*/true);
 }
 
 void HttpExchange::StartStream(int status, absl::string_view content_type, std::vector<HttpHeader> headers) {
-  Post([c = connection_, seq = seq_, status, type = std::string(content_type), headers = std::move(headers)] {
+  connection_->Post([c = connection_, seq = seq_, status, type = std::string(content_type), headers = std::move(headers)] {
     c->StartStream(seq, status, type, headers);
-  });
+  }, /*inline_ok=*/true);
 }
 
 void HttpExchange::Write(std::string data) {
-  Post([c = connection_, seq = seq_, data = std::move(data)]() mutable { c->Write(seq, std::move(data)); });
+  connection_->Post([c = connection_, seq = seq_, data = std::move(data)]() mutable { c->Write(seq, std::move(data)); }, /*inline_ok=*/true);
 }
 
-void HttpExchange::End() {
-  Post([c = connection_, seq = seq_] { c->End(seq); });
+void HttpExchange::End(std::string last) {
+  connection_->Post([c = connection_, seq = seq_, last = std::move(last)]() mutable { c->End(seq, std::move(last)); }, /*inline_ok=*/true);
 }
 
 void HttpExchange::OnClientGone(std::function<void()> fn) {

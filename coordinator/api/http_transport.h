@@ -66,7 +66,8 @@ struct HttpRequest {
 using HttpErrorBody = std::function<std::string(int status, const absl::Status& error)>;
 
 // One request and its response. Thread-safe: every method may be called from any thread;
-// the effects happen in call order on the connection's I/O strand. A response is either
+// the effects happen in call order on the connection's I/O strand. Respond, StartStream,
+// Write and End run at once when called on the strand (from Post's function, or the handler). A response is either
 // whole (Respond) or streamed (StartStream, Write..., End). Dropping the last reference
 // without responding closes the connection.
 class HttpExchange {
@@ -83,7 +84,8 @@ class HttpExchange {
   // Status line and headers of a chunked response; then Write() each piece, then End().
   void StartStream(int status, absl::string_view content_type, std::vector<HttpHeader> headers = {});
   void Write(std::string data);
-  void End();
+  // Ends the stream, after `last` (written with the end in one piece) if not empty.
+  void End(std::string last = "");
 
   // Runs `fn` on the connection's strand (serialized with the exchange's writes and its
   // client-gone callback); it runs even after the connection closed, but not once
