@@ -17,6 +17,9 @@ tp_add_test(decode_graphs_test SOURCES decode_graphs_test.cc LIBS tpserve_launch
 tp_add_test(device_choice_test SOURCES device_choice_test.cc LIBS tpserve_launch)
 # What `tpserve serve --port-file` writes and logs (launch/port_file.h).
 tp_add_test(port_file_test SOURCES port_file_test.cc LIBS tpserve_port_file GTest::gmock)
+# Rank 0's watch over the other ranks beside MPI (launch/rank_liveness.h): sockets, threads,
+# a killed child process.
+tp_add_test(rank_liveness_test SOURCES rank_liveness_test.cc LIBS tpserve_rank_liveness)
 # bench/op_profile.h (engine_bench --op_profile) on the CPU backend.
 tp_add_test(op_profile_test SOURCES op_profile_test.cc LIBS tpserve_op_profile tpserve_launch)
 
