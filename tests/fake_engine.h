@@ -120,10 +120,12 @@ class FakeEngine : public EngineApi {
   void SetSubmitGate(absl::Notification* gate) { submit_gate_.store(gate); }
   int submits_waiting() const { return submits_waiting_.load(); }
   // Ends every running request at the next step with `reason` and `error`, as the real
-  // engine does when a step fails (kError) or a drain cuts a request (kCancelled).
-  void EndAll(FinishReason reason, std::string error) {
+  // engine does when a step fails (kError) or a drain cuts a request (kCancelled);
+  // `code`: the kError's kind (UNAVAILABLE: a rank died, as ServingEngine::FailAll says).
+  void EndAll(FinishReason reason, std::string error, absl::StatusCode code = absl::StatusCode::kInternal) {
     absl::MutexLock lock(&mu_);
     end_all_ = std::make_pair(reason, std::move(error));
+    end_all_code_ = code;
   }
   int cancelled() const {
     absl::MutexLock lock(&mu_);
@@ -175,6 +177,7 @@ class FakeEngine : public EngineApi {
         if (end_all_.has_value()) {
           e.finish = end_all_->first;
           e.error = end_all_->second;
+          e.error_code = end_all_code_;
           e.completion_tokens = a.generated;
         } else if (a.stream->cancelled()) {
           e.finish = FinishReason::kCancelled;
@@ -244,6 +247,7 @@ class FakeEngine : public EngineApi {
   std::vector<std::unique_ptr<Active>> active_ ABSL_GUARDED_BY(mu_);
   absl::Status submit_error_ ABSL_GUARDED_BY(mu_);
   std::optional<std::pair<FinishReason, std::string>> end_all_ ABSL_GUARDED_BY(mu_);
+  absl::StatusCode end_all_code_ ABSL_GUARDED_BY(mu_) = absl::StatusCode::kInternal;
   std::atomic<absl::Notification*> submit_gate_{nullptr};
   std::atomic<int> submits_waiting_{0};
   ServeRequest last_request_ ABSL_GUARDED_BY(mu_);

@@ -207,7 +207,7 @@ TEST_F(FrontendTest, HttpErrors) {
 }
 
 // A request that fails after admission: a non-streaming one gets the 5xx an SDK raises
-// (503 when the server cut it, 500 when the engine failed it), never 200; a stream, whose 200
+// (503 when the server cut it or lost a rank, 500 when the engine failed it), never 200; a stream, whose 200
 // went out with its first event, ends with an error event and [DONE].
 TEST_F(FrontendTest, HttpFailureAfterAdmission) {
   StartServers(Slow());
@@ -215,14 +215,17 @@ TEST_F(FrontendTest, HttpFailureAfterAdmission) {
     FinishReason reason;
     const char* error;
     int status;
+    absl::StatusCode error_code = absl::StatusCode::kInternal;
   };
   for (const Case& c : {Case{FinishReason::kCancelled, "the server shut down before the request finished", 503},
-                        Case{FinishReason::kError, "the model step failed: rank 1 is gone", 500}}) {
+                        Case{FinishReason::kError, "the model step failed: rank 1 is gone", 500},
+                        Case{FinishReason::kError, "rank 1 of 2 (host h) is gone: the job is stopping", 503,
+                             absl::StatusCode::kUnavailable}}) {
     const int before = engine_->submitted();
     HttpResult r;
     std::thread client([&] { r = Post("/v1/completions", R"({"prompt": "Hello", "max_tokens": 200})"); });
     ASSERT_TRUE(Eventually([&] { return engine_->submitted() == before + 1; }));
-    engine_->EndAll(c.reason, c.error);
+    engine_->EndAll(c.reason, c.error, c.error_code);
     client.join();
     EXPECT_EQ(r.status, c.status) << r.body;
     EXPECT_EQ(Json::parse(r.body)["error"]["message"], c.error);
@@ -231,7 +234,7 @@ TEST_F(FrontendTest, HttpFailureAfterAdmission) {
     std::thread streamer(
         [&] { r = Post("/v1/completions", R"({"prompt": "Hello", "max_tokens": 200, "stream": true})"); });
     ASSERT_TRUE(Eventually([&] { return engine_->submitted() == before + 2; }));
-    engine_->EndAll(c.reason, c.error);
+    engine_->EndAll(c.reason, c.error, c.error_code);
     streamer.join();
     ASSERT_EQ(r.status, 200) << r.body;
     std::vector<std::string> payloads = SsePayloads(r.body);

@@ -287,24 +287,27 @@ TEST_F(FrontendTest, GrpcHealthStartsNotServingWhileNotReady) {
   EXPECT_EQ(Generate(TextRequest("Hi", 1), &responses).error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
-// A request the server ends after admission: a drain's cut is UNAVAILABLE (retry elsewhere),
-// an engine failure INTERNAL, each with the engine's message.
+// A request the server ends after admission: a drain's cut or a lost rank is UNAVAILABLE
+// (retry elsewhere), an engine failure INTERNAL, each with the engine's message.
 TEST_F(FrontendTest, GrpcFailureAfterAdmission) {
   StartServers(Slow());
   struct Case {
     FinishReason reason;
     const char* error;
     grpc::StatusCode code;
+    absl::StatusCode error_code = absl::StatusCode::kInternal;
   };
   for (const Case& c : {Case{FinishReason::kCancelled, "the server shut down before the request finished",
                              grpc::StatusCode::UNAVAILABLE},
-                        Case{FinishReason::kError, "the model step failed: rank 1 is gone", grpc::StatusCode::INTERNAL}}) {
+                        Case{FinishReason::kError, "the model step failed: rank 1 is gone", grpc::StatusCode::INTERNAL},
+                        Case{FinishReason::kError, "rank 1 of 2 (host h) is gone: the job is stopping",
+                             grpc::StatusCode::UNAVAILABLE, absl::StatusCode::kUnavailable}}) {
     const int before = engine_->submitted();
     std::vector<v1::GenerateResponse> responses;
     grpc::Status status;
     std::thread client([&] { status = Generate(TextRequest("Hello", 200), &responses); });
     ASSERT_TRUE(Eventually([&] { return engine_->submitted() == before + 1; }));
-    engine_->EndAll(c.reason, c.error);
+    engine_->EndAll(c.reason, c.error, c.error_code);
     client.join();
     EXPECT_EQ(status.error_code(), c.code) << status.error_message();
     EXPECT_EQ(status.error_message(), c.error);

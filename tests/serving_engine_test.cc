@@ -6,6 +6,8 @@
 #include "coordinator/engine/serving_engine.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -339,6 +341,61 @@ TEST(ServingEngine, StepStatsReportKvOccupancyAndTimes) {
       EXPECT_EQ(st.kv_live_tokens[g], w == 0 ? computed : std::min<int64_t>(computed, w - 1));
     }
   }
+}
+
+// A rank died: the engine thread is stuck (here: held in on_step, as it would be in a
+// collective), so FailAll ends every stream from another thread, running or still queued.
+TEST(ServingEngine, FailAllEndsEveryOpenStreamWhileTheEngineThreadIsStuck) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool hold = false, stuck = false, release = false;
+  auto on_step = [&](const EngineStepStats&) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!hold) return;
+    stuck = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  };
+  WithEngine(/*kv_blocks=*/256, /*max_num_seqs=*/16, /*max_queue=*/100, [&](ServingEngine& engine, auto&) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 3; ++i) {
+      auto s = engine.Submit(Greedy("run" + std::to_string(i), Prompt(i, 8), 150));
+      ASSERT_TRUE(s.ok()) << s.status();
+      streams.push_back(*s);
+    }
+    OutputEvent first;
+    for (auto& s : streams) ASSERT_TRUE(s->Next(&first, absl::Seconds(60)));  // all running
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      hold = true;
+      cv.wait(lock, [&] { return stuck; });
+    }
+    auto queued = engine.Submit(Greedy("queued", Prompt(9, 8), 4));  // the engine never sees it
+    ASSERT_TRUE(queued.ok()) << queued.status();
+    streams.push_back(*queued);
+    EXPECT_TRUE(engine.Ready());
+
+    const std::string why = "rank 1 of 2 (host h) is gone: the job is stopping; retry on another server";
+    engine.FailAll(absl::UnavailableError(why));
+    EXPECT_FALSE(engine.Ready());
+    for (auto& s : streams) {
+      ASSERT_TRUE(s->finished()) << s->request_id();  // ended on this thread, before any step
+      Collected c = Drain(*s);
+      EXPECT_EQ(c.finish, FinishReason::kError) << s->request_id();
+      EXPECT_EQ(c.last.error_code, absl::StatusCode::kUnavailable);
+      EXPECT_EQ(c.error, why);
+    }
+    auto refused = engine.Submit(Greedy("late", Prompt(1, 8), 4));
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(refused.status().message(), why);
+    engine.FailAll(absl::InternalError("a second failure"));  // no effect
+    EXPECT_EQ(engine.Submit(Greedy("later", Prompt(1, 8), 4)).status().message(), why);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      release = true;
+    }
+    cv.notify_all();  // the engine's later events go nowhere; it still drains and stops
+  }, on_step);
 }
 
 }  // namespace

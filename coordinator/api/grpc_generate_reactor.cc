@@ -140,6 +140,7 @@ void GenerateReactor::Pump() {
       bool any = false;
       FinishReason finish = FinishReason::kNone;
       std::string error;
+      absl::StatusCode error_code = absl::StatusCode::kInternal;
       response_.Clear();
       while (finish == FinishReason::kNone && stream_->TryNext(&e)) {
         any = true;
@@ -147,6 +148,7 @@ void GenerateReactor::Pump() {
         AppendEvent(e);
         finish = e.finish;
         error = std::move(e.error);
+        error_code = e.error_code;
       }
       if (!any) return;
       response_.set_request_id(stream_->request_id());
@@ -157,7 +159,10 @@ void GenerateReactor::Pump() {
         finishing_ = true;
         action = Action::kWriteAndFinish;
         if (finish == FinishReason::kError) {
-          status = grpc::Status(grpc::StatusCode::INTERNAL, error.empty() ? "the engine failed this request" : error);
+          // UNAVAILABLE: the server can serve nothing now (a rank died); retry elsewhere.
+          status = grpc::Status(error_code == absl::StatusCode::kUnavailable ? grpc::StatusCode::UNAVAILABLE
+                                                                             : grpc::StatusCode::INTERNAL,
+                                error.empty() ? "the engine failed this request" : error);
         } else if (finish == FinishReason::kCancelled) {
           // The client's own cancel ends the call before this (client_gone_): this one was the
           // server's, e.g. a drain past --shutdown-timeout. UNAVAILABLE: retry elsewhere.

@@ -37,6 +37,7 @@ void OpenAiResponseBuilder::Record(const OutputEvent& e) {
   if (e.finish != FinishReason::kNone) {
     finish_ = e.finish;
     error_ = e.error;
+    error_code_ = e.error_code;
   }
 }
 
@@ -46,7 +47,10 @@ absl::Status OpenAiResponseBuilder::FailureStatus() const {
   if (finish_ == FinishReason::kCancelled) {
     return absl::UnavailableError(error_.empty() ? "the server cancelled the request" : error_);
   }
-  return absl::InternalError(error_.empty() ? "the engine failed this request" : error_);
+  // UNAVAILABLE (a rank died): the server's state, not the request's; retry elsewhere.
+  const absl::StatusCode code =
+      error_code_ == absl::StatusCode::kUnavailable ? absl::StatusCode::kUnavailable : absl::StatusCode::kInternal;
+  return absl::Status(code, error_.empty() ? "the engine failed this request" : error_);
 }
 
 absl::Status OpenAiResponseBuilder::status() const { return failed() ? FailureStatus() : absl::OkStatus(); }

@@ -33,7 +33,8 @@ class OpenAiResponseBuilder {
   // The response body; call after the final event. An error or cancel is an error JSON.
   std::string Body() const;
   // After the final event: OK, or what failed the request (UNAVAILABLE: the server cut it,
-  // e.g. a drain; INTERNAL: the engine failed it), for the response's HTTP status.
+  // e.g. a drain, or could serve nothing, e.g. a rank died; INTERNAL: the engine failed
+  // it), for the response's HTTP status.
   absl::Status status() const;
 
  private:
@@ -62,6 +63,7 @@ class OpenAiResponseBuilder {
   size_t text_offset_ = 0;                   // streaming completions' logprobs text_offset
   FinishReason finish_ = FinishReason::kNone;
   std::string error_;
+  absl::StatusCode error_code_ = absl::StatusCode::kInternal;  // with kError
   int32_t prompt_tokens_ = 0;
   int32_t completion_tokens_ = 0;
 };

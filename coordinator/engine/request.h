@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "coordinator/engine/sampling_params.h"
 
@@ -49,6 +50,9 @@ struct OutputEvent {
   std::vector<TokenLogprob> logprobs;
   FinishReason finish = FinishReason::kNone;
   std::string error;  // with kError
+  // With kError, what kind of failure: INTERNAL (the engine failed this request) or
+  // UNAVAILABLE (the server can serve nothing now, e.g. a rank died: retry elsewhere).
+  absl::StatusCode error_code = absl::StatusCode::kInternal;
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;  // so far
   RequestTimings timings;         // final on the last event

@@ -27,10 +27,27 @@ ServingEngine::ServingEngine(StepExecutor& executor, const Tokenizer& tokenizer,
 ServingEngine::~ServingEngine() { outputs_.Close(); }
 
 absl::StatusOr<std::shared_ptr<RequestStream>> ServingEngine::Submit(ServeRequest request) {
+  if (failed_.load()) {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    return failure_;
+  }
   if (inbox_->draining.load()) return absl::UnavailableError("the server is shutting down");
   TP_RETURN_IF_ERROR(core_.Validate(request.prompt_ids, request.params));
   auto stream = std::make_shared<RequestStream>(request.request_id);
   stream->SetCancelHook([inbox = inbox_, id = request.request_id] { inbox->Abort(id); });
+  {
+    // Registered before the engine can see it: FailAll reaches every stream handed out.
+    std::lock_guard<std::mutex> lock(open_mu_);
+    if (!failure_.ok()) return failure_;
+    if (open_.size() >= 2 * open_after_prune_ + 64) {  // amortized: finished streams leave
+      std::erase_if(open_, [](const std::weak_ptr<RequestStream>& w) {
+        std::shared_ptr<RequestStream> s = w.lock();
+        return s == nullptr || s->finished();
+      });
+      open_after_prune_ = open_.size();
+    }
+    open_.push_back(stream);
+  }
   {
     std::lock_guard<std::mutex> lock(inbox_->mu);
     if (waiting_estimate_ + static_cast<int64_t>(inbox_->requests.size()) >= config_.max_queue) {
@@ -55,6 +72,27 @@ void ServingEngine::Shutdown(absl::Duration drain_timeout) {
     inbox_->draining.store(true);
   }
   inbox_->cv.notify_all();
+}
+
+void ServingEngine::FailAll(absl::Status why) {
+  if (why.ok()) why = absl::InternalError("the engine failed");
+  std::vector<std::weak_ptr<RequestStream>> open;
+  {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    if (!failure_.ok()) return;  // the first failure ended every stream already
+    failure_ = why;
+    failed_.store(true);
+    open.swap(open_);
+  }
+  for (const std::weak_ptr<RequestStream>& w : open) {
+    std::shared_ptr<RequestStream> stream = w.lock();
+    if (stream == nullptr) continue;
+    OutputEvent e;
+    e.finish = FinishReason::kError;
+    e.error = std::string(why.message());
+    e.error_code = why.code();
+    stream->Push(std::move(e));  // ignored by a stream that already finished
+  }
 }
 
 void ServingEngine::Admit(std::deque<Submitted> requests) {

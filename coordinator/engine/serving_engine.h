@@ -50,7 +50,7 @@ class ServingEngine : public EngineApi {
   absl::StatusOr<std::shared_ptr<RequestStream>> Submit(ServeRequest request) override;
   EngineStats Stats() const override;
   const ModelInfo& Info() const override { return info_; }
-  bool Ready() const override { return !inbox_->draining.load(); }
+  bool Ready() const override { return !inbox_->draining.load() && !failed_.load(); }
 
   // The engine loop; returns once Shutdown's drain finished (every request has a finish
   // reason and the output processor sent every event).
@@ -58,6 +58,11 @@ class ServingEngine : public EngineApi {
   // Thread-safe (a signal-handling thread may call it): stop accepting requests, let
   // in-flight ones finish for up to `drain_timeout`, then cancel the rest.
   void Shutdown(absl::Duration drain_timeout);
+  // Thread-safe, and works while the engine thread is stuck (in a collective with a rank
+  // that died): from now on Ready() is false and Submit refuses with `why`, and every open
+  // stream ends at once, on the calling thread, with a kError event carrying `why`'s
+  // message and code. The engine cannot recover: the caller ends the process.
+  void FailAll(absl::Status why);
 
  private:
   struct Submitted {
@@ -86,6 +91,13 @@ class ServingEngine : public EngineApi {
   EngineCore core_;  // engine thread only (Validate is const and thread-safe)
   std::shared_ptr<Inbox> inbox_ = std::make_shared<Inbox>();
   OutputProcessor outputs_;
+
+  // Every stream Submit handed out and not yet seen finished, for FailAll.
+  std::mutex open_mu_;
+  std::vector<std::weak_ptr<RequestStream>> open_;  // under open_mu_
+  size_t open_after_prune_ = 0;                     // under open_mu_: open_.size() after the last prune
+  absl::Status failure_;                            // under open_mu_: FailAll's `why`
+  std::atomic<bool> failed_{false};
 
   mutable std::mutex stats_mu_;
   EngineStats stats_;
