@@ -57,6 +57,10 @@ class DeferredEngine : public EngineApi {
     EngineApi* e = engine_.load();
     return e != nullptr && e->Ready();
   }
+  absl::Status Health() const override {
+    EngineApi* e = engine_.load();
+    return e == nullptr ? absl::UnavailableError("the model is still loading") : e->Health();
+  }
 
  private:
   ModelInfo loading_info_;

@@ -83,8 +83,12 @@ t_streams=
 t_exit=
 while [ $(($(now_ms) - t_kill)) -lt 15000 ]; do
   if [ -z "$health_seen" ]; then
-    code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:$HTTP/health")
-    case $code in 503) health_seen="503" ;; 000) health_seen="refused" ;; esac
+    code=$(curl -s -o "$WORK/health" -m 2 -w '%{http_code}' "http://127.0.0.1:$HTTP/health")
+    case $code in
+      503) grep -q "rank 1 of 2" "$WORK/health" && health_seen="503 naming rank 1" \
+             || health_seen="503 without the rank: $(cat "$WORK/health")" ;;
+      000) health_seen="refused" ;;
+    esac
   fi
   # A new request once the loss shows: 503 (naming the rank) or a refused connection, never
   # a hang (curl exit 28).
@@ -105,7 +109,11 @@ while [ $(($(now_ms) - t_kill)) -lt 15000 ]; do
 done
 echo "timings: kill -> every stream ended ${t_streams:-never} ms; kill -> the launcher exited ${t_exit:-never} ms"
 
-[ -n "$health_seen" ] && ok "/health after the loss: $health_seen" || bad "/health never turned 503 nor closed"
+case $health_seen in
+  "503 naming rank 1" | refused) ok "/health after the loss: $health_seen" ;;
+  "") bad "/health never turned 503 nor closed" ;;
+  *) bad "/health after the loss: $health_seen" ;;
+esac
 touch "$WORK/late"
 case $late in
   "503 "* | "000 7") ok "a new request after the loss: $late $(head -c 200 "$WORK/late")" ;;

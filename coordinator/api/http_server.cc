@@ -169,7 +169,7 @@ void HttpServer::Handle(std::shared_ptr<HttpExchange> exchange) {
     return;
   }
   if (get && req.path == "/health") {
-    if (!engine_.Ready()) return Reply(*exchange, absl::UnavailableError("the engine is not ready (loading or draining)"));
+    if (absl::Status health = engine_.Health(); !health.ok()) return Reply(*exchange, health);
     return Respond(*metrics_, *exchange, 200, kJson, "{}");
   }
   if (get && req.path == "/metrics") {

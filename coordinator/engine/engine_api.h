@@ -70,6 +70,10 @@ class EngineApi {
   virtual EngineStats Stats() const = 0;
   virtual const ModelInfo& Info() const = 0;
   virtual bool Ready() const = 0;  // false while loading or draining
+  // OK when Ready(); else UNAVAILABLE saying why (/health's body).
+  virtual absl::Status Health() const {
+    return Ready() ? absl::OkStatus() : absl::UnavailableError("the engine is not ready (loading or draining)");
+  }
 };
 
 }  // namespace tpserve

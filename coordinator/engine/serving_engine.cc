@@ -74,6 +74,15 @@ void ServingEngine::Shutdown(absl::Duration drain_timeout) {
   inbox_->cv.notify_all();
 }
 
+absl::Status ServingEngine::Health() const {
+  if (failed_.load()) {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    return failure_;
+  }
+  if (inbox_->draining.load()) return absl::UnavailableError("the server is draining (shutting down)");
+  return absl::OkStatus();
+}
+
 void ServingEngine::FailAll(absl::Status why) {
   if (why.ok()) why = absl::InternalError("the engine failed");
   std::vector<std::weak_ptr<RequestStream>> open;

@@ -51,6 +51,8 @@ class ServingEngine : public EngineApi {
   EngineStats Stats() const override;
   const ModelInfo& Info() const override { return info_; }
   bool Ready() const override { return !inbox_->draining.load() && !failed_.load(); }
+  // UNAVAILABLE naming FailAll's reason (a lost rank) or the drain.
+  absl::Status Health() const override;
 
   // The engine loop; returns once Shutdown's drain finished (every request has a finish
   // reason and the output processor sent every event).
@@ -93,7 +95,7 @@ class ServingEngine : public EngineApi {
   OutputProcessor outputs_;
 
   // Every stream Submit handed out and not yet seen finished, for FailAll.
-  std::mutex open_mu_;
+  mutable std::mutex open_mu_;
   std::vector<std::weak_ptr<RequestStream>> open_;  // under open_mu_
   size_t open_after_prune_ = 0;                     // under open_mu_: open_.size() after the last prune
   absl::Status failure_;                            // under open_mu_: FailAll's `why`
