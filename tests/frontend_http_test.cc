@@ -468,6 +468,11 @@ TEST_F(FrontendTest, MetricsMeasureFromTheFrontEndsArrival) {
   const double queue_s = s.Model("vllm:request_queue_time_seconds_sum");
   EXPECT_GE(queue_s, 0.25);
   EXPECT_LT(queue_s, ttft_s);
+  // ... and all of it the front end's own: arrival to submission.
+  ASSERT_EQ(s.Model("tpserve_request_frontend_seconds_count"), 1);
+  const double frontend_s = s.Model("tpserve_request_frontend_seconds_sum");
+  EXPECT_GE(frontend_s, 0.25);
+  EXPECT_LE(frontend_s, queue_s);
   // The engine's phases stay the engine's: the fake's prefill is its first_token_delay.
   EXPECT_LT(s.Model("vllm:request_prefill_time_seconds_sum"), 0.2);
 }

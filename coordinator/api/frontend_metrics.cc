@@ -107,6 +107,12 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
       generation_tokens_(registry_.AddHistogram("vllm:request_generation_tokens",
                                                 "Generated tokens per finished request.",
                                                 TokenCountBuckets(), Labels(model_name))),
+      frontend_time_s_(registry_.AddHistogram(
+          "tpserve_request_frontend_seconds",
+          "Arrival at the front end to submission to the engine: reading the request, waiting for and "
+          "running the parse, chat template and tokenizer (part of vllm:request_queue_time_seconds).",
+          {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0},
+          Labels(model_name))),
       finished_stop_(registry_.AddCounter(kSuccess, kSuccessHelp, Labels(model_name, {{"finished_reason", "stop"}}))),
       finished_length_(
           registry_.AddCounter(kSuccess, kSuccessHelp, Labels(model_name, {{"finished_reason", "length"}}))),
@@ -184,7 +190,10 @@ void FrontendMetrics::CountHttpRequest(absl::string_view method, absl::string_vi
 
 RequestTracker::RequestTracker(FrontendMetrics* metrics, absl::Time arrival) : metrics_(metrics), start_(arrival) {}
 
-void RequestTracker::OnSubmitted(absl::Time submitted) { submitted_ = submitted; }
+void RequestTracker::OnSubmitted(absl::Time submitted) {
+  submitted_ = submitted;
+  if (metrics_ != nullptr) metrics_->frontend_time_s_.Observe(absl::ToDoubleSeconds(submitted - start_));
+}
 
 void RequestTracker::OnEvent(const OutputEvent& e) {
   if (metrics_ == nullptr || finished_) return;

@@ -47,6 +47,7 @@ class FrontendMetrics {
   Histogram& inference_time_s_;
   Histogram& prompt_tokens_;
   Histogram& generation_tokens_;
+  Histogram& frontend_time_s_;  // arrival to submission: the front end's own share
   Counter& finished_stop_;
   Counter& finished_length_;
   Counter& finished_abort_;
@@ -68,6 +69,7 @@ class RequestTracker {
   explicit RequestTracker(FrontendMetrics* metrics, absl::Time arrival = absl::Now());
   // Call just before EngineApi::Submit: the engine's timings (queue_ms) start there, so
   // the queue time is (submitted - arrival) + queue_ms. Not called: arrival is used.
+  // Also records the time from arrival to submission (tpserve_request_frontend_seconds).
   void OnSubmitted(absl::Time submitted = absl::Now());
   void OnEvent(const OutputEvent& e);
   // The client went away before the final event: counts the request as aborted.
