@@ -112,6 +112,16 @@ std::unique_ptr<HttpTransport> StartTransport(HttpTransportOptions options, Http
   return t;
 }
 
+// A handler that keeps each exchange unanswered in `held`, notes its arrival in `received`
+// and its client's leaving in `gone`.
+HttpHandler HoldUnanswered(Held& held, absl::Notification& received, absl::Notification& gone) {
+  return [&held, &received, &gone](std::shared_ptr<HttpExchange> e) {
+    e->OnClientGone([&gone] { gone.Notify(); });
+    held.Add(e);
+    received.Notify();
+  };
+}
+
 TEST(HttpTransportTest, RespondsWithContentLengthAndKeepsTheConnectionAlive) {
   auto server = StartTransport(LocalOptions(), Echo);
   RawHttpClient c(server->port());
@@ -395,11 +405,7 @@ TEST(HttpTransportTest, ReportsAClientThatLeavesWhileItsResponseIsPending) {
   Held held;
   absl::Notification received;
   absl::Notification gone;
-  auto server = StartTransport(LocalOptions(), [&](std::shared_ptr<HttpExchange> e) {
-    e->OnClientGone([&] { gone.Notify(); });
-    held.Add(e);
-    received.Notify();
-  });
+  auto server = StartTransport(LocalOptions(), HoldUnanswered(held, received, gone));
   RawHttpClient c(server->port());
   ASSERT_TRUE(c.Send(Get("/wait")));
   ASSERT_TRUE(received.WaitForNotificationWithTimeout(kEventually));
@@ -471,11 +477,7 @@ TEST(HttpTransportTest, ShutdownClosesPendingExchanges) {
   Held held;
   absl::Notification received;
   absl::Notification gone;
-  auto server = StartTransport(LocalOptions(), [&](std::shared_ptr<HttpExchange> e) {
-    e->OnClientGone([&] { gone.Notify(); });
-    held.Add(e);
-    received.Notify();
-  });
+  auto server = StartTransport(LocalOptions(), HoldUnanswered(held, received, gone));
   const int port = server->port();
   RawHttpClient c(port);
   ASSERT_TRUE(c.Send(Get("/pending")));

@@ -63,6 +63,27 @@ TEST(MetricsTest, HistogramBucketsAreCumulative) {
             "lat_seconds_count 4\n");
 }
 
+TEST(MetricsTest, AHistogramAliasRendersItsSourcesValues) {
+  MetricsRegistry r;
+  Histogram& h = r.AddHistogram("new_seconds", "New.", {1.0});
+  r.AddHistogramAlias("old_seconds", "Old.", h);
+  h.Observe(0.5);
+  h.Observe(2);
+  EXPECT_EQ(r.Render(),
+            "# HELP new_seconds New.\n"
+            "# TYPE new_seconds histogram\n"
+            "new_seconds_bucket{le=\"1\"} 1\n"
+            "new_seconds_bucket{le=\"+Inf\"} 2\n"
+            "new_seconds_sum 2.5\n"
+            "new_seconds_count 2\n"
+            "# HELP old_seconds Old.\n"
+            "# TYPE old_seconds histogram\n"
+            "old_seconds_bucket{le=\"1\"} 1\n"
+            "old_seconds_bucket{le=\"+Inf\"} 2\n"
+            "old_seconds_sum 2.5\n"
+            "old_seconds_count 2\n");
+}
+
 TEST(MetricsTest, CollectorsRunBeforeRendering) {
   MetricsRegistry r;
   Gauge& g = r.AddGauge("g", "h");

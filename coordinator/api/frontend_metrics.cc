@@ -80,11 +80,6 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
                                                     "Time between successive output tokens as the front end "
                                                     "receives them (tokens that arrive together share the gap).",
                                                     InterTokenBuckets(), Labels(model_name))),
-      time_per_output_token_s_(registry_.AddHistogram(
-          "vllm:time_per_output_token_seconds",
-          "The same observations as vllm:inter_token_latency_seconds, under vLLM's older (deprecated) name "
-          "that vLLM's example Grafana dashboard still reads.",
-          InterTokenBuckets(), Labels(model_name))),
       e2e_latency_s_(registry_.AddHistogram("vllm:e2e_request_latency_seconds",
                                             "Arrival at the front end to the request's final event there.",
                                             RequestBuckets(), Labels(model_name))),
@@ -120,6 +115,10 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
           registry_.AddCounter(kSuccess, kSuccessHelp, Labels(model_name, {{"finished_reason", "abort"}}))),
       finished_error_(
           registry_.AddCounter(kSuccess, kSuccessHelp, Labels(model_name, {{"finished_reason", "error"}}))) {
+  registry_.AddHistogramAlias("vllm:time_per_output_token_seconds",
+                              "The same observations as vllm:inter_token_latency_seconds, under vLLM's older "
+                              "(deprecated) name that vLLM's example Grafana dashboard still reads.",
+                              inter_token_latency_s_, Labels(model_name));
   // Pointers into the registry, which owns the metrics for as long as it lives.
   const MetricLabels l = Labels(model_name);
   Gauge* running = &registry_.AddGauge("vllm:num_requests_running", "Requests in the running batch.", l);
@@ -207,7 +206,6 @@ void RequestTracker::OnEvent(const OutputEvent& e) {
       const double gap_s = absl::ToDoubleSeconds(now - last_token_) / static_cast<double>(n);
       for (size_t i = 0; i < n; ++i) {
         metrics_->inter_token_latency_s_.Observe(gap_s);
-        metrics_->time_per_output_token_s_.Observe(gap_s);
       }
     }
     last_token_ = now;

@@ -39,7 +39,6 @@ class FrontendMetrics {
   MetricsRegistry registry_;
   Histogram& time_to_first_token_s_;
   Histogram& inter_token_latency_s_;
-  Histogram& time_per_output_token_s_;  // vLLM's deprecated twin of inter_token_latency_s_
   Histogram& e2e_latency_s_;
   Histogram& queue_time_s_;
   Histogram& prefill_time_s_;

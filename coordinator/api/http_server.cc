@@ -7,7 +7,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "coordinator/api/openai_response.h"
 #include "nlohmann/json.hpp"
 
@@ -179,13 +178,10 @@ void HttpServer::Handle(std::shared_ptr<HttpExchange> exchange) {
     return Respond(*metrics_, *exchange, 200, kJson,
                    ModelListJson(builder_.served_model_names(), started_unix_s_, engine_.Info().max_model_len));
   }
-  if (get && absl::StartsWith(req.path, "/v1/models/")) {
-    const std::string id = req.path.substr(std::string("/v1/models/").size());
-    absl::Status known = builder_.CheckModel(id);
-    if (id.empty() || !known.ok()) {
-      return Reply(*exchange, absl::NotFoundError(absl::StrCat("model \"", id, "\" is not served here; served models: ",
-                                                               absl::StrJoin(builder_.served_model_names(), ", "))));
-    }
+  if (constexpr absl::string_view kModel = "/v1/models/";
+      get && absl::StartsWith(req.path, kModel) && req.path.size() > kModel.size()) {
+    const std::string id = req.path.substr(kModel.size());
+    if (absl::Status known = builder_.CheckModel(id); !known.ok()) return Reply(*exchange, known);
     return Respond(*metrics_, *exchange, 200, kJson, ModelJson(id, started_unix_s_, engine_.Info().max_model_len));
   }
   if (get && req.path == "/version") {

@@ -501,15 +501,14 @@ void HttpExchange::OnClientGone(std::function<void()> fn) {
 }
 
 HttpTransport::HttpTransport(HttpTransportOptions options, HttpHandler handler, HttpErrorBody error_body)
-    : options_(options),
-      shared_(std::make_shared<Shared>(std::move(options), std::move(handler), std::move(error_body))) {}
+    : shared_(std::make_shared<Shared>(std::move(options), std::move(handler), std::move(error_body))) {}
 
 HttpTransport::~HttpTransport() { Shutdown(); }
 
 absl::Status HttpTransport::Start() {
   if (started_) return absl::FailedPreconditionError("the HTTP server is already started");
   acceptor_ = std::make_shared<HttpAcceptor>(shared_);
-  absl::Status bound = acceptor_->Bind(options_.host, options_.port, &port_);
+  absl::Status bound = acceptor_->Bind(shared_->options.host, shared_->options.port, &port_);
   if (!bound.ok()) {
     port_ = 0;
     return bound;
@@ -518,7 +517,7 @@ absl::Status HttpTransport::Start() {
   acceptor_->Accept();
   auto guard = std::make_shared<asio::executor_work_guard<asio::io_context::executor_type>>(shared_->ioc.get_executor());
   work_guard_ = guard;
-  for (int i = 0; i < std::max(1, options_.io_threads); ++i) {
+  for (int i = 0; i < std::max(1, shared_->options.io_threads); ++i) {
     threads_.emplace_back([shared = shared_] {
       pthread_setname_np(pthread_self(), "tpserve-http");  // for top -H, perf, and bench/frontend_bench
       shared->ioc.run();

@@ -128,7 +128,6 @@ class HttpTransport {
   friend class HttpConnection;
   friend class HttpAcceptor;
   struct Shared;  // what connections share with the transport; outlives it while they live
-  const HttpTransportOptions options_;
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<HttpAcceptor> acceptor_;
   std::shared_ptr<void> work_guard_;  // keeps the I/O threads running until Shutdown()

@@ -118,7 +118,7 @@ MetricsRegistry::Series& MetricsRegistry::AddSeries(absl::string_view name, absl
     family = families_.back().get();
   }
   TP_CHECK(family->type == type);
-  family->series.push_back(Series{std::move(labels), nullptr, nullptr, nullptr});
+  family->series.push_back(Series{std::move(labels), nullptr, nullptr, nullptr, nullptr});
   return family->series.back();
 }
 
@@ -142,6 +142,12 @@ Histogram& MetricsRegistry::AddHistogram(absl::string_view name, absl::string_vi
   Series& s = AddSeries(name, help, Type::kHistogram, std::move(labels));
   s.histogram = std::make_unique<Histogram>(std::move(upper_bounds));
   return *s.histogram;
+}
+
+void MetricsRegistry::AddHistogramAlias(absl::string_view name, absl::string_view help, const Histogram& source,
+                                        MetricLabels labels) {
+  absl::MutexLock lock(&mu_);
+  AddSeries(name, help, Type::kHistogram, std::move(labels)).histogram_alias = &source;
 }
 
 void MetricsRegistry::AddCollector(std::function<void()> collect) {
@@ -174,7 +180,7 @@ std::string MetricsRegistry::Render() const {
         absl::StrAppend(&out, name, LabelSet(const_labels_, s.labels), " ",
                         FormatMetricValue(s.gauge->value()), "\n");
       } else {
-        const Histogram::Snapshot h = s.histogram->snapshot();
+        const Histogram::Snapshot h = (s.histogram != nullptr ? *s.histogram : *s.histogram_alias).snapshot();
         for (size_t i = 0; i <= h.upper_bounds.size(); ++i) {
           const std::string le = i < h.upper_bounds.size() ? FormatMetricValue(h.upper_bounds[i]) : "+Inf";
           absl::StrAppend(&out, name, "_bucket", LabelSet(const_labels_, s.labels, absl::StrCat("le=\"", le, "\"")),

@@ -75,6 +75,9 @@ class MetricsRegistry {
   Gauge& AddGauge(absl::string_view name, absl::string_view help, MetricLabels labels = {});
   Histogram& AddHistogram(absl::string_view name, absl::string_view help,
                           std::vector<double> upper_bounds, MetricLabels labels = {});
+  // A second name for `source` (registered here): rendered from its values, observed once.
+  void AddHistogramAlias(absl::string_view name, absl::string_view help, const Histogram& source,
+                         MetricLabels labels = {});
   // Runs at the start of every Render(), e.g. to copy an engine's statistics into gauges.
   void AddCollector(std::function<void()> collect);
 
@@ -87,6 +90,7 @@ class MetricsRegistry {
     std::unique_ptr<Counter> counter;
     std::unique_ptr<Gauge> gauge;
     std::unique_ptr<Histogram> histogram;
+    const Histogram* histogram_alias = nullptr;  // AddHistogramAlias: another series' values
   };
   struct Family {
     std::string name;
