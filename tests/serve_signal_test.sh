@@ -37,12 +37,18 @@ trap cleanup EXIT
 running() { for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }  # any of them
 gone() { ! kill -0 "$1" 2>/dev/null; }
 stream_started() { cat "$stream".* 2>/dev/null | grep -q '"text"'; }  # $stream: drain_case's
-# Every stream admitted (running or waiting, from /metrics), so that none is still on its
-# way in when the signal lands (it would get the drain's 503). $http: drain_case's.
+# Every stream admitted (running, waiting or already finished, from /metrics), so that none is
+# still on its way in when the signal lands (it would get the drain's 503). Finished ones
+# count: on a loaded machine the first stream can end before the last curl connects.
+# $http: drain_case's.
 all_admitted() {
   [ "$(curl -s -m 5 "http://127.0.0.1:$http/metrics" |
-       awk '/^vllm:num_requests_(running|waiting)[ {]/ {s += $NF} END {print s + 0}')" -ge "$STREAMS" ]
+       awk '/^vllm:(num_requests_(running|waiting)|request_success_total)[ {]/ {s += $NF} END {print s + 0}')" \
+    -ge "$STREAMS" ]
 }
+# The server itself says it is draining (/health is 503 "draining"): rank 0's log line reaches
+# the log through mpirun's output forwarding, which a loaded machine can delay by seconds.
+draining() { curl -s -m 5 "http://127.0.0.1:$http/health" | grep -q draining; }
 
 # drain_case TAG NAME SIGNAL TARGET: TARGET "pid" signals the launcher, "group" its process group.
 drain_case() {
@@ -88,7 +94,7 @@ drain_case() {
 
   local t0=$SECONDS
   if [ "$target" = group ]; then kill -"$sig" -- -"$LPID"; else kill -"$sig" "$LPID"; fi
-  poll 30 grep -q "draining (up to" "$log" || bad "$name: rank 0 did not start draining: $(cat "$log")"
+  poll 30 draining || bad "$name: rank 0 did not start draining: $(cat "$log")"
   if running "${curl_pids[@]}"; then
     local code
     code=$(curl -s -m 30 -o "$WORK/$tag.refused" -w '%{http_code} (curl exit %{exitcode}: %{errormsg})' \
