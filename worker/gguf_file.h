@@ -9,7 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <string_view>
+#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -51,11 +51,13 @@ enum class GgmlType : uint32_t {
   kTQ1_0 = 34,
   kTQ2_0 = 35,
   kMXFP4 = 39,
+  kNVFP4 = 40,
+  kQ1_0 = 41,
 };
 
 // A type's block: `block_elems` consecutive elements of a row stored in `block_bytes`.
 struct GgmlTypeLayout {
-  std::string_view name;  // as llama.cpp prints it: "Q4_K", "BF16", ...
+  absl::string_view name;  // as llama.cpp prints it: "Q4_K", "BF16", ...
   int64_t block_elems = 0;
   int64_t block_bytes = 0;
 };
@@ -89,16 +91,16 @@ class GgufFile {
   size_t alignment() const { return alignment_; }
 
   // Metadata: nullptr when the key is absent.
-  const nlohmann::json* Find(std::string_view key) const;
+  const nlohmann::json* Find(absl::string_view key) const;
   const std::map<std::string, nlohmann::json, std::less<>>& metadata() const { return metadata_; }
   // Typed access with errors that name the file and the key.
-  absl::StatusOr<std::string> GetString(std::string_view key) const;
-  absl::StatusOr<int64_t> GetInt(std::string_view key) const;
-  absl::StatusOr<double> GetFloat(std::string_view key) const;  // integers accepted
+  absl::StatusOr<std::string> GetString(absl::string_view key) const;
+  absl::StatusOr<int64_t> GetInt(absl::string_view key) const;
+  absl::StatusOr<double> GetFloat(absl::string_view key) const;  // integers accepted
   // "general.architecture": "gemma3", "llama", "qwen2", ...
   absl::StatusOr<std::string> Architecture() const { return GetString("general.architecture"); }
 
-  const GgufTensor* FindTensor(std::string_view name) const;
+  const GgufTensor* FindTensor(absl::string_view name) const;
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
 
  private:
