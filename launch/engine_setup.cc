@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "coordinator/engine/kv_split.h"
 #include "worker/device.h"
+#include "worker/gguf_model.h"
 #include "worker/memory_planner.h"
 
 namespace tpserve {
@@ -46,6 +47,11 @@ absl::StatusOr<ModelConfig> ResolveModelConfig(const EngineOptions& o) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (o.model.empty()) return absl::InvalidArgumentError("--model is required (a checkpoint directory or a built-in model)");
+  if (o.load_format == "gguf" || (o.load_format == "auto" && IsGgufModelPath(o.model))) {
+    TP_ASSIGN_OR_RETURN(std::string path, FindGgufFile(o.model));
+    TP_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+    return GgufModelConfig(*file);
+  }
   if (fs::is_directory(o.model, ec)) return LoadModelConfig(o.model);
   auto preset = PresetModelConfig(o.model);
   if (preset.ok()) {
@@ -119,11 +125,15 @@ absl::Status PrepareLocal(absl::StatusOr<ModelConfig> config, const EngineOption
   TP_ASSIGN_OR_RETURN(e.device, ChooseDevice(o.device, BuiltWithCuda(), CudaDeviceCount()));
   if (o.load_format == "dummy") {
     e.source = MakeDummySource(e.config, o.dummy_seed);
+  } else if (o.load_format == "gguf" || (o.load_format == "auto" && IsGgufModelPath(o.model))) {
+    TP_ASSIGN_OR_RETURN(std::string path, FindGgufFile(o.model));
+    TP_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+    TP_ASSIGN_OR_RETURN(e.source, OpenGgufSource(std::move(file)));
   } else if (o.load_format == "auto" || o.load_format == "safetensors") {
     TP_ASSIGN_OR_RETURN(e.source, OpenCheckpointSource(o.model));
   } else {
     return absl::InvalidArgumentError(absl::StrCat("--load-format \"", o.load_format,
-                                                   "\" is not one of auto, safetensors, dummy"));
+                                                   "\" is not one of auto, safetensors, gguf, dummy"));
   }
   e.weights_description = e.source->Describe();
   return absl::OkStatus();

@@ -23,8 +23,10 @@
 namespace tpserve {
 
 struct EngineOptions {
-  std::string model;                 // checkpoint directory, or a built-in preset name
-  std::string load_format = "auto";  // auto | safetensors | dummy
+  // A checkpoint directory, a GGUF file (or a directory holding one and no config.json), or
+  // a built-in preset name.
+  std::string model;
+  std::string load_format = "auto";  // auto | safetensors | gguf | dummy
   std::string dtype = "auto";        // auto (checkpoint's) | bfloat16 | float16 | float32
   // auto | cpu | cuda. auto: cuda where tpserve is built with CUDA and a GPU is visible.
   // On cuda, the rank with node-local index i runs on GPU i % (GPUs on the node).

@@ -18,9 +18,9 @@
 #include "launch/serve_command.h"
 #endif
 
-ABSL_FLAG(std::string, model, "", "Checkpoint directory (Hugging Face layout) or built-in model name "
+ABSL_FLAG(std::string, model, "", "Checkpoint directory (Hugging Face layout), a GGUF file, or built-in model name "
                                   "(gemma-4-31b, gemma-4-1b, gemma-4-tiny; needs --load-format dummy)");
-ABSL_FLAG(std::string, load_format, "auto", "auto | safetensors | dummy (deterministic random weights)");
+ABSL_FLAG(std::string, load_format, "auto", "auto | safetensors | gguf | dummy (deterministic random weights); auto: gguf for a *.gguf --model");
 ABSL_FLAG(std::string, dtype, "auto", "Weight dtype: auto (the checkpoint's) | bfloat16 | float16 | float32");
 ABSL_FLAG(int, tensor_parallel_size, 0, "Ranks to split the model over (default: the MPI world size; "
                                         "larger than the MPI world runs ranks as threads)");

@@ -2,12 +2,17 @@
 // at TP = 1, 2 and 4 (ranks as threads), prompt logits and greedy tokens. Also the step
 // plan round trip and tensor-parallel split errors.
 #include <cmath>
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "tests/offline_harness.h"
 #include "tests/tp_harness.h"
 #include "worker/backend.h"
+#include "worker/gguf_model.h"
 #include "worker/weight_source.h"
 
 namespace tpserve {
@@ -31,14 +36,42 @@ struct RunOptions {
   int64_t kv_blocks = 0;  // KV blocks per group for generation (0: 64): few force preemption
 };
 
+// "gguf:NAME" is the GGUF fixture tests/fixtures/gguf/models/NAME.gguf
+// (tools/make_gguf_model_fixtures.py); any other name a safetensors fixture directory.
+constexpr absl::string_view kGguf = "gguf:";
+bool IsGguf(const std::string& name) { return absl::StartsWith(name, kGguf); }
+std::string GgufPath(const std::string& name) {
+  return absl::StrCat(TPSERVE_FIXTURES, "/gguf/models/", name.substr(kGguf.size()), ".gguf");
+}
+
+absl::StatusOr<ModelConfig> FixtureConfig(const std::string& name) {
+  if (!IsGguf(name)) return LoadModelConfig(testing::FixtureDir(name));
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(GgufPath(name)));
+  return GgufModelConfig(*file);
+}
+
+absl::StatusOr<std::unique_ptr<WeightSource>> FixtureSource(const std::string& name) {
+  if (!IsGguf(name)) return OpenCheckpointSource(testing::FixtureDir(name));
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(GgufPath(name)));
+  return OpenGgufSource(std::move(file));
+}
+
+// A GGUF fixture made from a safetensors one has that one's reference; the others their own.
+Reference FixtureReference(const std::string& name) {
+  if (!IsGguf(name)) return LoadReference(name);
+  const std::string own = absl::StrCat(TPSERVE_FIXTURES, "/gguf/models/", name.substr(kGguf.size()), ".reference.json");
+  if (std::filesystem::exists(own)) return testing::LoadReferenceFile(own);
+  return LoadReference(name.substr(kGguf.size()));
+}
+
 // Loads the fixture on `tp` thread-ranks, runs one prefill returning every position's
 // logits, then greedy generation.
 RunResult RunFixture(const std::string& name, int tp, const Reference& ref, const RunOptions& ro) {
   RunResult result;
   testing::RunThreads(tp, [&](Communicator& comm) {
-    auto config = LoadModelConfig(testing::FixtureDir(name));
+    auto config = FixtureConfig(name);
     ASSERT_TRUE(config.ok()) << config.status();
-    auto source = OpenCheckpointSource(testing::FixtureDir(name));
+    auto source = FixtureSource(name);
     ASSERT_TRUE(source.ok()) << source.status();
     auto backend = MakeCpuBackend(BackendOptions{.threads = 1});
     ModelOptions mo;
@@ -110,7 +143,7 @@ class FixtureTest : public ::testing::TestWithParam<std::tuple<std::string, int>
 
 TEST_P(FixtureTest, MatchesTransformers) {
   const auto& [name, tp] = GetParam();
-  const Reference ref = LoadReference(name);
+  const Reference ref = FixtureReference(name);
   RunResult r = RunFixture(name, tp, ref, RunOptions{});
   // fp32 compute; the references differ from a cached pass by ~1e-4 in summation order.
   ExpectMatches(name, ref, r, 2e-3, 2e-3);
@@ -122,6 +155,15 @@ INSTANTIATE_TEST_SUITE_P(AllArchitectures, FixtureTest,
                                             ::testing::Values(1, 2, 4)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_tp" + std::to_string(std::get<1>(info.param));
+                         });
+
+// The same models as GGUF files, laid out as llama.cpp's converter lays them out (Gemma's
+// norms as 1 + w, Llama's interleaved q/k rows and rope_freqs, Qwen 2 in F16).
+INSTANTIATE_TEST_SUITE_P(Gguf, FixtureTest,
+                         ::testing::Combine(::testing::Values("gguf:gemma3", "gguf:llama3", "gguf:qwen2", "gguf:qwen3"),
+                                            ::testing::Values(1, 2)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).substr(5) + "_tp" + std::to_string(std::get<1>(info.param));
                          });
 
 // Chunked prefill, scrambled physical blocks, a small block size and a batch of

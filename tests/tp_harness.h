@@ -27,8 +27,9 @@ struct Reference {
 
 inline std::string FixtureDir(const std::string& name) { return std::string(TPSERVE_FIXTURES) + "/models/" + name; }
 
-inline Reference LoadReference(const std::string& name) {
-  std::ifstream in(FixtureDir(name) + "/reference.json");
+// A reference.json written by tools/make_model_fixtures.py.
+inline Reference LoadReferenceFile(const std::string& path) {
+  std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
   nlohmann::json j = nlohmann::json::parse(ss.str());
@@ -49,6 +50,8 @@ inline Reference LoadReference(const std::string& name) {
   r.dtype_on_disk = j["dtype_on_disk"].get<std::string>();
   return r;
 }
+
+inline Reference LoadReference(const std::string& name) { return LoadReferenceFile(FixtureDir(name) + "/reference.json"); }
 
 // Runs body(comm) on `tp` threads, one per rank; rethrows nothing (gtest asserts inside
 // body are thread-safe on POSIX).

@@ -543,6 +543,9 @@ std::vector<float> RopeInvFreq(const RopeConfig& r, int32_t head_dim) {
       }
     }
   }
+  if (!r.freq_factors.empty()) {
+    for (int32_t i = 0; i < half && i < static_cast<int32_t>(r.freq_factors.size()); ++i) inv[i] /= r.freq_factors[i];
+  }
   return inv;
 }
 

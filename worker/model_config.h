@@ -24,6 +24,9 @@ struct RopeConfig {
   double high_freq_factor = 4.0;     // llama3
   int64_t original_max_position = 8192;  // llama3
   double partial_rotary_factor = 1.0;    // proportional only
+  // inv_freq[i] /= freq_factors[i] when not empty (head_dim / 2 entries): the per-frequency
+  // divisors a GGUF file stores as rope_freqs.weight in place of Llama 3's rope parameters.
+  std::vector<float> freq_factors;
 };
 
 struct LayerConfig {

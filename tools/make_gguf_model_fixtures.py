@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Writes tiny GGUF model files for tests/gguf_model_test.cc, laid out as llama.cpp's
+convert_hf_to_gguf.py lays out each family, from the tiny Hugging Face fixtures.
+
+For every fixture this writes tests/fixtures/gguf/models/<name>.gguf:
+  * llama3, qwen2, qwen3: the weights of tests/fixtures/models/<name>/ (the safetensors
+    fixture) in the checkpoint's own float type (F32, or F16 for qwen2). Their reference is
+    that fixture's reference.json (transformers' logits on the same numbers).
+  * gemma3: a new tiny Gemma 3 (transformers, seeded) whose config a GGUF file can express
+    (query_pre_attn_scalar == head_dim, as llama.cpp assumes), with its reference.json
+    (tests/fixtures/gguf/models/gemma3.reference.json) computed as make_model_fixtures.py
+    computes the others.
+What llama.cpp's converter does to tensors is done here too, so that the loader must undo
+it: Gemma's RMSNorm weights are stored as 1 + w; Llama's q/k projection rows are
+interleaved per head for ggml's rotary layout; Llama 3's rope scaling becomes the
+rope_freqs.weight tensor. Each file also carries a small SentencePiece-style vocabulary
+(byte tokens and filler pieces) so that `tpserve generate --prompt` can run on it.
+
+Usage: /work/tools-venv/bin/python tools/make_gguf_model_fixtures.py [--out DIR]
+Requires: gguf, numpy, safetensors, torch, transformers. Deterministic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+import gguf
+import numpy as np
+from safetensors.numpy import load_file
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MODELS = REPO_ROOT / "tests" / "fixtures" / "models"
+DEFAULT_OUT = REPO_ROOT / "tests" / "fixtures" / "gguf" / "models"
+
+HF_TO_GGUF_LAYER = {
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+    "input_layernorm": "attn_norm",
+}
+LLAMA_LIKE_NORMS = {"post_attention_layernorm": "ffn_norm"}
+GEMMA_NORMS = {
+    "post_attention_layernorm": "post_attention_norm",
+    "pre_feedforward_layernorm": "ffn_norm",
+    "post_feedforward_layernorm": "post_ffw_norm",
+}
+
+
+def gguf_name(arch: str, hf: str) -> str:
+    hf = hf.removeprefix("model.")
+    top = {"embed_tokens.weight": "token_embd.weight", "norm.weight": "output_norm.weight",
+           "lm_head.weight": "output.weight"}
+    if hf in top:
+        return top[hf]
+    parts = hf.split(".")
+    assert parts[0] == "layers", hf
+    layer, module, leaf = parts[1], ".".join(parts[2:-1]), parts[-1]
+    table = dict(HF_TO_GGUF_LAYER, **(GEMMA_NORMS if arch == "gemma3" else LLAMA_LIKE_NORMS))
+    return f"blk.{layer}.{table[module]}.{leaf}"
+
+
+def permute_llama(w: np.ndarray, n_head: int) -> np.ndarray:
+    """convert_hf_to_gguf's LlamaModel.permute: per head, rows (i, i + d/2) become adjacent."""
+    shape = w.shape
+    return w.reshape(n_head, 2, shape[0] // n_head // 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
+
+
+def llama3_rope_factors(rope: dict, head_dim: int) -> np.ndarray:
+    """What convert_hf_to_gguf stores as rope_freqs.weight for rope_type llama3."""
+    base = rope["rope_theta"]
+    factor = rope.get("factor", 8.0)
+    low, high = rope.get("low_freq_factor", 1.0), rope.get("high_freq_factor", 4.0)
+    old_len = rope.get("original_max_position_embeddings", 8192)
+    freqs = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    low_wavelen, high_wavelen = old_len / low, old_len / high
+    out = []
+    for f in freqs:
+        wavelen = 2 * math.pi / f
+        if wavelen < high_wavelen:
+            out.append(1.0)
+        elif wavelen > low_wavelen:
+            out.append(factor)
+        else:
+            smooth = (old_len / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def add_vocab(w: gguf.GGUFWriter, vocab_size: int, bos: int, eos: int) -> None:
+    """A SentencePiece-style vocabulary: <unk> <s> </s>, the 256 byte tokens, filler pieces."""
+    tokens, scores, types = ["<unk>", "<s>", "</s>"], [0.0, 0.0, 0.0], [2, 3, 3]
+    for b in range(256):
+        tokens.append(f"<0x{b:02X}>")
+        scores.append(0.0)
+        types.append(6)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    i = 0
+    while len(tokens) < vocab_size:
+        piece = ("\u2581" if i % 2 == 0 else "") + letters[i % 26] + letters[(i // 26) % 26]
+        if piece not in tokens:
+            tokens.append(piece)
+            scores.append(-float(len(tokens)))
+            types.append(1)
+        i += 1
+    assert len(tokens) == vocab_size
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(bos)
+    w.add_eos_token_id(eos)
+    w.add_unk_token_id(0)
+
+
+def write_gguf(path: Path, arch: str, config: dict, tensors: dict[str, np.ndarray]) -> None:
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"tpserve tiny {arch}")
+    float_types = {t.dtype for t in tensors.values()}
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if np.float16 in float_types else gguf.LlamaFileType.ALL_F32)
+    w.add_context_length(config["max_position_embeddings"])
+    w.add_embedding_length(config["hidden_size"])
+    w.add_block_count(config["num_hidden_layers"])
+    w.add_feed_forward_length(config["intermediate_size"])
+    w.add_head_count(config["num_attention_heads"])
+    w.add_head_count_kv(config["num_key_value_heads"])
+    w.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    rope = config.get("rope_parameters") or {}
+    if arch == "gemma3":
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+        w.add_sliding_window(config["sliding_window"])
+        full = rope.get("full_attention", {})
+        w.add_rope_freq_base(full.get("rope_theta", 1000000.0))
+        if full.get("rope_type") == "linear":
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(full["factor"])
+    else:
+        w.add_rope_freq_base(rope.get("rope_theta", config.get("rope_theta", 10000.0)))
+        w.add_rope_dimension_count(head_dim)
+        if arch == "qwen3":
+            w.add_key_length(head_dim)
+            w.add_value_length(head_dim)
+    w.add_vocab_size(config["vocab_size"])
+    add_vocab(w, config["vocab_size"], config.get("bos_token_id") or 1, config.get("eos_token_id") or 2)
+
+    n_head, n_kv = config["num_attention_heads"], config["num_key_value_heads"]
+    if arch == "llama" and rope.get("rope_type") == "llama3":
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(rope, head_dim))
+    for hf in sorted(tensors):
+        t = tensors[hf]
+        name = gguf_name(arch, hf)
+        if arch == "gemma3" and name.endswith("norm.weight"):
+            t = (t.astype(np.float32) + 1.0).astype(t.dtype)
+        if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
+            t = permute_llama(t, n_head if ".attn_q." in name else n_kv)
+        if t.ndim == 1 and t.dtype == np.float16:
+            t = t.astype(np.float32)  # llama.cpp keeps 1-D tensors in F32
+        w.add_tensor(name, np.ascontiguousarray(t))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def from_safetensors_fixture(name: str, arch: str, out: Path) -> None:
+    src = MODELS / name
+    config = json.loads((src / "config.json").read_text())
+    tensors = {}
+    for f in sorted(src.glob("*.safetensors")):
+        tensors.update(load_file(str(f)))
+    write_gguf(out / f"{name}.gguf", arch, config, tensors)
+
+
+def gemma3_fixture(out: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import make_model_fixtures as mmf  # noqa: E402  (torch and transformers)
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    def build():
+        return Gemma3ForCausalLM(Gemma3TextConfig(
+            vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=32, hidden_activation="gelu_pytorch_tanh",
+            max_position_embeddings=4096, rms_norm_eps=1e-6, pad_token_id=0, eos_token_id=2, bos_token_id=1,
+            tie_word_embeddings=True, query_pre_attn_scalar=32, sliding_window=8, sliding_window_pattern=6,
+            rope_theta=1000000.0, rope_local_base_freq=10000.0, rope_scaling={"rope_type": "linear", "factor": 8.0},
+            final_logit_softcapping=None, attn_logit_softcapping=None))
+
+    spec = dict(mmf.FIXTURES["gemma3_text"], build=build, seed=3101)
+    with tempfile.TemporaryDirectory() as tmp:
+        mmf.make_fixture("gemma3", spec, Path(tmp))
+        src = Path(tmp) / "gemma3"
+        config = json.loads((src / "config.json").read_text())
+        tensors = load_file(str(src / "model.safetensors"))
+        write_gguf(out / "gemma3.gguf", "gemma3", config, tensors)
+        (out / "gemma3.reference.json").write_text((src / "reference.json").read_text())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, arch in [("llama3", "llama"), ("qwen2", "qwen2"), ("qwen3", "qwen3")]:
+        from_safetensors_fixture(name, arch, args.out)
+    gemma3_fixture(args.out)
+    for p in sorted(args.out.iterdir()):
+        print(f"{p.name:28s} {p.stat().st_size / 1024:8.1f} KiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
