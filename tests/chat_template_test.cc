@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "coordinator/text/builtin_chat_templates.h"
 #include "coordinator/text/chat_template_globals.h"
 #include "coordinator/text/chat_template_loader.h"
 #include "gtest/gtest.h"
@@ -430,6 +431,14 @@ TEST(ChatTemplate, DeepRecursionFailsCleanly) {
   auto rendered = t->Render(Json::object());
   ASSERT_FALSE(rendered.ok());
   EXPECT_TRUE(absl::StrContains(rendered.status().message(), "nested more than"));
+}
+
+// The built-in template for GGUF files without one is Gemma 3's published text, exactly.
+TEST(BuiltinChatTemplateTest, Gemma3IsThePublishedTemplate) {
+  std::optional<std::string> gemma3 = BuiltinChatTemplate("gemma3");
+  ASSERT_TRUE(gemma3.has_value());
+  EXPECT_EQ(*gemma3, ReadText(kFixtures / "gemma3.jinja"));
+  EXPECT_FALSE(BuiltinChatTemplate("llama").has_value());
 }
 
 }  // namespace
