@@ -3,6 +3,8 @@ tp_add_test(model_config_test SOURCES model_config_test.cc LIBS tpserve_engine)
 tp_add_test(safetensors_test SOURCES safetensors_test.cc LIBS tpserve_engine)
 # GGUF blocks -> fp32, bit for bit against gguf-py (fixtures: tools/make_gguf_fixtures.py).
 tp_add_test(gguf_quants_test SOURCES gguf_quants_test.cc LIBS tpserve_engine)
+# The GGUF container and GGUF model configs (fixtures: tools/make_gguf_model_fixtures.py).
+tp_add_test(gguf_test SOURCES gguf_test.cc LIBS tpserve_engine)
 tp_add_test(model_test SOURCES model_test.cc LIBS tpserve_engine_core)
 tp_add_test(engine_core_test SOURCES engine_core_test.cc LIBS tpserve_engine_core)
 tp_add_test(persistent_batch_test SOURCES persistent_batch_test.cc LIBS tpserve_engine)

@@ -21,8 +21,7 @@
 namespace tpserve {
 namespace {
 
-// Block sizes as in ggml's ggml-common.h. GgmlLayout (worker/gguf_file.h) has the same numbers
-// for every type; this table holds only the types decoded here, with their decoders.
+// Block sizes as in ggml's ggml-common.h (GgmlLayout's numbers; the decoders below walk them).
 constexpr int64_t kQK = 32;    // legacy quants: elements per block
 constexpr int64_t kQK_K = 256;  // K-quants: elements per super-block
 
@@ -317,28 +316,18 @@ void DecodeQ6_K(const uint8_t* __restrict src, int64_t blocks, float* __restrict
   }
 }
 
+// The decodable types; names and block layouts come from GgmlLayout (worker/gguf_file.h).
 struct Decoder {
   GgmlType type;
-  const char* name;
-  int64_t block_elems;
-  int64_t block_bytes;
   DecodeFn decode;
 };
 
 constexpr std::array<Decoder, 13> kDecoders = {{
-    {GgmlType::kF32, "F32", 1, 4, DecodeF32},
-    {GgmlType::kF16, "F16", 1, 2, DecodeF16},
-    {GgmlType::kBF16, "BF16", 1, 2, DecodeBF16},
-    {GgmlType::kQ4_0, "Q4_0", kQK, 18, DecodeQ4_0},
-    {GgmlType::kQ4_1, "Q4_1", kQK, 20, DecodeQ4_1},
-    {GgmlType::kQ5_0, "Q5_0", kQK, 22, DecodeQ5_0},
-    {GgmlType::kQ5_1, "Q5_1", kQK, 24, DecodeQ5_1},
-    {GgmlType::kQ8_0, "Q8_0", kQK, 34, DecodeQ8_0},
-    {GgmlType::kQ2_K, "Q2_K", kQK_K, 84, DecodeQ2_K},
-    {GgmlType::kQ3_K, "Q3_K", kQK_K, 110, DecodeQ3_K},
-    {GgmlType::kQ4_K, "Q4_K", kQK_K, 144, DecodeQ4_K},
-    {GgmlType::kQ5_K, "Q5_K", kQK_K, 176, DecodeQ5_K},
-    {GgmlType::kQ6_K, "Q6_K", kQK_K, 210, DecodeQ6_K},
+    {GgmlType::kF32, DecodeF32},   {GgmlType::kF16, DecodeF16},   {GgmlType::kBF16, DecodeBF16},
+    {GgmlType::kQ4_0, DecodeQ4_0}, {GgmlType::kQ4_1, DecodeQ4_1}, {GgmlType::kQ5_0, DecodeQ5_0},
+    {GgmlType::kQ5_1, DecodeQ5_1}, {GgmlType::kQ8_0, DecodeQ8_0}, {GgmlType::kQ2_K, DecodeQ2_K},
+    {GgmlType::kQ3_K, DecodeQ3_K}, {GgmlType::kQ4_K, DecodeQ4_K}, {GgmlType::kQ5_K, DecodeQ5_K},
+    {GgmlType::kQ6_K, DecodeQ6_K},
 }};
 
 const Decoder* FindDecoder(GgmlType t) {
@@ -348,37 +337,15 @@ const Decoder* FindDecoder(GgmlType t) {
   return nullptr;
 }
 
-// The name llama.cpp prints, for errors about types not in kDecoders.
+// The name llama.cpp prints ("Q4_K"), or "ggml type N" for a number it does not know.
 std::string TypeName(GgmlType t) {
-  switch (t) {
-    case GgmlType::kQ8_1: return "Q8_1";
-    case GgmlType::kQ8_K: return "Q8_K";
-    case GgmlType::kIQ2_XXS: return "IQ2_XXS";
-    case GgmlType::kIQ2_XS: return "IQ2_XS";
-    case GgmlType::kIQ3_XXS: return "IQ3_XXS";
-    case GgmlType::kIQ1_S: return "IQ1_S";
-    case GgmlType::kIQ4_NL: return "IQ4_NL";
-    case GgmlType::kIQ3_S: return "IQ3_S";
-    case GgmlType::kIQ2_S: return "IQ2_S";
-    case GgmlType::kIQ4_XS: return "IQ4_XS";
-    case GgmlType::kI8: return "I8";
-    case GgmlType::kI16: return "I16";
-    case GgmlType::kI32: return "I32";
-    case GgmlType::kI64: return "I64";
-    case GgmlType::kF64: return "F64";
-    case GgmlType::kIQ1_M: return "IQ1_M";
-    case GgmlType::kTQ1_0: return "TQ1_0";
-    case GgmlType::kTQ2_0: return "TQ2_0";
-    case GgmlType::kMXFP4: return "MXFP4";
-    default: break;
-  }
-  if (const Decoder* d = FindDecoder(t)) return std::string(d->name);
-  return absl::StrCat("ggml type ", static_cast<uint32_t>(t));
+  absl::StatusOr<GgmlTypeLayout> l = GgmlLayout(static_cast<uint32_t>(t));
+  return l.ok() ? std::string(l->name) : absl::StrCat("ggml type ", static_cast<uint32_t>(t));
 }
 
 std::string SupportedList() {
   std::string out;
-  for (const Decoder& d : kDecoders) absl::StrAppend(&out, out.empty() ? "" : ", ", d.name);
+  for (const Decoder& d : kDecoders) absl::StrAppend(&out, out.empty() ? "" : ", ", TypeName(d.type));
   return out;
 }
 
@@ -393,12 +360,13 @@ absl::Status DequantizeRow(GgmlType t, const uint8_t* src, int64_t n, float* dst
         TypeName(t), " tensors are not supported; supported: ", SupportedList(),
         " (convert or re-quantize the model to one of these, e.g. Q4_K_M or Q8_0)"));
   }
-  if (n < 0 || n % d->block_elems != 0) {
+  const GgmlTypeLayout l = *GgmlLayout(static_cast<uint32_t>(t));  // every decodable type has one
+  if (n < 0 || n % l.block_elems != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        d->name, " data is stored in blocks of ", d->block_elems, " elements (", d->block_bytes,
+        l.name, " data is stored in blocks of ", l.block_elems, " elements (", l.block_bytes,
         " bytes); cannot dequantize n = ", n, " elements, which is not a whole number of blocks"));
   }
-  if (n > 0) d->decode(src, n / d->block_elems, dst);
+  if (n > 0) d->decode(src, n / l.block_elems, dst);
   return absl::OkStatus();
 }
 
