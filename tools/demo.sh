@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The main job on the built-in model: `tpserve serve` under mpirun with 2 ranks on the
-# gemma-4-tiny shape (Gemma 4 architecture, deterministic random weights: the text is
-# noise, the machinery is real) with a Gemma-style tokenizer and the Gemma 4 chat
-# template; one streamed chat request with `tpserve client`; then a clean drain on SIGTERM to
+# The main job: `tpserve serve` under mpirun with 2 ranks on the real Gemma 3 270M (Q4_K_M GGUF,
+# fetched once by tools/fetch_real_model.sh into ~/.cache/tpserve; its tokenizer from the
+# file, Gemma 3's chat template, its published generation defaults), one streamed chat request
+# over HTTP and one prompt over gRPC with `tpserve client`, then a clean drain on SIGTERM to
 # the launcher (build/launch/tpserve-mpirun: mpirun on which SIGTERM drains).
+# Offline, with the model not cached, it says so and serves the built-in gemma-4-tiny shape
+# instead (Gemma 4 architecture, deterministic random weights: the text is noise, the
+# machinery is real).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PROMPT=${1:-Explain tensor parallelism in one sentence.}
@@ -12,11 +15,21 @@ GRPC_PORT=${GRPC_PORT:-50051}
 MPI_FLAGS=(--oversubscribe)
 if [ "$(id -u)" -eq 0 ]; then MPI_FLAGS+=(--allow-run-as-root); fi
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
+fetch_rc=0
+MODEL_DIR=$(bash tools/fetch_real_model.sh) || fetch_rc=$?
+if [ $fetch_rc -eq 0 ]; then
+  MODEL=(--model "$MODEL_DIR" --max-model-len 4096)
+  NAME="Gemma 3 270M ($MODEL_DIR)"
+else
+  echo "demo: OFFLINE: the real model (Gemma 3 270M) is not cached and could not be downloaded;" >&2
+  echo "demo: serving the built-in gemma-4-tiny shape with RANDOM weights instead: its answers are noise." >&2
+  MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer tests/fixtures/tokenizers/gemma/tokenizer.json)
+  NAME="gemma-4-tiny (random weights)"
+fi
 LOG=$(mktemp)
-echo "+ tpserve-mpirun -np 2 build/launch/tpserve serve --model gemma-4-tiny --load-format dummy ... (log: $LOG)"
+echo "+ tpserve-mpirun -np 2 build/launch/tpserve serve ${MODEL[*]} ... ($NAME; log: $LOG)"
 build/launch/tpserve-mpirun "${MPI_FLAGS[@]}" -np 2 build/launch/tpserve serve \
-  --model gemma-4-tiny --load-format dummy --kv-cache-memory 256MiB \
-  --tokenizer tests/fixtures/tokenizers/gemma/tokenizer.json \
+  "${MODEL[@]}" --kv-cache-memory 256MiB \
   --host 127.0.0.1 --http-port "$HTTP_PORT" --grpc-port "$GRPC_PORT" >"$LOG" 2>&1 &
 LAUNCHER_PID=$!
 for _ in $(seq 1 120); do

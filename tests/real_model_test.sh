@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The real Gemma 3 270M (Q4_K_M GGUF, fetched once by tools/fetch_real_model.sh into
+# ~/.cache/tpserve, TPSERVE_CACHE) against transformers: `tpserve generate` on 2 MPI ranks
+# gives transformers' greedy tokens for every prompt of tests/fixtures/gguf/
+# gemma3_270m_reference.json (made by tools/make_real_model_reference.py: the prompt ids too,
+# so the tokenizer built from the GGUF metadata is checked on the way); then `tpserve serve` on
+# 2 ranks answers the first prompt with the same text over HTTP (curl, temperature 0) and gRPC
+# (`tpserve client`), and a chat request gets Gemma 3's chat template (built in: the file has
+# none) and the published generation defaults apply (top_k 64, top_p 0.95 from the cached
+# generation_config.json, logged at start).
+# Skipped (77) when the model is neither cached nor downloadable.
+# Usage: real_model_test.sh TPSERVE_BINARY FIXTURES_DIR REPO_ROOT   (run by ctest)
+set -u
+TPSERVE=$1
+FIX=$2
+ROOT=$3
+source "$(dirname "$0")/harness.sh"
+REF="$FIX/gguf/gemma3_270m_reference.json"
+
+rc=0
+MODEL_DIR=$(bash "$ROOT/tools/fetch_real_model.sh" 2>"$WORK/fetch.log") || rc=$?
+if [ $rc -eq 3 ]; then
+  echo "SKIP: the real model is not cached and cannot be fetched: $(cat "$WORK/fetch.log")"
+  exit 77
+elif [ $rc -ne 0 ]; then
+  bad "fetch_real_model.sh failed ($rc): $(cat "$WORK/fetch.log")"
+  finish
+  exit 1
+fi
+
+# One line a case: the reference's "prompt" line, a tab, the greedy ids comma-separated
+# (the file is indented JSON: one list element a line; no jq on a fresh machine).
+read_cases() {
+  awk '/"prompt":/ {p=$0} /"greedy_ids":/ {g=1; ids=""; next} g && /\]/ {g=0; print p "\t" ids; next} g {gsub(/[ ,]/,""); ids = ids (ids == "" ? "" : ",") $0}' "$REF"
+}
+mapfile -t CASES < <(read_cases)
+[ ${#CASES[@]} -ge 4 ] || { bad "could not read the cases of $REF"; finish; exit 1; }
+
+n=0
+for c in "${CASES[@]}"; do
+  prompt=$(printf '%s' "${c%%$'\t'*}" | sed 's/^ *"prompt": "//; s/",$//')
+  want=${c#*$'\t'}
+  got=$(timeout 300 "${MPIRUN[@]}" -np 2 "$TPSERVE" generate --model "$MODEL_DIR" --prompt "$prompt" \
+          --max-tokens 24 --ignore-eos --temperature 0 --dtype float32 --json 2>"$WORK/gen.err" |
+        grep -o '"output_ids":\[[0-9,]*\]' | sed 's/.*\[//; s/\]//')
+  if [ "$got" = "$want" ]; then
+    n=$((n + 1))
+  else
+    echo "  \"$prompt\": expected $want"
+    echo "  ${#prompt} got      $got $(tail -3 "$WORK/gen.err")"
+  fi
+done
+[ $n -eq ${#CASES[@]} ] && ok "generate (2 ranks, float32) gives transformers' 24 greedy tokens for $n/${#CASES[@]} prompts" \
+  || bad "generate matched transformers for $n/${#CASES[@]} prompts"
+
+FIRST=$(printf '%s' "${CASES[0]%%$'\t'*}" | sed 's/^ *"prompt": "//; s/",$//')
+EXPECT_TEXT=$(timeout 300 "${MPIRUN[@]}" -np 2 "$TPSERVE" generate --model "$MODEL_DIR" --prompt "$FIRST" \
+  --max-tokens 12 --ignore-eos --temperature 0 --json 2>/dev/null | grep -o '"text":"[^"]*"' | sed 's/^"text"://')
+
+setsid timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$TPSERVE" serve --model "$MODEL_DIR" --host 127.0.0.1 \
+  --http-port 0 --grpc-port 0 --port-file "$WORK/ports.json" --kv-cache-memory 256MiB --max-model-len 2048 \
+  >"$WORK/server.log" 2>&1 &
+SERVER=$!
+SESSIONS+=("$SERVER")
+if ! wait_ports "$WORK/ports.json" $SERVER || ! wait_healthy $HTTP; then
+  bad "server not ready: $(cat "$WORK/server.log")"
+  finish
+  exit 1
+fi
+body=$(printf '{"prompt":"%s","max_tokens":12,"temperature":0,"ignore_eos":true}' "$FIRST")
+curl -s -m 120 "http://127.0.0.1:$HTTP/v1/completions" -d "$body" >"$WORK/http.json"
+grep -qF "\"text\":$EXPECT_TEXT" "$WORK/http.json" && ok "HTTP completion = generate: $EXPECT_TEXT" \
+  || bad "HTTP completion: $(head -c 400 "$WORK/http.json"), generate: $EXPECT_TEXT"
+"$TPSERVE" client --grpc "127.0.0.1:$GRPC" --prompt "$FIRST" --max-tokens 12 --temperature 0 \
+  >"$WORK/grpc.txt" 2>"$WORK/grpc.err"
+grpc_text=$(printf '"%s"' "$(cat "$WORK/grpc.txt")")
+[ "$grpc_text" = "$EXPECT_TEXT" ] && ok "gRPC completion = generate" \
+  || bad "gRPC: $(cat "$WORK/grpc.txt") $(tail -2 "$WORK/grpc.err"), generate: $EXPECT_TEXT"
+
+chat=$(curl -s -m 120 "http://127.0.0.1:$HTTP/v1/chat/completions" \
+  -d '{"messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":16,"temperature":0,"logprobs":true}')
+echo "$chat" | grep -q '"finish_reason"' && ok "chat completion answers (Gemma 3 template built in): $(echo "$chat" | grep -o '"content":"[^"]*"' | head -1)" \
+  || bad "chat: $(echo "$chat" | head -c 400)"
+grep -q "generation config.*top_k.*64" "$WORK/server.log" && grep -q "generation config.*top_p.*0.95" "$WORK/server.log" \
+  && ok "the generation defaults apply (top_k 64, top_p 0.95; logged)" || bad "generation defaults: $(cat "$WORK/server.log")"
+
+kill -TERM "$SERVER" 2>/dev/null
+finish
