@@ -1,10 +1,11 @@
-// The engine benchmark: decode and prefill of a dummy-weight model at chosen tensor-
-// parallel sizes and batch sizes, with the machine's measured memory bandwidth beside the
-// achieved weight bandwidth, all in one run. Ranks run as threads of this process (the
+// The engine benchmark: decode and prefill of a dummy-weight model (or a real checkpoint or
+// GGUF file) at chosen tensor-parallel sizes and batch sizes, with the machine's measured
+// memory bandwidth beside the achieved weight bandwidth, all in one run. Ranks run as threads of this process (the
 // same code path as MPI ranks, communicator aside). Not a test: numbers go to docs/.
 // --backend cuda runs the GPU measurements of bench/engine_bench_gpu.h instead.
 //
 //   build/bench/engine_bench --model gemma-4-1b --tp 1,2 --batch 1 --context 128
+//   build/bench/engine_bench --model ~/.cache/tpserve/models/gemma-3-270m --tp 1,2   (real GGUF weights)
 //   build/bench/engine_bench --backend cuda --model gemma-4-31b --tp 1 --batch 1,8,64,256 --context 1024
 #include <algorithm>
 #include <cstdio>
@@ -20,14 +21,18 @@
 #include "bench/stream.h"
 #include "coordinator/engine/offline.h"
 #include "nlohmann/json.hpp"
+#include "launch/engine_setup.h"
 #include "worker/backend.h"
+#include "worker/gguf_model.h"
 #include "worker/communicator.h"
 #include "worker/model.h"
 #include "worker/weight_source.h"
 #include "worker/step_executor.h"
 #include "worker/worker_loop.h"
 
-ABSL_FLAG(std::string, model, "gemma-4-1b", "Built-in model (dummy weights): gemma-4-1b, gemma-4-31b, gemma-4-tiny");
+ABSL_FLAG(std::string, model, "gemma-4-1b",
+          "Built-in model (dummy weights): gemma-4-1b, gemma-4-31b, gemma-4-tiny; or a checkpoint directory or GGUF "
+          "file (real weights; the cpu backend)");
 ABSL_FLAG(std::string, tp, "1,2", "Tensor-parallel sizes to run, comma-separated");
 ABSL_FLAG(std::string, batch, "1", "Decode batch sizes, comma-separated");
 ABSL_FLAG(int, context, 128, "Prompt tokens per sequence before decoding");
@@ -84,8 +89,19 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-Result RunOne(const ModelConfig& config, DType dtype, int tp, int threads_per_rank, int batch, int context,
-              int decode_steps) {
+// Real weights from --model's checkpoint or GGUF file; dummy ones for a built-in shape.
+absl::StatusOr<std::unique_ptr<WeightSource>> OpenSource(const std::string& model, const ModelConfig& config) {
+  if (PresetModelConfig(model).ok()) return MakeDummySource(config, 1);
+  if (IsGgufModelPath(model)) {
+    TP_ASSIGN_OR_RETURN(std::string path, FindGgufFile(model));
+    TP_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+    return OpenGgufSource(std::move(file));
+  }
+  return OpenCheckpointSource(model);
+}
+
+Result RunOne(const std::string& model_name, const ModelConfig& config, DType dtype, int tp, int threads_per_rank,
+              int batch, int context, int decode_steps) {
   Result r;
   r.tp = tp;
   r.threads_per_rank = threads_per_rank;
@@ -97,12 +113,17 @@ Result RunOne(const ModelConfig& config, DType dtype, int tp, int threads_per_ra
     threads.emplace_back([&, rank] {
       auto comm = group.Rank(rank);
       const auto t0 = std::chrono::steady_clock::now();
-      auto source = MakeDummySource(config, 1);
+      auto source = OpenSource(model_name, config);
+      absl::Status st = comm->AgreeOnStatus(source.status());
+      if (!st.ok()) {
+        if (rank == 0) std::fprintf(stderr, "engine_bench: %s\n", std::string(st.message()).c_str());
+        return;
+      }
       auto backend = MakeCpuBackend(BackendOptions{.threads = threads_per_rank});
       ModelOptions mo;
       mo.weight_dtype = dtype;
-      auto model = Model::Load(config, *source, *backend, *comm, mo);
-      absl::Status st = comm->AgreeOnStatus(model.status());
+      auto model = Model::Load(config, **source, *backend, *comm, mo);
+      st = comm->AgreeOnStatus(model.status());
       if (!st.ok()) {
         if (rank == 0) std::fprintf(stderr, "engine_bench: %s\n", std::string(st.message()).c_str());
         return;
@@ -198,7 +219,10 @@ int Main() {
     std::fprintf(stderr, "engine_bench: --backend \"%s\" is not one of cpu, cuda\n", backend.c_str());
     return 2;
   }
-  auto config = PresetModelConfig(absl::GetFlag(FLAGS_model));
+  EngineOptions eo;
+  eo.model = absl::GetFlag(FLAGS_model);
+  if (PresetModelConfig(eo.model).ok()) eo.load_format = "dummy";
+  auto config = ResolveModelConfig(eo);
   if (!config.ok()) {
     std::fprintf(stderr, "engine_bench: %s\n", std::string(config.status().message()).c_str());
     return 2;
@@ -213,8 +237,8 @@ int Main() {
   const int context = absl::GetFlag(FLAGS_context);
   const int steps = absl::GetFlag(FLAGS_decode_steps);
 
-  std::printf("engine_bench: %s (%.2fB params, dummy weights, %s), %d CPU threads in all, context %d, %d decode steps\n",
-              absl::GetFlag(FLAGS_model).c_str(), config->ParameterCount() / 1e9,
+  std::printf("engine_bench: %s (%.2fB params, %s weights, %s), %d CPU threads in all, context %d, %d decode steps\n",
+              eo.model.c_str(), config->ParameterCount() / 1e9, eo.load_format == "dummy" ? "dummy" : "real",
               std::string(DTypeName(*dtype)).c_str(), threads, context, steps);
   const double triad_gbs = bench::MeasureTriadBandwidthGBs(threads);
   std::printf("STREAM triad bandwidth (%d threads): %.2f GB/s\n\n", threads, triad_gbs);
@@ -224,7 +248,7 @@ int Main() {
   for (int batch : ParseList(absl::GetFlag(FLAGS_batch))) {
     for (int tp : ParseList(absl::GetFlag(FLAGS_tp))) {
       const int per_rank = std::max(1, threads / tp);
-      Result r = RunOne(*config, *dtype, tp, per_rank, batch, context, steps);
+      Result r = RunOne(eo.model, *config, *dtype, tp, per_rank, batch, context, steps);
       if (!r.ok) return 1;
       // Each decode step streams every weight once (the tied embedding as the LM head).
       const double weight_gbs = r.weight_bytes / (r.decode_step_ms / 1e3) / 1e9;
