@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/text/tokenizer_bpe.h"
 #include "coordinator/text/tokenizer_incremental_decoder.h"
 #include "coordinator/text/tokenizer_regex.h"
 #include "coordinator/text/tokenizer_unicode.h"
@@ -247,6 +248,47 @@ TEST(Tokenizer, ConfigAddBosTokenReplacesThePostProcessor) {
   EXPECT_EQ((*with_bos)->Encode("a", true), std::vector<int32_t>({0, 1}));
   EXPECT_EQ((*with_bos)->Encode("a<s>", false), std::vector<int32_t>({1, 0}));
   EXPECT_EQ((*with_bos)->bos_id(), 0);
+}
+
+TEST(Tokenizer, GenerationConfigTextAddsEosIds) {
+  const std::string json = R"({"model": {"type": "BPE", "vocab": {"<s>": 0, "</s>": 1, "<eot>": 2},
+      "merges": []}})";
+  auto tokenizer = Tokenizer::FromJson(json, "inline.json", R"({"eos_token": "</s>"})",
+                                       R"({"eos_token_id": [2, 1]})");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ((*tokenizer)->eos_ids(), std::vector<int32_t>({1, 2}));
+  EXPECT_FALSE(Tokenizer::FromJson(json, "inline.json", "", R"({"eos_token_id": [3]})").ok());
+}
+
+// The vocabulary and merges as data: the same model as the JSON would give.
+TEST(Tokenizer, FromJsonWithVocabularyTakesTheModelAsData) {
+  const auto vocabulary = [] {
+    tokenizer_internal::BpeVocabulary v;
+    // "a" first at 3 then at 0: the later id wins, 3 is left without a token.
+    v.tokens = {{"a", 3}, {"b", 1}, {"ab", 2}, {"a", 0}};
+    v.merges = {{0, 1, 2}};
+    return v;
+  };
+  const std::string json = R"({"model": {"type": "BPE"}})";
+  auto tokenizer = Tokenizer::FromJsonWithVocabulary(json, "inline.json", "", "", vocabulary());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ((*tokenizer)->Encode("abba", false), std::vector<int32_t>({2, 1, 0}));
+  EXPECT_EQ((*tokenizer)->TokenToId("a"), 0);
+  EXPECT_EQ((*tokenizer)->IdToToken(3), "");
+  EXPECT_EQ((*tokenizer)->vocab_size(), 4);
+
+  auto twice = Tokenizer::FromJsonWithVocabulary(
+      R"({"model": {"type": "BPE", "vocab": {}, "merges": []}})", "inline.json", "", "", vocabulary());
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("inline.json: model.vocab: must be absent"), std::string::npos)
+      << twice.status();
+  tokenizer_internal::BpeVocabulary bad = vocabulary();
+  bad.merges = {{0, 1, 3}};  // 3 has no token
+  auto unknown = Tokenizer::FromJsonWithVocabulary(json, "inline.json", "", "", std::move(bad));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("model.merges[0]: id 3 is not in the vocabulary"),
+            std::string::npos)
+      << unknown.status();
 }
 
 TEST(Tokenizer, TextBytesPerTokenIsAbsentWhereTextCanVanish) {

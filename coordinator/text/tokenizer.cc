@@ -106,7 +106,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(
   TP_ASSIGN_OR_RETURN(const std::string json, ReadFile(tokenizer_json_path, "tokenizer file"));
   auto tokenizer = std::unique_ptr<Tokenizer>(new Tokenizer());
   TP_RETURN_IF_ERROR(CatchJsonErrors(tokenizer_json_path, [&] {
-    return tokenizer->LoadTokenizerJson(json, tokenizer_json_path);
+    return tokenizer->LoadTokenizerJson(json, tokenizer_json_path, nullptr);
   }));
   const std::filesystem::path dir = std::filesystem::path(tokenizer_json_path).parent_path();
   const std::string config_path = (dir / "tokenizer_config.json").string();
@@ -129,14 +129,32 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(
-    std::string_view json, std::string_view source_name, std::string_view tokenizer_config_json) {
+    std::string_view json, std::string_view source_name, std::string_view tokenizer_config_json,
+    std::string_view generation_config_json) {
+  return Build(json, source_name, tokenizer_config_json, generation_config_json, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJsonWithVocabulary(
+    std::string_view json, std::string_view source_name, std::string_view tokenizer_config_json,
+    std::string_view generation_config_json, tokenizer_internal::BpeVocabulary vocabulary) {
+  return Build(json, source_name, tokenizer_config_json, generation_config_json, &vocabulary);
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Build(
+    std::string_view json, std::string_view source_name, std::string_view tokenizer_config_json,
+    std::string_view generation_config_json, tokenizer_internal::BpeVocabulary* vocabulary) {
   auto tokenizer = std::unique_ptr<Tokenizer>(new Tokenizer());
   const std::string source(source_name);
-  TP_RETURN_IF_ERROR(
-      CatchJsonErrors(source, [&] { return tokenizer->LoadTokenizerJson(json, source); }));
+  TP_RETURN_IF_ERROR(CatchJsonErrors(
+      source, [&] { return tokenizer->LoadTokenizerJson(json, source, vocabulary); }));
   if (!tokenizer_config_json.empty()) {
     TP_RETURN_IF_ERROR(CatchJsonErrors("tokenizer_config.json", [&] {
       return tokenizer->LoadTokenizerConfig(tokenizer_config_json, "tokenizer_config.json");
+    }));
+  }
+  if (!generation_config_json.empty()) {
+    TP_RETURN_IF_ERROR(CatchJsonErrors("generation_config.json", [&] {
+      return tokenizer->LoadGenerationConfig(generation_config_json, "generation_config.json");
     }));
   }
   tokenizer->added_->Build(tokenizer->normalizer_.get());
@@ -144,7 +162,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(
   return tokenizer;
 }
 
-absl::Status Tokenizer::LoadTokenizerJson(std::string_view json, const std::string& source) {
+absl::Status Tokenizer::LoadTokenizerJson(std::string_view json, const std::string& source,
+                                          tokenizer_internal::BpeVocabulary* vocabulary) {
   TP_ASSIGN_OR_RETURN(const Json root, ParseJson(json, source));
   const JsonPath top(source, "");
   const auto section = [&root](std::string_view key) -> const Json* {
@@ -155,7 +174,12 @@ absl::Status Tokenizer::LoadTokenizerJson(std::string_view json, const std::stri
   if (model == nullptr) {
     return top.Error("missing \"model\" section; is this a Hugging Face tokenizer.json?");
   }
-  TP_ASSIGN_OR_RETURN(model_, tokenizer_internal::BpeModel::FromJson(*model, top.Field("model")));
+  if (vocabulary != nullptr) {
+    TP_ASSIGN_OR_RETURN(model_, tokenizer_internal::BpeModel::FromVocabulary(
+                                    *model, top.Field("model"), std::move(*vocabulary)));
+  } else {
+    TP_ASSIGN_OR_RETURN(model_, tokenizer_internal::BpeModel::FromJson(*model, top.Field("model")));
+  }
   if (const Json* n = section("normalizer")) {
     TP_ASSIGN_OR_RETURN(normalizer_,
                         tokenizer_internal::ParseNormalizer(*n, top.Field("normalizer")));

@@ -19,6 +19,7 @@ namespace tpserve {
 namespace tokenizer_internal {
 class AddedVocabulary;
 class BpeModel;
+struct BpeVocabulary;
 class Decoder;
 class Normalizer;
 class PostProcessor;
@@ -36,11 +37,19 @@ class Tokenizer {
   // the field.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromFile(
       const std::string& tokenizer_json_path);
-  // `source_name` prefixes error messages. `tokenizer_config_json`, when not empty, is
-  // the text of the matching tokenizer_config.json.
+  // `source_name` prefixes error messages. `tokenizer_config_json` and
+  // `generation_config_json`, when not empty, are the texts of the matching
+  // tokenizer_config.json and generation_config.json (read as FromFile reads the files).
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(
       std::string_view json, std::string_view source_name,
-      std::string_view tokenizer_config_json = {});
+      std::string_view tokenizer_config_json = {}, std::string_view generation_config_json = {});
+  // As FromJson, but the BPE model's vocabulary and merges come as `vocabulary` instead of
+  // the JSON's model.vocab and model.merges (which must be absent; the model's other
+  // fields apply): a 262k-token vocabulary with 500k merges loads in a fraction of the time
+  // its JSON text takes to parse. How coordinator/text/tokenizer_gguf.h builds tokenizers.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJsonWithVocabulary(
+      std::string_view json, std::string_view source_name, std::string_view tokenizer_config_json,
+      std::string_view generation_config_json, tokenizer_internal::BpeVocabulary vocabulary);
 
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
@@ -63,7 +72,9 @@ class Tokenizer {
   std::string IdToToken(int32_t id) const;
   std::optional<int32_t> bos_id() const { return bos_id_; }
   // Ids that end generation: tokenizer_config.json's eos_token, then
-  // generation_config.json's eos_token_id, without repeats.
+  // generation_config.json's eos_token_id, without repeats. A GGUF file has no
+  // generation_config.json: TokenizerFromGguf (tokenizer_gguf.h) writes the equivalent text,
+  // listing the end-of-turn tokens llama.cpp also stops at (Gemma's <end_of_turn>, ...).
   std::vector<int32_t> eos_ids() const { return eos_ids_; }
   // True for added tokens marked special (skipped by Decode(ids, true)).
   bool IsSpecial(int32_t id) const;
@@ -85,7 +96,12 @@ class Tokenizer {
 
  private:
   Tokenizer();
-  absl::Status LoadTokenizerJson(std::string_view json, const std::string& source);
+  // FromJson and FromJsonWithVocabulary; `vocabulary` may be null.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Build(
+      std::string_view json, std::string_view source_name, std::string_view tokenizer_config_json,
+      std::string_view generation_config_json, tokenizer_internal::BpeVocabulary* vocabulary);
+  absl::Status LoadTokenizerJson(std::string_view json, const std::string& source,
+                                 tokenizer_internal::BpeVocabulary* vocabulary);
   absl::Status LoadTokenizerConfig(std::string_view json, const std::string& source);
   absl::Status LoadGenerationConfig(std::string_view json, const std::string& source);
   void AddEosId(int32_t id);

@@ -32,7 +32,7 @@ absl::StatusOr<std::pair<std::string, std::string>> ParseMergeEntry(const Json& 
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j, const JsonPath& at) {
+absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::WithOptions(const Json& j, const JsonPath& at) {
   if (!j.is_object()) return at.Error(absl::StrCat("expected an object, got ", j.type_name()));
   if (const auto type = j.find("type"); type != j.end() && !type->is_null()) {
     if (!type->is_string() || type->get<std::string>() != "BPE") {
@@ -57,6 +57,26 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j, cons
     (key[0] == 'c' ? model->continuing_subword_prefix_ : model->end_of_word_suffix_) =
         it->get<std::string>();
   }
+  return model;
+}
+
+void BpeModel::AddToken(std::string token, int32_t id) {
+  if (static_cast<size_t>(id) >= id_to_token_.size()) {
+    id_to_token_.resize(id + 1);
+    has_id_.resize(id + 1, false);
+  }
+  const auto [it, inserted] = vocab_.try_emplace(token, id);
+  if (!inserted && it->second != id) {  // a repeated token: its earlier id no longer decodes
+    has_id_[it->second] = false;
+    id_to_token_[it->second].clear();
+    it->second = id;
+  }
+  id_to_token_[id] = std::move(token);
+  has_id_[id] = true;
+}
+
+absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j, const JsonPath& at) {
+  TP_ASSIGN_OR_RETURN(auto model, WithOptions(j, at));
 
   // Vocabulary.
   const auto vocab = j.find("vocab");
@@ -70,14 +90,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j, cons
       return at.Field("vocab").Error(
           absl::StrCat("token \"", token, "\" has invalid id ", id_json.dump()));
     }
-    const auto id = static_cast<int32_t>(id_json.get<int64_t>());
-    model->vocab_[token] = id;
-    if (static_cast<size_t>(id) >= model->id_to_token_.size()) {
-      model->id_to_token_.resize(id + 1);
-      model->has_id_.resize(id + 1, false);
-    }
-    model->id_to_token_[id] = token;
-    model->has_id_[id] = true;
+    model->AddToken(token, static_cast<int32_t>(id_json.get<int64_t>()));
   }
 
   // Merges: rank = position; a later duplicate of a pair replaces the earlier one.
@@ -101,43 +114,93 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j, cons
     }
     model->merges_[PairKey(*a, *b)] = Merge{rank++, *merged_id};
   }
+  TP_RETURN_IF_ERROR(model->Finish(j, at));
+  return model;
+}
 
-  // Character junctions a merge can join (see MergeWord); only meaningful when
-  // symbols are plain characters.
-  model->splittable_ =
-      model->continuing_subword_prefix_.empty() && model->end_of_word_suffix_.empty();
-  if (model->splittable_) {
-    for (const auto& [pair, merge] : model->merges_) {
-      const std::string& left = model->id_to_token_[pair >> 32];
-      const std::string& right = model->id_to_token_[pair & 0xFFFFFFFFu];
-      size_t last = left.size() - 1;
-      while (last > 0 && (static_cast<unsigned char>(left[last]) & 0xC0) == 0x80) --last;
-      size_t first = 0;
-      model->junctions_.insert(PairKey(NextCodePoint(left, &last), NextCodePoint(right, &first)));
+absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromVocabulary(const Json& j,
+                                                                   const JsonPath& at,
+                                                                   BpeVocabulary vocabulary) {
+  for (const char* key : {"vocab", "merges"}) {
+    if (j.contains(key)) {
+      return at.Field(key).Error("must be absent: the vocabulary and merges are given as data");
     }
   }
-  if (model->splittable_) {  // ids of single BMP characters, looked up for every character
-    model->char_ids_.assign(0x10000, -1);
-    for (const auto& [token, id] : model->vocab_) {
+  TP_ASSIGN_OR_RETURN(auto model, WithOptions(j, at));
+  if (!model->continuing_subword_prefix_.empty()) {
+    return at.Field("continuing_subword_prefix")
+        .Error("must be empty when merges are given as ids");
+  }
+  model->vocab_.reserve(vocabulary.tokens.size());
+  int32_t max_id = -1;
+  for (const auto& [token, id] : vocabulary.tokens) max_id = std::max(max_id, id);
+  model->id_to_token_.reserve(max_id + 1);
+  model->has_id_.reserve(max_id + 1);
+  for (auto& [token, id] : vocabulary.tokens) {
+    if (id < 0)
+      return at.Field("vocab").Error(absl::StrCat("token \"", token, "\" has invalid id ", id));
+    model->AddToken(std::move(token), id);
+  }
+  model->merges_.reserve(vocabulary.merges.size());
+  uint32_t rank = 0;
+  for (const BpeVocabulary::Merge& m : vocabulary.merges) {
+    for (const int32_t id : {m.left, m.right, m.merged}) {
+      if (model->IdToToken(id) == nullptr) {
+        return at.Field("merges").Index(rank).Error(
+            absl::StrCat("id ", id, " is not in the vocabulary"));
+      }
+    }
+    model->merges_[PairKey(m.left, m.right)] = Merge{rank++, m.merged};
+  }
+  TP_RETURN_IF_ERROR(model->Finish(j, at));
+  return model;
+}
+
+absl::Status BpeModel::Finish(const Json& j, const JsonPath& at) {
+  // Character junctions a merge can join (see MergeWord); only meaningful when
+  // symbols are plain characters.
+  splittable_ = continuing_subword_prefix_.empty() && end_of_word_suffix_.empty();
+  if (splittable_) {
+    // Each token's first and last character, read in id order: looking them up per merge
+    // instead would visit the token strings in random order, once per merge.
+    std::vector<char32_t> first_char(id_to_token_.size(), 0);
+    std::vector<char32_t> last_char(id_to_token_.size(), 0);
+    for (size_t id = 0; id < id_to_token_.size(); ++id) {
+      const std::string& token = id_to_token_[id];
+      if (token.empty()) continue;
+      size_t first = 0;
+      first_char[id] = NextCodePoint(token, &first);
+      size_t last = token.size() - 1;
+      while (last > 0 && (static_cast<unsigned char>(token[last]) & 0xC0) == 0x80) --last;
+      last_char[id] = NextCodePoint(token, &last);
+    }
+    for (const auto& [pair, merge] : merges_) {
+      junctions_.insert(PairKey(static_cast<int32_t>(last_char[pair >> 32]),
+                                static_cast<int32_t>(first_char[pair & 0xFFFFFFFFu])));
+    }
+  }
+  if (splittable_) {  // ids of single BMP characters, looked up for every character
+    char_ids_.assign(0x10000, -1);
+    for (const auto& [token, id] : vocab_) {
       size_t pos = 0;
       if (token.empty()) continue;
       const char32_t c = NextCodePoint(token, &pos);
-      if (pos == token.size() && c < 0x10000) model->char_ids_[c] = id;
+      if (pos == token.size() && c < 0x10000) char_ids_[c] = id;
     }
   }
-  for (const auto& [token, id] : model->vocab_) {
-    model->max_token_bytes_ = std::max(model->max_token_bytes_, static_cast<int64_t>(token.size()));
+  for (const auto& [token, id] : vocab_) {
+    max_token_bytes_ = std::max(max_token_bytes_, static_cast<int64_t>(token.size()));
   }
   for (int b = 0; b < 256; ++b) {
-    const auto id = model->TokenToId(absl::StrFormat("<0x%02X>", b));
-    model->byte_ids_[b] = id.value_or(-1);
+    const auto id = TokenToId(absl::StrFormat("<0x%02X>", b));
+    byte_ids_[b] = id.value_or(-1);
   }
   if (const auto unk = j.find("unk_token"); unk != j.end() && !unk->is_null()) {
     if (!unk->is_string()) return at.Field("unk_token").Error("expected a string or null");
     // A file may name an unk token its vocabulary lacks; such a model just has none.
-    model->unk_id_ = model->TokenToId(unk->get<std::string>());
+    unk_id_ = TokenToId(unk->get<std::string>());
   }
-  return model;
+  return absl::OkStatus();
 }
 
 bool BpeModel::fuses_unknown_runs() const {

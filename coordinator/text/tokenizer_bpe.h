@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -17,11 +18,33 @@
 
 namespace tpserve::tokenizer_internal {
 
+// A BPE model's vocabulary and merges already resolved to ids: what a tokenizer.json's
+// model.vocab and model.merges hold, for callers that have them as data rather than text
+// (a GGUF file's 262k tokens and 500k merges load several times faster this way than
+// through JSON).
+struct BpeVocabulary {
+  // Token strings and their ids; a token listed twice keeps its last id (as a JSON object
+  // with a repeated key, or a Python dict, does), leaving the earlier id without a token.
+  std::vector<std::pair<std::string, int32_t>> tokens;
+  // In rank order. `merged` is the id of left's string followed by right's (the model must
+  // have no continuing_subword_prefix). A later entry for the same pair replaces an earlier.
+  struct Merge {
+    int32_t left;
+    int32_t right;
+    int32_t merged;
+  };
+  std::vector<Merge> merges;
+};
+
 class BpeModel {
  public:
   // `j` is the "model" object. Unsupported options (dropout > 0, other model types)
   // are errors naming the field.
   static absl::StatusOr<std::unique_ptr<BpeModel>> FromJson(const Json& j, const JsonPath& at);
+  // The options of `j` (a "model" object without "vocab" and "merges") with `vocabulary`.
+  // Merge ids must name tokens of `vocabulary` (an error otherwise).
+  static absl::StatusOr<std::unique_ptr<BpeModel>> FromVocabulary(const Json& j, const JsonPath& at,
+                                                                  BpeVocabulary vocabulary);
 
   // Appends the ids of one pre-tokenized word. Merges apply lowest rank first, ties
   // leftmost first, as the tokenizers library does.
@@ -50,6 +73,11 @@ class BpeModel {
     const auto it = merges_.find(PairKey(a, b));
     return it == merges_.end() ? nullptr : &it->second;
   }
+  // Loading, shared by FromJson and FromVocabulary.
+  static absl::StatusOr<std::unique_ptr<BpeModel>> WithOptions(const Json& j, const JsonPath& at);
+  void AddToken(std::string token, int32_t id);
+  // Derived tables (junctions, character and byte ids, unk) once tokens and merges are in.
+  absl::Status Finish(const Json& j, const JsonPath& at);
   void MergeWord(std::string_view word, std::vector<int32_t>* ids) const;
   struct Symbol;
   struct Candidate;
