@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/engine/offline.h"
+#include "launch/model_text.h"
 #include "launch/ranks.h"
 #include "coordinator/text/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -33,15 +34,14 @@ absl::Status Coordinate(const GenerateCommandOptions& o, Engine& engine, Communi
   } guard{executor};
 
   std::unique_ptr<Tokenizer> tokenizer;
-  std::string tok_path = o.tokenizer;
-  if (tok_path.empty() && std::filesystem::is_directory(o.engine.model)) tok_path = o.engine.model + "/tokenizer.json";
-  if (!o.prompt.empty() || (!tok_path.empty() && std::filesystem::exists(tok_path))) {
-    if (tok_path.empty()) {
+  if (!o.prompt.empty() || !o.tokenizer.empty() || ModelHasTokenizer(o.engine.model)) {
+    if (o.tokenizer.empty() && !ModelHasTokenizer(o.engine.model)) {
       return absl::InvalidArgumentError("--prompt needs a tokenizer: pass --tokenizer PATH/tokenizer.json");
     }
-    TP_ASSIGN_OR_RETURN(tokenizer, Tokenizer::FromFile(tok_path));
+    TP_ASSIGN_OR_RETURN(ModelText text, LoadModelText(o.engine.model, o.tokenizer, /*with_chat=*/false));
+    tokenizer = std::move(text.tokenizer);
     if (tokenizer->vocab_size() > engine.config.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(tok_path, ": the tokenizer has ", tokenizer->vocab_size(),
+      return absl::InvalidArgumentError(absl::StrCat(text.source, ": the tokenizer has ", tokenizer->vocab_size(),
                                                      " tokens but the model's vocab_size is ",
                                                      engine.config.vocab_size));
     }

@@ -24,6 +24,7 @@
 #include "coordinator/api/process_info.h"
 #include "coordinator/engine/serving_engine.h"
 #include "coordinator/text/tokenizer.h"
+#include "launch/model_text.h"
 #include "launch/port_file.h"
 #include "launch/rank_liveness.h"
 #include "launch/ranks.h"
@@ -159,20 +160,15 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   std::unique_ptr<HttpServer> http;
   absl::Status front = absl::OkStatus();
   if (coordinator) {
-    std::string tok_path = o.tokenizer;
-    if (tok_path.empty()) tok_path = o.engine.model + "/tokenizer.json";
-    auto tok = Tokenizer::FromFile(tok_path);
-    if (!tok.ok()) {
-      front = absl::Status(tok.status().code(),
-                           absl::StrCat(tok.status().message(), " (serving needs a tokenizer: pass --tokenizer)"));
+    auto text = LoadModelText(o.engine.model, o.tokenizer, /*with_chat=*/true);
+    if (!text.ok()) {
+      front = absl::Status(text.status().code(),
+                           absl::StrCat(text.status().message(), " (serving needs a tokenizer: pass --tokenizer)"));
     } else {
-      tokenizer = std::move(*tok);
-      const std::string tmpl_dir = std::filesystem::path(tok_path).parent_path().string();
-      auto ct = LoadChatTemplate(tmpl_dir.empty() ? "." : tmpl_dir);
-      if (ct.ok()) {
-        chat = std::make_unique<ModelChatTemplate>(std::move(*ct));
-      } else {
-        Log(world, absl::StrCat("no chat template (chat requests will fail): ", ct.status().message()));
+      tokenizer = std::move(text->tokenizer);
+      chat = std::move(text->chat);
+      if (chat == nullptr) {
+        Log(world, absl::StrCat("no chat template (chat requests will fail): ", text->chat_status.message()));
       }
       if (o.grpc_port >= 0) {
         GrpcServerOptions go;

@@ -251,4 +251,12 @@ absl::StatusOr<ModelChatTemplate> LoadChatTemplate(const std::string& model_dir)
   return result;
 }
 
+absl::StatusOr<ModelChatTemplate> MakeChatTemplate(const std::string& source, const std::string& source_name,
+                                                   nlohmann::ordered_json special_tokens) {
+  ModelChatTemplate result;
+  if (absl::Status added = AddTemplate("default", source, source_name, &result.templates_); !added.ok()) return added;
+  result.special_tokens_ = std::move(special_tokens);
+  return result;
+}
+
 }  // namespace tpserve

@@ -50,6 +50,14 @@ class ModelChatTemplate {
  private:
   friend absl::StatusOr<ModelChatTemplate> LoadChatTemplate(const std::string& model_dir);
 
+// A model whose one template comes as text (a GGUF file's tokenizer.chat_template, or a
+// built-in one), with its special tokens as special_tokens() holds them. `source_name` names
+// it in errors.
+absl::StatusOr<ModelChatTemplate> MakeChatTemplate(const std::string& source, const std::string& source_name,
+                                                   nlohmann::ordered_json special_tokens);
+  friend absl::StatusOr<ModelChatTemplate> MakeChatTemplate(const std::string& source, const std::string& source_name,
+                                                            nlohmann::ordered_json special_tokens);
+
   std::map<std::string, ChatTemplate, std::less<>> templates_;
   nlohmann::ordered_json special_tokens_ = nlohmann::ordered_json::object();
 };
@@ -61,5 +69,11 @@ class ModelChatTemplate {
 // {"content": ...} objects) and, for configs without "added_tokens_decoder",
 // special_tokens_map.json. Errors name the file and what to fix.
 absl::StatusOr<ModelChatTemplate> LoadChatTemplate(const std::string& model_dir);
+
+// A model whose one template comes as text (a GGUF file's tokenizer.chat_template, or a
+// built-in one), with its special tokens as special_tokens() holds them. `source_name` names
+// it in errors.
+absl::StatusOr<ModelChatTemplate> MakeChatTemplate(const std::string& source, const std::string& source_name,
+                                                   nlohmann::ordered_json special_tokens);
 
 }  // namespace tpserve

@@ -1,0 +1,30 @@
+// The text side of --model, shared by `generate` and `serve`: the tokenizer and the chat
+// template, from --tokenizer, a GGUF file's metadata, or the checkpoint directory.
+// Tested by tests/cli_test.sh and tests/real_model_test.sh.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "coordinator/text/chat_template_loader.h"
+#include "coordinator/text/tokenizer.h"
+
+namespace tpserve {
+
+struct ModelText {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<ModelChatTemplate> chat;  // null when the model has none
+  absl::Status chat_status;                 // why there is none
+  std::string source;                       // where the tokenizer came from, for logs
+};
+
+// --tokenizer PATH (its directory's chat template) wins; else a GGUF model's metadata (its
+// tokenizer.chat_template, else the family's built-in template); else MODEL/tokenizer.json
+// and MODEL's chat template. `with_chat` false skips the template.
+absl::StatusOr<ModelText> LoadModelText(const std::string& model, const std::string& tokenizer_path, bool with_chat);
+
+// Whether LoadModelText has a tokenizer to load without --tokenizer.
+bool ModelHasTokenizer(const std::string& model);
+
+}  // namespace tpserve
