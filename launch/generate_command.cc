@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/engine/generation_defaults.h"
 #include "coordinator/engine/offline.h"
 #include "launch/model_text.h"
 #include "launch/ranks.h"
@@ -26,7 +27,8 @@ struct RankResult {
 };
 
 // Rank 0's part after the engine is up: tokenize, generate, print.
-absl::Status Coordinate(const GenerateCommandOptions& o, Engine& engine, Communicator& comm, const WorldConfig& world) {
+absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefaults& defaults, Engine& engine,
+                        Communicator& comm, const WorldConfig& world) {
   StepExecutor executor(*engine.model, comm);
   struct ShutdownOnExit {
     StepExecutor& e;
@@ -66,7 +68,13 @@ absl::Status Coordinate(const GenerateCommandOptions& o, Engine& engine, Communi
   EngineCore core(executor, sc, o.seed);
   SamplingParams params;
   params.max_tokens = o.max_tokens;
-  params.temperature = o.temperature;
+  // generate's own default is greedy; the model's generation config comes before it, and
+  // --temperature before both.
+  params.temperature = 0;
+  ExplicitSamplingFields given;
+  given.temperature = o.temperature.has_value();
+  ApplyGenerationDefaults(defaults, given, params);
+  if (o.temperature.has_value()) params.temperature = *o.temperature;
   params.seed = o.seed;
   params.logprobs = o.logprobs;
   params.ignore_eos = o.ignore_eos;
@@ -142,6 +150,26 @@ absl::Status Coordinate(const GenerateCommandOptions& o, Engine& engine, Communi
 }
 
 int RunRank(const GenerateCommandOptions& o, const WorldConfig& world, Communicator& comm) {
+  // Rank 0 alone samples, so it alone reads the model's sampling defaults; a bad flag or file
+  // stops every rank before the weights load.
+  GenerationDefaults defaults;
+  absl::Status read = absl::OkStatus();
+  if (comm.rank() == 0) {
+    absl::StatusOr<GenerationDefaults> loaded = LoadGenerationDefaults(o.generation_config, o.engine.model);
+    if (loaded.ok()) {
+      defaults = *std::move(loaded);
+    } else {
+      read = loaded.status();
+    }
+  }
+  if (absl::Status agreed = comm.AgreeOnStatus(read); !agreed.ok()) {
+    if (comm.rank() == 0) std::fprintf(stderr, "tpserve: error: %s\n", std::string(agreed.message()).c_str());
+    return 1;
+  }
+  for (const std::string& line : DescribeGenerationDefaults(defaults)) {
+    std::fprintf(stderr, "tpserve: %s\n", line.c_str());
+  }
+
   EngineOptions eo = o.engine;
   eo.max_num_seqs = 1;          // one prompt: steps sample one row
   auto engine = StartEngine(eo, world, comm);
@@ -155,7 +183,7 @@ int RunRank(const GenerateCommandOptions& o, const WorldConfig& world, Communica
     absl::Status st = RunWorkerLoop(*engine->model, comm);
     return st.ok() ? 0 : 1;
   }
-  absl::Status st = Coordinate(o, *engine, comm, world);
+  absl::Status st = Coordinate(o, defaults, *engine, comm, world);
   if (!st.ok()) {
     std::fprintf(stderr, "tpserve: error: %s\n", std::string(st.message()).c_str());
     return 1;

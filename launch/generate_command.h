@@ -23,8 +23,11 @@ struct GenerateCommandOptions {
   bool ignore_eos = false;
   bool json = false;
   int64_t max_num_batched_tokens = 2048;
-  float temperature = 0;         // 0: greedy
+  // Unset: the model's generation config's temperature, else 0 (greedy).
+  std::optional<float> temperature;
   std::optional<uint64_t> seed;  // the sampling seed (--seed)
+  // auto | vllm | a folder holding generation_config.json (generation_defaults.h).
+  std::string generation_config = "auto";
 };
 
 // Runs on every rank; returns the process exit code.

@@ -54,6 +54,10 @@ ABSL_FLAG(bool, json, false, "Print one JSON object instead of text");
 ABSL_FLAG(int64_t, seed, -1, "Default sampling seed (vLLM's --seed): requests without a seed get seeds drawn "
           "from it, so a run repeats (-1: fresh entropy)");
 ABSL_FLAG(uint64_t, dummy_weight_seed, 0, "Seed of --load-format dummy weights");
+ABSL_FLAG(std::string, generation_config, "auto",
+          "Sampling defaults for requests that leave temperature, top_k, top_p, min_p or repetition_penalty unset "
+          "(vLLM's flag): auto (the --model folder's generation_config.json, where it has one), vllm (none: "
+          "tpserve's own defaults), or a folder holding a generation_config.json");
 // `tpserve serve` (also the engine flags above).
 ABSL_FLAG(std::string, host, "0.0.0.0", "serve: address the APIs listen on");
 ABSL_FLAG(int, grpc_port, 50051, "serve: gRPC port (0: any free port, see --port-file; -1: off)");
@@ -84,7 +88,7 @@ ABSL_FLAG(std::string, grpc, "", "client: the server's gRPC address, HOST:PORT")
 ABSL_FLAG(std::string, http, "", "client: the server's HTTP URL, e.g. http://127.0.0.1:8000");
 ABSL_FLAG(bool, chat, false, "client: send --prompt as a user message (the chat template applies)");
 ABSL_FLAG(double, temperature, -1, "client: sampling temperature (negative: the server's default); generate: "
-          "negative = 0, greedy");
+          "negative = the model's generation config's temperature (--generation-config), else 0, greedy");
 
 namespace {
 
@@ -96,6 +100,7 @@ constexpr char kUsage[] =
     "  mpirun -np N tpserve generate --model DIR|PRESET [--load-format dummy] (--prompt TEXT | --prompt-ids 1,2,3)\n"
     "      [--max-tokens N] [--logprobs N] [--temperature T] [--seed S] [--json]\n"
     "  Both take --seed S (the default sampling seed; --dummy-weight-seed seeds dummy weights),\n"
+    "      --generation-config auto|vllm|DIR (sampling defaults from the model's generation_config.json),\n"
     "      --device auto|cpu|cuda, --gpu-memory-utilization F and --enforce-eager (cuda).\n"
     "  tpserve client (--grpc HOST:PORT | --http URL) --prompt TEXT [--chat] [--model NAME]\n"
     "      [--max-tokens N] [--temperature T]\n\n"
@@ -190,7 +195,8 @@ int main(int argc, char** argv) {
     o.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
     o.json = absl::GetFlag(FLAGS_json);
     o.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
-    o.temperature = static_cast<float>(std::max(0.0, absl::GetFlag(FLAGS_temperature)));
+    if (absl::GetFlag(FLAGS_temperature) >= 0) o.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
+    o.generation_config = absl::GetFlag(FLAGS_generation_config);
     if (absl::GetFlag(FLAGS_seed) >= 0) o.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
     const std::string ids = absl::GetFlag(FLAGS_prompt_ids);
     if (!ids.empty()) {
@@ -231,6 +237,7 @@ int main(int argc, char** argv) {
     o.render_threads = absl::GetFlag(FLAGS_render_threads);
     o.max_pending_renders = absl::GetFlag(FLAGS_max_pending_renders);
     if (absl::GetFlag(FLAGS_seed) >= 0) o.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
+    o.generation_config = absl::GetFlag(FLAGS_generation_config);
     if (code == 0) code = tpserve::RunServe(o, world);
 #else
     code = Fail("this tpserve was built without gRPC, Boost and cpp-httplib, so `serve` is not available");

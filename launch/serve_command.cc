@@ -22,6 +22,7 @@
 #include "coordinator/api/grpc_server.h"
 #include "coordinator/api/http_server.h"
 #include "coordinator/api/process_info.h"
+#include "coordinator/engine/generation_defaults.h"
 #include "coordinator/engine/serving_engine.h"
 #include "coordinator/text/tokenizer.h"
 #include "launch/model_text.h"
@@ -159,7 +160,19 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   std::unique_ptr<GrpcServer> grpc;
   std::unique_ptr<HttpServer> http;
   absl::Status front = absl::OkStatus();
+  // Rank 0 alone builds requests, so it alone reads the model's sampling defaults; a bad flag
+  // or file stops every rank (front is agreed on below) before the weights load.
+  GenerationDefaults generation_defaults;
   if (coordinator) {
+    absl::StatusOr<GenerationDefaults> defaults = LoadGenerationDefaults(o.generation_config, o.engine.model);
+    if (defaults.ok()) {
+      generation_defaults = *std::move(defaults);
+      for (const std::string& line : DescribeGenerationDefaults(generation_defaults)) Log(world, line);
+    } else {
+      front = defaults.status();
+    }
+  }
+  if (coordinator && front.ok()) {
     auto text = LoadModelText(o.engine.model, o.tokenizer, /*with_chat=*/true);
     if (!text.ok()) {
       front = absl::Status(text.status().code(),
@@ -177,6 +190,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
         go.metrics = &metrics;
         go.max_receive_message_bytes = static_cast<int>(o.max_body_bytes);
         go.render_pool = render_pool;
+        go.generation_defaults = generation_defaults;
         grpc = std::make_unique<GrpcServer>(deferred, *tokenizer, chat.get(), go);
         front = grpc->Start();
       }
@@ -193,6 +207,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
         ho.served_model_names = names;
         ho.render_pool = render_pool;
         ho.metrics = &metrics;
+        ho.generation_defaults = generation_defaults;
         if (absl::Status fds = RaiseOpenFileLimit(o.max_connections); !fds.ok()) Log(world, std::string(fds.message()));
         http = std::make_unique<HttpServer>(deferred, *tokenizer, chat.get(), ho);
         front = http->Start();

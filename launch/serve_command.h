@@ -44,6 +44,9 @@ struct ServeCommandOptions {
   int render_threads = 2;
   int max_pending_renders = 1024;
   std::optional<uint64_t> seed;  // --seed: seeds of requests without one (a run repeats)
+  // Sampling defaults for requests that leave fields unset: auto | vllm | a folder holding
+  // generation_config.json (coordinator/engine/generation_defaults.h). Rank 0 reads it.
+  std::string generation_config = "auto";
 };
 
 // The signals on which `serve` drains: SIGTERM, SIGINT, and SIGUSR1, which Open MPI's mpirun

@@ -2,7 +2,8 @@
 # End-to-end checks of `tpserve generate` under mpirun: greedy output equals transformers'
 # for a real checkpoint at 1, 2 and 4 ranks, and every bad input (files, fields, --device)
 # ends every rank with a non-zero exit and a message naming the culprit, within seconds
-# (no rank hangs).
+# (no rank hangs); a model folder's generation_config.json sets the default temperature
+# (--generation-config auto), which `vllm` and an explicit --temperature override.
 # Usage: cli_test.sh TPSERVE_BINARY FIXTURES_DIR   (run by ctest)
 set -u
 TPSERVE=$1
@@ -112,5 +113,44 @@ truncate -s -1000 "$WORK/m/model.safetensors"
 expect_error "failure on one rank only" "rank 1" "${MPIRUN[@]}" \
   -np 1 "$TPSERVE" generate --model "$FIX/models/llama3" --prompt-ids 5,6 --max-tokens 2 : \
   -np 1 "$TPSERVE" "${GEN[@]}"
+
+# 3. --generation-config (vLLM's): a model folder whose generation_config.json sets temperature
+# samples by default, drawing what --temperature draws with the same seed; `vllm` ignores the
+# file (generate's own default, greedy), as does an explicit --temperature 0.
+run_qwen3() {
+  local model=$1 np=$2
+  shift 2
+  timeout 120 "${MPIRUN[@]}" -np "$np" "$TPSERVE" generate --model "$model" --device cpu --prompt-ids "$prompt" \
+    --max-tokens 12 --ignore-eos "$@" 2>"$WORK/err"
+}
+greedy=$(run_qwen3 "$FIX/models/qwen3" 1)
+sampled=$(run_qwen3 "$FIX/models/qwen3" 1 --temperature 0.8 --seed 7)
+if [ -n "$greedy" ] && [ -n "$sampled" ] && [ "$greedy" != "$sampled" ]; then ok "qwen3: temperature 0.8 seed 7 differs from greedy"
+else bad "qwen3: greedy '$greedy' sampled '$sampled' ($(tail -2 "$WORK/err"))"; fi
+copy_model qwen3
+# The fixture's file has no sampling fields (transformers' save_pretrained output); add some.
+sed -i 's/^{/{\n  "do_sample": true,\n  "temperature": 0.8,/' "$WORK/m/generation_config.json"
+got=$(run_qwen3 "$WORK/m" 2 --seed 7)
+[ "$got" = "$sampled" ] && ok "--generation-config auto: the model's temperature 0.8 is the default (np=2)" \
+  || bad "auto: got '$got' want '$sampled' ($(tail -2 "$WORK/err"))"
+grep -qF "tpserve: Default sampling parameters have been overridden by the model's generation config ($WORK/m/generation_config.json): {\"temperature\": 0.8}" "$WORK/err" \
+  && [ "$(grep -c "Default sampling parameters" "$WORK/err")" = 1 ] \
+  && ok "the defaults are logged once, by rank 0" || bad "defaults log: $(cat "$WORK/err")"
+got=$(run_qwen3 "$WORK/m" 1 --seed 7 --generation-config vllm)
+[ "$got" = "$greedy" ] && ! grep -q "Default sampling parameters" "$WORK/err" \
+  && ok "--generation-config vllm: tpserve's default (greedy)" || bad "vllm: got '$got' want '$greedy' ($(tail -2 "$WORK/err"))"
+got=$(run_qwen3 "$WORK/m" 1 --seed 7 --temperature 0)
+[ "$got" = "$greedy" ] && ok "an explicit --temperature 0 wins over the model's default" \
+  || bad "--temperature 0: got '$got' want '$greedy' ($(tail -2 "$WORK/err"))"
+got=$(run_qwen3 "$FIX/models/qwen3" 1 --seed 7 --generation-config "$WORK/m")
+[ "$got" = "$sampled" ] && ok "--generation-config DIR: that folder's file" \
+  || bad "DIR: got '$got' want '$sampled' ($(tail -2 "$WORK/err"))"
+
+sed -i 's/"temperature": 0.8/"temperature": "warm"/' "$WORK/m/generation_config.json"
+expect_error "generation_config.json with a wrong type" \
+  "$WORK/m/generation_config.json: \"temperature\" must be a number, got \"warm\"" \
+  "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}"
+expect_error "unknown --generation-config" "--generation-config must be auto, vllm or a folder" \
+  "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --generation-config model
 
 finish

@@ -228,6 +228,78 @@ TEST_F(FrontendTest, GrpcModelInfoAndStats) {
   EXPECT_TRUE(Generate(to_b, &responses).ok());
 }
 
+// --generation-config: both APIs give the model's defaults to the fields a request leaves
+// unset, keep explicit values (temperature 0 included), and ModelInfo shows the defaults.
+TEST_F(FrontendTest, ModelGenerationDefaultsFillUnsetSamplingFields) {
+  GenerationDefaults defaults;
+  defaults.temperature = 0.6f;
+  defaults.top_k = 20;
+  defaults.top_p = 0.95f;
+  defaults.source = "/models/m/generation_config.json";
+  grpc_options_.generation_defaults = defaults;
+  http_options_.generation_defaults = defaults;
+  StartServers();
+
+  std::vector<v1::GenerateResponse> responses;
+  ASSERT_TRUE(Generate(TextRequest("Hi", 1), &responses).ok());
+  SamplingParams seen = engine_->last_request().params;
+  EXPECT_EQ(seen.temperature, 0.6f);
+  EXPECT_EQ(seen.top_k, 20);
+  EXPECT_EQ(seen.top_p, 0.95f);
+  EXPECT_EQ(seen.min_p, 0.0f);  // no default for it: the neutral one
+  v1::GenerateRequest greedy = TextRequest("Hi", 1);
+  greedy.mutable_sampling()->set_temperature(0);
+  greedy.mutable_sampling()->set_top_p(0.5f);
+  responses.clear();
+  ASSERT_TRUE(Generate(greedy, &responses).ok());
+  seen = engine_->last_request().params;
+  EXPECT_EQ(seen.temperature, 0.0f);
+  EXPECT_EQ(seen.top_p, 0.5f);
+  EXPECT_EQ(seen.top_k, 20);
+
+  HttpResult r = Post("/v1/completions", R"({"prompt": "Hi", "max_tokens": 1, "temperature": null})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  seen = engine_->last_request().params;
+  EXPECT_EQ(seen.temperature, 0.6f);
+  EXPECT_EQ(seen.top_k, 20);
+  r = Post("/v1/chat/completions",
+           R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0, "top_k": -1})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  seen = engine_->last_request().params;
+  EXPECT_EQ(seen.temperature, 0.0f);
+  EXPECT_EQ(seen.top_k, 0);
+  EXPECT_EQ(seen.top_p, 0.95f);
+
+  grpc::ClientContext context;
+  v1::ModelInfoResponse info;
+  ASSERT_TRUE(stub_->ModelInfo(&context, v1::ModelInfoRequest(), &info).ok());
+  const v1::DefaultSamplingParams& d = info.default_sampling_params();
+  EXPECT_EQ(d.temperature(), 0.6f);
+  EXPECT_EQ(d.top_k(), 20);
+  EXPECT_EQ(d.top_p(), 0.95f);
+  EXPECT_FALSE(d.has_min_p());
+  EXPECT_FALSE(d.has_repetition_penalty());
+  EXPECT_EQ(d.source(), "/models/m/generation_config.json");
+  // /v1/models stays OpenAI's shape: the defaults are not added there.
+  r = Get("/v1/models");
+  EXPECT_EQ(r.body.find("temperature"), std::string::npos) << r.body;
+}
+
+TEST_F(FrontendTest, WithoutGenerationDefaultsUnsetFieldsAreNeutral) {
+  StartServers();
+  std::vector<v1::GenerateResponse> responses;
+  ASSERT_TRUE(Generate(TextRequest("Hi", 1), &responses).ok());
+  const SamplingParams seen = engine_->last_request().params;
+  EXPECT_EQ(seen.temperature, 1.0f);
+  EXPECT_EQ(seen.top_k, 0);
+  EXPECT_EQ(seen.top_p, 1.0f);
+  grpc::ClientContext context;
+  v1::ModelInfoResponse info;
+  ASSERT_TRUE(stub_->ModelInfo(&context, v1::ModelInfoRequest(), &info).ok());
+  EXPECT_FALSE(info.default_sampling_params().has_temperature());
+  EXPECT_EQ(info.default_sampling_params().source(), "");
+}
+
 TEST_F(FrontendTest, GrpcHealthFollowsReady) {
   StartServers();
   using grpc::health::v1::HealthCheckResponse;

@@ -65,18 +65,32 @@ TEST(OpenAiParseTest, CompletionFieldsMapToSamplingParams) {
   EXPECT_TRUE(r->include_usage);
   EXPECT_TRUE(r->logprobs);
   EXPECT_EQ(p.logprobs, 3);
+  const ExplicitSamplingFields& set = r->input.explicit_sampling;
+  EXPECT_TRUE(set.temperature && set.top_k && set.top_p && set.min_p && set.repetition_penalty);
 }
 
 TEST(OpenAiParseTest, DefaultsWhenFieldsAreAbsentOrNull) {
   auto r = ParseCompletion(R"({"prompt": "x", "temperature": null, "stop": null, "seed": null})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->input.max_tokens_set);
+  // Unset, so that the model's generation config may fill them (RequestBuilder).
+  const ExplicitSamplingFields& set = r->input.explicit_sampling;
+  EXPECT_FALSE(set.temperature || set.top_k || set.top_p || set.min_p || set.repetition_penalty);
   EXPECT_FLOAT_EQ(r->input.params.temperature, 1.0f);
   EXPECT_FALSE(r->input.params.seed.has_value());
   EXPECT_TRUE(r->input.params.stop.empty());
   EXPECT_FALSE(r->stream);
   EXPECT_FALSE(r->logprobs);
   EXPECT_EQ(r->input.model, "");
+}
+
+TEST(OpenAiParseTest, ExplicitZeroIsSet) {
+  auto r = ParseCompletion(R"({"prompt": "x", "temperature": 0, "top_k": 0})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->input.explicit_sampling.temperature);
+  EXPECT_TRUE(r->input.explicit_sampling.top_k);
+  EXPECT_FALSE(r->input.explicit_sampling.top_p);
+  EXPECT_EQ(r->input.params.temperature, 0);
 }
 
 TEST(OpenAiParseTest, PromptForms) {

@@ -4,6 +4,8 @@
 # (batching must not change results); streaming SSE ends with [DONE]; bad requests get
 # 400/404; /health, /metrics; the gRPC path through `tpserve client`; SIGTERM drains and
 # every rank exits 0. The server binds free ports (port 0) and names them in --port-file.
+# Then a second server with --generation-config DIR: requests that leave temperature unset
+# take the file's, explicit ones (0 included) keep theirs, and rank 0 logs the defaults.
 # Usage: serve_test.sh TPSERVE_BINARY FIXTURES_DIR   (run by ctest)
 set -u
 TPSERVE=$1
@@ -74,5 +76,39 @@ rc=0
 wait $SERVER || rc=$?
 [ $(echo $ranks | wc -w) -eq 2 ] && [ $rc -eq 0 ] && grep -q "drained" "$WORK/server.log" \
   && ok "SIGTERM drains, every rank exits 0" || bad "shutdown (ranks: $ranks) rc=$rc: $(tail -5 "$WORK/server.log")"
+
+# --generation-config (vLLM's): the built-in model has no folder, so the defaults come from a
+# folder of their own. The dummy model is so sure of its next token that temperature 1 still
+# draws the greedy tokens; at the file's 5 a seeded request draws others.
+mkdir -p "$WORK/gencfg"
+echo '{"do_sample": true, "temperature": 5.0, "transformers_version": "5.24.0"}' >"$WORK/gencfg/generation_config.json"
+rm -f "$WORK/ports.json"
+setsid timeout -k 10 120 "${MPIRUN[@]}" -np 2 "$TPSERVE" serve "${MODEL[@]}" --host 127.0.0.1 --http-port 0 \
+  --grpc-port 0 --port-file "$WORK/ports.json" --kv-cache-memory 128MiB --generation-config "$WORK/gencfg" \
+  >"$WORK/server2.log" 2>&1 &
+SERVER=$!
+SESSIONS+=("$SERVER")
+if wait_ports "$WORK/ports.json" $SERVER && wait_healthy $HTTP; then
+  complete() {
+    curl -s -m 60 "http://127.0.0.1:$HTTP/v1/completions" \
+      -d "{\"prompt\":\"${PROMPTS[0]}\",\"max_tokens\":12,\"ignore_eos\":true,\"seed\":3$1}"
+  }
+  complete "" >"$WORK/unset"
+  complete ',"temperature":5' >"$WORK/five"
+  complete ',"temperature":0' >"$WORK/zero"
+  text() { grep -o '"text":"[^"]*"' "$1"; }
+  [ -n "$(text "$WORK/unset")" ] && [ "$(text "$WORK/unset")" = "$(text "$WORK/five")" ] \
+    && [ "$(text "$WORK/unset")" != "$(cat "$WORK/expect.0")" ] \
+    && ok "--generation-config DIR: an unset temperature takes the file's 5 (not tpserve's 1)" \
+    || bad "unset temperature: $(text "$WORK/unset"), temperature 5: $(text "$WORK/five"), greedy: $(cat "$WORK/expect.0")"
+  [ "$(text "$WORK/zero")" = "$(cat "$WORK/expect.0")" ] && ok "an explicit temperature 0 wins over the file's" \
+    || bad "temperature 0 under the file's 5: $(head -c 300 "$WORK/zero"), want $(cat "$WORK/expect.0")"
+  grep -qF "tpserve[rank 0]: Default sampling parameters have been overridden by the model's generation config ($WORK/gencfg/generation_config.json): {\"temperature\": 5}" "$WORK/server2.log" \
+    && ok "rank 0 logs the model's sampling defaults" || bad "no defaults log line: $(head -20 "$WORK/server2.log")"
+else
+  bad "server with --generation-config not ready: $(tail -5 "$WORK/server2.log")"
+fi
+kill_session TERM "$SERVER"
+wait $SERVER 2>/dev/null
 
 finish

@@ -23,7 +23,8 @@ GrpcServer::GrpcServer(EngineApi& engine, const Tokenizer& tokenizer, const Mode
                        GrpcServerOptions options)
     : engine_(engine),
       options_(std::move(options)),
-      builder_(engine, tokenizer, chat_template, options_.served_model_names),
+      builder_(engine, tokenizer, chat_template, options_.served_model_names,
+               options_.generation_defaults),
       pump_pool_(std::make_shared<TaskPool>(options_.pump_threads)),
       render_pool_(options_.render_pool != nullptr
                        ? options_.render_pool

@@ -46,7 +46,9 @@ struct GrpcServerOptions {
   int max_pending_renders = 1024;
   // Request latencies are recorded here (shared with the HTTP server, which exports them);
   // null: not recorded. Must outlive the server.
-  FrontendMetrics* metrics = nullptr;
+  FrontendMetrics* metrics = nullptr;  // What requests that leave a sampling field unset get (--generation-config); empty: the
+  // neutral SamplingParams defaults.
+  GenerationDefaults generation_defaults;
 };
 
 class GrpcServer {

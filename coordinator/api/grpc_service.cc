@@ -19,6 +19,12 @@ void CopySampling(const v1::SamplingParams& s, GenerateInput* input) {
     p.max_tokens = s.max_tokens();
     input->max_tokens_set = true;
   }
+  // Unset fields stay unset, so that RequestBuilder gives them the model's defaults.
+  input->explicit_sampling = {.temperature = s.has_temperature(),
+                              .top_k = s.has_top_k(),
+                              .top_p = s.has_top_p(),
+                              .min_p = s.has_min_p(),
+                              .repetition_penalty = s.has_repetition_penalty()};
   if (s.has_temperature()) p.temperature = s.temperature();
   if (s.has_top_p()) p.top_p = s.top_p();
   if (s.has_top_k()) p.top_k = s.top_k();
@@ -118,6 +124,14 @@ grpc::ServerUnaryReactor* TpServeService::ModelInfo(grpc::CallbackServerContext*
   response->set_kernels(info.kernels);
   response->set_max_num_seqs(info.max_num_seqs);
   response->set_max_num_batched_tokens(info.max_num_batched_tokens);
+  const GenerationDefaults& defaults = builder_.generation_defaults();
+  v1::DefaultSamplingParams* d = response->mutable_default_sampling_params();
+  if (defaults.temperature) d->set_temperature(*defaults.temperature);
+  if (defaults.top_k) d->set_top_k(*defaults.top_k);
+  if (defaults.top_p) d->set_top_p(*defaults.top_p);
+  if (defaults.min_p) d->set_min_p(*defaults.min_p);
+  if (defaults.repetition_penalty) d->set_repetition_penalty(*defaults.repetition_penalty);
+  if (!defaults.empty()) d->set_source(defaults.source);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

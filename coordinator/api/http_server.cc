@@ -121,7 +121,8 @@ HttpServer::HttpServer(EngineApi& engine, const Tokenizer& tokenizer, const Mode
                        HttpServerOptions options)
     : engine_(engine),
       options_(std::move(options)),
-      builder_(engine, tokenizer, chat_template, options_.served_model_names),
+      builder_(engine, tokenizer, chat_template, options_.served_model_names,
+               options_.generation_defaults),
       own_metrics_(options_.metrics != nullptr
                        ? nullptr
                        : std::make_unique<FrontendMetrics>(engine, builder_.served_model_names().front())),

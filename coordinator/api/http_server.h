@@ -40,7 +40,9 @@ struct HttpServerOptions {
   int max_pending_renders = 1024;
   // Where request latencies are recorded and /metrics reads from. Null: the server keeps
   // its own. Must outlive the server.
-  FrontendMetrics* metrics = nullptr;
+  FrontendMetrics* metrics = nullptr;  // What requests that leave a sampling field unset get (--generation-config); empty: the
+  // neutral SamplingParams defaults.
+  GenerationDefaults generation_defaults;
 };
 
 class HttpServer {

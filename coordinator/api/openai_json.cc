@@ -42,11 +42,12 @@ absl::Status ReadBool(const Json& body, const char* field, bool* out) {
   return absl::OkStatus();
 }
 
-absl::Status ReadFloat(const Json& body, const char* field, float* out) {
+absl::Status ReadFloat(const Json& body, const char* field, float* out, bool* present = nullptr) {
   const Json* v;
   if (!Present(body, field, &v)) return absl::OkStatus();
   if (!v->is_number()) return TypeError(field, "a number", *v);
   *out = static_cast<float>(v->get<double>());
+  if (present != nullptr) *present = true;
   return absl::OkStatus();
 }
 
@@ -203,13 +204,22 @@ absl::Status ParseSampling(const Json& body, OpenAiEndpoint endpoint, OpenAiRequ
       return s;
     }
   }
-  for (auto [field, out] : {std::pair{"temperature", &p.temperature}, std::pair{"top_p", &p.top_p},
-                            std::pair{"min_p", &p.min_p}, std::pair{"presence_penalty", &p.presence_penalty},
-                            std::pair{"frequency_penalty", &p.frequency_penalty},
-                            std::pair{"repetition_penalty", &p.repetition_penalty}}) {
-    if (absl::Status s = ReadFloat(body, field, out); !s.ok()) return s;
+  // Absent or null fields stay unset, so that RequestBuilder gives them the model's defaults
+  // (--generation-config).
+  ExplicitSamplingFields& set = r->input.explicit_sampling;
+  struct FloatField {
+    const char* name;
+    float* out;
+    bool* present;
+  };
+  for (const FloatField& f : {FloatField{"temperature", &p.temperature, &set.temperature},
+                              FloatField{"top_p", &p.top_p, &set.top_p}, FloatField{"min_p", &p.min_p, &set.min_p},
+                              FloatField{"presence_penalty", &p.presence_penalty, nullptr},
+                              FloatField{"frequency_penalty", &p.frequency_penalty, nullptr},
+                              FloatField{"repetition_penalty", &p.repetition_penalty, &set.repetition_penalty}}) {
+    if (absl::Status s = ReadFloat(body, f.name, f.out, f.present); !s.ok()) return s;
   }
-  if (absl::Status s = ReadInt32(body, "top_k", &p.top_k); !s.ok()) return s;
+  if (absl::Status s = ReadInt32(body, "top_k", &p.top_k, &set.top_k); !s.ok()) return s;
   if (p.top_k == -1) p.top_k = 0;  // vLLM spells "off" as -1
   if (absl::Status s = ReadInt32(body, "min_tokens", &p.min_tokens); !s.ok()) return s;
   if (absl::Status s = ReadBool(body, "ignore_eos", &p.ignore_eos); !s.ok()) return s;

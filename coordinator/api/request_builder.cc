@@ -60,11 +60,13 @@ int64_t ChatContentBytes(const nlohmann::ordered_json& messages) {
 }  // namespace
 
 RequestBuilder::RequestBuilder(const EngineApi& engine, const Tokenizer& tokenizer,
-                               const ModelChatTemplate* chat_template, std::vector<std::string> served_model_names)
+                               const ModelChatTemplate* chat_template, std::vector<std::string> served_model_names,
+                               GenerationDefaults generation_defaults)
     : engine_(engine),
       tokenizer_(tokenizer),
       chat_template_(chat_template),
       served_model_names_(std::move(served_model_names)),
+      generation_defaults_(std::move(generation_defaults)),
       id_base_(absl::Uniform<uint64_t>(absl::BitGen())) {
   if (served_model_names_.empty()) served_model_names_.push_back(engine_.Info().served_model_name);
 }
@@ -165,6 +167,7 @@ absl::StatusOr<ServeRequest> RequestBuilder::Build(GenerateInput input, absl::st
                                                  max_model_len, ": shorten it"));
   }
   SamplingParams& params = input.params;
+  ApplyGenerationDefaults(generation_defaults_, input.explicit_sampling, params);
   if (!input.max_tokens_set) {
     const bool chat = std::holds_alternative<ChatPrompt>(input.prompt);
     int64_t n = chat && max_model_len > 0 ? max_model_len - prompt_len : kDefaultCompletionTokens;

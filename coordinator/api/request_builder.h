@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "coordinator/text/chat_template_loader.h"
 #include "coordinator/engine/engine_api.h"
+#include "coordinator/engine/generation_defaults.h"
 #include "coordinator/engine/request.h"
 #include "coordinator/text/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -35,16 +36,19 @@ struct GenerateInput {
   // Unset max_tokens: 16 for text and token prompts (as OpenAI's completions), the rest
   // of the context (max_model_len - prompt) for chat.
   bool max_tokens_set = false;
+  // The sampling fields the request set; Build gives the others the model's defaults.
+  ExplicitSamplingFields explicit_sampling;
 };
 
 // Thread-safe (const, plus an atomic request counter).
 class RequestBuilder {
  public:
   // `chat_template` may be null: chat requests then fail with INVALID_ARGUMENT.
-  // `served_model_names` empty: the engine's Info().served_model_name. Referenced objects
-  // must outlive this one.
+  // `served_model_names` empty: the engine's Info().served_model_name. `generation_defaults`:
+  // what requests that leave a sampling field unset get (--generation-config). Referenced
+  // objects must outlive this one.
   RequestBuilder(const EngineApi& engine, const Tokenizer& tokenizer, const ModelChatTemplate* chat_template,
-                 std::vector<std::string> served_model_names);
+                 std::vector<std::string> served_model_names, GenerationDefaults generation_defaults = {});
 
   const std::vector<std::string>& served_model_names() const { return served_model_names_; }
   // OK for "" and the served names; NOT_FOUND listing the served names otherwise.
@@ -57,6 +61,7 @@ class RequestBuilder {
   absl::StatusOr<ServeRequest> Build(GenerateInput input, absl::string_view id_prefix) const;
 
   const Tokenizer& tokenizer() const { return tokenizer_; }
+  const GenerationDefaults& generation_defaults() const { return generation_defaults_; }
 
  private:
   absl::StatusOr<std::vector<int32_t>> Tokenize(const Prompt& prompt) const;
@@ -65,6 +70,7 @@ class RequestBuilder {
   const Tokenizer& tokenizer_;
   const ModelChatTemplate* const chat_template_;
   std::vector<std::string> served_model_names_;
+  const GenerationDefaults generation_defaults_;
   const uint64_t id_base_;
   mutable std::atomic<uint64_t> next_id_{0};
 };
