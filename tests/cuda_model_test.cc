@@ -95,7 +95,7 @@ TEST_P(CudaModelTest, MatchesCpuBf16Reference) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelTest,
                          ::testing::Values("gemma4_text", "gemma4_multimodal", "gemma3_text", "llama3", "qwen2",
-                                           "qwen3"));
+                                           "qwen3", "llama3_attn_bias", "gemma3_attn_bias"));
 
 // Three copies of the prompt in one step (72 tokens: the tiled prefill kernel, tiles
 // planned across sequence boundaries, interleaved physical blocks) give each copy the

@@ -127,6 +127,63 @@ TEST(ModelConfig, ErrorsNameFileAndField) {
   EXPECT_NE(Msg(missing_file.status()).find("/nonexistent/model/config.json"), std::string::npos);
 }
 
+// attention_bias puts a bias on o_proj as well as q/k/v, except in Qwen2 (q/k/v only,
+// whatever the config says), as in transformers' modeling files.
+TEST(ModelConfig, AttentionBiasCoversOProjExceptQwen2) {
+  for (const char* name : {"llama3_attn_bias", "gemma3_attn_bias"}) {
+    auto c = LoadModelConfig(std::string(TPSERVE_FIXTURES) + "/models/" + name);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_TRUE(c->qkv_bias) << name;
+    EXPECT_TRUE(c->o_proj_bias) << name;
+  }
+  for (const char* name : {"llama3", "qwen3", "gemma3_text", "gemma4_text"}) {
+    auto c = LoadModelConfig(std::string(TPSERVE_FIXTURES) + "/models/" + name);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_FALSE(c->qkv_bias || c->o_proj_bias) << name;
+  }
+  auto qwen2 = LoadModelConfig(std::string(TPSERVE_FIXTURES) + "/models/qwen2");
+  ASSERT_TRUE(qwen2.ok()) << qwen2.status();
+  EXPECT_TRUE(qwen2->qkv_bias);
+  EXPECT_FALSE(qwen2->o_proj_bias);
+  const std::string base = R"({"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64,
+    "num_hidden_layers": 1, "num_attention_heads": 4, "attention_bias": true, "model_type": )";
+  auto qwen2_bias = ParseModelConfig(base + R"("qwen2"})", "q/config.json");
+  ASSERT_TRUE(qwen2_bias.ok()) << qwen2_bias.status();
+  EXPECT_FALSE(qwen2_bias->o_proj_bias);
+  auto qwen3_bias = ParseModelConfig(base + R"("qwen3"})", "q/config.json");
+  ASSERT_TRUE(qwen3_bias.ok()) << qwen3_bias.status();
+  EXPECT_TRUE(qwen3_bias->qkv_bias && qwen3_bias->o_proj_bias);
+  // One bias of hidden_size per layer on top of q/k/v's.
+  auto llama = ParseModelConfig(base + R"("llama"})", "l/config.json");
+  auto llama_plain = ParseModelConfig(R"({"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64,
+    "num_hidden_layers": 1, "num_attention_heads": 4, "model_type": "llama"})", "l/config.json");
+  ASSERT_TRUE(llama.ok() && llama_plain.ok());
+  EXPECT_EQ(llama->ParameterCount() - llama_plain->ParameterCount(), 32 + 32 + 32 + 32);
+  // MLP biases are not implemented.
+  auto mlp_bias = ParseModelConfig(R"({"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64,
+    "num_hidden_layers": 1, "num_attention_heads": 4, "model_type": "llama", "mlp_bias": true})", "l/config.json");
+  ASSERT_FALSE(mlp_bias.ok());
+  EXPECT_NE(Msg(mlp_bias.status()).find("mlp_bias"), std::string::npos) << mlp_bias.status();
+}
+
+// EmbeddingGemma-style bidirectional attention would be computed causally: refused.
+TEST(ModelConfig, Gemma3BidirectionalAttentionIsRefused) {
+  const std::string base = R"({"model_type": "gemma3_text", "vocab_size": 64, "hidden_size": 32,
+    "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 8)";
+  auto bidi = ParseModelConfig(base + R"(, "use_bidirectional_attention": true})", "embeddinggemma/config.json");
+  ASSERT_FALSE(bidi.ok());
+  EXPECT_EQ(bidi.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(Msg(bidi.status()).find("embeddinggemma/config.json"), std::string::npos) << bidi.status();
+  EXPECT_NE(Msg(bidi.status()).find("\"use_bidirectional_attention\" is true"), std::string::npos) << bidi.status();
+  EXPECT_NE(Msg(bidi.status()).find("not support"), std::string::npos) << bidi.status();
+  for (const char* ok : {"false", "null"}) {
+    auto causal = ParseModelConfig(base + ", \"use_bidirectional_attention\": " + ok + "}", "g/config.json");
+    EXPECT_TRUE(causal.ok()) << ok << ": " << causal.status();
+  }
+  EXPECT_TRUE(ParseModelConfig(base + "}", "g/config.json").ok());
+}
+
 TEST(ModelConfig, Presets) {
   auto c = PresetModelConfig("gemma-4-31b");
   ASSERT_TRUE(c.ok()) << c.status();

@@ -151,7 +151,8 @@ TEST_P(FixtureTest, MatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, FixtureTest,
                          ::testing::Combine(::testing::Values("gemma4_text", "gemma4_multimodal", "gemma3_text",
-                                                              "llama3", "qwen2", "qwen3"),
+                                                              "llama3", "qwen2", "qwen3", "llama3_attn_bias",
+                                                              "gemma3_attn_bias"),
                                             ::testing::Values(1, 2, 4)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_tp" + std::to_string(std::get<1>(info.param));

@@ -65,7 +65,7 @@ TEST_P(MpiFixtureTest, GreedyMatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, MpiFixtureTest,
                          ::testing::Values("gemma4_text", "gemma4_multimodal", "gemma3_text", "llama3", "qwen2",
-                                           "qwen3"));
+                                           "qwen3", "llama3_attn_bias", "gemma3_attn_bias"));
 
 TEST(Mpi, AgreeOnStatusReachesEveryRank) {
   Communicator& comm = Comm();

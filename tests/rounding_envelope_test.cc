@@ -42,7 +42,7 @@ TEST_P(RoundingEnvelopeTest, JitteredReferenceStaysWithinModelTolerance) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, RoundingEnvelopeTest,
                          ::testing::Values("gemma4_text", "gemma4_multimodal", "gemma3_text", "llama3", "qwen2",
-                                           "qwen3"));
+                                           "qwen3", "llama3_attn_bias", "gemma3_attn_bias"));
 
 }  // namespace
 }  // namespace tpserve

@@ -294,6 +294,54 @@ def build_qwen3():
     return Qwen3ForCausalLM(config)
 
 
+def build_llama3_attn_bias():
+    """attention_bias: true puts a bias on q/k/v and on o_proj (the row-parallel one)."""
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        rms_norm_eps=1e-5,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+        attention_bias=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    )
+    return LlamaForCausalLM(config)
+
+
+def build_gemma3_attn_bias():
+    config = Gemma3TextConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        hidden_activation="gelu_pytorch_tanh",
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-6,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+        tie_word_embeddings=True,
+        attention_bias=True,
+        query_pre_attn_scalar=24,
+        sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_theta=1000000.0,
+        rope_local_base_freq=10000.0,
+        final_logit_softcapping=None,
+        attn_logit_softcapping=None,
+    )
+    return Gemma3ForCausalLM(config)
+
+
 # Tied embeddings + random weights make the final hidden state point at the input token's
 # own embedding (greedy then repeats the last token).  Keep the embedding small in the
 # residual stream and scale the post-sublayer / final norms up instead, so logits stay
@@ -327,6 +375,12 @@ FIXTURES = {
                   init=dict(embed_std=0.1, bias_std=0.1, proj_gain=1.5, norm_means={"model.norm": 4.0})),
     "qwen3": dict(build=build_qwen3, cls=Qwen3ForCausalLM, seed=2002, dtype="float32",
                   init=dict(embed_std=0.5, head_gain=3.0)),
+    # attention_bias: true. bf16 on disk and 2 layers keep them small; biases of std 0.3
+    # are large enough that leaving out o_proj.bias (or adding it once per rank) fails.
+    "llama3_attn_bias": dict(build=build_llama3_attn_bias, cls=LlamaForCausalLM, seed=1002, dtype="bfloat16",
+                             init=dict(embed_std=0.5, head_gain=3.0, bias_std=0.3)),
+    "gemma3_attn_bias": dict(build=build_gemma3_attn_bias, cls=Gemma3ForCausalLM, seed=3011, dtype="bfloat16",
+                             init=dict(gemma3_norm=True, embed_std=0.1, bias_std=0.3, norm_means=GEMMA_NORM_MEANS)),
 }
 
 

@@ -1,9 +1,10 @@
 // GGUF models: config from metadata, tensors renamed and dequantized per slice. Tested by
-// tests/gguf_model_test.cc.
+// tests/gguf_test.cc, tests/model_test.cc (gguf: fixtures) and tests/checkpoint_use_test.cc.
 #include "worker/gguf_model.h"
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -11,11 +12,13 @@
 #include <set>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "kernels/base.h"
 #include "worker/gguf_quants.h"
 
@@ -113,6 +116,10 @@ class GgufSource : public WeightSource {
       return absl::NotFoundError(absl::StrCat(file_->path(), ": no GGUF tensor holds \"", r.name, "\""));
     }
     const GgufTensor& t = *it->second;
+    {
+      absl::MutexLock lock(&read_mu_);
+      read_.insert(t.name);
+    }
     const std::string where = absl::StrCat(file_->path(), ": tensor \"", t.name, "\"");
     // ggml's ne is the Hugging Face shape reversed.
     std::vector<int64_t> hf_shape(t.ne.rbegin(), t.ne.rend());
@@ -185,11 +192,27 @@ class GgufSource : public WeightSource {
     return status;
   }
 
+  // rope_freqs.weight is consumed by GgufModelConfig (Llama 3's RoPE), not by a layer; every
+  // other tensor, renamed or not, must have been read.
+  absl::Status CheckAllUsed() const override {
+    std::vector<std::string> unread;
+    {
+      absl::MutexLock lock(&read_mu_);
+      for (const GgufTensor& t : file_->tensors()) {
+        if (t.name != "rope_freqs.weight" && !read_.count(t.name)) unread.push_back(t.name);
+      }
+    }
+    std::sort(unread.begin(), unread.end());
+    return UnreadTensorsStatus(absl::StrCat("GGUF file ", file_->path()), unread);
+  }
+
  private:
   std::shared_ptr<const GgufFile> file_;
   GgufArch arch_;
   int32_t num_heads_, num_kv_heads_;
   std::map<std::string, const GgufTensor*> by_engine_name_;
+  mutable absl::Mutex read_mu_;
+  mutable std::set<std::string> read_ ABSL_GUARDED_BY(read_mu_);  // GGUF names of tensors read
 };
 
 }  // namespace

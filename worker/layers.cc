@@ -71,17 +71,29 @@ void ColumnParallelLinear::ForwardSplit(Backend& b, const Tensor& x, std::span<c
 
 absl::StatusOr<RowParallelLinear> RowParallelLinear::Load(const LoadContext& ctx, const std::string& name,
                                                           int64_t out_features, int64_t in_features, int64_t col0,
-                                                          int64_t cols) {
+                                                          int64_t cols, const std::string& bias_name) {
   RowParallelLinear l;
   TP_ASSIGN_OR_RETURN(l.weight_, AllocMatrix(ctx.backend, ctx.weight_dtype, out_features, cols));
   SliceRequest req{name, {out_features, in_features}, 0, out_features, col0, cols};
   TP_RETURN_IF_ERROR(ReadInto(ctx, req, ctx.weight_dtype, l.weight_.view.data));
+  if (!bias_name.empty()) {
+    // Every rank reads it, though only rank 0 adds it: WeightSource::CheckAllUsed counts on
+    // every rank reading every tensor, and a few KB per layer cost nothing.
+    TP_ASSIGN_OR_RETURN(l.bias_, ctx.backend.Allocate(static_cast<size_t>(out_features) * 4));
+    SliceRequest breq{bias_name, {out_features}, 0, 1, 0, out_features};
+    TP_RETURN_IF_ERROR(ReadInto(ctx, breq, DType::kF32, l.bias_->data()));
+  }
   return l;
 }
 
 void RowParallelLinear::Forward(Backend& b, Communicator& comm, const Tensor& x, Tensor y,
                                 double* allreduce_us) const {
-  b.Linear(x, weight_.view, nullptr, y);
+  // Rank 0 adds the bias inside its GEMM (Linear's bias epilogue, as q/k/v use), before the
+  // all-reduce: the sum then holds it once, with no extra op or pass over y; at TP 1 this
+  // is transformers' own x·W^T + b. Adding it after the all-reduce would need every rank
+  // to run a separate bias add.
+  const float* bias = bias_ != nullptr && comm.rank() == 0 ? static_cast<const float*>(bias_->data()) : nullptr;
+  b.Linear(x, weight_.view, bias, y);
   if (comm.size() > 1) {
     b.Synchronize();
     const auto t0 = std::chrono::steady_clock::now();

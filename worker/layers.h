@@ -53,17 +53,22 @@ class ColumnParallelLinear {
   std::unique_ptr<Buffer> bias_;  // fp32 [out_features] or null
 };
 
-// y = all_reduce(x_shard · W[:, col0:col0+cols]^T): input features split across ranks.
+// y = all_reduce(x_shard · W[:, col0:col0+cols]^T) (+ bias): input features split across
+// ranks. The bias (out_features, whole on every rank) is added by rank 0 only, before the
+// all-reduce, so the sum holds it once.
 class RowParallelLinear {
  public:
+  // bias_name: empty for none.
   static absl::StatusOr<RowParallelLinear> Load(const LoadContext& ctx, const std::string& name, int64_t out_features,
-                                                int64_t in_features, int64_t col0, int64_t cols);
+                                                int64_t in_features, int64_t col0, int64_t cols,
+                                                const std::string& bias_name = "");
   // Adds the all-reduce time to *allreduce_us.
   void Forward(Backend& b, Communicator& comm, const Tensor& x, Tensor y, double* allreduce_us) const;
   const Tensor& weight() const { return weight_.view; }
 
  private:
   DeviceTensor weight_;
+  std::unique_ptr<Buffer> bias_;  // fp32 [out_features] or null
 };
 
 // Vocab-parallel embedding table, also the tied LM head: this rank holds token ids

@@ -40,6 +40,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, co
   if (options.max_model_len < 0) return absl::InvalidArgumentError("max_model_len must not be negative");
   auto m = std::unique_ptr<Model>(new Model(config, backend, comm, options));
   TP_RETURN_IF_ERROR(m->LoadWeights(source));
+  // A tensor nobody read is part of the model computed without it (o_proj.bias was once).
+  if (absl::Status used = source.CheckAllUsed(); !used.ok()) {
+    return absl::Status(used.code(), absl::StrCat("loading a ", config.model_type, " model: ", used.message()));
+  }
   // Collectives inside a graph must be stream-ordered (NCCL); staged and host ones
   // synchronize, so those ranks run every step eagerly.
   if (!options.cuda_graph_batch_sizes.empty() && (comm.size() == 1 || comm.capturable())) {

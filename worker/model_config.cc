@@ -178,6 +178,7 @@ absl::Status ParseGemma(const Fields& f, ModelConfig& c) {
   c.activation = cpu::Activation::kGeluTanh;
   ASSIGN_FIELD(c.tie_word_embeddings, f.GetOr<bool>("tie_word_embeddings", true));
   ASSIGN_FIELD(c.qkv_bias, f.GetOr<bool>("attention_bias", false));
+  c.o_proj_bias = c.qkv_bias;  // transformers: o_proj bias=config.attention_bias
   c.embed_scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
 
   int32_t head_dim;
@@ -292,6 +293,13 @@ absl::Status ParseGemma(const Fields& f, ModelConfig& c) {
     for (auto& l : c.layers) l.k_eq_v = k_eq_v && !l.sliding;
     c.attn_scale = 1.0f;
   } else {
+    // EmbeddingGemma's encoder: every token sees every other; the paged kernels are causal.
+    if (f.Has("use_bidirectional_attention") && f.raw()["use_bidirectional_attention"] != false) {
+      return f.Error("use_bidirectional_attention",
+                     absl::StrCat("is ", f.raw()["use_bidirectional_attention"].dump(),
+                                  " (EmbeddingGemma-style bidirectional attention), which tpserve does not "
+                                  "support; it serves causal decoders only (false or absent)"));
+    }
     double qpas;
     ASSIGN_FIELD(qpas, f.GetOr<double>("query_pre_attn_scalar", 256.0));
     c.attn_scale = static_cast<float>(1.0 / std::sqrt(qpas));
@@ -309,6 +317,8 @@ absl::Status ParseLlamaLike(const Fields& f, ModelConfig& c) {
   bool default_bias = c.arch == Arch::kQwen2;
   ASSIGN_FIELD(c.qkv_bias, f.GetOr<bool>("attention_bias", default_bias));
   if (c.arch == Arch::kQwen2) c.qkv_bias = true;  // Qwen2 always has q/k/v biases
+  // transformers: o_proj bias=config.attention_bias for Llama and Qwen3, bias=False for Qwen2.
+  c.o_proj_bias = c.arch != Arch::kQwen2 && c.qkv_bias;
   ASSIGN_FIELD(c.tie_word_embeddings, f.GetOr<bool>("tie_word_embeddings", false));
   TP_RETURN_IF_ERROR(CheckUnsupported(f, "mlp_bias", false));
   if (c.arch != Arch::kLlama) {
@@ -491,7 +501,8 @@ int64_t ModelConfig::ParameterCount() const {
     n += 3 * hidden_size * intermediate_size;
     n += hidden_size * (sandwich_norms ? 4 : 2);
     if (qk_norm) n += 2 * l.head_dim;
-    if (qkv_bias) n += q + 2 * kv;
+    if (qkv_bias) n += q + kv * (l.k_eq_v ? 1 : 2);
+    if (o_proj_bias) n += hidden_size;
     if (layer_scalar) n += 1;
   }
   return n;

@@ -54,7 +54,8 @@ struct ModelConfig {
   cpu::NormKind norm_kind = cpu::NormKind::kScale;
   cpu::Activation activation = cpu::Activation::kSilu;
   bool tie_word_embeddings = false;
-  bool qkv_bias = false;      // Qwen2
+  bool qkv_bias = false;      // q/k/v_proj biases (Qwen2; attention_bias elsewhere)
+  bool o_proj_bias = false;   // o_proj bias (attention_bias: Llama, Qwen3, Gemma 3/4; never Qwen2)
   bool qk_norm = false;       // per-head RMSNorm on q and k (Qwen3, Gemma 3/4)
   bool v_norm = false;        // weightless per-head RMSNorm on v (Gemma 4)
   bool sandwich_norms = false;  // post-attention and post-feedforward norms (Gemma)

@@ -102,8 +102,9 @@ absl::Status Model::LoadWeights(const WeightSource& source) {
       qkv_bias.insert(qkv_bias.end(), v_bias.begin(), v_bias.end());
     }
     TP_ASSIGN_OR_RETURN(L->qkv_proj, ColumnParallelLinear::Load(ctx, qkv, H, qkv_bias));
-    TP_ASSIGN_OR_RETURN(L->o_proj, RowParallelLinear::Load(ctx, a + "o_proj.weight", H, q_rows,
-                                                           L->heads.q_head0 * D, L->heads.q_heads * D));
+    TP_ASSIGN_OR_RETURN(L->o_proj,
+                        RowParallelLinear::Load(ctx, a + "o_proj.weight", H, q_rows, L->heads.q_head0 * D,
+                                                L->heads.q_heads * D, c.o_proj_bias ? a + "o_proj.bias" : ""));
     const int64_t full_i = c.intermediate_size;
     TP_ASSIGN_OR_RETURN(L->gate_up_proj,
                         ColumnParallelLinear::Load(ctx,

@@ -1,14 +1,18 @@
-// Checkpoint-backed and dummy WeightSources. Tested by tests/safetensors_test.cc and
-// tests/model_test.cc.
+// Checkpoint-backed and dummy WeightSources, and the check that a checkpoint holds nothing
+// the model left unread. Tested by tests/safetensors_test.cc, tests/checkpoint_use_test.cc
+// and tests/model_test.cc.
 #include "worker/weight_source.h"
 
 #include <omp.h>
 
 #include <cmath>
 #include <cstring>
+#include <set>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 
 namespace tpserve {
 namespace {
@@ -58,6 +62,10 @@ class CheckpointSource : public WeightSource {
     if (t == nullptr) {
       return absl::NotFoundError(absl::StrCat(ckpt_->dir(), ": missing tensor \"", prefix_, r.name, "\""));
     }
+    {
+      absl::MutexLock lock(&mu_);
+      read_.insert(t->name);
+    }
     const std::string where = absl::StrCat(t->file, ": tensor \"", t->name, "\"");
     // 1-element tensors may be stored as [] or [1].
     std::vector<int64_t> shape = t->shape;
@@ -82,6 +90,17 @@ class CheckpointSource : public WeightSource {
     return absl::OkStatus();
   }
 
+  absl::Status CheckAllUsed() const override {
+    std::vector<std::string> unused;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const std::string& name : ckpt_->Names()) {  // sorted
+        if (!read_.count(name) && !IsIgnorableCheckpointTensor(name)) unused.push_back(name);
+      }
+    }
+    return UnreadTensorsStatus(absl::StrCat("checkpoint ", ckpt_->dir()), unused);
+  }
+
  private:
   const TensorInfo* Lookup(const std::string& name) const {
     if (name == "lm_head.weight") {
@@ -95,6 +114,8 @@ class CheckpointSource : public WeightSource {
 
   std::unique_ptr<Checkpoint> ckpt_;
   std::string prefix_;
+  mutable absl::Mutex mu_;
+  mutable std::set<std::string> read_ ABSL_GUARDED_BY(mu_);  // full names of tensors read
 };
 
 uint64_t SplitMix64(uint64_t x) {
@@ -119,6 +140,8 @@ class DummySource : public WeightSource {
     return true;
   }
   std::string Describe() const override { return absl::StrCat("dummy(seed=", seed_, ")"); }
+  // Every name it is asked for exists; there is no list of tensors to have left unread.
+  absl::Status CheckAllUsed() const override { return absl::OkStatus(); }
 
   absl::Status Read(const SliceRequest& r, DType dtype, void* dst) const override {
     TP_RETURN_IF_ERROR(CheckSlice(r, r.name));
@@ -164,6 +187,31 @@ class DummySource : public WeightSource {
 };
 
 }  // namespace
+
+absl::Status UnreadTensorsStatus(const std::string& where, const std::vector<std::string>& unread) {
+  if (unread.empty()) return absl::OkStatus();
+  constexpr size_t kNamed = 5;
+  const size_t n = unread.size();
+  std::string names = absl::StrJoin(unread.begin(), unread.begin() + std::min(n, kNamed), ", ");
+  if (n > kNamed) absl::StrAppend(&names, ", ... (", n - kNamed, " more)");
+  return absl::InvalidArgumentError(absl::StrCat(where, " has ", n, n == 1 ? " tensor" : " tensors",
+                                                 " no layer read: ", names,
+                                                 " (a different architecture or an unsupported option?)"));
+}
+
+bool IsIgnorableCheckpointTensor(std::string_view name) {
+  if (name == "lm_head.weight" || name == "language_model.lm_head.weight") return true;
+  if (name.ends_with(".inv_freq")) return true;
+  // Towers sit beside the language model, at the top level or under "model.".
+  std::string_view rest = name;
+  if (rest.starts_with("model.")) rest.remove_prefix(6);
+  const std::string_view top = rest.substr(0, rest.find('.'));
+  for (std::string_view tower :
+       {"vision_tower", "multi_modal_projector", "audio_tower", "embed_vision", "embed_audio"}) {
+    if (top == tower && rest.size() > top.size()) return true;
+  }
+  return false;
+}
 
 absl::StatusOr<std::unique_ptr<WeightSource>> OpenCheckpointSource(const std::string& dir) {
   TP_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));

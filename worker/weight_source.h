@@ -1,11 +1,13 @@
 // Where a rank's weight slices come from: a safetensors checkpoint (real weights) or a
 // deterministic generator (--load-format dummy). Each layer asks only for the slice it
-// owns. Tested by tests/safetensors_test.cc and tests/model_test.cc.
+// owns; afterwards the source says whether any checkpoint tensor went unread. Tested by
+// tests/safetensors_test.cc, tests/checkpoint_use_test.cc and tests/model_test.cc.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,11 +33,33 @@ class WeightSource {
   // Whether the (unprefixed) tensor exists.
   virtual bool Has(const std::string& name) const = 0;
   virtual std::string Describe() const = 0;  // for logs and run records
+
+  // Called once the whole model has been loaded from this source (Model::Load does).
+  // An error naming the tensors (the first few and the count) that the source holds,
+  // that no Read asked for, and that are not known to be safe to skip; OkStatus when there
+  // are none or the source has no fixed tensor list (the dummy generator). Has() is not a
+  // use. Reads from several threads (ranks sharing one source) all count. Relies on every
+  // rank reading a slice of every tensor the model uses, so one rank's load suffices.
+  virtual absl::Status CheckAllUsed() const = 0;
 };
 
 // Opens DIR's safetensors and finds the language model's weight prefix ("model.",
-// "model.language_model.", "language_model.model."); other towers are ignored.
+// "model.language_model.", "language_model.model."). CheckAllUsed skips only other
+// towers of multimodal checkpoints (IsIgnorableCheckpointTensor); any other tensor no
+// layer read is an error.
 absl::StatusOr<std::unique_ptr<WeightSource>> OpenCheckpointSource(const std::string& dir);
+
+// Whether a checkpoint tensor (full name, as stored) may go unread without losing part of
+// the language model: vision/audio towers and their projectors ([model.]vision_tower.*,
+// multi_modal_projector.*, audio_tower.*, embed_vision.*, embed_audio.*), rotary
+// *.inv_freq buffers (recomputed from the config), and lm_head.weight (unread only when
+// tie_word_embeddings makes it the embedding's duplicate; untied, it is read).
+bool IsIgnorableCheckpointTensor(std::string_view name);
+
+// What CheckAllUsed returns for `unread` (sorted names as the file spells them) in
+// `where` ("checkpoint DIR", "GGUF file F"): OkStatus when empty, else an
+// InvalidArgument naming the first five and counting the rest.
+absl::Status UnreadTensorsStatus(const std::string& where, const std::vector<std::string>& unread);
 
 // Deterministic random weights with the real shapes: a tensor element's value depends only
 // on (seed, tensor name, row, column), so every tensor-parallel split sees the same model.
