@@ -71,6 +71,6 @@ if(MPI_CXX_FOUND AND TPSERVE_HAVE_SERVING)
   # tools/fetch_real_model.sh) against transformers' greedy tokens, then served over HTTP and
   # gRPC. Exit 77 (skipped): not cached and no network to fetch it.
   add_test(NAME real_model_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/real_model_test.sh
-           $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES} ${PROJECT_SOURCE_DIR})
+           $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES} ${PROJECT_SOURCE_DIR} $<TARGET_FILE:tokenizer_gguf_test>)
   set_tests_properties(real_model_test PROPERTIES TIMEOUT 900 LABELS mpi RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
 endif()

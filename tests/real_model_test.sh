@@ -9,11 +9,14 @@
 # none) and the published generation defaults apply (top_k 64, top_p 0.95 from the cached
 # generation_config.json, logged at start).
 # Skipped (77) when the model is neither cached nor downloadable.
-# Usage: real_model_test.sh TPSERVE_BINARY FIXTURES_DIR REPO_ROOT   (run by ctest)
+# The tokenizer built from the file's metadata is also compared with transformers' on 40
+# varied strings (tokenizer_gguf_test's RealGemma3MatchesTransformers, run on the fetched file).
+# Usage: real_model_test.sh TPSERVE_BINARY FIXTURES_DIR REPO_ROOT TOKENIZER_GGUF_TEST   (run by ctest)
 set -u
 TPSERVE=$1
 FIX=$2
 ROOT=$3
+TOKENIZER_TEST=$4
 source "$(dirname "$0")/harness.sh"
 REF="$FIX/gguf/gemma3_270m_reference.json"
 
@@ -26,6 +29,13 @@ elif [ $rc -ne 0 ]; then
   bad "fetch_real_model.sh failed ($rc): $(cat "$WORK/fetch.log")"
   finish
   exit 1
+fi
+
+if TPSERVE_REAL_GGUF="$MODEL_DIR/gemma-3-270m-q4_k_m.gguf" "$TOKENIZER_TEST" --gtest_filter='*RealGemma3*' \
+     >"$WORK/tok.log" 2>&1 && grep -q "1 test.*PASSED\|PASSED.*1 test" "$WORK/tok.log" && ! grep -q SKIPPED "$WORK/tok.log"; then
+  ok "the tokenizer from the GGUF metadata equals transformers' on 40 strings"
+else
+  bad "tokenizer_gguf_test on the real file: $(tail -20 "$WORK/tok.log")"
 fi
 
 # One line a case: the reference's "prompt" line, a tab, the greedy ids comma-separated
