@@ -71,15 +71,7 @@ if [ ! -x "$GRPCURL" ]; then
 fi
 
 # timeout: a hang guard (it ends the job; ctest's TIMEOUT is longer).
-setsid timeout -k 10 240 "${MPIRUN[@]}" -np 2 "$TPSERVE" serve "${MODEL[@]}" --host 127.0.0.1 --http-port 0 \
-  --grpc-port 0 --port-file "$WORK/ports.json" --kv-cache-memory 128MiB >"$WORK/server.log" 2>&1 &
-SERVER=$!
-SESSIONS+=("$SERVER")
-if ! wait_ports "$WORK/ports.json" $SERVER || ! wait_healthy $HTTP; then
-  bad "server not ready: $(cat "$WORK/server.log")"
-  finish
-  exit 1
-fi
+start_serve 240 "${MODEL[@]}" --kv-cache-memory 128MiB
 ok "server ready (HTTP $HTTP, gRPC $GRPC)"
 
 # --- the openai SDK ---

@@ -75,3 +75,20 @@ harness_cleanup() {
   rm -rf "$WORK"
 }
 trap harness_cleanup EXIT
+
+# start_serve LIMIT_S SERVE_ARGS...: `$TPSERVE serve SERVE_ARGS` on 2 ranks in a session of its
+# own on free ports, ended after LIMIT_S at the latest (a hang guard); sets SERVER, HTTP and
+# GRPC; the log is $WORK/server.log. A server that is not ready fails the test, which ends.
+start_serve() {
+  local limit=$1
+  shift
+  setsid timeout -k 10 "$limit" "${MPIRUN[@]}" -np 2 "$TPSERVE" serve "$@" --host 127.0.0.1 --http-port 0 \
+    --grpc-port 0 --port-file "$WORK/ports.json" >"$WORK/server.log" 2>&1 &
+  SERVER=$!
+  SESSIONS+=("$SERVER")
+  if ! wait_ports "$WORK/ports.json" $SERVER || ! wait_healthy $HTTP; then
+    bad "server not ready: $(cat "$WORK/server.log")"
+    finish
+    exit 1
+  fi
+}

@@ -67,16 +67,7 @@ FIRST=$(printf '%s' "${CASES[0]%%$'\t'*}" | sed 's/^ *"prompt": "//; s/",$//')
 EXPECT_TEXT=$(timeout 300 "${MPIRUN[@]}" -np 2 "$TPSERVE" generate --model "$MODEL_DIR" --prompt "$FIRST" \
   --max-tokens 12 --ignore-eos --temperature 0 --json 2>/dev/null | grep -o '"text":"[^"]*"' | sed 's/^"text"://')
 
-setsid timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$TPSERVE" serve --model "$MODEL_DIR" --host 127.0.0.1 \
-  --http-port 0 --grpc-port 0 --port-file "$WORK/ports.json" --kv-cache-memory 256MiB --max-model-len 2048 \
-  >"$WORK/server.log" 2>&1 &
-SERVER=$!
-SESSIONS+=("$SERVER")
-if ! wait_ports "$WORK/ports.json" $SERVER || ! wait_healthy $HTTP; then
-  bad "server not ready: $(cat "$WORK/server.log")"
-  finish
-  exit 1
-fi
+start_serve 300 --model "$MODEL_DIR" --kv-cache-memory 256MiB --max-model-len 2048
 body=$(printf '{"prompt":"%s","max_tokens":12,"temperature":0,"ignore_eos":true}' "$FIRST")
 curl -s -m 120 "http://127.0.0.1:$HTTP/v1/completions" -d "$body" >"$WORK/http.json"
 grep -qF "\"text\":$EXPECT_TEXT" "$WORK/http.json" && ok "HTTP completion = generate: $EXPECT_TEXT" \
