@@ -155,7 +155,7 @@ int RunRank(const GenerateCommandOptions& o, const WorldConfig& world, Communica
   GenerationDefaults defaults;
   absl::Status read = absl::OkStatus();
   if (comm.rank() == 0) {
-    absl::StatusOr<GenerationDefaults> loaded = LoadGenerationDefaults(o.generation_config, o.engine.model);
+    absl::StatusOr<GenerationDefaults> loaded = LoadModelGenerationDefaults(o.generation_config, o.engine.model);
     if (loaded.ok()) {
       defaults = *std::move(loaded);
     } else {

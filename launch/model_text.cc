@@ -82,4 +82,22 @@ absl::StatusOr<ModelText> LoadModelText(const std::string& model, const std::str
   return text;
 }
 
+absl::StatusOr<GenerationDefaults> LoadModelGenerationDefaults(const std::string& generation_config,
+                                                               const std::string& model) {
+  TP_ASSIGN_OR_RETURN(GenerationDefaults defaults, LoadGenerationDefaults(generation_config, model));
+  if (generation_config != "auto" || !defaults.empty() || !IsGgufModelPath(model)) return defaults;
+  TP_ASSIGN_OR_RETURN(std::string path, FindGgufFile(model));
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+  nlohmann::json fields = nlohmann::json::object();
+  for (const auto& [key, field] : {std::pair{"general.sampling.temp", "temperature"},
+                                   {"general.sampling.top_k", "top_k"},
+                                   {"general.sampling.top_p", "top_p"},
+                                   {"general.sampling.min_p", "min_p"},
+                                   {"general.sampling.penalty_repeat", "repetition_penalty"}}) {
+    if (const nlohmann::json* v = file->Find(key)) fields[field] = *v;
+  }
+  if (fields.empty()) return defaults;
+  return GenerationDefaultsFromJson(fields, absl::StrCat(path, " (general.sampling metadata)"));
+}
+
 }  // namespace tpserve

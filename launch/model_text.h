@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "coordinator/engine/generation_defaults.h"
 #include "coordinator/text/chat_template_loader.h"
 #include "coordinator/text/tokenizer.h"
 
@@ -26,5 +27,11 @@ absl::StatusOr<ModelText> LoadModelText(const std::string& model, const std::str
 
 // Whether LoadModelText has a tokenizer to load without --tokenizer.
 bool ModelHasTokenizer(const std::string& model);
+
+// --generation-config's defaults (LoadGenerationDefaults); for a GGUF model under "auto" with
+// no generation_config.json beside it, the file's general.sampling.* metadata (temp, top_k,
+// top_p, min_p, penalty_repeat), which llama.cpp's converter writes from the same file.
+absl::StatusOr<GenerationDefaults> LoadModelGenerationDefaults(const std::string& generation_config,
+                                                               const std::string& model);
 
 }  // namespace tpserve

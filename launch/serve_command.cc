@@ -164,7 +164,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   // or file stops every rank (front is agreed on below) before the weights load.
   GenerationDefaults generation_defaults;
   if (coordinator) {
-    absl::StatusOr<GenerationDefaults> defaults = LoadGenerationDefaults(o.generation_config, o.engine.model);
+    absl::StatusOr<GenerationDefaults> defaults = LoadModelGenerationDefaults(o.generation_config, o.engine.model);
     if (defaults.ok()) {
       generation_defaults = *std::move(defaults);
       for (const std::string& line : DescribeGenerationDefaults(generation_defaults)) Log(world, line);

@@ -153,4 +153,16 @@ expect_error "generation_config.json with a wrong type" \
 expect_error "unknown --generation-config" "--generation-config must be auto, vllm or a folder" \
   "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --generation-config model
 
+
+# A GGUF file's own sampling defaults (general.sampling.*, as llama.cpp's converter writes them):
+# the tiny gemma3 fixture carries top_k 40, top_p 0.9; --generation-config vllm ignores them.
+GGUF="$FIX/gguf/models/gemma3.gguf"
+"$TPSERVE" generate --model "$GGUF" --prompt-ids 2,3,4 --max-tokens 2 >/dev/null 2>"$WORK/gguf.err"
+grep -q 'general.sampling metadata): {"top_k": 40, "top_p": 0.9' "$WORK/gguf.err" \
+  && ok "a GGUF file's general.sampling metadata are the default sampling parameters" \
+  || bad "GGUF sampling defaults: $(cat "$WORK/gguf.err")"
+"$TPSERVE" generate --model "$GGUF" --prompt-ids 2,3,4 --max-tokens 2 --generation-config vllm >/dev/null 2>"$WORK/gguf.err"
+! grep -q "general.sampling" "$WORK/gguf.err" && ok "--generation-config vllm ignores a GGUF file's sampling metadata" \
+  || bad "vllm with GGUF: $(cat "$WORK/gguf.err")"
+
 finish

@@ -13,7 +13,8 @@ For every fixture this writes tests/fixtures/gguf/models/<name>.gguf:
 What llama.cpp's converter does to tensors is done here too, so that the loader must undo
 it: Gemma's RMSNorm weights are stored as 1 + w; Llama's q/k projection rows are
 interleaved per head for ggml's rotary layout; Llama 3's rope scaling becomes the
-rope_freqs.weight tensor. Each file also carries a small SentencePiece-style vocabulary
+rope_freqs.weight tensor. The gemma3 file carries general.sampling.top_k/top_p (sampling
+defaults, as the converter writes them from generation_config.json). Each file also carries a small SentencePiece-style vocabulary
 (byte tokens and filler pieces) so that `tpserve generate --prompt` can run on it.
 
 Usage: /work/tools-venv/bin/python tools/make_gguf_model_fixtures.py [--out DIR]
@@ -97,9 +98,14 @@ def llama3_rope_factors(rope: dict, head_dim: int) -> np.ndarray:
     return np.array(out, dtype=np.float32)
 
 
-def add_vocab(w: gguf.GGUFWriter, vocab_size: int, bos: int, eos: int) -> None:
-    """A SentencePiece-style vocabulary: <unk> <s> </s>, the 256 byte tokens, filler pieces."""
-    tokens, scores, types = ["<unk>", "<s>", "</s>"], [0.0, 0.0, 0.0], [2, 3, 3]
+def add_vocab(w: gguf.GGUFWriter, arch: str, vocab_size: int, bos: int, eos: int) -> None:
+    """A SentencePiece-style vocabulary: the family's special tokens (Gemma: <pad> <eos> <bos>
+    <unk> <mask>; else <unk> <s> </s>), the 256 byte tokens, filler pieces."""
+    if arch == "gemma3":
+        tokens, scores, types = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"], [0.0] * 5, [3, 3, 3, 2, 3]
+        bos, eos = 2, 1
+    else:
+        tokens, scores, types = ["<unk>", "<s>", "</s>"], [0.0, 0.0, 0.0], [2, 3, 3]
     for b in range(256):
         tokens.append(f"<0x{b:02X}>")
         scores.append(0.0)
@@ -121,7 +127,7 @@ def add_vocab(w: gguf.GGUFWriter, vocab_size: int, bos: int, eos: int) -> None:
     w.add_token_types(types)
     w.add_bos_token_id(bos)
     w.add_eos_token_id(eos)
-    w.add_unk_token_id(0)
+    w.add_unk_token_id(tokens.index("<unk>"))
 
 
 def write_gguf(path: Path, arch: str, config: dict, tensors: dict[str, np.ndarray]) -> None:
@@ -139,6 +145,9 @@ def write_gguf(path: Path, arch: str, config: dict, tensors: dict[str, np.ndarra
     w.add_layer_norm_rms_eps(config["rms_norm_eps"])
     rope = config.get("rope_parameters") or {}
     if arch == "gemma3":
+        # Sampling defaults as llama.cpp's converter writes them from generation_config.json.
+        w.add_uint32("general.sampling.top_k", 40)
+        w.add_float32("general.sampling.top_p", 0.9)
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
         w.add_sliding_window(config["sliding_window"])
@@ -154,7 +163,7 @@ def write_gguf(path: Path, arch: str, config: dict, tensors: dict[str, np.ndarra
             w.add_key_length(head_dim)
             w.add_value_length(head_dim)
     w.add_vocab_size(config["vocab_size"])
-    add_vocab(w, config["vocab_size"], config.get("bos_token_id") or 1, config.get("eos_token_id") or 2)
+    add_vocab(w, arch, config["vocab_size"], config.get("bos_token_id") or 1, config.get("eos_token_id") or 2)
 
     n_head, n_kv = config["num_attention_heads"], config["num_key_value_heads"]
     if arch == "llama" and rope.get("rope_type") == "llama3":
