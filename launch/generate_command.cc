@@ -11,6 +11,7 @@
 #include "coordinator/engine/generation_defaults.h"
 #include "coordinator/engine/offline.h"
 #include "launch/model_text.h"
+#include "worker/gguf_model.h"
 #include "launch/ranks.h"
 #include "coordinator/text/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -42,7 +43,11 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     }
     TP_ASSIGN_OR_RETURN(ModelText text, LoadModelText(o.engine.model, o.tokenizer, /*with_chat=*/false));
     tokenizer = std::move(text.tokenizer);
-    if (tokenizer->vocab_size() > engine.config.vocab_size) {
+    // A tokenizer file for another model is caught here. A GGUF file's own tokenizer may end
+    // past the embedding (transformers adds Llama 3's <|endoftext|> as id 128256): the engine
+    // refuses such an id in a prompt by itself.
+    const bool own_gguf = o.tokenizer.empty() && IsGgufModelPath(o.engine.model);
+    if (!own_gguf && tokenizer->vocab_size() > engine.config.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(text.source, ": the tokenizer has ", tokenizer->vocab_size(),
                                                      " tokens but the model's vocab_size is ",
                                                      engine.config.vocab_size));

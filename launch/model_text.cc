@@ -97,7 +97,7 @@ absl::StatusOr<GenerationDefaults> LoadModelGenerationDefaults(const std::string
     if (const nlohmann::json* v = file->Find(key)) fields[field] = *v;
   }
   if (fields.empty()) return defaults;
-  return GenerationDefaultsFromJson(fields, absl::StrCat(path, " (general.sampling metadata)"));
+  return GenerationDefaultsFromJson(fields, absl::StrCat(path, ": general.sampling.*"));
 }
 
 }  // namespace tpserve

@@ -158,7 +158,7 @@ expect_error "unknown --generation-config" "--generation-config must be auto, vl
 # the tiny gemma3 fixture carries top_k 40, top_p 0.9; --generation-config vllm ignores them.
 GGUF="$FIX/gguf/models/gemma3.gguf"
 "$TPSERVE" generate --model "$GGUF" --prompt-ids 2,3,4 --max-tokens 2 >/dev/null 2>"$WORK/gguf.err"
-grep -q 'general.sampling metadata): {"top_k": 40, "top_p": 0.9' "$WORK/gguf.err" \
+grep -qF 'gemma3.gguf: general.sampling.*): {"top_k": 40, "top_p": 0.9' "$WORK/gguf.err" \
   && ok "a GGUF file's general.sampling metadata are the default sampling parameters" \
   || bad "GGUF sampling defaults: $(cat "$WORK/gguf.err")"
 "$TPSERVE" generate --model "$GGUF" --prompt-ids 2,3,4 --max-tokens 2 --generation-config vllm >/dev/null 2>"$WORK/gguf.err"
