@@ -129,6 +129,34 @@ TEST(OpenAiParseTest, ErrorsNameTheField) {
                    "a list of token ids");
 }
 
+// Features not implemented yet are refused by name, never accepted and ignored; their
+// neutral values pass.
+TEST(OpenAiParseTest, UnimplementedFeaturesAreRefusedNotIgnored) {
+  ExpectFieldError(ParseChat(R"({"messages": [{"role": "user", "content": "x"}],
+                                 "response_format": {"type": "json_object"}})"),
+                   "response_format", "structured output");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "response_format": {"type": "json_schema"}})"),
+                   "response_format", "not supported");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "response_format": "json"})"), "response_format",
+                   "an object");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "logit_bias": {"50256": -100}})"), "logit_bias",
+                   "not supported");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "best_of": 3})"), "best_of", "must be 1");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "suffix": "end"})"), "suffix", "fill-in-the-middle");
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}])";
+  ExpectFieldError(ParseChat(R"({"messages": [{"role": "user", "content": "x"}], )" + tools + "}"), "tools",
+                   "tool calling is not supported");
+  ExpectFieldError(ParseChat(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"})"),
+                   "tool_choice", "tool calling is not supported");
+  for (const std::string& neutral : std::vector<std::string>{
+           R"("response_format": {"type": "text"})", R"("logit_bias": {})", R"("best_of": 1)", R"("logit_bias": null)",
+        R"("tools": [], "tool_choice": "none")", tools + R"(, "tool_choice": "none")"}) {
+    auto r = ParseChat(R"({"messages": [{"role": "user", "content": "x"}], )" + neutral + "}");
+    EXPECT_TRUE(r.ok()) << neutral << ": " << r.status();
+  }
+  EXPECT_TRUE(ParseCompletion(R"({"prompt": "x", "suffix": ""})").ok());
+}
+
 TEST(OpenAiParseTest, MalformedBodies) {
   auto bad = ParseCompletion(R"({"prompt": "x",)");
   ASSERT_FALSE(bad.ok());

@@ -34,6 +34,48 @@ bool Present(const Json& body, const char* field, const Json** v) {
   return true;
 }
 
+// OpenAI features tpserve does not implement yet (issue 20) are refused by name rather than
+// accepted and ignored: a client asking for JSON or offering tools must not get free text
+// that looks like an answer. Their neutral values (text format, no bias, one candidate, no
+// suffix, tool_choice "none") pass.
+absl::Status RefuseUnimplemented(OpenAiEndpoint endpoint, const Json& body) {
+  const Json* v;
+  if (Present(body, "response_format", &v)) {
+    const Json* type = v->is_object() && v->contains("type") ? &(*v)["type"] : nullptr;
+    if (type == nullptr || !type->is_string()) {
+      return TypeError("response_format", "an object with a \"type\"", *v);
+    }
+    if (type->get<std::string>() != "text") {
+      return FieldError("response_format", absl::StrCat("response_format type ", Describe(*type),
+                                                        " (structured output) is not supported; only \"text\""));
+    }
+  }
+  if (Present(body, "logit_bias", &v)) {
+    if (!v->is_object()) return TypeError("logit_bias", "an object of token id -> bias", *v);
+    if (!v->empty()) return FieldError("logit_bias", "'logit_bias' is not supported");
+  }
+  if (Present(body, "best_of", &v) && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
+    return FieldError("best_of", absl::StrCat("'best_of' must be 1 (one candidate per request), got ", Describe(*v)));
+  }
+  if (endpoint == OpenAiEndpoint::kCompletions && Present(body, "suffix", &v) &&
+      !(v->is_string() && v->get<std::string>().empty())) {
+    return FieldError("suffix", "'suffix' (fill-in-the-middle) is not supported");
+  }
+  if (endpoint == OpenAiEndpoint::kChatCompletions) {
+    const Json* tools = nullptr;
+    const bool has_tools = Present(body, "tools", &tools) && !(tools->is_array() && tools->empty());
+    const Json* choice = nullptr;
+    const bool choice_none = Present(body, "tool_choice", &choice) && *choice == "none";
+    // As vLLM without --enable-auto-tool-choice: tools with a tool_choice other than "none"
+    // (the default is "auto") are refused; with "none" they are not offered to the model.
+    if ((has_tools && !choice_none) || (choice != nullptr && !choice_none)) {
+      return FieldError(has_tools ? "tools" : "tool_choice",
+                        "tool calling is not supported: send no \"tools\", or \"tool_choice\": \"none\"");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadBool(const Json& body, const char* field, bool* out) {
   const Json* v;
   if (!Present(body, field, &v)) return absl::OkStatus();
@@ -237,6 +279,7 @@ absl::Status ParseSampling(const Json& body, OpenAiEndpoint endpoint, OpenAiRequ
     if (!seed.ok()) return seed.status();
     p.seed = static_cast<uint64_t>(*seed);
   }
+  if (absl::Status s = RefuseUnimplemented(endpoint, body); !s.ok()) return s;
   int32_t n = 1;
   if (absl::Status s = ReadInt32(body, "n", &n); !s.ok()) return s;
   if (n != 1) return FieldError("n", absl::StrCat("'n' must be 1 (one choice per request), got ", n));
