@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Writes tiny GGUF model files for tests/gguf_model_test.cc, laid out as llama.cpp's
-convert_hf_to_gguf.py lays out each family, from the tiny Hugging Face fixtures.
+"""Writes tiny GGUF model files for tests/model_test.cc (Gguf/*) and tests/gguf_test.cc, laid
+out as llama.cpp's convert_hf_to_gguf.py lays out each family, from the tiny Hugging Face
+fixtures.
 
 For every fixture this writes tests/fixtures/gguf/models/<name>.gguf:
   * llama3, qwen2, qwen3: the weights of tests/fixtures/models/<name>/ (the safetensors

@@ -1,7 +1,7 @@
 // A model held as one GGUF file (llama.cpp's format): its config read off the metadata and its
 // weights as a WeightSource that dequantizes each rank's slice at load, under the engine's
 // (Hugging Face) tensor names. Architectures: gemma3, llama, qwen2, qwen3. Tested by
-// tests/gguf_model_test.cc against transformers' logits on the same files.
+// tests/gguf_test.cc and tests/model_test.cc (Gguf/*: transformers' logits on the same files).
 #pragma once
 
 #include <memory>
