@@ -167,7 +167,7 @@ TEST(GgufTokenizer, ATokenSpelledTwiceKeepsItsLastId) {
 }
 
 // The real Gemma 3 270M file (262,144 tokens, 514,906 derived merges): set TPSERVE_REAL_GGUF to
-// its path (~/.cache/tpserve/models/gemma-3-270m-q4_k_m.gguf).
+// its path (~/.cache/tpserve/models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf).
 TEST(GgufTokenizer, RealGemma3MatchesTransformers) {
   const char* path = std::getenv("TPSERVE_REAL_GGUF");
   if (path == nullptr || !std::filesystem::exists(path)) {

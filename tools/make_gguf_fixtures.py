@@ -4,7 +4,7 @@ tests/gguf_quants_test.cc.
 
 Usage (from the repository root; deterministic, fixed seeds):
     /work/tools-venv/bin/python tools/make_gguf_fixtures.py \
-        [--model ~/.cache/tpserve/models/gemma-3-270m-q4_k_m.gguf | --no-model] \
+        [--model ~/.cache/tpserve/models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf | --no-model] \
         [--out tests/fixtures/gguf/quants]
 
 Writes into --out, for each case NAME:
@@ -127,7 +127,7 @@ def write_case(out_dir, manifest, name, qtype, blocks, source):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=os.path.expanduser("~/.cache/tpserve/models/gemma-3-270m-q4_k_m.gguf"))
+    ap.add_argument("--model", default=os.path.expanduser("~/.cache/tpserve/models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf"))
     ap.add_argument("--no-model", action="store_true", help="synthetic cases only")
     ap.add_argument("--out", default="tests/fixtures/gguf/quants")
     args = ap.parse_args()

@@ -55,7 +55,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_tokenizer_fixtures as base  # noqa: E402  (the shared corpus and sample generator)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REAL_GEMMA = os.path.expanduser("~/.cache/tpserve/models/gemma-3-270m-q4_k_m.gguf")
+REAL_GEMMA = os.path.expanduser("~/.cache/tpserve/models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf")
 
 CONTROL, USER_DEFINED, NORMAL, UNKNOWN, UNUSED, BYTE = (
     gguf.TokenType.CONTROL, gguf.TokenType.USER_DEFINED, gguf.TokenType.NORMAL,

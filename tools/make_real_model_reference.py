@@ -26,7 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 OUT = REPO_ROOT / "tests" / "fixtures" / "gguf" / "gemma3_270m_reference.json"
-DEFAULT_GGUF = Path.home() / ".cache" / "tpserve" / "models" / "gemma-3-270m-q4_k_m.gguf"
+DEFAULT_GGUF = Path.home() / ".cache" / "tpserve" / "models" / "gemma-3-270m" / "gemma-3-270m-q4_k_m.gguf"
 PROMPTS = [
     "The capital of France is",
     "def fibonacci(n):",
