@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
 #include <set>
 #include <vector>
 
@@ -132,64 +131,46 @@ class GgufSource : public WeightSource {
       return absl::InvalidArgumentError(absl::StrCat(where, " is ", GgmlLayout(static_cast<uint32_t>(t.type))->name,
                                                      ", a type tpserve cannot dequantize"));
     }
+    TP_RETURN_IF_ERROR(CheckSlice(r, where));
     const int64_t full_rows = r.shape.size() == 1 ? 1 : r.shape[0];
     const int64_t full_cols = r.shape.size() == 1 ? r.shape[0] : r.shape[1];
-    if (r.row0 < 0 || r.col0 < 0 || r.rows < 0 || r.cols < 0 || r.row0 + r.rows > full_rows ||
-        r.col0 + r.cols > full_cols) {
-      return absl::InternalError(absl::StrCat(where, ": bad slice request"));
-    }
     // llama.cpp stores Llama's q/k rows of each head interleaved (pairs (i, i + d/2) next to
-    // each other, for ggml's rotary layout); read each row from where it went.
-    // A 1-D q/k bias is interleaved the same way over its elements.
+    // each other, for ggml's rotary layout); read each row (or a 1-D bias's each element)
+    // from where it went. Engine index `e` of a head of `head_dim` sits at StoredAt(e).
     const bool permuted = arch_ == GgufArch::kLlama &&
                           (absl::StrContains(t.name, ".attn_q.") || absl::StrContains(t.name, ".attn_k."));
     const int32_t heads = absl::StrContains(t.name, ".attn_q.") ? num_heads_ : num_kv_heads_;
+    const int64_t head_dim = (r.shape.size() == 2 ? full_rows : full_cols) / heads, half = head_dim / 2;
+    auto stored_at = [&](int64_t e) {
+      const int64_t within = e % head_dim;
+      return e - within + (within % half) * 2 + within / half;
+    };
     // Gemma's norms multiply by (1 + w); llama.cpp stores 1 + w.
     const bool gemma_norm = arch_ == GgufArch::kGemma3 && absl::EndsWith(t.name, "norm.weight");
     const size_t row_bytes = t.row_bytes();
     const size_t out_elem = DTypeSize(dtype);
-    absl::Status status = absl::OkStatus();
-    std::mutex mu;
 #pragma omp parallel if (r.rows > 64)
     {
-      std::vector<float> row(full_cols);
+      std::vector<float> row(full_cols), unpermuted;
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < r.rows; ++i) {
-        int64_t src_row = r.row0 + i;
-        if (permuted && r.shape.size() == 2) {
-          const int64_t head_dim = full_rows / heads, half = head_dim / 2;
-          const int64_t h = src_row / head_dim, within = src_row % head_dim;
-          src_row = h * head_dim + (within % half) * 2 + within / half;
-        }
-        absl::Status s = DequantizeRow(t.type, t.data + src_row * row_bytes, full_cols, row.data());
-        if (!s.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (status.ok()) status = absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
-          continue;
-        }
-        if (permuted && r.shape.size() == 1) {
-          std::vector<float> hf(full_cols);
-          const int64_t head_dim = full_cols / heads, half = head_dim / 2;
-          for (int64_t e = 0; e < full_cols; ++e) {
-            const int64_t h = e / head_dim, within = e % head_dim;
-            hf[e] = row[h * head_dim + (within % half) * 2 + within / half];
-          }
-          row.swap(hf);
-        }
+        const int64_t src_row = permuted && r.shape.size() == 2 ? stored_at(r.row0 + i) : r.row0 + i;
+        // The type is supported (above) and rows are whole blocks (checked on open).
+        TP_CHECK(DequantizeRow(t.type, t.data + src_row * row_bytes, full_cols, row.data()).ok());
         if (gemma_norm) {
           for (float& v : row) v -= 1.0f;
         }
-        uint8_t* out = static_cast<uint8_t*>(dst) + i * r.cols * out_elem;
-        const float* src = row.data() + r.col0;
-        if (dtype == DType::kF32) {
-          std::memcpy(out, src, r.cols * sizeof(float));
-        } else {
-          uint16_t* o = reinterpret_cast<uint16_t*>(out);
-          for (int64_t c = 0; c < r.cols; ++c) o[c] = dtype == DType::kBF16 ? F32ToBf16(src[c]) : F32ToF16(src[c]);
+        const float* values = row.data();
+        if (permuted && r.shape.size() == 1) {
+          unpermuted.resize(full_cols);
+          for (int64_t e = 0; e < full_cols; ++e) unpermuted[e] = row[stored_at(e)];
+          values = unpermuted.data();
         }
+        ConvertRow(reinterpret_cast<const uint8_t*>(values + r.col0), DType::kF32, r.cols, dtype,
+                   static_cast<uint8_t*>(dst) + i * r.cols * out_elem);
       }
     }
-    return status;
+    return absl::OkStatus();
   }
 
   // rope_freqs.weight is consumed by GgufModelConfig (Llama 3's RoPE), not by a layer; every

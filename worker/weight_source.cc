@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -18,35 +19,6 @@ namespace tpserve {
 namespace {
 
 std::string ShapeStr(const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); }
-
-void ConvertRow(const uint8_t* src, DType src_dtype, int64_t n, DType dst_dtype, void* dst) {
-  if (src_dtype == dst_dtype) {
-    std::memcpy(dst, src, n * DTypeSize(src_dtype));
-    return;
-  }
-  if (dst_dtype == DType::kF32) {
-    ToF32(src, src_dtype, n, static_cast<float*>(dst));
-    return;
-  }
-  // To a 16-bit type: through fp32.
-  for (int64_t i = 0; i < n; ++i) {
-    float v;
-    ToF32(src + i * DTypeSize(src_dtype), src_dtype, 1, &v);
-    static_cast<uint16_t*>(dst)[i] = dst_dtype == DType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
-  }
-}
-
-absl::Status CheckSlice(const SliceRequest& r, const std::string& where) {
-  const auto bad = [&] { return absl::InternalError(absl::StrCat(where, ": bad slice request")); };
-  if (r.shape.empty() || r.shape.size() > 2) return bad();
-  const int64_t full_rows = r.shape.size() == 1 ? 1 : r.shape[0];
-  const int64_t full_cols = r.shape.size() == 1 ? r.shape[0] : r.shape[1];
-  if (r.row0 < 0 || r.col0 < 0 || r.rows < 0 || r.cols < 0 || r.row0 + r.rows > full_rows ||
-      r.col0 + r.cols > full_cols) {
-    return bad();
-  }
-  return absl::OkStatus();
-}
 
 class CheckpointSource : public WeightSource {
  public:
@@ -187,6 +159,38 @@ class DummySource : public WeightSource {
 };
 
 }  // namespace
+
+void ConvertRow(const uint8_t* src, DType src_dtype, int64_t n, DType dst_dtype, void* dst) {
+  if (src_dtype == dst_dtype) {
+    std::memcpy(dst, src, n * DTypeSize(src_dtype));
+    return;
+  }
+  if (dst_dtype == DType::kF32) {
+    ToF32(src, src_dtype, n, static_cast<float*>(dst));
+    return;
+  }
+  // To a 16-bit type: through fp32, a chunk at a time (one ToF32 call per chunk).
+  constexpr int64_t kChunk = 256;
+  float buf[kChunk];
+  uint16_t* o = static_cast<uint16_t*>(dst);
+  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+    const int64_t m = std::min(kChunk, n - i0);
+    ToF32(src + i0 * DTypeSize(src_dtype), src_dtype, m, buf);
+    for (int64_t i = 0; i < m; ++i) o[i0 + i] = dst_dtype == DType::kBF16 ? F32ToBf16(buf[i]) : F32ToF16(buf[i]);
+  }
+}
+
+absl::Status CheckSlice(const SliceRequest& r, const std::string& where) {
+  const auto bad = [&] { return absl::InternalError(absl::StrCat(where, ": bad slice request")); };
+  if (r.shape.empty() || r.shape.size() > 2) return bad();
+  const int64_t full_rows = r.shape.size() == 1 ? 1 : r.shape[0];
+  const int64_t full_cols = r.shape.size() == 1 ? r.shape[0] : r.shape[1];
+  if (r.row0 < 0 || r.col0 < 0 || r.rows < 0 || r.cols < 0 || r.row0 + r.rows > full_rows ||
+      r.col0 + r.cols > full_cols) {
+    return bad();
+  }
+  return absl::OkStatus();
+}
 
 absl::Status UnreadTensorsStatus(const std::string& where, const std::vector<std::string>& unread) {
   if (unread.empty()) return absl::OkStatus();

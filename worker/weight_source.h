@@ -43,6 +43,11 @@ class WeightSource {
   virtual absl::Status CheckAllUsed() const = 0;
 };
 
+// Copies n elements of `src` (dtype src_dtype) to `dst` as dst_dtype.
+void ConvertRow(const uint8_t* src, DType src_dtype, int64_t n, DType dst_dtype, void* dst);
+// An InternalError naming `where` unless the slice lies inside r.shape (1-D or 2-D).
+absl::Status CheckSlice(const SliceRequest& r, const std::string& where);
+
 // Opens DIR's safetensors and finds the language model's weight prefix ("model.",
 // "model.language_model.", "language_model.model."). CheckAllUsed skips only other
 // towers of multimodal checkpoints (IsIgnorableCheckpointTensor); any other tensor no
