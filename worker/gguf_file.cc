@@ -239,10 +239,7 @@ absl::Status GgufFile::Parse() {
     alignment_ = a->get<size_t>();
   }
 
-  struct Pending {
-    uint64_t offset;
-  };
-  std::vector<Pending> offsets;
+  std::vector<uint64_t> offsets;  // into the data section, until its start is known
   tensors_.reserve(n_tensors);
   for (uint64_t i = 0; i < n_tensors; ++i) {
     GgufTensor t;
@@ -279,12 +276,12 @@ absl::Status GgufFile::Parse() {
       return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor \"", t.name, "\" appears twice"));
     }
     tensors_.push_back(std::move(t));
-    offsets.push_back({offset});
+    offsets.push_back(offset);
   }
   const size_t data_start = (r.offset() + alignment_ - 1) / alignment_ * alignment_;
   for (size_t i = 0; i < tensors_.size(); ++i) {
     GgufTensor& t = tensors_[i];
-    const uint64_t off = offsets[i].offset;
+    const uint64_t off = offsets[i];
     if (off % alignment_ != 0 || data_start > map_bytes_ || off > map_bytes_ - data_start ||
         t.nbytes > map_bytes_ - data_start - off) {
       return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor \"", t.name, "\" (", t.nbytes,

@@ -221,13 +221,11 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufFile& f) {
   c["intermediate_size"] = ffn;
   c["num_attention_heads"] = heads;
   c["num_key_value_heads"] = heads;
+  // A per-layer array of KV head counts is not a number: CopyNumber refuses it by name.
   TP_RETURN_IF_ERROR(CopyNumber(f, Key(arch, "attention.head_count_kv"), "num_key_value_heads", c));
   TP_RETURN_IF_ERROR(CopyNumber(f, Key(arch, "context_length"), "max_position_embeddings", c));
   TP_RETURN_IF_ERROR(CopyNumber(f, Key(arch, "attention.layer_norm_rms_epsilon"), "rms_norm_eps", c));
   TP_RETURN_IF_ERROR(CopyNumber(f, Key(arch, "rope.freq_base"), "rope_theta", c));
-  if (f.Find(Key(arch, "attention.head_count_kv")) != nullptr && f.Find(Key(arch, "attention.head_count_kv"))->is_array()) {
-    return absl::InvalidArgumentError(absl::StrCat(f.path(), ": per-layer head_count_kv is not supported"));
-  }
 
   const GgufTensor* embed = f.FindTensor("token_embd.weight");
   if (embed == nullptr || embed->ne.size() != 2) {
@@ -253,9 +251,7 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufFile& f) {
   // Weights are dequantized to this dtype unless --dtype says otherwise: the file's own
   // float type, bfloat16 for quantized files (half of float32's memory; the quantization
   // error is far larger than bfloat16's).
-  const int64_t file_type = f.Find("general.file_type") != nullptr && f.Find("general.file_type")->is_number_integer()
-                                ? f.Find("general.file_type")->get<int64_t>()
-                                : -1;
+  const int64_t file_type = f.GetInt("general.file_type").value_or(-1);
   c["dtype"] = file_type == 0 ? "float32" : file_type == 1 ? "float16" : "bfloat16";
 
   if (const json* type = f.Find(Key(arch, "rope.scaling.type")); type != nullptr && type->is_string() &&
