@@ -13,12 +13,13 @@ LAUNCHER=$3
 source "$(dirname "$0")/harness.sh"
 TOK="$FIX/tokenizers/gemma/tokenizer.json"
 MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu)
-# --shutdown-timeout. Eight 4000-token streams, one at a time (--max-num-seqs 1), are 32000
-# decode steps: longer than the 6 s drain below 5,300 steps/s (the tiny model ran about
+# --shutdown-timeout. Twenty-four 4000-token streams, one at a time (--max-num-seqs 1), are
+# 96000 decode steps: longer than the 15 s drain below 6,400 steps/s (the tiny model ran about
 # 2,400 a second at 2 ranks on the 2-core CI machine, 2026-12-01), so the drain runs to its
-# end; 6 s also leaves a loaded machine time to probe the drain with a new request.
-DRAIN_S=6
-STREAMS=8
+# end. The drain is long because the test must see it and send a new request inside it: CI
+# runs two tests at once on two cores, and a 6 s drain once ended before the probe got CPU.
+DRAIN_S=15
+STREAMS=24
 # The launcher runs in a process group of its own (job control, below); it starts mpirun in
 # a session of its own (setsid), which the ranks stay in. Cleanup ends that group and the
 # mpirun sessions (harness.sh SESSIONS), nothing else.
@@ -94,7 +95,11 @@ drain_case() {
 
   local t0=$SECONDS
   if [ "$target" = group ]; then kill -"$sig" -- -"$LPID"; else kill -"$sig" "$LPID"; fi
-  poll 30 draining || bad "$name: rank 0 did not start draining: $(cat "$log")"
+  if poll 30 draining; then
+    echo "  $name: /health said draining $((SECONDS - t0)) s after the signal"
+  else
+    bad "$name: rank 0 did not start draining within 30 s of the signal: $(cat "$log")"
+  fi
   if running "${curl_pids[@]}"; then
     local code
     code=$(curl -s -m 30 -o "$WORK/$tag.refused" -w '%{http_code} (curl exit %{exitcode}: %{errormsg})' \
@@ -103,7 +108,7 @@ drain_case() {
       && ok "$name: a new request during the drain gets 503 \"the server is shutting down\"" \
       || bad "$name: a request during the drain got $code $(cat "$WORK/$tag.refused" 2>/dev/null); log: $(tail -5 "$log")"
   else
-    bad "$name: the streams ended before the drain could be probed: $(tail -c 300 "$stream".1)"
+    bad "$name: the streams ended before the drain could be probed ($((SECONDS - t0)) s after the signal): $(tail -c 300 "$stream".1)"
   fi
 
   # A hang guard, not a speed check: the drain ends at --shutdown-timeout, and the launcher's
@@ -127,7 +132,7 @@ drain_case() {
   done
   [ $ended -eq $STREAMS ] && ok "$name: all $STREAMS streams (running and queued) end with a reason and [DONE]" \
     || bad "$name: only $ended/$STREAMS streams ended with a reason"
-  # 32000 tokens one stream at a time outlast the drain: --shutdown-timeout must cut some.
+  # 96000 tokens one stream at a time outlast the drain: --shutdown-timeout must cut some.
   [ $cut -ge 1 ] && ok "$name: --shutdown-timeout cut $cut of $STREAMS streams" \
     || bad "$name: no stream was cut by --shutdown-timeout"
   grep -q "SIGUSR1: draining" "$log" && grep -q "drained; shutting down" "$log" \
