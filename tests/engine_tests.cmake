@@ -74,3 +74,6 @@ if(MPI_CXX_FOUND AND TPSERVE_HAVE_SERVING)
            $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES} ${PROJECT_SOURCE_DIR} $<TARGET_FILE:tokenizer_gguf_test>)
   set_tests_properties(real_model_test PROPERTIES TIMEOUT 900 LABELS mpi RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
 endif()
+# Speculative decoding: config, n-gram proposer, the verification rule's distribution, and
+# greedy/seeded exactness with drafts on fixture models at TP 1 and 2.
+tp_add_test(speculative_test SOURCES speculative_test.cc LIBS tpserve_engine_core GTest::gmock)

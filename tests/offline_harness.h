@@ -5,11 +5,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "coordinator/engine/offline.h"
+#include "coordinator/engine/speculative.h"
 #include "gtest/gtest.h"
 #include "tests/tp_harness.h"
 #include "worker/backend.h"
@@ -24,6 +27,9 @@ struct OfflineOptions {
   bool enable_prefix_caching = true;
   // Fewer KV blocks per group than the model has (0: all): forces preemption.
   int64_t kv_blocks = 0;
+  // Speculative decoding: drafts of up to this many tokens from `proposer` (made per run).
+  int32_t num_speculative_tokens = 0;
+  std::function<std::unique_ptr<DraftProposer>()> proposer;
 };
 
 // Loads `fixture` on `tp` thread-ranks and runs `body(model, exec)` on rank 0.
@@ -61,8 +67,9 @@ inline absl::StatusOr<OfflineResult> GreedyGenerate(Model& model, StepExecutor& 
   if (o.kv_blocks > 0) {
     for (int64_t& n : sc.num_kv_blocks) n = std::min(n, o.kv_blocks);
   }
+  sc.num_speculative_tokens = o.num_speculative_tokens;
   TP_RETURN_IF_ERROR(sc.Validate());
-  EngineCore core(exec, sc);
+  EngineCore core(exec, sc, std::nullopt, o.proposer ? o.proposer() : nullptr);
   SamplingParams p;
   p.temperature = 0;
   p.max_tokens = max_tokens;

@@ -1,7 +1,10 @@
 // Randomized scheduler test: random arrivals, prompt lengths, finishes and cancels over
 // a tiny KV pool, thousands of steps per fixed seed, checking after every step the limits,
 // block accounting (ref counts = block table entries), StepPlan::Validate, and a simulated
-// KV cache: every key a query reads holds what that sequence wrote there. Pure CPU, seconds.
+// KV cache: every key a query reads holds what that sequence wrote there. With
+// speculative decoding, random drafts (right, wrong at a random position, too long) are
+// verified each step and the outputs must be exactly the deterministic model's tokens.
+// Pure CPU, seconds.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -44,6 +47,7 @@ struct RandomCase {
   int32_t block_size;
   bool caching;
   uint32_t seed;
+  int32_t spec_k = 0;  // num_speculative_tokens; 0: no drafts
 };
 
 // Rolling hash of tokens[0..j]: what position j's k/v depend on.
@@ -80,13 +84,18 @@ int32_t RandomModelToken(const std::vector<int32_t>& tokens) {
     }
   }
   std::vector<std::vector<uint64_t>> hashes;
-  for (const ScheduledSequence& x : d.scheduled) hashes.push_back(PrefixHashes(x.seq->token_ids()));
+  std::vector<std::vector<int32_t>> tokens;  // each row's tokens and its drafts in this step
+  for (const ScheduledSequence& x : d.scheduled) {
+    tokens.push_back(x.seq->token_ids());
+    tokens.back().insert(tokens.back().end(), x.seq->draft_ids().begin(), x.seq->draft_ids().begin() + x.num_draft);
+    hashes.push_back(PrefixHashes(tokens.back()));
+  }
   std::set<std::pair<int32_t, int32_t>> written;
   // Every rank writes the whole step's k/v before attention reads it.
   for (size_t i = 0; i < plan.token_ids.size(); ++i) {
     const int32_t row = plan.token_seq[i], pos = plan.positions[i];
     const Sequence* seq = d.scheduled[row].seq;
-    if (plan.token_ids[i] != seq->token_ids()[pos]) return ::testing::AssertionFailure() << "wrong token";
+    if (plan.token_ids[i] != tokens[row][pos]) return ::testing::AssertionFailure() << "wrong token";
     for (int32_t g = 0; g < bm.num_groups(); ++g) {
       const int32_t slot = plan.kv[g].slot_mapping[i];
       const int32_t block = slot / bs;
@@ -157,6 +166,7 @@ void RunRandom(const RandomCase& rc) {
   c.enable_prefix_caching = rc.caching;
   c.num_kv_blocks = rc.num_blocks;
   c.kv_group_windows = rc.windows;
+  c.num_speculative_tokens = rc.spec_k;
   Scheduler s(c);
   PersistentBatch batch(static_cast<int32_t>(c.num_kv_blocks.size()), c.block_size);
   SCOPED_TRACE(absl::StrCat("seed ", rc.seed, " budget ", c.max_num_batched_tokens, " max_num_seqs ",
@@ -177,6 +187,7 @@ void RunRandom(const RandomCase& rc) {
   int next_id = 0;
   constexpr int kArrivalSteps = 2500;
   int step = 0;
+  int64_t accepted = 0, rejected = 0;  // draft tokens
   for (; step < 60000 && (step < kArrivalSteps || s.has_unfinished()); ++step) {
     if (step < kArrivalSteps && chance(0.3)) {
       std::vector<int32_t> prompt = prefixes[uniform(0, 3)];
@@ -207,7 +218,10 @@ void RunRandom(const RandomCase& rc) {
       ASSERT_TRUE(x.seq->is_running());
       ASSERT_GT(x.num_tokens, 0);
       ASSERT_EQ(x.start, x.seq->num_computed_tokens());
-      ASSERT_LE(x.start + x.num_tokens, x.seq->num_tokens());
+      ASSERT_LE(x.num_draft, std::min<int32_t>(rc.spec_k, x.seq->draft_ids().size()));
+      ASSERT_TRUE(x.num_draft == 0 || x.sample);
+      ASSERT_LE(x.start + x.num_tokens - x.num_draft, x.seq->num_tokens());
+      ASSERT_LE(x.seq->num_output_tokens() + x.num_draft, x.seq->max_tokens() - 1);
       total += x.num_tokens;
     }
     ASSERT_EQ(total, d.num_batched_tokens);
@@ -230,14 +244,40 @@ void RunRandom(const RandomCase& rc) {
     }
     std::vector<int32_t> sampled;
     for (const ScheduledSequence& x : d.scheduled) {
-      if (x.sample) sampled.push_back(RandomModelToken(x.seq->token_ids()));
+      if (!x.sample) continue;
+      std::vector<int32_t> t = x.seq->token_ids();
+      for (int32_t i = 0; i <= x.num_draft; ++i) {  // the model's token after each draft prefix
+        sampled.push_back(RandomModelToken(t));
+        if (i < x.num_draft) t.push_back(x.seq->draft_ids()[i]);
+      }
     }
     for (const SequenceOutput& o : s.Update(d, sampled)) {
       Expect& e = reqs[o.seq->request_id()];
       ASSERT_EQ(e.reason, FinishReason::kNone) << o.seq->request_id() << " output after finishing";
-      ASSERT_EQ(o.token_id, RandomModelToken(e.tokens)) << o.seq->request_id();
-      e.tokens.push_back(o.token_id);
+      ASSERT_FALSE(o.token_ids.empty());
+      ASSERT_LE(o.token_ids.size(), static_cast<size_t>(o.num_accepted + 1));
+      for (size_t i = 0; i < o.token_ids.size(); ++i) {
+        ASSERT_EQ(e.reason, FinishReason::kNone) << o.seq->request_id() << " a token after its stop";
+        ASSERT_EQ(o.token_ids[i], RandomModelToken(e.tokens)) << o.seq->request_id();
+        e.tokens.push_back(o.token_ids[i]);
+        if (o.token_ids[i] == 0) e.reason = FinishReason::kStop;
+      }
+      ASSERT_EQ(o.finish_reason == FinishReason::kStop, e.reason == FinishReason::kStop) << o.seq->request_id();
       e.reason = o.finish_reason;
+      accepted += o.num_accepted;
+      rejected += o.num_draft - o.num_accepted;
+      // Drafts for the next step, as a proposer would: the model's true continuation,
+      // sometimes wrong at one position, sometimes longer than K.
+      if (rc.spec_k > 0 && !o.seq->is_finished() && chance(0.8)) {
+        std::vector<int32_t> t = e.tokens, draft;
+        const int n = uniform(1, rc.spec_k + 2);
+        for (int i = 0; i < n; ++i) {
+          draft.push_back(RandomModelToken(t));
+          t.push_back(draft.back());
+        }
+        if (chance(0.4)) draft[uniform(0, n - 1)] = uniform(1, 30);
+        s.SetDrafts(*o.seq, draft);
+      }
     }
     ASSERT_TRUE(CheckBlockAccounting(s)) << "step " << step;
     live.erase(std::remove_if(live.begin(), live.end(),
@@ -268,6 +308,12 @@ void RunRandom(const RandomCase& rc) {
   EXPECT_GT(finished_by[static_cast<int>(FinishReason::kStop)], 0);
   EXPECT_GT(finished_by[static_cast<int>(FinishReason::kCancelled)], 0);
   const SchedulerStats st = s.stats();
+  if (rc.spec_k > 0) {
+    EXPECT_GT(accepted, 0);
+    EXPECT_GT(rejected, 0);
+    EXPECT_EQ(st.spec.num_accepted_tokens, accepted);
+    EXPECT_EQ(st.spec.num_draft_tokens, accepted + rejected);
+  }
   std::printf("seed %u groups %zu caching %d: %zu requests, %d steps, %lld preemptions, hit rate %.2f, "
               "finished length/stop/cancelled/error %d/%d/%d/%d\n",
               rc.seed, rc.windows.size(), rc.caching, reqs.size(), step, static_cast<long long>(st.num_preemptions),
@@ -279,6 +325,20 @@ TEST(SchedulerRandomTest, InvariantsHoldAfterEveryStep) {
       {{24}, {0}, 4, true, 1},          {{24}, {0}, 4, false, 2},        {{30}, {0}, 4, true, 3},
       {{24, 3}, {0, 8}, 4, true, 4},    {{26, 5}, {0, 8}, 4, false, 5},  {{24, 4}, {0, 8}, 4, true, 6},
       {{12, 4}, {0, 5}, 8, true, 7},    {{40, 14}, {0, 8}, 4, true, 10},    {{9, 3}, {0, 16}, 16, true, 8},  {{4}, {12}, 4, true, 9},
+  };
+  for (const RandomCase& rc : cases) {
+    RunRandom(rc);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Speculative decoding: drafts take lookahead slots, rejected ones leave KV behind that
+// must never be read, and the outputs stay the model's tokens exactly.
+TEST(SchedulerRandomTest, InvariantsHoldWithDraftsVerifiedEachStep) {
+  const RandomCase cases[] = {
+      {{24}, {0}, 4, true, 11, 1},       {{24}, {0}, 4, false, 12, 3},     {{30}, {0}, 4, true, 13, 5},
+      {{24, 3}, {0, 8}, 4, true, 14, 2}, {{26, 5}, {0, 8}, 4, false, 15, 4}, {{12, 4}, {0, 5}, 8, true, 16, 3},
+      {{9, 3}, {0, 16}, 16, true, 17, 4}, {{4}, {12}, 4, true, 18, 2},
   };
   for (const RandomCase& rc : cases) {
     RunRandom(rc);

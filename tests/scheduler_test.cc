@@ -107,7 +107,7 @@ struct Finished {
 void Record(const StepResult& r, std::map<std::string, Finished>& out) {
   for (const auto& rej : r.decision.rejected) out[rej.request_id].reason = FinishReason::kError;
   for (const SequenceOutput& o : r.outputs) {
-    out[o.seq->request_id()].tokens.push_back(o.token_id);
+    for (int32_t t : o.token_ids) out[o.seq->request_id()].tokens.push_back(t);
     out[o.seq->request_id()].reason = o.finish_reason;
   }
 }
@@ -277,7 +277,7 @@ TEST_P(PreemptionTest, TinyPoolPreemptsTheNewestAndEveryRequestStillFinishes) {
       EXPECT_EQ(s.Find(p)->status(), SequenceStatus::kPreempted);
     }
     for (const SequenceOutput& o : r.outputs) {
-      out[o.seq->request_id()].tokens.push_back(o.token_id);
+      for (int32_t t : o.token_ids) out[o.seq->request_id()].tokens.push_back(t);
       out[o.seq->request_id()].reason = o.finish_reason;
     }
   }

@@ -72,6 +72,9 @@ absl::Status PersistentBatch::ApplyInto(const StepDelta& d, StepPlan& plan) {
 
   const size_t rows = d.slots.size();
   if (d.starts.size() != rows || d.num_tokens.size() != rows) return Bad("per-row arrays differ in length");
+  if (!d.sampled_counts.empty() && d.sampled_counts.size() != d.sampled_rows.size()) {
+    return Bad(d.sampled_counts.size(), " sample counts for ", d.sampled_rows.size(), " sampled rows");
+  }
   plan.kind = StepPlan::Kind::kForward;
   plan.num_seqs = static_cast<int32_t>(rows);
   plan.kv.resize(num_groups_);
@@ -115,7 +118,12 @@ absl::Status PersistentBatch::ApplyInto(const StepDelta& d, StepPlan& plan) {
       }
     }
     if (sampled < d.sampled_rows.size() && d.sampled_rows[sampled] == static_cast<int32_t>(r)) {
-      plan.logit_rows.push_back(static_cast<int32_t>(plan.positions.size()) - 1);
+      const int32_t count = d.sampled_counts.empty() ? 1 : d.sampled_counts[sampled];
+      if (count < 1 || count > d.num_tokens[r]) {
+        return Bad("row ", r, " samples ", count, " of its ", d.num_tokens[r], " tokens");
+      }
+      const int32_t end = static_cast<int32_t>(plan.positions.size());
+      for (int32_t t = end - count; t < end; ++t) plan.logit_rows.push_back(t);
       ++sampled;
     }
   }

@@ -80,13 +80,20 @@ int32_t StepMessageKind(const std::vector<uint8_t>& bytes) {
   return kind;
 }
 
+int64_t StepDelta::num_logit_rows() const {
+  if (sampled_counts.empty()) return static_cast<int64_t>(sampled_rows.size());
+  int64_t n = 0;
+  for (int32_t c : sampled_counts) n += c;
+  return n;
+}
+
 std::vector<uint8_t> StepDelta::Serialize() const {
   std::vector<int32_t> w;
   w.reserve(16 + table_edits.size() + slots.size() * 3 + token_ids.size() + sampling.size() * 12 +
             penalty_tokens.size() * 2);
   w.push_back(static_cast<int32_t>(StepPlan::Kind::kDelta));
   for (const auto* v : {&removed_slots, &added_slots, &table_edits, &slots, &starts, &num_tokens, &token_ids,
-                        &sampled_rows}) {
+                        &sampled_rows, &sampled_counts}) {
     PutVec(w, *v);
   }
   PutSampling(w, sampling, penalty_offsets, penalty_tokens, penalty_counts, return_logits);
@@ -104,7 +111,7 @@ absl::StatusOr<StepDelta> StepDelta::Deserialize(const std::vector<uint8_t>& byt
   StepDelta d;
   bool ok = true;
   for (auto* v : {&d.removed_slots, &d.added_slots, &d.table_edits, &d.slots, &d.starts, &d.num_tokens, &d.token_ids,
-                  &d.sampled_rows}) {
+                  &d.sampled_rows, &d.sampled_counts}) {
     ok = ok && GetVec(p, end, *v);
   }
   if (!ok || !GetSampling(p, end, d.sampling, d.penalty_offsets, d.penalty_tokens, d.penalty_counts,

@@ -71,13 +71,18 @@ struct StepDelta {
   // of the sequence in `slot`, whose ids follow row after row in token_ids.
   std::vector<int32_t> slots, starts, num_tokens;
   std::vector<int32_t> token_ids;
-  std::vector<int32_t> sampled_rows;  // ascending: rows whose last token is sampled
-  // As StepPlan's, one per sampled row.
+  std::vector<int32_t> sampled_rows;  // ascending: rows whose last tokens are sampled
+  // Per sampled row, how many of its last tokens get a logit row (speculative decoding
+  // verifies a row's K draft tokens and samples after each: K + 1). Empty: 1 each.
+  std::vector<int32_t> sampled_counts;
+  // As StepPlan's, one per logit row (a sampled row's count of them, in token order).
   std::vector<RowSampling> sampling;
   std::vector<int32_t> penalty_offsets, penalty_tokens, penalty_counts;
   bool return_logits = false;
 
   int64_t num_tokens_total() const { return static_cast<int64_t>(token_ids.size()); }
+  // Logit rows the step returns: the sum of sampled_counts (or one per sampled row).
+  int64_t num_logit_rows() const;
   std::vector<uint8_t> Serialize() const;
   // Checks the message's own shape; PersistentBatch::Apply checks it against the batch.
   static absl::StatusOr<StepDelta> Deserialize(const std::vector<uint8_t>& bytes);

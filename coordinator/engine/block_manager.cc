@@ -278,6 +278,25 @@ int32_t BlockManager::Allocate(Sequence& seq, int32_t max_new_tokens) {
   return static_cast<int32_t>(n);
 }
 
+int32_t BlockManager::AllocateLookahead(Sequence& seq, int32_t num_tokens, int64_t keep_free) {
+  KvState& kv = seq.kv();
+  const int32_t bs = config_.block_size;
+  TP_CHECK(!kv.block_tables.empty() && static_cast<int64_t>(kv.block_tables[0].size()) * bs >= seq.num_tokens());
+  int64_t n = num_tokens;
+  for (int32_t g = 0; g < num_groups(); ++g) {
+    const int64_t held = static_cast<int64_t>(kv.block_tables[g].size());
+    const int64_t avail = std::max<int64_t>(0, pools_[g].num_free() - keep_free);
+    n = std::min<int64_t>(n, (held + avail) * bs - seq.num_tokens());
+  }
+  if (n <= 0) return 0;
+  const size_t num_blocks = (seq.num_tokens() + n + bs - 1) / bs;
+  for (int32_t g = 0; g < num_groups(); ++g) {
+    std::vector<int32_t>& table = kv.block_tables[g];
+    while (table.size() < num_blocks) table.push_back(pools_[g].Allocate());
+  }
+  return static_cast<int32_t>(n);
+}
+
 void BlockManager::CommitComputed(Sequence& seq, int32_t num_tokens) {
   KvState& kv = seq.kv();
   const int32_t bs = config_.block_size;

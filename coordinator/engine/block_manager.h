@@ -115,6 +115,12 @@ class BlockManager {
   // every group (its num_computed_tokens() jumps there). Returns how many tokens got
   // slots; 0 means nothing changed.
   int32_t Allocate(Sequence& seq, int32_t max_new_tokens);
+  // Speculative decoding: `seq` holds the slot of its newest token (Allocate) and gets
+  // slots for up to `num_tokens` positions after it, as far as free blocks allow while
+  // every group keeps `keep_free` blocks free (a guess must not preempt anyone); returns
+  // how many. Blocks it takes stay with the sequence (tables only grow at the end) and
+  // hold its next tokens; only computed tokens are ever offered to the prefix cache.
+  int32_t AllocateLookahead(Sequence& seq, int32_t num_tokens, int64_t keep_free);
   // The step ran: `num_tokens` more tokens of `seq` have k/v in the cache. Offers newly
   // full blocks to the prefix cache and frees sliding-window blocks no query will read.
   void CommitComputed(Sequence& seq, int32_t num_tokens);

@@ -32,9 +32,16 @@ SchedulerConfig SchedulerConfigFor(const Model& model, int32_t max_num_seqs, int
   return c;
 }
 
-EngineCore::EngineCore(StepExecutor& executor, SchedulerConfig config, std::optional<uint64_t> seed)
-    : executor_(executor), scheduler_(std::move(config)) {
+SchedulerConfig WithSpeculation(SchedulerConfig config, const SpeculativeConfig& speculative) {
+  config.num_speculative_tokens = speculative.enabled() ? speculative.num_speculative_tokens : 0;
+  return config;
+}
+
+EngineCore::EngineCore(StepExecutor& executor, SchedulerConfig config, std::optional<uint64_t> seed,
+                       std::unique_ptr<DraftProposer> proposer)
+    : executor_(executor), scheduler_(std::move(config)), proposer_(std::move(proposer)) {
   if (seed.has_value()) seeds_.emplace(*seed);
+  TP_CHECK(proposer_ == nullptr || scheduler_.config().num_speculative_tokens > 0);
 }
 
 absl::Status EngineCore::Validate(absl::Span<const int32_t> prompt_ids, const SamplingParams& params) const {
@@ -137,9 +144,9 @@ EngineStep EngineCore::Step() {
   step.allreduce_ms = times.allreduce_us / 1000.0;
   if (!out.ok()) {
     FailAll(out.status(), step);
-  } else if (out->token_ids.size() != scheduled.plan.sampled_rows.size()) {
+  } else if (static_cast<int64_t>(out->token_ids.size()) != scheduled.plan.num_logit_rows()) {
     FailAll(absl::InternalError(absl::StrCat("the step returned ", out->token_ids.size(), " token ids for ",
-                                             scheduled.plan.sampled_rows.size(), " sampled rows")),
+                                             scheduled.plan.num_logit_rows(), " logit rows")),
             step);
   } else {
     // Update.
@@ -166,32 +173,45 @@ void EngineCore::Update(const SchedulerOutput& scheduled, const StepOutput& out,
       o.num_prompt_tokens = seq.num_prompt_tokens();
       o.num_output_tokens = seq.num_output_tokens();
     }
-    o.token_ids = {so.token_id};
+    o.token_ids = so.token_ids;
+    step.num_draft_tokens += so.num_draft;
+    step.num_accepted_tokens += so.num_accepted;
     // A token whose logprobs cannot be given ends its request with an error (the
     // sequence may still be running: it is aborted).
     auto fail = [&](const std::string& message) {
       if (!seq.is_finished()) (void)scheduler_.Abort(seq.request_id(), FinishReason::kError, message);
       o = FinalOutput(seq, FinishReason::kError, message, now);
     };
-    const int32_t r = so.logit_row;
     const bool wants_logits = p.logprobs.has_value() || p.return_logits;
-    if (wants_logits && out.logits.size() < static_cast<size_t>(r + 1) * V) {
+    const int32_t last_row = so.logit_row + static_cast<int32_t>(so.token_ids.size()) - 1;
+    if (wants_logits && out.logits.size() < static_cast<size_t>(last_row + 1) * V) {
       fail("the step returned no logits for a request that asked for logprobs");
-    } else if (p.logprobs.has_value()) {
-      const auto row = absl::MakeConstSpan(out.logits).subspan(static_cast<size_t>(r) * V, V);
-      const int32_t e0 = plan.penalty_offsets[r], n = plan.penalty_offsets[r + 1] - e0;
-      absl::StatusOr<TokenLogprob> lp =
-          ComputeLogprobs(row, plan.sampling[r], absl::MakeConstSpan(plan.penalty_tokens).subspan(e0, n),
-                          absl::MakeConstSpan(plan.penalty_counts).subspan(e0, n), so.token_id, *p.logprobs);
-      if (lp.ok()) {
+    }
+    for (size_t i = 0; i < so.token_ids.size() && o.finish != FinishReason::kError; ++i) {
+      const int32_t r = so.logit_row + static_cast<int32_t>(i);
+      if (p.logprobs.has_value()) {
+        const auto row = absl::MakeConstSpan(out.logits).subspan(static_cast<size_t>(r) * V, V);
+        const int32_t e0 = plan.penalty_offsets[r], n = plan.penalty_offsets[r + 1] - e0;
+        absl::StatusOr<TokenLogprob> lp = ComputeLogprobs(
+            row, plan.sampling[r], absl::MakeConstSpan(plan.penalty_tokens).subspan(e0, n),
+            absl::MakeConstSpan(plan.penalty_counts).subspan(e0, n), so.token_ids[i], *p.logprobs);
+        if (!lp.ok()) {
+          fail(absl::StrCat("sampling failed: ", lp.status().message()));
+          break;
+        }
         o.logprobs.push_back(std::move(*lp));
-      } else {
-        fail(absl::StrCat("sampling failed: ", lp.status().message()));
+      }
+      if (p.return_logits) {
+        o.logits.emplace_back(out.logits.begin() + static_cast<size_t>(r) * V,
+                              out.logits.begin() + static_cast<size_t>(r + 1) * V);
       }
     }
-    if (p.return_logits && o.finish != FinishReason::kError) {
-      o.logits.emplace_back(out.logits.begin() + static_cast<size_t>(r) * V,
-                            out.logits.begin() + static_cast<size_t>(r + 1) * V);
+    if (o.finish == FinishReason::kError) o.logits.clear();
+    // Propose the next step's drafts (a decoding sequence's, on this thread: prompt lookup
+    // is a scan of its tokens).
+    if (proposer_ != nullptr && !seq.is_finished()) {
+      const int32_t k = scheduler_.config().num_speculative_tokens;
+      scheduler_.SetDrafts(seq, proposer_->Propose(seq.token_ids(), k));
     }
     step.outputs.push_back(std::move(o));
   }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -18,6 +19,7 @@
 #include "coordinator/engine/request.h"
 #include "coordinator/engine/sampling_params.h"
 #include "coordinator/engine/scheduler.h"
+#include "coordinator/engine/speculative.h"
 #include "worker/step_executor.h"
 
 namespace tpserve {
@@ -46,6 +48,9 @@ struct StepSummary {
   double forward_ms = 0;
   double allreduce_ms = 0;
   double coordinator_ms = 0;
+  // Speculative decoding: draft tokens verified, and of those accepted.
+  int32_t num_draft_tokens = 0;
+  int32_t num_accepted_tokens = 0;
 };
 
 // What one Step() did.
@@ -60,12 +65,19 @@ struct EngineStep : StepSummary {
 SchedulerConfig SchedulerConfigFor(const Model& model, int32_t max_num_seqs, int32_t max_num_batched_tokens,
                                    int64_t max_model_len = 0);
 
+// `config` with speculative decoding's draft limit set from `speculative`.
+SchedulerConfig WithSpeculation(SchedulerConfig config, const SpeculativeConfig& speculative);
+
 class EngineCore {
  public:
   // `config` must be valid (SchedulerConfig::Validate); `executor` runs plans on every
   // rank. `seed` (vLLM's --seed): requests without a seed get theirs from a generator
   // seeded with it, so a whole run repeats; unset: from the OS's entropy.
-  EngineCore(StepExecutor& executor, SchedulerConfig config, std::optional<uint64_t> seed = std::nullopt);
+  // `proposer` (needs config.num_speculative_tokens > 0): speculative decoding; after
+  // each step it guesses every decoding sequence's next tokens, which the next step
+  // verifies (coordinator/engine/speculative.h).
+  EngineCore(StepExecutor& executor, SchedulerConfig config, std::optional<uint64_t> seed = std::nullopt,
+             std::unique_ptr<DraftProposer> proposer = nullptr);
 
   // Thread-safe (reads only the config): INVALID_ARGUMENT naming the field for ids
   // outside the vocabulary, bad sampling parameters, or a prompt plus max_tokens longer
@@ -97,6 +109,7 @@ class EngineCore {
   StepExecutor& executor_;
   Scheduler scheduler_;
   std::optional<std::mt19937_64> seeds_;  // with a seed: the requests' seeds
+  std::unique_ptr<DraftProposer> proposer_;
 };
 
 }  // namespace tpserve

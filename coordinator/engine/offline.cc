@@ -21,7 +21,7 @@ absl::StatusOr<OfflineResult> GenerateOffline(EngineCore& core, const std::vecto
   for (size_t i = 0; i < prompts.size(); ++i) {
     TP_RETURN_IF_ERROR(core.AddRequest(absl::StrCat(i), prompts[i], params, now));
   }
-  const int64_t preemptions_before = core.scheduler().stats().num_preemptions;
+  const SchedulerStats before = core.scheduler().stats();
   size_t finished = 0;
   while (finished < prompts.size()) {
     EngineStep step = core.Step();
@@ -49,7 +49,15 @@ absl::StatusOr<OfflineResult> GenerateOffline(EngineCore& core, const std::vecto
       }
     }
   }
-  result.preemptions = core.scheduler().stats().num_preemptions - preemptions_before;
+  const SchedulerStats after = core.scheduler().stats();
+  result.preemptions = after.num_preemptions - before.num_preemptions;
+  result.spec = after.spec;
+  result.spec.num_drafts -= before.spec.num_drafts;
+  result.spec.num_draft_tokens -= before.spec.num_draft_tokens;
+  result.spec.num_accepted_tokens -= before.spec.num_accepted_tokens;
+  for (size_t i = 0; i < before.spec.accepted_per_pos.size(); ++i) {
+    result.spec.accepted_per_pos[i] -= before.spec.accepted_per_pos[i];
+  }
   return result;
 }
 

@@ -27,6 +27,7 @@ struct OfflineResult {
   std::vector<GenerationOutput> outputs;  // in prompt order
   std::vector<StepSummary> steps;  // every step that ran a forward
   int64_t preemptions = 0;  // sequences sent back to wait for KV (and recomputed)
+  SpecDecodeStats spec;     // speculative decoding during this call
 };
 
 // Runs `prompts` with `params` to completion on an idle core. A request that ends in an

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/engine/speculative.h"
 #include "kernels/base.h"
 
 namespace tpserve {
@@ -20,6 +21,7 @@ BlockManagerConfig BlockConfigOf(const SchedulerConfig& c) {
 absl::Status SchedulerConfig::Validate() const {
   if (max_num_seqs < 1) return absl::InvalidArgumentError("max_num_seqs must be at least 1");
   if (max_num_batched_tokens < 1) return absl::InvalidArgumentError("max_num_batched_tokens must be at least 1");
+  if (num_speculative_tokens < 0) return absl::InvalidArgumentError("num_speculative_tokens must not be negative");
   if (max_model_len < 2) return absl::InvalidArgumentError("max_model_len must be at least 2");
   if (vocab_size < 1) return absl::InvalidArgumentError("vocab_size must be at least 1");
   for (int32_t id : eos_token_ids) {
@@ -34,8 +36,9 @@ absl::Status SchedulerConfig::Validate() const {
 }
 
 int32_t SchedulerOutput::num_logit_rows() const {
-  return static_cast<int32_t>(
-      std::count_if(scheduled.begin(), scheduled.end(), [](const ScheduledSequence& s) { return s.sample; }));
+  int32_t n = 0;
+  for (const ScheduledSequence& s : scheduled) n += s.sample ? 1 + s.num_draft : 0;
+  return n;
 }
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerConfig config) {
@@ -115,9 +118,22 @@ void Scheduler::AddToRunning(Sequence* seq) {
 
 void Scheduler::AddScheduled(Sequence* seq, int32_t num_tokens, SchedulerOutput& decision, int32_t& budget) {
   const int32_t start = seq->num_computed_tokens();
-  decision.scheduled.push_back({seq, start, num_tokens, start + num_tokens == seq->num_tokens()});
-  decision.num_batched_tokens += num_tokens;
-  budget -= num_tokens;
+  const bool sample = start + num_tokens == seq->num_tokens();
+  const int32_t drafts = sample ? ScheduleDrafts(*seq, budget - num_tokens) : 0;
+  decision.scheduled.push_back({seq, start, num_tokens + drafts, sample, drafts});
+  decision.num_batched_tokens += num_tokens + drafts;
+  budget -= num_tokens + drafts;
+}
+
+int32_t Scheduler::ScheduleDrafts(Sequence& seq, int32_t budget) {
+  if (seq.draft_ids().empty() || config_.num_speculative_tokens == 0) return 0;
+  // Every accepted draft and the sample after them are output tokens: max_tokens bounds
+  // them, and with it the positions (prompt + max_tokens <= max_model_len).
+  const int32_t room = seq.max_tokens() - seq.num_output_tokens() - 1;
+  const int32_t k = std::min({static_cast<int32_t>(seq.draft_ids().size()), config_.num_speculative_tokens, budget,
+                              room});
+  // Each running sequence may need a fresh block for its own next token: keep one each.
+  return k > 0 ? block_manager_.AllocateLookahead(seq, k, static_cast<int64_t>(running_.size())) : 0;
 }
 
 bool Scheduler::BelowWatermark() const {
@@ -267,13 +283,28 @@ void Scheduler::BuildStepPlan(SchedulerOutput& decision) {
     plan.slots.push_back(seq.batch().slot);
     plan.starts.push_back(s.start);
     plan.num_tokens.push_back(s.num_tokens);
-    plan.token_ids.insert(plan.token_ids.end(), seq.token_ids().begin() + s.start,
-                          seq.token_ids().begin() + s.start + s.num_tokens);
-    if (s.sample) {
-      plan.sampled_rows.push_back(static_cast<int32_t>(row));
+    const auto own = seq.token_ids().begin() + s.start;
+    plan.token_ids.insert(plan.token_ids.end(), own, own + (s.num_tokens - s.num_draft));
+    plan.token_ids.insert(plan.token_ids.end(), seq.draft_ids().begin(), seq.draft_ids().begin() + s.num_draft);
+    if (!s.sample) continue;
+    plan.sampled_rows.push_back(static_cast<int32_t>(row));
+    plan.sampled_counts.push_back(1 + s.num_draft);
+    if (s.num_draft == 0) {
       row_sampling_.AddRow(seq.params(), seq.seed(), seq.prompt_token_ids(), seq.output_token_ids(), plan);
-      if (seq.params().logprobs.has_value() || seq.params().return_logits) plan.return_logits = true;
+    } else {
+      // The row after draft i samples output position num_output + i as if drafts 0..i-1
+      // had been accepted (penalties, min_tokens and the draw index all see them).
+      std::vector<int32_t> output(seq.output_token_ids().begin(), seq.output_token_ids().end());
+      for (int32_t i = 0; i <= s.num_draft; ++i) {
+        row_sampling_.AddRow(seq.params(), seq.seed(), seq.prompt_token_ids(), output, plan);
+        if (i < s.num_draft) output.push_back(seq.draft_ids()[i]);
+      }
     }
+    if (seq.params().logprobs.has_value() || seq.params().return_logits) plan.return_logits = true;
+  }
+  // One logit row per sampled row: the compact form.
+  if (std::all_of(plan.sampled_counts.begin(), plan.sampled_counts.end(), [](int32_t c) { return c == 1; })) {
+    plan.sampled_counts.clear();
   }
 }
 
@@ -299,17 +330,37 @@ std::vector<SequenceOutput> Scheduler::Update(const SchedulerOutput& output,
   std::vector<SequenceOutput> outputs;
   int32_t row = 0;
   for (const ScheduledSequence& s : output.scheduled) {
-    const int32_t this_row = s.sample ? row++ : -1;
+    const int32_t first_row = row;
+    row += s.sample ? 1 + s.num_draft : 0;
     Sequence* seq = s.seq;
     if (seq->is_finished()) continue;  // aborted after Schedule()
     TP_CHECK(seq->is_running() && seq->num_computed_tokens() == s.start);
-    block_manager_.CommitComputed(*seq, s.num_tokens);
-    if (!s.sample) continue;
-    const int32_t token = sampled_token_ids[this_row];
-    seq->AppendToken(token);
-    SequenceOutput o{seq, token};
-    o.logit_row = this_row;
-    o.finish_reason = TokenStop(*seq, token, &o.stop_token_id);
+    const int32_t own = s.num_tokens - s.num_draft;  // tokens of its own list, now computed
+    if (!s.sample) {
+      block_manager_.CommitComputed(*seq, own);
+      continue;
+    }
+    const absl::Span<const int32_t> sampled = sampled_token_ids.subspan(first_row, 1 + s.num_draft);
+    SequenceOutput o;
+    o.seq = seq;
+    o.logit_row = first_row;
+    o.num_draft = s.num_draft;
+    o.num_accepted = NumAcceptedDrafts(absl::MakeConstSpan(seq->draft_ids()).first(s.num_draft), sampled);
+    for (int32_t i = 0; i <= o.num_accepted && o.finish_reason == FinishReason::kNone; ++i) {
+      seq->AppendToken(sampled[i]);
+      o.token_ids.push_back(sampled[i]);
+      o.finish_reason = TokenStop(*seq, sampled[i], &o.stop_token_id);
+    }
+    // The KV of its own tokens and of the drafts kept (each kept token but the newest).
+    block_manager_.CommitComputed(*seq, own + static_cast<int32_t>(o.token_ids.size()) - 1);
+    seq->set_draft_ids({});
+    if (s.num_draft > 0) {
+      ++spec_.num_drafts;
+      spec_.num_draft_tokens += s.num_draft;
+      spec_.num_accepted_tokens += o.num_accepted;
+      if (static_cast<int32_t>(spec_.accepted_per_pos.size()) < s.num_draft) spec_.accepted_per_pos.resize(s.num_draft);
+      for (int32_t i = 0; i < o.num_accepted; ++i) ++spec_.accepted_per_pos[i];
+    }
     if (o.finish_reason != FinishReason::kNone) FinishSequence(seq, o.finish_reason);
     outputs.push_back(std::move(o));
   }
@@ -337,6 +388,7 @@ SchedulerStats Scheduler::stats() const {
   s.prefix_hit_tokens = block_manager_.prefix_hit_tokens();
   s.num_scheduled_tokens = num_scheduled_tokens_;
   s.num_steps = num_steps_;
+  s.spec = spec_;
   return s;
 }
 

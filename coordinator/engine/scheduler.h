@@ -42,16 +42,22 @@ struct SchedulerConfig {
   std::vector<int32_t> eos_token_ids;
   // Chunked prefill is always on: a prompt longer than the step's budget left runs over
   // several steps.
+  // Speculative decoding: a decoding sequence's draft tokens (Sequence::draft_ids) verified
+  // per step, at most. 0: drafts are ignored.
+  int32_t num_speculative_tokens = 0;
 
   absl::Status Validate() const;
 };
 
-// One sequence's part of a step: tokens [start, start + num_tokens) of its token list.
+// One sequence's part of a step: tokens [start, start + num_tokens - num_draft) of its
+// token list, then its first num_draft draft tokens (positions follow on).
 struct ScheduledSequence {
   Sequence* seq = nullptr;
   int32_t start = 0;
   int32_t num_tokens = 0;
-  bool sample = false;  // the chunk ends at its newest token: it gets a logit row
+  // The chunk ends at its newest token: it gets a logit row, and one after each draft.
+  bool sample = false;
+  int32_t num_draft = 0;
 };
 
 // What one Schedule() call decided, and the plan every rank runs. Valid until the next
@@ -72,16 +78,32 @@ struct SchedulerOutput {
   std::vector<Rejected> rejected;
 
   bool empty() const { return scheduled.empty(); }
-  int32_t num_logit_rows() const;
+  int32_t num_logit_rows() const;  // a sampled sequence's 1 + num_draft each
 };
 
 // What happened to one sequence in Update().
 struct SequenceOutput {
   Sequence* seq = nullptr;  // valid until the next Schedule()
-  int32_t token_id = -1;                     // the token sampled this step
+  // The tokens this step gave it: the sampled token, or with drafts the accepted ones and
+  // the sample after them (cut at the first that finishes the sequence).
+  std::vector<int32_t> token_ids;
   FinishReason finish_reason = FinishReason::kNone;  // kNone: still running
   int32_t stop_token_id = -1;  // with kStop: the stop_token_id (not EOS) that ended it
-  int32_t logit_row = -1;      // the step's logit row this token was sampled from
+  int32_t logit_row = -1;      // token_ids[i] was sampled from the step's logit row logit_row + i
+  int32_t num_draft = 0;       // draft tokens verified
+  int32_t num_accepted = 0;    // of those, accepted (the target sampled the same token)
+};
+
+// Speculative decoding's counters since start (vLLM's spec_decode_* metrics).
+struct SpecDecodeStats {
+  int64_t num_drafts = 0;         // sequence-steps that verified at least one draft token
+  int64_t num_draft_tokens = 0;
+  int64_t num_accepted_tokens = 0;
+  std::vector<int64_t> accepted_per_pos;  // [i]: drafts whose token i was accepted
+  // Mean tokens a verifying sequence-step produced: 1 + accepted per draft.
+  double mean_acceptance_length() const {
+    return num_drafts == 0 ? 0.0 : 1.0 + static_cast<double>(num_accepted_tokens) / num_drafts;
+  }
 };
 
 struct SchedulerStats {
@@ -95,6 +117,7 @@ struct SchedulerStats {
   int64_t prefix_hit_tokens = 0;
   int64_t num_scheduled_tokens = 0;  // since start
   int64_t num_steps = 0;
+  SpecDecodeStats spec;
   double prefix_cache_hit_rate() const {
     return prefix_query_tokens == 0 ? 0.0 : static_cast<double>(prefix_hit_tokens) / prefix_query_tokens;
   }
@@ -119,13 +142,20 @@ class Scheduler {
   absl::Status Abort(absl::string_view request_id, FinishReason reason = FinishReason::kCancelled,
                      std::string error_message = "");
 
+  // Speculative decoding: `seq`'s guesses at its next tokens, for its next step (a
+  // running sequence's; replaced each step, dropped on preemption).
+  void SetDrafts(Sequence& seq, std::vector<int32_t> draft_ids) { seq.set_draft_ids(std::move(draft_ids)); }
+
   // Chooses this step's sequences and token counts, allocating their KV slots, and
   // builds the plan.
   SchedulerOutput Schedule();
-  // The step ran. `sampled_token_ids[i]` is the token sampled from logit row i. Appends
-  // each token, then finishes the sequence with the first reason found: a stop_token_id
-  // or (unless ignore_eos) an EOS id after min_tokens (stop), max_tokens (length). Frees
-  // finished sequences' blocks at once.
+  // The step ran. `sampled_token_ids[i]` is the token sampled from logit row i. Keeps a
+  // sequence's draft tokens while each equals the token sampled at its position, then
+  // the first sample that differs (or the one after the last draft); appends them one by
+  // one and finishes the sequence at the first reason found: a stop_token_id or (unless
+  // ignore_eos) an EOS id after min_tokens (stop), max_tokens (length). Rejected drafts'
+  // KV slots are not counted as computed (their blocks stay with the sequence for its
+  // next tokens). Frees finished sequences' blocks at once.
   std::vector<SequenceOutput> Update(const SchedulerOutput& output, absl::Span<const int32_t> sampled_token_ids);
 
   bool has_unfinished() const { return !running_.empty() || !waiting_.empty() || !rejected_.empty(); }
@@ -153,6 +183,9 @@ class Scheduler {
   void FinishSequence(Sequence* seq, FinishReason reason, std::string error_message = "");
   void AddToRunning(Sequence* seq);
   void AddScheduled(Sequence* seq, int32_t num_tokens, SchedulerOutput& out, int32_t& budget);
+  // Draft tokens `seq` (decoding, its newest token scheduled) verifies this step: bounded
+  // by the config, the budget left, max_tokens and the free KV blocks (allocated here).
+  int32_t ScheduleDrafts(Sequence& seq, int32_t budget);
   FinishReason TokenStop(const Sequence& seq, int32_t token, int32_t* stop_token_id) const;
 
   SchedulerConfig config_;
@@ -172,6 +205,7 @@ class Scheduler {
   int64_t num_preemptions_ = 0;
   int64_t num_scheduled_tokens_ = 0;
   int64_t num_steps_ = 0;
+  SpecDecodeStats spec_;
 };
 
 }  // namespace tpserve

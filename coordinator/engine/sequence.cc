@@ -36,6 +36,7 @@ void Sequence::SetPreempted() {
   TP_CHECK(status_ == SequenceStatus::kRunning);
   TP_CHECK(kv_.block_tables.empty() && kv_.num_computed_tokens == 0);
   status_ = SequenceStatus::kPreempted;
+  draft_ids_.clear();  // it recomputes before it decodes again
 }
 
 void Sequence::Finish(FinishReason reason, std::string error_message) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -87,6 +88,11 @@ class Sequence {
   }
   void AppendToken(int32_t id) { token_ids_.push_back(id); }
 
+  // Speculative decoding: guesses at the tokens after the newest one, verified in the
+  // sequence's next decode step (then cleared). Never part of token_ids().
+  const std::vector<int32_t>& draft_ids() const { return draft_ids_; }
+  void set_draft_ids(std::vector<int32_t> ids) { draft_ids_ = std::move(ids); }
+
   SequenceStatus status() const { return status_; }
   bool is_finished() const { return status_ == SequenceStatus::kFinished; }
   bool is_running() const { return status_ == SequenceStatus::kRunning; }
@@ -112,6 +118,7 @@ class Sequence {
   uint64_t seed_;
   SequenceTimes times_;
   std::vector<int32_t> token_ids_;
+  std::vector<int32_t> draft_ids_;
   int32_t num_prompt_tokens_;
   SequenceStatus status_ = SequenceStatus::kWaiting;
   FinishReason finish_reason_ = FinishReason::kNone;

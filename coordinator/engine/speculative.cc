@@ -1,0 +1,126 @@
+// --speculative-config and the n-gram proposer. Tested by tests/speculative_test.cc.
+#include "coordinator/engine/speculative.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace tpserve {
+namespace {
+
+absl::Status Bad(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("--speculative-config: ", what));
+}
+
+// A whole number in [lo, hi] under `key`, or `fallback` when the key is absent or null.
+absl::StatusOr<int32_t> IntField(const nlohmann::json& j, const char* key, int32_t lo, int32_t hi,
+                                 int32_t fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number_integer()) return Bad(absl::StrCat("\"", key, "\" must be an integer, got ", it->dump()));
+  const int64_t v = it->get<int64_t>();
+  if (v < lo || v > hi) return Bad(absl::StrCat("\"", key, "\" must be in [", lo, ", ", hi, "], got ", v));
+  return static_cast<int32_t>(v);
+}
+
+}  // namespace
+
+std::string SpeculativeConfig::ToJson() const {
+  if (method == Method::kNone) return "";
+  nlohmann::ordered_json j;
+  j["method"] = "ngram";
+  j["num_speculative_tokens"] = num_speculative_tokens;
+  j["prompt_lookup_min"] = prompt_lookup_min;
+  j["prompt_lookup_max"] = prompt_lookup_max;
+  return j.dump();
+}
+
+absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(absl::string_view text) {
+  SpeculativeConfig c;
+  if (text.empty() || text == "null") return c;
+  nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Bad(absl::StrCat("expected a JSON object such as {\"method\": \"ngram\", \"num_speculative_tokens\": 4}, "
+                            "got ", text));
+  }
+  auto method = j.find("method");
+  if (method == j.end() || !method->is_string()) {
+    return Bad("\"method\" is required: \"ngram\" (prompt lookup; the MTP drafter, \"mtp\", is not implemented yet)");
+  }
+  const std::string name = method->get<std::string>();
+  if (name == "mtp" || name == "eagle" || name == "eagle3" || name == "draft_model" || name == "medusa" ||
+      name == "mlp_speculator" || j.contains("model")) {
+    return Bad(absl::StrCat("method \"", name, "\"", j.contains("model") ? " with a draft \"model\"" : "",
+                            " is not implemented yet; use {\"method\": \"ngram\", ...} (prompt lookup)"));
+  }
+  if (name != "ngram") return Bad(absl::StrCat("unknown method \"", name, "\"; the one implemented is \"ngram\""));
+  for (const auto& [key, value] : j.items()) {
+    if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_min" &&
+        key != "prompt_lookup_max") {
+      return Bad(absl::StrCat("key \"", key, "\" is not supported with method \"ngram\" (supported: "
+                              "num_speculative_tokens, prompt_lookup_min, prompt_lookup_max)"));
+    }
+  }
+  if (!j.contains("num_speculative_tokens")) return Bad("\"num_speculative_tokens\" is required");
+  c.method = SpeculativeConfig::Method::kNgram;
+  absl::StatusOr<int32_t> k = IntField(j, "num_speculative_tokens", 1, 64, 0);
+  absl::StatusOr<int32_t> lo = IntField(j, "prompt_lookup_min", 1, 1024, 0);
+  absl::StatusOr<int32_t> hi = IntField(j, "prompt_lookup_max", 1, 1024, 0);
+  for (const absl::StatusOr<int32_t>* v : {&k, &lo, &hi}) {
+    if (!v->ok()) return v->status();
+  }
+  c.num_speculative_tokens = *k;
+  c.prompt_lookup_min = *lo;
+  c.prompt_lookup_max = *hi;
+  if (c.prompt_lookup_min == 0 && c.prompt_lookup_max == 0) c.prompt_lookup_min = c.prompt_lookup_max = 5;
+  if (c.prompt_lookup_min == 0) c.prompt_lookup_min = c.prompt_lookup_max;
+  if (c.prompt_lookup_max == 0) c.prompt_lookup_max = c.prompt_lookup_min;
+  if (c.prompt_lookup_min > c.prompt_lookup_max) {
+    return Bad(absl::StrCat("\"prompt_lookup_min\" (", c.prompt_lookup_min, ") is above \"prompt_lookup_max\" (",
+                            c.prompt_lookup_max, ")"));
+  }
+  return c;
+}
+
+int32_t NumAcceptedDrafts(absl::Span<const int32_t> drafts, absl::Span<const int32_t> samples) {
+  int32_t kept = 0;
+  while (kept < static_cast<int32_t>(drafts.size()) && kept < static_cast<int32_t>(samples.size()) &&
+         samples[kept] == drafts[kept]) {
+    ++kept;
+  }
+  return kept;
+}
+
+NgramProposer::NgramProposer(int32_t min_n, int32_t max_n) : min_n_(min_n), max_n_(max_n) {}
+
+std::vector<int32_t> NgramProposer::Propose(absl::Span<const int32_t> tokens, int32_t max_tokens) {
+  const int64_t len = static_cast<int64_t>(tokens.size());
+  if (max_tokens <= 0) return {};
+  for (int64_t n = std::min<int64_t>(max_n_, len - 1); n >= min_n_; --n) {
+    const int32_t* suffix = tokens.data() + len - n;
+    int64_t best = -1, best_len = 0;
+    // Occurrences ending before the suffix's own start + n - 1, newest first.
+    for (int64_t i = len - n - 1; i >= 0; --i) {
+      if (std::memcmp(tokens.data() + i, suffix, n * sizeof(int32_t)) != 0) continue;
+      const int64_t follow = std::min<int64_t>(max_tokens, len - (i + n));
+      if (follow > best_len) {
+        best = i;
+        best_len = follow;
+      }
+      if (follow == max_tokens) break;
+    }
+    if (best >= 0) return std::vector<int32_t>(tokens.begin() + best + n, tokens.begin() + best + n + best_len);
+  }
+  return {};
+}
+
+std::unique_ptr<DraftProposer> MakeDraftProposer(const SpeculativeConfig& config) {
+  if (config.method == SpeculativeConfig::Method::kNgram) {
+    return std::make_unique<NgramProposer>(config.prompt_lookup_min, config.prompt_lookup_max);
+  }
+  return nullptr;
+}
+
+}  // namespace tpserve

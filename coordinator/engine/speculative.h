@@ -1,0 +1,77 @@
+// Speculative decoding's configuration (vLLM's --speculative-config) and the draft
+// proposers. A proposer guesses a running sequence's next tokens; the engine core
+// verifies them in the sequence's next step (the scheduler gives it 1 + K tokens and
+// K + 1 sampled rows) and keeps the longest prefix the target model agrees with.
+// Drafts are deterministic (one guess per position), so verification is exact for every
+// sampling setting: each row is sampled by the target's own rule with the draw of its
+// output position, a draft is kept while it equals that sample, and the first differing
+// sample replaces it. Tested by tests/speculative_test.cc.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace tpserve {
+
+struct SpeculativeConfig {
+  enum class Method { kNone, kNgram };
+  Method method = Method::kNone;
+  int32_t num_speculative_tokens = 0;  // K: draft tokens per step, at most
+  // n-gram (prompt lookup): the longest suffix of the sequence, between these lengths,
+  // that occurred earlier in it proposes the tokens that followed it there.
+  int32_t prompt_lookup_min = 0;
+  int32_t prompt_lookup_max = 0;
+
+  bool enabled() const { return method != Method::kNone; }
+  // JSON as --speculative-config takes it, with the defaults filled in ("" when off).
+  std::string ToJson() const;
+};
+
+// Parses --speculative-config: a JSON object as vLLM's, e.g.
+//   {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+// As vLLM: with neither lookup bound set both are 5; with one set, the other equals it.
+// "" or "null": off. INVALID_ARGUMENT naming the key for a bad value, an unknown key, or a
+// method not implemented here (the MTP drafter, "mtp", is not yet).
+absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(absl::string_view json);
+
+// The verification rule. `samples[i]` is the target's token at the position after
+// drafts[0..i) (sampled as if those were accepted: row i of the step, with the draw of
+// that output position); drafts.size() + 1 samples. Returns how many drafts are kept: the
+// longest prefix equal to the samples. The tokens emitted are samples[0..kept], i.e. the
+// kept drafts and then the first sample that differs (or the one after the last draft).
+// For a deterministic draft this is exact rejection sampling: draft d at a position is
+// kept with probability p(d), and a rejected position emits a token drawn from p
+// conditioned on not d, i.e. from max(p - one_hot(d), 0) renormalized.
+int32_t NumAcceptedDrafts(absl::Span<const int32_t> drafts, absl::Span<const int32_t> samples);
+
+// Guesses a sequence's next tokens from its tokens so far (prompt and output).
+class DraftProposer {
+ public:
+  virtual ~DraftProposer() = default;
+  // Up to `max_tokens` guesses (fewer or none when it has nothing to offer).
+  virtual std::vector<int32_t> Propose(absl::Span<const int32_t> tokens, int32_t max_tokens) = 0;
+};
+
+// Prompt lookup: for n from max down to min, the last n tokens are looked for earlier in
+// the sequence; at the first n found, the tokens after the most recent occurrence that
+// has max_tokens of them (else after the one with the most) are the draft. O(length * n)
+// per call, on rank 0's CPU, no weights.
+class NgramProposer : public DraftProposer {
+ public:
+  NgramProposer(int32_t min_n, int32_t max_n);
+  std::vector<int32_t> Propose(absl::Span<const int32_t> tokens, int32_t max_tokens) override;
+
+ private:
+  int32_t min_n_, max_n_;
+};
+
+// The proposer `config` names; null when speculation is off.
+std::unique_ptr<DraftProposer> MakeDraftProposer(const SpeculativeConfig& config);
+
+}  // namespace tpserve
