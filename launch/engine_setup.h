@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/engine/speculative.h"
 #include "launch/device_choice.h"
 #include "worker/backend.h"
 #include "worker/communicator.h"
@@ -47,6 +48,8 @@ struct EngineOptions {
   // group gets the same number of blocks (benchmarks whose hand-made plans assume it).
   bool split_kv_by_need = true;
   uint64_t dummy_seed = 0;
+  // --speculative-config (coordinator/engine/speculative.h): off by default.
+  SpeculativeConfig speculative;
   // cuda: decode steps replay CUDA graphs of these batch sizes (empty: the default,
   // DefaultCudaGraphBatchSizes(max_num_seqs)); sizes above max_num_batched_tokens are
   // dropped. Captured at start-up before the KV cache is sized (their memory is measured),

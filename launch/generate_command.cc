@@ -70,7 +70,8 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     }
   }
   TP_RETURN_IF_ERROR(sc.Validate());
-  EngineCore core(executor, sc, o.seed);
+  EngineCore core(executor, WithSpeculation(sc, o.engine.speculative), o.seed,
+                  MakeDraftProposer(o.engine.speculative));
   SamplingParams params;
   params.max_tokens = o.max_tokens;
   // generate's own default is greedy; the model's generation config comes before it, and
@@ -98,7 +99,10 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     total_ms += s.forward_ms;
     step_ms.push_back(s.forward_ms);
   }
-  const double decode_tok_s = decode_ms > 0 ? decode_steps / (decode_ms / 1000.0) : 0;
+  // Every output token but the first (sampled by the last prefill step) came from a decode
+  // step; with speculative decoding a step may give several.
+  const int64_t decode_tokens = std::max<int64_t>(0, static_cast<int64_t>(out.output_ids.size()) - 1);
+  const double decode_tok_s = decode_ms > 0 ? decode_tokens / (decode_ms / 1000.0) : 0;
   if (o.json) {
     json j;
     j["model"] = o.engine.model;
@@ -130,6 +134,16 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     j["step_ms"] = step_ms;
     j["kv_blocks"] = engine.model->num_kv_blocks();
     j["tuned_products"] = engine.tune_report.products;
+    j["decode_steps"] = decode_steps;
+    if (o.engine.speculative.enabled()) {
+      const SpecDecodeStats& spec = result.spec;
+      j["speculative_config"] = json::parse(o.engine.speculative.ToJson());
+      j["spec_decode"] = {{"num_drafts", spec.num_drafts},
+                          {"num_draft_tokens", spec.num_draft_tokens},
+                          {"num_accepted_tokens", spec.num_accepted_tokens},
+                          {"accepted_per_position", spec.accepted_per_pos},
+                          {"mean_acceptance_length", spec.mean_acceptance_length()}};
+    }
     std::printf("%s\n", j.dump().c_str());
   } else {
     if (tokenizer) {
@@ -144,10 +158,17 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
                  "tok/s; all-reduce %.1f%% of step time; finish: %s\n",
                  std::string(ArchName(engine.config.arch)).c_str(), engine.backend->name().c_str(), comm.size(),
                  (engine.device_comm ? engine.device_comm->name() : comm.name()).c_str(),
-                 engine.load_seconds, out.prompt_ids.size(), prefill_ms, static_cast<long long>(decode_steps),
+                 engine.load_seconds, out.prompt_ids.size(), prefill_ms, static_cast<long long>(decode_tokens),
                  decode_tok_s, total_ms > 0 ? 100.0 * allreduce_ms / total_ms : 0.0, out.finish_reason.c_str());
     if (const std::string tuning = DescribeTuning(engine.tune_report); !tuning.empty()) {
       std::fprintf(stderr, "tpserve: %s\n", tuning.c_str());
+    }
+    if (o.engine.speculative.enabled()) {
+      std::fprintf(stderr,
+                   "tpserve: speculative decoding: %lld decode steps, %lld of %lld draft tokens accepted, mean "
+                   "acceptance length %.2f\n",
+                   static_cast<long long>(decode_steps), static_cast<long long>(result.spec.num_accepted_tokens),
+                   static_cast<long long>(result.spec.num_draft_tokens), result.spec.mean_acceptance_length());
     }
   }
   std::fflush(stdout);

@@ -54,6 +54,10 @@ ABSL_FLAG(bool, json, false, "Print one JSON object instead of text");
 ABSL_FLAG(int64_t, seed, -1, "Default sampling seed (vLLM's --seed): requests without a seed get seeds drawn "
           "from it, so a run repeats (-1: fresh entropy)");
 ABSL_FLAG(uint64_t, dummy_weight_seed, 0, "Seed of --load-format dummy weights");
+ABSL_FLAG(std::string, speculative_config, "",
+          "Speculative decoding (vLLM's flag), a JSON object: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
+          "\"prompt_lookup_min\": A, \"prompt_lookup_max\": B} drafts up to K tokens per step by prompt lookup and "
+          "verifies them in one forward (the same tokens as without; see docs/speculative_decoding.md). Empty: off");
 ABSL_FLAG(std::string, generation_config, "auto",
           "Sampling defaults for requests that leave temperature, top_k, top_p, min_p or repetition_penalty unset "
           "(vLLM's flag): auto (the --model folder's generation_config.json, where it has one), vllm (none: "
@@ -101,6 +105,7 @@ constexpr char kUsage[] =
     "      [--max-tokens N] [--logprobs N] [--temperature T] [--seed S] [--json]\n"
     "  Both take --seed S (the default sampling seed; --dummy-weight-seed seeds dummy weights),\n"
     "      --generation-config auto|vllm|DIR (sampling defaults from the model's generation_config.json),\n"
+    "      --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}' (speculative decoding),\n"
     "      --device auto|cpu|cuda, --gpu-memory-utilization F and --enforce-eager (cuda).\n"
     "  tpserve client (--grpc HOST:PORT | --http URL) --prompt TEXT [--chat] [--model NAME]\n"
     "      [--max-tokens N] [--temperature T]\n\n"
@@ -148,6 +153,9 @@ int EngineOptionsFromFlags(tpserve::EngineOptions& e) {
   auto kv = tpserve::ParseByteSize(absl::GetFlag(FLAGS_kv_cache_memory));
   if (!kv.ok()) return Fail("--kv-cache-memory: " + std::string(kv.status().message()));
   e.kv_cache_bytes = *kv;
+  auto speculative = tpserve::ParseSpeculativeConfig(absl::GetFlag(FLAGS_speculative_config));
+  if (!speculative.ok()) return Fail(std::string(speculative.status().message()));
+  e.speculative = *speculative;
   return 0;
 }
 

@@ -148,6 +148,8 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
       o.served_model_names.empty() ? std::vector<std::string>{o.engine.model} : o.served_model_names;
   ModelInfo loading;
   loading.served_model_name = names[0];
+  loading.speculative_config = o.engine.speculative.ToJson();
+  loading.num_speculative_tokens = o.engine.speculative.enabled() ? o.engine.speculative.num_speculative_tokens : 0;
   DeferredEngine deferred(loading);
 
   // Rank 0 answers (503 / UNAVAILABLE) while the model loads.
@@ -284,6 +286,8 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
     info.device_count = 0;
   }
   info.max_num_seqs = o.max_num_seqs;
+  info.speculative_config = loading.speculative_config;
+  info.num_speculative_tokens = loading.num_speculative_tokens;
   info.max_num_batched_tokens = o.max_num_batched_tokens;
 
   ServingConfig sc;
@@ -291,6 +295,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   sc.scheduler.enable_prefix_caching = o.enable_prefix_caching;
   sc.max_queue = o.max_queue;
   sc.seed = o.seed;
+  sc.speculative = o.engine.speculative;
   for (int32_t id : tokenizer->eos_ids()) {
     std::vector<int32_t>& eos = sc.scheduler.eos_token_ids;
     if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
@@ -309,6 +314,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
                           ", tp=", comm.size(), " (",
                           engine->device_comm ? engine->device_comm->name() : comm.name(), "), load ",
                           engine->load_seconds, " s, KV blocks per group ", absl::StrJoin(info.kv_blocks, "/")));
+  if (!info.speculative_config.empty()) Log(world, absl::StrCat("speculative decoding: ", info.speculative_config));
   if (const std::string tuning = DescribeTuning(engine->tune_report); !tuning.empty()) {
     Log(world, absl::StrCat(tuning, " (rank 0)"));
   }

@@ -43,6 +43,23 @@ s1=$(seeded 1 7); s2=$(seeded 2 7); s3=$(seeded 1 8)
 if [ -n "$s1" ] && [ "$s1" = "$s2" ]; then ok "seeded sampling: np=1 = np=2"; else bad "seeded sampling: np=1 '$s1' np=2 '$s2' ($(tail -2 "$WORK/err"))"; fi
 if [ "$s1" != "$s3" ]; then ok "seeded sampling: another seed, other tokens"; else bad "seeds 7 and 8 drew the same tokens '$s1'"; fi
 
+# n-gram speculative decoding under mpirun (np=2): a prompt that repeats a pattern gets drafts,
+# and the greedy tokens are those generated without them.
+rep=5,6,7,8,9,5,6,7,8,9,5,6,7,8,9,5,6,7
+plain=$(timeout 120 "${MPIRUN[@]}" -np 2 "$TPSERVE" generate --model "$FIX/models/gemma4_text" --device cpu \
+        --prompt-ids $rep --max-tokens 12 --ignore-eos 2>"$WORK/err")
+timeout 120 "${MPIRUN[@]}" -np 2 "$TPSERVE" generate --model "$FIX/models/gemma4_text" --device cpu \
+  --prompt-ids $rep --max-tokens 12 --ignore-eos --json \
+  --speculative-config '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}' \
+  >"$WORK/spec.json" 2>"$WORK/err"
+spec_ids=$(grep -o '"output_ids":\[[^]]*\]' "$WORK/spec.json" | sed 's/.*\[//; s/\]//')
+drafts=$(grep -o '"num_draft_tokens":[0-9]*' "$WORK/spec.json" | sed 's/.*://')
+if [ -n "$plain" ] && [ "$spec_ids" = "$plain" ] && [ "${drafts:-0}" -gt 0 ]; then
+  ok "np=2 n-gram speculative decoding: $drafts draft tokens, the same greedy tokens"
+else
+  bad "np=2 speculative: '$spec_ids' vs plain '$plain', draft tokens '${drafts}' ($(tail -2 "$WORK/err"))"
+fi
+
 # 2. Bad inputs: non-zero exit on every rank, message names the culprit, fast.
 expect_error() {
   local name=$1 pattern=$2
@@ -100,6 +117,8 @@ copy_model llama3
 expect_error "--device cuda without a GPU" "--device cuda" \
   env CUDA_VISIBLE_DEVICES= "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --device cuda
 expect_error "unknown --device" "auto, cpu, cuda" "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --device gpu
+expect_error "MTP drafter not implemented" "not implemented yet" "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" \
+  --speculative-config '{"method": "mtp", "model": "/m", "num_speculative_tokens": 2}' 
 expect_error "unknown --kernels" "split, bulk, tuned, split+pdl, bulk+pdl, tuned+pdl" \
   "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --kernels fast
 expect_error "--kernels with a bad suffix" "is not one of split, bulk, tuned" \

@@ -51,6 +51,8 @@ class FakeEngine : public EngineApi {
     info_.engine_version = "test";
     info_.device = "CPU: fake";
     info_.max_num_seqs = 7;
+    info_.speculative_config = R"({"method":"ngram","num_speculative_tokens":2})";
+    info_.num_speculative_tokens = 2;
     thread_ = std::thread([this] { Loop(); });
   }
 
@@ -104,6 +106,10 @@ class FakeEngine : public EngineApi {
     s.compute_ms = 10;
     s.allreduce_ms = 2;
     s.scheduling_ms = 1;
+    s.spec_num_drafts = 6;
+    s.spec_num_draft_tokens = 12;
+    s.spec_num_accepted_tokens = 7;
+    s.spec_accepted_per_pos = {5, 2};
     return s;
   }
 

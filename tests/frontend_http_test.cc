@@ -401,6 +401,11 @@ TEST_F(FrontendTest, MetricsAreValidPrometheusText) {
   EXPECT_EQ(s.Model("vllm:prefix_cache_queries_total"), 40);
   EXPECT_EQ(s.Model("vllm:prefix_cache_hits_total"), 20);
   EXPECT_EQ(s.Model("vllm:num_preemptions_total"), 3);
+  EXPECT_EQ(s.Model("vllm:spec_decode_num_drafts_total"), 6);
+  EXPECT_EQ(s.Model("vllm:spec_decode_num_draft_tokens_total"), 12);
+  EXPECT_EQ(s.Model("vllm:spec_decode_num_accepted_tokens_total"), 7);
+  EXPECT_EQ(s.Model("vllm:spec_decode_num_accepted_tokens_per_pos_total", "position=\"0\""), 5);
+  EXPECT_EQ(s.Model("vllm:spec_decode_num_accepted_tokens_per_pos_total", "position=\"1\""), 2);
   EXPECT_GT(s.Model("vllm:prompt_tokens_total"), 0);
   EXPECT_EQ(s.Model("vllm:generation_tokens_total"), 10);
   EXPECT_EQ(s.Model("vllm:request_success_total", "finished_reason=\"length\""), 2);

@@ -206,6 +206,7 @@ TEST_F(FrontendTest, GrpcModelInfoAndStats) {
   EXPECT_EQ(info.driver_version(), "none");
   EXPECT_EQ(info.kernels(), "cpu");
   EXPECT_EQ(info.max_num_seqs(), 7);
+  EXPECT_EQ(info.speculative_config(), R"({"method":"ngram","num_speculative_tokens":2})");
 
   grpc::ClientContext c2;
   info_request.set_model("other");
@@ -218,6 +219,10 @@ TEST_F(FrontendTest, GrpcModelInfoAndStats) {
   EXPECT_DOUBLE_EQ(stats.kv_usage(), 0.25);
   EXPECT_DOUBLE_EQ(stats.prefix_cache_hit_rate(), 0.5);
   EXPECT_DOUBLE_EQ(stats.step_time().allreduce_ms(), 2);
+  EXPECT_EQ(stats.spec_decode().num_drafts(), 6);
+  EXPECT_EQ(stats.spec_decode().num_accepted_tokens(), 7);
+  EXPECT_THAT(stats.spec_decode().accepted_per_position(), ::testing::ElementsAre(5, 2));
+  EXPECT_DOUBLE_EQ(stats.spec_decode().mean_acceptance_length(), 1.0 + 7.0 / 6.0);
   // This test process's own memory, read from /proc.
   EXPECT_GT(stats.rss_bytes(), 1 << 20);
   EXPECT_GE(stats.peak_rss_bytes(), stats.rss_bytes());

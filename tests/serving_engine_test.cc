@@ -56,7 +56,8 @@ std::vector<int32_t> Prompt(int i, int len) {
 void WithEngine(int64_t kv_blocks, int32_t max_num_seqs, int32_t max_queue,
                 const std::function<void(ServingEngine&, const std::function<std::vector<int32_t>(
                                                                const std::vector<int32_t>&, int)>&)>& body,
-                std::function<void(const EngineStepStats&)> on_step = nullptr) {
+                std::function<void(const EngineStepStats&)> on_step = nullptr,
+                const SpeculativeConfig& speculative = {}) {
   auto tok = Tokenizer::FromFile(std::string(TPSERVE_FIXTURES) + "/tokenizers/gemma/tokenizer.json");
   ASSERT_TRUE(tok.ok()) << tok.status();
   testing::WithFixtureModel("gemma4_text", kTp, kv_blocks, [&](Model& model, StepExecutor& exec) {
@@ -64,6 +65,7 @@ void WithEngine(int64_t kv_blocks, int32_t max_num_seqs, int32_t max_queue,
     sc.scheduler = SchedulerConfigFor(model, max_num_seqs, /*max_num_batched_tokens=*/64, /*max_model_len=*/256);
     sc.max_queue = max_queue;
     sc.on_step = on_step;
+    sc.speculative = speculative;
     ModelInfo info;
     info.served_model_name = "tiny";
     ServingEngine engine(exec, **tok, sc, info);
@@ -128,6 +130,48 @@ TEST(ServingEngine, ConcurrentRequestsMatchOfflineGeneration) {
     EXPECT_DOUBLE_EQ(st.prefix_cache_hit_rate,
                      static_cast<double>(st.prefix_cache_hits) / static_cast<double>(st.prefix_cache_queries));
   });
+}
+
+// n-gram speculative decoding in the serving engine: prompts that repeat a pattern get
+// drafts; every request's greedy tokens are still those of offline generation without
+// drafts, and Stats counts the drafts.
+TEST(ServingEngine, SpeculativeDecodingKeepsOutputsAndCountsDrafts) {
+  auto spec = ParseSpeculativeConfig(R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
+                                        "prompt_lookup_max": 3})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  WithEngine(/*kv_blocks=*/256, /*max_num_seqs=*/8, /*max_queue=*/100, [](ServingEngine& engine, auto& offline) {
+    constexpr int kN = 6;
+    std::vector<std::vector<int32_t>> prompts, expect;
+    for (int i = 0; i < kN; ++i) {
+      std::vector<int32_t> p;
+      for (int rep = 0; rep < 3 + i % 3; ++rep) {
+        for (int k = 0; k < 4 + i; ++k) p.push_back(10 + 37 * i + k);
+      }
+      prompts.push_back(p);
+      expect.push_back(offline(p, 10 + i));
+    }
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < kN; ++i) {
+      auto s = engine.Submit(Greedy("s" + std::to_string(i), prompts[i], 10 + i));
+      ASSERT_TRUE(s.ok()) << s.status();
+      streams.push_back(*s);
+    }
+    for (int i = 0; i < kN; ++i) {
+      Collected c = Drain(*streams[i]);
+      EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+      EXPECT_EQ(c.ids, expect[i]) << "request " << i;
+      EXPECT_EQ(c.last.completion_tokens, static_cast<int>(expect[i].size()));
+    }
+    const EngineStats st = engine.Stats();
+    EXPECT_GT(st.spec_num_drafts, 0);
+    EXPECT_GE(st.spec_num_draft_tokens, st.spec_num_drafts);
+    EXPECT_LE(st.spec_num_accepted_tokens, st.spec_num_draft_tokens);
+    int64_t per_pos = 0;
+    for (int64_t n : st.spec_accepted_per_pos) per_pos += n;
+    EXPECT_EQ(per_pos, st.spec_num_accepted_tokens);
+    std::printf("%lld drafts, %lld/%lld draft tokens accepted\n", static_cast<long long>(st.spec_num_drafts),
+                static_cast<long long>(st.spec_num_accepted_tokens), static_cast<long long>(st.spec_num_draft_tokens));
+  }, nullptr, *spec);
 }
 
 TEST(ServingEngine, TinyKvCacheForcesPreemptionAndEveryRequestCompletes) {

@@ -338,6 +338,16 @@ TEST(MetricsTest, JsonAndConsoleTable) {
   EXPECT_NEAR(j["goodput"].get<double>(), 0.3, kTol);
   EXPECT_EQ(j["error_reasons"]["HTTP 503"], 1);
   EXPECT_NEAR(j["server"]["allreduce_share"].get<double>(), 0.2, kTol);
+  EXPECT_FALSE(j["server"].contains("spec_decode"));  // no speculative decoding in the level
+
+  // With speculation: 40 verifying sequence-steps kept 60 of 100 draft tokens.
+  RunRecord spec_run = run;
+  spec_run.levels[0].server.spec_drafts = 40;
+  spec_run.levels[0].server.spec_draft_tokens = 100;
+  spec_run.levels[0].server.spec_accepted_tokens = 60;
+  const nlohmann::json sj = ToJson(SummarizeLevels(spec_run, LevelTwoRequests(), slo)[0]);
+  EXPECT_NEAR(sj["server"]["spec_decode"]["mean_acceptance_length"].get<double>(), 2.5, kTol);
+  EXPECT_NEAR(sj["server"]["spec_decode"]["acceptance_rate"].get<double>(), 0.6, kTol);
 
   const std::string table = FormatLevelTable({s});
   // 2 failures of 6 = 33.3 %, 3.7 tok/s, 0.40 req/s, TTFT p50 150.0, p95 285.0.
@@ -365,6 +375,7 @@ RunRecord FullRun() {
   r.driver_version = "550.54";
   r.cuda_version = "12.4";
   r.kernels = "cuda: tuned+pdl, CUDA graphs";
+  r.speculative_config = R"({"method":"ngram","num_speculative_tokens":4})";
   r.gpu_model = "NVIDIA H200";
   r.gpu_count = 2;
   r.nodes = 1;
@@ -481,6 +492,8 @@ TEST(RecordTest, RunRoundTripAndErrors) {
   EXPECT_EQ(ToJson(*back), ToJson(run));
   EXPECT_EQ(back->gpu_model, "NVIDIA H200");
   EXPECT_EQ(back->kernels, "cuda: tuned+pdl, CUDA graphs");
+  EXPECT_EQ(back->speculative_config, R"({"method":"ngram","num_speculative_tokens":4})");
+  EXPECT_EQ(back->levels[0].server.spec_accepted_tokens, 0);
   EXPECT_EQ(back->max_model_len, 8192);
   ASSERT_EQ(back->levels.size(), 1u);
   EXPECT_EQ(back->levels[0].end_s, 20);

@@ -99,6 +99,7 @@ class GrpcTarget : public Target {
     info.cuda_version = r.cuda_version();
     info.max_num_seqs = r.max_num_seqs();
     info.kernels = r.kernels();
+    info.speculative_config = r.speculative_config();
     return info;
   }
 
@@ -116,6 +117,9 @@ class GrpcTarget : public Target {
     c.preemptions = r.preemptions();
     c.prefix_cache_hit_rate = r.prefix_cache_hit_rate();
     c.peak_rss_bytes = r.peak_rss_bytes();
+    c.spec_drafts = r.spec_decode().num_drafts();
+    c.spec_draft_tokens = r.spec_decode().num_draft_tokens();
+    c.spec_accepted_tokens = r.spec_decode().num_accepted_tokens();
     return c;
   }
 

@@ -172,6 +172,7 @@ void FillEnvironment(Target& target, RunRecord* run) {
   run->driver_version = pick(absl::GetFlag(FLAGS_driver_version), i.driver_version, "unknown");
   run->cuda_version = pick(absl::GetFlag(FLAGS_cuda_version), i.cuda_version, "unknown");
   run->kernels = pick(absl::GetFlag(FLAGS_kernels), i.kernels, "unknown");
+  run->speculative_config = info.ok() ? i.speculative_config : "";
   run->gpu_count = absl::GetFlag(FLAGS_gpu_count) >= 0 ? absl::GetFlag(FLAGS_gpu_count) : info.ok() ? i.device_count : -1;
   run->tp_size = absl::GetFlag(FLAGS_tp_size) > 0 ? absl::GetFlag(FLAGS_tp_size) : i.tp_size;
   run->max_model_len = absl::GetFlag(FLAGS_max_model_len) > 0 ? absl::GetFlag(FLAGS_max_model_len) : i.max_model_len;

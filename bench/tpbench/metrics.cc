@@ -259,6 +259,15 @@ nlohmann::json ToJson(const LevelSummary& s) {
                    {"allreduce_share", s.allreduce_share},
                    {"scheduling_share", s.scheduling_share},
                    {"mean_step_ms", s.mean_step_ms}};
+    if (s.server.spec_drafts > 0) {
+      // vLLM's mean acceptance length: tokens per verifying sequence-step.
+      j["server"]["spec_decode"] = {
+          {"drafts", s.server.spec_drafts},
+          {"draft_tokens", s.server.spec_draft_tokens},
+          {"accepted_tokens", s.server.spec_accepted_tokens},
+          {"acceptance_rate", static_cast<double>(s.server.spec_accepted_tokens) / s.server.spec_draft_tokens},
+          {"mean_acceptance_length", 1.0 + static_cast<double>(s.server.spec_accepted_tokens) / s.server.spec_drafts}};
+    }
   }
   return j;
 }

@@ -122,7 +122,10 @@ Json ToJson(const ServerStepTime& s) {
               {"scheduling_ms", s.scheduling_ms},
               {"preemptions", s.preemptions},
               {"prefix_cache_hit_rate", s.prefix_cache_hit_rate},
-              {"peak_rss_bytes", s.peak_rss_bytes}};
+              {"peak_rss_bytes", s.peak_rss_bytes},
+              {"spec_drafts", s.spec_drafts},
+              {"spec_draft_tokens", s.spec_draft_tokens},
+              {"spec_accepted_tokens", s.spec_accepted_tokens}};
 }
 
 Json ToJson(const LevelRecord& l) {
@@ -157,6 +160,9 @@ absl::StatusOr<LevelRecord> LevelFromJson(const Json& j, const std::string& wher
     TP_RETURN_IF_ERROR(s.Get("preemptions", kOptional, &l.server.preemptions));
     TP_RETURN_IF_ERROR(s.Get("prefix_cache_hit_rate", kOptional, &l.server.prefix_cache_hit_rate));
     TP_RETURN_IF_ERROR(s.Get("peak_rss_bytes", kOptional, &l.server.peak_rss_bytes));
+    TP_RETURN_IF_ERROR(s.Get("spec_drafts", kOptional, &l.server.spec_drafts));
+    TP_RETURN_IF_ERROR(s.Get("spec_draft_tokens", kOptional, &l.server.spec_draft_tokens));
+    TP_RETURN_IF_ERROR(s.Get("spec_accepted_tokens", kOptional, &l.server.spec_accepted_tokens));
   }
   return l;
 }
@@ -238,6 +244,7 @@ nlohmann::json ToJson(const RunRecord& r) {
               {"driver_version", r.driver_version},
               {"cuda_version", r.cuda_version},
               {"kernels", r.kernels},
+              {"speculative_config", r.speculative_config},
               {"gpu_model", r.gpu_model},
               {"gpu_count", r.gpu_count},
               {"nodes", r.nodes},
@@ -271,6 +278,7 @@ absl::StatusOr<RunRecord> RunRecordFromJson(const nlohmann::json& j) {
   TP_RETURN_IF_ERROR(f.Get("driver_version", kOptional, &r.driver_version));
   TP_RETURN_IF_ERROR(f.Get("cuda_version", kOptional, &r.cuda_version));
   TP_RETURN_IF_ERROR(f.Get("kernels", kOptional, &r.kernels));
+  TP_RETURN_IF_ERROR(f.Get("speculative_config", kOptional, &r.speculative_config));
   TP_RETURN_IF_ERROR(f.Get("gpu_model", kOptional, &r.gpu_model));
   TP_RETURN_IF_ERROR(f.Get("gpu_count", kOptional, &r.gpu_count));
   TP_RETURN_IF_ERROR(f.Get("nodes", kOptional, &r.nodes));

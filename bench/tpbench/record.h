@@ -54,6 +54,9 @@ struct ServerStepTime {
   int64_t preemptions = 0;
   double prefix_cache_hit_rate = -1;
   int64_t peak_rss_bytes = 0;   // rank 0's process at the level's end; 0 = unknown
+  // Speculative decoding during the level: sequence-steps that verified drafts, draft
+  // tokens, accepted ones (0 without speculation).
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
 };
 
 // One load level of a run: closed-loop concurrency or open-loop rate.
@@ -78,6 +81,7 @@ struct RunRecord {
   std::string driver_version;   // GPU driver, or "none" (CPU), or "unknown"
   std::string cuda_version;
   std::string kernels;          // the server's kernel configuration, e.g. "cuda: tuned+pdl, CUDA graphs"
+  std::string speculative_config;  // the server's --speculative-config; "" = none or unknown
   std::string gpu_model;        // or "none (CPU)"
   int gpu_count = 0;
   int nodes = 1;

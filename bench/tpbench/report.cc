@@ -125,6 +125,7 @@ std::string EnvironmentTable(const RunView& v) {
       {"GPU driver", or_unknown(r.driver_version)},
       {"CUDA", or_unknown(r.cuda_version)},
       {"Kernels", or_unknown(r.kernels)},
+      {"Speculative decoding", r.speculative_config.empty() ? "none" : r.speculative_config},
       {"Device", DeviceText(r)},
       {"Nodes", absl::StrCat(r.nodes)},
       {"Tensor parallel", r.tp_size > 0 ? absl::StrCat(r.tp_size) : "unknown"},
@@ -159,6 +160,8 @@ std::string ThroughputTable(const std::vector<LevelSummary>& levels, const SloSp
                                  [](const LevelSummary& l) { return l.server_queue_ms.count > 0; });
   const bool steps = std::any_of(levels.begin(), levels.end(),
                                  [](const LevelSummary& l) { return l.server.available; });
+  const bool spec = std::any_of(levels.begin(), levels.end(),
+                                [](const LevelSummary& l) { return l.server.spec_drafts > 0; });
   std::vector<std::string> header = {LevelHeader(levels),
                                      "Requests",
                                      "Error %",
@@ -170,6 +173,7 @@ std::string ThroughputTable(const std::vector<LevelSummary>& levels, const SloSp
   if (slo.any()) header.push_back("Goodput req/s");
   if (queue) header.push_back("Queue median ms");
   if (steps) header.push_back("Step compute / all-reduce / sched %");
+  if (spec) header.push_back("Mean acceptance length");
   std::vector<std::vector<std::string>> rows;
   for (const LevelSummary& l : levels) {
     const Distribution& rt = l.round_output_throughput;
@@ -189,6 +193,11 @@ std::string ThroughputTable(const std::vector<LevelSummary>& levels, const SloSp
                         ? "-"
                         : absl::StrCat(Pct(l.compute_share), " / ", Pct(l.allreduce_share), " / ",
                                        Pct(l.scheduling_share)));
+    }
+    if (spec) {
+      row.push_back(l.server.spec_drafts > 0
+                        ? Fmt(1.0 + static_cast<double>(l.server.spec_accepted_tokens) / l.server.spec_drafts, 2)
+                        : "-");
     }
     rows.push_back(std::move(row));
   }

@@ -173,6 +173,9 @@ absl::Status Runner::Run(RunRecord* run) {
       level.server.preemptions = after.preemptions - before.preemptions;
       level.server.prefix_cache_hit_rate = after.prefix_cache_hit_rate;
       level.server.peak_rss_bytes = after.peak_rss_bytes;
+      level.server.spec_drafts = after.spec_drafts - before.spec_drafts;
+      level.server.spec_draft_tokens = after.spec_draft_tokens - before.spec_draft_tokens;
+      level.server.spec_accepted_tokens = after.spec_accepted_tokens - before.spec_accepted_tokens;
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (options_.progress) {

@@ -40,6 +40,7 @@ struct ServerInfo {
   std::string driver_version, cuda_version;
   int max_num_seqs = 0;
   std::string kernels;  // e.g. "cuda: tuned+pdl, CUDA graphs"
+  std::string speculative_config;  // the server's --speculative-config; "" = none
 };
 
 // Cumulative server counters (tpserve's Stats); LevelRecord keeps the difference.
@@ -49,6 +50,8 @@ struct ServerCounters {
   int64_t preemptions = 0;
   double prefix_cache_hit_rate = 0;
   int64_t peak_rss_bytes = 0;  // rank 0's process
+  // Speculative decoding: sequence-steps that verified drafts, draft tokens, accepted ones.
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
 };
 
 class Target {

@@ -143,13 +143,26 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
       &registry_.AddCounter(kStepTime, kStepTimeHelp, Labels(model_name, {{"phase", "allreduce"}}));
   Counter* scheduling_s =
       &registry_.AddCounter(kStepTime, kStepTimeHelp, Labels(model_name, {{"phase", "scheduling"}}));
+  // Speculative decoding, under vLLM's names; per-position counters for K positions.
+  Counter* spec_drafts = &registry_.AddCounter("vllm:spec_decode_num_drafts_total",
+                                               "Sequence-steps that verified speculative draft tokens.", l);
+  Counter* spec_draft_tokens =
+      &registry_.AddCounter("vllm:spec_decode_num_draft_tokens_total", "Draft tokens verified.", l);
+  Counter* spec_accepted = &registry_.AddCounter("vllm:spec_decode_num_accepted_tokens_total",
+                                                 "Draft tokens accepted (the target sampled the same token).", l);
+  std::vector<Counter*> spec_per_pos;
+  for (int32_t i = 0; i < engine.Info().num_speculative_tokens; ++i) {
+    spec_per_pos.push_back(&registry_.AddCounter("vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                                                 "Draft tokens accepted, by position in the draft.",
+                                                 Labels(model_name, {{"position", absl::StrCat(i)}})));
+  }
   // The process collector's standard name (no labels), and our peak beside it.
   Gauge* rss = &registry_.AddGauge("process_resident_memory_bytes", "Resident memory of rank 0's process.");
   Gauge* peak_rss = &registry_.AddGauge("tpserve_process_peak_resident_memory_bytes",
                                         "Peak resident memory of rank 0's process since start.");
   registry_.AddCollector([&engine, running, waiting, kv_usage, gpu_cache_usage, prefix_queries, prefix_hits,
                           preemptions, prompt_tokens, generation_tokens, steps, compute_s, allreduce_s, scheduling_s,
-                          rss, peak_rss] {
+                          rss, peak_rss, spec_drafts, spec_draft_tokens, spec_accepted, spec_per_pos] {
     const ProcessMemory memory = ReadProcessMemory();
     rss->Set(static_cast<double>(memory.rss_bytes));
     peak_rss->Set(static_cast<double>(memory.peak_rss_bytes));
@@ -167,6 +180,12 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
     compute_s->Set(s.compute_ms / 1e3);
     allreduce_s->Set(s.allreduce_ms / 1e3);
     scheduling_s->Set(s.scheduling_ms / 1e3);
+    spec_drafts->Set(static_cast<double>(s.spec_num_drafts));
+    spec_draft_tokens->Set(static_cast<double>(s.spec_num_draft_tokens));
+    spec_accepted->Set(static_cast<double>(s.spec_num_accepted_tokens));
+    for (size_t i = 0; i < spec_per_pos.size(); ++i) {
+      spec_per_pos[i]->Set(i < s.spec_accepted_per_pos.size() ? static_cast<double>(s.spec_accepted_per_pos[i]) : 0);
+    }
   });
 }
 

@@ -122,6 +122,7 @@ grpc::ServerUnaryReactor* TpServeService::ModelInfo(grpc::CallbackServerContext*
   response->set_driver_version(info.driver_version);
   response->set_cuda_version(info.cuda_version);
   response->set_kernels(info.kernels);
+  response->set_speculative_config(info.speculative_config);
   response->set_max_num_seqs(info.max_num_seqs);
   response->set_max_num_batched_tokens(info.max_num_batched_tokens);
   const GenerationDefaults& defaults = builder_.generation_defaults();
@@ -154,6 +155,13 @@ grpc::ServerUnaryReactor* TpServeService::Stats(grpc::CallbackServerContext* con
   const ProcessMemory memory = ReadProcessMemory();
   response->set_rss_bytes(memory.rss_bytes);
   response->set_peak_rss_bytes(memory.peak_rss_bytes);
+  v1::SpecDecodeStats* spec = response->mutable_spec_decode();
+  spec->set_num_drafts(s.spec_num_drafts);
+  spec->set_num_draft_tokens(s.spec_num_draft_tokens);
+  spec->set_num_accepted_tokens(s.spec_num_accepted_tokens);
+  for (int64_t n : s.spec_accepted_per_pos) spec->add_accepted_per_position(n);
+  spec->set_mean_acceptance_length(
+      s.spec_num_drafts == 0 ? 0.0 : 1.0 + static_cast<double>(s.spec_num_accepted_tokens) / s.spec_num_drafts);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -38,6 +38,8 @@ struct ModelInfo {
   int32_t max_num_seqs = 0;
   int32_t max_num_batched_tokens = 0;
   std::string kernels = "cpu";  // see ModelInfoResponse.kernels
+  std::string speculative_config;  // --speculative-config with defaults filled in; "" = off
+  int32_t num_speculative_tokens = 0;  // its K; 0 = off
 };
 
 struct EngineStats {
@@ -58,6 +60,11 @@ struct EngineStats {
   // Everything else the coordinator thread does while requests are active: admission,
   // scheduling, plan building and broadcast, sampling, detokenizing, stop checks, streaming.
   double scheduling_ms = 0;
+  // Speculative decoding since start (vLLM's spec_decode_* metrics).
+  int64_t spec_num_drafts = 0;  // sequence-steps that verified draft tokens
+  int64_t spec_num_draft_tokens = 0;
+  int64_t spec_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_pos;  // [i]: drafts whose token i was accepted
 };
 
 class EngineApi {

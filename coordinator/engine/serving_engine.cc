@@ -21,7 +21,8 @@ ServingEngine::ServingEngine(StepExecutor& executor, const Tokenizer& tokenizer,
                              ModelInfo info)
     : config_(std::move(config)),
       info_(std::move(info)),
-      core_(executor, config_.scheduler, config_.seed),
+      core_(executor, WithSpeculation(config_.scheduler, config_.speculative), config_.seed,
+            MakeDraftProposer(config_.speculative)),
       outputs_(tokenizer, [inbox = inbox_](const std::string& id) { inbox->Abort(id); }) {}
 
 ServingEngine::~ServingEngine() { outputs_.Close(); }
@@ -145,6 +146,10 @@ void ServingEngine::PublishStats(const EngineStep* step) {
   stats_.prefix_cache_queries = s.prefix_query_tokens;
   stats_.prefix_cache_hits = s.prefix_hit_tokens;
   stats_.steps = s.num_steps;
+  stats_.spec_num_drafts = s.spec.num_drafts;
+  stats_.spec_num_draft_tokens = s.spec.num_draft_tokens;
+  stats_.spec_num_accepted_tokens = s.spec.num_accepted_tokens;
+  stats_.spec_accepted_per_pos = s.spec.accepted_per_pos;
   if (step == nullptr) return;
   stats_.compute_ms += step->forward_ms - step->allreduce_ms;
   stats_.allreduce_ms += step->allreduce_ms;

@@ -20,6 +20,7 @@
 #include "coordinator/engine/engine_api.h"
 #include "coordinator/engine/engine_core.h"
 #include "coordinator/engine/output_processor.h"
+#include "coordinator/engine/speculative.h"
 #include "coordinator/text/tokenizer.h"
 #include "worker/step_executor.h"
 
@@ -36,6 +37,8 @@ struct ServingConfig {
   SchedulerConfig scheduler;  // limits, block size, prefix caching, KV pools, vocab, EOS ids
   int32_t max_queue = 1024;   // requests waiting (not yet running) at most; more: RESOURCE_EXHAUSTED
   std::optional<uint64_t> seed;  // --seed: the seeds of requests that bring none (EngineCore)
+  // --speculative-config; its num_speculative_tokens goes to scheduler.num_speculative_tokens.
+  SpeculativeConfig speculative;
   // Called on the engine thread after every step that ran (benchmarks); not counted in
   // the step's times. Must not call back into the engine.
   std::function<void(const EngineStepStats&)> on_step;
