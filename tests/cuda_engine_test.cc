@@ -5,6 +5,7 @@
 // --gpu-memory-utilization; too small a fraction is every rank's error. GPU test
 // (ctest -L gpu).
 #include <algorithm>
+#include <memory>
 
 #include "tests/offline_harness.h"
 #include "gtest/gtest.h"
@@ -41,7 +42,9 @@ struct RunOutput {
 };
 
 // Starts the engine on `tp` thread-ranks and generates greedily from the fixture's prompt.
-RunOutput Generate(const std::string& device, int tp, double utilization = kUtilization) {
+// `drafts`: speculative decoding with the reference's own tokens as drafts (some wrong), so
+// that steps verify several tokens of a sequence at once.
+RunOutput Generate(const std::string& device, int tp, double utilization = kUtilization, bool drafts = false) {
   RunOutput out;
   out.status.assign(tp, absl::OkStatus());
   const testing::Reference ref = testing::LoadReference(kFixture);
@@ -75,7 +78,12 @@ RunOutput Generate(const std::string& device, int tp, double utilization = kUtil
       }
     }
     StepExecutor executor(*engine->model, comm);
-    auto outs = testing::GreedyGenerate(*engine->model, executor, {ref.prompt_ids}, kTokens);
+    testing::OfflineOptions oo;
+    if (drafts) {
+      oo.num_speculative_tokens = 3;
+      oo.proposer = [&] { return std::make_unique<testing::OracleProposer>(ref.prompt_ids, ref.greedy_ids); };
+    }
+    auto outs = testing::GreedyGenerate(*engine->model, executor, {ref.prompt_ids}, kTokens, oo);
     executor.Shutdown();
     EXPECT_TRUE(outs.ok()) << outs.status();
     if (outs.ok()) out.ids = outs->outputs[0].output_ids;
@@ -127,6 +135,18 @@ TEST(CudaEngineTest, TwoThreadRanksMatchTheCpuBackend) {
   EXPECT_EQ(gpu.gpus_in_use, std::min(2, testing::CudaDevices()));
   EXPECT_EQ(gpu.ids, cpu.ids);
   EXPECT_LE(gpu.used_after_start, static_cast<int64_t>(kUtilization * static_cast<double>(gpu.total)) + kOthersSlack);
+}
+
+// Verification steps (1 + K tokens of a sequence, K + 1 rows sampled on the device) give
+// the CPU backend's greedy tokens, at 1 and 2 ranks.
+TEST(CudaEngineTest, VerifyingDraftsMatchesTheCpuBackend) {
+  TP_SKIP_WITHOUT_GPU();
+  const RunOutput cpu = Generate("cpu", 1);
+  for (int tp : {1, 2}) {
+    const RunOutput gpu = Generate("cuda", tp, kUtilization, /*drafts=*/true);
+    for (const absl::Status& st : gpu.status) ASSERT_TRUE(st.ok()) << st;
+    EXPECT_EQ(gpu.ids, cpu.ids) << "tp " << tp;
+  }
 }
 
 TEST(CudaEngineTest, TooLittleMemoryIsEveryRanksError) {

@@ -57,6 +57,31 @@ inline void WithFixtureModel(const std::string& fixture, int tp, int64_t kv_bloc
   });
 }
 
+// For speculative decoding tests: knows the answer (`truth`, the tokens after `prompt`)
+// and proposes it, wrong at one position in three proposals, so that steps keep some
+// drafts and reject others.
+class OracleProposer : public DraftProposer {
+ public:
+  OracleProposer(std::vector<int32_t> prompt, std::vector<int32_t> truth)
+      : prompt_(std::move(prompt)), truth_(std::move(truth)) {}
+  std::vector<int32_t> Propose(absl::Span<const int32_t> tokens, int32_t max_tokens) override {
+    const size_t done = tokens.size() - prompt_.size();
+    std::vector<int32_t> draft;
+    for (size_t i = done; i < truth_.size() && draft.size() < static_cast<size_t>(max_tokens); ++i) {
+      draft.push_back(truth_[i]);
+    }
+    if (!draft.empty() && ++calls_ % 3 == 0) {
+      const size_t at = calls_ % draft.size();
+      draft[at] = (draft[at] + 1) % 100;
+    }
+    return draft;
+  }
+
+ private:
+  std::vector<int32_t> prompt_, truth_;
+  int64_t calls_ = 0;
+};
+
 // Greedy tokens with every step's logits, EOS ignored, `max_tokens` per prompt.
 inline absl::StatusOr<OfflineResult> GreedyGenerate(Model& model, StepExecutor& exec,
                                                     const std::vector<std::vector<int32_t>>& prompts,

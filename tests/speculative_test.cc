@@ -285,30 +285,6 @@ TEST(VerificationDistributionTest, TheSchedulerKeepsTheTargetDistribution) {
 // ---------------------------------------------------------------------------------------
 // The engine core on fixture models.
 
-// Knows the answer (`truth`, the tokens after `prompt`) and proposes it, wrong at one
-// position in three proposals, so that steps keep some drafts and reject others.
-class OracleProposer : public DraftProposer {
- public:
-  OracleProposer(std::vector<int32_t> prompt, std::vector<int32_t> truth)
-      : prompt_(std::move(prompt)), truth_(std::move(truth)) {}
-  std::vector<int32_t> Propose(absl::Span<const int32_t> tokens, int32_t max_tokens) override {
-    const size_t done = tokens.size() - prompt_.size();
-    std::vector<int32_t> draft;
-    for (size_t i = done; i < truth_.size() && draft.size() < static_cast<size_t>(max_tokens); ++i) {
-      draft.push_back(truth_[i]);
-    }
-    if (!draft.empty() && ++calls_ % 3 == 0) {
-      const size_t at = calls_ % draft.size();
-      draft[at] = (draft[at] + 1) % 100;
-    }
-    return draft;
-  }
-
- private:
-  std::vector<int32_t> prompt_, truth_;
-  int64_t calls_ = 0;
-};
-
 // Greedy with drafts equals transformers: the same tokens and, for every token (kept
 // draft or not), logits within the parity tolerance; with chunked prefill of 5 tokens,
 // scrambled blocks of 4 and a cache too small for three copies (preemption).
@@ -323,7 +299,7 @@ TEST(SpeculativeEngineTest, GreedyWithDraftsEqualsTransformersUnderPreemptionAnd
         const int64_t need = (ref.prompt_ids.size() + ref.greedy_ids.size() + 3) / 4;
         o.kv_blocks = need;
         o.num_speculative_tokens = 3;
-        o.proposer = [&] { return std::make_unique<OracleProposer>(ref.prompt_ids, ref.greedy_ids); };
+        o.proposer = [&] { return std::make_unique<testing::OracleProposer>(ref.prompt_ids, ref.greedy_ids); };
         auto r = testing::GreedyGenerate(model, exec, {ref.prompt_ids, ref.prompt_ids, ref.prompt_ids},
                                          static_cast<int32_t>(ref.greedy_ids.size()), o);
         ASSERT_TRUE(r.ok()) << r.status();
@@ -373,7 +349,7 @@ TEST(SpeculativeEngineTest, SeededSamplingIsTheSameWithAndWithoutDrafts) {
         SchedulerConfig sc = SchedulerConfigFor(model, 8, 256);
         sc.num_speculative_tokens = 4;
         EngineCore spec(exec, sc, std::nullopt,
-                        std::make_unique<OracleProposer>(prompt, base->outputs[0].output_ids));
+                        std::make_unique<testing::OracleProposer>(prompt, base->outputs[0].output_ids));
         auto with = GenerateOffline(spec, {prompt}, p);
         ASSERT_TRUE(with.ok()) << with.status();
         EXPECT_EQ(with->outputs[0].output_ids, base->outputs[0].output_ids) << fixture << " tp " << tp;
@@ -402,7 +378,7 @@ TEST(SpeculativeEngineTest, StopsInsideAKeptRunEndWhereTheyWouldWithoutDrafts) {
     // Every draft is right: a run of 5 could pass max_tokens 3.
     for (int32_t max_tokens : {1, 2, 3, 6}) {
       p.max_tokens = max_tokens;
-      EngineCore core(exec, sc, std::nullopt, std::make_unique<OracleProposer>(ref.prompt_ids, ref.greedy_ids));
+      EngineCore core(exec, sc, std::nullopt, std::make_unique<testing::OracleProposer>(ref.prompt_ids, ref.greedy_ids));
       auto r = GenerateOffline(core, {ref.prompt_ids}, p);
       ASSERT_TRUE(r.ok()) << r.status();
       EXPECT_EQ(r->outputs[0].output_ids,
@@ -412,7 +388,7 @@ TEST(SpeculativeEngineTest, StopsInsideAKeptRunEndWhereTheyWouldWithoutDrafts) {
     // The 4th greedy token as a stop token: the output ends with it.
     p.max_tokens = 8;
     p.stop_token_ids = {ref.greedy_ids[3]};
-    EngineCore core(exec, sc, std::nullopt, std::make_unique<OracleProposer>(ref.prompt_ids, ref.greedy_ids));
+    EngineCore core(exec, sc, std::nullopt, std::make_unique<testing::OracleProposer>(ref.prompt_ids, ref.greedy_ids));
     auto r = GenerateOffline(core, {ref.prompt_ids}, p);
     ASSERT_TRUE(r.ok()) << r.status();
     size_t first = 0;

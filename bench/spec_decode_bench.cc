@@ -1,0 +1,217 @@
+// Speculative decoding, measured side by side in one run (ranks as threads, the engine as
+// `tpserve generate` starts it). Not a test: numbers go to docs/speculative_decoding.md.
+//
+// --mode ngram (a real model with a tokenizer): per-user decode speed at batch 1 with and
+//   without n-gram drafting on input-grounded prompts (rewrite or correct a given passage),
+//   runs alternated, --rounds rounds; decode tok/s counts every output token after the
+//   first over the decode steps' wall time (forward and the coordinator's work, drafting
+//   included), and the mean acceptance length.
+// --mode cost (any model, dummy weights for a preset): the time of a decode step that
+//   verifies K drafts (K + 1 tokens of one sequence) over a 1-token step, at each --k, and
+//   the per-user speedup that ratio allows at acceptance lengths 2..4 (a projection: it
+//   assumes drafts cost nothing, true of n-gram lookup and not of a drafter model).
+//
+//   build/bench/spec_decode_bench --mode ngram --model ~/.cache/tpserve/models/gemma-3-270m --rounds 10
+//   build/bench/spec_decode_bench --mode cost --model gemma-4-1b --k 2,4,8
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "coordinator/engine/offline.h"
+#include "coordinator/engine/speculative.h"
+#include "coordinator/text/tokenizer.h"
+#include "launch/engine_setup.h"
+#include "launch/model_text.h"
+#include "launch/ranks.h"
+#include "worker/step_executor.h"
+#include "worker/worker_loop.h"
+
+ABSL_FLAG(std::string, mode, "ngram", "ngram | cost (see the file's comment)");
+ABSL_FLAG(std::string, model, "gemma-4-1b", "Checkpoint directory, GGUF file or built-in preset (dummy weights)");
+ABSL_FLAG(int, tp, 1, "Tensor-parallel size (ranks as threads)");
+ABSL_FLAG(int, threads, 0, "CPU threads per rank (0: cores / ranks)");
+ABSL_FLAG(int, rounds, 10, "ngram: rounds, each running every prompt without and with drafts (order alternates)");
+ABSL_FLAG(int, max_tokens, 96, "ngram: tokens generated per prompt");
+ABSL_FLAG(std::string, speculative_config, R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4})",
+          "ngram: the --speculative-config measured");
+ABSL_FLAG(std::string, k, "2,4,8", "cost: draft lengths K, comma-separated");
+ABSL_FLAG(int, context, 256, "cost: prompt tokens before decoding");
+ABSL_FLAG(int, decode_steps, 24, "cost: decode steps measured per K");
+
+namespace tpserve {
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Input-grounded prompts: the answer repeats much of the prompt, as in the rewriting and
+// editing work n-gram drafting is for.
+const char* const kPassages[] = {
+    "The old lighthouse stood at the edge of the cliff for more than two hundred years. Every night its keeper "
+    "climbed the one hundred and twelve steps to light the lamp, and every morning he climbed them again to put "
+    "it out. Ships passing the rocks below relied on its beam to find the safe channel into the harbour.",
+    "To reset the router, unplug the power cable and wait thirty seconds. Plug the cable back in and wait until "
+    "the status light turns solid green. Then open a browser, go to the address printed on the label, and sign "
+    "in with the administrator password printed below it.",
+    "def mean(values):\n    total = 0\n    for v in values:\n        total += v\n    return total / len(values)\n\n"
+    "def variance(values):\n    m = mean(values)\n    total = 0\n    for v in values:\n        total += (v - m) ** 2\n"
+    "    return total / len(values)\n",
+};
+const char* const kTasks[] = {
+    "Copy the passage above exactly, word for word:\n\n",
+    "Rewrite the passage above, keeping every sentence:\n\n",
+    "Repeat the code above with the same names:\n\n",
+};
+
+struct Decode {
+  int64_t tokens = 0;  // output tokens after the first
+  double ms = 0;       // decode steps' forward + coordinator time
+  int64_t steps = 0;
+  SpecDecodeStats spec;
+};
+
+absl::StatusOr<Decode> RunOnce(StepExecutor& exec, const Model& model, const std::vector<int32_t>& prompt,
+                               const SamplingParams& params, const SpeculativeConfig& spec,
+                               std::unique_ptr<DraftProposer> proposer = nullptr) {
+  SchedulerConfig sc = SchedulerConfigFor(model, 1, 2048);
+  sc.enable_prefix_caching = false;  // each run computes its prompt
+  if (proposer == nullptr) proposer = MakeDraftProposer(spec);
+  EngineCore core(exec, WithSpeculation(sc, spec), std::nullopt, std::move(proposer));
+  TP_ASSIGN_OR_RETURN(OfflineResult r, GenerateOffline(core, {prompt}, params));
+  Decode d;
+  d.tokens = std::max<int64_t>(0, static_cast<int64_t>(r.outputs[0].output_ids.size()) - 1);
+  for (const StepSummary& s : r.steps) {
+    if (s.num_prefill_tokens > 0) continue;
+    d.ms += s.forward_ms + s.coordinator_ms;
+    ++d.steps;
+  }
+  d.spec = r.spec;
+  return d;
+}
+
+absl::Status RunNgram(StepExecutor& exec, const Model& model, const std::string& model_path) {
+  TP_ASSIGN_OR_RETURN(ModelText text, LoadModelText(model_path, "", /*with_chat=*/false));
+  TP_ASSIGN_OR_RETURN(SpeculativeConfig spec, ParseSpeculativeConfig(absl::GetFlag(FLAGS_speculative_config)));
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  p.ignore_eos = true;
+  std::printf("model %s, tp %d, %s, batch 1, greedy, %d tokens per prompt\n", model_path.c_str(),
+              absl::GetFlag(FLAGS_tp), spec.ToJson().c_str(), p.max_tokens);
+  std::printf("%-8s %6s %10s %10s %8s %10s %8s\n", "prompt", "round", "plain t/s", "spec t/s", "ratio", "accept len",
+              "same");
+  std::vector<double> ratios;
+  std::vector<double> plain_all, spec_all, accept_all;
+  for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+    for (size_t i = 0; i < std::size(kPassages); ++i) {
+      const std::vector<int32_t> prompt =
+          text.tokenizer->Encode(absl::StrCat(kPassages[i], "\n\n", kTasks[i]), /*add_special_tokens=*/true);
+      Decode plain, with;
+      // Alternate which goes first so that a drifting machine favours neither.
+      for (int pass = 0; pass < 2; ++pass) {
+        const bool speculative = (pass == 0) == (round % 2 == 1);
+        TP_ASSIGN_OR_RETURN(Decode d, RunOnce(exec, model, prompt, p, speculative ? spec : SpeculativeConfig{}));
+        (speculative ? with : plain) = d;
+      }
+      const double plain_tps = plain.tokens / (plain.ms / 1e3), spec_tps = with.tokens / (with.ms / 1e3);
+      ratios.push_back(spec_tps / plain_tps);
+      plain_all.push_back(plain_tps);
+      spec_all.push_back(spec_tps);
+      accept_all.push_back(with.spec.mean_acceptance_length());
+      std::printf("%-8zu %6d %10.1f %10.1f %8.2f %10.2f %8s\n", i, round, plain_tps, spec_tps, spec_tps / plain_tps,
+                  with.spec.mean_acceptance_length(), plain.tokens == with.tokens ? "yes" : "NO");
+    }
+  }
+  std::printf("median over %zu runs: plain %.1f tok/s, speculative %.1f tok/s, ratio %.2f (max %.2f), mean "
+              "acceptance length %.2f\n",
+              ratios.size(), Median(plain_all), Median(spec_all), Median(ratios),
+              *std::max_element(ratios.begin(), ratios.end()), Median(accept_all));
+  return absl::OkStatus();
+}
+
+// Proposes K copies of one token: every decode step verifies exactly K drafts.
+class FixedProposer : public DraftProposer {
+ public:
+  std::vector<int32_t> Propose(absl::Span<const int32_t>, int32_t max_tokens) override {
+    return std::vector<int32_t>(max_tokens, 7);
+  }
+};
+
+absl::Status RunCost(StepExecutor& exec, const Model& model) {
+  const int context = absl::GetFlag(FLAGS_context);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < context; ++i) prompt.push_back(static_cast<int32_t>((1000 + 7919 * i) % model.config().vocab_size));
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = absl::GetFlag(FLAGS_decode_steps) + 1;
+  p.ignore_eos = true;
+  std::printf("model %s, tp %d, batch 1, context %d: decode step time verifying K drafts over a 1-token step\n",
+              absl::GetFlag(FLAGS_model).c_str(), absl::GetFlag(FLAGS_tp), context);
+  std::printf("%4s %12s %14s %8s   %s\n", "K", "1-token ms", "K+1-token ms", "ratio",
+              "projected speedup at acceptance length 2 / 3 / 4 (free drafts)");
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_k), ',', absl::SkipWhitespace())) {
+    int k = 0;
+    if (!absl::SimpleAtoi(part, &k) || k < 1) return absl::InvalidArgumentError(absl::StrCat("--k: bad value ", part));
+    SpeculativeConfig spec;
+    spec.method = SpeculativeConfig::Method::kNgram;
+    spec.num_speculative_tokens = k;
+    // Alternated pairs; each run's steps are medians of its own.
+    std::vector<double> one, many;
+    for (int pass = 0; pass < 4; ++pass) {
+      const bool speculative = pass % 2 == 1;
+      TP_ASSIGN_OR_RETURN(Decode d, RunOnce(exec, model, prompt, p, speculative ? spec : SpeculativeConfig{},
+                                            speculative ? std::make_unique<FixedProposer>() : nullptr));
+      (speculative ? many : one).push_back(d.ms / std::max<int64_t>(1, d.steps));
+    }
+    const double t1 = Median(one), tk = Median(many), ratio = tk / t1;
+    std::printf("%4d %12.2f %14.2f %8.2f   %.2f / %.2f / %.2f\n", k, t1, tk, ratio, std::min(2, k + 1) / ratio,
+                std::min(3, k + 1) / ratio, std::min(4, k + 1) / ratio);
+  }
+  return absl::OkStatus();
+}
+
+int Main() {
+  EngineOptions eo;
+  eo.model = absl::GetFlag(FLAGS_model);
+  eo.threads = absl::GetFlag(FLAGS_threads);
+  eo.device = "cpu";
+  eo.max_num_seqs = 1;
+  eo.kv_cache_bytes = int64_t{256} << 20;
+  if (PresetModelConfig(eo.model).ok()) eo.load_format = "dummy";  // a built-in shape
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode != "ngram" && mode != "cost") {
+    std::fprintf(stderr, "spec_decode_bench: --mode must be ngram or cost\n");
+    return 2;
+  }
+  return RunOnRanks(WorldConfig{}, absl::GetFlag(FLAGS_tp), [&](const WorldConfig& world, Communicator& comm) {
+    auto engine = StartEngine(eo, world, comm);
+    if (!engine.ok()) {
+      if (comm.rank() == 0) std::fprintf(stderr, "spec_decode_bench: %s\n", std::string(engine.status().message()).c_str());
+      return 1;
+    }
+    if (comm.rank() != 0) return RunWorkerLoop(*engine->model, comm).ok() ? 0 : 1;
+    StepExecutor exec(*engine->model, comm);
+    absl::Status st = mode == "ngram" ? RunNgram(exec, *engine->model, eo.model) : RunCost(exec, *engine->model);
+    exec.Shutdown();
+    if (!st.ok()) std::fprintf(stderr, "spec_decode_bench: %s\n", std::string(st.message()).c_str());
+    return st.ok() ? 0 : 1;
+  });
+}
+
+}  // namespace
+}  // namespace tpserve
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return tpserve::Main();
+}
