@@ -6,9 +6,11 @@
 #include "coordinator/engine/engine_core.h"
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/engine/offline.h"
 #include "gtest/gtest.h"
 #include "tests/offline_harness.h"
@@ -79,32 +81,46 @@ TEST(EngineCoreTest, DifferentSeedsDrawDifferentTokens) {
 }
 
 // Greedy through the core equals transformers with everything that moves KV around:
-// chunked prefill of 5 tokens, two copies sharing cached prefix blocks, scrambled blocks,
-// and a cache too small for both, so that one is preempted and recomputed.
+// chunked prefill of 5 tokens, three copies sharing cached prefix blocks, scrambled blocks,
+// and a cache too small for all, so that some are preempted and recomputed. And the same
+// with speculative decoding: drafts (the reference's tokens, wrong at one position in three
+// proposals) verified several at a step, every token's logits from its own row.
 TEST(EngineCoreTest, GreedyEqualsTransformersUnderPreemptionAndChunking) {
   for (const std::string fixture : {"gemma4_text", "llama3"}) {
     for (int tp : {1, 2}) {
-      const testing::Reference ref = testing::LoadReference(fixture);
-      testing::WithFixtureModel(fixture, tp, 64, [&](Model& model, StepExecutor& exec) {
-        testing::OfflineOptions o;
-        o.max_num_batched_tokens = 5;
-        o.scramble_blocks = true;
-        // Blocks of 4, enough for one sequence and a bit: the others grow into a full cache.
-        const int64_t need = (ref.prompt_ids.size() + ref.greedy_ids.size() + 3) / 4;
-        o.kv_blocks = need + 1;
-        auto r = testing::GreedyGenerate(model, exec, {ref.prompt_ids, ref.prompt_ids, ref.prompt_ids},
-                                         static_cast<int32_t>(ref.greedy_ids.size()), o);
-        ASSERT_TRUE(r.ok()) << r.status();
-        EXPECT_GT(r->preemptions, 0) << fixture << " tp " << tp << ": the cache was meant to run short";
-        for (const GenerationOutput& out : r->outputs) {
-          EXPECT_EQ(out.output_ids, ref.greedy_ids) << fixture << " tp " << tp;
-          ASSERT_EQ(out.logits.size(), ref.greedy_logits.size());
-          for (size_t s = 0; s < out.logits.size(); ++s) {
-            EXPECT_LE(testing::ToleranceRatio(out.logits[s], ref.greedy_logits[s], 2e-3, 2e-3), 1.0)
-                << fixture << " tp " << tp << " step " << s;
+      for (const bool drafts : {false, true}) {
+        const testing::Reference ref = testing::LoadReference(fixture);
+        const std::string what = absl::StrCat(fixture, " tp ", tp, drafts ? " with drafts" : "");
+        testing::WithFixtureModel(fixture, tp, 64, [&](Model& model, StepExecutor& exec) {
+          testing::OfflineOptions o;
+          o.max_num_batched_tokens = 5;
+          o.scramble_blocks = true;
+          // Blocks of 4, enough for one sequence and a bit: the others grow into a full cache.
+          // Drafts finish sequences in fewer steps: a cache for one sequence only.
+          const int64_t need = (ref.prompt_ids.size() + ref.greedy_ids.size() + 3) / 4;
+          o.kv_blocks = drafts ? need : need + 1;
+          if (drafts) {
+            o.num_speculative_tokens = 3;
+            o.proposer = [&] { return std::make_unique<testing::OracleProposer>(ref.prompt_ids, ref.greedy_ids); };
           }
-        }
-      }, /*block_size=*/4);
+          auto r = testing::GreedyGenerate(model, exec, {ref.prompt_ids, ref.prompt_ids, ref.prompt_ids},
+                                           static_cast<int32_t>(ref.greedy_ids.size()), o);
+          ASSERT_TRUE(r.ok()) << r.status();
+          EXPECT_GT(r->preemptions, 0) << what << ": the cache was meant to run short";
+          if (drafts) {
+            EXPECT_GT(r->spec.num_accepted_tokens, 0) << what;
+            EXPECT_LT(r->spec.num_accepted_tokens, r->spec.num_draft_tokens) << what;
+          }
+          for (const GenerationOutput& out : r->outputs) {
+            EXPECT_EQ(out.output_ids, ref.greedy_ids) << what;
+            ASSERT_EQ(out.logits.size(), ref.greedy_logits.size());
+            for (size_t s = 0; s < out.logits.size(); ++s) {
+              EXPECT_LE(testing::ToleranceRatio(out.logits[s], ref.greedy_logits[s], 2e-3, 2e-3), 1.0)
+                  << what << " step " << s;
+            }
+          }
+        }, /*block_size=*/4);
+      }
     }
   }
 }
