@@ -174,6 +174,12 @@ absl::StatusOr<Communicator*> SetUpTpCommunicator(const WorldConfig& world, Comm
   return e.device_comm.get();
 }
 
+// Logit rows a step has at most: one per sequence, K + 1 per sequence verifying K drafts.
+int64_t MaxLogitRows(const EngineOptions& o) {
+  const int64_t per_seq = 1 + (o.speculative.enabled() ? o.speculative.num_speculative_tokens : 0);
+  return std::max<int64_t>(o.max_num_seqs, 1) * per_seq;
+}
+
 // This rank's KV budget on a GPU: a warm-up step at the largest step size first (scratch,
 // attention workspace and cuBLASLt plans allocated, so the measurement counts them), then
 // the memory planner on what is left, minimum over ranks. Collective.
@@ -182,7 +188,7 @@ absl::StatusOr<int64_t> PlanGpuKvBudget(const EngineOptions& o, const WorldConfi
   Model& m = *e.model;
   const int64_t tokens = std::max<int32_t>(o.max_num_batched_tokens, 1);
   const WarmupStep warm = MakeWarmupStep(tokens, e.config.max_position_embeddings, m.block_size(),
-                                         e.config.kv_group_windows.size(), std::max<int32_t>(o.max_num_seqs, 1));
+                                         e.config.kv_group_windows.size(), MaxLogitRows(o));
   absl::Status st = m.AllocateKvCache(warm.blocks);
   if (st.ok()) st = m.ReserveScratch(tokens, static_cast<int64_t>(warm.plan.logit_rows.size()));
   if (!st.ok()) {
@@ -287,7 +293,7 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
     for (int turn = 0; turn < turns; ++turn) {
       if (turn == my_turn) {
         auto report = e.model->TuneKernels(std::max<int32_t>(o.max_num_batched_tokens, 1),
-                                           std::max<int32_t>(o.max_num_seqs, 1));
+                                           std::min<int64_t>(MaxLogitRows(o), std::max<int32_t>(o.max_num_batched_tokens, 1)));
         if (report.ok()) {
           e.tune_report = std::move(report).value();
         } else {
