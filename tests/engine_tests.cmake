@@ -6,6 +6,9 @@ tp_add_test(gguf_quants_test SOURCES gguf_quants_test.cc LIBS tpserve_engine)
 # The GGUF container and GGUF model configs (fixtures: tools/make_gguf_model_fixtures.py).
 tp_add_test(gguf_test SOURCES gguf_test.cc LIBS tpserve_engine)
 tp_add_test(model_test SOURCES model_test.cc LIBS tpserve_engine_core)
+# The Gemma 4 MTP drafter against transformers (fixtures: tools/make_mtp_fixtures.py), dense
+# and centroid heads at TP 1, 2, 4, alone and drafting for the target; its config checks.
+tp_add_test(mtp_drafter_test SOURCES mtp_drafter_test.cc LIBS tpserve_engine)
 # Checkpoint tensors the model never reads fail the load by name; multimodal towers do not.
 tp_add_test(checkpoint_use_test SOURCES checkpoint_use_test.cc LIBS tpserve_engine_core)
 tp_add_test(engine_core_test SOURCES engine_core_test.cc LIBS tpserve_engine_core)

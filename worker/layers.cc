@@ -133,6 +133,14 @@ void VocabParallelEmbedding::Logits(Backend& b, const Tensor& x, Tensor out) con
   b.Linear(x, table_.view, nullptr, out);
 }
 
+absl::StatusOr<DeviceTensor> LoadMatrix(const LoadContext& ctx, const std::string& name, int64_t rows,
+                                        int64_t full_cols, int64_t col0, int64_t cols) {
+  TP_ASSIGN_OR_RETURN(DeviceTensor t, AllocMatrix(ctx.backend, ctx.weight_dtype, rows, cols));
+  SliceRequest req{name, {rows, full_cols}, 0, rows, col0, cols};
+  TP_RETURN_IF_ERROR(ReadInto(ctx, req, ctx.weight_dtype, t.view.data));
+  return t;
+}
+
 absl::StatusOr<DeviceTensor> UploadF32(Backend& b, const std::vector<float>& v) {
   TP_ASSIGN_OR_RETURN(DeviceTensor t, AllocMatrix(b, DType::kF32, 1, static_cast<int64_t>(v.size())));
   b.CopyFromHost(t.view.data, v.data(), v.size() * 4);

@@ -93,6 +93,10 @@ class VocabParallelEmbedding {
   int64_t shard_rows_ = 0;
 };
 
+// Columns [col0, col0 + cols) of matrix `name` (full shape [rows, full_cols]) in the weight
+// dtype, the same on every rank: a replicated weight, or one block of its input features.
+absl::StatusOr<DeviceTensor> LoadMatrix(const LoadContext& ctx, const std::string& name, int64_t rows,
+                                        int64_t full_cols, int64_t col0, int64_t cols);
 // An fp32 vector on the device (norm weights, RoPE frequencies), read whole.
 absl::StatusOr<DeviceTensor> LoadVector(const LoadContext& ctx, const std::string& name, int64_t n);
 absl::StatusOr<DeviceTensor> UploadF32(Backend& b, const std::vector<float>& v);

@@ -445,6 +445,17 @@ absl::StatusOr<TuneReport> Model::TuneKernels(int64_t max_tokens, int64_t max_lo
   return report;
 }
 
+Tensor Model::hidden_rows() const {
+  if (hidden_rows_ == 0 || !scratch_->sel) return Tensor{};
+  return Tensor{scratch_->sel->data(), backend_.activation_dtype(), hidden_rows_, config_.hidden_size};
+}
+
+Model::LayerKvCache Model::layer_kv_cache(int layer) const {
+  TP_CHECK(layer >= 0 && layer < static_cast<int>(layers_.size()));
+  const Layer& L = *layers_[layer];
+  return LayerKvCache{L.k_cache ? L.k_cache->data() : nullptr, L.v_cache ? L.v_cache->data() : nullptr, L.heads};
+}
+
 absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times) {
   const auto t0 = std::chrono::steady_clock::now();
   if (kernels_pending_.load()) {  // a benchmark switched kernels (no lock on the usual step)
@@ -456,6 +467,7 @@ absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times
   StepTimes local;
   if (times == nullptr) times = &local;
   *times = StepTimes{};
+  hidden_rows_ = 0;
   if (num_blocks_.empty()) return absl::FailedPreconditionError("Forward before AllocateKvCache");
   TP_RETURN_IF_ERROR(plan.Validate(num_blocks_, options_.block_size));
   const int64_t T = plan.num_tokens();
@@ -480,6 +492,7 @@ absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times
     TP_RETURN_IF_ERROR(UploadStep(plan));
     RunDevice(T, Lr, times);
   }
+  hidden_rows_ = Lr;  // a replayed step's real rows come first
   StepOutput out = DownloadOutput(plan, Lr);
   times->total_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   return out;

@@ -121,6 +121,29 @@ class Model {
   const ModelConfig& config() const { return config_; }
   int32_t block_size() const { return options_.block_size; }
 
+  // For a reader beside the model (the MTP drafter, worker/mtp_drafter.h), which runs on
+  // the same ranks with the same backend and communicator.
+  //
+  // The post-final-norm hidden states of the last Forward's logit rows, [logit rows,
+  // hidden_size] in the activation dtype on this rank's device, the same on every rank
+  // (the final norm runs on the all-reduced residual): what the logits were computed from,
+  // before the LM head and the final soft-cap. Valid until the next Forward or
+  // ReserveScratch; empty before the first Forward and after a step without logit rows.
+  Tensor hidden_rows() const;
+  // The input embedding (vocab-parallel; Lookup all-reduces) and the scale Forward applies
+  // to it (Gemma's sqrt(hidden_size), rounded to the weight dtype as transformers does).
+  const VocabParallelEmbedding& embedding() const { return embed_; }
+  float embed_scale() const { return embed_scale_; }
+  // Layer `layer`'s paged K/V on this rank ([num_slots, heads.kv_heads * head_dim] each,
+  // slots of its KV group's blocks) and its head split; null caches before AllocateKvCache.
+  // Reallocated by AllocateKvCache: read the pointers again after it.
+  struct LayerKvCache {
+    void* k_cache = nullptr;
+    void* v_cache = nullptr;
+    HeadShard heads;
+  };
+  LayerKvCache layer_kv_cache(int layer) const;
+
  private:
   struct Layer;
   Model(const ModelConfig& c, Backend& b, Communicator& comm, const ModelOptions& o);
@@ -172,6 +195,7 @@ class Model {
   bool graph_buffers_reserved_ = false;
   bool graph_warned_ = false;
   int64_t replayed_steps_ = 0;
+  int64_t hidden_rows_ = 0;  // logit rows of the last Forward (hidden_rows())
 };
 
 }  // namespace tpserve

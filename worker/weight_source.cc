@@ -62,6 +62,34 @@ class CheckpointSource : public WeightSource {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<std::vector<int64_t>> ReadInt64(const std::string& name, int64_t n) const override {
+    const TensorInfo* t = Lookup(name);
+    if (t == nullptr) {
+      return absl::NotFoundError(absl::StrCat(ckpt_->dir(), ": missing tensor \"", prefix_, name, "\""));
+    }
+    const std::string where = absl::StrCat(t->file, ": tensor \"", t->name, "\"");
+    if (t->shape != std::vector<int64_t>{n}) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " has shape ", ShapeStr(t->shape), ", expected [", n, "]"));
+    }
+    const size_t elem = t->dtype_name == "I64" ? 8 : t->dtype_name == "I32" ? 4 : 0;
+    if (elem == 0 || t->nbytes != elem * static_cast<size_t>(n)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " has dtype ", t->dtype_name, "; expected I64 or I32"));
+    }
+    std::vector<int64_t> out(n);
+    for (int64_t i = 0; i < n; ++i) {
+      if (elem == 8) {
+        std::memcpy(&out[i], t->data + i * 8, 8);
+      } else {
+        int32_t v;
+        std::memcpy(&v, t->data + i * 4, 4);
+        out[i] = v;
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    read_.insert(t->name);
+    return out;
+  }
+
   absl::Status CheckAllUsed() const override {
     std::vector<std::string> unused;
     {
@@ -160,6 +188,10 @@ class DummySource : public WeightSource {
 
 }  // namespace
 
+absl::StatusOr<std::vector<int64_t>> WeightSource::ReadInt64(const std::string& name, int64_t /*n*/) const {
+  return absl::UnimplementedError(absl::StrCat(Describe(), ": reading integer tensor \"", name, "\" is not supported"));
+}
+
 void ConvertRow(const uint8_t* src, DType src_dtype, int64_t n, DType dst_dtype, void* dst) {
   if (src_dtype == dst_dtype) {
     std::memcpy(dst, src, n * DTypeSize(src_dtype));
@@ -227,6 +259,12 @@ absl::StatusOr<std::unique_ptr<WeightSource>> OpenCheckpointSource(const std::st
   return absl::NotFoundError(absl::StrCat(
       dir, ": missing tensor \"model.embed_tokens.weight\" (also looked for model.language_model.embed_tokens.weight "
            "and language_model.model.embed_tokens.weight): not a supported checkpoint layout"));
+}
+
+absl::StatusOr<std::unique_ptr<WeightSource>> OpenCheckpointSourceWithPrefix(const std::string& dir,
+                                                                            const std::string& prefix) {
+  TP_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
+  return std::unique_ptr<WeightSource>(new CheckpointSource(std::move(ckpt), prefix));
 }
 
 std::unique_ptr<WeightSource> MakeDummySource(const ModelConfig& config, uint64_t seed) {

@@ -41,6 +41,11 @@ class WeightSource {
   // use. Reads from several threads (ranks sharing one source) all count. Relies on every
   // rank reading a slice of every tensor the model uses, so one rank's load suffices.
   virtual absl::Status CheckAllUsed() const = 0;
+
+  // A whole 1-D integer tensor of n entries (safetensors I64 or I32), e.g. the MTP
+  // drafter's token_ordering; counts as a use. Default: Unimplemented (sources without
+  // integer tensors).
+  virtual absl::StatusOr<std::vector<int64_t>> ReadInt64(const std::string& name, int64_t n) const;
 };
 
 // Copies n elements of `src` (dtype src_dtype) to `dst` as dst_dtype.
@@ -53,6 +58,11 @@ absl::Status CheckSlice(const SliceRequest& r, const std::string& where);
 // towers of multimodal checkpoints (IsIgnorableCheckpointTensor); any other tensor no
 // layer read is an error.
 absl::StatusOr<std::unique_ptr<WeightSource>> OpenCheckpointSource(const std::string& dir);
+// DIR's safetensors with every name read as `prefix` + the name asked for (no search for
+// a language-model prefix): for checkpoints whose tensors do not all sit under one, such
+// as the Gemma 4 MTP assistant's (model.layers.*, pre_projection.weight), read with "".
+absl::StatusOr<std::unique_ptr<WeightSource>> OpenCheckpointSourceWithPrefix(const std::string& dir,
+                                                                            const std::string& prefix);
 
 // Whether a checkpoint tensor (full name, as stored) may go unread without losing part of
 // the language model: vision/audio towers and their projectors ([model.]vision_tower.*,
