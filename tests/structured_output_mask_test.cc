@@ -148,12 +148,35 @@ const char* const kWalkSchemas[] = {
     R"({"type": "string"})",
     R"({"type": "number"})",
     R"({"anyOf": [{"type": "string", "maxLength": 2}, {"type": "string", "pattern": "x+"}, {"type": "integer"}]})",
+    // Longer than the synthetic vocabulary's longest token: far slots share token tables.
+    R"({"type": "array", "items": {"type": "string", "minLength": 20, "maxLength": 40}, "maxItems": 2})",
 };
 
 TEST(TokenMaskTest, SyntheticVocabularyRandomWalksMatchBruteForce) {
   const auto vocab = SyntheticVocabulary();
   uint32_t seed = 1;
   for (const char* schema : kWalkSchemas) RandomWalks(schema, vocab, 12, 40, /*brute_force=*/true, seed++);
+}
+
+// Tables filled by several threads are those one thread fills; equivalent states share them.
+TEST(TokenMaskTest, ThreadedCompileMatchesSerialAndSharesTables) {
+  const auto vocab = SyntheticVocabulary();
+  auto grammar = GrammarFromJsonSchemaText(kWalkSchemas[std::size(kWalkSchemas) - 1]);
+  ASSERT_TRUE(grammar.ok());
+  const auto serial = CompiledGrammar::Create(*grammar, vocab, 1);
+  const auto threaded = CompiledGrammar::Create(*grammar, vocab, 3);
+  uint32_t positions = 0;
+  for (uint32_t s = 0; s < (*grammar)->num_states(); ++s) {
+    if (!(*grammar)->has_bytes(s)) continue;
+    ++positions;
+    const auto& a = serial->position(s);
+    const auto& b = threaded->position(s);
+    EXPECT_EQ(a.accepted_words, b.accepted_words);
+    EXPECT_EQ(a.accepted_ids, b.accepted_ids);
+    EXPECT_EQ(a.uncertain, b.uncertain);
+    EXPECT_EQ(a.uncertain_lcp, b.uncertain_lcp);
+  }
+  EXPECT_LT(serial->num_tables(), positions / 2) << "the unrolled string slots should share tables";
 }
 
 TEST(TokenMaskTest, TrieCoversTheVocabularyInByteOrder) {
@@ -325,6 +348,22 @@ TEST(TokenMaskTest, RealGemma3Vocabulary) {
   }
   const auto vocab = TokenVocabulary::Create(std::move(*table));
   RandomWalks(kWalkSchemas[1], vocab, 2, 20, /*brute_force=*/false, 7);
+  // The mask against brute force at a few states, reached by single-byte tokens.
+  std::vector<int32_t> byte_token(256, -1);
+  for (uint32_t i = 0; i < vocab->num_sorted(); ++i) {
+    if (vocab->sorted_bytes(i).size() == 1) byte_token[static_cast<uint8_t>(vocab->sorted_bytes(i)[0])] = vocab->sorted_id(i);
+  }
+  auto grammar = GrammarFromJsonSchemaText(kWalkSchemas[1]);
+  ASSERT_TRUE(grammar.ok());
+  const auto compiled = CompiledGrammar::Create(*grammar, vocab);
+  BitMask mask;
+  for (const std::string prefix : {"", "{", "{\"name\"", "{\"name\": \"Ada Lo", "{\"name\": \"x\", \"age\": 12",
+                                   "{\"name\": \"x\", \"tags\": [\"a\""}) {
+    TokenMatcher matcher(compiled);
+    for (const char c : prefix) ASSERT_TRUE(matcher.AcceptToken(byte_token[static_cast<uint8_t>(c)])) << prefix;
+    FillNextTokenMask(matcher, &mask);
+    ExpectMaskIsExact(matcher, mask, prefix);
+  }
 }
 
 }  // namespace

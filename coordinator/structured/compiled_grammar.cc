@@ -3,8 +3,11 @@
 #include "coordinator/structured/compiled_grammar.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "coordinator/structured/grammar_matcher.h"
 
 namespace tpserve {
@@ -24,14 +27,40 @@ class PositionClassifier {
     ranges_.clear();
     follow_ = &g_.follow(g_.rule_of(state));
     levels_.resize(std::max<size_t>(levels_.size(), vocab_.max_token_bytes() + 1));
-    levels_[0].Clear();
-    levels_[0].Add({}, state);
+    levels_[0].top = state;
     const TokenVocabulary::TrieNode& root = trie_[0];
     for (uint32_t c = 1; c < root.end; c = trie_[c].end) Visit(c, 1, /*pending=*/false);
     return Collect();
   }
 
  private:
+  // The stacks after some bytes of a token. Most of the time that is the one stack [top]
+  // (the token stays in the state's rule, with no call open): kept as just `top`, a table
+  // lookup per byte; anything else is a StackSet.
+  struct Level {
+    uint32_t top = Grammar::kNoState;  // kNoState: `stacks` holds the level
+    StackSet stacks;
+  };
+
+  void Step(const Level& before, uint8_t byte, Level* after) {
+    if (before.top == Grammar::kNoState) {
+      after->top = Grammar::kNoState;
+      StepStacks(g_, before.stacks, byte, &after->stacks, &scratch_);
+      return;
+    }
+    const uint32_t next = g_.Next(before.top, byte);
+    if (next != Grammar::kNoState && g_.calls(next).empty() && !g_.is_final(next)) {
+      after->top = next;  // has byte edges: it is not final and can finish
+      return;
+    }
+    after->top = Grammar::kNoState;
+    after->stacks.Clear();
+    if (next != Grammar::kNoState) {
+      scratch_.clear();
+      SettleState(g_, next, &scratch_, 0, &after->stacks);
+    }
+  }
+
   void Mark(uint32_t lo, uint32_t hi, Verdict v) {
     if (lo >= hi || v == Verdict::kRejected) return;
     if (!ranges_.empty() && ranges_.back().verdict == v && ranges_.back().hi == lo) {
@@ -45,12 +74,14 @@ class PositionClassifier {
   // with a byte that may follow the rule.
   void Visit(uint32_t c, size_t depth, bool pending) {
     const TokenVocabulary::TrieNode& node = trie_[c];
-    const StackSet& before = levels_[depth - 1];
-    pending = pending || (depth > 1 && before.can_end() && follow_->test(node.byte));
-    StackSet& after = levels_[depth];
-    StepStacks(g_, before, node.byte, &after, &scratch_);
-    const bool live = !after.empty();
-    const bool ended = after.can_end();
+    const Level& before = levels_[depth - 1];
+    const bool escaped_before = before.top == Grammar::kNoState && before.stacks.can_end();
+    pending = pending || (depth > 1 && escaped_before && follow_->test(node.byte));
+    Level& after = levels_[depth];
+    Step(before, node.byte, &after);
+    const bool simple = after.top != Grammar::kNoState;
+    const bool live = simple || !after.stacks.empty();
+    const bool ended = !simple && after.stacks.can_end();
     Mark(node.lo, node.mid, (live || ended) ? Verdict::kAccepted : pending ? Verdict::kUncertain : Verdict::kRejected);
     if (live) {
       for (uint32_t k = c + 1; k < node.end; k = trie_[k].end) Visit(k, depth + 1, pending);
@@ -106,30 +137,92 @@ class PositionClassifier {
   const TokenVocabulary& vocab_;
   const std::vector<TokenVocabulary::TrieNode>& trie_;
   const std::bitset<256>* follow_ = nullptr;
-  std::vector<StackSet> levels_;
+  std::vector<Level> levels_;
   std::vector<uint32_t> scratch_;
   std::vector<Range> ranges_;
 };
 
+// Classes of states that no token of at most `horizon` bytes tells apart, for the
+// classification PositionClassifier computes: Moore's partition refinement, stopped after
+// `horizon` + 1 rounds. Initial classes: finality and the FOLLOW set of the rule (what an
+// escape may be followed by); each round splits states by their byte successors' classes
+// and their calls (callee rule, class of the return state).
+std::vector<uint32_t> TokenEquivalenceClasses(const Grammar& g, size_t horizon) {
+  const uint32_t n = g.num_states();
+  std::vector<uint32_t> cls(n);
+  absl::flat_hash_map<std::vector<uint32_t>, uint32_t> ids;
+  std::vector<uint32_t> key;
+  for (uint32_t s = 0; s < n; ++s) {
+    const auto& follow = g.follow(g.rule_of(s));
+    key.assign({g.is_final(s)});
+    for (int w = 0; w < 256; w += 32) {
+      uint32_t bits = 0;
+      for (int b = 0; b < 32; ++b) bits |= static_cast<uint32_t>(follow.test(w + b)) << b;
+      key.push_back(bits);
+    }
+    cls[s] = ids.try_emplace(key, static_cast<uint32_t>(ids.size())).first->second;
+  }
+  std::vector<uint32_t> next(n);
+  for (size_t round = 0; round <= horizon; ++round) {
+    const size_t before = ids.size();
+    ids.clear();
+    std::vector<std::pair<uint32_t, uint32_t>> calls;
+    for (uint32_t s = 0; s < n; ++s) {
+      key.assign({cls[s]});
+      for (uint32_t c = 0; c < g.num_byte_classes(); ++c) {
+        const uint32_t t = g.NextByClass(s, c);
+        key.push_back(t == Grammar::kNoState ? UINT32_MAX : cls[t]);
+      }
+      calls.clear();
+      for (const Grammar::CallEdge& call : g.calls(s)) calls.emplace_back(call.rule, cls[call.return_state]);
+      std::sort(calls.begin(), calls.end());
+      for (const auto& [rule, ret] : calls) key.insert(key.end(), {rule, ret});
+      next[s] = ids.try_emplace(key, static_cast<uint32_t>(ids.size())).first->second;
+    }
+    cls.swap(next);
+    if (ids.size() == before) break;  // stable
+  }
+  return cls;
+}
+
 }  // namespace
 
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::Create(std::shared_ptr<const Grammar> grammar,
-                                                               std::shared_ptr<const TokenVocabulary> vocabulary) {
+                                                               std::shared_ptr<const TokenVocabulary> vocabulary,
+                                                               int num_threads) {
   auto compiled = std::shared_ptr<CompiledGrammar>(new CompiledGrammar());
   compiled->grammar_ = std::move(grammar);
   compiled->vocabulary_ = std::move(vocabulary);
   const Grammar& g = *compiled->grammar_;
-  compiled->positions_.resize(g.num_states());
-  PositionClassifier classifier(g, *compiled->vocabulary_);
+  const std::vector<uint32_t> cls = TokenEquivalenceClasses(g, compiled->vocabulary_->max_token_bytes());
+  compiled->table_of_state_.assign(g.num_states(), 0);
+  absl::flat_hash_map<uint32_t, uint32_t> table_of_class;
+  std::vector<uint32_t> representative;  // by table: the state whose walk fills it
   for (uint32_t s = 0; s < g.num_states(); ++s) {
-    if (g.has_bytes(s)) compiled->positions_[s] = classifier.Classify(s);
+    if (!g.has_bytes(s)) continue;
+    const auto [it, inserted] = table_of_class.try_emplace(cls[s], static_cast<uint32_t>(representative.size()));
+    if (inserted) representative.push_back(s);
+    compiled->table_of_state_[s] = it->second;
   }
+  compiled->tables_.resize(std::max<size_t>(representative.size(), 1));
+  // Tables are independent: threads take the next one from a shared counter.
+  std::atomic<size_t> next_table{0};
+  const auto work = [&] {
+    PositionClassifier classifier(g, *compiled->vocabulary_);
+    for (size_t t = next_table++; t < representative.size(); t = next_table++) {
+      compiled->tables_[t] = classifier.Classify(representative[t]);
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (int i = 1; i < num_threads && static_cast<size_t>(i) < representative.size(); ++i) helpers.emplace_back(work);
+  work();
+  for (std::thread& t : helpers) t.join();
   return compiled;
 }
 
 size_t CompiledGrammar::memory_bytes() const {
-  size_t bytes = positions_.size() * sizeof(PositionTokens);
-  for (const PositionTokens& p : positions_) {
+  size_t bytes = table_of_state_.size() * 4 + tables_.size() * sizeof(PositionTokens);
+  for (const PositionTokens& p : tables_) {
     bytes += p.accepted_words.size() * 8 + p.accepted_ids.size() * 4 + p.uncertain.size() * 8;
   }
   return bytes;

@@ -29,15 +29,21 @@ class CompiledGrammar {
   };
 
   // Classifies every token at every state with byte edges: one walk of the vocabulary trie
-  // per state, pruned at the first byte no path takes.
+  // per state, pruned at the first byte no path takes. States that no token (at most
+  // max_token_bytes long) can tell apart share one table: the slots of an unrolled
+  // maxLength string far from its end, copies that determinizing made. `num_threads`
+  // threads (the caller's included) fill the tables.
   static std::shared_ptr<const CompiledGrammar> Create(std::shared_ptr<const Grammar> grammar,
-                                                       std::shared_ptr<const TokenVocabulary> vocabulary);
+                                                       std::shared_ptr<const TokenVocabulary> vocabulary,
+                                                       int num_threads = 1);
 
   const Grammar& grammar() const { return *grammar_; }
   const std::shared_ptr<const Grammar>& shared_grammar() const { return grammar_; }
   const TokenVocabulary& vocabulary() const { return *vocabulary_; }
   // Only for states with byte edges.
-  const PositionTokens& position(uint32_t state) const { return positions_[state]; }
+  const PositionTokens& position(uint32_t state) const { return tables_[table_of_state_[state]]; }
+  // Distinct tables (at most one per state with byte edges).
+  size_t num_tables() const { return tables_.size(); }
   // Memory the classification takes (the tables above), for logs and the benchmark.
   size_t memory_bytes() const;
 
@@ -46,7 +52,8 @@ class CompiledGrammar {
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
-  std::vector<PositionTokens> positions_;  // by state
+  std::vector<uint32_t> table_of_state_;  // by state; states without byte edges: 0 (unused)
+  std::vector<PositionTokens> tables_;
 };
 
 }  // namespace tpserve

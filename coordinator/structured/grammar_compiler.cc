@@ -19,7 +19,7 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::CompileJ
   const std::string key(schema_text);
   if (auto hit = Lookup(key)) return hit;
   TP_ASSIGN_OR_RETURN(std::shared_ptr<const Grammar> grammar, GrammarFromJsonSchemaText(schema_text, options_.schema));
-  auto compiled = CompiledGrammar::Create(std::move(grammar), vocabulary_);
+  auto compiled = CompiledGrammar::Create(std::move(grammar), vocabulary_, options_.compile_threads);
   Insert(key, compiled);
   return compiled;
 }
@@ -28,7 +28,7 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::CompileJ
   const std::string key(kJsonObjectKey);
   if (auto hit = Lookup(key)) return hit;
   TP_ASSIGN_OR_RETURN(std::shared_ptr<const Grammar> grammar, GrammarForAnyJsonObject(options_.schema));
-  auto compiled = CompiledGrammar::Create(std::move(grammar), vocabulary_);
+  auto compiled = CompiledGrammar::Create(std::move(grammar), vocabulary_, options_.compile_threads);
   Insert(key, compiled);
   return compiled;
 }

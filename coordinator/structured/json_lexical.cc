@@ -166,6 +166,11 @@ Node EncodedCharOf(GrammarBuilder& b, Node from, const CodepointRanges& ranges) 
 
 Node AnyEncodedChar(GrammarBuilder& b, Node from) {
   const Node end = b.NewNode();
+  AnyEncodedCharInto(b, from, end);
+  return end;
+}
+
+void AnyEncodedCharInto(GrammarBuilder& b, Node from, Node end) {
   for (const ByteSeq& seq : Utf8Sequences(RawStringChars())) AddSequence(b, from, end, seq);
   const Node backslash = b.Range(from, '\\', '\\');
   for (const char c : std::string_view("\"\\/bfnrt")) b.Bytes(backslash, end, c, c);
@@ -198,7 +203,6 @@ Node AnyEncodedChar(GrammarBuilder& b, Node from) {
   b.Bytes(low_d, low, 'c', 'f');
   b.Bytes(low_d, low, 'C', 'F');
   HexDigits(b, low, end, 2);
-  return end;
 }
 
 Node JsonRules::Whitespace(Node from) {
@@ -243,7 +247,7 @@ JsonRules::Rule JsonRules::String() {
   string_ = b_.DeclareRule("a JSON string");
   const Node start = b_.NewNode();
   const Node body = b_.Range(start, '"', '"');
-  b_.Epsilon(AnyEncodedChar(b_, body), body);
+  AnyEncodedCharInto(b_, body, body);
   const Node accept = b_.Range(body, '"', '"');
   b_.DefineRule(*string_, start, accept);
   return *string_;

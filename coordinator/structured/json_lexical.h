@@ -32,6 +32,9 @@ GrammarBuilder::Node EncodedCharOf(GrammarBuilder& b, GrammarBuilder::Node from,
 // One code point in any encoding JSON allows: raw UTF-8 (not '"', '\' or a control), a
 // short escape, \uXXXX of a non-surrogate, or a \uD8xx\uDCxx surrogate pair.
 GrammarBuilder::Node AnyEncodedChar(GrammarBuilder& b, GrammarBuilder::Node from);
+// The same, ending at `to` (which may be `from`: a loop whose every pass reaches the same
+// automaton state, so determinizing does not make equivalent copies).
+void AnyEncodedCharInto(GrammarBuilder& b, GrammarBuilder::Node from, GrammarBuilder::Node to);
 
 // Limits on JSON text that keep a model from looping and keep every number a finite double.
 struct JsonTextLimits {

@@ -342,7 +342,7 @@ class SchemaCompiler {
     if (max < 0) {
       const Node loop = b_.NewNode();
       b_.Epsilon(at, loop);
-      b_.Epsilon(AnyEncodedChar(b_, loop), loop);
+      AnyEncodedCharInto(b_, loop, loop);
       b_.Epsilon(loop, end);
     } else {
       b_.Epsilon(at, end);

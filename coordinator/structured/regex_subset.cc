@@ -364,7 +364,7 @@ class Emitter {
   Node AnyText(Node from) {
     const Node loop = b_.NewNode();
     b_.Epsilon(from, loop);
-    b_.Epsilon(AnyEncodedChar(b_, loop), loop);
+    AnyEncodedCharInto(b_, loop, loop);
     return loop;
   }
 
