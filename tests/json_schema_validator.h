@@ -126,7 +126,8 @@ class SchemaValidator {
       const std::string str = v.get<std::string>();
       if (s.contains("minLength") && CodePoints(str) < s["minLength"].get<size_t>()) return path + ": too short";
       if (s.contains("maxLength") && CodePoints(str) > s["maxLength"].get<size_t>()) return path + ": too long";
-      if (s.contains("pattern") && !std::regex_search(str, std::regex(s["pattern"].get<std::string>(), std::regex::ECMAScript))) {
+      if (s.contains("pattern") &&
+          !std::regex_search(str, std::regex(s["pattern"].get<std::string>(), std::regex::ECMAScript))) {
         return path + ": " + v.dump() + " does not match pattern " + s["pattern"].dump();
       }
     }

@@ -37,12 +37,71 @@ std::shared_ptr<const TokenVocabulary> SyntheticVocabulary() {
     v.bytes.emplace_back(1, static_cast<char>(b));
     v.kinds.push_back(TokenKind::kText);
   }
-  for (const char* t : {"{\"", "\"}", "\":\"", "\": \"", "\",\"", "\", \"", "\"},", "},{", "[{", "}]", "]}", "\"]", "[\"",
-                        "true", "false", "null", "nu", "ll", "12", "3.", ".5", "e+", "E-1", "-0", "00", "\\u", "\\n",
-                        "\\\"", "ab", "ab", "abc", "name", "\"name\"", "\"name\": \"", "age", "\xC3\xA9", "\xE2\x82",
-                        "\x82\xAC", "\xF0\x9F\x98\x80", "\n  ", "  ", "    ", " \"", "a\"", "\"a", "b\"}", "\"x\"", "1,",
-                        "1}", "1]", ",\"", "[]", "{}", "{ }", "\"\"", "\": ", "\", ", "}\n", "ud83d", "\\ud83d\\ude00",
-                        "kind", "\"kind\":\"a\"", "children", "value\":", "\"value\": 1"}) {
+  for (const char* t : {"{\"",
+                        "\"}",
+                        "\":\"",
+                        "\": \"",
+                        "\",\"",
+                        "\", \"",
+                        "\"},",
+                        "},{",
+                        "[{",
+                        "}]",
+                        "]}",
+                        "\"]",
+                        "[\"",
+                        "true",
+                        "false",
+                        "null",
+                        "nu",
+                        "ll",
+                        "12",
+                        "3.",
+                        ".5",
+                        "e+",
+                        "E-1",
+                        "-0",
+                        "00",
+                        "\\u",
+                        "\\n",
+                        "\\\"",
+                        "ab",
+                        "ab",
+                        "abc",
+                        "name",
+                        "\"name\"",
+                        "\"name\": \"",
+                        "age",
+                        "\xC3\xA9",
+                        "\xE2\x82",
+                        "\x82\xAC",
+                        "\xF0\x9F\x98\x80",
+                        "\n  ",
+                        "  ",
+                        "    ",
+                        " \"",
+                        "a\"",
+                        "\"a",
+                        "b\"}",
+                        "\"x\"",
+                        "1,",
+                        "1}",
+                        "1]",
+                        ",\"",
+                        "[]",
+                        "{}",
+                        "{ }",
+                        "\"\"",
+                        "\": ",
+                        "\", ",
+                        "}\n",
+                        "ud83d",
+                        "\\ud83d\\ude00",
+                        "kind",
+                        "\"kind\":\"a\"",
+                        "children",
+                        "value\":",
+                        "\"value\": 1"}) {
     v.bytes.emplace_back(t);
     v.kinds.push_back(TokenKind::kText);
   }
@@ -62,8 +121,9 @@ void ExpectMaskIsExact(const TokenMatcher& matcher, const BitMask& mask, const s
       GrammarMatcher copy = matcher.byte_matcher();
       allowed = copy.AdvanceBytes(vocab.bytes(id));
     }
-    ASSERT_EQ(mask.Test(id), allowed) << "token " << id << " " << Json(tokenizer_internal::Utf8Lossy(vocab.bytes(id))).dump()
-                                      << " after " << Json(tokenizer_internal::Utf8Lossy(context)).dump();
+    ASSERT_EQ(mask.Test(id), allowed) << "token " << id << " "
+                                      << Json(tokenizer_internal::Utf8Lossy(vocab.bytes(id))).dump() << " after "
+                                      << Json(tokenizer_internal::Utf8Lossy(context)).dump();
   }
 }
 
@@ -286,7 +346,7 @@ TEST(GrammarCompilerTest, CachesByTextWithLeastRecentlyUsedEviction) {
   ASSERT_TRUE(ga.ok());
   EXPECT_EQ(*compiler.CompileJsonSchema(a), *ga);
   ASSERT_TRUE(compiler.CompileJsonSchema(b).ok());
-  EXPECT_EQ(*compiler.CompileJsonSchema(a), *ga);  // a is now the most recent
+  EXPECT_EQ(*compiler.CompileJsonSchema(a), *ga);   // a is now the most recent
   ASSERT_TRUE(compiler.CompileJsonSchema(c).ok());  // evicts b
   EXPECT_EQ(*compiler.CompileJsonSchema(a), *ga);
   const auto before = compiler.stats();
@@ -302,7 +362,8 @@ TEST(GrammarCompilerTest, CachesByTextWithLeastRecentlyUsedEviction) {
 
 TEST(GrammarCompilerTest, ThreadsShareCompiledGrammars) {
   GrammarCompiler compiler(SyntheticVocabulary());
-  const std::vector<std::string> schemas = {R"({"type": "integer"})", R"({"type": "array", "items": {"type": "string"}})",
+  const std::vector<std::string> schemas = {R"({"type": "integer"})",
+                                            R"({"type": "array", "items": {"type": "string"}})",
                                             R"({"type": "object", "properties": {"a": {"type": "null"}}})"};
   std::vector<std::thread> threads;
   std::vector<std::vector<std::shared_ptr<const CompiledGrammar>>> got(4);
@@ -351,7 +412,8 @@ TEST(TokenMaskTest, RealGemma3Vocabulary) {
   // The mask against brute force at a few states, reached by single-byte tokens.
   std::vector<int32_t> byte_token(256, -1);
   for (uint32_t i = 0; i < vocab->num_sorted(); ++i) {
-    if (vocab->sorted_bytes(i).size() == 1) byte_token[static_cast<uint8_t>(vocab->sorted_bytes(i)[0])] = vocab->sorted_id(i);
+    if (vocab->sorted_bytes(i).size() == 1)
+      byte_token[static_cast<uint8_t>(vocab->sorted_bytes(i)[0])] = vocab->sorted_id(i);
   }
   auto grammar = GrammarFromJsonSchemaText(kWalkSchemas[1]);
   ASSERT_TRUE(grammar.ok());

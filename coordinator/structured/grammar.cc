@@ -10,8 +10,8 @@ std::string Grammar::DebugString() const {
   std::string out;
   for (uint32_t s = 0; s < num_states(); ++s) {
     const uint32_t rule = rule_of(s);
-    absl::StrAppend(&out, s, " [", rule_name(rule), s == rule_start(rule) ? " start" : "",
-                    is_final(s) ? " final" : "", "]");
+    absl::StrAppend(&out, s, " [", rule_name(rule), s == rule_start(rule) ? " start" : "", is_final(s) ? " final" : "",
+                    "]");
     // Byte edges as ranges of equal target.
     int run_start = -1;
     uint32_t run_target = kNoState;

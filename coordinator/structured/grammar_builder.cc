@@ -26,7 +26,7 @@ uint32_t AddSaturating(uint32_t a, uint32_t b) {
 struct DfaState {
   uint32_t rule;  // builder rule id
   bool final = false;
-  std::vector<uint32_t> next;  // per byte class; kNone when absent
+  std::vector<uint32_t> next;            // per byte class; kNone when absent
   std::vector<Grammar::CallEdge> calls;  // rule: builder rule id
 };
 
@@ -78,11 +78,52 @@ GrammarBuilder::Node GrammarBuilder::CallAny(Node from, const std::vector<Rule>&
   return to;
 }
 
+struct GrammarBuilder::Dfa {
+  uint32_t num_classes = 0;
+  uint8_t byte_class[256] = {};
+  std::vector<DfaState> states;
+  std::vector<uint32_t> start;  // by builder rule; kNone for rules not reached
+};
+
 absl::StatusOr<std::shared_ptr<const Grammar>> GrammarBuilder::Build(Rule root) const {
   if (TooLarge()) {
     return absl::ResourceExhaustedError(absl::StrCat("the grammar needs more than ", max_states_, " states"));
   }
-  // Byte classes: bytes no edge tells apart share a class.
+  TP_ASSIGN_OR_RETURN(Dfa dfa, Determinize(root));
+  TP_RETURN_IF_ERROR(Prune(root, &dfa));
+  // Keep what the root reaches.
+  const uint32_t n = static_cast<uint32_t>(dfa.states.size());
+  std::vector<uint8_t> reached(n, 0);
+  std::vector<uint32_t> work = {dfa.start[root]};
+  reached[dfa.start[root]] = 1;
+  const auto reach = [&](uint32_t s) {
+    if (!reached[s]) {
+      reached[s] = 1;
+      work.push_back(s);
+    }
+  };
+  while (!work.empty()) {
+    const uint32_t s = work.back();
+    work.pop_back();
+    for (const uint32_t t : dfa.states[s].next) {
+      if (t != kNone) reach(t);
+    }
+    for (const auto& call : dfa.states[s].calls) {
+      reach(call.return_state);
+      reach(dfa.start[call.rule]);
+    }
+  }
+  TP_RETURN_IF_ERROR(CheckLeftRecursion(dfa, reached));
+  std::shared_ptr<Grammar> grammar = Renumber(root, dfa, reached);
+  ComputeDistances(grammar.get());
+  ComputeFollow(grammar.get());
+  return std::shared_ptr<const Grammar>(std::move(grammar));
+}
+
+// Subset construction, rule by rule, for the rules reachable from the root, over byte
+// classes (bytes no edge tells apart).
+absl::StatusOr<GrammarBuilder::Dfa> GrammarBuilder::Determinize(Rule root) const {
+  Dfa dfa;
   bool boundary[257] = {};
   boundary[0] = true;
   for (const auto& edges : nodes_) {
@@ -92,17 +133,13 @@ absl::StatusOr<std::shared_ptr<const Grammar>> GrammarBuilder::Build(Rule root) 
       boundary[e.hi + 1] = true;
     }
   }
-  uint8_t byte_class[256];
-  uint32_t num_classes = 0;
   for (int b = 0; b < 256; ++b) {
-    if (b > 0 && boundary[b]) ++num_classes;
-    byte_class[b] = static_cast<uint8_t>(num_classes);
+    if (b > 0 && boundary[b]) ++dfa.num_classes;
+    dfa.byte_class[b] = static_cast<uint8_t>(dfa.num_classes);
   }
-  ++num_classes;
+  ++dfa.num_classes;
 
-  // Subset construction, rule by rule, for the rules reachable from the root.
-  std::vector<DfaState> dfa;
-  std::vector<uint32_t> dfa_start(rules_.size(), kNone);
+  dfa.start.assign(rules_.size(), kNone);
   std::vector<uint32_t> mark(nodes_.size(), 0);
   uint32_t epoch = 0;
   std::vector<Node> stack;
@@ -126,69 +163,75 @@ absl::StatusOr<std::shared_ptr<const Grammar>> GrammarBuilder::Build(Rule root) 
   while (!rule_queue.empty()) {
     const Rule r = rule_queue.front();
     rule_queue.pop_front();
-    if (dfa_start[r] != kNone) continue;
+    if (dfa.start[r] != kNone) continue;
     const RuleInfo& info = rules_[r];
     if (info.start == kNone) return absl::InternalError(absl::StrCat(info.name, " is called but never defined"));
+    const uint32_t first = static_cast<uint32_t>(dfa.states.size());
     absl::flat_hash_map<std::vector<Node>, uint32_t> ids;
-    std::vector<std::vector<Node>> sets;
+    std::vector<std::vector<Node>> sets;  // by state - first
     const auto intern = [&](std::vector<Node> set) -> absl::StatusOr<uint32_t> {
       closure(&set);
-      auto [it, inserted] = ids.try_emplace(set, static_cast<uint32_t>(dfa.size()));
+      auto [it, inserted] = ids.try_emplace(set, static_cast<uint32_t>(dfa.states.size()));
       if (inserted) {
-        if (dfa.size() >= max_states_) {
+        if (dfa.states.size() >= max_states_) {
           return absl::ResourceExhaustedError(absl::StrCat("the grammar needs more than ", max_states_, " states"));
         }
-        dfa.push_back({r, std::binary_search(set.begin(), set.end(), info.accept),
-                       std::vector<uint32_t>(num_classes, kNone), {}});
+        dfa.states.push_back({r,
+                              std::binary_search(set.begin(), set.end(), info.accept),
+                              std::vector<uint32_t>(dfa.num_classes, kNone),
+                              {}});
         sets.push_back(std::move(set));
       }
       return it->second;
     };
-    TP_ASSIGN_OR_RETURN(dfa_start[r], intern({info.start}));
-    if (dfa[dfa_start[r]].final) {
-      return absl::InternalError(absl::StrCat(info.name, " matches the empty string"));
-    }
-    std::vector<std::vector<Node>> by_class(num_classes);
-    for (size_t i = dfa_start[r] - 0; i < dfa.size(); ++i) {
-      if (dfa[i].rule != r) continue;
+    TP_ASSIGN_OR_RETURN(dfa.start[r], intern({info.start}));
+    if (dfa.states[first].final) return absl::InternalError(absl::StrCat(info.name, " matches the empty string"));
+    std::vector<std::vector<Node>> by_class(dfa.num_classes);
+    std::vector<std::pair<Rule, Node>> calls;
+    for (size_t i = first; i < dfa.states.size(); ++i) {  // grows as new subsets appear
       for (auto& targets : by_class) targets.clear();
-      std::vector<std::pair<Rule, Node>> calls;
-      for (const Node n : sets[i - dfa_start[r]]) {
+      calls.clear();
+      for (const Node n : sets[i - first]) {
         for (const Edge& e : nodes_[n]) {
           if (e.kind == Edge::kBytes) {
-            for (uint32_t c = byte_class[e.lo]; c <= byte_class[e.hi]; ++c) by_class[c].push_back(e.to);
+            for (uint32_t c = dfa.byte_class[e.lo]; c <= dfa.byte_class[e.hi]; ++c) by_class[c].push_back(e.to);
           } else if (e.kind == Edge::kCall) {
             calls.emplace_back(e.rule, e.to);
           }
         }
       }
-      for (uint32_t c = 0; c < num_classes; ++c) {
+      for (uint32_t c = 0; c < dfa.num_classes; ++c) {
         if (by_class[c].empty()) continue;
         TP_ASSIGN_OR_RETURN(const uint32_t target, intern(by_class[c]));
-        dfa[i].next[c] = target;
+        dfa.states[i].next[c] = target;
       }
       std::sort(calls.begin(), calls.end());
-      for (size_t a = 0; a < calls.size();) {
+      for (size_t a = 0; a < calls.size();) {  // one edge per callee
         size_t b = a;
         std::vector<Node> targets;
         while (b < calls.size() && calls[b].first == calls[a].first) targets.push_back(calls[b++].second);
         TP_ASSIGN_OR_RETURN(const uint32_t target, intern(std::move(targets)));
-        dfa[i].calls.push_back({calls[a].first, target});
-        if (dfa_start[calls[a].first] == kNone) rule_queue.push_back(calls[a].first);
+        dfa.states[i].calls.push_back({calls[a].first, target});
+        if (dfa.start[calls[a].first] == kNone) rule_queue.push_back(calls[a].first);
         a = b;
       }
     }
   }
-  const uint32_t n = static_cast<uint32_t>(dfa.size());
+  return dfa;
+}
 
-  // Live states (can reach a final state of their rule) and productive rules, by a
-  // backwards worklist: a call edge counts once its callee is productive.
+// Removes what cannot finish: states that cannot reach a final state of their rule and
+// calls of rules that match nothing (found by a backwards worklist: a call edge counts
+// once its callee is known to match something).
+absl::Status GrammarBuilder::Prune(Rule root, Dfa* dfa) const {
+  auto& states = dfa->states;
+  const uint32_t n = static_cast<uint32_t>(states.size());
   std::vector<std::vector<std::pair<uint32_t, uint32_t>>> preds(n);  // (state, callee or kNone)
   for (uint32_t s = 0; s < n; ++s) {
-    for (const uint32_t t : dfa[s].next) {
+    for (const uint32_t t : states[s].next) {
       if (t != kNone) preds[t].emplace_back(s, kNone);
     }
-    for (const auto& call : dfa[s].calls) preds[call.return_state].emplace_back(s, call.rule);
+    for (const auto& call : states[s].calls) preds[call.return_state].emplace_back(s, call.rule);
   }
   std::vector<uint8_t> live(n, 0);
   std::vector<uint8_t> productive(rules_.size(), 0);
@@ -201,13 +244,13 @@ absl::StatusOr<std::shared_ptr<const Grammar>> GrammarBuilder::Build(Rule root) 
     }
   };
   for (uint32_t s = 0; s < n; ++s) {
-    if (dfa[s].final) make_live(s);
+    if (states[s].final) make_live(s);
   }
   while (!work.empty()) {
     const uint32_t t = work.back();
     work.pop_back();
-    const uint32_t rule = dfa[t].rule;
-    if (dfa_start[rule] == t && !productive[rule]) {
+    const uint32_t rule = states[t].rule;
+    if (dfa->start[rule] == t && !productive[rule]) {
       productive[rule] = 1;
       for (const uint32_t s : waiting[rule]) make_live(s);
     }
@@ -219,74 +262,61 @@ absl::StatusOr<std::shared_ptr<const Grammar>> GrammarBuilder::Build(Rule root) 
       }
     }
   }
-  if (!live[dfa_start[root]]) {
+  if (!live[dfa->start[root]]) {
     return absl::InvalidArgumentError(
         absl::StrCat(rules_[root].name, " matches nothing: every way through it needs endless output"));
   }
-  // Prune edges into dead states and calls of unproductive rules.
-  for (auto& state : dfa) {
+  for (auto& state : states) {
     for (uint32_t& t : state.next) {
       if (t != kNone && !live[t]) t = kNone;
     }
-    std::erase_if(state.calls, [&](const Grammar::CallEdge& c) { return !productive[c.rule] || !live[c.return_state]; });
+    std::erase_if(state.calls,
+                  [&](const Grammar::CallEdge& c) { return !productive[c.rule] || !live[c.return_state]; });
   }
-  // Keep what the root reaches.
-  std::vector<uint8_t> reached(n, 0);
-  work = {dfa_start[root]};
-  reached[dfa_start[root]] = 1;
-  const auto reach = [&](uint32_t s) {
-    if (!reached[s]) {
-      reached[s] = 1;
-      work.push_back(s);
-    }
-  };
-  while (!work.empty()) {
-    const uint32_t s = work.back();
-    work.pop_back();
-    for (const uint32_t t : dfa[s].next) {
-      if (t != kNone) reach(t);
-    }
-    for (const auto& call : dfa[s].calls) {
-      reach(call.return_state);
-      reach(dfa_start[call.rule]);
-    }
-  }
-  // Left recursion: a rule whose start calls, through other starts, itself.
-  {
-    std::vector<uint8_t> color(rules_.size(), 0);  // 0 new, 1 on the path, 2 done
-    std::vector<std::pair<Rule, size_t>> path;
-    for (Rule r0 = 0; r0 < rules_.size(); ++r0) {
-      if (dfa_start[r0] == kNone || !reached[dfa_start[r0]] || color[r0] != 0) continue;
-      path = {{r0, 0}};
-      color[r0] = 1;
-      while (!path.empty()) {
-        auto& [r, next_call] = path.back();
-        const auto& calls = dfa[dfa_start[r]].calls;
-        if (next_call == calls.size()) {
-          color[r] = 2;
-          path.pop_back();
-          continue;
-        }
-        const Rule callee = calls[next_call++].rule;
-        if (color[callee] == 1) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(rules_[callee].name, " refers to itself before any output (left recursion)"));
-        }
-        if (color[callee] == 0) {
-          color[callee] = 1;
-          path.emplace_back(callee, 0);
-        }
+  return absl::OkStatus();
+}
+
+// A rule whose start calls, through other rules' starts, itself would make the matcher
+// push forever without reading a byte.
+absl::Status GrammarBuilder::CheckLeftRecursion(const Dfa& dfa, const std::vector<uint8_t>& reached) const {
+  std::vector<uint8_t> color(rules_.size(), 0);  // 0 new, 1 on the path, 2 done
+  std::vector<std::pair<Rule, size_t>> path;
+  for (Rule r0 = 0; r0 < rules_.size(); ++r0) {
+    if (dfa.start[r0] == kNone || !reached[dfa.start[r0]] || color[r0] != 0) continue;
+    path = {{r0, 0}};
+    color[r0] = 1;
+    while (!path.empty()) {
+      auto& [r, next_call] = path.back();
+      const auto& calls = dfa.states[dfa.start[r]].calls;
+      if (next_call == calls.size()) {
+        color[r] = 2;
+        path.pop_back();
+        continue;
+      }
+      const Rule callee = calls[next_call++].rule;
+      if (color[callee] == 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(rules_[callee].name, " refers to itself before any output (left recursion)"));
+      }
+      if (color[callee] == 0) {
+        color[callee] = 1;
+        path.emplace_back(callee, 0);
       }
     }
   }
+  return absl::OkStatus();
+}
 
-  // Renumber the kept rules and states.
+// The Grammar of the reached states and rules, numbered densely in order.
+std::shared_ptr<Grammar> GrammarBuilder::Renumber(Rule root, const Dfa& dfa,
+                                                  const std::vector<uint8_t>& reached) const {
+  const uint32_t n = static_cast<uint32_t>(dfa.states.size());
   std::vector<uint32_t> new_rule(rules_.size(), kNone);
   std::vector<uint32_t> new_state(n, kNone);
   auto grammar = std::shared_ptr<Grammar>(new Grammar());
   Grammar& g = *grammar;
   for (Rule r = 0; r < rules_.size(); ++r) {
-    if (dfa_start[r] == kNone || !reached[dfa_start[r]]) continue;
+    if (dfa.start[r] == kNone || !reached[dfa.start[r]]) continue;
     new_rule[r] = static_cast<uint32_t>(g.rule_start_.size());
     g.rule_start_.push_back(kNone);
     g.rule_name_.push_back(rules_[r].name);
@@ -294,120 +324,124 @@ absl::StatusOr<std::shared_ptr<const Grammar>> GrammarBuilder::Build(Rule root) 
   for (uint32_t s = 0; s < n; ++s) {
     if (!reached[s]) continue;
     new_state[s] = static_cast<uint32_t>(g.rule_of_.size());
-    g.rule_of_.push_back(new_rule[dfa[s].rule]);
+    g.rule_of_.push_back(new_rule[dfa.states[s].rule]);
   }
   for (Rule r = 0; r < rules_.size(); ++r) {
-    if (new_rule[r] != kNone) g.rule_start_[new_rule[r]] = new_state[dfa_start[r]];
+    if (new_rule[r] != kNone) g.rule_start_[new_rule[r]] = new_state[dfa.start[r]];
   }
   g.root_rule_ = new_rule[root];
   const uint32_t m = g.num_states();
+  const uint32_t num_classes = dfa.num_classes;
   g.num_classes_ = num_classes;
-  std::copy(byte_class, byte_class + 256, g.byte_class_);
+  std::copy(dfa.byte_class, dfa.byte_class + 256, g.byte_class_);
   g.class_first_byte_.assign(num_classes, 0);
-  for (int b = 255; b >= 0; --b) g.class_first_byte_[byte_class[b]] = static_cast<uint8_t>(b);
+  for (int b = 255; b >= 0; --b) g.class_first_byte_[dfa.byte_class[b]] = static_cast<uint8_t>(b);
   g.next_.assign(static_cast<size_t>(m) * num_classes, kNone);
   g.final_.assign(m, 0);
   g.has_bytes_.assign(m, 0);
   g.call_begin_.assign(m + 1, 0);
-  for (uint32_t s = 0; s < n; ++s) {
+  for (uint32_t s = 0; s < n; ++s) {  // in order, so call_begin_ is monotone
     const uint32_t ns = new_state[s];
     if (ns == kNone) continue;
-    g.final_[ns] = dfa[s].final;
+    const DfaState& state = dfa.states[s];
+    g.final_[ns] = state.final;
     for (uint32_t c = 0; c < num_classes; ++c) {
-      if (dfa[s].next[c] == kNone) continue;
-      g.next_[static_cast<size_t>(ns) * num_classes + c] = new_state[dfa[s].next[c]];
+      if (state.next[c] == kNone) continue;
+      g.next_[static_cast<size_t>(ns) * num_classes + c] = new_state[state.next[c]];
       g.has_bytes_[ns] = 1;
     }
     g.call_begin_[ns] = static_cast<uint32_t>(g.calls_.size());
-    for (const auto& call : dfa[s].calls) g.calls_.push_back({new_rule[call.rule], new_state[call.return_state]});
+    for (const auto& call : state.calls) g.calls_.push_back({new_rule[call.rule], new_state[call.return_state]});
     g.call_begin_[ns + 1] = static_cast<uint32_t>(g.calls_.size());
   }
-  // call_begin_ must be monotone: states are renumbered in order, so it is.
+  return grammar;
+}
 
-  // Shortest distance to a final state (a call costs its callee's shortest match).
-  {
-    std::vector<std::vector<uint32_t>> byte_preds(m);
-    std::vector<std::vector<std::pair<uint32_t, uint32_t>>> call_preds(m);  // (state, callee)
-    std::vector<std::vector<std::pair<uint32_t, uint32_t>>> callers(g.num_rules());  // (state, return)
-    for (uint32_t s = 0; s < m; ++s) {
-      for (uint32_t c = 0; c < num_classes; ++c) {
-        const uint32_t t = g.NextByClass(s, c);
-        if (t != kNone) byte_preds[t].push_back(s);
-      }
-      for (const auto& call : g.calls(s)) {
-        call_preds[call.return_state].emplace_back(s, call.rule);
-        callers[call.rule].emplace_back(s, call.return_state);
-      }
+// Shortest distance to a final state (a call costs its callee's shortest match), by a
+// worklist over reversed edges.
+void GrammarBuilder::ComputeDistances(Grammar* grammar) {
+  Grammar& g = *grammar;
+  const uint32_t m = g.num_states();
+  std::vector<std::vector<uint32_t>> byte_preds(m);
+  std::vector<std::vector<std::pair<uint32_t, uint32_t>>> call_preds(m);           // (state, callee)
+  std::vector<std::vector<std::pair<uint32_t, uint32_t>>> callers(g.num_rules());  // (state, return)
+  for (uint32_t s = 0; s < m; ++s) {
+    for (uint32_t c = 0; c < g.num_classes_; ++c) {
+      const uint32_t t = g.NextByClass(s, c);
+      if (t != kNone) byte_preds[t].push_back(s);
     }
-    std::vector<uint32_t>& dist = g.min_to_final_;
-    dist.assign(m, kInfinite);
-    std::deque<uint32_t> queue;
-    for (uint32_t s = 0; s < m; ++s) {
-      if (g.final_[s]) {
-        dist[s] = 0;
-        queue.push_back(s);
-      }
-    }
-    const auto relax = [&](uint32_t s, uint32_t d) {
-      if (d < dist[s]) {
-        dist[s] = d;
-        queue.push_back(s);
-      }
-    };
-    while (!queue.empty()) {
-      const uint32_t t = queue.front();
-      queue.pop_front();
-      for (const uint32_t s : byte_preds[t]) relax(s, AddSaturating(dist[t], 1));
-      for (const auto& [s, callee] : call_preds[t]) relax(s, AddSaturating(dist[t], dist[g.rule_start_[callee]]));
-      const uint32_t rule = g.rule_of_[t];
-      if (g.rule_start_[rule] == t) {
-        for (const auto& [s, ret] : callers[rule]) relax(s, AddSaturating(dist[t], dist[ret]));
-      }
-    }
-    for (uint32_t s = 0; s < m; ++s) TP_CHECK(dist[s] != kInfinite);
-  }
-
-  // FOLLOW sets: the bytes that can come right after each rule.
-  {
-    std::vector<std::bitset<256>> class_bytes(num_classes);
-    for (int b = 0; b < 256; ++b) class_bytes[byte_class[b]].set(b);
-    std::vector<std::bitset<256>> first_of_start(g.num_rules());
-    std::vector<uint8_t> first_done(g.num_rules(), 0);
-    // Acyclic through starts (left recursion was refused), so plain recursion ends.
-    std::function<std::bitset<256>(uint32_t)> first_local = [&](uint32_t s) {
-      std::bitset<256> bytes;
-      for (uint32_t c = 0; c < num_classes; ++c) {
-        if (g.NextByClass(s, c) != kNone) bytes |= class_bytes[c];
-      }
-      for (const auto& call : g.calls(s)) {
-        if (!first_done[call.rule]) {
-          first_of_start[call.rule] = first_local(g.rule_start_[call.rule]);
-          first_done[call.rule] = 1;
-        }
-        bytes |= first_of_start[call.rule];
-      }
-      return bytes;
-    };
-    g.follow_.assign(g.num_rules(), {});
-    std::vector<std::pair<uint32_t, std::bitset<256>>> call_sites;  // (callee, first bytes at return)
-    std::vector<std::pair<uint32_t, uint32_t>> final_returns;      // (callee, rule continuing)
-    for (uint32_t s = 0; s < m; ++s) {
-      for (const auto& call : g.calls(s)) {
-        call_sites.emplace_back(call.rule, first_local(call.return_state));
-        if (g.final_[call.return_state]) final_returns.emplace_back(call.rule, g.rule_of_[call.return_state]);
-      }
-    }
-    for (const auto& [callee, bytes] : call_sites) g.follow_[callee] |= bytes;
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (const auto& [callee, outer] : final_returns) {
-        const std::bitset<256> before = g.follow_[callee];
-        g.follow_[callee] |= g.follow_[outer];
-        changed |= before != g.follow_[callee];
-      }
+    for (const auto& call : g.calls(s)) {
+      call_preds[call.return_state].emplace_back(s, call.rule);
+      callers[call.rule].emplace_back(s, call.return_state);
     }
   }
-  return std::shared_ptr<const Grammar>(std::move(grammar));
+  std::vector<uint32_t>& dist = g.min_to_final_;
+  dist.assign(m, kInfinite);
+  std::deque<uint32_t> queue;
+  for (uint32_t s = 0; s < m; ++s) {
+    if (g.final_[s]) {
+      dist[s] = 0;
+      queue.push_back(s);
+    }
+  }
+  const auto relax = [&](uint32_t s, uint32_t d) {
+    if (d < dist[s]) {
+      dist[s] = d;
+      queue.push_back(s);
+    }
+  };
+  while (!queue.empty()) {
+    const uint32_t t = queue.front();
+    queue.pop_front();
+    for (const uint32_t s : byte_preds[t]) relax(s, AddSaturating(dist[t], 1));
+    for (const auto& [s, callee] : call_preds[t]) relax(s, AddSaturating(dist[t], dist[g.rule_start_[callee]]));
+    const uint32_t rule = g.rule_of_[t];
+    if (g.rule_start_[rule] == t) {
+      for (const auto& [s, ret] : callers[rule]) relax(s, AddSaturating(dist[t], dist[ret]));
+    }
+  }
+  for (uint32_t s = 0; s < m; ++s) TP_CHECK(dist[s] != kInfinite);  // Prune kept only live states
+}
+
+// FOLLOW sets: the bytes that can come right after each rule, in any context.
+void GrammarBuilder::ComputeFollow(Grammar* grammar) {
+  Grammar& g = *grammar;
+  std::vector<std::bitset<256>> class_bytes(g.num_classes_);
+  for (int b = 0; b < 256; ++b) class_bytes[g.byte_class_[b]].set(b);
+  std::vector<std::bitset<256>> first_of_start(g.num_rules());
+  std::vector<uint8_t> first_done(g.num_rules(), 0);
+  // The bytes `s` reads first, itself or through the rules it calls (whose starts are not
+  // final). Recursion ends: there is no left recursion.
+  std::function<std::bitset<256>(uint32_t)> first = [&](uint32_t s) {
+    std::bitset<256> bytes;
+    for (uint32_t c = 0; c < g.num_classes_; ++c) {
+      if (g.NextByClass(s, c) != kNone) bytes |= class_bytes[c];
+    }
+    for (const auto& call : g.calls(s)) {
+      if (!first_done[call.rule]) {
+        first_of_start[call.rule] = first(g.rule_start_[call.rule]);
+        first_done[call.rule] = 1;
+      }
+      bytes |= first_of_start[call.rule];
+    }
+    return bytes;
+  };
+  g.follow_.assign(g.num_rules(), {});
+  std::vector<std::pair<uint32_t, uint32_t>> final_returns;  // (callee, rule continuing)
+  for (uint32_t s = 0; s < g.num_states(); ++s) {
+    for (const auto& call : g.calls(s)) {
+      g.follow_[call.rule] |= first(call.return_state);
+      if (g.final_[call.return_state]) final_returns.emplace_back(call.rule, g.rule_of_[call.return_state]);
+    }
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const auto& [callee, outer] : final_returns) {
+      const std::bitset<256> before = g.follow_[callee];
+      g.follow_[callee] |= g.follow_[outer];
+      changed |= before != g.follow_[callee];
+    }
+  }
 }
 
 }  // namespace tpserve

@@ -66,6 +66,16 @@ class GrammarBuilder {
     Node accept = kNone;
   };
 
+  struct Dfa;  // the determinized rules, before pruning (grammar_builder.cc)
+
+  // The steps of Build.
+  absl::StatusOr<Dfa> Determinize(Rule root) const;
+  absl::Status Prune(Rule root, Dfa* dfa) const;
+  absl::Status CheckLeftRecursion(const Dfa& dfa, const std::vector<uint8_t>& reached) const;
+  std::shared_ptr<Grammar> Renumber(Rule root, const Dfa& dfa, const std::vector<uint8_t>& reached) const;
+  static void ComputeDistances(Grammar* g);
+  static void ComputeFollow(Grammar* g);
+
   uint32_t max_states_;
   std::vector<std::vector<Edge>> nodes_;
   std::vector<RuleInfo> rules_;

@@ -15,7 +15,8 @@ constexpr std::string_view kJsonObjectKey = std::string_view("\0json_object", 12
 GrammarCompiler::GrammarCompiler(std::shared_ptr<const TokenVocabulary> vocabulary, GrammarCompilerOptions options)
     : vocabulary_(std::move(vocabulary)), options_(std::move(options)) {}
 
-absl::StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::CompileJsonSchema(std::string_view schema_text) {
+absl::StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::CompileJsonSchema(
+    std::string_view schema_text) {
   const std::string key(schema_text);
   if (auto hit = Lookup(key)) return hit;
   TP_ASSIGN_OR_RETURN(std::shared_ptr<const Grammar> grammar, GrammarFromJsonSchemaText(schema_text, options_.schema));

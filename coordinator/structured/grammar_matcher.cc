@@ -22,8 +22,7 @@ void StackSet::Add(absl::Span<const uint32_t> below, uint32_t top) {
   ends_.push_back(static_cast<uint32_t>(frames_.size()));
 }
 
-void SettleState(const Grammar& grammar, uint32_t state, std::vector<uint32_t>* below, size_t depth,
-                 StackSet* out) {
+void SettleState(const Grammar& grammar, uint32_t state, std::vector<uint32_t>* below, size_t depth, StackSet* out) {
   if (grammar.has_bytes(state)) out->Add(absl::MakeConstSpan(below->data(), depth), state);
   const auto calls = grammar.calls(state);
   if (!calls.empty()) {
@@ -57,24 +56,26 @@ void StepStacks(const Grammar& grammar, const StackSet& in, uint8_t byte, StackS
 }
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
-  SettleState(*grammar_, grammar_->rule_start(grammar_->root_rule()), &scratch_, 0, &stacks_);
+  SettleState(*grammar_, grammar_->rule_start(grammar_->root_rule()), &scratch_.below, 0, &stacks_);
 }
 
 bool GrammarMatcher::Advance(uint8_t byte) {
-  StepStacks(*grammar_, stacks_, byte, &next_, &scratch_);
-  if (!next_.alive()) return false;
-  std::swap(stacks_, next_);
+  StackSet& next = scratch_.sets[0];
+  StepStacks(*grammar_, stacks_, byte, &next, &scratch_.below);
+  if (!next.alive()) return false;
+  std::swap(stacks_, next);
   return true;
 }
 
 bool GrammarMatcher::AdvanceBytes(std::string_view bytes) {
-  StackSet saved = stacks_;
-  for (const char c : bytes) {
-    if (!Advance(static_cast<uint8_t>(c))) {
-      stacks_ = std::move(saved);
-      return false;
-    }
+  // Steps between the two scratch sets; stacks_ changes only once all bytes are read.
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const StackSet& from = i == 0 ? stacks_ : scratch_.sets[(i - 1) % 2];
+    StackSet& to = scratch_.sets[i % 2];
+    StepStacks(*grammar_, from, static_cast<uint8_t>(bytes[i]), &to, &scratch_.below);
+    if (!to.alive()) return false;
   }
+  if (!bytes.empty()) std::swap(stacks_, scratch_.sets[(bytes.size() - 1) % 2]);
   return true;
 }
 

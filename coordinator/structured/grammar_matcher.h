@@ -49,8 +49,7 @@ class StackSet {
 // stands for: itself when it has byte edges, the starts of the rules it calls, and, when
 // it is final, its caller's return state (recursively). `below` is scratch the call may
 // grow and overwrite past `depth`.
-void SettleState(const Grammar& grammar, uint32_t state, std::vector<uint32_t>* below, size_t depth,
-                 StackSet* out);
+void SettleState(const Grammar& grammar, uint32_t state, std::vector<uint32_t>* below, size_t depth, StackSet* out);
 // `out` = the stacks after reading `byte` from `in` (out.alive() is false when no stack
 // takes it). `scratch` is reused between calls.
 void StepStacks(const Grammar& grammar, const StackSet& in, uint8_t byte, StackSet* out,
@@ -81,10 +80,18 @@ class GrammarMatcher {
   const std::shared_ptr<const Grammar>& shared_grammar() const { return grammar_; }
 
  private:
+  // Buffers reused between calls; copies of the matcher start with empty ones.
+  struct Scratch {
+    Scratch() = default;
+    Scratch(const Scratch&) {}
+    Scratch& operator=(const Scratch&) { return *this; }
+    StackSet sets[2];
+    std::vector<uint32_t> below;
+  };
+
   std::shared_ptr<const Grammar> grammar_;
   StackSet stacks_;
-  StackSet next_;                 // scratch for Advance
-  std::vector<uint32_t> scratch_;  // scratch for StepStacks
+  Scratch scratch_;
 };
 
 }  // namespace tpserve

@@ -92,14 +92,22 @@ void HexDigits(GrammarBuilder& b, Node from, Node to, int n) {
 
 std::string CanonicalEscape(char32_t cp) {
   switch (cp) {
-    case '"': return "\\\"";
-    case '\\': return "\\\\";
-    case '\b': return "\\b";
-    case '\f': return "\\f";
-    case '\n': return "\\n";
-    case '\r': return "\\r";
-    case '\t': return "\\t";
-    default: return absl::StrFormat("\\u%04x", static_cast<uint32_t>(cp));
+    case '"':
+      return "\\\"";
+    case '\\':
+      return "\\\\";
+    case '\b':
+      return "\\b";
+    case '\f':
+      return "\\f";
+    case '\n':
+      return "\\n";
+    case '\r':
+      return "\\r";
+    case '\t':
+      return "\\t";
+    default:
+      return absl::StrFormat("\\u%04x", static_cast<uint32_t>(cp));
   }
 }
 

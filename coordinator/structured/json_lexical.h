@@ -38,10 +38,10 @@ void AnyEncodedCharInto(GrammarBuilder& b, GrammarBuilder::Node from, GrammarBui
 
 // Limits on JSON text that keep a model from looping and keep every number a finite double.
 struct JsonTextLimits {
-  int max_whitespace_bytes = 8;   // JSON whitespace bytes in a row
-  int max_integer_digits = 20;    // digits before the decimal point
-  int max_fraction_digits = 20;   // digits after it
-  int max_exponent_digits = 2;    // so the largest number is below 1e120
+  int max_whitespace_bytes = 8;  // JSON whitespace bytes in a row
+  int max_integer_digits = 20;   // digits before the decimal point
+  int max_fraction_digits = 20;  // digits after it
+  int max_exponent_digits = 2;   // so the largest number is below 1e120
 };
 
 // The rules every JSON grammar shares, declared on first use.

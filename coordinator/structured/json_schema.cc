@@ -4,6 +4,7 @@
 #include "coordinator/structured/json_schema.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,8 +35,9 @@ bool IsAnnotation(std::string_view key) {
 bool IsContainer(std::string_view key) { return key == "$defs" || key == "definitions"; }
 bool IsSupported(std::string_view key) {
   static constexpr std::string_view kKeywords[] = {
-      "type",  "enum",     "const",    "properties", "required",  "additionalProperties", "items", "minItems",
-      "maxItems", "anyOf", "oneOf",    "allOf",      "$ref",      "pattern", "minLength", "maxLength"};
+      "type",  "enum",     "const",     "properties", "required", "additionalProperties",
+      "items", "minItems", "maxItems",  "anyOf",      "oneOf",    "allOf",
+      "$ref",  "pattern",  "minLength", "maxLength"};
   for (const std::string_view k : kKeywords) {
     if (key == k) return true;
   }
@@ -62,9 +64,8 @@ bool TypeMatches(const Json& value, std::string_view type) {
   if (type == "number") return value.is_number();
   if (type == "integer") {
     if (value.is_number_integer()) return true;
-    if (!value.is_number_float()) return false;
-    const double d = value.get<double>();
-    return d == static_cast<double>(static_cast<int64_t>(d));
+    return value.is_number_float() && std::isfinite(value.get<double>()) &&
+           value.get<double>() == std::floor(value.get<double>());
   }
   if (type == "boolean") return value.is_boolean();
   if (type == "null") return value.is_null();
@@ -93,7 +94,8 @@ class SchemaCompiler {
     if (!grammar.ok()) {
       std::string message(grammar.status().message());
       if (absl::IsResourceExhausted(grammar.status())) {
-        absl::StrAppend(&message, ": lower maxItems, maxLength, 'pattern' repetition counts or the number of enum values");
+        absl::StrAppend(&message,
+                        ": lower maxItems, maxLength, 'pattern' repetition counts or the number of enum values");
       }
       return absl::InvalidArgumentError(absl::StrCat(options_.error_prefix, ": ", message));
     }
@@ -101,27 +103,30 @@ class SchemaCompiler {
   }
 
  private:
-  absl::Status Error(absl::string_view path, absl::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat(options_.error_prefix, ": ", what, " at ", path));
+  // "<prefix>: <subject> at <path> <predicate>[; <hint>]".
+  absl::Status Error(absl::string_view path, absl::string_view subject, absl::string_view predicate,
+                     absl::string_view hint = "") const {
+    return absl::InvalidArgumentError(absl::StrCat(options_.error_prefix, ": ", subject, " at ", path, " ", predicate,
+                                                   hint.empty() ? "" : "; ", hint));
   }
   absl::Status TooLarge(absl::string_view path) const {
-    return Error(path, absl::StrCat("the schema needs more than ", options_.max_states,
-                                    " automaton states (lower maxItems, maxLength or pattern counts)"));
+    return Error(path, "the schema", absl::StrCat("needs more than ", options_.max_states, " automaton states"),
+                 "lower maxItems, maxLength or the counts in 'pattern'");
   }
 
   // The rules any of which a value of `schema` matches.
   absl::StatusOr<std::vector<Rule>> Value(const Json& schema, const std::string& path, int depth) {
-    if (depth > kMaxSchemaDepth) return Error(path, absl::StrCat("schema nesting deeper than ", kMaxSchemaDepth));
+    if (depth > kMaxSchemaDepth)
+      return Error(path, "the schema", absl::StrCat("is nested deeper than ", kMaxSchemaDepth, " levels"));
     if (schema.is_boolean()) {
       if (schema.get<bool>()) return std::vector<Rule>{json_.AnyValue()};
-      return Error(path, "the schema false, which admits no value,");
+      return Error(path, "the schema false", "admits no value");
     }
-    if (!schema.is_object()) return Error(path, "a schema that is not an object or a boolean");
+    if (!schema.is_object()) return Error(path, "the schema", "must be an object or a boolean");
     std::vector<std::string> constraints;  // keywords other than annotations and containers
     for (const auto& [key, unused] : schema.items()) {
       if (!IsSupported(key)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(options_.error_prefix, ": keyword '", key, "' at ", path, " is not supported"));
+        return Error(path, absl::StrCat("keyword '", key, "'"), "is not supported");
       }
       if (!IsAnnotation(key) && !IsContainer(key)) constraints.push_back(key);
     }
@@ -136,7 +141,8 @@ class SchemaCompiler {
   absl::Status OnlyKeyword(absl::string_view keyword, const std::vector<std::string>& constraints,
                            absl::string_view path) const {
     for (const std::string& k : constraints) {
-      if (k != keyword) return Error(path, absl::StrCat("keyword '", k, "' beside '", keyword, "' is not supported;"));
+      if (k != keyword)
+        return Error(path, absl::StrCat("keyword '", k, "' beside '", keyword, "'"), "is not supported");
     }
     return absl::OkStatus();
   }
@@ -151,7 +157,8 @@ class SchemaCompiler {
     if (schema.contains("allOf")) {
       TP_RETURN_IF_ERROR(OnlyKeyword("allOf", constraints, path));
       const Json& all = schema["allOf"];
-      if (!all.is_array() || all.size() != 1) return Error(path + "/allOf", "'allOf' with other than one schema is not supported;");
+      if (!all.is_array() || all.size() != 1)
+        return Error(path + "/allOf", "'allOf' with other than one schema", "is not supported");
       return Value(all[0], path + "/allOf/0", depth + 1);
     }
     for (const char* keyword : {"anyOf", "oneOf"}) {
@@ -159,7 +166,8 @@ class SchemaCompiler {
       TP_RETURN_IF_ERROR(OnlyKeyword(keyword, constraints, path));
       const Json& branches = schema[keyword];
       const std::string at = absl::StrCat(path, "/", keyword);
-      if (!branches.is_array() || branches.empty()) return Error(at, absl::StrCat("'", keyword, "' must be a non-empty array;"));
+      if (!branches.is_array() || branches.empty())
+        return Error(at, absl::StrCat("'", keyword, "'"), "must be a non-empty array");
       std::vector<Rule> rules;
       for (size_t i = 0; i < branches.size(); ++i) {
         TP_ASSIGN_OR_RETURN(const std::vector<Rule> branch, Value(branches[i], absl::StrCat(at, "/", i), depth + 1));
@@ -172,10 +180,11 @@ class SchemaCompiler {
       const Json& type = schema["type"];
       if (type.is_string()) {
         types.push_back(type.get<std::string>());
-      } else if (type.is_array() && !type.empty() && std::all_of(type.begin(), type.end(), [](const Json& t) { return t.is_string(); })) {
+      } else if (type.is_array() && !type.empty() &&
+                 std::all_of(type.begin(), type.end(), [](const Json& t) { return t.is_string(); })) {
         for (const Json& t : type) types.push_back(t.get<std::string>());
       } else {
-        return Error(path + "/type", "'type' must be a string or a non-empty array of strings;");
+        return Error(path + "/type", "'type'", "must be a string or a non-empty array of strings");
       }
     }
     if (schema.contains("enum") || schema.contains("const")) {
@@ -216,7 +225,7 @@ class SchemaCompiler {
       } else if (type == "json_object" && path == "#") {
         rules.push_back(json_.AnyObject());
       } else {
-        return Error(path + "/type", absl::StrCat("type '", type, "' is not supported;"));
+        return Error(path + "/type", absl::StrCat("type '", type, "'"), "is not supported");
       }
     }
     return rules;
@@ -224,16 +233,17 @@ class SchemaCompiler {
 
   // A rule for the local reference `ref` (recursion reaches the rule being defined).
   absl::StatusOr<Rule> Ref(const Json& ref, const std::string& path, int depth) {
-    if (!ref.is_string()) return Error(path, "'$ref' must be a string;");
+    if (!ref.is_string()) return Error(path, "'$ref'", "must be a string");
     const std::string pointer = ref.get<std::string>();
     if (const auto it = refs_.find(pointer); it != refs_.end()) return it->second;
     if (pointer.empty() || pointer[0] != '#') {
-      return Error(path, absl::StrCat("'$ref' \"", pointer, "\" is not local; only references into this schema (\"#/$defs/...\") are supported;"));
+      return Error(path, absl::StrCat("'$ref' \"", pointer, "\""), "is not supported",
+                   "only references into this schema (\"#/$defs/...\") are");
     }
     const Json* target = &root_;
     size_t pos = 1;
     while (pos < pointer.size()) {
-      if (pointer[pos] != '/') return Error(path, absl::StrCat("'$ref' \"", pointer, "\" is not a JSON pointer;"));
+      if (pointer[pos] != '/') return Error(path, absl::StrCat("'$ref' \"", pointer, "\""), "is not a JSON pointer");
       const size_t end = std::min(pointer.find('/', pos + 1), pointer.size());
       std::string token;
       for (size_t i = pos + 1; i < end; ++i) {
@@ -249,7 +259,7 @@ class SchemaCompiler {
                  std::stoull(token) < target->size()) {
         target = &(*target)[std::stoull(token)];
       } else {
-        return Error(path, absl::StrCat("'$ref' \"", pointer, "\", which does not exist,"));
+        return Error(path, absl::StrCat("'$ref' \"", pointer, "\""), "does not exist");
       }
       pos = end;
     }
@@ -265,13 +275,13 @@ class SchemaCompiler {
                             const std::vector<std::string>& constraints) {
     for (const std::string& k : constraints) {
       if (k != "enum" && k != "const" && k != "type") {
-        return Error(path, absl::StrCat("keyword '", k, "' beside 'enum'/'const' is not supported;"));
+        return Error(path, absl::StrCat("keyword '", k, "' beside 'enum'/'const'"), "is not supported");
       }
     }
     std::vector<const Json*> values;
     if (schema.contains("enum")) {
       const Json& list = schema["enum"];
-      if (!list.is_array() || list.empty()) return Error(path + "/enum", "'enum' must be a non-empty array;");
+      if (!list.is_array() || list.empty()) return Error(path + "/enum", "'enum'", "must be a non-empty array");
       for (const Json& v : list) values.push_back(&v);
     }
     if (schema.contains("const")) {
@@ -283,9 +293,10 @@ class SchemaCompiler {
       }
     }
     std::erase_if(values, [&](const Json* v) {
-      return !types.empty() && std::none_of(types.begin(), types.end(), [&](const std::string& t) { return TypeMatches(*v, t); });
+      return !types.empty() &&
+             std::none_of(types.begin(), types.end(), [&](const std::string& t) { return TypeMatches(*v, t); });
     });
-    if (values.empty()) return Error(path, "'enum'/'const' leaves no value of the allowed types;");
+    if (values.empty()) return Error(path, "'enum'/'const'", "leaves no value of the allowed types");
     const Rule rule = b_.DeclareRule(absl::StrCat("the schema at ", path));
     const Node start = b_.NewNode();
     const Node accept = b_.NewNode();
@@ -300,29 +311,30 @@ class SchemaCompiler {
     if (!schema.contains(keyword)) return absent;
     const Json& v = schema[keyword];
     if (!v.is_number_integer() || v.get<int64_t>() < 0) {
-      return Error(absl::StrCat(path, "/", keyword), absl::StrCat("'", keyword, "' must be a non-negative integer;"));
+      return Error(absl::StrCat(path, "/", keyword), absl::StrCat("'", keyword, "'"), "must be a non-negative integer");
     }
     return v.get<int64_t>();
   }
   absl::Status CheckUnrollable(int64_t n, const char* keyword, const std::string& path) const {
     if (n <= options_.max_repetition) return absl::OkStatus();
-    return Error(absl::StrCat(path, "/", keyword),
-                 absl::StrCat("'", keyword, "' ", n, " is above ", options_.max_repetition,
-                              ", the largest count supported;"));
+    return Error(absl::StrCat(path, "/", keyword), absl::StrCat("'", keyword, "' ", n),
+                 absl::StrCat("is above ", options_.max_repetition, ", the largest count supported"));
   }
 
   absl::StatusOr<Rule> String(const Json& schema, const std::string& path) {
     const bool has_length = schema.contains("minLength") || schema.contains("maxLength");
     if (schema.contains("pattern")) {
-      if (has_length) return Error(path, "'pattern' together with 'minLength'/'maxLength' is not supported;");
+      if (has_length) return Error(path, "'pattern' together with 'minLength'/'maxLength'", "is not supported");
       const Json& pattern = schema["pattern"];
-      if (!pattern.is_string()) return Error(path + "/pattern", "'pattern' must be a string;");
+      if (!pattern.is_string()) return Error(path + "/pattern", "'pattern'", "must be a string");
       const Rule rule = b_.DeclareRule(absl::StrCat("the schema at ", path));
       const Node start = b_.NewNode();
-      auto contents = BuildPatternContents(b_, b_.Range(start, '"', '"'), pattern.get<std::string>(), options_.max_repetition);
+      auto contents =
+          BuildPatternContents(b_, b_.Range(start, '"', '"'), pattern.get<std::string>(), options_.max_repetition);
       if (!contents.ok()) {
         if (absl::IsResourceExhausted(contents.status())) return TooLarge(path + "/pattern");
-        return Error(path + "/pattern", absl::StrCat("'pattern' ", Json(pattern).dump(), ": ", contents.status().message(), ";"));
+        return Error(path + "/pattern", absl::StrCat("'pattern' ", Json(pattern).dump()),
+                     absl::StrCat("cannot be compiled: ", contents.status().message()));
       }
       b_.DefineRule(rule, start, b_.Range(*contents, '"', '"'));
       return rule;
@@ -330,7 +342,7 @@ class SchemaCompiler {
     if (!has_length) return json_.String();
     TP_ASSIGN_OR_RETURN(const int64_t min, Count(schema, "minLength", path, 0));
     TP_ASSIGN_OR_RETURN(const int64_t max, Count(schema, "maxLength", path, -1));
-    if (max >= 0 && max < min) return Error(path, "'maxLength' below 'minLength', which admits no value,");
+    if (max >= 0 && max < min) return Error(path, "'maxLength' below 'minLength'", "admits no value");
     TP_RETURN_IF_ERROR(CheckUnrollable(min, "minLength", path));
     TP_RETURN_IF_ERROR(CheckUnrollable(max, "maxLength", path));
     if (min == 0 && max < 0) return json_.String();
@@ -359,15 +371,15 @@ class SchemaCompiler {
   absl::StatusOr<Rule> Object(const Json& schema, const std::string& path, int depth) {
     const Json empty = Json::object();
     const Json& properties = schema.contains("properties") ? schema["properties"] : empty;
-    if (!properties.is_object()) return Error(path + "/properties", "'properties' must be an object;");
+    if (!properties.is_object()) return Error(path + "/properties", "'properties'", "must be an object");
     if (schema.contains("additionalProperties")) {
       const Json& extra = schema["additionalProperties"];
       const bool allows_any = (extra.is_boolean() && extra.get<bool>()) || (extra.is_object() && extra.empty());
       if (allows_any && properties.empty() && !schema.contains("required")) return json_.AnyObject();
       if (!extra.is_boolean() || extra.get<bool>()) {
-        return Error(path + "/additionalProperties",
-                     "'additionalProperties' other than false (beside 'properties' or 'required', or as a schema) "
-                     "is not supported; list every property under 'properties';");
+        return Error(path + "/additionalProperties", "'additionalProperties' other than false",
+                     "is not supported beside 'properties' or 'required', or as a schema",
+                     "list every property under 'properties'");
       }
     } else if (!schema.contains("properties") && !schema.contains("required")) {
       return json_.AnyObject();
@@ -375,12 +387,12 @@ class SchemaCompiler {
     absl::flat_hash_set<std::string> required;
     if (schema.contains("required")) {
       const Json& list = schema["required"];
-      if (!list.is_array()) return Error(path + "/required", "'required' must be an array of strings;");
+      if (!list.is_array()) return Error(path + "/required", "'required'", "must be an array of strings");
       for (const Json& name : list) {
-        if (!name.is_string()) return Error(path + "/required", "'required' must be an array of strings;");
+        if (!name.is_string()) return Error(path + "/required", "'required'", "must be an array of strings");
         if (!properties.contains(name.get<std::string>())) {
-          return Error(path + "/required", absl::StrCat("required property '", name.get<std::string>(),
-                                                        "' is not in 'properties' (no other properties are allowed);"));
+          return Error(path + "/required", absl::StrCat("required property '", name.get<std::string>(), "'"),
+                       "is not in 'properties'", "no other properties are allowed");
         }
         required.insert(name.get<std::string>());
       }
@@ -392,8 +404,12 @@ class SchemaCompiler {
     };
     std::vector<Property> props;
     for (const auto& [key, sub] : properties.items()) {
-      TP_ASSIGN_OR_RETURN(std::vector<Rule> value,
-                          Value(sub, absl::StrCat(path, "/properties/", PointerToken(key)), depth + 1));
+      const std::string at = absl::StrCat(path, "/properties/", PointerToken(key));
+      if (sub.is_boolean() && !sub.get<bool>()) {  // the property must not appear
+        if (required.contains(key)) return Error(at, "a required property with the schema false", "admits no value");
+        continue;
+      }
+      TP_ASSIGN_OR_RETURN(std::vector<Rule> value, Value(sub, at, depth + 1));
       props.push_back({Json(key).dump(), std::move(value), required.contains(key)});
     }
     const Rule rule = b_.DeclareRule(absl::StrCat("the schema at ", path));
@@ -433,12 +449,12 @@ class SchemaCompiler {
   absl::StatusOr<Rule> Array(const Json& schema, const std::string& path, int depth) {
     TP_ASSIGN_OR_RETURN(const int64_t min, Count(schema, "minItems", path, 0));
     TP_ASSIGN_OR_RETURN(int64_t max, Count(schema, "maxItems", path, -1));
-    if (max >= 0 && max < min) return Error(path, "'maxItems' below 'minItems', which admits no value,");
+    if (max >= 0 && max < min) return Error(path, "'maxItems' below 'minItems'", "admits no value");
     std::vector<Rule> item;
     if (!schema.contains("items") || (schema["items"].is_boolean() && schema["items"].get<bool>())) {
       item = {json_.AnyValue()};
     } else if (schema["items"].is_boolean()) {  // items: false
-      if (min > 0) return Error(path, "'items' false with 'minItems' above 0, which admits no value,");
+      if (min > 0) return Error(path, "'items' false with 'minItems' above 0", "admits no value");
       max = 0;
     } else {
       TP_ASSIGN_OR_RETURN(item, Value(schema["items"], path + "/items", depth + 1));
@@ -482,8 +498,8 @@ class SchemaCompiler {
 
 absl::StatusOr<std::shared_ptr<const Grammar>> GrammarFromJsonSchema(const nlohmann::ordered_json& schema,
                                                                      const JsonSchemaOptions& options) {
-  const bool json_object_mode = schema.is_object() && schema.size() == 1 && schema.contains("type") &&
-                                schema["type"] == "json_object";
+  const bool json_object_mode =
+      schema.is_object() && schema.size() == 1 && schema.contains("type") && schema["type"] == "json_object";
   return SchemaCompiler(schema, options).CompileDocument(json_object_mode);
 }
 

@@ -18,9 +18,9 @@ using Node = GrammarBuilder::Node;
 
 struct Re {
   enum Kind { kSet, kConcat, kAlt, kRepeat, kBegin, kEnd } kind = kSet;
-  CodepointRanges set;          // kSet
-  std::vector<Re> kids;         // kConcat, kAlt, kRepeat (one)
-  int min = 0, max = 0;         // kRepeat; max -1: unbounded
+  CodepointRanges set;   // kSet
+  std::vector<Re> kids;  // kConcat, kAlt, kRepeat (one)
+  int min = 0, max = 0;  // kRepeat; max -1: unbounded
 
   static Re Of(Kind kind) {
     Re re;
@@ -37,8 +37,15 @@ struct Re {
 CodepointRanges Digit() { return {{'0', '9'}}; }
 CodepointRanges Word() { return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}; }
 CodepointRanges Space() {
-  return NormalizeRanges({{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
-                          {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000},
+  return NormalizeRanges({{'\t', '\r'},
+                          {' ', ' '},
+                          {0xA0, 0xA0},
+                          {0x1680, 0x1680},
+                          {0x2000, 0x200A},
+                          {0x2028, 0x2029},
+                          {0x202F, 0x202F},
+                          {0x205F, 0x205F},
+                          {0x3000, 0x3000},
                           {0xFEFF, 0xFEFF}});
 }
 CodepointRanges AnyButNewline() { return ComplementRanges({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}); }
@@ -69,7 +76,9 @@ class Parser {
     if (lead < 0x80) return lead;
     const int extra = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : 1;
     char32_t cp = lead & (0x3F >> extra);
-    for (int i = 0; i < extra && pos_ < p_.size(); ++i) cp = (cp << 6) | (static_cast<unsigned char>(p_[pos_++]) & 0x3F);
+    for (int i = 0; i < extra && pos_ < p_.size(); ++i) {
+      cp = (cp << 6) | (static_cast<unsigned char>(p_[pos_++]) & 0x3F);
+    }
     return cp;
   }
 
@@ -207,18 +216,36 @@ class Parser {
       return {{cp, cp}};
     };
     switch (c) {
-      case 'd': ++pos_; return Digit();
-      case 'D': ++pos_; return ComplementRanges(Digit());
-      case 'w': ++pos_; return Word();
-      case 'W': ++pos_; return ComplementRanges(Word());
-      case 's': ++pos_; return Space();
-      case 'S': ++pos_; return ComplementRanges(Space());
-      case 'n': return one('\n');
-      case 'r': return one('\r');
-      case 't': return one('\t');
-      case 'f': return one('\f');
-      case 'v': return one('\v');
-      case '0': return one('\0');
+      case 'd':
+        ++pos_;
+        return Digit();
+      case 'D':
+        ++pos_;
+        return ComplementRanges(Digit());
+      case 'w':
+        ++pos_;
+        return Word();
+      case 'W':
+        ++pos_;
+        return ComplementRanges(Word());
+      case 's':
+        ++pos_;
+        return Space();
+      case 'S':
+        ++pos_;
+        return ComplementRanges(Space());
+      case 'n':
+        return one('\n');
+      case 'r':
+        return one('\r');
+      case 't':
+        return one('\t');
+      case 'f':
+        return one('\f');
+      case 'v':
+        return one('\v');
+      case '0':
+        return one('\0');
       case 'b':
         if (in_class) return one('\b');
         return Error("'\\b' (word boundary)");
@@ -229,8 +256,10 @@ class Parser {
         uint32_t cp = 0;
         for (size_t i = 0; i < digits; ++i) {
           const char h = p_[pos_ + 1 + i];
-          const int v = (h >= '0' && h <= '9') ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10
-                        : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+          const int v = (h >= '0' && h <= '9')   ? h - '0'
+                        : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                        : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                                 : -1;
           if (v < 0) return Malformed("a malformed \\x or \\u escape");
           cp = cp * 16 + v;
         }
@@ -312,7 +341,8 @@ class Emitter {
     if (b_.TooLarge()) return absl::ResourceExhaustedError("the pattern needs too many automaton states");
     switch (re.kind) {
       case Re::kSet:
-        if (re.set.empty()) return absl::InvalidArgumentError("a character class that matches nothing is not supported");
+        if (re.set.empty())
+          return absl::InvalidArgumentError("a character class that matches nothing is not supported");
         return EncodedCharOf(b_, from, re.set);
       case Re::kConcat: {
         Node at = from;

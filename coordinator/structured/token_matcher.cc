@@ -31,12 +31,12 @@ void TokenMatcher::WalkUncertain(absl::Span<const uint32_t> stack, BitMask* out)
   if (pos.uncertain.empty()) return;
   const TokenVocabulary& vocab = compiled_->vocabulary();
   const Grammar& g = compiled_->grammar();
-  levels_.resize(std::max<size_t>(levels_.size(), vocab.max_token_bytes() + 1));
-  levels_[0].Clear();
-  levels_[0].Add(stack.subspan(0, stack.size() - 1), stack.back());
+  scratch_.levels.resize(std::max<size_t>(scratch_.levels.size(), vocab.max_token_bytes() + 1));
+  scratch_.levels[0].Clear();
+  scratch_.levels[0].Add(stack.subspan(0, stack.size() - 1), stack.back());
   constexpr size_t kNone = SIZE_MAX;
-  size_t valid = 0;          // levels_[0, valid] hold the previous token's prefix
-  size_t dead_at = kNone;    // the previous token died reading its byte dead_at
+  size_t valid = 0;        // scratch_.levels[0, valid] hold the previous token's prefix
+  size_t dead_at = kNone;  // the previous token died reading its byte dead_at
   for (size_t k = 0; k < pos.uncertain.size(); ++k) {
     const size_t lcp = k == 0 ? 0 : pos.uncertain_lcp[k];
     if (dead_at != kNone && lcp > dead_at) continue;  // shares the dead prefix
@@ -44,8 +44,8 @@ void TokenMatcher::WalkUncertain(absl::Span<const uint32_t> stack, BitMask* out)
     const std::string_view bytes = vocab.sorted_bytes(pos.uncertain[k]);
     size_t d = std::min(lcp, valid);
     for (; d < bytes.size(); ++d) {
-      StepStacks(g, levels_[d], static_cast<uint8_t>(bytes[d]), &levels_[d + 1], &scratch_);
-      if (!levels_[d + 1].alive()) {
+      StepStacks(g, scratch_.levels[d], static_cast<uint8_t>(bytes[d]), &scratch_.levels[d + 1], &scratch_.below);
+      if (!scratch_.levels[d + 1].alive()) {
         dead_at = d;
         break;
       }

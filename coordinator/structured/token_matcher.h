@@ -39,9 +39,16 @@ class TokenMatcher {
   std::shared_ptr<const CompiledGrammar> compiled_;
   GrammarMatcher bytes_;
   bool terminated_ = false;
-  // Scratch for FillNextTokenMask: stack sets by depth into the token being tried.
-  mutable std::vector<StackSet> levels_;
-  mutable std::vector<uint32_t> scratch_;
+  // Scratch for FillNextTokenMask: stack sets by depth into the token being tried. Copies
+  // of the matcher start with empty ones.
+  struct Scratch {
+    Scratch() = default;
+    Scratch(const Scratch&) {}
+    Scratch& operator=(const Scratch&) { return *this; }
+    std::vector<StackSet> levels;
+    std::vector<uint32_t> below;
+  };
+  mutable Scratch scratch_;
 };
 
 // Resizes `out` to the vocabulary and sets exactly the ids that may come next: text tokens

@@ -31,8 +31,10 @@ int ByteFallbackValue(std::string_view token) {
   if (token.size() != 6 || !token.starts_with("<0x") || token[5] != '>') return -1;
   int value = 0;
   for (const char h : token.substr(3, 2)) {
-    const int v = (h >= '0' && h <= '9') ? h - '0' : (h >= 'A' && h <= 'F') ? h - 'A' + 10
-                  : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : -1;
+    const int v = (h >= '0' && h <= '9')   ? h - '0'
+                  : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                  : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                                           : -1;
     if (v < 0) return -1;
     value = value * 16 + v;
   }
@@ -159,9 +161,8 @@ std::shared_ptr<const TokenVocabulary> TokenVocabulary::Create(VocabularyBytes t
   }
   auto& ids = vocab->sorted_ids_;
   const auto& bytes = vocab->bytes_;
-  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
-    return bytes[a] != bytes[b] ? bytes[a] < bytes[b] : a < b;
-  });
+  std::sort(ids.begin(), ids.end(),
+            [&](int32_t a, int32_t b) { return bytes[a] != bytes[b] ? bytes[a] < bytes[b] : a < b; });
   const uint32_t n = static_cast<uint32_t>(ids.size());
   vocab->sorted_lcp_.assign(n, 0);
   for (uint32_t i = 1; i < n; ++i) {
