@@ -37,7 +37,8 @@ ABSL_FLAG(std::string, mode, "ngram", "ngram | cost (see the file's comment)");
 ABSL_FLAG(std::string, model, "gemma-4-1b", "Checkpoint directory, GGUF file or built-in preset (dummy weights)");
 ABSL_FLAG(int, tp, 1, "Tensor-parallel size (ranks as threads)");
 ABSL_FLAG(int, threads, 0, "CPU threads per rank (0: cores / ranks)");
-ABSL_FLAG(int, rounds, 10, "ngram: rounds, each running every prompt without and with drafts (order alternates)");
+ABSL_FLAG(int, rounds, 10, "ngram: rounds, each running every prompt without and with drafts (order alternates); "
+          "cost: runs per K with and without drafts, alternated");
 ABSL_FLAG(int, max_tokens, 96, "ngram: tokens generated per prompt");
 ABSL_FLAG(std::string, speculative_config, R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4})",
           "ngram: the --speculative-config measured");
@@ -77,6 +78,7 @@ struct Decode {
   int64_t tokens = 0;  // output tokens after the first
   double ms = 0;       // decode steps' forward + coordinator time
   int64_t steps = 0;
+  std::vector<double> step_ms;  // each decode step's
   SpecDecodeStats spec;
 };
 
@@ -93,6 +95,7 @@ absl::StatusOr<Decode> RunOnce(StepExecutor& exec, const Model& model, const std
   for (const StepSummary& s : r.steps) {
     if (s.num_prefill_tokens > 0) continue;
     d.ms += s.forward_ms + s.coordinator_ms;
+    d.step_ms.push_back(s.forward_ms + s.coordinator_ms);
     ++d.steps;
   }
   d.spec = r.spec;
@@ -165,13 +168,14 @@ absl::Status RunCost(StepExecutor& exec, const Model& model) {
     SpeculativeConfig spec;
     spec.method = SpeculativeConfig::Method::kNgram;
     spec.num_speculative_tokens = k;
-    // Alternated pairs; each run's steps are medians of its own.
+    // Alternated runs; the median over all their decode steps.
     std::vector<double> one, many;
-    for (int pass = 0; pass < 4; ++pass) {
+    for (int pass = 0; pass < 2 * absl::GetFlag(FLAGS_rounds); ++pass) {
       const bool speculative = pass % 2 == 1;
       TP_ASSIGN_OR_RETURN(Decode d, RunOnce(exec, model, prompt, p, speculative ? spec : SpeculativeConfig{},
                                             speculative ? std::make_unique<FixedProposer>() : nullptr));
-      (speculative ? many : one).push_back(d.ms / std::max<int64_t>(1, d.steps));
+      std::vector<double>& into = speculative ? many : one;
+      into.insert(into.end(), d.step_ms.begin(), d.step_ms.end());
     }
     const double t1 = Median(one), tk = Median(many), ratio = tk / t1;
     std::printf("%4d %12.2f %14.2f %8.2f   %.2f / %.2f / %.2f\n", k, t1, tk, ratio, std::min(2, k + 1) / ratio,
