@@ -30,7 +30,7 @@ struct RankResult {
 // Rank 0's part after the engine is up: tokenize, generate, print.
 absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefaults& defaults, Engine& engine,
                         Communicator& comm, const WorldConfig& world) {
-  StepExecutor executor(*engine.model, comm);
+  StepExecutor executor(*engine.model, comm, engine.drafter.get());
   struct ShutdownOnExit {
     StepExecutor& e;
     ~ShutdownOnExit() { e.Shutdown(); }
@@ -71,7 +71,7 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
   }
   TP_RETURN_IF_ERROR(sc.Validate());
   EngineCore core(executor, WithSpeculation(sc, o.engine.speculative), o.seed,
-                  MakeDraftProposer(o.engine.speculative));
+                  MakeDraftProposer(o.engine.speculative, executor));
   SamplingParams params;
   params.max_tokens = o.max_tokens;
   // generate's own default is greedy; the model's generation config comes before it, and
@@ -206,7 +206,7 @@ int RunRank(const GenerateCommandOptions& o, const WorldConfig& world, Communica
     return 1;
   }
   if (comm.rank() != 0) {
-    absl::Status st = RunWorkerLoop(*engine->model, comm);
+    absl::Status st = RunWorkerLoop(*engine->model, comm, engine->drafter.get());
     return st.ok() ? 0 : 1;
   }
   absl::Status st = Coordinate(o, defaults, *engine, comm, world);

@@ -22,7 +22,7 @@ ServingEngine::ServingEngine(StepExecutor& executor, const Tokenizer& tokenizer,
     : config_(std::move(config)),
       info_(std::move(info)),
       core_(executor, WithSpeculation(config_.scheduler, config_.speculative), config_.seed,
-            MakeDraftProposer(config_.speculative)),
+            MakeDraftProposer(config_.speculative, executor)),
       outputs_(tokenizer, [inbox = inbox_](const std::string& id) { inbox->Abort(id); }) {}
 
 ServingEngine::~ServingEngine() { outputs_.Close(); }
