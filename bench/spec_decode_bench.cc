@@ -94,8 +94,8 @@ absl::StatusOr<Decode> RunOnce(StepExecutor& exec, const Model& model, const std
   d.tokens = std::max<int64_t>(0, static_cast<int64_t>(r.outputs[0].output_ids.size()) - 1);
   for (const StepSummary& s : r.steps) {
     if (s.num_prefill_tokens > 0) continue;
-    d.ms += s.forward_ms + s.coordinator_ms;
-    d.step_ms.push_back(s.forward_ms + s.coordinator_ms);
+    d.ms += s.forward_ms + s.coordinator_ms + s.draft_ms;
+    d.step_ms.push_back(s.forward_ms + s.coordinator_ms + s.draft_ms);
     ++d.steps;
   }
   d.spec = r.spec;

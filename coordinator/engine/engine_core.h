@@ -44,8 +44,9 @@ struct StepSummary {
   int32_t num_seqs = 0;    // sequences in the forward; 0: nothing ran
   int32_t num_tokens = 0;  // tokens in the forward: one per decode, plus prefill chunks
   int32_t num_prefill_tokens = 0;
-  // Wall time of the step split in two: the forward on rank 0 (all-reduce included) and
-  // everything else the engine thread did in Step (schedule, plan broadcast, update).
+  // Wall time of the step split in three: the forward on rank 0 (all-reduce included),
+  // drafting (draft_ms, below) and everything else the engine thread did in Step
+  // (schedule, plan broadcast, update).
   double forward_ms = 0;
   double allreduce_ms = 0;
   double coordinator_ms = 0;

@@ -153,7 +153,9 @@ void ServingEngine::PublishStats(const EngineStep* step) {
   if (step == nullptr) return;
   stats_.compute_ms += step->forward_ms - step->allreduce_ms;
   stats_.allreduce_ms += step->allreduce_ms;
-  stats_.scheduling_ms += step->coordinator_ms;
+  // Drafting (the update stage's last part: n-gram lookup, or the MTP drafter's pass on every
+  // rank) stays in the coordinator's share until it has a metric of its own.
+  stats_.scheduling_ms += step->coordinator_ms + step->draft_ms;
   for (const EngineOutput& o : step->outputs) {
     stats_.generation_tokens += static_cast<int64_t>(o.token_ids.size());
     if (o.finish != FinishReason::kNone) ++stats_.requests_finished;
