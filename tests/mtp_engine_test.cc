@@ -234,6 +234,26 @@ TEST(MtpEngineSamplingTest, SeededSamplingIsTheSameWithAndWithoutDrafts) {
   }
 }
 
+// A draft pass that cannot run (here: no drafter beside the model) fails the step's requests
+// with an error that says so, as a failed forward does; nothing hangs.
+TEST(MtpEngineSamplingTest, AFailedDraftPassEndsTheRequestsWithAnError) {
+  testing::WithFixtureModel("gemma4_mtp/target", 2, 64, [&](Model& model, StepExecutor& exec) {
+    ASSERT_FALSE(exec.has_drafter());
+    SchedulerConfig sc = SchedulerConfigFor(model, 4, 64);
+    sc.num_speculative_tokens = 2;
+    sc.sliding_lookback = kMtpDrafterLookback;
+    EngineCore core(exec, sc, std::nullopt, std::make_unique<MtpProposer>(exec));
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = 4;
+    auto r = GenerateOffline(core, {PromptIds()}, p);
+    ASSERT_FALSE(r.ok());
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "drafting")) << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "MTP drafter")) << r.status();
+    EXPECT_FALSE(core.HasUnfinished());
+  }, /*block_size=*/4);
+}
+
 // StartEngine with --speculative-config {"method": "mtp", ...}: the drafter loads on every
 // rank beside the target; a directory that is missing, not an assistant, or one made for
 // another target is every rank's error naming it, before anything is served.
