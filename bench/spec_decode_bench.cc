@@ -87,15 +87,15 @@ absl::StatusOr<Decode> RunOnce(StepExecutor& exec, const Model& model, const std
                                std::unique_ptr<DraftProposer> proposer = nullptr) {
   SchedulerConfig sc = SchedulerConfigFor(model, 1, 2048);
   sc.enable_prefix_caching = false;  // each run computes its prompt
-  if (proposer == nullptr) proposer = MakeDraftProposer(spec);
+  if (proposer == nullptr) proposer = MakeDraftProposer(spec, exec);
   EngineCore core(exec, WithSpeculation(sc, spec), std::nullopt, std::move(proposer));
   TP_ASSIGN_OR_RETURN(OfflineResult r, GenerateOffline(core, {prompt}, params));
   Decode d;
   d.tokens = std::max<int64_t>(0, static_cast<int64_t>(r.outputs[0].output_ids.size()) - 1);
   for (const StepSummary& s : r.steps) {
     if (s.num_prefill_tokens > 0) continue;
-    d.ms += s.forward_ms + s.coordinator_ms;
-    d.step_ms.push_back(s.forward_ms + s.coordinator_ms);
+    d.ms += s.forward_ms + s.coordinator_ms + s.draft_ms;
+    d.step_ms.push_back(s.forward_ms + s.coordinator_ms + s.draft_ms);
     ++d.steps;
   }
   d.spec = r.spec;
@@ -143,7 +143,7 @@ absl::Status RunNgram(StepExecutor& exec, const Model& model, const std::string&
 }
 
 // Proposes K copies of one token: every decode step verifies exactly K drafts.
-class FixedProposer : public DraftProposer {
+class FixedProposer : public SequenceProposer {
  public:
   std::vector<int32_t> Propose(absl::Span<const int32_t>, int32_t max_tokens) override {
     return std::vector<int32_t>(max_tokens, 7);

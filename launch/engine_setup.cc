@@ -13,6 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "coordinator/engine/block_manager.h"
 #include "coordinator/engine/kv_split.h"
 #include "worker/device.h"
 #include "worker/gguf_model.h"
@@ -174,6 +175,21 @@ absl::StatusOr<Communicator*> SetUpTpCommunicator(const WorldConfig& world, Comm
   return e.device_comm.get();
 }
 
+// The MTP drafter from --speculative-config's "model" directory, checked against the
+// target, with its step buffers for max_num_seqs sequences. No collectives but the load's.
+absl::Status LoadDrafter(const EngineOptions& o, Communicator& model_comm, Engine& e) {
+  const std::string& dir = o.speculative.model;
+  absl::StatusOr<std::unique_ptr<MtpDrafter>> drafter = MtpDrafter::LoadDir(dir, *e.model, *e.backend, model_comm);
+  absl::Status st = drafter.status();
+  if (st.ok()) {
+    e.drafter = std::move(drafter).value();
+    st = e.drafter->ReserveScratch(std::max<int32_t>(o.max_num_seqs, 1));
+  }
+  if (st.ok()) return st;
+  return absl::Status(st.code(), absl::StrCat("--speculative-config \"model\" \"", dir,
+                                              "\" (the MTP drafter): ", st.message()));
+}
+
 // Logit rows a step has at most: one per sequence, K + 1 per sequence verifying K drafts.
 int64_t MaxLogitRows(const EngineOptions& o) {
   const int64_t per_seq = 1 + (o.speculative.enabled() ? o.speculative.num_speculative_tokens : 0);
@@ -255,6 +271,11 @@ std::vector<int64_t> LocalKvBlocks(const EngineOptions& o, const Engine& e, int6
   in.budget_bytes = budget_bytes;
   in.bytes_per_block = per_block;
   in.windows = e.config.kv_group_windows;
+  if (e.drafter != nullptr) {
+    // The scheduler frees a sliding group's blocks as a window kMtpDrafterLookback wider
+    // would (the drafter reads further back): size the groups for that.
+    for (int32_t& w : in.windows) w = w > 0 ? w + kMtpDrafterLookback : 0;
+  }
   in.block_size = e.model->block_size();
   in.max_model_len = e.config.max_position_embeddings;
   in.max_num_batched_tokens = o.max_num_batched_tokens;
@@ -278,6 +299,11 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
   auto model = Model::Load(e.config, *e.source, *e.backend, *model_comm, mo);
   TP_RETURN_IF_ERROR(comm.AgreeOnStatus(model.status()));
   e.model = std::move(model).value();
+  if (o.speculative.method == SpeculativeConfig::Method::kMtp) {
+    // Before the KV planning, so that a GPU's free memory counts its weights and buffers.
+    absl::Status loaded = LoadDrafter(o, *model_comm, e);
+    TP_RETURN_IF_ERROR(comm.AgreeOnStatus(loaded));
+  }
 
   const bool gpu = e.device == DeviceKind::kCuda;
   if (gpu && (o.kernels.tuned || o.tune_kernels)) {

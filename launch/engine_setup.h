@@ -19,6 +19,7 @@
 #include "worker/backend.h"
 #include "worker/communicator.h"
 #include "worker/model.h"
+#include "worker/mtp_drafter.h"
 #include "worker/weight_source.h"
 
 namespace tpserve {
@@ -86,6 +87,10 @@ struct Engine {
   // backend's stream and the model uses it.
   std::unique_ptr<Communicator> device_comm;
   std::unique_ptr<Model> model;
+  // With --speculative-config {"method": "mtp", ...}: the MTP drafter beside the model, on
+  // the same backend and communicator (null otherwise). Declared after the model: it reads
+  // the model's embedding and KV cache.
+  std::unique_ptr<MtpDrafter> drafter;
   std::string weights_description;
   double load_seconds = 0;
 

@@ -30,7 +30,7 @@ struct RankResult {
 // Rank 0's part after the engine is up: tokenize, generate, print.
 absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefaults& defaults, Engine& engine,
                         Communicator& comm, const WorldConfig& world) {
-  StepExecutor executor(*engine.model, comm);
+  StepExecutor executor(*engine.model, comm, engine.drafter.get());
   struct ShutdownOnExit {
     StepExecutor& e;
     ~ShutdownOnExit() { e.Shutdown(); }
@@ -71,7 +71,7 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
   }
   TP_RETURN_IF_ERROR(sc.Validate());
   EngineCore core(executor, WithSpeculation(sc, o.engine.speculative), o.seed,
-                  MakeDraftProposer(o.engine.speculative));
+                  MakeDraftProposer(o.engine.speculative, executor));
   SamplingParams params;
   params.max_tokens = o.max_tokens;
   // generate's own default is greedy; the model's generation config comes before it, and
@@ -88,7 +88,7 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
   const GenerationOutput& out = result.outputs[0];
   std::string text = tokenizer ? tokenizer->Decode(out.output_ids, /*skip_special_tokens=*/true) : "";
 
-  double prefill_ms = 0, decode_ms = 0, allreduce_ms = 0, total_ms = 0;
+  double prefill_ms = 0, decode_ms = 0, allreduce_ms = 0, total_ms = 0, draft_ms = 0;
   int64_t decode_steps = 0;
   std::vector<double> step_ms;
   for (const StepSummary& s : result.steps) {
@@ -98,6 +98,9 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     allreduce_ms += s.allreduce_ms;
     total_ms += s.forward_ms;
     step_ms.push_back(s.forward_ms);
+    // Drafts (proposed after each step, the prefill's last included) serve the decode.
+    draft_ms += s.draft_ms;
+    decode_ms += s.draft_ms;
   }
   // Every output token but the first (sampled by the last prefill step) came from a decode
   // step; with speculative decoding a step may give several.
@@ -142,7 +145,8 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
                           {"num_draft_tokens", spec.num_draft_tokens},
                           {"num_accepted_tokens", spec.num_accepted_tokens},
                           {"accepted_per_position", spec.accepted_per_pos},
-                          {"mean_acceptance_length", spec.mean_acceptance_length()}};
+                          {"mean_acceptance_length", spec.mean_acceptance_length()},
+                          {"draft_ms", draft_ms}};
     }
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -166,9 +170,10 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     if (o.engine.speculative.enabled()) {
       std::fprintf(stderr,
                    "tpserve: speculative decoding: %lld decode steps, %lld of %lld draft tokens accepted, mean "
-                   "acceptance length %.2f\n",
+                   "acceptance length %.2f; drafting %.1f ms\n",
                    static_cast<long long>(decode_steps), static_cast<long long>(result.spec.num_accepted_tokens),
-                   static_cast<long long>(result.spec.num_draft_tokens), result.spec.mean_acceptance_length());
+                   static_cast<long long>(result.spec.num_draft_tokens), result.spec.mean_acceptance_length(),
+                   draft_ms);
     }
   }
   std::fflush(stdout);
@@ -206,7 +211,7 @@ int RunRank(const GenerateCommandOptions& o, const WorldConfig& world, Communica
     return 1;
   }
   if (comm.rank() != 0) {
-    absl::Status st = RunWorkerLoop(*engine->model, comm);
+    absl::Status st = RunWorkerLoop(*engine->model, comm, engine->drafter.get());
     return st.ok() ? 0 : 1;
   }
   absl::Status st = Coordinate(o, defaults, *engine, comm, world);

@@ -57,7 +57,9 @@ ABSL_FLAG(uint64_t, dummy_weight_seed, 0, "Seed of --load-format dummy weights")
 ABSL_FLAG(std::string, speculative_config, "",
           "Speculative decoding (vLLM's flag), a JSON object: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
           "\"prompt_lookup_min\": A, \"prompt_lookup_max\": B} drafts up to K tokens per step by prompt lookup and "
-          "verifies them in one forward (the same tokens as without; see docs/speculative_decoding.md). Empty: off");
+          "verifies them in one forward (the same tokens as without; see docs/speculative_decoding.md); "
+          "{\"method\": \"mtp\", \"model\": DIR, \"num_speculative_tokens\": K} drafts with Gemma 4's MTP drafter "
+          "(the assistant checkpoint in DIR, loaded on every rank). Empty: off");
 ABSL_FLAG(std::string, generation_config, "auto",
           "Sampling defaults for requests that leave temperature, top_k, top_p, min_p or repetition_penalty unset "
           "(vLLM's flag): auto (the --model folder's generation_config.json, where it has one), vllm (none: "
@@ -105,7 +107,8 @@ constexpr char kUsage[] =
     "      [--max-tokens N] [--logprobs N] [--temperature T] [--seed S] [--json]\n"
     "  Both take --seed S (the default sampling seed; --dummy-weight-seed seeds dummy weights),\n"
     "      --generation-config auto|vllm|DIR (sampling defaults from the model's generation_config.json),\n"
-    "      --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}' (speculative decoding),\n"
+    "      --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}' (speculative decoding;\n"
+    "      '{\"method\": \"mtp\", \"model\": ASSISTANT_DIR, \"num_speculative_tokens\": 4}' for Gemma 4's drafter),\n"
     "      --device auto|cpu|cuda, --gpu-memory-utilization F and --enforce-eager (cuda).\n"
     "  tpserve client (--grpc HOST:PORT | --http URL) --prompt TEXT [--chat] [--model NAME]\n"
     "      [--max-tokens N] [--temperature T]\n\n"

@@ -249,7 +249,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
     return 1;
   }
   if (!coordinator) {
-    absl::Status st = RunWorkerLoop(*engine->model, comm);
+    absl::Status st = RunWorkerLoop(*engine->model, comm, engine->drafter.get());
     return st.ok() ? 0 : 1;
   }
 
@@ -301,7 +301,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
     if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
   }
   absl::Status sched_ok = sc.scheduler.Validate();
-  StepExecutor executor(*engine->model, comm);
+  StepExecutor executor(*engine->model, comm, engine->drafter.get());
   if (!sched_ok.ok()) {
     Log(world, absl::StrCat("error: ", sched_ok.message()));
     executor.Shutdown();

@@ -2,6 +2,7 @@
 // eviction and sliding-window freeing, each on a tiny pool whose state is checked exactly.
 #include "coordinator/engine/block_manager.h"
 
+#include <algorithm>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -241,6 +242,56 @@ TEST(BlockManagerTest, SlidingGroupDecodesForeverInAFewBlocks) {
     s.AppendToken(step % 7 + 2);
     ExpectPoolsConsistent(bm, {&s});
   }
+}
+
+// With the MTP drafter, whose sliding layers read the W + 1 positions [L - 1 - W, L - 1]
+// before the newest token at L (the target's query at L reads only [L - W + 1, L]),
+// sliding groups keep two more positions: every block the drafter reads is still held after
+// each step's commit, at most one block more than without it, and the bound the KV split
+// uses counts it. Without the lookback the drafter would read freed blocks.
+TEST(BlockManagerTest, SlidingGroupKeepsWhatTheMtpDrafterReads) {
+  constexpr int32_t kW = 8, kBs = 4;
+  auto decode = [&](int32_t lookback, int32_t* max_held, int32_t* first_missing) {
+    BlockManagerConfig c = Config({64, 8}, {0, kW}, kBs, true);
+    c.sliding_lookback = lookback;
+    BlockManager bm(c);
+    Sequence s = Seq({1});
+    *max_held = 0;
+    *first_missing = -1;
+    for (int32_t step = 0; step < 60; ++step) {
+      ASSERT_EQ(bm.Allocate(s, 1), 1);
+      const std::vector<int32_t>& table = s.kv().block_tables[1];
+      int32_t held = 0;  // the peak: the step's own block allocated, none freed yet
+      for (int32_t b : table) held += b != -1;
+      *max_held = std::max(*max_held, held);
+      bm.CommitComputed(s, 1);
+      s.AppendToken(step % 7 + 2);
+      // The newest token is at L = num_computed_tokens; the drafter reads [L - 1 - W, L - 1].
+      const int32_t L = s.num_computed_tokens();
+      for (int32_t pos = std::max(0, L - 1 - kW); pos <= L - 1; ++pos) {
+        if (table[pos / kBs] == -1 && *first_missing < 0) *first_missing = L;
+      }
+      ExpectPoolsConsistent(bm, {&s});
+    }
+  };
+  int32_t held = 0, missing = 0;
+  decode(kMtpDrafterLookback, &held, &missing);
+  EXPECT_EQ(missing, -1) << "the drafter reads a freed block at L = " << missing;
+  // Held blocks at most: those under the drafter's reads plus the one the step writes to.
+  EXPECT_EQ(held, SlidingWindowBlocksPerSequence(kW + kMtpDrafterLookback, kBs));
+  int32_t held_without = 0;
+  decode(0, &held_without, &missing);
+  EXPECT_GT(missing, 0) << "without the lookback the drafter's first positions are freed";
+  EXPECT_EQ(held_without, SlidingWindowBlocksPerSequence(kW, kBs));
+  EXPECT_LE(held - held_without, 1);
+
+  // CheckFitsAlone counts the wider window: 4 sliding blocks of 4 for W + 2 = 10, not 3.
+  BlockManagerConfig c = Config({64, 3}, {0, kW}, kBs, true);
+  EXPECT_TRUE(BlockManager(c).CheckFitsAlone(200).ok());
+  c.sliding_lookback = kMtpDrafterLookback;
+  EXPECT_EQ(BlockManager(c).CheckFitsAlone(200).code(), absl::StatusCode::kResourceExhausted);
+  c.num_blocks = {64, 4};
+  EXPECT_TRUE(BlockManager(c).CheckFitsAlone(200).ok());
 }
 
 TEST(BlockManagerTest, SlidingPrefixHitNeedsOnlyTheWindowBlocks) {

@@ -60,6 +60,22 @@ else
   bad "np=2 speculative: '$spec_ids' vs plain '$plain', draft tokens '${drafts}' ($(tail -2 "$WORK/err"))"
 fi
 
+# Gemma 4's MTP drafter under mpirun (np=2): the fixture's assistant drafts on both ranks;
+# the output is transformers' greedy tokens (those of plain generate), 5 of its 6 drafts kept.
+mtp_prompt=$(ids prompt_ids "$FIX/models/gemma4_mtp/reference.json")
+mtp_expect=$(ids greedy_ids "$FIX/models/gemma4_mtp/reference.json")
+MTP_CONFIG="{\"method\": \"mtp\", \"model\": \"$FIX/models/gemma4_mtp/assistant\", \"num_speculative_tokens\": 4}"
+timeout 120 "${MPIRUN[@]}" -np 2 "$TPSERVE" generate --model "$FIX/models/gemma4_mtp/target" --device cpu \
+  --prompt-ids "$mtp_prompt" --max-tokens 8 --ignore-eos --json --speculative-config "$MTP_CONFIG" \
+  >"$WORK/mtp.json" 2>"$WORK/err"
+mtp_ids=$(grep -o '"output_ids":\[[^]]*\]' "$WORK/mtp.json" | sed 's/.*\[//; s/\]//')
+mtp_accepted=$(grep -o '"num_accepted_tokens":[0-9]*' "$WORK/mtp.json" | sed 's/.*://')
+if [ -n "$mtp_expect" ] && [ "$mtp_ids" = "$mtp_expect" ] && [ "${mtp_accepted:-0}" -gt 0 ]; then
+  ok "np=2 MTP drafter: transformers' greedy tokens, $mtp_accepted draft tokens accepted"
+else
+  bad "np=2 MTP drafter: '$mtp_ids' vs '$mtp_expect', accepted '${mtp_accepted}' ($(tail -2 "$WORK/err"))"
+fi
+
 # 2. Bad inputs: non-zero exit on every rank, message names the culprit, fast.
 expect_error() {
   local name=$1 pattern=$2
@@ -117,8 +133,13 @@ copy_model llama3
 expect_error "--device cuda without a GPU" "--device cuda" \
   env CUDA_VISIBLE_DEVICES= "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --device cuda
 expect_error "unknown --device" "auto, cpu, cuda" "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --device gpu
-expect_error "MTP drafter not implemented" "not implemented yet" "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" \
-  --speculative-config '{"method": "mtp", "model": "/m", "num_speculative_tokens": 2}' 
+expect_error "speculative method not implemented" "not implemented yet" "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" \
+  --speculative-config '{"method": "eagle", "num_speculative_tokens": 2}'
+expect_error "MTP drafter directory missing" "/nonexistent/assistant" "${MPIRUN[@]}" -np 2 "$TPSERVE" generate \
+  --model "$FIX/models/gemma4_mtp/target" --prompt-ids 5,6,7 --max-tokens 2 \
+  --speculative-config '{"method": "mtp", "model": "/nonexistent/assistant", "num_speculative_tokens": 2}'
+expect_error "MTP drafter for another target" "the drafter was made for another model\|Gemma 4" "${MPIRUN[@]}" -np 2 \
+  "$TPSERVE" generate --model "$FIX/models/llama3" --prompt-ids 5,6,7 --max-tokens 2 --speculative-config "$MTP_CONFIG"
 expect_error "unknown --kernels" "split, bulk, tuned, split+pdl, bulk+pdl, tuned+pdl" \
   "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --kernels fast
 expect_error "--kernels with a bad suffix" "is not one of split, bulk, tuned" \

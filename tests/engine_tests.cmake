@@ -12,6 +12,9 @@ tp_add_test(mtp_drafter_test SOURCES mtp_drafter_test.cc LIBS tpserve_engine)
 # Checkpoint tensors the model never reads fail the load by name; multimodal towers do not.
 tp_add_test(checkpoint_use_test SOURCES checkpoint_use_test.cc LIBS tpserve_engine_core)
 tp_add_test(engine_core_test SOURCES engine_core_test.cc LIBS tpserve_engine_core)
+# The MTP drafter inside the engine: greedy equals the target under chunking and preemption,
+# the fixture's clean trace draft by draft, seeded sampling unchanged, start-up errors.
+tp_add_test(mtp_engine_test SOURCES mtp_engine_test.cc LIBS tpserve_launch tpserve_engine_core)
 tp_add_test(persistent_batch_test SOURCES persistent_batch_test.cc LIBS tpserve_engine)
 # Collectives and their shared helpers on thread ranks (LocalGroup).
 tp_add_test(communicator_test SOURCES communicator_test.cc LIBS tpserve_engine_core)

@@ -115,41 +115,47 @@ TEST(KvSplitTest, OneFullGroupTakesTheWholeBudget) {
 }
 
 // The sliding-group bound is what the scheduler really holds: N max-length sequences
-// with long prompts, chunked prefill and decode, never take more than KvBlocksNeeded.
+// with long prompts, chunked prefill and decode, never take more than KvBlocksNeeded. With
+// the MTP drafter's lookback the scheduler keeps two more positions per window, and the
+// bound StartEngine computes for it (windows W + kMtpDrafterLookback) holds as well.
 TEST(KvSplitTest, BoundHoldsAgainstTheScheduler) {
-  for (const int32_t window : {5, 10, 16, 33}) {
-    for (const int32_t budget : {7, 16, 40}) {
-      KvSplitInputs in;
-      in.windows = {0, window};
-      in.block_size = 4;
-      in.max_model_len = 200;
-      in.max_num_batched_tokens = budget;
-      constexpr int kSeqs = 5;
-      SchedulerConfig c;
-      c.vocab_size = 1000;
-      c.max_num_seqs = kSeqs;
-      c.max_num_batched_tokens = budget;
-      c.max_model_len = 200;
-      c.block_size = 4;
-      c.enable_prefix_caching = false;
-      c.num_kv_blocks = {1000, 1000};  // ample: measure the need, not the limit
-      c.kv_group_windows = in.windows;
-      Scheduler s(c);
-      for (int i = 0; i < kSeqs; ++i) {
-        std::vector<int32_t> prompt(120 + i);
-        for (int k = 0; k < static_cast<int>(prompt.size()); ++k) prompt[k] = 1 + (i * 31 + k) % 50;
-        ASSERT_TRUE(s.AddRequest(MaxTokens("r" + std::to_string(i), prompt, 79 - i)).ok());
+  for (const int32_t lookback : {0, kMtpDrafterLookback}) {
+    for (const int32_t window : {5, 10, 16, 33}) {
+      for (const int32_t budget : {7, 16, 40}) {
+        KvSplitInputs in;
+        in.windows = {0, window + lookback};
+        in.block_size = 4;
+        in.max_model_len = 200;
+        in.max_num_batched_tokens = budget;
+        constexpr int kSeqs = 5;
+        SchedulerConfig c;
+        c.vocab_size = 1000;
+        c.max_num_seqs = kSeqs;
+        c.max_num_batched_tokens = budget;
+        c.max_model_len = 200;
+        c.block_size = 4;
+        c.enable_prefix_caching = false;
+        c.num_kv_blocks = {1000, 1000};  // ample: measure the need, not the limit
+        c.kv_group_windows = {0, window};
+        c.sliding_lookback = lookback;
+        Scheduler s(c);
+        for (int i = 0; i < kSeqs; ++i) {
+          std::vector<int32_t> prompt(120 + i);
+          for (int k = 0; k < static_cast<int>(prompt.size()); ++k) prompt[k] = 1 + (i * 31 + k) % 50;
+          ASSERT_TRUE(s.AddRequest(MaxTokens("r" + std::to_string(i), prompt, 79 - i)).ok());
+        }
+        int64_t peak[2] = {0, 0};
+        while (s.has_unfinished()) {
+          SchedulerOutput d = s.Schedule();
+          for (int g = 0; g < 2; ++g) peak[g] = std::max<int64_t>(peak[g], s.block_manager().num_used(g));
+          std::vector<int32_t> sampled(d.num_logit_rows(), 7);
+          s.Update(d, sampled);
+        }
+        EXPECT_LE(peak[0], KvBlocksNeeded(in, 0, kSeqs)) << "window " << window << " budget " << budget;
+        EXPECT_LE(peak[1], KvBlocksNeeded(in, 1, kSeqs))
+            << "window " << window << " lookback " << lookback << " budget " << budget;
+        EXPECT_EQ(s.stats().num_preemptions, 0);
       }
-      int64_t peak[2] = {0, 0};
-      while (s.has_unfinished()) {
-        SchedulerOutput d = s.Schedule();
-        for (int g = 0; g < 2; ++g) peak[g] = std::max<int64_t>(peak[g], s.block_manager().num_used(g));
-        std::vector<int32_t> sampled(d.num_logit_rows(), 7);
-        s.Update(d, sampled);
-      }
-      EXPECT_LE(peak[0], KvBlocksNeeded(in, 0, kSeqs)) << "window " << window << " budget " << budget;
-      EXPECT_LE(peak[1], KvBlocksNeeded(in, 1, kSeqs)) << "window " << window << " budget " << budget;
-      EXPECT_EQ(s.stats().num_preemptions, 0);
     }
   }
 }

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "tests/tp_harness.h"
 #include "worker/backend.h"
+#include "worker/mtp_drafter.h"
 #include "worker/weight_source.h"
 
 namespace tpserve::testing {
@@ -30,11 +31,16 @@ struct OfflineOptions {
   // Speculative decoding: drafts of up to this many tokens from `proposer` (made per run).
   int32_t num_speculative_tokens = 0;
   std::function<std::unique_ptr<DraftProposer>()> proposer;
+  // SchedulerConfig::sliding_lookback: kMtpDrafterLookback for the MTP drafter's proposer.
+  int32_t sliding_lookback = 0;
 };
 
-// Loads `fixture` on `tp` thread-ranks and runs `body(model, exec)` on rank 0.
+// Loads `fixture` on `tp` thread-ranks and runs `body(model, exec)` on rank 0. `drafter`:
+// an MTP drafter fixture (e.g. "gemma4_mtp/assistant") loaded beside the model on every
+// rank; the executor and the worker loops then run draft passes.
 inline void WithFixtureModel(const std::string& fixture, int tp, int64_t kv_blocks,
-               const std::function<void(Model&, StepExecutor&)>& body, int32_t block_size = 16) {
+                             const std::function<void(Model&, StepExecutor&)>& body, int32_t block_size = 16,
+                             const std::string& drafter = "") {
   RunThreads(tp, [&](Communicator& comm) {
     const std::string dir = FixtureDir(fixture);
     auto config = LoadModelConfig(dir);
@@ -47,11 +53,17 @@ inline void WithFixtureModel(const std::string& fixture, int tp, int64_t kv_bloc
     auto model = Model::Load(*config, **source, *backend, comm, mo);
     ASSERT_TRUE(model.ok()) << model.status();
     ASSERT_TRUE((*model)->AllocateKvCache(kv_blocks).ok());
+    std::unique_ptr<MtpDrafter> mtp;
+    if (!drafter.empty()) {
+      auto loaded = MtpDrafter::LoadDir(FixtureDir(drafter), **model, *backend, comm);
+      ASSERT_TRUE(loaded.ok()) << loaded.status();
+      mtp = std::move(*loaded);
+    }
     if (comm.rank() != 0) {
-      ASSERT_TRUE(RunWorkerLoop(**model, comm).ok());
+      ASSERT_TRUE(RunWorkerLoop(**model, comm, mtp.get()).ok());
       return;
     }
-    StepExecutor exec(**model, comm);
+    StepExecutor exec(**model, comm, mtp.get());
     body(**model, exec);
     exec.Shutdown();
   });
@@ -60,7 +72,7 @@ inline void WithFixtureModel(const std::string& fixture, int tp, int64_t kv_bloc
 // For speculative decoding tests: knows the answer (`truth`, the tokens after `prompt`)
 // and proposes it, wrong at one position in three proposals, so that steps keep some
 // drafts and reject others.
-class OracleProposer : public DraftProposer {
+class OracleProposer : public SequenceProposer {
  public:
   OracleProposer(std::vector<int32_t> prompt, std::vector<int32_t> truth)
       : prompt_(std::move(prompt)), truth_(std::move(truth)) {}
@@ -93,6 +105,7 @@ inline absl::StatusOr<OfflineResult> GreedyGenerate(Model& model, StepExecutor& 
     for (int64_t& n : sc.num_kv_blocks) n = std::min(n, o.kv_blocks);
   }
   sc.num_speculative_tokens = o.num_speculative_tokens;
+  sc.sliding_lookback = o.sliding_lookback;
   TP_RETURN_IF_ERROR(sc.Validate());
   EngineCore core(exec, sc, std::nullopt, o.proposer ? o.proposer() : nullptr);
   SamplingParams p;

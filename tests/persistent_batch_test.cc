@@ -1,8 +1,8 @@
 // Tests for worker/persistent_batch.h and StepDelta (worker/step.h): deltas round-trip
 // through bytes, expand to the plan the scheduler would have sent whole (positions, slot
 // mapping, dense tables, logit rows), sliding-window freeing, slot reuse, and every
-// inconsistency is an error. The scheduler side is checked against it step by step in
-// tests/scheduler_random_test.cc.
+// inconsistency is an error; a DraftDelta (the MTP drafter's pass) likewise. The scheduler
+// side is checked against it step by step in tests/scheduler_random_test.cc.
 #include "worker/persistent_batch.h"
 
 #include <vector>
@@ -47,6 +47,73 @@ TEST(StepDeltaTest, RoundTripsThroughBytes) {
   std::vector<uint8_t> cut(bytes.begin(), bytes.end() - 4);
   EXPECT_FALSE(StepDelta::Deserialize(cut).ok());
   EXPECT_FALSE(StepDelta::Deserialize(StepPlan{}.Serialize()).ok());  // a whole plan is not a delta
+}
+
+TEST(DraftDeltaTest, RoundTripsThroughBytes) {
+  DraftDelta d;
+  d.table_edits = {1, 1, 1, 0};
+  d.slots = {1, 0};
+  d.hidden_rows = {4, 0};
+  d.token_ids = {17, 9};
+  d.positions = {30, 12};
+  d.num_steps = 3;
+  const std::vector<uint8_t> bytes = d.Serialize();
+  EXPECT_EQ(StepMessageKind(bytes), static_cast<int32_t>(StepPlan::Kind::kDraft));
+  // 16 bytes per sequence, the edits, and 7 words of kind, steps and lengths.
+  EXPECT_EQ(bytes.size(), (7 + d.table_edits.size() + 4 * d.slots.size()) * 4);
+  auto back = DraftDelta::Deserialize(bytes);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->table_edits, d.table_edits);
+  EXPECT_EQ(back->slots, d.slots);
+  EXPECT_EQ(back->hidden_rows, d.hidden_rows);
+  EXPECT_EQ(back->token_ids, d.token_ids);
+  EXPECT_EQ(back->positions, d.positions);
+  EXPECT_EQ(back->num_steps, 3);
+  std::vector<uint8_t> cut(bytes.begin(), bytes.end() - 4);
+  EXPECT_FALSE(DraftDelta::Deserialize(cut).ok());
+  EXPECT_FALSE(DraftDelta::Deserialize(StepDelta{}.Serialize()).ok());
+  DraftDelta uneven = d;
+  uneven.positions.pop_back();
+  EXPECT_FALSE(DraftDelta::Deserialize(uneven.Serialize()).ok());
+  DraftDelta no_steps = d;
+  no_steps.num_steps = 0;
+  EXPECT_FALSE(DraftDelta::Deserialize(no_steps.Serialize()).ok());
+}
+
+// A draft pass applies its table edits (blocks the step's update freed) and gives the dense
+// tables of its slots, in its order, padded with -1; the next step delta continues from there.
+TEST(PersistentBatchTest, DraftPassAppliesEditsAndGivesItsSlotsTables) {
+  PersistentBatch batch(/*num_kv_groups=*/2, kBlock);
+  StepDelta d;
+  d.added_slots = {0, 1};
+  d.table_edits = {0, 0, 0, 3, 10, 11, 12, 0, 1, 0, 3, 20, 21, 22, 1, 0, 0, 1, 13, 1, 1, 0, 1, 23};
+  d.slots = {0, 1};
+  d.starts = {0, 0};
+  d.num_tokens = {9, 2};
+  d.token_ids.assign(11, 5);
+  d.sampled_rows = {0, 1};
+  ASSERT_TRUE(batch.Apply(d).ok());
+  DraftDelta draft;
+  draft.table_edits = {0, 1, 1, 0};  // slot 0's first sliding block left the window
+  draft.slots = {1, 0};
+  draft.hidden_rows = {1, 0};
+  draft.token_ids = {6, 7};
+  draft.positions = {2, 9};
+  draft.num_steps = 2;
+  std::vector<KvGroupPlan> kv;
+  ASSERT_TRUE(batch.ApplyDraft(draft, kv).ok());
+  ASSERT_EQ(kv.size(), 2u);
+  EXPECT_EQ(kv[0].max_blocks_per_seq, 3);
+  EXPECT_THAT(kv[0].block_tables, ElementsAre(13, -1, -1, 10, 11, 12));
+  EXPECT_THAT(kv[1].block_tables, ElementsAre(23, -1, -1, -1, 21, 22));
+  EXPECT_TRUE(kv[0].slot_mapping.empty());
+  EXPECT_THAT(batch.Table(0, 1), ElementsAre(-1, 21, 22));
+  // A slot not in the batch is an error naming it.
+  draft.table_edits.clear();
+  draft.slots = {1, 5};
+  const absl::Status bad = batch.ApplyDraft(draft, kv);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("slot 5"));
 }
 
 TEST(PersistentBatchTest, ExpandsPrefillThenDecodeWithOnlyNewBlocksSent) {

@@ -4,6 +4,10 @@
 // KV cache: every key a query reads holds what that sequence wrote there. With
 // speculative decoding, random drafts (right, wrong at a random position, too long) are
 // verified each step and the outputs must be exactly the deterministic model's tokens.
+// With the MTP drafter's lookback, each step's draft pass (Scheduler::PlanDraftPass, applied
+// to the workers' batch as every rank applies it) is checked too: every key the drafter
+// reads, [0, L-1] in full groups and the W + 1 positions [L-1-W, L-1] in sliding ones, is
+// in a block the sequence still holds and holds what the sequence wrote there.
 // Pure CPU, seconds.
 #include <algorithm>
 #include <cstdio>
@@ -48,6 +52,7 @@ struct RandomCase {
   bool caching;
   uint32_t seed;
   int32_t spec_k = 0;  // num_speculative_tokens; 0: no drafts
+  bool mtp = false;    // drafts from a simulated MTP drafter: its lookback, its draft passes checked
 };
 
 // Rolling hash of tokens[0..j]: what position j's k/v depend on.
@@ -127,6 +132,44 @@ int32_t RandomModelToken(const std::vector<int32_t>& tokens) {
   return ::testing::AssertionSuccess();
 }
 
+// The MTP drafter's reads in a draft pass: `tables` are the pass's block tables as every
+// rank expands them (PersistentBatch::ApplyDraft), one row per request.
+::testing::AssertionResult CheckDraftReads(const Scheduler& s, absl::Span<const DraftRequest> requests,
+                                           const DraftDelta& delta, const std::vector<KvGroupPlan>& tables,
+                                           const std::vector<std::vector<uint64_t>>& kv) {
+  const int32_t bs = s.config().block_size;
+  const BlockManager& bm = s.block_manager();
+  for (size_t row = 0; row < requests.size(); ++row) {
+    const Sequence& seq = *requests[row].seq;
+    const int32_t L = delta.positions[row];
+    if (L != seq.num_tokens() - 1 || delta.token_ids[row] != seq.token_ids().back() ||
+        delta.slots[row] != requests[row].seq->batch().slot) {
+      return ::testing::AssertionFailure() << seq.request_id() << ": the draft pass names the wrong token or slot";
+    }
+    const std::vector<uint64_t> hashes = PrefixHashes(seq.token_ids());
+    for (int32_t g = 0; g < bm.num_groups(); ++g) {
+      const int32_t w = s.config().kv_group_windows[g];
+      const KvGroupPlan& k = tables[g];
+      for (int32_t j = w > 0 ? std::max(0, L - 1 - w) : 0; j <= L - 1; ++j) {
+        const int32_t block = j / bs < k.max_blocks_per_seq ? k.block_tables[row * k.max_blocks_per_seq + j / bs] : -1;
+        if (block < 0) {
+          return ::testing::AssertionFailure() << seq.request_id() << ": the drafter at L " << L
+                                               << " reads a dropped block at key " << j << " in group " << g;
+        }
+        if (seq.kv().block_tables[g][j / bs] != block || bm.pool(g).ref_count(block) < 1) {
+          return ::testing::AssertionFailure() << seq.request_id() << ": the drafter reads block " << block
+                                               << " that the scheduler does not hold for it (group " << g << ")";
+        }
+        if (kv[g][static_cast<size_t>(block) * bs + j % bs] != hashes[j]) {
+          return ::testing::AssertionFailure() << seq.request_id() << ": the drafter at L " << L
+                                               << " reads stale k/v at key " << j << " in group " << g;
+        }
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 ::testing::AssertionResult CheckBlockAccounting(const Scheduler& s) {
   const BlockManager& bm = s.block_manager();
   for (const Sequence* w : s.waiting()) {
@@ -167,6 +210,7 @@ void RunRandom(const RandomCase& rc) {
   c.num_kv_blocks = rc.num_blocks;
   c.kv_group_windows = rc.windows;
   c.num_speculative_tokens = rc.spec_k;
+  c.sliding_lookback = rc.mtp ? kMtpDrafterLookback : 0;
   Scheduler s(c);
   PersistentBatch batch(static_cast<int32_t>(c.num_kv_blocks.size()), c.block_size);
   SCOPED_TRACE(absl::StrCat("seed ", rc.seed, " budget ", c.max_num_batched_tokens, " max_num_seqs ",
@@ -188,6 +232,7 @@ void RunRandom(const RandomCase& rc) {
   constexpr int kArrivalSteps = 2500;
   int step = 0;
   int64_t accepted = 0, rejected = 0;  // draft tokens
+  int64_t draft_passes = 0;
   for (; step < 60000 && (step < kArrivalSteps || s.has_unfinished()); ++step) {
     if (step < kArrivalSteps && chance(0.3)) {
       std::vector<int32_t> prompt = prefixes[uniform(0, 3)];
@@ -251,6 +296,7 @@ void RunRandom(const RandomCase& rc) {
         if (i < x.num_draft) t.push_back(x.seq->draft_ids()[i]);
       }
     }
+    std::vector<DraftRequest> drafting;
     for (const SequenceOutput& o : s.Update(d, sampled)) {
       Expect& e = reqs[o.seq->request_id()];
       ASSERT_EQ(e.reason, FinishReason::kNone) << o.seq->request_id() << " output after finishing";
@@ -266,6 +312,10 @@ void RunRandom(const RandomCase& rc) {
       e.reason = o.finish_reason;
       accepted += o.num_accepted;
       rejected += o.num_draft - o.num_accepted;
+      if (rc.mtp && !o.seq->is_finished() && s.MaxDrafts(*o.seq) > 0) {
+        drafting.push_back(DraftRequest{o.seq, o.logit_row + static_cast<int32_t>(o.token_ids.size()) - 1,
+                                        s.MaxDrafts(*o.seq)});
+      }
       // Drafts for the next step, as a proposer would: the model's true continuation,
       // sometimes wrong at one position, sometimes longer than K.
       if (rc.spec_k > 0 && !o.seq->is_finished() && chance(0.8)) {
@@ -278,6 +328,15 @@ void RunRandom(const RandomCase& rc) {
         if (chance(0.4)) draft[uniform(0, n - 1)] = uniform(1, 30);
         s.SetDrafts(*o.seq, draft);
       }
+    }
+    if (!drafting.empty()) {  // the draft pass, as the MTP proposer sends it and every rank expands it
+      absl::StatusOr<DraftDelta> delta = DraftDelta::Deserialize(s.PlanDraftPass(drafting, rc.spec_k).Serialize());
+      ASSERT_TRUE(delta.ok()) << delta.status();
+      std::vector<KvGroupPlan> tables;
+      const absl::Status applied = batch.ApplyDraft(*delta, tables);
+      ASSERT_TRUE(applied.ok()) << applied;
+      ASSERT_TRUE(CheckDraftReads(s, drafting, *delta, tables, kv)) << "step " << step;
+      ++draft_passes;
     }
     ASSERT_TRUE(CheckBlockAccounting(s)) << "step " << step;
     live.erase(std::remove_if(live.begin(), live.end(),
@@ -314,6 +373,9 @@ void RunRandom(const RandomCase& rc) {
     EXPECT_EQ(st.spec.num_accepted_tokens, accepted);
     EXPECT_EQ(st.spec.num_draft_tokens, accepted + rejected);
   }
+  if (rc.mtp) {
+    EXPECT_GT(draft_passes, 0);
+  }
   std::printf("seed %u groups %zu caching %d: %zu requests, %d steps, %lld preemptions, hit rate %.2f, "
               "finished length/stop/cancelled/error %d/%d/%d/%d\n",
               rc.seed, rc.windows.size(), rc.caching, reqs.size(), step, static_cast<long long>(st.num_preemptions),
@@ -339,6 +401,21 @@ TEST(SchedulerRandomTest, InvariantsHoldWithDraftsVerifiedEachStep) {
       {{24}, {0}, 4, true, 11, 1},       {{24}, {0}, 4, false, 12, 3},     {{30}, {0}, 4, true, 13, 5},
       {{24, 3}, {0, 8}, 4, true, 14, 2}, {{26, 5}, {0, 8}, 4, false, 15, 4}, {{12, 4}, {0, 5}, 8, true, 16, 3},
       {{9, 3}, {0, 16}, 16, true, 17, 4}, {{4}, {12}, 4, true, 18, 2},
+  };
+  for (const RandomCase& rc : cases) {
+    RunRandom(rc);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// The MTP drafter: sliding groups keep its lookback, each step's draft pass reads only
+// blocks the sequences hold with what they wrote, and its table edits keep every rank's
+// batch equal to the scheduler's tables for the next step's delta.
+TEST(SchedulerRandomTest, MtpDraftPassesReadOnlyHeldKv) {
+  const RandomCase cases[] = {
+      {{24, 4}, {0, 8}, 4, true, 21, 3, true},  {{26, 6}, {0, 8}, 4, false, 22, 4, true},
+      {{12, 5}, {0, 5}, 8, true, 23, 2, true},  {{9, 4}, {0, 16}, 16, true, 24, 4, true},
+      {{6}, {12}, 4, true, 25, 2, true},        {{24}, {0}, 4, true, 26, 3, true},
   };
   for (const RandomCase& rc : cases) {
     RunRandom(rc);

@@ -2,7 +2,8 @@
 // concurrent requests give the same greedy tokens as offline generation (batching must
 // not change results), cancellation frees blocks, a tiny KV cache forces preemption and
 // every request still completes correctly, bad requests are clear errors, drain works,
-// per-step stats report KV occupancy and the time split.
+// per-step stats report KV occupancy and the time split; n-gram and MTP drafts keep the
+// outputs and are counted.
 #include "coordinator/engine/serving_engine.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/offline_harness.h"
 #include "tests/tp_harness.h"
@@ -60,6 +62,10 @@ void WithEngine(int64_t kv_blocks, int32_t max_num_seqs, int32_t max_queue,
                 const SpeculativeConfig& speculative = {}) {
   auto tok = Tokenizer::FromFile(std::string(TPSERVE_FIXTURES) + "/tokenizers/gemma/tokenizer.json");
   ASSERT_TRUE(tok.ok()) << tok.status();
+  // The MTP drafter's fixture assistant drafts for gemma4_text (gemma4_mtp/target is the same
+  // checkpoint).
+  const std::string drafter =
+      speculative.method == SpeculativeConfig::Method::kMtp ? "gemma4_mtp/assistant" : "";
   testing::WithFixtureModel("gemma4_text", kTp, kv_blocks, [&](Model& model, StepExecutor& exec) {
     ServingConfig sc;
     sc.scheduler = SchedulerConfigFor(model, max_num_seqs, /*max_num_batched_tokens=*/64, /*max_model_len=*/256);
@@ -82,7 +88,7 @@ void WithEngine(int64_t kv_blocks, int32_t max_num_seqs, int32_t max_queue,
     body(engine, offline);
     engine.Shutdown(absl::Seconds(30));
     loop.join();
-  });
+  }, /*block_size=*/16, drafter);
 }
 
 ServeRequest Greedy(const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
@@ -171,6 +177,42 @@ TEST(ServingEngine, SpeculativeDecodingKeepsOutputsAndCountsDrafts) {
     EXPECT_EQ(per_pos, st.spec_num_accepted_tokens);
     std::printf("%lld drafts, %lld/%lld draft tokens accepted\n", static_cast<long long>(st.spec_num_drafts),
                 static_cast<long long>(st.spec_num_accepted_tokens), static_cast<long long>(st.spec_num_draft_tokens));
+  }, nullptr, *spec);
+}
+
+// The MTP drafter in the serving engine: concurrent requests draft in one batched pass per
+// step; every request's greedy tokens are offline generation's without drafts, and Stats
+// counts the MTP drafts as it counts n-gram ones.
+TEST(ServingEngine, MtpDrafterKeepsOutputsAndCountsDrafts) {
+  auto spec = ParseSpeculativeConfig(absl::StrCat(R"({"method": "mtp", "model": ")",
+                                                  testing::FixtureDir("gemma4_mtp/assistant"),
+                                                  R"(", "num_speculative_tokens": 3})"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  WithEngine(/*kv_blocks=*/256, /*max_num_seqs=*/8, /*max_queue=*/100, [](ServingEngine& engine, auto& offline) {
+    constexpr int kN = 5;
+    std::vector<std::vector<int32_t>> expect;
+    for (int i = 0; i < kN; ++i) expect.push_back(offline(Prompt(40 + i, 8 + 3 * i), 9 + i));
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < kN; ++i) {
+      auto s = engine.Submit(Greedy("m" + std::to_string(i), Prompt(40 + i, 8 + 3 * i), 9 + i));
+      ASSERT_TRUE(s.ok()) << s.status();
+      streams.push_back(*s);
+    }
+    for (int i = 0; i < kN; ++i) {
+      Collected c = Drain(*streams[i]);
+      EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+      EXPECT_EQ(c.ids, expect[i]) << "request " << i;
+    }
+    const EngineStats st = engine.Stats();
+    EXPECT_GT(st.spec_num_drafts, 0);
+    EXPECT_GE(st.spec_num_draft_tokens, st.spec_num_drafts);
+    EXPECT_LE(st.spec_num_accepted_tokens, st.spec_num_draft_tokens);
+    int64_t per_pos = 0;
+    for (int64_t n : st.spec_accepted_per_pos) per_pos += n;
+    EXPECT_EQ(per_pos, st.spec_num_accepted_tokens);
+    std::printf("MTP: %lld drafts, %lld/%lld draft tokens accepted\n", static_cast<long long>(st.spec_num_drafts),
+                static_cast<long long>(st.spec_num_accepted_tokens),
+                static_cast<long long>(st.spec_num_draft_tokens));
   }, nullptr, *spec);
 }
 

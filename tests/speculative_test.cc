@@ -55,9 +55,36 @@ TEST(SpeculativeConfigTest, ParsesNgramWithVllmDefaults) {
   }
 }
 
+// The MTP drafter: the directory is read by StartEngine (tests/mtp_engine_test.cc), not here.
+TEST(SpeculativeConfigTest, ParsesMtp) {
+  auto c = ParseSpeculativeConfig(R"({"method": "mtp", "model": "/models/assistant", "num_speculative_tokens": 3})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->method, SpeculativeConfig::Method::kMtp);
+  EXPECT_TRUE(c->enabled());
+  EXPECT_EQ(c->model, "/models/assistant");
+  EXPECT_EQ(c->num_speculative_tokens, 3);
+  EXPECT_EQ(c->ToJson(), R"({"method":"mtp","model":"/models/assistant","num_speculative_tokens":3})");
+  // The drafter's sliding layers read further back than the target's: the scheduler keeps
+  // two more positions of every sliding window.
+  SchedulerConfig sc;
+  EXPECT_EQ(WithSpeculation(sc, *c).sliding_lookback, kMtpDrafterLookback);
+  EXPECT_EQ(WithSpeculation(sc, *c).num_speculative_tokens, 3);
+  auto ngram = ParseSpeculativeConfig(R"({"method": "ngram", "num_speculative_tokens": 3})");
+  ASSERT_TRUE(ngram.ok());
+  EXPECT_EQ(WithSpeculation(sc, *ngram).sliding_lookback, 0);
+}
+
 TEST(SpeculativeConfigTest, RefusesWhatItCannotRunNamingTheKey) {
   const std::pair<const char*, const char*> cases[] = {
-      {R"({"method": "mtp", "model": "/m", "num_speculative_tokens": 2})", "not implemented yet"},
+      {R"({"method": "mtp", "num_speculative_tokens": 2})", "method \"mtp\" needs \"model\""},
+      {R"({"method": "mtp", "model": "", "num_speculative_tokens": 2})", "method \"mtp\" needs \"model\""},
+      {R"({"method": "mtp", "model": 3, "num_speculative_tokens": 2})", "method \"mtp\" needs \"model\""},
+      {R"({"method": "mtp", "model": "/m"})", "\"num_speculative_tokens\" is required"},
+      {R"({"method": "mtp", "model": "/m", "num_speculative_tokens": 65})", "must be in [1, 64]"},
+      {R"({"method": "mtp", "model": "/m", "num_speculative_tokens": 2, "prompt_lookup_min": 2})",
+       "key \"prompt_lookup_min\" is not supported with method \"mtp\""},
+      {R"({"method": "mtp", "model": "/m", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1})",
+       "key \"draft_tensor_parallel_size\" is not supported"},
       {R"({"method": "eagle", "num_speculative_tokens": 2})", "not implemented yet"},
       {R"({"method": "ngram", "model": "/m", "num_speculative_tokens": 2})", "draft \"model\""},
       {R"({"method": "telepathy", "num_speculative_tokens": 2})", "unknown method"},

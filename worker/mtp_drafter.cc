@@ -34,6 +34,8 @@ struct MtpDrafter::Scratch {
   std::vector<int64_t> table_capacity;
   std::vector<int32_t> table_width;
   std::unique_ptr<Buffer> e, h, x, o, q, attn, gate_up, act, z, proj, logits, scores;
+  // MtpDraftStep::hidden_rows: the indices and the rows gathered from the caller's `hidden`.
+  std::unique_ptr<Buffer> hidden_index, hidden_in;
 };
 
 namespace {
@@ -147,17 +149,34 @@ absl::Status MtpDrafter::LoadWeights(const WeightSource& source) {
 }
 
 absl::Status MtpDrafter::CheckStep(const MtpDraftStep& step, const Tensor& hidden) const {
+  TP_RETURN_IF_ERROR(Validate(step));
+  const int64_t n = static_cast<int64_t>(step.token_ids.size());
+  const int64_t want_rows = step.hidden_rows.empty() ? n : hidden.rows;
+  if (hidden.rows != want_rows || hidden.cols != config_.backbone_hidden_size ||
+      hidden.dtype != backend_.activation_dtype() || hidden.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("MTP draft step: the hidden rows are [", hidden.rows, ", ",
+                                                   hidden.cols, "] ", std::string(DTypeName(hidden.dtype)),
+                                                   ", expected [", n, ", ", config_.backbone_hidden_size, "] ",
+                                                   std::string(DTypeName(backend_.activation_dtype()))));
+  }
+  for (int64_t i = 0; i < static_cast<int64_t>(step.hidden_rows.size()); ++i) {
+    if (step.hidden_rows[i] < 0 || step.hidden_rows[i] >= hidden.rows) {
+      return absl::InvalidArgumentError(absl::StrCat("MTP draft step: sequence ", i, " reads hidden row ",
+                                                     step.hidden_rows[i], " of ", hidden.rows));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MtpDrafter::Validate(const MtpDraftStep& step) const {
   const int64_t n = static_cast<int64_t>(step.token_ids.size());
   if (static_cast<int64_t>(step.positions.size()) != n) {
     return absl::InvalidArgumentError(
         absl::StrCat("MTP draft step: ", n, " token ids but ", step.positions.size(), " positions"));
   }
-  if (hidden.rows != n || hidden.cols != config_.backbone_hidden_size || hidden.dtype != backend_.activation_dtype() ||
-      hidden.data == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("MTP draft step: the hidden rows are [", hidden.rows, ", ",
-                                                   hidden.cols, "] ", std::string(DTypeName(hidden.dtype)),
-                                                   ", expected [", n, ", ", config_.backbone_hidden_size, "] ",
-                                                   std::string(DTypeName(backend_.activation_dtype()))));
+  if (!step.hidden_rows.empty() && static_cast<int64_t>(step.hidden_rows.size()) != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MTP draft step: ", n, " token ids but ", step.hidden_rows.size(), " hidden row indices"));
   }
   const std::vector<int64_t>& num_blocks = target_.num_kv_blocks();
   if (num_blocks.empty()) return absl::FailedPreconditionError("MTP draft step before the target's AllocateKvCache");
@@ -220,8 +239,11 @@ absl::Status MtpDrafter::EnsureScratch(int64_t n) {
     TP_ASSIGN_OR_RETURN(b, backend_.Allocate(static_cast<size_t>(elems) * elem_bytes));
     return absl::OkStatus();
   };
-  for (auto* b : {&s.ids, &s.rope_pos, &s.mask_pos, &s.token_seq}) TP_RETURN_IF_ERROR(alloc(*b, N, 4));
+  for (auto* b : {&s.ids, &s.rope_pos, &s.mask_pos, &s.token_seq, &s.hidden_index}) {
+    TP_RETURN_IF_ERROR(alloc(*b, N, 4));
+  }
   TP_RETURN_IF_ERROR(alloc(s.e, N * D, act));
+  TP_RETURN_IF_ERROR(alloc(s.hidden_in, N * D, act));
   for (auto* b : {&s.h, &s.x, &s.o, &s.z}) TP_RETURN_IF_ERROR(alloc(*b, N * d, act));
   TP_RETURN_IF_ERROR(alloc(s.q, N * max_q, act));
   TP_RETURN_IF_ERROR(alloc(s.attn, N * max_q, act));
@@ -328,10 +350,16 @@ absl::StatusOr<MtpDraftOutput> MtpDrafter::Step(const MtpDraftStep& step, const 
 
   // x = pre_projection([target_embed(token) * scale ; hidden]), as two products: `hidden`
   // is read here only, so it may be the previous step's proj.
+  Tensor in = hidden;
+  if (!step.hidden_rows.empty()) {
+    in = Tensor{s.hidden_in->data(), adt, n, D};
+    backend_.CopyFromHost(s.hidden_index->data(), step.hidden_rows.data(), n * 4);
+    backend_.GatherRows(hidden, static_cast<const int32_t*>(s.hidden_index->data()), n, in);
+  }
   target_.embedding().Lookup(backend_, comm_, static_cast<const int32_t*>(s.ids->data()), n, target_.embed_scale(), e,
                              &times->allreduce_us);
   backend_.Linear(e, pre_projection_embed_.view, nullptr, h);
-  backend_.Linear(hidden, pre_projection_hidden_.view, nullptr, x);
+  backend_.Linear(in, pre_projection_hidden_.view, nullptr, x);
   backend_.Add(h, x, h);
   backend_.RmsNorm(h, Weights(layers_[0]->input_norm), c.rms_norm_eps, c.norm_kind, x);
   for (size_t i = 0; i < layers_.size(); ++i) {

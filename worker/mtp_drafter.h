@@ -42,6 +42,9 @@ struct MtpDraftStep {
   // Rank 0 also gets the fp32 logit rows (the centroid head's unselected tokens hold the
   // row's smallest selected logit minus 1, as transformers fills them for one sequence).
   bool return_logits = false;
+  // Per sequence, the row of Step's `hidden` it reads (e.g. its row of the target's
+  // Model::hidden_rows, which has a row per logit row of the target's step); empty: row i.
+  std::vector<int32_t> hidden_rows;
 };
 
 struct MtpDraftOutput {
@@ -65,10 +68,19 @@ class MtpDrafter {
   // One draft step on every rank (all ranks call it with the same step). `hidden`:
   // [n, backbone_hidden_size] in the activation dtype on this rank's device, the same on
   // every rank: the target's post-norm hidden state at L-1 (Model::hidden_rows) at a
-  // round's first step, projected() after (it may be passed as is). Collectives: the
+  // round's first step, projected() after (it may be passed as is). With
+  // step.hidden_rows, `hidden` has any number of rows and sequence i reads row
+  // hidden_rows[i]. Collectives: the
   // embedding's all-reduce, two all-reduces per layer, one all-gather of each rank's best
   // token, and a gather of the logits to rank 0 when asked for.
   absl::StatusOr<MtpDraftOutput> Step(const MtpDraftStep& step, const Tensor& hidden, StepTimes* times = nullptr);
+  // The step's own consistency, everything Step checks but `hidden`: sizes, token ids,
+  // positions, and that every block the attention reads is held (an error names the
+  // sequence, the group and the positions). Rank 0 runs it before sending a draft pass.
+  absl::Status Validate(const MtpDraftStep& step) const;
+  // Grows the step buffers for `rows` sequences now (they never shrink), so that a GPU's
+  // memory planning counts them.
+  absl::Status ReserveScratch(int64_t rows) { return EnsureScratch(rows); }
 
   // Rows of the last Step on this rank's device, valid until the next Step:
   // post_projection(normed), [n, backbone_hidden_size], the next step's `hidden` ...

@@ -35,6 +35,46 @@ int32_t PersistentBatch::num_live() const {
   return static_cast<int32_t>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.live; }));
 }
 
+absl::Status PersistentBatch::ApplyTableEdits(const std::vector<int32_t>& edits) {
+  for (size_t i = 0; i < edits.size();) {
+    if (edits.size() - i < 4) return Bad("truncated table edit");
+    const int32_t slot = edits[i], group = edits[i + 1], freed = edits[i + 2], n = edits[i + 3];
+    i += 4;
+    if (absl::Status st = CheckSlot(slot); !st.ok()) return st;
+    if (group < 0 || group >= num_groups_ || n < 0 || static_cast<int64_t>(edits.size() - i) < n) {
+      return Bad("malformed table edit for slot ", slot);
+    }
+    std::vector<int32_t>& table = slots_[slot].tables[group];
+    table.insert(table.end(), edits.begin() + i, edits.begin() + i + n);
+    i += n;
+    if (freed < 0 || freed > static_cast<int32_t>(table.size())) {
+      return Bad("slot ", slot, " group ", group, ": ", freed, " freed blocks of ", table.size());
+    }
+    std::fill(table.begin(), table.begin() + freed, -1);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PersistentBatch::ApplyDraft(const DraftDelta& d, std::vector<KvGroupPlan>& kv) {
+  if (absl::Status st = ApplyTableEdits(d.table_edits); !st.ok()) return st;
+  kv.resize(num_groups_);
+  for (int32_t g = 0; g < num_groups_; ++g) {
+    KvGroupPlan& k = kv[g];
+    k.slot_mapping.clear();
+    k.max_blocks_per_seq = 0;
+    for (int32_t slot : d.slots) {
+      if (absl::Status st = CheckSlot(slot); !st.ok()) return st;
+      k.max_blocks_per_seq = std::max(k.max_blocks_per_seq, static_cast<int32_t>(slots_[slot].tables[g].size()));
+    }
+    k.block_tables.assign(d.slots.size() * static_cast<size_t>(k.max_blocks_per_seq), -1);
+    for (size_t r = 0; r < d.slots.size(); ++r) {
+      const std::vector<int32_t>& table = slots_[d.slots[r]].tables[g];
+      std::copy(table.begin(), table.end(), k.block_tables.begin() + r * static_cast<size_t>(k.max_blocks_per_seq));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StepPlan> PersistentBatch::Apply(const StepDelta& d) {
   StepPlan plan;
   TP_RETURN_IF_ERROR(ApplyInto(d, plan));
@@ -52,23 +92,7 @@ absl::Status PersistentBatch::ApplyInto(const StepDelta& d, StepPlan& plan) {
     // A slot another engine left behind is taken over (one engine per executor at a time).
     slots_[slot] = Slot{true, std::vector<std::vector<int32_t>>(num_groups_)};
   }
-  for (size_t i = 0; i < d.table_edits.size();) {
-    if (d.table_edits.size() - i < 4) return Bad("truncated table edit");
-    const int32_t slot = d.table_edits[i], group = d.table_edits[i + 1], freed = d.table_edits[i + 2],
-                  n = d.table_edits[i + 3];
-    i += 4;
-    if (absl::Status st = CheckSlot(slot); !st.ok()) return st;
-    if (group < 0 || group >= num_groups_ || n < 0 || static_cast<int64_t>(d.table_edits.size() - i) < n) {
-      return Bad("malformed table edit for slot ", slot);
-    }
-    std::vector<int32_t>& table = slots_[slot].tables[group];
-    table.insert(table.end(), d.table_edits.begin() + i, d.table_edits.begin() + i + n);
-    i += n;
-    if (freed < 0 || freed > static_cast<int32_t>(table.size())) {
-      return Bad("slot ", slot, " group ", group, ": ", freed, " freed blocks of ", table.size());
-    }
-    std::fill(table.begin(), table.begin() + freed, -1);
-  }
+  if (absl::Status st = ApplyTableEdits(d.table_edits); !st.ok()) return st;
 
   const size_t rows = d.slots.size();
   if (d.starts.size() != rows || d.num_tokens.size() != rows) return Bad("per-row arrays differ in length");

@@ -24,6 +24,10 @@ class PersistentBatch {
   absl::StatusOr<StepPlan> Apply(const StepDelta& delta);
   // The same into `plan`, whose buffers are reused (no allocation in a steady decode).
   absl::Status ApplyInto(const StepDelta& delta, StepPlan& plan);
+  // A DraftDelta's part: its table edits (StepDelta::table_edits' format), then the dense
+  // block tables of its slots, one row each in order, padded with -1, into `kv` (one entry
+  // per group; slot_mapping left empty). Errors as Apply's.
+  absl::Status ApplyDraft(const DraftDelta& delta, std::vector<KvGroupPlan>& kv);
 
   // The slot's table of `group`; empty for a slot not in the batch (tests).
   std::vector<int32_t> Table(int32_t slot, int32_t group) const;
@@ -35,6 +39,7 @@ class PersistentBatch {
     std::vector<std::vector<int32_t>> tables;  // [group][logical block]
   };
   absl::Status CheckSlot(int32_t slot) const;
+  absl::Status ApplyTableEdits(const std::vector<int32_t>& edits);
 
   int32_t num_groups_;
   int32_t block_size_;

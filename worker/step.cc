@@ -121,6 +121,35 @@ absl::StatusOr<StepDelta> StepDelta::Deserialize(const std::vector<uint8_t>& byt
   return d;
 }
 
+std::vector<uint8_t> DraftDelta::Serialize() const {
+  std::vector<int32_t> w;
+  w.reserve(8 + table_edits.size() + slots.size() * 4);
+  w.push_back(static_cast<int32_t>(StepPlan::Kind::kDraft));
+  w.push_back(num_steps);
+  for (const auto* v : {&table_edits, &slots, &hidden_rows, &token_ids, &positions}) PutVec(w, *v);
+  return ToBytes(w);
+}
+
+absl::StatusOr<DraftDelta> DraftDelta::Deserialize(const std::vector<uint8_t>& bytes) {
+  if (StepMessageKind(bytes) != static_cast<int32_t>(StepPlan::Kind::kDraft) || bytes.size() < 8) {
+    return absl::DataLossError("draft delta: not a draft message");
+  }
+  std::vector<int32_t> w(bytes.size() / 4);
+  std::memcpy(w.data(), bytes.data(), bytes.size());
+  const int32_t* p = w.data() + 1;
+  const int32_t* end = w.data() + w.size();
+  DraftDelta d;
+  d.num_steps = *p++;
+  bool ok = true;
+  for (auto* v : {&d.table_edits, &d.slots, &d.hidden_rows, &d.token_ids, &d.positions}) ok = ok && GetVec(p, end, *v);
+  const size_t n = d.slots.size();
+  if (!ok || p != end || d.num_steps < 1 || d.hidden_rows.size() != n || d.token_ids.size() != n ||
+      d.positions.size() != n) {
+    return absl::DataLossError("draft delta: malformed message");
+  }
+  return d;
+}
+
 std::vector<uint8_t> StepPlan::Serialize() const {
   std::vector<int32_t> w;
   w.reserve(8 + token_ids.size() * 5 + logit_rows.size());

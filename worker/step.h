@@ -21,9 +21,9 @@ struct KvGroupPlan {
 };
 
 struct StepPlan {
-  // The first word of every step message: a whole plan, the end of the worker loop, or a
-  // StepDelta.
-  enum class Kind : int32_t { kForward = 0, kShutdown = 1, kDelta = 2 };
+  // The first word of every step message: a whole plan, the end of the worker loop, a
+  // StepDelta, or a DraftDelta (a draft model's pass after a step).
+  enum class Kind : int32_t { kForward = 0, kShutdown = 1, kDelta = 2, kDraft = 3 };
   Kind kind = Kind::kForward;
   // Per token (a flat batch; prefill chunks and decode tokens mixed):
   std::vector<int32_t> token_ids;
@@ -86,6 +86,30 @@ struct StepDelta {
   std::vector<uint8_t> Serialize() const;
   // Checks the message's own shape; PersistentBatch::Apply checks it against the batch.
   static absl::StatusOr<StepDelta> Deserialize(const std::vector<uint8_t>& bytes);
+};
+
+// The message rank 0 broadcasts right after a step's update when a draft model (the MTP
+// drafter, worker/mtp_drafter.h) proposes the next step's drafts: which sequences draft,
+// from which of the step's hidden rows, with which token at which position. Every rank
+// runs num_steps drafter steps over them, reading the target's hidden rows of the step
+// just run (Model::hidden_rows, valid until the next forward) and its paged K/V through
+// the PersistentBatch's block tables; rank 0 gets the drafts. About 16 bytes per sequence
+// plus the table edits that bring the batch up to the scheduler's tables (blocks freed
+// by the step's update), so that every rank reads exactly the blocks rank 0 holds.
+// Tested by tests/persistent_batch_test.cc and tests/mtp_engine_test.cc.
+struct DraftDelta {
+  // As StepDelta's: `slot, group, freed, n, block ids (n)` per edit.
+  std::vector<int32_t> table_edits;
+  // Per drafting sequence: its batch slot; the logit row of the step just run that
+  // sampled its newest token (the target's final hidden state one position before it);
+  // that newest token; and its position L.
+  std::vector<int32_t> slots, hidden_rows, token_ids, positions;
+  int32_t num_steps = 0;  // drafts per sequence (drafter steps); >= 1
+
+  int64_t num_seqs() const { return static_cast<int64_t>(slots.size()); }
+  std::vector<uint8_t> Serialize() const;
+  // Checks the message's own shape (equal lengths, num_steps >= 1).
+  static absl::StatusOr<DraftDelta> Deserialize(const std::vector<uint8_t>& bytes);
 };
 
 // The kind word of a serialized step message (-1 for a malformed one).

@@ -139,6 +139,7 @@ absl::Status BlockManagerConfig::Validate() const {
     }
     if (windows[g] < 0) return absl::InvalidArgumentError(absl::StrCat("KV group ", g, ": negative window"));
   }
+  if (sliding_lookback < 0) return absl::InvalidArgumentError("sliding_lookback must not be negative");
   return absl::OkStatus();
 }
 
@@ -155,14 +156,19 @@ double BlockManager::usage(int32_t group) const {
   return 1.0 - static_cast<double>(p.num_free()) / p.num_blocks();
 }
 
-int64_t BlockManager::NumLiveTokens(int32_t group, const Sequence& seq) const {
+int32_t BlockManager::KeptWindow(int32_t group) const {
   const int32_t w = config_.windows[group];
+  return w == 0 ? 0 : w + config_.sliding_lookback;
+}
+
+int64_t BlockManager::NumLiveTokens(int32_t group, const Sequence& seq) const {
+  const int32_t w = KeptWindow(group);
   const int64_t computed = seq.num_computed_tokens();
   return w == 0 ? computed : std::min<int64_t>(computed, w - 1);
 }
 
 int32_t BlockManager::FirstNeededBlock(int32_t group, int64_t pos) const {
-  const int32_t w = config_.windows[group];
+  const int32_t w = KeptWindow(group);
   if (w == 0) return 0;
   return static_cast<int32_t>(std::max<int64_t>(0, pos - w + 1) / config_.block_size);
 }
@@ -171,7 +177,7 @@ absl::Status BlockManager::CheckFitsAlone(int64_t num_kv_tokens) const {
   const int32_t bs = config_.block_size;
   for (int32_t g = 0; g < num_groups(); ++g) {
     int64_t need = (num_kv_tokens + bs - 1) / bs;
-    const int32_t w = config_.windows[g];
+    const int32_t w = KeptWindow(g);
     if (w > 0) need = std::min<int64_t>(need, SlidingWindowBlocksPerSequence(w, bs));
     if (need > pools_[g].num_blocks()) {
       return absl::ResourceExhaustedError(absl::StrCat(

@@ -78,19 +78,29 @@ inline int64_t SlidingWindowBlocksPerSequence(int32_t window, int32_t block_size
   return (window - 1) / block_size + 2;
 }
 
+// BlockManagerConfig::sliding_lookback with the MTP drafter.
+inline constexpr int32_t kMtpDrafterLookback = 2;
+
 struct BlockManagerConfig {
   std::vector<int64_t> num_blocks;  // per KV group (Model::num_kv_blocks())
   std::vector<int32_t> windows;     // per KV group, ModelConfig::kv_group_windows; 0 = full
   int32_t block_size = 16;          // tokens per block
   bool enable_prefix_caching = true;
   bool scramble_blocks = false;     // tests: BlockPool's scrambled order
+  // Positions a sliding group keeps before each query's window, beyond the target's own
+  // W - 1: 0, or kMtpDrafterLookback with the MTP drafter, whose sliding layers read the
+  // W + 1 positions before the newest token at L (docs/mtp_drafter.md §5), i.e. from
+  // L - 1 - W where the target's query at L reads from L - W + 1. A sliding group then
+  // frees blocks as a window of W + 2 would.
+  int32_t sliding_lookback = 0;
 
   absl::Status Validate() const;
 };
 
 // Gives sequences the blocks their next tokens need and takes them back. Full-attention
 // groups keep every block of a sequence; a sliding group (window w) frees a block once
-// every future query is more than w - 1 positions past its last token.
+// every future query is more than w - 1 positions past its last token (w + 1 with the
+// MTP drafter's lookback).
 class BlockManager {
  public:
   explicit BlockManager(BlockManagerConfig config);  // config must be valid
@@ -102,7 +112,8 @@ class BlockManager {
   double usage(int32_t group) const;  // fraction of the group's blocks referenced
   int32_t num_used(int32_t group) const { return pools_[group].num_blocks() - pools_[group].num_free(); }
   // Tokens of `seq` whose k/v group `group` must keep for the sequence's next query: all
-  // computed tokens in a full group, at most window - 1 of them in a sliding group.
+  // computed tokens in a full group, at most window - 1 (+ sliding_lookback) of them in a
+  // sliding group.
   int64_t NumLiveTokens(int32_t group, const Sequence& seq) const;
 
   // OK when a sequence computing KV for `num_kv_tokens` tokens could get its blocks with
@@ -138,8 +149,11 @@ class BlockManager {
   };
   PrefixHit FindCachedPrefix(Sequence& seq) const;
   void ExtendHashes(Sequence& seq, int32_t num_blocks) const;
-  // First block a query at `pos` reads in `group`.
+  // First block a query at `pos` reads in `group` (with sliding_lookback: that a draft
+  // for a sequence whose newest token is at `pos` reads).
   int32_t FirstNeededBlock(int32_t group, int64_t pos) const;
+  // The window blocks are freed by in `group`: its own plus sliding_lookback (0: full).
+  int32_t KeptWindow(int32_t group) const;
 
   BlockManagerConfig config_;
   std::vector<BlockPool> pools_;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/engine/logprobs.h"
+#include "coordinator/engine/mtp_proposer.h"
 #include "kernels/base.h"
 
 namespace tpserve {
@@ -34,7 +35,21 @@ SchedulerConfig SchedulerConfigFor(const Model& model, int32_t max_num_seqs, int
 
 SchedulerConfig WithSpeculation(SchedulerConfig config, const SpeculativeConfig& speculative) {
   config.num_speculative_tokens = speculative.enabled() ? speculative.num_speculative_tokens : 0;
+  config.sliding_lookback = speculative.method == SpeculativeConfig::Method::kMtp ? kMtpDrafterLookback : 0;
   return config;
+}
+
+std::unique_ptr<DraftProposer> MakeDraftProposer(const SpeculativeConfig& speculative, StepExecutor& executor) {
+  switch (speculative.method) {
+    case SpeculativeConfig::Method::kNgram:
+      return std::make_unique<NgramProposer>(speculative.prompt_lookup_min, speculative.prompt_lookup_max);
+    case SpeculativeConfig::Method::kMtp:
+      TP_CHECK(executor.has_drafter());
+      return std::make_unique<MtpProposer>(executor);
+    case SpeculativeConfig::Method::kNone:
+      break;
+  }
+  return nullptr;
 }
 
 EngineCore::EngineCore(StepExecutor& executor, SchedulerConfig config, std::optional<uint64_t> seed,
@@ -152,7 +167,7 @@ EngineStep EngineCore::Step() {
     // Update.
     Update(scheduled, *out, step);
   }
-  step.coordinator_ms = Ms(absl::Now() - t0) - step.forward_ms;
+  step.coordinator_ms = Ms(absl::Now() - t0) - step.forward_ms - step.draft_ms;
   return step;
 }
 
@@ -160,6 +175,7 @@ void EngineCore::Update(const SchedulerOutput& scheduled, const StepOutput& out,
   const StepDelta& plan = scheduled.plan;
   const int64_t V = scheduler_.config().vocab_size;
   const absl::Time now = absl::Now();
+  std::vector<DraftRequest> drafting;  // sequences that go on, for the next step's drafts
   for (SequenceOutput& so : scheduler_.Update(scheduled, out.token_ids)) {
     Sequence& seq = *so.seq;
     const SamplingParams& p = seq.params();
@@ -207,14 +223,22 @@ void EngineCore::Update(const SchedulerOutput& scheduled, const StepOutput& out,
       }
     }
     if (o.finish == FinishReason::kError) o.logits.clear();
-    // Propose the next step's drafts (a decoding sequence's, on this thread: prompt lookup
-    // is a scan of its tokens).
     if (proposer_ != nullptr && !seq.is_finished()) {
-      const int32_t k = scheduler_.config().num_speculative_tokens;
-      scheduler_.SetDrafts(seq, proposer_->Propose(seq.token_ids(), k));
+      const int32_t max_drafts = scheduler_.MaxDrafts(seq);
+      if (max_drafts > 0) drafting.push_back(DraftRequest{&seq, last_row, max_drafts});
     }
     step.outputs.push_back(std::move(o));
   }
+  if (!drafting.empty()) Propose(drafting, step);
+}
+
+void EngineCore::Propose(absl::Span<const DraftRequest> requests, EngineStep& step) {
+  const absl::Time t0 = absl::Now();
+  const absl::Status proposed = proposer_->ProposeAll(requests, scheduler_);
+  step.draft_ms = Ms(absl::Now() - t0);
+  // A drafter model's pass failed on every rank (a bug, as a failed forward is): the step's
+  // tokens are out; every unfinished request ends with the error.
+  if (!proposed.ok()) FailAll(absl::Status(proposed.code(), absl::StrCat("drafting: ", proposed.message())), step);
 }
 
 }  // namespace tpserve

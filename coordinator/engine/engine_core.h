@@ -2,8 +2,9 @@
 // transformers parity tests. Each Step() is three stages: schedule (the Scheduler's
 // output is the whole plan), execute (the plan on every rank; sampled ids and any
 // requested logits back) and update (append tokens, token-level stops, free blocks,
-// per-request outputs). Owned by one thread; no text work. Tested by
-// tests/engine_core_test.cc and, end to end, tests/model_test.cc.
+// per-request outputs, and with speculative decoding the next step's drafts). Owned by
+// one thread; no text work. Tested by tests/engine_core_test.cc,
+// tests/mtp_engine_test.cc and, end to end, tests/model_test.cc.
 #pragma once
 
 #include <cstdint>
@@ -43,14 +44,18 @@ struct StepSummary {
   int32_t num_seqs = 0;    // sequences in the forward; 0: nothing ran
   int32_t num_tokens = 0;  // tokens in the forward: one per decode, plus prefill chunks
   int32_t num_prefill_tokens = 0;
-  // Wall time of the step split in two: the forward on rank 0 (all-reduce included) and
-  // everything else the engine thread did in Step (schedule, plan broadcast, update).
+  // Wall time of the step split in three: the forward on rank 0 (all-reduce included),
+  // drafting (draft_ms, below) and everything else the engine thread did in Step
+  // (schedule, plan broadcast, update).
   double forward_ms = 0;
   double allreduce_ms = 0;
   double coordinator_ms = 0;
   // Speculative decoding: draft tokens verified, and of those accepted.
   int32_t num_draft_tokens = 0;
   int32_t num_accepted_tokens = 0;
+  // Proposing the next step's drafts (part of the update stage, not of coordinator_ms):
+  // n-gram lookup on rank 0, or the MTP drafter's pass on every rank.
+  double draft_ms = 0;
 };
 
 // What one Step() did.
@@ -65,8 +70,14 @@ struct EngineStep : StepSummary {
 SchedulerConfig SchedulerConfigFor(const Model& model, int32_t max_num_seqs, int32_t max_num_batched_tokens,
                                    int64_t max_model_len = 0);
 
-// `config` with speculative decoding's draft limit set from `speculative`.
+// `config` with speculative decoding's settings from `speculative`: the draft limit, and
+// with the MTP drafter the sliding groups' lookback (kMtpDrafterLookback).
 SchedulerConfig WithSpeculation(SchedulerConfig config, const SpeculativeConfig& speculative);
+
+// The proposer `speculative` names (null when off): n-gram lookup, or the MTP drafter's
+// (`executor` must then have the drafter, StepExecutor::has_drafter; it must outlive the
+// proposer).
+std::unique_ptr<DraftProposer> MakeDraftProposer(const SpeculativeConfig& speculative, StepExecutor& executor);
 
 class EngineCore {
  public:
@@ -74,8 +85,8 @@ class EngineCore {
   // rank. `seed` (vLLM's --seed): requests without a seed get theirs from a generator
   // seeded with it, so a whole run repeats; unset: from the OS's entropy.
   // `proposer` (needs config.num_speculative_tokens > 0): speculative decoding; after
-  // each step it guesses every decoding sequence's next tokens, which the next step
-  // verifies (coordinator/engine/speculative.h).
+  // each step it guesses the next tokens of every sequence the step gave tokens, which the
+  // next step verifies (coordinator/engine/speculative.h).
   EngineCore(StepExecutor& executor, SchedulerConfig config, std::optional<uint64_t> seed = std::nullopt,
              std::unique_ptr<DraftProposer> proposer = nullptr);
 
@@ -104,6 +115,8 @@ class EngineCore {
  private:
   EngineOutput FinalOutput(const Sequence& seq, FinishReason reason, std::string error, absl::Time now) const;
   void Update(const SchedulerOutput& scheduled, const StepOutput& out, EngineStep& step);
+  // The update stage's end: the proposer's drafts for `requests` (collected by Update).
+  void Propose(absl::Span<const DraftRequest> requests, EngineStep& step);
   void FailAll(const absl::Status& error, EngineStep& step);
 
   StepExecutor& executor_;

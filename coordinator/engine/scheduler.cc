@@ -13,7 +13,7 @@ namespace {
 
 BlockManagerConfig BlockConfigOf(const SchedulerConfig& c) {
   return BlockManagerConfig{c.num_kv_blocks, c.kv_group_windows, c.block_size, c.enable_prefix_caching,
-                            c.scramble_blocks};
+                            c.scramble_blocks, c.sliding_lookback};
 }
 
 }  // namespace
@@ -125,13 +125,16 @@ void Scheduler::AddScheduled(Sequence* seq, int32_t num_tokens, SchedulerOutput&
   budget -= num_tokens + drafts;
 }
 
-int32_t Scheduler::ScheduleDrafts(Sequence& seq, int32_t budget) {
-  if (seq.draft_ids().empty() || config_.num_speculative_tokens == 0) return 0;
+int32_t Scheduler::MaxDrafts(const Sequence& seq) const {
   // Every accepted draft and the sample after them are output tokens: max_tokens bounds
   // them, and with it the positions (prompt + max_tokens <= max_model_len).
   const int32_t room = seq.max_tokens() - seq.num_output_tokens() - 1;
-  const int32_t k = std::min({static_cast<int32_t>(seq.draft_ids().size()), config_.num_speculative_tokens, budget,
-                              room});
+  return std::max(0, std::min(config_.num_speculative_tokens, room));
+}
+
+int32_t Scheduler::ScheduleDrafts(Sequence& seq, int32_t budget) {
+  if (seq.draft_ids().empty() || config_.num_speculative_tokens == 0) return 0;
+  const int32_t k = std::min({static_cast<int32_t>(seq.draft_ids().size()), MaxDrafts(seq), budget});
   // Each running sequence may need a fresh block for its own next token: keep one each.
   return k > 0 ? block_manager_.AllocateLookahead(seq, k, static_cast<int64_t>(running_.size())) : 0;
 }
@@ -250,7 +253,7 @@ void Scheduler::ReleaseSlot(Sequence* seq) {
   v = BatchView{};
 }
 
-void Scheduler::SendTableChanges(Sequence& seq, StepDelta& plan) {
+void Scheduler::SendTableChanges(Sequence& seq, std::vector<int32_t>& table_edits) {
   BatchView& v = seq.batch();
   for (int32_t g = 0; g < block_manager_.num_groups(); ++g) {
     const std::vector<int32_t>& table = seq.kv().block_tables[g];
@@ -259,11 +262,27 @@ void Scheduler::SendTableChanges(Sequence& seq, StepDelta& plan) {
     int32_t freed = v.sent_freed[g];
     while (freed < len && table[freed] < 0) ++freed;
     if (freed == v.sent_freed[g] && len == v.sent_len[g]) continue;
-    plan.table_edits.insert(plan.table_edits.end(), {v.slot, g, freed, len - v.sent_len[g]});
-    plan.table_edits.insert(plan.table_edits.end(), table.begin() + v.sent_len[g], table.end());
+    table_edits.insert(table_edits.end(), {v.slot, g, freed, len - v.sent_len[g]});
+    table_edits.insert(table_edits.end(), table.begin() + v.sent_len[g], table.end());
     v.sent_freed[g] = freed;
     v.sent_len[g] = len;
   }
+}
+
+DraftDelta Scheduler::PlanDraftPass(absl::Span<const DraftRequest> requests, int32_t num_steps) {
+  DraftDelta d;
+  d.num_steps = num_steps;
+  for (const DraftRequest& r : requests) {
+    Sequence& seq = *r.seq;
+    // Decoding: every token but the newest has its K/V, which the drafter reads.
+    TP_CHECK(seq.is_running() && seq.batch().slot >= 0 && seq.num_computed_tokens() + 1 == seq.num_tokens());
+    SendTableChanges(seq, d.table_edits);
+    d.slots.push_back(seq.batch().slot);
+    d.hidden_rows.push_back(r.hidden_row);
+    d.token_ids.push_back(seq.token_ids().back());
+    d.positions.push_back(seq.num_tokens() - 1);
+  }
+  return d;
 }
 
 void Scheduler::BuildStepPlan(SchedulerOutput& decision) {
@@ -279,7 +298,7 @@ void Scheduler::BuildStepPlan(SchedulerOutput& decision) {
   for (size_t row = 0; row < decision.scheduled.size(); ++row) {
     const ScheduledSequence& s = decision.scheduled[row];
     Sequence& seq = *s.seq;
-    SendTableChanges(seq, plan);
+    SendTableChanges(seq, plan.table_edits);
     plan.slots.push_back(seq.batch().slot);
     plan.starts.push_back(s.start);
     plan.num_tokens.push_back(s.num_tokens);

@@ -45,6 +45,9 @@ struct SchedulerConfig {
   // Speculative decoding: a decoding sequence's draft tokens (Sequence::draft_ids) verified
   // per step, at most. 0: drafts are ignored.
   int32_t num_speculative_tokens = 0;
+  // BlockManagerConfig::sliding_lookback: kMtpDrafterLookback with the MTP drafter (its
+  // sliding layers read further back than the target's), else 0.
+  int32_t sliding_lookback = 0;
 
   absl::Status Validate() const;
 };
@@ -92,6 +95,16 @@ struct SequenceOutput {
   int32_t logit_row = -1;      // token_ids[i] was sampled from the step's logit row logit_row + i
   int32_t num_draft = 0;       // draft tokens verified
   int32_t num_accepted = 0;    // of those, accepted (the target sampled the same token)
+};
+
+// A sequence that a step gave tokens and that runs on: what a draft proposer drafts for
+// (coordinator/engine/speculative.h), right after the step's Update.
+struct DraftRequest {
+  Sequence* seq = nullptr;  // running and decoding; its newest token was just sampled
+  // The step's logit row that sampled the newest token: the target's final hidden state at
+  // the position before it (Model::hidden_rows' row), a draft model's input.
+  int32_t hidden_row = 0;
+  int32_t max_drafts = 0;  // drafts its next step can verify at most (Scheduler::MaxDrafts), >= 1
 };
 
 // Speculative decoding's counters since start (vLLM's spec_decode_* metrics).
@@ -145,6 +158,14 @@ class Scheduler {
   // Speculative decoding: `seq`'s guesses at its next tokens, for its next step (a
   // running sequence's; replaced each step, dropped on preemption).
   void SetDrafts(Sequence& seq, std::vector<int32_t> draft_ids) { seq.set_draft_ids(std::move(draft_ids)); }
+  // Drafts `seq`'s next step could verify: num_speculative_tokens, fewer near max_tokens
+  // (every kept draft and the token after them are output tokens); 0 when it cannot draft.
+  int32_t MaxDrafts(const Sequence& seq) const;
+  // The message for a draft model's pass over `requests` (after Update, before the next
+  // Schedule): their slots, newest tokens, positions and hidden rows, `num_steps` drafts
+  // each, and the table edits (blocks Update freed) that bring every rank's batch up to
+  // these sequences' tables, so that the drafter reads exactly the blocks they hold.
+  DraftDelta PlanDraftPass(absl::Span<const DraftRequest> requests, int32_t num_steps);
 
   // Chooses this step's sequences and token counts, allocating their KV slots, and
   // builds the plan.
@@ -177,7 +198,7 @@ class Scheduler {
   void TakeSlot(Sequence* seq);
   void ReleaseSlot(Sequence* seq);
   // Appends the edits that bring the workers' copy of seq's tables up to date.
-  void SendTableChanges(Sequence& seq, StepDelta& plan);
+  void SendTableChanges(Sequence& seq, std::vector<int32_t>& table_edits);
   // Some KV group has fewer free blocks than config_.kv_watermark of its blocks.
   bool BelowWatermark() const;
   void FinishSequence(Sequence* seq, FinishReason reason, std::string error_message = "");

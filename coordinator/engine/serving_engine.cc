@@ -22,7 +22,7 @@ ServingEngine::ServingEngine(StepExecutor& executor, const Tokenizer& tokenizer,
     : config_(std::move(config)),
       info_(std::move(info)),
       core_(executor, WithSpeculation(config_.scheduler, config_.speculative), config_.seed,
-            MakeDraftProposer(config_.speculative)),
+            MakeDraftProposer(config_.speculative, executor)),
       outputs_(tokenizer, [inbox = inbox_](const std::string& id) { inbox->Abort(id); }) {}
 
 ServingEngine::~ServingEngine() { outputs_.Close(); }
@@ -153,7 +153,9 @@ void ServingEngine::PublishStats(const EngineStep* step) {
   if (step == nullptr) return;
   stats_.compute_ms += step->forward_ms - step->allreduce_ms;
   stats_.allreduce_ms += step->allreduce_ms;
-  stats_.scheduling_ms += step->coordinator_ms;
+  // Drafting (the update stage's last part: n-gram lookup, or the MTP drafter's pass on every
+  // rank) stays in the coordinator's share until it has a metric of its own.
+  stats_.scheduling_ms += step->coordinator_ms + step->draft_ms;
   for (const EngineOutput& o : step->outputs) {
     stats_.generation_tokens += static_cast<int64_t>(o.token_ids.size());
     if (o.finish != FinishReason::kNone) ++stats_.requests_finished;

@@ -1,10 +1,11 @@
-// --speculative-config and the n-gram proposer. Tested by tests/speculative_test.cc.
+// --speculative-config and the proposers that guess from tokens alone (n-gram). Tested by tests/speculative_test.cc.
 #include "coordinator/engine/speculative.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/base.h"
 #include "nlohmann/json.hpp"
 
 namespace tpserve {
@@ -25,11 +26,39 @@ absl::StatusOr<int32_t> IntField(const nlohmann::json& j, const char* key, int32
   return static_cast<int32_t>(v);
 }
 
+// {"method": "mtp", "model": DIR, "num_speculative_tokens": K}: all three required.
+absl::StatusOr<SpeculativeConfig> ParseMtp(const nlohmann::json& j) {
+  for (const auto& [key, value] : j.items()) {
+    if (key != "method" && key != "model" && key != "num_speculative_tokens") {
+      return Bad(absl::StrCat("key \"", key, "\" is not supported with method \"mtp\" (supported: model, "
+                              "num_speculative_tokens)"));
+    }
+  }
+  auto model = j.find("model");
+  if (model == j.end() || !model->is_string() || model->get<std::string>().empty()) {
+    return Bad("method \"mtp\" needs \"model\": the drafter checkpoint's directory (Gemma 4's \"assistant\", "
+               "e.g. google/gemma-4-31B-it-assistant)");
+  }
+  if (!j.contains("num_speculative_tokens")) return Bad("\"num_speculative_tokens\" is required");
+  TP_ASSIGN_OR_RETURN(const int32_t k, IntField(j, "num_speculative_tokens", 1, 64, 0));
+  SpeculativeConfig c;
+  c.method = SpeculativeConfig::Method::kMtp;
+  c.model = model->get<std::string>();
+  c.num_speculative_tokens = k;
+  return c;
+}
+
 }  // namespace
 
 std::string SpeculativeConfig::ToJson() const {
   if (method == Method::kNone) return "";
   nlohmann::ordered_json j;
+  if (method == Method::kMtp) {
+    j["method"] = "mtp";
+    j["model"] = model;
+    j["num_speculative_tokens"] = num_speculative_tokens;
+    return j.dump();
+  }
   j["method"] = "ngram";
   j["num_speculative_tokens"] = num_speculative_tokens;
   j["prompt_lookup_min"] = prompt_lookup_min;
@@ -47,15 +76,19 @@ absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(absl::string_view text)
   }
   auto method = j.find("method");
   if (method == j.end() || !method->is_string()) {
-    return Bad("\"method\" is required: \"ngram\" (prompt lookup; the MTP drafter, \"mtp\", is not implemented yet)");
+    return Bad("\"method\" is required: \"ngram\" (prompt lookup) or \"mtp\" (Gemma 4's MTP drafter)");
   }
   const std::string name = method->get<std::string>();
-  if (name == "mtp" || name == "eagle" || name == "eagle3" || name == "draft_model" || name == "medusa" ||
-      name == "mlp_speculator" || j.contains("model")) {
+  if (name == "mtp") return ParseMtp(j);
+  if (name == "eagle" || name == "eagle3" || name == "draft_model" || name == "medusa" || name == "mlp_speculator" ||
+      j.contains("model")) {
     return Bad(absl::StrCat("method \"", name, "\"", j.contains("model") ? " with a draft \"model\"" : "",
-                            " is not implemented yet; use {\"method\": \"ngram\", ...} (prompt lookup)"));
+                            " is not implemented yet; use {\"method\": \"ngram\", ...} (prompt lookup) or "
+                            "{\"method\": \"mtp\", \"model\": DIR, ...} (Gemma 4's MTP drafter)"));
   }
-  if (name != "ngram") return Bad(absl::StrCat("unknown method \"", name, "\"; the one implemented is \"ngram\""));
+  if (name != "ngram") {
+    return Bad(absl::StrCat("unknown method \"", name, "\"; the ones implemented are \"ngram\" and \"mtp\""));
+  }
   for (const auto& [key, value] : j.items()) {
     if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_min" &&
         key != "prompt_lookup_max") {
@@ -116,11 +149,9 @@ std::vector<int32_t> NgramProposer::Propose(absl::Span<const int32_t> tokens, in
   return {};
 }
 
-std::unique_ptr<DraftProposer> MakeDraftProposer(const SpeculativeConfig& config) {
-  if (config.method == SpeculativeConfig::Method::kNgram) {
-    return std::make_unique<NgramProposer>(config.prompt_lookup_min, config.prompt_lookup_max);
-  }
-  return nullptr;
+absl::Status SequenceProposer::ProposeAll(absl::Span<const DraftRequest> requests, Scheduler& scheduler) {
+  for (const DraftRequest& r : requests) scheduler.SetDrafts(*r.seq, Propose(r.seq->token_ids(), r.max_drafts));
+  return absl::OkStatus();
 }
 
 }  // namespace tpserve

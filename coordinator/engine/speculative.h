@@ -1,7 +1,10 @@
 // Speculative decoding's configuration (vLLM's --speculative-config) and the draft
-// proposers. A proposer guesses a running sequence's next tokens; the engine core
-// verifies them in the sequence's next step (the scheduler gives it 1 + K tokens and
-// K + 1 sampled rows) and keeps the longest prefix the target model agrees with.
+// proposers. A proposer guesses a running sequence's next tokens right after each step;
+// the engine core verifies them in the sequence's next step (the scheduler gives it 1 + K
+// tokens and K + 1 sampled rows) and keeps the longest prefix the target model agrees
+// with. The MTP drafter's proposer, which runs a model on every rank, is
+// coordinator/engine/mtp_proposer.h; MakeDraftProposer (engine_core.h) makes the one a
+// config names.
 // Drafts are deterministic (one guess per position), so verification is exact for every
 // sampling setting: each row is sampled by the target's own rule with the draw of its
 // output position, a draft is kept while it equals that sample, and the first differing
@@ -16,17 +19,21 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "coordinator/engine/scheduler.h"
 
 namespace tpserve {
 
 struct SpeculativeConfig {
-  enum class Method { kNone, kNgram };
+  enum class Method { kNone, kNgram, kMtp };
   Method method = Method::kNone;
   int32_t num_speculative_tokens = 0;  // K: draft tokens per step, at most
   // n-gram (prompt lookup): the longest suffix of the sequence, between these lengths,
   // that occurred earlier in it proposes the tokens that followed it there.
   int32_t prompt_lookup_min = 0;
   int32_t prompt_lookup_max = 0;
+  // mtp: the drafter checkpoint's directory (Gemma 4's "assistant", model_type
+  // gemma4_assistant; worker/mtp_drafter.h), loaded on every rank beside the target.
+  std::string model;
 
   bool enabled() const { return method != Method::kNone; }
   // JSON as --speculative-config takes it, with the defaults filled in ("" when off).
@@ -35,9 +42,11 @@ struct SpeculativeConfig {
 
 // Parses --speculative-config: a JSON object as vLLM's, e.g.
 //   {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+//   {"method": "mtp", "model": "/models/gemma-4-31b-it-assistant", "num_speculative_tokens": 4}
 // As vLLM: with neither lookup bound set both are 5; with one set, the other equals it.
-// "" or "null": off. INVALID_ARGUMENT naming the key for a bad value, an unknown key, or a
-// method not implemented here (the MTP drafter, "mtp", is not yet).
+// num_speculative_tokens is required for both. "" or "null": off. INVALID_ARGUMENT naming
+// the key for a bad value, an unknown key, or a method not implemented here. The mtp
+// model directory is read by StartEngine, not here.
 absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(absl::string_view json);
 
 // The verification rule. `samples[i]` is the target's token at the position after
@@ -50,19 +59,31 @@ absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(absl::string_view json)
 // conditioned on not d, i.e. from max(p - one_hot(d), 0) renormalized.
 int32_t NumAcceptedDrafts(absl::Span<const int32_t> drafts, absl::Span<const int32_t> samples);
 
-// Guesses a sequence's next tokens from its tokens so far (prompt and output).
+// Guesses the next tokens of the sequences a step just gave tokens, on the engine thread
+// right after the step's Update (the engine core's update stage ends with it).
 class DraftProposer {
  public:
   virtual ~DraftProposer() = default;
-  // Up to `max_tokens` guesses (fewer or none when it has nothing to offer).
+  // Sets each request's drafts with scheduler.SetDrafts (up to its max_drafts; none is
+  // fine). An error (a drafter model's pass failed) fails the step's requests as a failed
+  // forward does.
+  virtual absl::Status ProposeAll(absl::Span<const DraftRequest> requests, Scheduler& scheduler) = 0;
+};
+
+// A proposer that guesses from a sequence's tokens alone, one sequence at a time.
+class SequenceProposer : public DraftProposer {
+ public:
+  // Up to `max_tokens` guesses at what follows `tokens` (prompt and output so far; fewer
+  // or none when it has nothing to offer).
   virtual std::vector<int32_t> Propose(absl::Span<const int32_t> tokens, int32_t max_tokens) = 0;
+  absl::Status ProposeAll(absl::Span<const DraftRequest> requests, Scheduler& scheduler) final;
 };
 
 // Prompt lookup: for n from max down to min, the last n tokens are looked for earlier in
 // the sequence; at the first n found, the tokens after the most recent occurrence that
 // has max_tokens of them (else after the one with the most) are the draft. O(length * n)
 // per call, on rank 0's CPU, no weights.
-class NgramProposer : public DraftProposer {
+class NgramProposer : public SequenceProposer {
  public:
   NgramProposer(int32_t min_n, int32_t max_n);
   std::vector<int32_t> Propose(absl::Span<const int32_t> tokens, int32_t max_tokens) override;
@@ -70,8 +91,5 @@ class NgramProposer : public DraftProposer {
  private:
   int32_t min_n_, max_n_;
 };
-
-// The proposer `config` names; null when speculation is off.
-std::unique_ptr<DraftProposer> MakeDraftProposer(const SpeculativeConfig& config);
 
 }  // namespace tpserve
