@@ -20,6 +20,7 @@
 #include "absl/flags/parse.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_split.h"
+#include "bench/cpu_time.h"
 #include "coordinator/api/request_builder.h"
 #include "coordinator/text/chat_template.h"
 #include "coordinator/text/chat_template_loader.h"
@@ -37,11 +38,7 @@ ABSL_FLAG(int64_t, max_model_len, 8192, "max_model_len of the engine the refused
 namespace tpserve {
 namespace {
 
-double ThreadCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+using bench::ThreadCpuSeconds;
 
 std::string ReadText(const std::string& path) {
   std::ifstream in(path);

@@ -15,6 +15,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/cpu_time.h"
 #include "coordinator/text/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -23,11 +24,7 @@ ABSL_FLAG(std::string, fixtures, TPSERVE_FIXTURES, "tests/fixtures (tokenizers/<
 namespace tpserve {
 namespace {
 
-double ThreadCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+using bench::ThreadCpuSeconds;
 
 void BenchTokenizers(const std::string& fixtures) {
   std::printf("encode 1 MB (fixture samples repeated), CPU time\n");

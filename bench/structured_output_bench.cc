@@ -20,6 +20,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/cpu_time.h"
 #include "coordinator/structured/grammar_compiler.h"
 #include "coordinator/structured/json_schema.h"
 #include "coordinator/structured/token_matcher.h"
@@ -36,11 +37,7 @@ ABSL_FLAG(int, compile_threads, 2, "also time compiling with this many threads (
 namespace tpserve {
 namespace {
 
-double ThreadCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+using bench::ThreadCpuSeconds;
 
 // A nested schema of the kind clients send: objects in arrays, enums, optional and
 // nullable fields, a recursive reference, bounded strings.

@@ -45,15 +45,20 @@ if [ "$s1" != "$s3" ]; then ok "seeded sampling: another seed, other tokens"; el
 
 # n-gram speculative decoding under mpirun (np=2): a prompt that repeats a pattern gets drafts,
 # and the greedy tokens are those generated without them.
+# speculative MODEL PROMPT MAX_TOKENS CONFIG: generate --json with CONFIG at np=2 into
+# $WORK/spec.json and sets spec_ids; json_field NAME reads a number from that JSON.
+speculative() {
+  timeout 120 "${MPIRUN[@]}" -np 2 "$TPSERVE" generate --model "$1" --device cpu --prompt-ids "$2" \
+    --max-tokens "$3" --ignore-eos --json --speculative-config "$4" >"$WORK/spec.json" 2>"$WORK/err"
+  spec_ids=$(grep -o '"output_ids":\[[^]]*\]' "$WORK/spec.json" | sed 's/.*\[//; s/\]//')
+}
+json_field() { grep -o "\"$1\":[0-9]*" "$WORK/spec.json" | sed 's/.*://'; }
 rep=5,6,7,8,9,5,6,7,8,9,5,6,7,8,9,5,6,7
 plain=$(timeout 120 "${MPIRUN[@]}" -np 2 "$TPSERVE" generate --model "$FIX/models/gemma4_text" --device cpu \
         --prompt-ids $rep --max-tokens 12 --ignore-eos 2>"$WORK/err")
-timeout 120 "${MPIRUN[@]}" -np 2 "$TPSERVE" generate --model "$FIX/models/gemma4_text" --device cpu \
-  --prompt-ids $rep --max-tokens 12 --ignore-eos --json \
-  --speculative-config '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}' \
-  >"$WORK/spec.json" 2>"$WORK/err"
-spec_ids=$(grep -o '"output_ids":\[[^]]*\]' "$WORK/spec.json" | sed 's/.*\[//; s/\]//')
-drafts=$(grep -o '"num_draft_tokens":[0-9]*' "$WORK/spec.json" | sed 's/.*://')
+speculative "$FIX/models/gemma4_text" "$rep" 12 \
+  '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}'
+drafts=$(json_field num_draft_tokens)
 if [ -n "$plain" ] && [ "$spec_ids" = "$plain" ] && [ "${drafts:-0}" -gt 0 ]; then
   ok "np=2 n-gram speculative decoding: $drafts draft tokens, the same greedy tokens"
 else
@@ -65,11 +70,9 @@ fi
 mtp_prompt=$(ids prompt_ids "$FIX/models/gemma4_mtp/reference.json")
 mtp_expect=$(ids greedy_ids "$FIX/models/gemma4_mtp/reference.json")
 MTP_CONFIG="{\"method\": \"mtp\", \"model\": \"$FIX/models/gemma4_mtp/assistant\", \"num_speculative_tokens\": 4}"
-timeout 120 "${MPIRUN[@]}" -np 2 "$TPSERVE" generate --model "$FIX/models/gemma4_mtp/target" --device cpu \
-  --prompt-ids "$mtp_prompt" --max-tokens 8 --ignore-eos --json --speculative-config "$MTP_CONFIG" \
-  >"$WORK/mtp.json" 2>"$WORK/err"
-mtp_ids=$(grep -o '"output_ids":\[[^]]*\]' "$WORK/mtp.json" | sed 's/.*\[//; s/\]//')
-mtp_accepted=$(grep -o '"num_accepted_tokens":[0-9]*' "$WORK/mtp.json" | sed 's/.*://')
+speculative "$FIX/models/gemma4_mtp/target" "$mtp_prompt" 8 "$MTP_CONFIG"
+mtp_ids=$spec_ids
+mtp_accepted=$(json_field num_accepted_tokens)
 if [ -n "$mtp_expect" ] && [ "$mtp_ids" = "$mtp_expect" ] && [ "${mtp_accepted:-0}" -gt 0 ]; then
   ok "np=2 MTP drafter: transformers' greedy tokens, $mtp_accepted draft tokens accepted"
 else

@@ -138,6 +138,18 @@ TEST(ServingEngine, ConcurrentRequestsMatchOfflineGeneration) {
   });
 }
 
+// Stats counted drafts, and its speculative-decoding counters agree with each other.
+void ExpectDraftsCounted(const EngineStats& st, const char* method) {
+  EXPECT_GT(st.spec_num_drafts, 0) << method;
+  EXPECT_GE(st.spec_num_draft_tokens, st.spec_num_drafts) << method;
+  EXPECT_LE(st.spec_num_accepted_tokens, st.spec_num_draft_tokens) << method;
+  int64_t per_pos = 0;
+  for (int64_t n : st.spec_accepted_per_pos) per_pos += n;
+  EXPECT_EQ(per_pos, st.spec_num_accepted_tokens) << method;
+  std::printf("%s: %lld drafts, %lld/%lld draft tokens accepted\n", method, static_cast<long long>(st.spec_num_drafts),
+              static_cast<long long>(st.spec_num_accepted_tokens), static_cast<long long>(st.spec_num_draft_tokens));
+}
+
 // n-gram speculative decoding in the serving engine: prompts that repeat a pattern get
 // drafts; every request's greedy tokens are still those of offline generation without
 // drafts, and Stats counts the drafts.
@@ -168,15 +180,7 @@ TEST(ServingEngine, SpeculativeDecodingKeepsOutputsAndCountsDrafts) {
       EXPECT_EQ(c.ids, expect[i]) << "request " << i;
       EXPECT_EQ(c.last.completion_tokens, static_cast<int>(expect[i].size()));
     }
-    const EngineStats st = engine.Stats();
-    EXPECT_GT(st.spec_num_drafts, 0);
-    EXPECT_GE(st.spec_num_draft_tokens, st.spec_num_drafts);
-    EXPECT_LE(st.spec_num_accepted_tokens, st.spec_num_draft_tokens);
-    int64_t per_pos = 0;
-    for (int64_t n : st.spec_accepted_per_pos) per_pos += n;
-    EXPECT_EQ(per_pos, st.spec_num_accepted_tokens);
-    std::printf("%lld drafts, %lld/%lld draft tokens accepted\n", static_cast<long long>(st.spec_num_drafts),
-                static_cast<long long>(st.spec_num_accepted_tokens), static_cast<long long>(st.spec_num_draft_tokens));
+    ExpectDraftsCounted(engine.Stats(), "n-gram");
   }, nullptr, *spec);
 }
 
@@ -203,16 +207,7 @@ TEST(ServingEngine, MtpDrafterKeepsOutputsAndCountsDrafts) {
       EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
       EXPECT_EQ(c.ids, expect[i]) << "request " << i;
     }
-    const EngineStats st = engine.Stats();
-    EXPECT_GT(st.spec_num_drafts, 0);
-    EXPECT_GE(st.spec_num_draft_tokens, st.spec_num_drafts);
-    EXPECT_LE(st.spec_num_accepted_tokens, st.spec_num_draft_tokens);
-    int64_t per_pos = 0;
-    for (int64_t n : st.spec_accepted_per_pos) per_pos += n;
-    EXPECT_EQ(per_pos, st.spec_num_accepted_tokens);
-    std::printf("MTP: %lld drafts, %lld/%lld draft tokens accepted\n", static_cast<long long>(st.spec_num_drafts),
-                static_cast<long long>(st.spec_num_accepted_tokens),
-                static_cast<long long>(st.spec_num_draft_tokens));
+    ExpectDraftsCounted(engine.Stats(), "MTP");
   }, nullptr, *spec);
 }
 
