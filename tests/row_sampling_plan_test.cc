@@ -58,6 +58,11 @@ TEST(RowSamplingPlanner, RowsCarryFiltersSeedsPenaltiesAndMasks) {
   planner.AddRow(pen, 6, {10, 11, 20}, {20, 20, 30}, again);
   EXPECT_EQ(again.sampling[0].seed, plan.sampling[1].seed);
   EXPECT_EQ(again.sampling[0].step, plan.sampling[1].step);
+  // Speculative decoding's row after draft 30: as if 30 were already an output token.
+  StepDelta drafted;
+  planner.AddRow(pen, 6, {10, 11, 20}, {20, 20}, drafted, /*drafts=*/{30});
+  EXPECT_EQ(drafted.sampling[0].step, plan.sampling[1].step);
+  EXPECT_EQ(Entries(drafted, 0), Entries(plan, 1));
 }
 
 }  // namespace

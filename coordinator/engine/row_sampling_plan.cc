@@ -25,7 +25,7 @@ void RowSamplingPlanner::Entry(int32_t token, int32_t count, StepDelta& plan) {
 
 void RowSamplingPlanner::AddRow(const SamplingParams& params, uint64_t seed,
                                 absl::Span<const int32_t> prompt_ids, absl::Span<const int32_t> output_ids,
-                                StepDelta& plan) {
+                                StepDelta& plan, absl::Span<const int32_t> drafts) {
   if (entry_of_.empty()) entry_of_.assign(vocab_size_, -1);
   if (plan.penalty_offsets.empty()) plan.penalty_offsets.push_back(0);
   RowSampling r;
@@ -37,18 +37,20 @@ void RowSamplingPlanner::AddRow(const SamplingParams& params, uint64_t seed,
   r.presence_penalty = params.presence_penalty;
   r.frequency_penalty = params.frequency_penalty;
   r.seed = seed;
-  r.step = output_ids.size();
+  const int64_t num_output = static_cast<int64_t>(output_ids.size() + drafts.size());
+  r.step = static_cast<uint64_t>(num_output);
   plan.sampling.push_back(r);
 
   const bool counts = params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f ||
                       params.frequency_penalty != 0.0f;
   if (counts) {
     for (int32_t t : output_ids) Entry(t, 1, plan);
+    for (int32_t t : drafts) Entry(t, 1, plan);
     if (params.repetition_penalty != 1.0f) {
       for (int32_t t : prompt_ids) Entry(t, 0, plan);
     }
   }
-  if (static_cast<int64_t>(output_ids.size()) < params.min_tokens) {
+  if (num_output < params.min_tokens) {
     for (int32_t t : params.stop_token_ids) Entry(t, kMaskedCount, plan);
     if (!params.ignore_eos) {
       for (int32_t t : eos_token_ids_) Entry(t, kMaskedCount, plan);

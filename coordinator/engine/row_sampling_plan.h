@@ -22,8 +22,10 @@ class RowSamplingPlanner {
   // Appends one sampling row (and its penalty entries) to `plan`; call once per logit
   // row, in logit-row order. Ids outside the vocabulary are left for the executor to
   // reject.
+  // `drafts`: draft tokens taken as accepted after output_ids (speculative decoding's row
+  // after them); the row then samples output position output_ids.size() + drafts.size().
   void AddRow(const SamplingParams& params, uint64_t seed, absl::Span<const int32_t> prompt_ids,
-              absl::Span<const int32_t> output_ids, StepDelta& plan);
+              absl::Span<const int32_t> output_ids, StepDelta& plan, absl::Span<const int32_t> drafts = {});
 
  private:
   void Entry(int32_t token, int32_t count, StepDelta& plan);

@@ -308,16 +308,11 @@ void Scheduler::BuildStepPlan(SchedulerOutput& decision) {
     if (!s.sample) continue;
     plan.sampled_rows.push_back(static_cast<int32_t>(row));
     plan.sampled_counts.push_back(1 + s.num_draft);
-    if (s.num_draft == 0) {
-      row_sampling_.AddRow(seq.params(), seq.seed(), seq.prompt_token_ids(), seq.output_token_ids(), plan);
-    } else {
-      // The row after draft i samples output position num_output + i as if drafts 0..i-1
-      // had been accepted (penalties, min_tokens and the draw index all see them).
-      std::vector<int32_t> output(seq.output_token_ids().begin(), seq.output_token_ids().end());
-      for (int32_t i = 0; i <= s.num_draft; ++i) {
-        row_sampling_.AddRow(seq.params(), seq.seed(), seq.prompt_token_ids(), output, plan);
-        if (i < s.num_draft) output.push_back(seq.draft_ids()[i]);
-      }
+    // The row after draft i samples output position num_output + i as if drafts 0..i-1
+    // had been accepted (penalties, min_tokens and the draw index all see them).
+    for (int32_t i = 0; i <= s.num_draft; ++i) {
+      row_sampling_.AddRow(seq.params(), seq.seed(), seq.prompt_token_ids(), seq.output_token_ids(), plan,
+                           absl::MakeConstSpan(seq.draft_ids()).first(i));
     }
     if (seq.params().logprobs.has_value() || seq.params().return_logits) plan.return_logits = true;
   }
