@@ -6,6 +6,10 @@
 // in tests/sampling_reference.h.
 //
 // For one row with logits l[0..V):
+//  0. Rank 0's host-side edits, where the plan has them (worker/step.h's LogitEdits:
+//     OpenAI's logit_bias and structured output's allowed tokens; cpu::ApplyLogitEdits):
+//       l[t] += bias for each (t, bias) of the row; then, with a mask, l[t] = -inf for
+//       every t whose bit is clear.
 //  1. Penalty entries (token, count), tokens unique per row; count = occurrences in the
 //     generated output, 0 for a token seen only in the prompt, kMaskedCount for a token
 //     that must not be sampled (EOS before min_tokens):

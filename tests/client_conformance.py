@@ -12,8 +12,12 @@ import math
 import sys
 import traceback
 
+import json
+from typing import Literal
+
 import openai
 from openai import AsyncOpenAI, OpenAI
+from pydantic import BaseModel, Field
 
 PORT, MODEL = sys.argv[1], sys.argv[2]
 BASE_URL = f"http://127.0.0.1:{PORT}/v1"
@@ -23,6 +27,13 @@ N = 8  # max_tokens of the runs that must stop on length
 LENGTH = {"ignore_eos": True}  # vLLM's extension: never stop on EOS
 
 failures = 0
+
+
+class Person(BaseModel):  # structured output: every field bounded
+    name: str = Field(max_length=6)
+    age: int
+    color: Literal["red", "green", "blue"]
+    member: bool
 
 
 def ok(name):
@@ -246,6 +257,39 @@ def sync_checks(client, lenient):
 
     run("errors: unknown model -> NotFoundError; max_tokens -1, temperature -1 -> BadRequestError naming the field",
         errors)
+
+    def parse_pydantic():
+        # The SDK sends the model's strict JSON schema; random weights can only write what
+        # the grammar allows, and every field is bounded, so the output must end and validate.
+        for seed in range(4):
+            r = client.chat.completions.parse(model=MODEL, messages=MESSAGES, response_format=Person, max_tokens=200,
+                                              temperature=1, seed=seed)
+            person = r.choices[0].message.parsed
+            expect(isinstance(person, Person), f"parsed {person!r} from {r.choices[0].message.content!r}")
+            expect(r.choices[0].finish_reason == "stop", f"finish {r.choices[0].finish_reason}")
+
+    run("sync chat.completions.parse(response_format=Pydantic model): every output validates", parse_pydantic)
+
+    def json_object():
+        r = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=40,
+                                           response_format={"type": "json_object"}, seed=1)
+        text = r.choices[0].message.content
+        if r.choices[0].finish_reason == "stop":
+            expect(isinstance(json.loads(text), dict), f"not an object: {text!r}")
+        else:  # random weights may still be inside a string at max_tokens
+            expect(text.lstrip().startswith("{"), f"not the start of an object: {text!r}")
+
+    run("sync response_format json_object: an object", json_object)
+
+    def bad_schema():
+        try:
+            client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, response_format={
+                "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer", "minimum": 3}}})
+            raise AssertionError("no error for an unsupported keyword")
+        except openai.BadRequestError as e:
+            expect("minimum" in e.message, f"message does not name the keyword: {e.message!r}")
+
+    run("response_format with an unsupported keyword -> BadRequestError naming it", bad_schema)
 
 
 async def async_checks(client, lenient):

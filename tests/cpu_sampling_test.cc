@@ -84,6 +84,68 @@ TEST(CpuSamplingTest, PenaltiesAndMasksThenGreedy) {
   EXPECT_NE(out[3], 1);
 }
 
+// Rule 0 (logit_bias, then structured output's mask) before the penalties, over a vocabulary
+// that is not a multiple of 64: rows with a bias only, a mask only, both, and neither.
+TEST(CpuSamplingTest, LogitEditsThenPenaltiesThenSampling) {
+  const int64_t V = 130, words = 3;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const int rows = 4;
+  const std::vector<std::vector<std::pair<int32_t, float>>> biases = {{{5, 30.0f}, {129, -2.5f}}, {}, {{64, 100.0f}}, {}};
+  std::vector<std::vector<bool>> allowed(2, std::vector<bool>(V, false));
+  for (int32_t t : {3, 5, 63, 64, 128}) allowed[0][t] = true;  // row 1's mask
+  for (int32_t t = 0; t < V; t += 2) allowed[1][t] = true;     // row 2's mask
+  const std::vector<int32_t> mask_index = {-1, 0, 1, -1};
+  std::vector<uint64_t> masks(2 * words, 0);
+  for (int m = 0; m < 2; ++m) {
+    for (int32_t t = 0; t < V; ++t) {
+      if (allowed[m][t]) masks[m * words + t / 64] |= uint64_t{1} << (t % 64);
+    }
+  }
+  std::vector<int32_t> bias_offsets = {0}, bias_tokens;
+  std::vector<float> bias_values;
+  for (const auto& row : biases) {
+    for (const auto& [t, b] : row) {
+      bias_tokens.push_back(t);
+      bias_values.push_back(b);
+    }
+    bias_offsets.push_back(static_cast<int32_t>(bias_tokens.size()));
+  }
+  std::vector<RowSampling> params(rows);
+  params[1].repetition_penalty = 1.3f;
+  params[2].temperature = 0.0f;
+  params[3].temperature = 0.7f;
+  for (int r = 0; r < rows; ++r) {
+    params[r].seed = 100 + r;
+    params[r].step = 3;
+  }
+  const std::vector<std::vector<PenaltyEntry>> entries = {{}, {{3, 0}, {63, 1}}, {{64, kMaskedCount}}, {}};
+  Csr csr;
+  for (const auto& e : entries) csr.Add(e);
+  std::vector<float> logits(rows * V);
+  for (float& x : logits) x = normal(rng);
+  std::vector<float> work = logits;
+  cpu::ApplyLogitEdits(work.data(), rows, V, bias_offsets.data(), bias_tokens.data(), bias_values.data(),
+                       mask_index.data(), masks.data(), words);
+  std::vector<int32_t> out(rows);
+  cpu::SampleRows(work.data(), rows, V, params.data(), csr.offsets.data(), csr.ids.data(), csr.counts.data(), out.data());
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> row(logits.begin() + r * V, logits.begin() + (r + 1) * V);
+    testing::ReferenceEdits(row, biases[r], mask_index[r] < 0 ? nullptr : &allowed[mask_index[r]]);
+    testing::ReferencePenalties(row, params[r], entries[r]);
+    EXPECT_EQ(std::vector<float>(work.begin() + r * V, work.begin() + (r + 1) * V), row) << "row " << r;
+    const testing::ReferenceDraw want = testing::ReferenceSample(row, params[r]);
+    if (!want.ambiguous) EXPECT_EQ(out[r], want.token) << "row " << r;
+    if (mask_index[r] >= 0) EXPECT_TRUE(allowed[mask_index[r]][out[r]]) << "row " << r << " sampled " << out[r];
+  }
+  EXPECT_EQ(out[0], 5);  // +30 on a N(0, 2) row
+  EXPECT_NE(out[2], 64);  // +100, then masked by its penalty entry
+  // No edits at all: the rows are untouched.
+  std::vector<float> same = logits;
+  cpu::ApplyLogitEdits(same.data(), rows, V, nullptr, nullptr, nullptr, nullptr, nullptr, words);
+  EXPECT_EQ(same, logits);
+}
+
 TEST(CpuSamplingTest, MatchesReferenceAcrossParameterMixes) {
   const int64_t V = 4000;
   std::mt19937 rng(7);

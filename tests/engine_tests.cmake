@@ -83,3 +83,7 @@ endif()
 # Speculative decoding: config, n-gram proposer, the verification rule's distribution, and
 # greedy/seeded exactness with drafts on fixture models at TP 1 and 2.
 tp_add_test(speculative_test SOURCES speculative_test.cc LIBS tpserve_engine_core GTest::gmock)
+# Structured output and logit_bias through the engine core: random weights, a suite of
+# schemas, seeded sampling, TP 1 and 2, n-gram drafts: every output validates.
+tp_add_test(structured_generation_test SOURCES structured_generation_test.cc
+            LIBS tpserve_engine_core tpserve_structured_output)

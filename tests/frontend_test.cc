@@ -12,6 +12,7 @@
 #include "google/protobuf/descriptor.pb.h"
 #include "coordinator/api/api_error.h"
 #include "coordinator/api/request_builder.h"
+#include "coordinator/structured/token_matcher.h"
 #include "launch/client_command.h"
 #include "proto/reflection_client.pb.h"
 #include "tests/frontend_fixture.h"
@@ -90,6 +91,41 @@ TEST_F(FrontendTest, GrpcTokenIdsChatAndSamplingReachTheEngine) {
   ASSERT_TRUE(rendered.ok());
   EXPECT_EQ(engine_->last_request().prompt_ids, tokenizer_->Encode(*rendered, /*add_special_tokens=*/false));
   EXPECT_THAT(*rendered, ::testing::EndsWith("<|im_start|>assistant\n"));
+}
+
+// response_format compiles into the request's grammar on the front end (a bad schema is
+// INVALID_ARGUMENT naming the keyword); logit_bias reaches the engine sorted by id.
+TEST_F(FrontendTest, GrpcResponseFormatAndLogitBias) {
+  StartServers();
+  v1::GenerateRequest request = TextRequest("Hi", 4);
+  request.mutable_response_format()->set_type(v1::ResponseFormat::TYPE_JSON_SCHEMA);
+  request.mutable_response_format()->set_json_schema(R"({"type": "object", "properties": {"a": {"type": "integer"}}})");
+  (*request.mutable_sampling()->mutable_logit_bias())[7] = -3.5f;
+  (*request.mutable_sampling()->mutable_logit_bias())[2] = 1.0f;
+  std::vector<v1::GenerateResponse> responses;
+  ASSERT_TRUE(Generate(request, &responses).ok());
+  ServeRequest seen = engine_->last_request();
+  ASSERT_NE(seen.params.grammar, nullptr);
+  TokenMatcher matcher(seen.params.grammar);
+  EXPECT_FALSE(matcher.CanEnd());
+  EXPECT_EQ(seen.params.logit_bias, (std::vector<std::pair<int32_t, float>>{{2, 1.0f}, {7, -3.5f}}));
+
+  request.mutable_response_format()->set_type(v1::ResponseFormat::TYPE_JSON_OBJECT);
+  ASSERT_TRUE(Generate(request, &responses).ok());
+  EXPECT_NE(engine_->last_request().params.grammar, nullptr);
+  request.mutable_response_format()->set_type(v1::ResponseFormat::TYPE_TEXT);
+  ASSERT_TRUE(Generate(request, &responses).ok());
+  EXPECT_EQ(engine_->last_request().params.grammar, nullptr);
+
+  request.mutable_response_format()->set_type(v1::ResponseFormat::TYPE_JSON_SCHEMA);
+  request.mutable_response_format()->set_json_schema(R"({"type": "integer", "minimum": 3})");
+  grpc::Status status = Generate(request, &responses);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("keyword 'minimum' at # is not supported"));
+  request.mutable_response_format()->set_json_schema("");
+  status = Generate(request, &responses);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("the schema is required"));
 }
 
 TEST_F(FrontendTest, GrpcManyConcurrentStreams) {

@@ -129,18 +129,42 @@ TEST(OpenAiParseTest, ErrorsNameTheField) {
                    "a list of token ids");
 }
 
+// response_format and logit_bias as OpenAI spells them; their errors name the field.
+TEST(OpenAiParseTest, ResponseFormatAndLogitBias) {
+  auto object = ParseChat(R"({"messages": [{"role": "user", "content": "x"}],
+                              "response_format": {"type": "json_object"}})");
+  ASSERT_TRUE(object.ok()) << object.status();
+  ASSERT_TRUE(object->input.response_format.has_value());
+  EXPECT_EQ(object->input.response_format->type, ResponseFormat::Type::kJsonObject);
+  auto schema = ParseCompletion(R"({"prompt": "x", "response_format": {"type": "json_schema",
+      "json_schema": {"name": "p", "strict": true, "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}})");
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  ASSERT_TRUE(schema->input.response_format.has_value());
+  EXPECT_EQ(schema->input.response_format->type, ResponseFormat::Type::kJsonSchema);
+  EXPECT_EQ(schema->input.response_format->schema, R"({"type":"object","properties":{"a":{"type":"integer"}}})");
+  auto text = ParseCompletion(R"({"prompt": "x", "response_format": {"type": "text"}})");
+  ASSERT_TRUE(text.ok());
+  EXPECT_FALSE(text->input.response_format.has_value());
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "response_format": {"type": "json_schema"}})"),
+                   "response_format.json_schema", "must be an object");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "a"}}})"),
+                   "response_format.json_schema.schema", "must be a JSON schema");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "response_format": {"type": "structural_tag"}})"),
+                   "response_format", "\"structural_tag\" is not supported");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "response_format": "json"})"), "response_format",
+                   "an object");
+
+  auto bias = ParseCompletion(R"({"prompt": "x", "logit_bias": {"50": -100, "7": 2.5}})");
+  ASSERT_TRUE(bias.ok()) << bias.status();
+  EXPECT_EQ(bias->input.params.logit_bias, (std::vector<std::pair<int32_t, float>>{{50, -100.0f}, {7, 2.5f}}));
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "logit_bias": {"abc": 1}})"), "logit_bias", "not a token id");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "logit_bias": {"3": "high"}})"), "logit_bias[3]", "a number");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "logit_bias": [1]})"), "logit_bias", "an object");
+}
+
 // Features not implemented yet are refused by name, never accepted and ignored; their
 // neutral values pass.
 TEST(OpenAiParseTest, UnimplementedFeaturesAreRefusedNotIgnored) {
-  ExpectFieldError(ParseChat(R"({"messages": [{"role": "user", "content": "x"}],
-                                 "response_format": {"type": "json_object"}})"),
-                   "response_format", "structured output");
-  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "response_format": {"type": "json_schema"}})"),
-                   "response_format", "not supported");
-  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "response_format": "json"})"), "response_format",
-                   "an object");
-  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "logit_bias": {"50256": -100}})"), "logit_bias",
-                   "not supported");
   ExpectFieldError(ParseCompletion(R"({"prompt": "x", "best_of": 3})"), "best_of", "must be 1");
   ExpectFieldError(ParseCompletion(R"({"prompt": "x", "suffix": "end"})"), "suffix", "fill-in-the-middle");
   const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}])";
@@ -149,7 +173,7 @@ TEST(OpenAiParseTest, UnimplementedFeaturesAreRefusedNotIgnored) {
   ExpectFieldError(ParseChat(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"})"),
                    "tool_choice", "tool calling is not supported");
   for (const std::string& neutral : std::vector<std::string>{
-           R"("response_format": {"type": "text"})", R"("logit_bias": {})", R"("best_of": 1)", R"("logit_bias": null)",
+           R"("logit_bias": {})", R"("best_of": 1)", R"("logit_bias": null)",
         R"("tools": [], "tool_choice": "none")", tools + R"(, "tool_choice": "none")"}) {
     auto r = ParseChat(R"({"messages": [{"role": "user", "content": "x"}], )" + neutral + "}");
     EXPECT_TRUE(r.ok()) << neutral << ": " << r.status();

@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "coordinator/structured/grammar_compiler.h"
 #include "gtest/gtest.h"
 
 namespace tpserve {
@@ -63,6 +64,52 @@ TEST(RowSamplingPlanner, RowsCarryFiltersSeedsPenaltiesAndMasks) {
   planner.AddRow(pen, 6, {10, 11, 20}, {20, 20}, drafted, /*drafts=*/{30});
   EXPECT_EQ(drafted.sampling[0].step, plan.sampling[1].step);
   EXPECT_EQ(Entries(drafted, 0), Entries(plan, 1));
+}
+
+// Rank 0's edits: logit_bias entries and grammar masks per row, none for the rows before
+// the first edit (the first row may be the first masked one), -1 / empty ranges after.
+TEST(RowSamplingPlanner, EditsCarryBiasesAndGrammarMasks) {
+  // Ids 0..5: "{", "}", " ", "\"", "a", and EOS.
+  VocabularyBytes bytes;
+  bytes.bytes = {"{", "}", " ", "\"", "a", ""};
+  bytes.kinds = {TokenKind::kText, TokenKind::kText, TokenKind::kText, TokenKind::kText, TokenKind::kText,
+                 TokenKind::kEos};
+  GrammarCompiler compiler(TokenVocabulary::Create(bytes));
+  auto grammar = compiler.CompileJsonObject();
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  const int64_t V = 70;  // the model's vocabulary is larger: a mask word and a half
+  RowSamplingPlanner planner(V, {5});
+  SamplingParams json;
+  json.grammar = *grammar;
+  SamplingParams biased;
+  biased.logit_bias = {{3, 2.0f}, {69, -1.0f}};
+  TokenMatcher start(*grammar);
+  TokenMatcher open = start;
+  ASSERT_TRUE(open.AcceptToken(0));  // "{": next is a key's quote, "}" or whitespace
+  StepDelta plan;
+  planner.AddRow(json, 1, {}, {}, plan, {}, &start);
+  planner.AddRow(SamplingParams{}, 2, {}, {}, plan);
+  planner.AddRow(biased, 3, {}, {}, plan);
+  planner.AddRow(json, 4, {}, {0}, plan, {}, &open);
+  const LogitEdits& e = plan.edits;
+  EXPECT_EQ(e.mask_index, (std::vector<int32_t>{0, -1, -1, 1}));
+  ASSERT_EQ(e.masks.size(), 2u * LogitEdits::mask_words(V));
+  auto allowed = [&](int m) {
+    std::vector<int32_t> ids;
+    for (int32_t t = 0; t < V; ++t) {
+      if ((e.masks[m * LogitEdits::mask_words(V) + t / 64] >> (t % 64)) & 1) ids.push_back(t);
+    }
+    return ids;
+  };
+  EXPECT_EQ(allowed(0), (std::vector<int32_t>{0, 2}));     // "{" or leading whitespace
+  EXPECT_EQ(allowed(1), (std::vector<int32_t>{1, 2, 3}));  // "}", whitespace, a key
+  EXPECT_EQ(e.bias_offsets, (std::vector<int32_t>{0, 0, 0, 2, 2}));
+  EXPECT_EQ(e.bias_tokens, (std::vector<int32_t>{3, 69}));
+  EXPECT_EQ(e.bias_values, (std::vector<float>{2.0f, -1.0f}));
+  // A plan without edits keeps them empty.
+  StepDelta none;
+  planner.AddRow(SamplingParams{}, 1, {}, {}, none);
+  EXPECT_TRUE(none.edits.empty());
 }
 
 }  // namespace

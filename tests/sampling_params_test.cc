@@ -13,6 +13,7 @@
 
 #include "coordinator/engine/logprobs.h"
 #include "gmock/gmock.h"
+#include "coordinator/structured/grammar_compiler.h"
 #include "gtest/gtest.h"
 
 namespace tpserve {
@@ -34,6 +35,13 @@ absl::StatusOr<TokenLogprob> Logprobs(const std::vector<float>& logits, int32_t 
                                       const RowSampling& row = {}, std::vector<int32_t> tokens = {},
                                       std::vector<int32_t> counts = {}) {
   return ComputeLogprobs(logits, row, tokens, counts, token, top_n);
+}
+
+// A grammar for a four-token vocabulary ("{", "}", " " and EOS).
+std::shared_ptr<const CompiledGrammar> JsonObjectGrammar() {
+  VocabularyBytes bytes{{"{", "}", " ", ""}, {TokenKind::kText, TokenKind::kText, TokenKind::kText, TokenKind::kEos}};
+  GrammarCompiler compiler(TokenVocabulary::Create(std::move(bytes)));
+  return *compiler.CompileJsonObject();
 }
 
 TEST(SamplingParamsTest, DefaultsAreValid) {
@@ -77,6 +85,15 @@ TEST(SamplingParamsTest, ErrorsNameTheFieldAndValue) {
       {[](SamplingParams& p) { p.stop_token_ids = {-1}; }, "stop_token_ids[0] must be in [0, vocab_size = 1000), got -1"},
       {[](SamplingParams& p) { p.logprobs = 21; }, "logprobs must be in [0, 20], got 21"},
       {[](SamplingParams& p) { p.logprobs = -1; }, "logprobs must be in [0, 20], got -1"},
+      {[](SamplingParams& p) { p.logit_bias = {{1000, 1}}; },
+       "logit_bias: token id 1000 is outside the vocabulary [0, 1000)"},
+      {[](SamplingParams& p) { p.logit_bias = {{3, 101}}; }, "logit_bias: the bias of token 3 must be in [-100, 100], got 101"},
+      {[](SamplingParams& p) { p.logit_bias = {{3, 1}, {3, 2}}; }, "logit_bias: token id 3 appears twice"},
+      {[](SamplingParams& p) {
+         p.grammar = JsonObjectGrammar();
+         p.min_tokens = 2;
+       },
+       "min_tokens cannot be combined with response_format"},
   };
   for (const Case& c : cases) {
     SamplingParams p;
@@ -171,6 +188,15 @@ TEST(LogprobsTest, TopLogprobsOrderTiesByIdAndMatchAFullSort) {
     EXPECT_NEAR(r->top[i].second, logits[order[i]] - max - std::log(z), 1e-5);
   }
   EXPECT_NEAR(r->logprob, logits[5] - max - std::log(z), 1e-5);
+}
+
+// Tokens at -inf (a structured-output mask, min_tokens) are never listed as alternatives.
+TEST(LogprobsTest, MaskedTokensAreNotListed) {
+  auto r = Logprobs({0, -kInf, 1, -kInf}, 2, 4);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->top.size(), 2u);
+  EXPECT_EQ(r->top[0].first, 2);
+  EXPECT_EQ(r->top[1].first, 0);
 }
 
 TEST(LogprobsTest, RejectsRowsWithoutAValidMaximumAndBadIds) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kernels/row_sampling.h"
@@ -16,6 +17,16 @@ namespace tpserve::testing {
 struct PenaltyEntry {
   int32_t token, count;
 };
+
+// Rule 0: biases added, then every token outside `allowed` (when given) set to -inf.
+inline void ReferenceEdits(std::vector<float>& l, const std::vector<std::pair<int32_t, float>>& biases,
+                           const std::vector<bool>* allowed) {
+  for (const auto& [token, bias] : biases) l[token] += bias;
+  if (allowed == nullptr) return;
+  for (size_t t = 0; t < l.size(); ++t) {
+    if (!(*allowed)[t]) l[t] = -INFINITY;
+  }
+}
 
 inline void ReferencePenalties(std::vector<float>& l, const RowSampling& p, const std::vector<PenaltyEntry>& entries) {
   for (const PenaltyEntry& e : entries) {

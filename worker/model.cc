@@ -278,6 +278,20 @@ void Model::RunDevice(int64_t T, int64_t Lr, StepTimes* times) {
   if (config_.final_softcap > 0) backend_.Softcap(logits, config_.final_softcap);
 }
 
+void Model::SampleEditedOnHost(const StepPlan& plan, const void* shards, int64_t Lr, StepOutput& out) {
+  const VocabParallelEmbedding& head = lm_head_ ? *lm_head_ : embed_;
+  const int64_t V = config_.vocab_size;
+  std::vector<float> rows(static_cast<size_t>(Lr * V));
+  backend_.CopyShardsToHost(shards, comm_.size(), Lr, head.shard_rows(), V, rows.data());
+  if (plan.return_logits) out.logits = rows;  // as the model computed them
+  const LogitEdits& e = plan.edits;
+  cpu::ApplyLogitEdits(rows.data(), Lr, V, e.bias_offsets.empty() ? nullptr : e.bias_offsets.data(),
+                       e.bias_tokens.data(), e.bias_values.data(), e.mask_index.empty() ? nullptr : e.mask_index.data(),
+                       e.masks.data(), LogitEdits::mask_words(V));
+  cpu::SampleRows(rows.data(), Lr, V, plan.sampling.data(), plan.penalty_offsets.data(), plan.penalty_tokens.data(),
+                  plan.penalty_counts.data(), out.token_ids.data());
+}
+
 StepOutput Model::DownloadOutput(const StepPlan& plan, int64_t Lr) {
   Scratch& s = *scratch_;
   StepOutput out;
@@ -300,9 +314,13 @@ StepOutput Model::DownloadOutput(const StepPlan& plan, int64_t Lr) {
       if (comm_.rank() == 0) {
         // Returns with the ids on the host: nothing left to wait for.
         out.token_ids.resize(Lr);
-        backend_.SampleShards(shards, tp, Lr, shard, V, plan.sampling.data(), plan.penalty_offsets.data(),
-                              plan.penalty_tokens.data(), plan.penalty_counts.data(), out.token_ids.data());
-        if (plan.return_logits) {
+        if (!plan.edits.empty()) {
+          SampleEditedOnHost(plan, shards, Lr, out);
+        } else {
+          backend_.SampleShards(shards, tp, Lr, shard, V, plan.sampling.data(), plan.penalty_offsets.data(),
+                                plan.penalty_tokens.data(), plan.penalty_counts.data(), out.token_ids.data());
+        }
+        if (plan.return_logits && out.logits.empty()) {
           out.logits.resize(Lr * V);
           backend_.CopyShardsToHost(shards, tp, Lr, shard, V, out.logits.data());
         }

@@ -160,6 +160,9 @@ class Model {
   absl::Status UploadStep(const StepPlan& plan, int32_t table_width = 0);
   void RunDevice(int64_t tokens, int64_t logit_rows, StepTimes* times);
   StepOutput DownloadOutput(const StepPlan& plan, int64_t logit_rows);
+  // Rank 0, a plan with logit edits: the gathered rows to the host, edited and sampled
+  // there (and kept unedited in out.logits when the plan returns logits).
+  void SampleEditedOnHost(const StepPlan& plan, const void* shards, int64_t logit_rows, StepOutput& out);
   void RunLayer(Layer& layer, const Layer* next, int64_t tokens, StepTimes* times);
   cpu::PagedAttentionParams AttentionParams(const Layer& layer, int32_t table_width) const;
   // The captured size a plan replays at, 0 for an eager step.

@@ -157,6 +157,7 @@ absl::Status PersistentBatch::ApplyInto(const StepDelta& d, StepPlan& plan) {
   plan.penalty_tokens = d.penalty_tokens;
   plan.penalty_counts = d.penalty_counts;
   plan.return_logits = d.return_logits;
+  plan.edits = d.edits;
   return absl::OkStatus();
 }
 

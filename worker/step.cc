@@ -197,6 +197,44 @@ absl::StatusOr<StepPlan> StepPlan::Deserialize(const std::vector<uint8_t>& bytes
   return s;
 }
 
+void LogitEdits::clear() {
+  bias_offsets.clear();
+  bias_tokens.clear();
+  bias_values.clear();
+  mask_index.clear();
+  masks.clear();
+}
+
+absl::Status LogitEdits::Validate(int64_t rows, int64_t vocab) const {
+  if (!bias_offsets.empty()) {
+    if (static_cast<int64_t>(bias_offsets.size()) != rows + 1 || bias_offsets.front() != 0 ||
+        bias_tokens.size() != bias_values.size() || static_cast<size_t>(bias_offsets.back()) != bias_tokens.size() ||
+        !std::is_sorted(bias_offsets.begin(), bias_offsets.end())) {
+      return absl::InvalidArgumentError("step plan: malformed logit bias entries");
+    }
+    for (int32_t id : bias_tokens) {
+      if (id < 0 || id >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat("logit bias token id ", id, " is outside the vocabulary"));
+      }
+    }
+  } else if (!bias_tokens.empty() || !bias_values.empty()) {
+    return absl::InvalidArgumentError("step plan: logit bias entries without offsets");
+  }
+  if (mask_index.empty()) {
+    if (!masks.empty()) return absl::InvalidArgumentError("step plan: token masks without a row index");
+    return absl::OkStatus();
+  }
+  const int64_t words = mask_words(vocab);
+  if (static_cast<int64_t>(mask_index.size()) != rows || masks.size() % words != 0) {
+    return absl::InvalidArgumentError("step plan: malformed token masks");
+  }
+  const int64_t num_masks = static_cast<int64_t>(masks.size()) / words;
+  for (int32_t m : mask_index) {
+    if (m < -1 || m >= num_masks) return absl::InvalidArgumentError(absl::StrCat("step plan: token mask ", m));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StepPlan::ValidateTokenIds(int64_t vocab_size) const {
   for (const auto* ids : {&token_ids, &penalty_tokens}) {
     for (int32_t id : *ids) {
@@ -206,7 +244,8 @@ absl::Status StepPlan::ValidateTokenIds(int64_t vocab_size) const {
       }
     }
   }
-  return absl::OkStatus();
+  if (!edits.empty() && sampling.empty()) return absl::InvalidArgumentError("step plan: logit edits without sampling rows");
+  return edits.Validate(static_cast<int64_t>(logit_rows.size()), vocab_size);
 }
 
 absl::Status StepPlan::Validate(const std::vector<int64_t>& num_blocks, int32_t block_size) const {

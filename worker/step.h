@@ -20,6 +20,28 @@ struct KvGroupPlan {
   std::vector<int32_t> block_tables;
 };
 
+// Rank 0's host-side edits of the sampled logit rows (rule 0 of kernels/row_sampling.h):
+// OpenAI's logit_bias and structured output's allowed-token masks. Never serialized: only
+// rank 0 samples, so the other ranks never need them. Empty: none. With edits, rank 0
+// samples the step's rows on the host (cpu::ApplyLogitEdits + cpu::SampleRows), whatever
+// the backend.
+struct LogitEdits {
+  // Row r's biases are [bias_offsets[r], bias_offsets[r + 1]) of bias_tokens/bias_values;
+  // bias_offsets is empty (no biases) or has one entry per logit row plus one.
+  std::vector<int32_t> bias_offsets, bias_tokens;
+  std::vector<float> bias_values;
+  // Empty (no masks) or one entry per logit row: -1, or the index of the row's mask in
+  // `masks`, each mask_words(vocab) words; bit t of word t / 64 set = token t may be sampled.
+  std::vector<int32_t> mask_index;
+  std::vector<uint64_t> masks;
+
+  static int64_t mask_words(int64_t vocab) { return (vocab + 63) / 64; }
+  bool empty() const { return bias_offsets.empty() && mask_index.empty(); }
+  void clear();
+  // Shapes against `rows` logit rows and the vocabulary.
+  absl::Status Validate(int64_t rows, int64_t vocab) const;
+};
+
 struct StepPlan {
   // The first word of every step message: a whole plan, the end of the worker loop, a
   // StepDelta, or a DraftDelta (a draft model's pass after a step).
@@ -44,13 +66,14 @@ struct StepPlan {
   // With sampling rows: rank 0 gets the fp32 logit rows as well as the token ids (for
   // logprobs, computed on the host from the same logits the workers sampled from).
   bool return_logits = false;
+  LogitEdits edits;  // rank 0 only (not serialized)
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   std::vector<uint8_t> Serialize() const;
   static absl::StatusOr<StepPlan> Deserialize(const std::vector<uint8_t>& bytes);
   // Internal consistency (sizes, ranges); num_blocks[g] bounds group g's block ids.
   absl::Status Validate(const std::vector<int64_t>& num_blocks, int32_t block_size) const;
-  // Every input and penalty token id is in [0, vocab_size).
+  // Every input and penalty token id is in [0, vocab_size), and the edits fit the vocabulary.
   absl::Status ValidateTokenIds(int64_t vocab_size) const;
 };
 
@@ -79,6 +102,7 @@ struct StepDelta {
   std::vector<RowSampling> sampling;
   std::vector<int32_t> penalty_offsets, penalty_tokens, penalty_counts;
   bool return_logits = false;
+  LogitEdits edits;  // rank 0 only (not serialized), per logit row
 
   int64_t num_tokens_total() const { return static_cast<int64_t>(token_ids.size()); }
   // Logit rows the step returns: the sum of sampled_counts (or one per sampled row).

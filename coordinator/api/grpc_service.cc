@@ -1,10 +1,12 @@
 // TpServeService and the GenerateRequest conversion. Tested by tests/frontend_test.cc.
 #include "coordinator/api/grpc_service.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/api/api_error.h"
 #include "coordinator/api/grpc_generate_reactor.h"
 #include "coordinator/api/grpc_status.h"
@@ -38,6 +40,26 @@ void CopySampling(const v1::SamplingParams& s, GenerateInput* input) {
   p.ignore_eos = s.ignore_eos();
   p.min_tokens = s.min_tokens();
   if (s.has_logprobs()) p.logprobs = s.logprobs();
+  for (const auto& [id, bias] : s.logit_bias()) p.logit_bias.emplace_back(id, bias);
+  std::sort(p.logit_bias.begin(), p.logit_bias.end());  // a map's order is unspecified
+}
+
+absl::Status CopyResponseFormat(const v1::ResponseFormat& f, GenerateInput* input) {
+  switch (f.type()) {
+    case v1::ResponseFormat::TYPE_TEXT:
+      return absl::OkStatus();
+    case v1::ResponseFormat::TYPE_JSON_OBJECT:
+      input->response_format = ResponseFormat{ResponseFormat::Type::kJsonObject, ""};
+      return absl::OkStatus();
+    case v1::ResponseFormat::TYPE_JSON_SCHEMA:
+      if (f.json_schema().empty()) {
+        return FieldError("response_format.json_schema", "response_format.json_schema: the schema is required with TYPE_JSON_SCHEMA");
+      }
+      input->response_format = ResponseFormat{ResponseFormat::Type::kJsonSchema, f.json_schema()};
+      return absl::OkStatus();
+    default:
+      return FieldError("response_format.type", absl::StrCat("response_format.type ", f.type(), " is not a known type"));
+  }
 }
 
 }  // namespace
@@ -69,6 +91,7 @@ absl::StatusOr<GenerateInput> GenerateInputFromProto(const v1::GenerateRequest& 
       return FieldError("prompt", "prompt is required: set text, token_ids or chat");
   }
   CopySampling(request.sampling(), &input);
+  if (absl::Status s = CopyResponseFormat(request.response_format(), &input); !s.ok()) return s;
   return input;
 }
 

@@ -3,8 +3,10 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/api/api_error.h"
 
@@ -34,26 +36,56 @@ bool Present(const Json& body, const char* field, const Json** v) {
   return true;
 }
 
+// response_format: "text" (nothing), "json_object", or "json_schema" with its schema.
+absl::Status ParseResponseFormat(const Json& body, std::optional<ResponseFormat>* out) {
+  const Json* v;
+  if (!Present(body, "response_format", &v)) return absl::OkStatus();
+  const Json* type = v->is_object() && v->contains("type") ? &(*v)["type"] : nullptr;
+  if (type == nullptr || !type->is_string()) return TypeError("response_format", "an object with a \"type\"", *v);
+  if (*type == "text") return absl::OkStatus();
+  if (*type == "json_object") {
+    *out = ResponseFormat{ResponseFormat::Type::kJsonObject, ""};
+    return absl::OkStatus();
+  }
+  if (*type != "json_schema") {
+    return FieldError("response_format", absl::StrCat("response_format type ", Describe(*type),
+                                                      " is not supported; use \"text\", \"json_object\" or \"json_schema\""));
+  }
+  const Json* spec = nullptr;
+  if (!Present(*v, "json_schema", &spec) || !spec->is_object()) {
+    return FieldError("response_format.json_schema",
+                      "response_format.json_schema must be an object with the \"schema\" (and a \"name\")");
+  }
+  const Json* schema = nullptr;
+  if (!Present(*spec, "schema", &schema) || !(schema->is_object() || schema->is_boolean())) {
+    return FieldError("response_format.json_schema.schema",
+                      "response_format.json_schema.schema must be a JSON schema (an object)");
+  }
+  *out = ResponseFormat{ResponseFormat::Type::kJsonSchema, Dump(*schema)};
+  return absl::OkStatus();
+}
+
+// logit_bias: {"token id": bias}, as OpenAI spells it (ids as strings).
+absl::Status ParseLogitBias(const Json& body, std::vector<std::pair<int32_t, float>>* out) {
+  const Json* v;
+  if (!Present(body, "logit_bias", &v)) return absl::OkStatus();
+  if (!v->is_object()) return TypeError("logit_bias", "an object of token id -> bias", *v);
+  for (const auto& [key, bias] : v->items()) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(key, &id)) {
+      return FieldError("logit_bias", absl::StrCat("logit_bias: key ", Describe(Json(key)), " is not a token id"));
+    }
+    if (!bias.is_number()) return TypeError(absl::StrCat("logit_bias[", key, "]"), "a number", bias);
+    out->emplace_back(id, static_cast<float>(bias.get<double>()));
+  }
+  return absl::OkStatus();
+}
+
 // OpenAI features tpserve does not implement yet (issue 20) are refused by name rather than
-// accepted and ignored: a client asking for JSON or offering tools must not get free text
-// that looks like an answer. Their neutral values (text format, no bias, one candidate, no
-// suffix, tool_choice "none") pass.
+// accepted and ignored: a client offering tools must not get free text that looks like an
+// answer. Their neutral values (one candidate, no suffix, tool_choice "none") pass.
 absl::Status RefuseUnimplemented(OpenAiEndpoint endpoint, const Json& body) {
   const Json* v;
-  if (Present(body, "response_format", &v)) {
-    const Json* type = v->is_object() && v->contains("type") ? &(*v)["type"] : nullptr;
-    if (type == nullptr || !type->is_string()) {
-      return TypeError("response_format", "an object with a \"type\"", *v);
-    }
-    if (type->get<std::string>() != "text") {
-      return FieldError("response_format", absl::StrCat("response_format type ", Describe(*type),
-                                                        " (structured output) is not supported; only \"text\""));
-    }
-  }
-  if (Present(body, "logit_bias", &v)) {
-    if (!v->is_object()) return TypeError("logit_bias", "an object of token id -> bias", *v);
-    if (!v->empty()) return FieldError("logit_bias", "'logit_bias' is not supported");
-  }
   if (Present(body, "best_of", &v) && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
     return FieldError("best_of", absl::StrCat("'best_of' must be 1 (one candidate per request), got ", Describe(*v)));
   }
@@ -280,6 +312,8 @@ absl::Status ParseSampling(const Json& body, OpenAiEndpoint endpoint, OpenAiRequ
     p.seed = static_cast<uint64_t>(*seed);
   }
   if (absl::Status s = RefuseUnimplemented(endpoint, body); !s.ok()) return s;
+  if (absl::Status s = ParseResponseFormat(body, &r->input.response_format); !s.ok()) return s;
+  if (absl::Status s = ParseLogitBias(body, &p.logit_bias); !s.ok()) return s;
   int32_t n = 1;
   if (absl::Status s = ReadInt32(body, "n", &n); !s.ok()) return s;
   if (n != 1) return FieldError("n", absl::StrCat("'n' must be 1 (one choice per request), got ", n));

@@ -153,6 +153,25 @@ absl::StatusOr<std::vector<int32_t>> RequestBuilder::Tokenize(const Prompt& prom
   return tokenizer_.Encode(*text, /*add_special_tokens=*/false);
 }
 
+absl::StatusOr<std::shared_ptr<const CompiledGrammar>> RequestBuilder::CompileResponseFormat(
+    const ResponseFormat& format) const {
+  absl::call_once(grammar_once_, [this] {
+    absl::StatusOr<VocabularyBytes> table = TokenBytesTable(tokenizer_);
+    if (!table.ok()) {
+      grammar_compiler_ = absl::FailedPreconditionError(
+          absl::StrCat("response_format: structured output is not available for this tokenizer: ", table.status().message()));
+      return;
+    }
+    grammar_compiler_ = std::make_unique<GrammarCompiler>(TokenVocabulary::Create(*std::move(table)));
+  });
+  if (!grammar_compiler_.ok()) return FieldError("response_format", grammar_compiler_.status().message());
+  absl::StatusOr<std::shared_ptr<const CompiledGrammar>> grammar =
+      format.type == ResponseFormat::Type::kJsonObject ? (*grammar_compiler_)->CompileJsonObject()
+                                                       : (*grammar_compiler_)->CompileJsonSchema(format.schema);
+  if (!grammar.ok()) return FieldError("response_format", grammar.status().message());
+  return grammar;
+}
+
 absl::StatusOr<ServeRequest> RequestBuilder::Build(GenerateInput input, absl::string_view id_prefix) const {
   if (absl::Status s = CheckModel(input.model); !s.ok()) return s;
   absl::StatusOr<std::vector<int32_t>> ids = Tokenize(input.prompt);
@@ -178,6 +197,12 @@ absl::StatusOr<ServeRequest> RequestBuilder::Build(GenerateInput input, absl::st
                       absl::StrCat("max_tokens: the prompt (", prompt_len, " tokens) plus max_tokens (",
                                    params.max_tokens, ") exceeds max_model_len (", max_model_len,
                                    "); ask for at most ", max_model_len - prompt_len, " tokens"));
+  }
+
+  if (input.response_format.has_value()) {
+    absl::StatusOr<std::shared_ptr<const CompiledGrammar>> grammar = CompileResponseFormat(*input.response_format);
+    if (!grammar.ok()) return grammar.status();
+    params.grammar = *std::move(grammar);
   }
 
   ServeRequest request;

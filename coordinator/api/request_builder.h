@@ -4,16 +4,20 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "absl/base/call_once.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "coordinator/text/chat_template_loader.h"
 #include "coordinator/engine/engine_api.h"
 #include "coordinator/engine/generation_defaults.h"
 #include "coordinator/engine/request.h"
+#include "coordinator/structured/grammar_compiler.h"
 #include "coordinator/text/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -29,6 +33,13 @@ struct ChatPrompt {
 // Text is tokenized with special tokens (BOS) added; token ids are used as they are.
 using Prompt = std::variant<std::string, std::vector<int32_t>, ChatPrompt>;
 
+// response_format beyond free text (structured output, docs/structured_output.md).
+struct ResponseFormat {
+  enum class Type { kJsonObject, kJsonSchema };
+  Type type = Type::kJsonObject;
+  std::string schema;  // kJsonSchema: the JSON schema, as JSON text
+};
+
 struct GenerateInput {
   std::string model;  // empty: the default (first) served name
   Prompt prompt;
@@ -38,6 +49,8 @@ struct GenerateInput {
   bool max_tokens_set = false;
   // The sampling fields the request set; Build gives the others the model's defaults.
   ExplicitSamplingFields explicit_sampling;
+  // Unset: free text. Build compiles it into params.grammar.
+  std::optional<ResponseFormat> response_format;
 };
 
 // Thread-safe (const, plus an atomic request counter).
@@ -65,6 +78,9 @@ class RequestBuilder {
 
  private:
   absl::StatusOr<std::vector<int32_t>> Tokenize(const Prompt& prompt) const;
+  // The grammar of a response_format, from the cache of compiled ones. The first call
+  // builds the tokenizer's byte vocabulary (a few hundred ms at 262k tokens).
+  absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileResponseFormat(const ResponseFormat& format) const;
 
   const EngineApi& engine_;
   const Tokenizer& tokenizer_;
@@ -73,6 +89,8 @@ class RequestBuilder {
   const GenerationDefaults generation_defaults_;
   const uint64_t id_base_;
   mutable std::atomic<uint64_t> next_id_{0};
+  mutable absl::once_flag grammar_once_;
+  mutable absl::StatusOr<std::unique_ptr<GrammarCompiler>> grammar_compiler_;
 };
 
 }  // namespace tpserve

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/engine/logprobs.h"
 #include "coordinator/engine/mtp_proposer.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/base.h"
 
 namespace tpserve {
@@ -171,6 +172,15 @@ EngineStep EngineCore::Step() {
   return step;
 }
 
+absl::Span<const float> EngineCore::EditedRow(const LogitEdits& e, int32_t r, absl::Span<const float> row) {
+  edited_row_.assign(row.begin(), row.end());
+  const int64_t V = static_cast<int64_t>(row.size());
+  cpu::ApplyLogitEdits(edited_row_.data(), 1, V, e.bias_offsets.empty() ? nullptr : e.bias_offsets.data() + r,
+                       e.bias_tokens.data(), e.bias_values.data(), e.mask_index.empty() ? nullptr : e.mask_index.data() + r,
+                       e.masks.data(), LogitEdits::mask_words(V));
+  return edited_row_;
+}
+
 void EngineCore::Update(const SchedulerOutput& scheduled, const StepOutput& out, EngineStep& step) {
   const StepDelta& plan = scheduled.plan;
   const int64_t V = scheduler_.config().vocab_size;
@@ -182,7 +192,7 @@ void EngineCore::Update(const SchedulerOutput& scheduled, const StepOutput& out,
     if (seq.times().first_token == absl::InfinitePast()) seq.times().first_token = now;
     EngineOutput o;
     if (so.finish_reason != FinishReason::kNone) {
-      o = FinalOutput(seq, so.finish_reason, "", now);
+      o = FinalOutput(seq, so.finish_reason, seq.error_message(), now);
       o.stop_token_id = so.stop_token_id;
     } else {
       o.request_id = seq.request_id();
@@ -206,7 +216,8 @@ void EngineCore::Update(const SchedulerOutput& scheduled, const StepOutput& out,
     for (size_t i = 0; i < so.token_ids.size() && o.finish != FinishReason::kError; ++i) {
       const int32_t r = so.logit_row + static_cast<int32_t>(i);
       if (p.logprobs.has_value()) {
-        const auto row = absl::MakeConstSpan(out.logits).subspan(static_cast<size_t>(r) * V, V);
+        absl::Span<const float> row = absl::MakeConstSpan(out.logits).subspan(static_cast<size_t>(r) * V, V);
+        if (!plan.edits.empty()) row = EditedRow(plan.edits, r, row);
         const int32_t e0 = plan.penalty_offsets[r], n = plan.penalty_offsets[r + 1] - e0;
         absl::StatusOr<TokenLogprob> lp = ComputeLogprobs(
             row, plan.sampling[r], absl::MakeConstSpan(plan.penalty_tokens).subspan(e0, n),

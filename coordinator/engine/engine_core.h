@@ -115,6 +115,9 @@ class EngineCore {
  private:
   EngineOutput FinalOutput(const Sequence& seq, FinishReason reason, std::string error, absl::Time now) const;
   void Update(const SchedulerOutput& scheduled, const StepOutput& out, EngineStep& step);
+  // Logit row r of a step as rank 0 sampled from it: `row` with the plan's edits applied
+  // (valid until the next call).
+  absl::Span<const float> EditedRow(const LogitEdits& edits, int32_t r, absl::Span<const float> row);
   // The update stage's end: the proposer's drafts for `requests` (collected by Update).
   void Propose(absl::Span<const DraftRequest> requests, EngineStep& step);
   void FailAll(const absl::Status& error, EngineStep& step);
@@ -123,6 +126,7 @@ class EngineCore {
   Scheduler scheduler_;
   std::optional<std::mt19937_64> seeds_;  // with a seed: the requests' seeds
   std::unique_ptr<DraftProposer> proposer_;
+  std::vector<float> edited_row_;  // EditedRow's
 };
 
 }  // namespace tpserve

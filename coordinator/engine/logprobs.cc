@@ -55,6 +55,7 @@ absl::StatusOr<TokenLogprob> ComputeLogprobs(absl::Span<const float> logits, con
   std::vector<std::pair<int32_t, float>>& top = out.top;
   top.reserve(n + 1);
   for (int64_t i = 0; i < V && n > 0; ++i) {
+    if (x[i] == -std::numeric_limits<float>::infinity()) continue;  // masked: never sampled, never listed
     if (static_cast<int64_t>(top.size()) == n && !(x[i] > top.back().second)) continue;
     const auto pos = std::upper_bound(top.begin(), top.end(), x[i],
                                       [](float v, const std::pair<int32_t, float>& e) { return v > e.second; });

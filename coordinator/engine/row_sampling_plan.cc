@@ -1,6 +1,8 @@
 // Worker-side sampling rows from request settings. Tested by tests/row_sampling_plan_test.cc.
 #include "coordinator/engine/row_sampling_plan.h"
 
+#include <algorithm>
+
 namespace tpserve {
 
 RowSamplingPlanner::RowSamplingPlanner(int64_t vocab_size, std::vector<int32_t> eos_token_ids)
@@ -25,7 +27,7 @@ void RowSamplingPlanner::Entry(int32_t token, int32_t count, StepDelta& plan) {
 
 void RowSamplingPlanner::AddRow(const SamplingParams& params, uint64_t seed,
                                 absl::Span<const int32_t> prompt_ids, absl::Span<const int32_t> output_ids,
-                                StepDelta& plan, absl::Span<const int32_t> drafts) {
+                                StepDelta& plan, absl::Span<const int32_t> drafts, const TokenMatcher* grammar) {
   if (entry_of_.empty()) entry_of_.assign(vocab_size_, -1);
   if (plan.penalty_offsets.empty()) plan.penalty_offsets.push_back(0);
   RowSampling r;
@@ -59,6 +61,36 @@ void RowSamplingPlanner::AddRow(const SamplingParams& params, uint64_t seed,
   for (int32_t t : touched_) entry_of_[t] = -1;
   touched_.clear();
   plan.penalty_offsets.push_back(static_cast<int32_t>(plan.penalty_tokens.size()));
+  AddEdits(params, grammar, plan);
+}
+
+void RowSamplingPlanner::AddEdits(const SamplingParams& params, const TokenMatcher* grammar, StepDelta& plan) {
+  LogitEdits& e = plan.edits;
+  const size_t row = plan.sampling.size() - 1;
+  if (!params.logit_bias.empty() && e.bias_offsets.empty()) e.bias_offsets.assign(row + 1, 0);
+  if (!e.bias_offsets.empty()) {
+    for (const auto& [id, bias] : params.logit_bias) {
+      e.bias_tokens.push_back(id);
+      e.bias_values.push_back(bias);
+    }
+    e.bias_offsets.push_back(static_cast<int32_t>(e.bias_tokens.size()));
+  }
+  const bool masked_before = !e.mask_index.empty();
+  if (grammar == nullptr && !masked_before) return;
+  if (!masked_before) e.mask_index.assign(row, -1);
+  if (grammar == nullptr) {
+    e.mask_index.push_back(-1);
+    return;
+  }
+  const int64_t words = LogitEdits::mask_words(vocab_size_);
+  e.mask_index.push_back(static_cast<int32_t>(e.masks.size() / words));
+  FillNextTokenMask(*grammar, &mask_);
+  const absl::Span<const uint64_t> allowed = mask_.words();
+  // The grammar's vocabulary (the tokenizer's) may be shorter than the model's: the ids
+  // past it are never allowed.
+  const size_t n = std::min<size_t>(allowed.size(), words);
+  e.masks.insert(e.masks.end(), allowed.begin(), allowed.begin() + n);
+  e.masks.resize(e.masks.size() + (words - n), 0);
 }
 
 }  // namespace tpserve

@@ -11,6 +11,8 @@
 
 #include "absl/types/span.h"
 #include "coordinator/engine/sampling_params.h"
+#include "coordinator/structured/bit_mask.h"
+#include "coordinator/structured/token_matcher.h"
 #include "worker/step.h"
 
 namespace tpserve {
@@ -24,16 +26,23 @@ class RowSamplingPlanner {
   // reject.
   // `drafts`: draft tokens taken as accepted after output_ids (speculative decoding's row
   // after them); the row then samples output position output_ids.size() + drafts.size().
+  // `grammar`: structured output's state before this row's token (the drafts before it
+  // included); the row then samples only what it allows (plan.edits' mask). The request's
+  // logit_bias goes to plan.edits too.
   void AddRow(const SamplingParams& params, uint64_t seed, absl::Span<const int32_t> prompt_ids,
-              absl::Span<const int32_t> output_ids, StepDelta& plan, absl::Span<const int32_t> drafts = {});
+              absl::Span<const int32_t> output_ids, StepDelta& plan, absl::Span<const int32_t> drafts = {},
+              const TokenMatcher* grammar = nullptr);
 
  private:
   void Entry(int32_t token, int32_t count, StepDelta& plan);
+  // plan.edits for the row just added (rows before the first edit get none).
+  void AddEdits(const SamplingParams& params, const TokenMatcher* grammar, StepDelta& plan);
 
   int64_t vocab_size_;
   std::vector<int32_t> eos_token_ids_;
   std::vector<int32_t> entry_of_;  // [V] index into plan.penalty_tokens of this row, or -1
   std::vector<int32_t> touched_;   // tokens with an entry in this row
+  BitMask mask_;                   // scratch for a grammar's mask
 };
 
 }  // namespace tpserve

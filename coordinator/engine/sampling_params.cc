@@ -3,6 +3,7 @@
 
 #include <limits>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/base.h"
@@ -49,6 +50,18 @@ absl::Status SamplingParams::Validate(int64_t vocab_size) const {
   }
   if (logprobs.has_value() && (*logprobs < 0 || *logprobs > kMaxLogprobs)) {
     return invalid("logprobs must be in [0, ", kMaxLogprobs, "], got ", *logprobs);
+  }
+  absl::flat_hash_set<int32_t> biased;
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0 || id >= vocab_size) {
+      return invalid("logit_bias: token id ", id, " is outside the vocabulary [0, ", vocab_size, ")");
+    }
+    if (!(bias >= -100 && bias <= 100)) return invalid("logit_bias: the bias of token ", id, " must be in [-100, 100], got ", bias);
+    if (!biased.insert(id).second) return invalid("logit_bias: token id ", id, " appears twice");
+  }
+  // A schema can leave EOS as the only allowed token; min_tokens would then mask it too.
+  if (grammar != nullptr && min_tokens > 0) {
+    return invalid("min_tokens cannot be combined with response_format (structured output)");
   }
   return absl::OkStatus();
 }

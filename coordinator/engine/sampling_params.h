@@ -4,13 +4,17 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 
 namespace tpserve {
+
+class CompiledGrammar;  // coordinator/structured/compiled_grammar.h
 
 // vLLM's meanings and defaults. The workers apply them in the order penalties ->
 // temperature -> top-k -> top-p -> min-p (kernels/row_sampling.h).
@@ -44,6 +48,14 @@ struct SamplingParams {
   // Unset: no logprobs. N in 0..20: the chosen token's logprob and the top N (id,
   // logprob) pairs (vLLM's `logprobs`; OpenAI's logprobs=true, top_logprobs=N).
   std::optional<int32_t> logprobs;
+  // OpenAI's logit_bias: (token id, bias in [-100, 100]) added to those logits before
+  // anything else (rule 0 of kernels/row_sampling.h); ids unique and in [0, vocab).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // Structured output (response_format): every sampled token keeps the output a prefix of
+  // a document this grammar accepts, and EOS comes only once it is complete
+  // (coordinator/structured/). Null: free text. Compiled by the front end for the model's
+  // tokenizer; ids past the model's vocabulary are never sampled.
+  std::shared_ptr<const CompiledGrammar> grammar;
   // Engine-internal, not settable from the APIs: every sampled token's whole fp32 logits
   // row comes back with it (the transformers parity tests and the engine benchmark).
   bool return_logits = false;

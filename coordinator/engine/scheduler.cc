@@ -2,6 +2,7 @@
 #include "coordinator/engine/scheduler.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -134,7 +135,8 @@ int32_t Scheduler::MaxDrafts(const Sequence& seq) const {
 
 int32_t Scheduler::ScheduleDrafts(Sequence& seq, int32_t budget) {
   if (seq.draft_ids().empty() || config_.num_speculative_tokens == 0) return 0;
-  const int32_t k = std::min({static_cast<int32_t>(seq.draft_ids().size()), MaxDrafts(seq), budget});
+  int32_t k = std::min({static_cast<int32_t>(seq.draft_ids().size()), MaxDrafts(seq), budget});
+  if (seq.grammar() != nullptr) k = std::min(k, GrammarDraftPrefix(*seq.grammar(), seq.draft_ids()));
   // Each running sequence may need a fresh block for its own next token: keep one each.
   return k > 0 ? block_manager_.AllocateLookahead(seq, k, static_cast<int64_t>(running_.size())) : 0;
 }
@@ -309,10 +311,13 @@ void Scheduler::BuildStepPlan(SchedulerOutput& decision) {
     plan.sampled_rows.push_back(static_cast<int32_t>(row));
     plan.sampled_counts.push_back(1 + s.num_draft);
     // The row after draft i samples output position num_output + i as if drafts 0..i-1
-    // had been accepted (penalties, min_tokens and the draw index all see them).
+    // had been accepted (penalties, min_tokens, the draw index and the grammar all see them).
+    std::optional<TokenMatcher> grammar;
+    if (seq.grammar() != nullptr) grammar = *seq.grammar();
     for (int32_t i = 0; i <= s.num_draft; ++i) {
       row_sampling_.AddRow(seq.params(), seq.seed(), seq.prompt_token_ids(), seq.output_token_ids(), plan,
-                           absl::MakeConstSpan(seq.draft_ids()).first(i));
+                           absl::MakeConstSpan(seq.draft_ids()).first(i), grammar ? &*grammar : nullptr);
+      if (grammar && i < s.num_draft) TP_CHECK(grammar->AcceptToken(seq.draft_ids()[i]));
     }
     if (seq.params().logprobs.has_value() || seq.params().return_logits) plan.return_logits = true;
   }
@@ -320,6 +325,13 @@ void Scheduler::BuildStepPlan(SchedulerOutput& decision) {
   if (std::all_of(plan.sampled_counts.begin(), plan.sampled_counts.end(), [](int32_t c) { return c == 1; })) {
     plan.sampled_counts.clear();
   }
+}
+
+int32_t GrammarDraftPrefix(const TokenMatcher& grammar, absl::Span<const int32_t> drafts) {
+  TokenMatcher g = grammar;
+  int32_t n = 0;
+  while (n < static_cast<int32_t>(drafts.size()) && !g.IsTerminated() && g.AcceptToken(drafts[n])) ++n;
+  return n;
 }
 
 FinishReason Scheduler::TokenStop(const Sequence& seq, int32_t token, int32_t* stop_token_id) const {
@@ -360,10 +372,22 @@ std::vector<SequenceOutput> Scheduler::Update(const SchedulerOutput& output,
     o.logit_row = first_row;
     o.num_draft = s.num_draft;
     o.num_accepted = NumAcceptedDrafts(absl::MakeConstSpan(seq->draft_ids()).first(s.num_draft), sampled);
+    std::string error;
     for (int32_t i = 0; i <= o.num_accepted && o.finish_reason == FinishReason::kNone; ++i) {
       seq->AppendToken(sampled[i]);
       o.token_ids.push_back(sampled[i]);
       o.finish_reason = TokenStop(*seq, sampled[i], &o.stop_token_id);
+      if (TokenMatcher* grammar = seq->grammar()) {
+        // The row's mask allowed only what the grammar accepts; a refusal is a sampling bug.
+        if (!grammar->AcceptToken(sampled[i])) {
+          o.finish_reason = FinishReason::kError;
+          error = absl::StrCat("structured output: the sampled token ", sampled[i],
+                               " does not fit the response_format grammar (no token of the model's vocabulary "
+                               "can continue the output?)");
+        } else if (grammar->IsTerminated() && o.finish_reason == FinishReason::kNone) {
+          o.finish_reason = FinishReason::kStop;  // an end the grammar allows, not the engine's EOS
+        }
+      }
     }
     // The KV of its own tokens and of the drafts kept (each kept token but the newest).
     block_manager_.CommitComputed(*seq, own + static_cast<int32_t>(o.token_ids.size()) - 1);
@@ -375,7 +399,7 @@ std::vector<SequenceOutput> Scheduler::Update(const SchedulerOutput& output,
       if (static_cast<int32_t>(spec_.accepted_per_pos.size()) < s.num_draft) spec_.accepted_per_pos.resize(s.num_draft);
       for (int32_t i = 0; i < o.num_accepted; ++i) ++spec_.accepted_per_pos[i];
     }
-    if (o.finish_reason != FinishReason::kNone) FinishSequence(seq, o.finish_reason);
+    if (o.finish_reason != FinishReason::kNone) FinishSequence(seq, o.finish_reason, std::move(error));
     outputs.push_back(std::move(o));
   }
   return outputs;

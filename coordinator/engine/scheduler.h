@@ -108,6 +108,11 @@ struct DraftRequest {
 };
 
 // Speculative decoding's counters since start (vLLM's spec_decode_* metrics).
+// How many leading drafts the grammar accepts after the sequence's output (structured
+// output: a draft it refuses could never be sampled, so it and those after it are not
+// verified).
+int32_t GrammarDraftPrefix(const TokenMatcher& grammar, absl::Span<const int32_t> drafts);
+
 struct SpecDecodeStats {
   int64_t num_drafts = 0;         // sequence-steps that verified at least one draft token
   int64_t num_draft_tokens = 0;

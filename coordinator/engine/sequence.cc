@@ -25,6 +25,7 @@ Sequence::Sequence(SequenceRequest request, int64_t arrival)
       token_ids_(std::move(request.prompt_token_ids)),
       num_prompt_tokens_(static_cast<int32_t>(token_ids_.size())) {
   times_.arrival = request.arrival;
+  if (params_.grammar != nullptr) grammar_.emplace(params_.grammar);
 }
 
 void Sequence::SetRunning() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/time/time.h"
 #include "coordinator/engine/request.h"  // FinishReason: one enum, shared with the API front ends
 #include "coordinator/engine/sampling_params.h"
+#include "coordinator/structured/token_matcher.h"
 
 namespace tpserve {
 
@@ -93,6 +95,12 @@ class Sequence {
   const std::vector<int32_t>& draft_ids() const { return draft_ids_; }
   void set_draft_ids(std::vector<int32_t> ids) { draft_ids_ = std::move(ids); }
 
+  // Structured output: the grammar's state after the output so far (params().grammar);
+  // null for free text. The scheduler masks the sequence's rows with it and advances it by
+  // every appended token.
+  TokenMatcher* grammar() { return grammar_ ? &*grammar_ : nullptr; }
+  const TokenMatcher* grammar() const { return grammar_ ? &*grammar_ : nullptr; }
+
   SequenceStatus status() const { return status_; }
   bool is_finished() const { return status_ == SequenceStatus::kFinished; }
   bool is_running() const { return status_ == SequenceStatus::kRunning; }
@@ -119,6 +127,7 @@ class Sequence {
   SequenceTimes times_;
   std::vector<int32_t> token_ids_;
   std::vector<int32_t> draft_ids_;
+  std::optional<TokenMatcher> grammar_;
   int32_t num_prompt_tokens_;
   SequenceStatus status_ = SequenceStatus::kWaiting;
   FinishReason finish_reason_ = FinishReason::kNone;

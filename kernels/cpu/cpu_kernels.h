@@ -92,6 +92,15 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
 // Index of the largest element (the first one on ties).
 int64_t Argmax(const float* x, int64_t n);
 
+// Rule 0 of kernels/row_sampling.h over fp32 rows [rows, vocab], in place. Row r adds
+// bias_values[e] to token bias_tokens[e] for e in [bias_offsets[r], bias_offsets[r + 1])
+// (bias_offsets null: no bias), then, when mask_index (null: no masks) gives r a mask m >= 0,
+// sets every token whose bit is clear in masks[m * mask_words ...] (bit t of word t / 64)
+// to -inf. Token ids outside [0, vocab) are skipped.
+void ApplyLogitEdits(float* logits, int64_t rows, int64_t vocab, const int32_t* bias_offsets,
+                     const int32_t* bias_tokens, const float* bias_values, const int32_t* mask_index,
+                     const uint64_t* masks, int64_t mask_words);
+
 // The sampling rule of kernels/row_sampling.h over fp32 rows [rows, vocab]: applies row
 // r's penalty entries [offsets[r], offsets[r + 1]) of token_ids/counts in place, then
 // writes the sampled token to out[r].

@@ -559,6 +559,29 @@ int32_t SampleRow(const float* l, int64_t V, const RowSampling& p, Scratch& sc) 
 
 }  // namespace
 
+void ApplyLogitEdits(float* logits, int64_t rows, int64_t vocab, const int32_t* bias_offsets,
+                     const int32_t* bias_tokens, const float* bias_values, const int32_t* mask_index,
+                     const uint64_t* masks, int64_t mask_words) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* l = logits + r * vocab;
+    if (bias_offsets != nullptr) {
+      for (int32_t e = bias_offsets[r]; e < bias_offsets[r + 1]; ++e) {
+        if (bias_tokens[e] >= 0 && bias_tokens[e] < vocab) l[bias_tokens[e]] += bias_values[e];
+      }
+    }
+    if (mask_index == nullptr || mask_index[r] < 0) continue;
+    const uint64_t* m = masks + mask_index[r] * mask_words;
+    for (int64_t w = 0; w * 64 < vocab; ++w) {
+      const uint64_t clear = ~m[w];
+      if (clear == 0) continue;
+      const int64_t n = std::min<int64_t>(64, vocab - w * 64);
+      for (int64_t b = 0; b < n; ++b) {
+        if ((clear >> b) & 1) l[w * 64 + b] = -kInf;
+      }
+    }
+  }
+}
+
 void SampleRows(float* logits, int64_t rows, int64_t vocab, const RowSampling* params, const int32_t* offsets,
                 const int32_t* token_ids, const int32_t* counts, int32_t* out) {
   thread_local Scratch scratch;
