@@ -64,6 +64,10 @@ ABSL_FLAG(std::string, generation_config, "auto",
           "Sampling defaults for requests that leave temperature, top_k, top_p, min_p or repetition_penalty unset "
           "(vLLM's flag): auto (the --model folder's generation_config.json, where it has one), vllm (none: "
           "tpserve's own defaults), or a folder holding a generation_config.json");
+ABSL_FLAG(std::string, tool_call_parser, "",
+          "serve: how the model writes tool calls, for chat requests with tools and tool_choice \"auto\" (vLLM's "
+          "flag): gemma4, llama3_json, hermes, qwen3_coder or none; empty: read off the chat template "
+          "(docs/tool_calls.md)");
 // `tpserve serve` (also the engine flags above).
 ABSL_FLAG(std::string, host, "0.0.0.0", "serve: address the APIs listen on");
 ABSL_FLAG(int, grpc_port, 50051, "serve: gRPC port (0: any free port, see --port-file; -1: off)");
@@ -249,6 +253,7 @@ int main(int argc, char** argv) {
     o.max_pending_renders = absl::GetFlag(FLAGS_max_pending_renders);
     if (absl::GetFlag(FLAGS_seed) >= 0) o.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
     o.generation_config = absl::GetFlag(FLAGS_generation_config);
+    o.tool_call_parser = absl::GetFlag(FLAGS_tool_call_parser);
     if (code == 0) code = tpserve::RunServe(o, world);
 #else
     code = Fail("this tpserve was built without gRPC, Boost and cpp-httplib, so `serve` is not available");

@@ -210,9 +210,19 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
         ho.render_pool = render_pool;
         ho.metrics = &metrics;
         ho.generation_defaults = generation_defaults;
+        if (!o.tool_call_parser.empty()) {
+          absl::StatusOr<ToolCallFormat> parser = ParseToolCallFormatName(o.tool_call_parser);
+          if (parser.ok()) {
+            ho.tool_call_parser = *parser;
+          } else {
+            front = absl::InvalidArgumentError(absl::StrCat("--tool-call-parser: ", parser.status().message()));
+          }
+        }
         if (absl::Status fds = RaiseOpenFileLimit(o.max_connections); !fds.ok()) Log(world, std::string(fds.message()));
-        http = std::make_unique<HttpServer>(deferred, *tokenizer, chat.get(), ho);
-        front = http->Start();
+        if (front.ok()) {
+          http = std::make_unique<HttpServer>(deferred, *tokenizer, chat.get(), ho);
+          front = http->Start();
+        }
       }
       if (front.ok()) {
         Log(world, absl::StrCat("listening: gRPC ", grpc ? absl::StrCat(o.host, ":", grpc->port()) : "off", ", HTTP ",

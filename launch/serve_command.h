@@ -47,6 +47,9 @@ struct ServeCommandOptions {
   // Sampling defaults for requests that leave fields unset: auto | vllm | a folder holding
   // generation_config.json (coordinator/engine/generation_defaults.h). Rank 0 reads it.
   std::string generation_config = "auto";
+  // --tool-call-parser: a ToolCallFormat name (coordinator/text/tool_calls.h); empty: the chat
+  // template's.
+  std::string tool_call_parser;
 };
 
 // The signals on which `serve` drains: SIGTERM, SIGINT, and SIGUSR1, which Open MPI's mpirun

@@ -29,6 +29,13 @@ LENGTH = {"ignore_eos": True}  # vLLM's extension: never stop on EOS
 failures = 0
 
 
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 8},
+                                     "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}},
+         {"type": "function", "function": {"name": "get_time", "parameters": {
+             "type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"]}}}]
+
+
 class Person(BaseModel):  # structured output: every field bounded
     name: str = Field(max_length=6)
     age: int
@@ -290,6 +297,71 @@ def sync_checks(client, lenient):
             expect("minimum" in e.message, f"message does not name the keyword: {e.message!r}")
 
     run("response_format with an unsupported keyword -> BadRequestError naming it", bad_schema)
+
+    def named_tool_stream():
+        # A named function: the output is constrained to its arguments and streams as one call.
+        for seed in range(3):
+            s = client.chat.completions.create(model=MODEL, messages=MESSAGES, tools=TOOLS, max_tokens=200, seed=seed,
+                                               tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                                               stream=True)
+            ids, names, args, finish = set(), set(), "", None
+            for ch in s:
+                if not ch.choices:
+                    continue
+                for tc in ch.choices[0].delta.tool_calls or []:
+                    expect(tc.index == 0, f"index {tc.index}")
+                    if tc.id:
+                        ids.add(tc.id)
+                    if tc.function and tc.function.name:
+                        names.add(tc.function.name)
+                    if tc.function and tc.function.arguments:
+                        args += tc.function.arguments
+                finish = ch.choices[0].finish_reason or finish
+            expect(len(ids) == 1 and names == {"get_weather"}, f"ids {ids} names {names}")
+            expect(finish == "tool_calls", f"finish {finish}")
+            a = json.loads(args)
+            expect(set(a) <= {"city", "unit"} and "city" in a and len(a["city"]) <= 8, f"arguments {a}")
+
+    run("sync chat stream, tool_choice a named function: one streamed tool call with valid arguments",
+        named_tool_stream)
+
+    def required_tools():
+        # The list of calls is unbounded: random weights may still be inside it at max_tokens
+        # (then it is content, finish "length"); those that end are calls.
+        calls = None
+        for seed in range(6):
+            r = client.chat.completions.create(model=MODEL, messages=MESSAGES, tools=TOOLS, tool_choice="required",
+                                               max_tokens=400, seed=seed)
+            choice = r.choices[0]
+            if choice.finish_reason == "length":
+                expect(choice.message.content and not choice.message.tool_calls, f"cut short: {choice.message}")
+                continue
+            expect(choice.finish_reason == "tool_calls" and choice.message.tool_calls, f"message {choice.message}")
+            for call in choice.message.tool_calls:
+                expect(call.type == "function" and call.function.name in ("get_weather", "get_time"), f"call {call}")
+                json.loads(call.function.arguments)
+            calls = calls or choice.message.tool_calls
+        expect(calls, "no seed of 6 finished its list of calls in 400 tokens")
+        # The conversation goes on with the tool's answer.
+        follow = MESSAGES + [{"role": "assistant", "tool_calls": [c.model_dump() for c in calls]},
+                             {"role": "tool", "tool_call_id": calls[0].id, "content": "sunny"}]
+        r = client.chat.completions.create(model=MODEL, messages=follow, max_tokens=4, extra_body=LENGTH)
+        check_chat(r, 4)
+
+    run("sync chat tool_choice required: message.tool_calls, then a role tool message is accepted", required_tools)
+
+    def auto_tools():
+        # The fixture's Gemma 4 template renders the tools; random weights rarely write a call,
+        # so this checks the shapes: a reply (content and/or calls) and a finish reason.
+        r = client.chat.completions.create(model=MODEL, messages=MESSAGES, tools=TOOLS, max_tokens=8, seed=3)
+        m = r.choices[0].message
+        expect(m.content is not None or m.tool_calls, f"message {m}")
+        expect(r.choices[0].finish_reason in ("stop", "length", "tool_calls"), f"finish {r.choices[0].finish_reason}")
+        chunks = list(client.chat.completions.create(model=MODEL, messages=MESSAGES, tools=TOOLS, max_tokens=8, seed=3,
+                                                     stream=True))
+        expect(chunks[-1].choices[0].finish_reason == r.choices[0].finish_reason, f"last chunk {chunks[-1]}")
+
+    run("sync chat with tools, tool_choice auto: whole and streamed", auto_tools)
 
 
 async def async_checks(client, lenient):

@@ -162,19 +162,58 @@ TEST(OpenAiParseTest, ResponseFormatAndLogitBias) {
   ExpectFieldError(ParseCompletion(R"({"prompt": "x", "logit_bias": [1]})"), "logit_bias", "an object");
 }
 
+// tools and tool_choice: offered to the template unless "none"; "auto" keeps special tokens
+// in the text (call markers); "required" and a named function become a JSON schema.
+TEST(OpenAiParseTest, ToolsAndToolChoice) {
+  const std::string chat = R"({"messages": [{"role": "user", "content": "x"}], )";
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "get", "parameters":
+      {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
+  auto automatic = ParseChat(chat + tools + "}");
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ(automatic->tool_use.choice, ToolUse::Choice::kAuto);
+  EXPECT_EQ(std::get<ChatPrompt>(automatic->input.prompt).tools[0]["function"]["name"], "get");
+  EXPECT_FALSE(automatic->input.params.skip_special_tokens);
+  EXPECT_FALSE(automatic->input.response_format.has_value());
+
+  auto none = ParseChat(chat + tools + R"(, "tool_choice": "none"})");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->tool_use.choice, ToolUse::Choice::kNone);
+  EXPECT_TRUE(std::get<ChatPrompt>(none->input.prompt).tools.is_null());  // not offered
+  EXPECT_TRUE(none->input.params.skip_special_tokens);
+
+  auto named = ParseChat(chat + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "get"}}})");
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->tool_use.choice, ToolUse::Choice::kNamed);
+  EXPECT_EQ(named->tool_use.function, "get");
+  ASSERT_TRUE(named->input.response_format.has_value());
+  EXPECT_EQ(Json::parse(named->input.response_format->schema)["required"], Json::parse(R"(["city"])"));
+
+  auto required = ParseChat(chat + tools + R"(, "tool_choice": "required"})");
+  ASSERT_TRUE(required.ok()) << required.status();
+  ASSERT_TRUE(required->input.response_format.has_value());
+  EXPECT_EQ(Json::parse(required->input.response_format->schema)["type"], "array");
+
+  ExpectFieldError(ParseChat(chat + R"("tool_choice": "auto"})"), "tool_choice", "needs a non-empty");
+  ExpectFieldError(ParseChat(chat + tools + R"(, "tool_choice": "sometimes"})"), "tool_choice", "\"required\"");
+  ExpectFieldError(ParseChat(chat + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "put"}}})"),
+                   "tool_choice", "put");
+  ExpectFieldError(ParseChat(chat + R"("tools": [{"type": "function", "function": {}}]})"), "tools", "tools[0]");
+  ExpectFieldError(ParseChat(chat + tools + R"(, "tool_choice": "required", "response_format": {"type": "json_object"}})"),
+                   "response_format", "cannot be combined");
+  // A tool's answer and an assistant's call are accepted in the conversation.
+  auto turns = ParseChat(R"({"messages": [{"role": "user", "content": "x"},
+      {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get", "arguments": "{}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}], )" + tools + "}");
+  EXPECT_TRUE(turns.ok()) << turns.status();
+}
+
 // Features not implemented yet are refused by name, never accepted and ignored; their
 // neutral values pass.
 TEST(OpenAiParseTest, UnimplementedFeaturesAreRefusedNotIgnored) {
   ExpectFieldError(ParseCompletion(R"({"prompt": "x", "best_of": 3})"), "best_of", "must be 1");
   ExpectFieldError(ParseCompletion(R"({"prompt": "x", "suffix": "end"})"), "suffix", "fill-in-the-middle");
-  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}])";
-  ExpectFieldError(ParseChat(R"({"messages": [{"role": "user", "content": "x"}], )" + tools + "}"), "tools",
-                   "tool calling is not supported");
-  ExpectFieldError(ParseChat(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"})"),
-                   "tool_choice", "tool calling is not supported");
-  for (const std::string& neutral : std::vector<std::string>{
-           R"("logit_bias": {})", R"("best_of": 1)", R"("logit_bias": null)",
-        R"("tools": [], "tool_choice": "none")", tools + R"(, "tool_choice": "none")"}) {
+  for (const std::string& neutral : std::vector<std::string>{R"("logit_bias": {})", R"("best_of": 1)",
+                                                              R"("logit_bias": null)"}) {
     auto r = ParseChat(R"({"messages": [{"role": "user", "content": "x"}], )" + neutral + "}");
     EXPECT_TRUE(r.ok()) << neutral << ": " << r.status();
   }
@@ -411,6 +450,88 @@ TEST_F(OpenAiResponseTest, ChatStreamChunkSequence) {
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"], Json::parse(R"({"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7})"));
   EXPECT_EQ(p[4], "[DONE]");
+}
+
+// tool_choice "auto": calls in the model's syntax become message.tool_calls (content the
+// rest, null when empty) and finish_reason "tool_calls"; streamed, the call arrives as one
+// delta.tool_calls entry and the held-back marker text never appears as content.
+TEST_F(OpenAiResponseTest, ToolCallsFromTheModelsSyntax) {
+  OpenAiRequest req;
+  req.endpoint = OpenAiEndpoint::kChatCompletions;
+  req.tool_use.choice = ToolUse::Choice::kAuto;
+  req.tool_use.tools = Json::parse(R"([{"type": "function", "function": {"name": "get"}}])");
+  const std::string call = "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  OpenAiResponseBuilder whole(req, "chatcmpl-t", "m", 1, *tokenizer_, ToolCallFormat::kHermes);
+  whole.Accumulate(Event(call, {1, 2}, 2, FinishReason::kStop));
+  Json body = Json::parse(whole.Body());
+  const Json& message = body["choices"][0]["message"];
+  EXPECT_TRUE(message["content"].is_null()) << message;
+  ASSERT_EQ(message["tool_calls"].size(), 1u) << message;
+  EXPECT_EQ(message["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get");
+  EXPECT_EQ(Json::parse(message["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            Json::parse(R"({"city": "Paris"})"));
+  EXPECT_EQ(message["tool_calls"][0]["id"].get<std::string>().rfind("call_", 0), 0u);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "tool_calls");
+
+  req.stream = true;
+  OpenAiResponseBuilder streamed(req, "chatcmpl-t", "m", 1, *tokenizer_, ToolCallFormat::kHermes);
+  std::string sse = streamed.Chunks(Event("Let me look. ", {1}, 1));
+  for (size_t i = 0; i < call.size(); i += 7) sse += streamed.Chunks(Event(call.substr(i, 7), {2}, 2));
+  sse += streamed.Chunks(Event("", {3}, 3, FinishReason::kStop));
+  std::string content;
+  Json calls = Json::array();
+  Json finish;
+  for (const std::string& p : Payloads(sse)) {
+    if (p == "[DONE]") continue;
+    const Json chunk = Json::parse(p);
+    const Json& choice = chunk["choices"][0];
+    if (choice["delta"].contains("content")) content += choice["delta"]["content"].get<std::string>();
+    if (choice["delta"].contains("tool_calls")) {
+      for (const Json& c : choice["delta"]["tool_calls"]) calls.push_back(c);
+    }
+    if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+  }
+  EXPECT_EQ(content, "Let me look.");
+  ASSERT_EQ(calls.size(), 1u) << sse;
+  EXPECT_EQ(calls[0]["index"], 0);
+  EXPECT_EQ(calls[0]["function"]["name"], "get");
+  EXPECT_EQ(finish, "tool_calls");
+}
+
+// tool_choice "required": the constrained JSON list becomes the calls; cut short by
+// max_tokens it stays text with finish "length". A named function streams its arguments.
+TEST_F(OpenAiResponseTest, ForcedToolCalls) {
+  OpenAiRequest req;
+  req.endpoint = OpenAiEndpoint::kChatCompletions;
+  req.tool_use.choice = ToolUse::Choice::kRequired;
+  req.tool_use.tools = Json::parse(R"([{"type": "function", "function": {"name": "get"}}])");
+  OpenAiResponseBuilder b(req, "chatcmpl-r", "m", 1, *tokenizer_);
+  b.Accumulate(Event(R"([{"name": "get", "parameters": {"a": 1}}])", {1}, 1, FinishReason::kStop));
+  Json message = Json::parse(b.Body())["choices"][0]["message"];
+  ASSERT_EQ(message["tool_calls"].size(), 1u) << message;
+  EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], R"({"a":1})");
+  OpenAiResponseBuilder cut(req, "chatcmpl-r", "m", 1, *tokenizer_);
+  cut.Accumulate(Event(R"([{"name": "ge)", {1}, 1, FinishReason::kLength));
+  Json body = Json::parse(cut.Body());
+  EXPECT_EQ(body["choices"][0]["message"]["content"], R"([{"name": "ge)");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+
+  req.tool_use.choice = ToolUse::Choice::kNamed;
+  req.tool_use.function = "get";
+  req.stream = true;
+  OpenAiResponseBuilder named(req, "chatcmpl-n", "m", 1, *tokenizer_);
+  std::string sse = named.Chunks(Event(R"({"a")", {1}, 1));
+  sse += named.Chunks(Event(": 1}", {2}, 2, FinishReason::kStop));
+  std::vector<std::string> p = Payloads(sse);
+  ASSERT_EQ(p.size(), 4u) << sse;
+  const Json first = Json::parse(p[1])["choices"][0]["delta"]["tool_calls"][0];
+  EXPECT_EQ(first["function"]["name"], "get");
+  EXPECT_EQ(first["function"]["arguments"], R"({"a")");
+  const Json second = Json::parse(p[2])["choices"][0];
+  EXPECT_EQ(second["delta"]["tool_calls"][0]["function"]["arguments"], ": 1}");
+  EXPECT_FALSE(second["delta"]["tool_calls"][0].contains("id"));
+  EXPECT_EQ(second["finish_reason"], "tool_calls");
 }
 
 TEST_F(OpenAiResponseTest, CompletionStreamWithoutUsageEndsWithFinishThenDone) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/api/api_error.h"
 #include "coordinator/api/openai_response.h"
 #include "nlohmann/json.hpp"
 
@@ -115,6 +116,14 @@ class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
   std::shared_ptr<ResponsePump> self_;
 };
 
+// The tool-call syntax of the template that renders requests with tools.
+ToolCallFormat ChatToolCallFormat(const ModelChatTemplate* chat_template) {
+  if (chat_template == nullptr) return ToolCallFormat::kNone;
+  const ChatTemplate* t = chat_template->Find("tool_use");
+  if (t == nullptr) t = chat_template->Find("default");
+  return t == nullptr ? ToolCallFormat::kNone : DetectToolCallFormat(t->source());
+}
+
 }  // namespace
 
 HttpServer::HttpServer(EngineApi& engine, const Tokenizer& tokenizer, const ModelChatTemplate* chat_template,
@@ -123,6 +132,7 @@ HttpServer::HttpServer(EngineApi& engine, const Tokenizer& tokenizer, const Mode
       options_(std::move(options)),
       builder_(engine, tokenizer, chat_template, options_.served_model_names,
                options_.generation_defaults),
+      tool_format_(options_.tool_call_parser.value_or(ChatToolCallFormat(chat_template))),
       own_metrics_(options_.metrics != nullptr
                        ? nullptr
                        : std::make_unique<FrontendMetrics>(engine, builder_.served_model_names().front())),
@@ -205,6 +215,12 @@ void HttpServer::Generate(OpenAiEndpoint endpoint, const std::shared_ptr<HttpExc
   RequestTracker tracker(metrics_, exchange->request().arrival);
   absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(endpoint, exchange->request().body);
   if (!parsed.ok()) return Reply(*exchange, parsed.status());
+  if (parsed->tool_use.choice == ToolUse::Choice::kAuto && tool_format_ == ToolCallFormat::kNone) {
+    return Reply(*exchange, FieldError("tools", "tool_choice \"auto\": this model's chat template writes no tool-call "
+                                                "syntax tpserve can read back (docs/tool_calls.md); start the server "
+                                                "with --tool-call-parser, or send tool_choice \"required\" or a "
+                                                "named function"));
+  }
   const std::string model = builder_.ResolveModel(parsed->input.model);
   absl::StatusOr<ServeRequest> request =
       builder_.Build(parsed->input, endpoint == OpenAiEndpoint::kCompletions ? "cmpl-" : "chatcmpl-");
@@ -214,7 +230,7 @@ void HttpServer::Generate(OpenAiEndpoint endpoint, const std::shared_ptr<HttpExc
   absl::StatusOr<std::shared_ptr<RequestStream>> stream = engine_.Submit(*std::move(request));
   if (!stream.ok()) return Reply(*exchange, stream.status());
   OpenAiResponseBuilder response(*parsed, std::move(id), model, absl::ToUnixSeconds(absl::Now()),
-                                 builder_.tokenizer());
+                                 builder_.tokenizer(), tool_format_);
   std::make_shared<ResponsePump>(exchange, *std::move(stream), std::move(response), parsed->stream,
                                  std::move(tracker), *metrics_)
       ->Start();

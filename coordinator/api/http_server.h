@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "coordinator/api/http_transport.h"
 #include "coordinator/api/openai_json.h"
 #include "coordinator/api/request_builder.h"
+#include "coordinator/text/tool_calls.h"
 #include "coordinator/api/task_pool.h"
 #include "coordinator/engine/engine_api.h"
 #include "coordinator/text/chat_template_loader.h"
@@ -43,6 +45,10 @@ struct HttpServerOptions {
   FrontendMetrics* metrics = nullptr;  // What requests that leave a sampling field unset get (--generation-config); empty: the
   // neutral SamplingParams defaults.
   GenerationDefaults generation_defaults;
+  // How the model writes tool calls (vLLM's --tool-call-parser); unset: read off the chat
+  // template (DetectToolCallFormat). Chat requests with tools and tool_choice "auto" need
+  // one other than kNone.
+  std::optional<ToolCallFormat> tool_call_parser;
 };
 
 class HttpServer {
@@ -71,6 +77,7 @@ class HttpServer {
   EngineApi& engine_;
   const HttpServerOptions options_;
   const RequestBuilder builder_;
+  const ToolCallFormat tool_format_;
   std::unique_ptr<FrontendMetrics> own_metrics_;
   FrontendMetrics* const metrics_;
   const int64_t started_unix_s_;

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/api/api_error.h"
+#include "coordinator/text/tool_calls.h"
 
 namespace tpserve {
 namespace {
@@ -82,8 +83,7 @@ absl::Status ParseLogitBias(const Json& body, std::vector<std::pair<int32_t, flo
 }
 
 // OpenAI features tpserve does not implement yet (issue 20) are refused by name rather than
-// accepted and ignored: a client offering tools must not get free text that looks like an
-// answer. Their neutral values (one candidate, no suffix, tool_choice "none") pass.
+// accepted and ignored. Their neutral values (one candidate, no suffix) pass.
 absl::Status RefuseUnimplemented(OpenAiEndpoint endpoint, const Json& body) {
   const Json* v;
   if (Present(body, "best_of", &v) && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
@@ -93,18 +93,51 @@ absl::Status RefuseUnimplemented(OpenAiEndpoint endpoint, const Json& body) {
       !(v->is_string() && v->get<std::string>().empty())) {
     return FieldError("suffix", "'suffix' (fill-in-the-middle) is not supported");
   }
-  if (endpoint == OpenAiEndpoint::kChatCompletions) {
-    const Json* tools = nullptr;
-    const bool has_tools = Present(body, "tools", &tools) && !(tools->is_array() && tools->empty());
-    const Json* choice = nullptr;
-    const bool choice_none = Present(body, "tool_choice", &choice) && *choice == "none";
-    // As vLLM without --enable-auto-tool-choice: tools with a tool_choice other than "none"
-    // (the default is "auto") are refused; with "none" they are not offered to the model.
-    if ((has_tools && !choice_none) || (choice != nullptr && !choice_none)) {
-      return FieldError(has_tools ? "tools" : "tool_choice",
-                        "tool calling is not supported: send no \"tools\", or \"tool_choice\": \"none\"");
-    }
+  return absl::OkStatus();
+}
+
+// tools and tool_choice (chat): the tools go to the chat template; "required" and a named
+// function constrain the output with a JSON schema (tool_calls.h), "auto" parses it.
+absl::Status ParseToolUse(const Json& body, OpenAiRequest* r) {
+  ToolUse& use = r->tool_use;
+  const Json* tools = nullptr;
+  if (Present(body, "tools", &tools)) {
+    if (absl::Status s = ValidateTools(*tools); !s.ok()) return FieldError("tools", s.message());
+    use.tools = *tools;
   }
+  const bool has_tools = !use.tools.empty();
+  const Json* choice = nullptr;
+  if (!Present(body, "tool_choice", &choice)) {
+    use.choice = has_tools ? ToolUse::Choice::kAuto : ToolUse::Choice::kNone;
+  } else if (*choice == "none") {
+    use.choice = ToolUse::Choice::kNone;
+  } else if (*choice == "auto") {
+    use.choice = ToolUse::Choice::kAuto;
+  } else if (*choice == "required") {
+    use.choice = ToolUse::Choice::kRequired;
+  } else if (choice->is_object() && choice->value("type", Json()) == "function" && choice->contains("function") &&
+             (*choice)["function"].is_object() && (*choice)["function"].value("name", Json()).is_string()) {
+    use.choice = ToolUse::Choice::kNamed;
+    use.function = (*choice)["function"]["name"].get<std::string>();
+  } else {
+    return TypeError("tool_choice", "\"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                     *choice);
+  }
+  if (use.choice == ToolUse::Choice::kNone) return absl::OkStatus();  // tools not offered
+  if (!has_tools) return FieldError("tool_choice", "'tool_choice' other than \"none\" needs a non-empty \"tools\" list");
+  std::get<ChatPrompt>(r->input.prompt).tools = use.tools;
+  if (use.choice == ToolUse::Choice::kAuto) {
+    r->input.params.skip_special_tokens = false;  // the call markers may be special tokens
+    return absl::OkStatus();
+  }
+  if (r->input.response_format.has_value()) {
+    return FieldError("response_format", "'response_format' cannot be combined with a tool_choice that forces a call");
+  }
+  absl::StatusOr<std::string> schema = use.choice == ToolUse::Choice::kRequired
+                                           ? RequiredToolsSchema(use.tools)
+                                           : NamedToolSchema(use.tools, use.function);
+  if (!schema.ok()) return FieldError("tool_choice", schema.status().message());
+  r->input.response_format = ResponseFormat{ResponseFormat::Type::kJsonSchema, *std::move(schema)};
   return absl::OkStatus();
 }
 
@@ -399,6 +432,9 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
     r.input.prompt = std::move(chat);
   }
   if (absl::Status s = ParseSampling(body, endpoint, &r); !s.ok()) return s;
+  if (endpoint == OpenAiEndpoint::kChatCompletions) {
+    if (absl::Status s = ParseToolUse(body, &r); !s.ok()) return s;
+  }
   if (absl::Status s = ReadBool(body, "stream", &r.stream); !s.ok()) return s;
   if (Present(body, "stream_options", &v)) {
     if (!v->is_object()) return TypeError("stream_options", "an object", *v);

@@ -17,12 +17,26 @@ namespace tpserve {
 
 enum class OpenAiEndpoint { kCompletions, kChatCompletions };
 
+// A chat request's `tools` and `tool_choice` (docs/tool_calls.md).
+struct ToolUse {
+  enum class Choice {
+    kNone,      // no tools offered: none sent, or tool_choice "none"
+    kAuto,      // the model may call them; its output is parsed for calls
+    kRequired,  // it must call one or more: the output is constrained to a JSON list of calls
+    kNamed,     // it must call `function`: the output is constrained to that function's arguments
+  };
+  Choice choice = Choice::kNone;
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
+  std::string function;  // kNamed
+};
+
 struct OpenAiRequest {
   OpenAiEndpoint endpoint = OpenAiEndpoint::kCompletions;
   GenerateInput input;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a final usage chunk
   bool logprobs = false;       // return per-token logprobs (input.params.logprobs alternatives)
+  ToolUse tool_use;            // chat only
 };
 
 // Parse and type errors are INVALID_ARGUMENT tagged with the field (api_error.h), e.g.

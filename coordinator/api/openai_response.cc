@@ -2,6 +2,7 @@
 // tests/openai_json_test.cc.
 #include "coordinator/api/openai_response.h"
 
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -22,14 +23,109 @@ Json Bytes(const std::string& s) {
 }  // namespace
 
 OpenAiResponseBuilder::OpenAiResponseBuilder(const OpenAiRequest& request, std::string id, std::string model,
-                                             int64_t created, const Tokenizer& tokenizer)
+                                             int64_t created, const Tokenizer& tokenizer, ToolCallFormat tool_format)
     : endpoint_(request.endpoint),
       logprobs_(request.logprobs),
       include_usage_(request.include_usage),
       id_(std::move(id)),
       model_(std::move(model)),
       created_(created),
-      tokenizer_(tokenizer) {}
+      tokenizer_(tokenizer),
+      tool_choice_(request.tool_use.choice),
+      tool_function_(request.tool_use.function),
+      tool_format_(tool_format),
+      tool_context_{.id_seed = std::hash<std::string>()(id_), .tools = request.tool_use.tools} {
+  if (tool_choice_ == ToolUse::Choice::kAuto) {
+    tool_parser_ = std::make_unique<StreamingToolCallParser>(tool_format_, tool_context_);
+  }
+}
+
+Json OpenAiResponseBuilder::ToolCallJson(const ToolCall& call, int index, bool with_type) const {
+  Json j = Json::object();
+  if (index >= 0) j["index"] = index;
+  if (!call.id.empty()) j["id"] = call.id;
+  if (with_type) j["type"] = "function";
+  Json function = Json::object();
+  if (!call.name.empty()) function["name"] = call.name;
+  function["arguments"] = call.arguments;
+  j["function"] = function;
+  return j;
+}
+
+Json OpenAiResponseBuilder::FinishJson(FinishReason finish) const {
+  if (finish == FinishReason::kStop && tool_calls_ > 0) return "tool_calls";
+  return FinishReasonJson(finish);
+}
+
+Json OpenAiResponseBuilder::ChatDelta(const std::string& text, bool final) {
+  Json delta = Json::object();
+  Json calls = Json::array();
+  switch (tool_choice_) {
+    case ToolUse::Choice::kNone:
+      if (!text.empty() || !final) delta["content"] = text;
+      break;
+    case ToolUse::Choice::kAuto: {
+      ToolStreamDelta d = tool_parser_->Feed(text);
+      if (final) {
+        ToolStreamDelta rest = tool_parser_->Finish();
+        d.content += rest.content;
+        d.tool_calls.insert(d.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
+      }
+      if (!d.content.empty()) delta["content"] = d.content;
+      for (const ToolCallDelta& c : d.tool_calls) {
+        calls.push_back(ToolCallJson({c.id, c.name, c.arguments}, c.index, !c.id.empty()));
+        if (!c.id.empty()) ++tool_calls_;
+      }
+      break;
+    }
+    case ToolUse::Choice::kNamed:
+      // The output is the function's arguments: streamed as they come.
+      if (!text.empty()) {
+        const bool first = tool_calls_ == 0;
+        ToolCall call{first ? ToolCallIdGenerator(tool_context_.id_seed).Next() : "", first ? tool_function_ : "", text};
+        calls.push_back(ToolCallJson(call, 0, first));
+        tool_calls_ = 1;
+      }
+      break;
+    case ToolUse::Choice::kRequired: {
+      // A list of calls: parsed whole at the end (cut short, it stays text).
+      constrained_ += text;
+      if (!final) break;
+      absl::StatusOr<std::vector<ToolCall>> parsed = ToolCallsFromConstrainedOutput(constrained_, "", tool_context_.id_seed);
+      if (!parsed.ok()) {
+        if (!constrained_.empty()) delta["content"] = constrained_;
+        break;
+      }
+      for (size_t i = 0; i < parsed->size(); ++i) calls.push_back(ToolCallJson((*parsed)[i], static_cast<int>(i), true));
+      tool_calls_ = static_cast<int>(parsed->size());
+      break;
+    }
+  }
+  if (!calls.empty()) delta["tool_calls"] = calls;
+  return delta;
+}
+
+Json OpenAiResponseBuilder::Message() const {
+  Json message = Json{{"role", "assistant"}, {"content", text_}};
+  if (tool_choice_ == ToolUse::Choice::kNone) return message;
+  std::vector<ToolCall> calls;
+  if (tool_choice_ == ToolUse::Choice::kAuto) {
+    ParsedToolOutput parsed = ParseToolCalls(tool_format_, text_, tool_context_);
+    message["content"] = parsed.content;
+    calls = std::move(parsed.calls);
+  } else {
+    absl::StatusOr<std::vector<ToolCall>> parsed = ToolCallsFromConstrainedOutput(text_, tool_function_, tool_context_.id_seed);
+    if (!parsed.ok()) return message;  // cut short (max_tokens): the text as it is
+    calls = *std::move(parsed);
+  }
+  tool_calls_ = static_cast<int>(calls.size());
+  if (calls.empty()) return message;
+  if (message["content"] == "") message["content"] = nullptr;
+  Json list = Json::array();
+  for (const ToolCall& call : calls) list.push_back(ToolCallJson(call, -1, true));
+  message["tool_calls"] = list;
+  return message;
+}
 
 void OpenAiResponseBuilder::Record(const OutputEvent& e) {
   if (e.prompt_tokens > 0) prompt_tokens_ = e.prompt_tokens;
@@ -110,10 +206,12 @@ Json OpenAiResponseBuilder::ChoiceChunk(const OutputEvent& e) {
   if (endpoint_ == OpenAiEndpoint::kCompletions) {
     choice["text"] = e.text;
   } else {
-    choice["delta"] = e.text.empty() && finish != FinishReason::kNone ? Json::object() : Json{{"content", e.text}};
+    choice["delta"] = ChatDelta(e.text, e.finish != FinishReason::kNone);
+    // Text held back by a tool-call parser (or buffered) makes no chunk of its own.
+    if (choice["delta"].empty() && finish == FinishReason::kNone && !(logprobs_ && !e.logprobs.empty())) return nullptr;
   }
   choice["logprobs"] = logprobs_ ? LogprobsJson(e.logprobs, &text_offset_) : Json(nullptr);
-  choice["finish_reason"] = FinishReasonJson(finish);
+  choice["finish_reason"] = FinishJson(finish);
   Json chunk = Envelope(/*chunk=*/true);
   chunk["choices"] = Json::array({choice});
   return chunk;
@@ -133,7 +231,7 @@ std::string OpenAiResponseBuilder::Chunks(const OutputEvent& e) {
   sent_first_chunk_ = true;
   const bool has_content = !e.text.empty() || (logprobs_ && !e.logprobs.empty());
   if (has_content || (e.finish != FinishReason::kNone && !failed())) {
-    absl::StrAppend(&out, SseEvent(Dump(ChoiceChunk(e))));
+    if (Json chunk = ChoiceChunk(e); !chunk.is_null()) absl::StrAppend(&out, SseEvent(Dump(chunk)));
   }
   if (failed()) {
     absl::StrAppend(&out, SseEvent(Dump(ErrorJson(FailureStatus()))), kSseDone);
@@ -161,11 +259,11 @@ std::string OpenAiResponseBuilder::Body() const {
   if (endpoint_ == OpenAiEndpoint::kCompletions) {
     choice["text"] = text_;
   } else {
-    choice["message"] = Json{{"role", "assistant"}, {"content", text_}};
+    choice["message"] = Message();
   }
   size_t text_offset = 0;
   choice["logprobs"] = logprobs_ ? LogprobsJson(logprobs_seen_, &text_offset) : Json(nullptr);
-  choice["finish_reason"] = FinishReasonJson(finish_);
+  choice["finish_reason"] = FinishJson(finish_);
   Json body = Envelope(/*chunk=*/false);
   body["choices"] = Json::array({choice});
   body["usage"] = UsageJson();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "coordinator/api/openai_json.h"
 #include "coordinator/engine/request.h"
 #include "coordinator/text/tokenizer.h"
+#include "coordinator/text/tool_calls.h"
 #include "nlohmann/json.hpp"
 
 namespace tpserve {
@@ -19,8 +21,10 @@ namespace tpserve {
 // Body) or as a stream of SSE chunks (Chunks per event). `tokenizer` names logprob tokens.
 class OpenAiResponseBuilder {
  public:
+  // `tool_format`: how the model writes tool calls, for a chat request whose tool_choice is
+  // "auto" (its output is parsed for calls; docs/tool_calls.md).
   OpenAiResponseBuilder(const OpenAiRequest& request, std::string id, std::string model, int64_t created,
-                        const Tokenizer& tokenizer);
+                        const Tokenizer& tokenizer, ToolCallFormat tool_format = ToolCallFormat::kNone);
 
   // Streaming: the SSE events that `e` adds (possibly none); after the final event, also
   // the usage chunk (when asked) and [DONE]. An error or cancel ends the stream with an
@@ -43,6 +47,14 @@ class OpenAiResponseBuilder {
   absl::Status FailureStatus() const;
   nlohmann::ordered_json Envelope(bool chunk) const;
   nlohmann::ordered_json ChoiceChunk(const OutputEvent& e);
+  // A chat chunk's delta for new text `text` (final: the request's last event); counts the
+  // tool calls it starts.
+  nlohmann::ordered_json ChatDelta(const std::string& text, bool final);
+  // The finish_reason: "tool_calls" when a finished ("stop") answer called tools.
+  nlohmann::ordered_json FinishJson(FinishReason finish) const;
+  // Non-streaming chat: the message, with tool calls where the request offered tools.
+  nlohmann::ordered_json Message() const;
+  nlohmann::ordered_json ToolCallJson(const ToolCall& call, int index, bool with_type) const;
   nlohmann::ordered_json UsageJson() const;
   // Completions' {"tokens", "token_logprobs", "top_logprobs", "text_offset"} or chat's
   // {"content": [...]}; `text_offset` advances over the tokens' text.
@@ -66,6 +78,14 @@ class OpenAiResponseBuilder {
   absl::StatusCode error_code_ = absl::StatusCode::kInternal;  // with kError
   int32_t prompt_tokens_ = 0;
   int32_t completion_tokens_ = 0;
+  // Tools (chat).
+  const ToolUse::Choice tool_choice_;
+  const std::string tool_function_;
+  const ToolCallFormat tool_format_;
+  const ToolCallContext tool_context_;
+  std::unique_ptr<StreamingToolCallParser> tool_parser_;  // streaming, tool_choice "auto"
+  std::string constrained_;  // streaming, tool_choice "required": the output, parsed at the end
+  mutable int tool_calls_ = 0;  // calls sent (streaming) or found (Body)
 };
 
 }  // namespace tpserve

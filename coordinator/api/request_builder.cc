@@ -147,6 +147,7 @@ absl::StatusOr<std::vector<int32_t>> RequestBuilder::Tokenize(const Prompt& prom
   ApplyChatTemplateOptions options;
   options.add_generation_prompt = chat.add_generation_prompt;
   options.extra_context = chat.template_kwargs;
+  options.tools = chat.tools;
   absl::StatusOr<std::string> text = chat_template_->Apply(chat.messages, options);
   if (!text.ok()) return FieldError("messages", absl::StrCat("messages: ", text.status().message()));
   // The template writes the special tokens (BOS) itself.

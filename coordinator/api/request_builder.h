@@ -28,6 +28,8 @@ struct ChatPrompt {
   bool add_generation_prompt = true;
   // Extra template variables, e.g. {"enable_thinking": false}.
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+  // The tools the template offers the model (OpenAI's `tools`); null: none.
+  nlohmann::ordered_json tools = nullptr;
 };
 
 // Text is tokenized with special tokens (BOS) added; token ids are used as they are.

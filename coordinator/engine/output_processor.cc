@@ -8,7 +8,7 @@ namespace tpserve {
 
 struct OutputProcessor::State {
   State(const Tokenizer& tokenizer, const SamplingParams& params)
-      : decoder(tokenizer, /*skip_special_tokens=*/true), stop(params) {}
+      : decoder(tokenizer, params.skip_special_tokens), stop(params) {}
   std::string request_id;
   std::shared_ptr<RequestStream> stream;
   IncrementalDecoder decoder;

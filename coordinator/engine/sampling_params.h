@@ -56,6 +56,9 @@ struct SamplingParams {
   // (coordinator/structured/). Null: free text. Compiled by the front end for the model's
   // tokenizer; ids past the model's vocabulary are never sampled.
   std::shared_ptr<const CompiledGrammar> grammar;
+  // The output text leaves out special tokens (vLLM's skip_special_tokens). Off for tool
+  // calling, whose markers are special tokens in some vocabularies (Gemma 4's <|tool_call>).
+  bool skip_special_tokens = true;
   // Engine-internal, not settable from the APIs: every sampled token's whole fp32 logits
   // row comes back with it (the transformers parity tests and the engine benchmark).
   bool return_logits = false;

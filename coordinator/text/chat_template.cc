@@ -10,7 +10,8 @@ namespace tpserve {
 absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source) {
   auto program = chat_template_internal::ParseTemplate(source);
   if (!program.ok()) return program.status();
-  return ChatTemplate(std::shared_ptr<const chat_template_internal::Program>(std::move(*program)));
+  return ChatTemplate(std::shared_ptr<const chat_template_internal::Program>(std::move(*program)),
+                      std::make_shared<const std::string>(source));
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context,

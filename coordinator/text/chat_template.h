@@ -45,11 +45,15 @@ class ChatTemplate {
   absl::StatusOr<std::string> Render(const nlohmann::ordered_json& context,
                                      const ChatTemplateRenderOptions& options = {}) const;
 
+  // The template's text (e.g. to tell which tool-call syntax it writes).
+  const std::string& source() const { return *source_; }
+
  private:
-  explicit ChatTemplate(std::shared_ptr<const chat_template_internal::Program> program)
-      : program_(std::move(program)) {}
+  ChatTemplate(std::shared_ptr<const chat_template_internal::Program> program, std::shared_ptr<const std::string> source)
+      : program_(std::move(program)), source_(std::move(source)) {}
 
   std::shared_ptr<const chat_template_internal::Program> program_;
+  std::shared_ptr<const std::string> source_;
 };
 
 }  // namespace tpserve
