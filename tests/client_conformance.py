@@ -11,6 +11,7 @@ import asyncio
 import math
 import sys
 import traceback
+import urllib.request
 
 import json
 from typing import Literal
@@ -264,6 +265,46 @@ def sync_checks(client, lenient):
 
     run("errors: unknown model -> NotFoundError; max_tokens -1, temperature -1 -> BadRequestError naming the field",
         errors)
+
+    def several_choices():
+        # A high temperature: the random weights' distributions are peaked.
+        r = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=N, n=3, seed=7, temperature=5,
+                                           extra_body=LENGTH)
+        expect([c.index for c in r.choices] == [0, 1, 2], f"indices {[c.index for c in r.choices]}")
+        expect(all(c.finish_reason == "length" for c in r.choices), f"finish {[c.finish_reason for c in r.choices]}")
+        expect(r.usage.completion_tokens == 3 * N, f"usage {r.usage}")
+        again = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=N, n=3, seed=7,
+                                               temperature=5, extra_body=LENGTH)
+        texts = [c.message.content for c in r.choices]
+        expect(texts == [c.message.content for c in again.choices], "a seeded n=3 request did not repeat")
+        expect(len(set(texts)) > 1, f"the choices are all the same: {texts}")
+        chunks = list(client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=N, n=3, seed=7,
+                                                     temperature=5, stream=True, stream_options={"include_usage": True},
+                                                     extra_body=LENGTH))
+        streamed = ["", "", ""]
+        for ch in chunks:
+            for c in ch.choices:
+                streamed[c.index] += c.delta.content or ""
+        expect(streamed == texts, f"streamed {streamed} != {texts}")
+        expect(chunks[-1].usage.completion_tokens == 3 * N, f"usage {chunks[-1].usage}")
+
+    run("sync chat n=3: three choices, seeded repeatably, streamed with their indices", several_choices)
+
+    def choices_share_the_prompt():
+        # Choices 1..n-1 start once choice 0 computed the prompt: they find it in the prefix cache.
+        def hits():
+            text = urllib.request.urlopen(BASE_URL.removesuffix("/v1") + "/metrics").read().decode()
+            return sum(float(line.split()[-1]) for line in text.splitlines()
+                       if line.startswith("vllm:prefix_cache_hits_total"))
+        prompt = " ".join(f"word{i}" for i in range(120))
+        before = hits()
+        r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=2, n=4, extra_body=LENGTH)
+        expect(len(r.choices) == 4, f"{len(r.choices)} choices")
+        gained = hits() - before
+        expect(gained >= 3 * ((r.usage.prompt_tokens - 1) // 16) * 16, f"prefix cache hits grew by {gained} for a "
+               f"{r.usage.prompt_tokens}-token prompt and 3 later choices")
+
+    run("completions n=4: the later choices take the prompt from the prefix cache", choices_share_the_prompt)
 
     def parse_pydantic():
         # The SDK sends the model's strict JSON schema; random weights can only write what

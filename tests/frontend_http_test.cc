@@ -178,7 +178,7 @@ TEST_F(FrontendTest, HttpErrors) {
   EXPECT_EQ(error_of(r)["param"], "max_tokens");
   EXPECT_THAT(error_of(r)["message"].get<std::string>(), HasSubstr("max_model_len (256)"));
 
-  r = Post("/v1/completions", R"({"prompt": "x", "n": 3})");
+  r = Post("/v1/completions", R"({"prompt": "x", "n": 65})");
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(error_of(r)["param"], "n");
 

@@ -119,7 +119,8 @@ TEST(OpenAiParseTest, ErrorsNameTheField) {
   ExpectFieldError(ParseCompletion(R"({"prompt": "x", "max_tokens": 1.5})"), "max_tokens",
                    "'max_tokens' must be an integer");
   ExpectFieldError(ParseCompletion(R"({"prompt": "x", "max_tokens": 1e12})"), "max_tokens", "between");
-  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "n": 2})"), "n", "'n' must be 1");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "n": 0})"), "n", "'n' must be between 1 and 64");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "n": 65})"), "n", "'n' must be between 1 and 64");
   ExpectFieldError(ParseCompletion(R"({"prompt": "x", "stop": [1]})"), "stop", "a string or a list of strings");
   ExpectFieldError(ParseCompletion(R"({"prompt": "x", "stream": "yes"})"), "stream", "true or false");
   ExpectFieldError(ParseCompletion(R"({"prompt": "x", "logprobs": 50})"), "logprobs", "between 0 and 20");
@@ -392,8 +393,8 @@ TEST_F(OpenAiResponseTest, CompletionBody) {
   b.Accumulate(Event(" world", {379}, 2, FinishReason::kLength));
   ASSERT_TRUE(b.finished());
   EXPECT_EQ(Json::parse(b.Body()), Json::parse(R"({
-    "id": "cmpl-1", "object": "text_completion", "created": 123, "model": "m",
-    "choices": [{"index": 0, "text": "Hello world", "logprobs": null, "finish_reason": "length"}],
+    "id": "cmpl-1", "object": "text_completion", "created": 123, "model": "m", "system_fingerprint": null,
+    "choices": [{"index": 0, "text": "Hello world", "logprobs": null, "finish_reason": "length", "stop_reason": null}],
     "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}})"));
 }
 
@@ -532,6 +533,55 @@ TEST_F(OpenAiResponseTest, ForcedToolCalls) {
   EXPECT_EQ(second["delta"]["tool_calls"][0]["function"]["arguments"], ": 1}");
   EXPECT_FALSE(second["delta"]["tool_calls"][0].contains("id"));
   EXPECT_EQ(second["finish_reason"], "tool_calls");
+}
+
+// n = 2: one choice per index, usage sums the completions, the stream ends (usage, then
+// [DONE]) once both finished; a choice that fails ends the whole response.
+TEST_F(OpenAiResponseTest, SeveralChoices) {
+  OpenAiRequest req;
+  req.endpoint = OpenAiEndpoint::kChatCompletions;
+  req.n = 2;
+  OpenAiResponseBuilder b(req, "chatcmpl-n", "m", 1, *tokenizer_);
+  b.Accumulate(Event("A", {1}, 1, FinishReason::kStop), 1);
+  EXPECT_FALSE(b.finished());
+  b.Accumulate(Event("Bb", {1, 2}, 2, FinishReason::kLength), 0);
+  ASSERT_TRUE(b.finished());
+  Json body = Json::parse(b.Body());
+  ASSERT_EQ(body["choices"].size(), 2u);
+  EXPECT_EQ(body["choices"][0]["index"], 0);
+  EXPECT_EQ(body["choices"][0]["message"]["content"], "Bb");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(body["choices"][1]["message"]["content"], "A");
+  EXPECT_EQ(body["choices"][1]["finish_reason"], "stop");
+  EXPECT_EQ(body["usage"], Json::parse(R"({"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7})"));
+
+  req.stream = true;
+  req.include_usage = true;
+  OpenAiResponseBuilder s(req, "chatcmpl-n", "m", 1, *tokenizer_);
+  std::string sse = s.Chunks(Event("x", {1}, 1), 0);
+  sse += s.Chunks(Event("y", {1}, 1, FinishReason::kStop), 1);
+  EXPECT_EQ(sse.find("[DONE]"), std::string::npos) << "choice 0 is still running";
+  sse += s.Chunks(Event("z", {2}, 2, FinishReason::kStop), 0);
+  std::vector<std::string> p = Payloads(sse);
+  ASSERT_EQ(p.size(), 7u) << sse;  // role 0, x, role 1, y, z, usage, [DONE]
+  EXPECT_EQ(Json::parse(p[2])["choices"][0]["index"], 1);
+  EXPECT_EQ(Json::parse(p[2])["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(Json::parse(p[4])["choices"][0]["index"], 0);
+  EXPECT_EQ(Json::parse(p[4])["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(Json::parse(p[5])["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(p[6], "[DONE]");
+
+  OpenAiResponseBuilder failing(req, "chatcmpl-f", "m", 1, *tokenizer_);
+  OutputEvent full = Event("", {}, 0, FinishReason::kError);
+  full.error = "the waiting queue is full";
+  full.error_code = absl::StatusCode::kResourceExhausted;
+  (void)failing.Chunks(Event("x", {1}, 1), 0);
+  const std::string end = failing.Chunks(full, 1);
+  EXPECT_TRUE(failing.finished());
+  EXPECT_EQ(failing.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(end.find("the waiting queue is full"), std::string::npos) << end;
+  EXPECT_NE(end.find("[DONE]"), std::string::npos) << end;
+  EXPECT_EQ(failing.Chunks(Event("late", {2}, 2, FinishReason::kStop), 0), "");
 }
 
 TEST_F(OpenAiResponseTest, CompletionStreamWithoutUsageEndsWithFinishThenDone) {

@@ -70,6 +70,9 @@ class RequestTracker {
   // the queue time is (submitted - arrival) + queue_ms. Not called: arrival is used.
   // Also records the time from arrival to submission (tpserve_request_frontend_seconds).
   void OnSubmitted(absl::Time submitted = absl::Now());
+  // A tracker for another choice of the same request (n > 1: each choice is an engine
+  // request of its own, timed from the same arrival).
+  RequestTracker ForAnotherChoice() const { return RequestTracker(metrics_, start_); }
   void OnEvent(const OutputEvent& e);
   // The client went away before the final event: counts the request as aborted.
   void OnClientGone();

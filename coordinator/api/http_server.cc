@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -25,17 +26,22 @@ void Respond(FrontendMetrics& metrics, HttpExchange& exchange, int status, absl:
 }
 
 // Turns one request's engine events into its response, on the connection's strand: woken by
-// the stream (SetNotify) and by the client going away. Keeps itself alive until the
-// response is complete or the client is gone.
+// the streams (SetNotify) and by the client going away. Keeps itself alive until the
+// response is complete or the client is gone. With n > 1, choice i is engine request i;
+// choices 1.. are submitted once choice 0's first event shows its prompt computed, so that
+// they find it in the prefix cache instead of computing it again.
 class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
  public:
-  ResponsePump(std::shared_ptr<HttpExchange> exchange, std::shared_ptr<RequestStream> stream,
-               OpenAiResponseBuilder builder, bool sse, RequestTracker tracker, FrontendMetrics& metrics)
+  ResponsePump(std::shared_ptr<HttpExchange> exchange, EngineApi& engine, std::shared_ptr<RequestStream> first,
+               std::vector<ServeRequest> later, OpenAiResponseBuilder builder, bool sse, RequestTracker tracker,
+               FrontendMetrics& metrics)
       : exchange_(std::move(exchange)),
-        stream_(std::move(stream)),
+        engine_(engine),
+        streams_{std::move(first)},
+        later_(std::move(later)),
         builder_(std::move(builder)),
         sse_(sse),
-        tracker_(std::move(tracker)),
+        trackers_{std::move(tracker)},
         metrics_(metrics) {}
 
   void Start() {
@@ -48,13 +54,18 @@ class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
     exchange_->OnClientGone([weak] {
       if (auto p = weak.lock()) p->ClientGone();
     });
-    stream_->SetNotify([weak] {
-      if (auto p = weak.lock()) p->Schedule();
-    });
+    Watch(*streams_[0]);
     Schedule();  // events pushed before SetNotify
   }
 
  private:
+  void Watch(RequestStream& stream) {
+    std::weak_ptr<ResponsePump> weak = self_;
+    stream.SetNotify([weak] {
+      if (auto p = weak.lock()) p->Schedule();
+    });
+  }
+
   void Schedule() {
     if (scheduled_.exchange(true)) return;  // the pending Pump will see this event too
     exchange_->Post([self = shared_from_this()] {
@@ -63,55 +74,86 @@ class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
     });
   }
 
+  // Choices 1..n-1, each its own engine request. One the engine refuses fails the response.
+  void SubmitLater() {
+    for (ServeRequest& request : later_) {
+      const int index = static_cast<int>(streams_.size());
+      RequestTracker tracker = trackers_[0].ForAnotherChoice();
+      tracker.OnSubmitted();
+      absl::StatusOr<std::shared_ptr<RequestStream>> stream = engine_.Submit(std::move(request));
+      if (!stream.ok()) {
+        OutputEvent e;
+        e.finish = FinishReason::kError;
+        e.error = std::string(stream.status().message());
+        e.error_code = stream.status().code();
+        if (sse_) {
+          out_ += builder_.Chunks(e, index);
+        } else {
+          builder_.Accumulate(e, index);
+        }
+        break;
+      }
+      streams_.push_back(*std::move(stream));
+      trackers_.push_back(std::move(tracker));
+      Watch(*streams_.back());
+    }
+    later_.clear();
+  }
+
   void Pump() {
     if (done_) return;
     OutputEvent e;
-    std::string out;
-    bool finished = false;
-    while (!finished && stream_->TryNext(&e)) {
-      tracker_.OnEvent(e);
-      if (sse_) {
-        out += builder_.Chunks(e);
-      } else {
-        builder_.Accumulate(e);
+    for (size_t i = 0; i < streams_.size() && !builder_.finished(); ++i) {
+      while (!builder_.finished() && streams_[i]->TryNext(&e)) {
+        trackers_[i].OnEvent(e);
+        if (sse_) {
+          out_ += builder_.Chunks(e, static_cast<int>(i));
+        } else {
+          builder_.Accumulate(e, static_cast<int>(i));
+        }
+        if (i == 0 && !later_.empty()) SubmitLater();
       }
-      finished = e.finish != FinishReason::kNone;
     }
-    if (!finished) {
-      if (sse_) exchange_->Write(std::move(out));
+    if (!builder_.finished()) {
+      if (sse_ && !out_.empty()) exchange_->Write(std::exchange(out_, ""));
       return;
     }
     if (sse_) {
-      exchange_->End(std::move(out));
+      exchange_->End(std::exchange(out_, ""));
     } else if (absl::Status failure = builder_.status(); !failure.ok()) {
       Respond(metrics_, *exchange_, ToHttpError(failure).status, kJson, builder_.Body());
     } else {
       Respond(metrics_, *exchange_, 200, kJson, builder_.Body());
     }
-    Done();
+    Done();  // a failed choice ends the response: the others are cancelled
   }
 
   void ClientGone() {
     if (done_) return;
-    stream_->Cancel();
-    tracker_.OnClientGone();
+    for (auto& tracker : trackers_) tracker.OnClientGone();
     Done();
   }
 
   void Done() {
     done_ = true;
-    stream_->SetNotify(nullptr);
+    for (const auto& stream : streams_) {
+      stream->SetNotify(nullptr);
+      if (!stream->finished()) stream->Cancel();
+    }
     self_.reset();
   }
 
   const std::shared_ptr<HttpExchange> exchange_;
-  const std::shared_ptr<RequestStream> stream_;
+  EngineApi& engine_;
+  std::vector<std::shared_ptr<RequestStream>> streams_;  // choice i's
+  std::vector<ServeRequest> later_;                       // choices not yet submitted
   OpenAiResponseBuilder builder_;
   const bool sse_;
-  RequestTracker tracker_;
+  std::vector<RequestTracker> trackers_;  // choice i's
   FrontendMetrics& metrics_;
   std::atomic<bool> scheduled_{false};
   // Strand-only.
+  std::string out_;  // SSE text not yet written
   bool done_ = false;
   std::shared_ptr<ResponsePump> self_;
 };
@@ -122,6 +164,19 @@ ToolCallFormat ChatToolCallFormat(const ModelChatTemplate* chat_template) {
   const ChatTemplate* t = chat_template->Find("tool_use");
   if (t == nullptr) t = chat_template->Find("default");
   return t == nullptr ? ToolCallFormat::kNone : DetectToolCallFormat(t->source());
+}
+
+// Choices 1..n-1 of a request: the same prompt and parameters under ids "<id>-<i>"; a
+// seeded request's choice i draws with seed + i (vLLM's rule), so choices differ and repeat.
+std::vector<ServeRequest> MoreChoices(const ServeRequest& first, int32_t n) {
+  std::vector<ServeRequest> more;
+  for (int32_t i = 1; i < n; ++i) {
+    ServeRequest r = first;
+    r.request_id = absl::StrCat(first.request_id, "-", i);
+    if (r.params.seed.has_value()) r.params.seed = *r.params.seed + static_cast<uint64_t>(i);
+    more.push_back(std::move(r));
+  }
+  return more;
 }
 
 }  // namespace
@@ -226,13 +281,14 @@ void HttpServer::Generate(OpenAiEndpoint endpoint, const std::shared_ptr<HttpExc
       builder_.Build(parsed->input, endpoint == OpenAiEndpoint::kCompletions ? "cmpl-" : "chatcmpl-");
   if (!request.ok()) return Reply(*exchange, request.status());
   std::string id = request->request_id;
+  std::vector<ServeRequest> later = MoreChoices(*request, parsed->n);
   tracker.OnSubmitted();
   absl::StatusOr<std::shared_ptr<RequestStream>> stream = engine_.Submit(*std::move(request));
   if (!stream.ok()) return Reply(*exchange, stream.status());
   OpenAiResponseBuilder response(*parsed, std::move(id), model, absl::ToUnixSeconds(absl::Now()),
                                  builder_.tokenizer(), tool_format_);
-  std::make_shared<ResponsePump>(exchange, *std::move(stream), std::move(response), parsed->stream,
-                                 std::move(tracker), *metrics_)
+  std::make_shared<ResponsePump>(exchange, engine_, *std::move(stream), std::move(later), std::move(response),
+                                 parsed->stream, std::move(tracker), *metrics_)
       ->Start();
 }
 

@@ -16,6 +16,8 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+constexpr int64_t kMaxChoices = 64;  // n: choices per request
+
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 // A bad value as a message shows it: short, JSON-quoted.
@@ -347,9 +349,11 @@ absl::Status ParseSampling(const Json& body, OpenAiEndpoint endpoint, OpenAiRequ
   if (absl::Status s = RefuseUnimplemented(endpoint, body); !s.ok()) return s;
   if (absl::Status s = ParseResponseFormat(body, &r->input.response_format); !s.ok()) return s;
   if (absl::Status s = ParseLogitBias(body, &p.logit_bias); !s.ok()) return s;
-  int32_t n = 1;
-  if (absl::Status s = ReadInt32(body, "n", &n); !s.ok()) return s;
-  if (n != 1) return FieldError("n", absl::StrCat("'n' must be 1 (one choice per request), got ", n));
+  if (Present(body, "n", &v)) {
+    absl::StatusOr<int64_t> n = AsInt(*v, "n", 1, kMaxChoices);
+    if (!n.ok()) return n.status();
+    r->n = static_cast<int32_t>(*n);
+  }
   bool echo = false;
   if (absl::Status s = ReadBool(body, "echo", &echo); !s.ok()) return s;
   if (echo) return FieldError("echo", "'echo' is not supported");

@@ -37,6 +37,7 @@ struct OpenAiRequest {
   bool include_usage = false;  // stream_options.include_usage: a final usage chunk
   bool logprobs = false;       // return per-token logprobs (input.params.logprobs alternatives)
   ToolUse tool_use;            // chat only
+  int32_t n = 1;               // choices, each its own engine request (its seed + index)
 };
 
 // Parse and type errors are INVALID_ARGUMENT tagged with the field (api_error.h), e.g.

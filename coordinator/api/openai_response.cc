@@ -2,6 +2,7 @@
 // tests/openai_json_test.cc.
 #include "coordinator/api/openai_response.h"
 
+#include <algorithm>
 #include <functional>
 #include <utility>
 
@@ -34,128 +35,50 @@ OpenAiResponseBuilder::OpenAiResponseBuilder(const OpenAiRequest& request, std::
       tool_choice_(request.tool_use.choice),
       tool_function_(request.tool_use.function),
       tool_format_(tool_format),
-      tool_context_{.id_seed = std::hash<std::string>()(id_), .tools = request.tool_use.tools} {
-  if (tool_choice_ == ToolUse::Choice::kAuto) {
-    tool_parser_ = std::make_unique<StreamingToolCallParser>(tool_format_, tool_context_);
+      tools_(request.tool_use.tools),
+      choices_(std::max(1, request.n)) {
+  if (tool_choice_ != ToolUse::Choice::kAuto) return;
+  for (int i = 0; i < num_choices(); ++i) {
+    choices_[i].tool_parser = std::make_unique<StreamingToolCallParser>(tool_format_, ToolContext(i));
   }
 }
 
-Json OpenAiResponseBuilder::ToolCallJson(const ToolCall& call, int index, bool with_type) const {
-  Json j = Json::object();
-  if (index >= 0) j["index"] = index;
-  if (!call.id.empty()) j["id"] = call.id;
-  if (with_type) j["type"] = "function";
-  Json function = Json::object();
-  if (!call.name.empty()) function["name"] = call.name;
-  function["arguments"] = call.arguments;
-  j["function"] = function;
-  return j;
+ToolCallContext OpenAiResponseBuilder::ToolContext(int index) const {
+  return ToolCallContext{.id_seed = std::hash<std::string>()(id_) + static_cast<uint64_t>(index), .tools = tools_};
 }
 
-Json OpenAiResponseBuilder::FinishJson(FinishReason finish) const {
-  if (finish == FinishReason::kStop && tool_calls_ > 0) return "tool_calls";
-  return FinishReasonJson(finish);
-}
-
-Json OpenAiResponseBuilder::ChatDelta(const std::string& text, bool final) {
-  Json delta = Json::object();
-  Json calls = Json::array();
-  switch (tool_choice_) {
-    case ToolUse::Choice::kNone:
-      if (!text.empty() || !final) delta["content"] = text;
-      break;
-    case ToolUse::Choice::kAuto: {
-      ToolStreamDelta d = tool_parser_->Feed(text);
-      if (final) {
-        ToolStreamDelta rest = tool_parser_->Finish();
-        d.content += rest.content;
-        d.tool_calls.insert(d.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
-      }
-      if (!d.content.empty()) delta["content"] = d.content;
-      for (const ToolCallDelta& c : d.tool_calls) {
-        calls.push_back(ToolCallJson({c.id, c.name, c.arguments}, c.index, !c.id.empty()));
-        if (!c.id.empty()) ++tool_calls_;
-      }
-      break;
-    }
-    case ToolUse::Choice::kNamed:
-      // The output is the function's arguments: streamed as they come.
-      if (!text.empty()) {
-        const bool first = tool_calls_ == 0;
-        ToolCall call{first ? ToolCallIdGenerator(tool_context_.id_seed).Next() : "", first ? tool_function_ : "", text};
-        calls.push_back(ToolCallJson(call, 0, first));
-        tool_calls_ = 1;
-      }
-      break;
-    case ToolUse::Choice::kRequired: {
-      // A list of calls: parsed whole at the end (cut short, it stays text).
-      constrained_ += text;
-      if (!final) break;
-      absl::StatusOr<std::vector<ToolCall>> parsed = ToolCallsFromConstrainedOutput(constrained_, "", tool_context_.id_seed);
-      if (!parsed.ok()) {
-        if (!constrained_.empty()) delta["content"] = constrained_;
-        break;
-      }
-      for (size_t i = 0; i < parsed->size(); ++i) calls.push_back(ToolCallJson((*parsed)[i], static_cast<int>(i), true));
-      tool_calls_ = static_cast<int>(parsed->size());
-      break;
-    }
-  }
-  if (!calls.empty()) delta["tool_calls"] = calls;
-  return delta;
-}
-
-Json OpenAiResponseBuilder::Message() const {
-  Json message = Json{{"role", "assistant"}, {"content", text_}};
-  if (tool_choice_ == ToolUse::Choice::kNone) return message;
-  std::vector<ToolCall> calls;
-  if (tool_choice_ == ToolUse::Choice::kAuto) {
-    ParsedToolOutput parsed = ParseToolCalls(tool_format_, text_, tool_context_);
-    message["content"] = parsed.content;
-    calls = std::move(parsed.calls);
-  } else {
-    absl::StatusOr<std::vector<ToolCall>> parsed = ToolCallsFromConstrainedOutput(text_, tool_function_, tool_context_.id_seed);
-    if (!parsed.ok()) return message;  // cut short (max_tokens): the text as it is
-    calls = *std::move(parsed);
-  }
-  tool_calls_ = static_cast<int>(calls.size());
-  if (calls.empty()) return message;
-  if (message["content"] == "") message["content"] = nullptr;
-  Json list = Json::array();
-  for (const ToolCall& call : calls) list.push_back(ToolCallJson(call, -1, true));
-  message["tool_calls"] = list;
-  return message;
-}
-
-void OpenAiResponseBuilder::Record(const OutputEvent& e) {
+void OpenAiResponseBuilder::Record(const OutputEvent& e, Choice& c) {
   if (e.prompt_tokens > 0) prompt_tokens_ = e.prompt_tokens;
-  if (e.completion_tokens > 0) completion_tokens_ = e.completion_tokens;
-  if (e.finish != FinishReason::kNone) {
-    finish_ = e.finish;
-    error_ = e.error;
-    error_code_ = e.error_code;
-  }
-}
-
-absl::Status OpenAiResponseBuilder::FailureStatus() const {
+  if (e.completion_tokens > 0) c.completion_tokens = e.completion_tokens;
+  if (e.finish == FinishReason::kNone || c.finish != FinishReason::kNone) return;
+  c.finish = e.finish;
+  ++num_finished_;
+  if (failed() || (e.finish != FinishReason::kError && e.finish != FinishReason::kCancelled)) return;
   // A cancel the client sees was the server's (a drain cut it): the client's own cancel
   // (a disconnect) leaves nobody to answer.
-  if (finish_ == FinishReason::kCancelled) {
-    return absl::UnavailableError(error_.empty() ? "the server cancelled the request" : error_);
+  if (e.finish == FinishReason::kCancelled) {
+    failure_ = absl::UnavailableError(e.error.empty() ? "the server cancelled the request" : e.error);
+    return;
   }
-  // UNAVAILABLE (a rank died): the server's state, not the request's; retry elsewhere.
-  const absl::StatusCode code =
-      error_code_ == absl::StatusCode::kUnavailable ? absl::StatusCode::kUnavailable : absl::StatusCode::kInternal;
-  return absl::Status(code, error_.empty() ? "the engine failed this request" : error_);
+  // UNAVAILABLE (a rank died) or RESOURCE_EXHAUSTED (a later choice found the queue full):
+  // the server's state, not the request's; retry later or elsewhere.
+  const absl::StatusCode code = e.error_code == absl::StatusCode::kUnavailable ||
+                                        e.error_code == absl::StatusCode::kResourceExhausted
+                                    ? e.error_code
+                                    : absl::StatusCode::kInternal;
+  failure_ = absl::Status(code, e.error.empty() ? "the engine failed this request" : e.error);
 }
 
-absl::Status OpenAiResponseBuilder::status() const { return failed() ? FailureStatus() : absl::OkStatus(); }
+bool OpenAiResponseBuilder::finished() const { return failed() || num_finished_ == num_choices(); }
+
+absl::Status OpenAiResponseBuilder::status() const { return failure_; }
 
 Json OpenAiResponseBuilder::Envelope(bool chunk) const {
   const char* object = endpoint_ == OpenAiEndpoint::kCompletions ? "text_completion"
                        : chunk                                   ? "chat.completion.chunk"
                                                                  : "chat.completion";
-  return Json{{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}};
+  // system_fingerprint as vLLM sends it: null (no deployment fingerprint).
+  return Json{{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}, {"system_fingerprint", nullptr}};
 }
 
 std::string OpenAiResponseBuilder::TokenText(int32_t id) const {
@@ -195,46 +118,120 @@ Json OpenAiResponseBuilder::LogprobsJson(const std::vector<TokenLogprob>& logpro
 }
 
 Json OpenAiResponseBuilder::UsageJson() const {
+  int32_t completion = 0;
+  for (const Choice& c : choices_) completion += c.completion_tokens;
   return Json{{"prompt_tokens", prompt_tokens_},
-              {"completion_tokens", completion_tokens_},
-              {"total_tokens", prompt_tokens_ + completion_tokens_}};
+              {"completion_tokens", completion},
+              {"total_tokens", prompt_tokens_ + completion}};
 }
 
-Json OpenAiResponseBuilder::ChoiceChunk(const OutputEvent& e) {
-  const FinishReason finish = failed() ? FinishReason::kNone : e.finish;
-  Json choice = Json{{"index", 0}};
+Json OpenAiResponseBuilder::ToolCallJson(const ToolCall& call, int index, bool with_type) {
+  Json j = Json::object();
+  if (index >= 0) j["index"] = index;
+  if (!call.id.empty()) j["id"] = call.id;
+  if (with_type) j["type"] = "function";
+  Json function = Json::object();
+  if (!call.name.empty()) function["name"] = call.name;
+  function["arguments"] = call.arguments;
+  j["function"] = function;
+  return j;
+}
+
+Json OpenAiResponseBuilder::FinishJson(const Choice& c) {
+  if (c.finish == FinishReason::kStop && c.tool_calls > 0) return "tool_calls";
+  return FinishReasonJson(c.finish);
+}
+
+Json OpenAiResponseBuilder::ChatDelta(Choice& c, int index, const std::string& text, bool final) const {
+  Json delta = Json::object();
+  Json calls = Json::array();
+  switch (tool_choice_) {
+    case ToolUse::Choice::kNone:
+      if (!text.empty() || !final) delta["content"] = text;
+      break;
+    case ToolUse::Choice::kAuto: {
+      ToolStreamDelta d = c.tool_parser->Feed(text);
+      if (final) {
+        ToolStreamDelta rest = c.tool_parser->Finish();
+        d.content += rest.content;
+        d.tool_calls.insert(d.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
+      }
+      if (!d.content.empty()) delta["content"] = d.content;
+      for (const ToolCallDelta& t : d.tool_calls) {
+        calls.push_back(ToolCallJson({t.id, t.name, t.arguments}, t.index, !t.id.empty()));
+        if (!t.id.empty()) ++c.tool_calls;
+      }
+      break;
+    }
+    case ToolUse::Choice::kNamed:
+      // The output is the function's arguments: streamed as they come.
+      if (!text.empty()) {
+        const bool first = c.tool_calls == 0;
+        const ToolCall call{first ? ToolCallIdGenerator(ToolContext(index).id_seed).Next() : "",
+                            first ? tool_function_ : "", text};
+        calls.push_back(ToolCallJson(call, 0, first));
+        c.tool_calls = 1;
+      }
+      break;
+    case ToolUse::Choice::kRequired: {
+      // A list of calls: parsed whole at the end (cut short, it stays text).
+      c.constrained += text;
+      if (!final) break;
+      absl::StatusOr<std::vector<ToolCall>> parsed =
+          ToolCallsFromConstrainedOutput(c.constrained, "", ToolContext(index).id_seed);
+      if (!parsed.ok()) {
+        if (!c.constrained.empty()) delta["content"] = c.constrained;
+        break;
+      }
+      for (size_t i = 0; i < parsed->size(); ++i) calls.push_back(ToolCallJson((*parsed)[i], static_cast<int>(i), true));
+      c.tool_calls = static_cast<int>(parsed->size());
+      break;
+    }
+  }
+  if (!calls.empty()) delta["tool_calls"] = calls;
+  return delta;
+}
+
+Json OpenAiResponseBuilder::ChoiceChunk(const OutputEvent& e, int index) {
+  Choice& c = choices_[index];
+  const bool final = e.finish != FinishReason::kNone;
+  Json choice = Json{{"index", index}};
   if (endpoint_ == OpenAiEndpoint::kCompletions) {
     choice["text"] = e.text;
   } else {
-    choice["delta"] = ChatDelta(e.text, e.finish != FinishReason::kNone);
+    choice["delta"] = ChatDelta(c, index, e.text, final);
     // Text held back by a tool-call parser (or buffered) makes no chunk of its own.
-    if (choice["delta"].empty() && finish == FinishReason::kNone && !(logprobs_ && !e.logprobs.empty())) return nullptr;
+    if (choice["delta"].empty() && !final && !(logprobs_ && !e.logprobs.empty())) return nullptr;
   }
-  choice["logprobs"] = logprobs_ ? LogprobsJson(e.logprobs, &text_offset_) : Json(nullptr);
-  choice["finish_reason"] = FinishJson(finish);
+  choice["logprobs"] = logprobs_ ? LogprobsJson(e.logprobs, &c.text_offset) : Json(nullptr);
+  choice["finish_reason"] = final ? FinishJson(c) : Json(nullptr);
+  if (final) choice["stop_reason"] = nullptr;  // vLLM's field: the stop string or token that ended it, if any
   Json chunk = Envelope(/*chunk=*/true);
   chunk["choices"] = Json::array({choice});
   return chunk;
 }
 
-std::string OpenAiResponseBuilder::Chunks(const OutputEvent& e) {
-  Record(e);
+std::string OpenAiResponseBuilder::Chunks(const OutputEvent& e, int index) {
   std::string out;
-  if (endpoint_ == OpenAiEndpoint::kChatCompletions && !sent_first_chunk_ && !failed()) {
+  if (sent_done_) return out;  // a choice failed: the stream ended
+  Choice& c = choices_[index];
+  Record(e, c);
+  if (endpoint_ == OpenAiEndpoint::kChatCompletions && !c.sent_first_chunk && !failed()) {
     Json chunk = Envelope(/*chunk=*/true);
-    chunk["choices"] = Json::array({Json{{"index", 0},
+    chunk["choices"] = Json::array({Json{{"index", index},
                                         {"delta", Json{{"role", "assistant"}, {"content", ""}}},
                                         {"logprobs", nullptr},
                                         {"finish_reason", nullptr}}});
     absl::StrAppend(&out, SseEvent(Dump(chunk)));
   }
-  sent_first_chunk_ = true;
+  c.sent_first_chunk = true;
   const bool has_content = !e.text.empty() || (logprobs_ && !e.logprobs.empty());
   if (has_content || (e.finish != FinishReason::kNone && !failed())) {
-    if (Json chunk = ChoiceChunk(e); !chunk.is_null()) absl::StrAppend(&out, SseEvent(Dump(chunk)));
+    if (Json chunk = ChoiceChunk(e, index); !chunk.is_null()) absl::StrAppend(&out, SseEvent(Dump(chunk)));
   }
   if (failed()) {
-    absl::StrAppend(&out, SseEvent(Dump(ErrorJson(FailureStatus()))), kSseDone);
+    absl::StrAppend(&out, SseEvent(Dump(ErrorJson(failure_))), kSseDone);
+    sent_done_ = true;
   } else if (finished()) {
     if (include_usage_) {
       Json chunk = Envelope(/*chunk=*/true);
@@ -243,29 +240,59 @@ std::string OpenAiResponseBuilder::Chunks(const OutputEvent& e) {
       absl::StrAppend(&out, SseEvent(Dump(chunk)));
     }
     absl::StrAppend(&out, kSseDone);
+    sent_done_ = true;
   }
   return out;
 }
 
-void OpenAiResponseBuilder::Accumulate(const OutputEvent& e) {
-  Record(e);
-  text_ += e.text;
-  if (logprobs_) logprobs_seen_.insert(logprobs_seen_.end(), e.logprobs.begin(), e.logprobs.end());
+void OpenAiResponseBuilder::Accumulate(const OutputEvent& e, int index) {
+  Choice& c = choices_[index];
+  Record(e, c);
+  c.text += e.text;
+  if (logprobs_) c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+}
+
+Json OpenAiResponseBuilder::BodyChoice(int index) const {
+  const Choice& c = choices_[index];
+  Json choice = Json{{"index", index}};
+  Choice calls_found;  // only its tool_calls count matters for FinishJson
+  calls_found.finish = c.finish;
+  if (endpoint_ == OpenAiEndpoint::kCompletions) {
+    choice["text"] = c.text;
+  } else {
+    Json message = Json{{"role", "assistant"}, {"content", c.text}};
+    std::vector<ToolCall> calls;
+    if (tool_choice_ == ToolUse::Choice::kAuto) {
+      ParsedToolOutput parsed = ParseToolCalls(tool_format_, c.text, ToolContext(index));
+      message["content"] = parsed.content;
+      calls = std::move(parsed.calls);
+    } else if (tool_choice_ != ToolUse::Choice::kNone) {
+      absl::StatusOr<std::vector<ToolCall>> parsed =
+          ToolCallsFromConstrainedOutput(c.text, tool_function_, ToolContext(index).id_seed);
+      if (parsed.ok()) calls = *std::move(parsed);  // else cut short (max_tokens): the text as it is
+    }
+    calls_found.tool_calls = static_cast<int>(calls.size());
+    if (!calls.empty()) {
+      if (message["content"] == "") message["content"] = nullptr;
+      Json list = Json::array();
+      for (const ToolCall& call : calls) list.push_back(ToolCallJson(call, -1, true));
+      message["tool_calls"] = list;
+    }
+    choice["message"] = message;
+  }
+  size_t text_offset = 0;
+  choice["logprobs"] = logprobs_ ? LogprobsJson(c.logprobs, &text_offset) : Json(nullptr);
+  choice["finish_reason"] = FinishJson(calls_found);
+  choice["stop_reason"] = nullptr;
+  return choice;
 }
 
 std::string OpenAiResponseBuilder::Body() const {
-  if (failed()) return Dump(ErrorJson(FailureStatus()));
-  Json choice = Json{{"index", 0}};
-  if (endpoint_ == OpenAiEndpoint::kCompletions) {
-    choice["text"] = text_;
-  } else {
-    choice["message"] = Message();
-  }
-  size_t text_offset = 0;
-  choice["logprobs"] = logprobs_ ? LogprobsJson(logprobs_seen_, &text_offset) : Json(nullptr);
-  choice["finish_reason"] = FinishJson(finish_);
+  if (failed()) return Dump(ErrorJson(failure_));
+  Json choices = Json::array();
+  for (int i = 0; i < num_choices(); ++i) choices.push_back(BodyChoice(i));
   Json body = Envelope(/*chunk=*/false);
-  body["choices"] = Json::array({choice});
+  body["choices"] = choices;
   body["usage"] = UsageJson();
   return Dump(body);
 }

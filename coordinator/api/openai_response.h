@@ -19,6 +19,8 @@ namespace tpserve {
 
 // Builds one request's response from its OutputEvents, as one JSON body (Accumulate, then
 // Body) or as a stream of SSE chunks (Chunks per event). `tokenizer` names logprob tokens.
+// With n > 1 each choice's events come from its own stream and carry its index; the
+// response is complete once every choice finished, or at the first that failed.
 class OpenAiResponseBuilder {
  public:
   // `tool_format`: how the model writes tool calls, for a chat request whose tool_choice is
@@ -26,40 +28,54 @@ class OpenAiResponseBuilder {
   OpenAiResponseBuilder(const OpenAiRequest& request, std::string id, std::string model, int64_t created,
                         const Tokenizer& tokenizer, ToolCallFormat tool_format = ToolCallFormat::kNone);
 
-  // Streaming: the SSE events that `e` adds (possibly none); after the final event, also
-  // the usage chunk (when asked) and [DONE]. An error or cancel ends the stream with an
-  // {"error": ...} event and [DONE].
-  std::string Chunks(const OutputEvent& e);
-
+  // Streaming: the SSE events that choice `index`'s event `e` adds (possibly none); after
+  // the response's last event, also the usage chunk (when asked) and [DONE]. An error or
+  // cancel ends the stream with an {"error": ...} event and [DONE].
+  std::string Chunks(const OutputEvent& e, int index = 0);
   // Non-streaming.
-  void Accumulate(const OutputEvent& e);
-  bool finished() const { return finish_ != FinishReason::kNone; }
-  // The response body; call after the final event. An error or cancel is an error JSON.
+  void Accumulate(const OutputEvent& e, int index = 0);
+  // Every choice finished, or one failed: nothing more to add.
+  bool finished() const;
+  // The response body; call once finished. An error or cancel is an error JSON.
   std::string Body() const;
-  // After the final event: OK, or what failed the request (UNAVAILABLE: the server cut it,
-  // e.g. a drain, or could serve nothing, e.g. a rank died; INTERNAL: the engine failed
-  // it), for the response's HTTP status.
+  // Once finished: OK, or what failed the request (UNAVAILABLE: the server cut it, e.g. a
+  // drain, or could serve nothing, e.g. a rank died; INTERNAL: the engine failed it), for
+  // the response's HTTP status.
   absl::Status status() const;
+  int num_choices() const { return static_cast<int>(choices_.size()); }
 
  private:
-  void Record(const OutputEvent& e);
-  bool failed() const { return finish_ == FinishReason::kError || finish_ == FinishReason::kCancelled; }
-  absl::Status FailureStatus() const;
+  // One choice's state.
+  struct Choice {
+    bool sent_first_chunk = false;
+    std::string text;
+    std::vector<TokenLogprob> logprobs;  // non-streaming
+    size_t text_offset = 0;              // streaming completions' logprobs text_offset
+    FinishReason finish = FinishReason::kNone;
+    int32_t completion_tokens = 0;
+    std::unique_ptr<StreamingToolCallParser> tool_parser;  // streaming, tool_choice "auto"
+    std::string constrained;  // streaming, tool_choice "required": the output, parsed at the end
+    int tool_calls = 0;       // calls sent (streaming) or found (Body)
+  };
+
+  void Record(const OutputEvent& e, Choice& c);
+  bool failed() const { return !failure_.ok(); }
   nlohmann::ordered_json Envelope(bool chunk) const;
-  nlohmann::ordered_json ChoiceChunk(const OutputEvent& e);
-  // A chat chunk's delta for new text `text` (final: the request's last event); counts the
+  nlohmann::ordered_json ChoiceChunk(const OutputEvent& e, int index);
+  // A chat chunk's delta for new text `text` (final: the choice's last event); counts the
   // tool calls it starts.
-  nlohmann::ordered_json ChatDelta(const std::string& text, bool final);
+  nlohmann::ordered_json ChatDelta(Choice& c, int index, const std::string& text, bool final) const;
+  static nlohmann::ordered_json ToolCallJson(const ToolCall& call, int index, bool with_type);
   // The finish_reason: "tool_calls" when a finished ("stop") answer called tools.
-  nlohmann::ordered_json FinishJson(FinishReason finish) const;
-  // Non-streaming chat: the message, with tool calls where the request offered tools.
-  nlohmann::ordered_json Message() const;
-  nlohmann::ordered_json ToolCallJson(const ToolCall& call, int index, bool with_type) const;
+  static nlohmann::ordered_json FinishJson(const Choice& c);
+  // Non-streaming: choice `index` of the body, with tool calls where the request offered tools.
+  nlohmann::ordered_json BodyChoice(int index) const;
   nlohmann::ordered_json UsageJson() const;
   // Completions' {"tokens", "token_logprobs", "top_logprobs", "text_offset"} or chat's
   // {"content": [...]}; `text_offset` advances over the tokens' text.
   nlohmann::ordered_json LogprobsJson(const std::vector<TokenLogprob>& logprobs, size_t* text_offset) const;
   std::string TokenText(int32_t id) const;
+  ToolCallContext ToolContext(int index) const;
 
   const OpenAiEndpoint endpoint_;
   const bool logprobs_;
@@ -68,24 +84,16 @@ class OpenAiResponseBuilder {
   const std::string model_;
   const int64_t created_;
   const Tokenizer& tokenizer_;
-
-  bool sent_first_chunk_ = false;
-  std::string text_;
-  std::vector<TokenLogprob> logprobs_seen_;  // non-streaming
-  size_t text_offset_ = 0;                   // streaming completions' logprobs text_offset
-  FinishReason finish_ = FinishReason::kNone;
-  std::string error_;
-  absl::StatusCode error_code_ = absl::StatusCode::kInternal;  // with kError
-  int32_t prompt_tokens_ = 0;
-  int32_t completion_tokens_ = 0;
   // Tools (chat).
   const ToolUse::Choice tool_choice_;
   const std::string tool_function_;
   const ToolCallFormat tool_format_;
-  const ToolCallContext tool_context_;
-  std::unique_ptr<StreamingToolCallParser> tool_parser_;  // streaming, tool_choice "auto"
-  std::string constrained_;  // streaming, tool_choice "required": the output, parsed at the end
-  mutable int tool_calls_ = 0;  // calls sent (streaming) or found (Body)
+  const nlohmann::ordered_json tools_;
+  std::vector<Choice> choices_;
+  int num_finished_ = 0;
+  absl::Status failure_;  // the first choice that failed
+  bool sent_done_ = false;
+  int32_t prompt_tokens_ = 0;
 };
 
 }  // namespace tpserve
