@@ -125,7 +125,8 @@ TEST(OpenAiParseTest, ErrorsNameTheField) {
   ExpectFieldError(ParseCompletion(R"({"prompt": "x", "stream": "yes"})"), "stream", "true or false");
   ExpectFieldError(ParseCompletion(R"({"prompt": "x", "logprobs": 50})"), "logprobs", "between 0 and 20");
   ExpectFieldError(ParseCompletion(R"({"prompt": "x", "model": 3})"), "model", "'model' must be a string");
-  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "echo": true})"), "echo", "not supported");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "echo": true, "logprobs": 1})"), "echo", "not supported");
+  EXPECT_TRUE(ParseCompletion(R"({"prompt": "x", "echo": true})")->echo);
   ExpectFieldError(ParseCompletion(R"({"prompt": "x", "stop_token_ids": "1"})"), "stop_token_ids",
                    "a list of token ids");
 }
@@ -542,9 +543,12 @@ TEST_F(OpenAiResponseTest, SeveralChoices) {
   req.endpoint = OpenAiEndpoint::kChatCompletions;
   req.n = 2;
   OpenAiResponseBuilder b(req, "chatcmpl-n", "m", 1, *tokenizer_);
-  b.Accumulate(Event("A", {1}, 1, FinishReason::kStop), 1);
+  OutputEvent by_string = Event("A", {1}, 1, FinishReason::kStop);
+  by_string.stop_string = "###";
+  b.Accumulate(by_string, 1);
   EXPECT_FALSE(b.finished());
-  b.Accumulate(Event("Bb", {1, 2}, 2, FinishReason::kLength), 0);
+  OutputEvent stopped = Event("Bb", {1, 2}, 2, FinishReason::kLength);
+  b.Accumulate(stopped, 0);
   ASSERT_TRUE(b.finished());
   Json body = Json::parse(b.Body());
   ASSERT_EQ(body["choices"].size(), 2u);
@@ -553,6 +557,8 @@ TEST_F(OpenAiResponseTest, SeveralChoices) {
   EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(body["choices"][1]["message"]["content"], "A");
   EXPECT_EQ(body["choices"][1]["finish_reason"], "stop");
+  EXPECT_EQ(body["choices"][1]["stop_reason"], "###");
+  EXPECT_TRUE(body["choices"][0]["stop_reason"].is_null());
   EXPECT_EQ(body["usage"], Json::parse(R"({"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7})"));
 
   req.stream = true;
@@ -582,6 +588,26 @@ TEST_F(OpenAiResponseTest, SeveralChoices) {
   EXPECT_NE(end.find("the waiting queue is full"), std::string::npos) << end;
   EXPECT_NE(end.find("[DONE]"), std::string::npos) << end;
   EXPECT_EQ(failing.Chunks(Event("late", {2}, 2, FinishReason::kStop), 0), "");
+}
+
+// echo: the prompt starts the text, in the body and in each choice's first chunk.
+TEST_F(OpenAiResponseTest, CompletionEcho) {
+  OpenAiRequest req;
+  req.endpoint = OpenAiEndpoint::kCompletions;
+  req.echo = true;
+  OpenAiResponseBuilder b(req, "c", "m", 0, *tokenizer_);
+  b.SetEcho("Say:");
+  b.Accumulate(Event(" hi", {1}, 1, FinishReason::kStop));
+  EXPECT_EQ(Json::parse(b.Body())["choices"][0]["text"], "Say: hi");
+  req.stream = true;
+  OpenAiResponseBuilder s(req, "c", "m", 0, *tokenizer_);
+  s.SetEcho("Say:");
+  std::string sse = s.Chunks(Event("", {1}, 1));
+  sse += s.Chunks(Event(" hi", {2}, 2, FinishReason::kStop));
+  std::vector<std::string> p = Payloads(sse);
+  ASSERT_EQ(p.size(), 3u) << sse;
+  EXPECT_EQ(Json::parse(p[0])["choices"][0]["text"], "Say:");
+  EXPECT_EQ(Json::parse(p[1])["choices"][0]["text"], " hi");
 }
 
 TEST_F(OpenAiResponseTest, CompletionStreamWithoutUsageEndsWithFinishThenDone) {

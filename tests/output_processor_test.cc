@@ -91,6 +91,7 @@ TEST_F(OutputProcessorTest, TheTokenTheEngineStoppedOnIsNotEmitted) {
   EXPECT_EQ(r.ids, all);  // the id is reported, its text is not
   EXPECT_EQ(r.last.prompt_tokens, 3);
   EXPECT_TRUE(Aborts().empty());  // the engine already stopped it
+  EXPECT_EQ(r.last.stop_token_id, -1);  // EOS, not a stop_token_id
 }
 
 TEST_F(OutputProcessorTest, AStopStringEndsTheStreamAndAsksTheEngineToAbort) {
@@ -104,6 +105,7 @@ TEST_F(OutputProcessorTest, AStopStringEndsTheStreamAndAsksTheEngineToAbort) {
   const Received r = Drain(*s);
   EXPECT_EQ(r.text, "Hello");
   EXPECT_EQ(r.last.finish, FinishReason::kStop);
+  EXPECT_EQ(r.last.stop_string, " world");  // vLLM's stop_reason
   processor_->Close();
   EXPECT_EQ(Aborts(), std::vector<std::string>{"b"});
   OutputEvent extra;

@@ -287,6 +287,12 @@ void HttpServer::Generate(OpenAiEndpoint endpoint, const std::shared_ptr<HttpExc
   if (!stream.ok()) return Reply(*exchange, stream.status());
   OpenAiResponseBuilder response(*parsed, std::move(id), model, absl::ToUnixSeconds(absl::Now()),
                                  builder_.tokenizer(), tool_format_);
+  if (parsed->echo) {
+    const auto* text = std::get_if<std::string>(&parsed->input.prompt);
+    response.SetEcho(text != nullptr ? *text
+                                     : builder_.tokenizer().Decode(std::get<std::vector<int32_t>>(parsed->input.prompt),
+                                                                   /*skip_special_tokens=*/false));
+  }
   std::make_shared<ResponsePump>(exchange, engine_, *std::move(stream), std::move(later), std::move(response),
                                  parsed->stream, std::move(tracker), *metrics_)
       ->Start();

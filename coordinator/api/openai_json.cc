@@ -354,9 +354,9 @@ absl::Status ParseSampling(const Json& body, OpenAiEndpoint endpoint, OpenAiRequ
     if (!n.ok()) return n.status();
     r->n = static_cast<int32_t>(*n);
   }
-  bool echo = false;
-  if (absl::Status s = ReadBool(body, "echo", &echo); !s.ok()) return s;
-  if (echo) return FieldError("echo", "'echo' is not supported");
+  if (endpoint == OpenAiEndpoint::kCompletions) {
+    if (absl::Status s = ReadBool(body, "echo", &r->echo); !s.ok()) return s;
+  }
 
   // Logprobs: completions take an integer (alternatives per token); chat takes a boolean
   // plus top_logprobs.
@@ -366,6 +366,9 @@ absl::Status ParseSampling(const Json& body, OpenAiEndpoint endpoint, OpenAiRequ
       if (!k.ok()) return k.status();
       r->logprobs = true;
       p.logprobs = static_cast<int32_t>(*k);
+      if (r->echo) {
+        return FieldError("echo", "'echo' together with 'logprobs' (the prompt's logprobs) is not supported");
+      }
     }
   } else {
     if (absl::Status s = ReadBool(body, "logprobs", &r->logprobs); !s.ok()) return s;

@@ -38,6 +38,7 @@ struct OpenAiRequest {
   bool logprobs = false;       // return per-token logprobs (input.params.logprobs alternatives)
   ToolUse tool_use;            // chat only
   int32_t n = 1;               // choices, each its own engine request (its seed + index)
+  bool echo = false;           // completions: each choice's text starts with the prompt
 };
 
 // Parse and type errors are INVALID_ARGUMENT tagged with the field (api_error.h), e.g.

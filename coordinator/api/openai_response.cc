@@ -52,6 +52,8 @@ void OpenAiResponseBuilder::Record(const OutputEvent& e, Choice& c) {
   if (e.completion_tokens > 0) c.completion_tokens = e.completion_tokens;
   if (e.finish == FinishReason::kNone || c.finish != FinishReason::kNone) return;
   c.finish = e.finish;
+  if (!e.stop_string.empty()) c.stop_reason = e.stop_string;
+  if (e.stop_token_id >= 0) c.stop_reason = e.stop_token_id;
   ++num_finished_;
   if (failed() || (e.finish != FinishReason::kError && e.finish != FinishReason::kCancelled)) return;
   // A cancel the client sees was the server's (a drain cut it): the client's own cancel
@@ -197,7 +199,7 @@ Json OpenAiResponseBuilder::ChoiceChunk(const OutputEvent& e, int index) {
   const bool final = e.finish != FinishReason::kNone;
   Json choice = Json{{"index", index}};
   if (endpoint_ == OpenAiEndpoint::kCompletions) {
-    choice["text"] = e.text;
+    choice["text"] = c.sent_first_chunk ? e.text : echo_ + e.text;
   } else {
     choice["delta"] = ChatDelta(c, index, e.text, final);
     // Text held back by a tool-call parser (or buffered) makes no chunk of its own.
@@ -205,7 +207,7 @@ Json OpenAiResponseBuilder::ChoiceChunk(const OutputEvent& e, int index) {
   }
   choice["logprobs"] = logprobs_ ? LogprobsJson(e.logprobs, &c.text_offset) : Json(nullptr);
   choice["finish_reason"] = final ? FinishJson(c) : Json(nullptr);
-  if (final) choice["stop_reason"] = nullptr;  // vLLM's field: the stop string or token that ended it, if any
+  if (final) choice["stop_reason"] = c.stop_reason;  // vLLM's field
   Json chunk = Envelope(/*chunk=*/true);
   chunk["choices"] = Json::array({choice});
   return chunk;
@@ -224,11 +226,13 @@ std::string OpenAiResponseBuilder::Chunks(const OutputEvent& e, int index) {
                                         {"finish_reason", nullptr}}});
     absl::StrAppend(&out, SseEvent(Dump(chunk)));
   }
-  c.sent_first_chunk = true;
-  const bool has_content = !e.text.empty() || (logprobs_ && !e.logprobs.empty());
+  if (endpoint_ == OpenAiEndpoint::kChatCompletions) c.sent_first_chunk = true;
+  const bool has_content = !e.text.empty() || (logprobs_ && !e.logprobs.empty()) ||
+                           (!c.sent_first_chunk && !echo_.empty());
   if (has_content || (e.finish != FinishReason::kNone && !failed())) {
     if (Json chunk = ChoiceChunk(e, index); !chunk.is_null()) absl::StrAppend(&out, SseEvent(Dump(chunk)));
   }
+  c.sent_first_chunk = true;
   if (failed()) {
     absl::StrAppend(&out, SseEvent(Dump(ErrorJson(failure_))), kSseDone);
     sent_done_ = true;
@@ -258,7 +262,7 @@ Json OpenAiResponseBuilder::BodyChoice(int index) const {
   Choice calls_found;  // only its tool_calls count matters for FinishJson
   calls_found.finish = c.finish;
   if (endpoint_ == OpenAiEndpoint::kCompletions) {
-    choice["text"] = c.text;
+    choice["text"] = echo_ + c.text;
   } else {
     Json message = Json{{"role", "assistant"}, {"content", c.text}};
     std::vector<ToolCall> calls;
@@ -283,7 +287,7 @@ Json OpenAiResponseBuilder::BodyChoice(int index) const {
   size_t text_offset = 0;
   choice["logprobs"] = logprobs_ ? LogprobsJson(c.logprobs, &text_offset) : Json(nullptr);
   choice["finish_reason"] = FinishJson(calls_found);
-  choice["stop_reason"] = nullptr;
+  choice["stop_reason"] = c.stop_reason;
   return choice;
 }
 

@@ -43,6 +43,8 @@ class OpenAiResponseBuilder {
   // the response's HTTP status.
   absl::Status status() const;
   int num_choices() const { return static_cast<int>(choices_.size()); }
+  // Completions' echo: every choice's text starts with `prompt` (the first chunk when streamed).
+  void SetEcho(std::string prompt) { echo_ = std::move(prompt); }
 
  private:
   // One choice's state.
@@ -52,6 +54,7 @@ class OpenAiResponseBuilder {
     std::vector<TokenLogprob> logprobs;  // non-streaming
     size_t text_offset = 0;              // streaming completions' logprobs text_offset
     FinishReason finish = FinishReason::kNone;
+    nlohmann::ordered_json stop_reason;  // the stop string or stop token id that ended it, else null
     int32_t completion_tokens = 0;
     std::unique_ptr<StreamingToolCallParser> tool_parser;  // streaming, tool_choice "auto"
     std::string constrained;  // streaming, tool_choice "required": the output, parsed at the end
@@ -94,6 +97,7 @@ class OpenAiResponseBuilder {
   absl::Status failure_;  // the first choice that failed
   bool sent_done_ = false;
   int32_t prompt_tokens_ = 0;
+  std::string echo_;
 };
 
 }  // namespace tpserve

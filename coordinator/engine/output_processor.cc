@@ -96,12 +96,14 @@ void OutputProcessor::Handle(EngineOutput& o) {
       StopUpdate u = s.stop.Push(delta);
       e.text += u.text;
       finish = u.finish_reason;
+      e.stop_string = std::move(u.stop_string);
     }
     if (finish == FinishReason::kNone && o.finish != FinishReason::kNone) {
       // Ended by the engine: a stop token, max_tokens, a cancel or a failure. Held-back
       // text goes out, except after an error.
       finish = o.finish;
       e.error = o.error;
+      e.stop_token_id = o.stop_token_id;
       if (finish != FinishReason::kError) e.text += s.stop.Flush();
     }
     e.finish = finish;

@@ -53,6 +53,10 @@ struct OutputEvent {
   // With kError, what kind of failure: INTERNAL (the engine failed this request) or
   // UNAVAILABLE (the server can serve nothing now, e.g. a rank died: retry elsewhere).
   absl::StatusCode error_code = absl::StatusCode::kInternal;
+  // With kStop, what matched (vLLM's stop_reason): a stop string, or a stop_token_id (-1:
+  // neither, e.g. EOS or the end of a structured output).
+  std::string stop_string;
+  int32_t stop_token_id = -1;
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;  // so far
   RequestTimings timings;         // final on the last event
