@@ -174,6 +174,15 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
       front = defaults.status();
     }
   }
+  std::optional<ToolCallFormat> tool_call_parser;
+  if (coordinator && front.ok() && !o.tool_call_parser.empty()) {
+    absl::StatusOr<ToolCallFormat> parser = ParseToolCallFormatName(o.tool_call_parser);
+    if (parser.ok()) {
+      tool_call_parser = *parser;
+    } else {
+      front = absl::InvalidArgumentError(absl::StrCat("--tool-call-parser: ", parser.status().message()));
+    }
+  }
   if (coordinator && front.ok()) {
     auto text = LoadModelText(o.engine.model, o.tokenizer, /*with_chat=*/true);
     if (!text.ok()) {
@@ -193,6 +202,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
         go.max_receive_message_bytes = static_cast<int>(o.max_body_bytes);
         go.render_pool = render_pool;
         go.generation_defaults = generation_defaults;
+        go.tool_call_parser = tool_call_parser;
         grpc = std::make_unique<GrpcServer>(deferred, *tokenizer, chat.get(), go);
         front = grpc->Start();
       }
@@ -210,14 +220,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
         ho.render_pool = render_pool;
         ho.metrics = &metrics;
         ho.generation_defaults = generation_defaults;
-        if (!o.tool_call_parser.empty()) {
-          absl::StatusOr<ToolCallFormat> parser = ParseToolCallFormatName(o.tool_call_parser);
-          if (parser.ok()) {
-            ho.tool_call_parser = *parser;
-          } else {
-            front = absl::InvalidArgumentError(absl::StrCat("--tool-call-parser: ", parser.status().message()));
-          }
-        }
+        ho.tool_call_parser = tool_call_parser;
         if (absl::Status fds = RaiseOpenFileLimit(o.max_connections); !fds.ok()) Log(world, std::string(fds.message()));
         if (front.ok()) {
           http = std::make_unique<HttpServer>(deferred, *tokenizer, chat.get(), ho);

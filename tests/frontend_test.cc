@@ -2,6 +2,8 @@
 // deadline, errors, ModelInfo/Stats, health; shutdown; `tpserve client` against both servers;
 // RequestBuilder's bounds on a prompt's work before admission.
 #include <atomic>
+#include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -126,6 +128,58 @@ TEST_F(FrontendTest, GrpcResponseFormatAndLogitBias) {
   status = Generate(request, &responses);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("the schema is required"));
+}
+
+// n = 3: three engine requests, each choice's messages carry its index and end with its own
+// finish reason. Tools (auto, the Qwen template's hermes syntax): the fake engine echoes the
+// prompt, whose user message holds a call, which comes back as tool_calls.
+TEST_F(FrontendTest, GrpcChoicesAndToolCalls) {
+  FakeEngineOptions options;
+  options.max_model_len = 2048;  // the tools' system block makes a long prompt
+  options.token_delay = absl::ZeroDuration();
+  StartServers(options);
+  v1::GenerateRequest request = TextRequest("Hello there", 3);
+  request.set_n(3);
+  std::vector<v1::GenerateResponse> responses;
+  ASSERT_TRUE(Generate(request, &responses).ok());
+  std::set<std::string> ids;
+  std::map<int, int> finished;
+  for (const v1::GenerateResponse& r : responses) {
+    ids.insert(r.request_id());
+    if (r.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) ++finished[r.index()];
+  }
+  EXPECT_EQ(ids.size(), 3u);
+  EXPECT_EQ(finished, (std::map<int, int>{{0, 1}, {1, 1}, {2, 1}}));
+
+  v1::GenerateRequest chat;
+  v1::ChatMessage* m = chat.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("<tool_call>\n{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+  chat.set_tools_json(R"([{"type": "function", "function": {"name": "get"}}])");
+  chat.mutable_sampling()->set_max_tokens(400);  // the echo reaches the user's message
+  responses.clear();
+  grpc::Status done = Generate(chat, &responses);
+  ASSERT_TRUE(done.ok()) << done.error_message();
+  std::vector<v1::ToolCall> calls;
+  std::string text;
+  for (const v1::GenerateResponse& r : responses) {
+    calls.insert(calls.end(), r.tool_calls().begin(), r.tool_calls().end());
+    text += r.text();
+  }
+  ASSERT_EQ(calls.size(), 1u) << text;
+  EXPECT_EQ(calls[0].name(), "get");
+  EXPECT_EQ(calls[0].arguments(), R"({"city":"Paris"})");
+  EXPECT_EQ(text.find("Paris"), std::string::npos) << text;  // the call is not also content
+  EXPECT_EQ(responses.back().finish_reason(), v1::FINISH_REASON_LENGTH);  // the echo ran to max_tokens
+
+  chat.set_tool_choice("nothing_like_it");
+  grpc::Status status = Generate(chat, &responses);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("nothing_like_it"));
+  chat.set_tools_json("[1,");
+  status = Generate(chat, &responses);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("tools_json"));
 }
 
 TEST_F(FrontendTest, GrpcManyConcurrentStreams) {
@@ -556,6 +610,45 @@ void ExpectRefused(const absl::StatusOr<ServeRequest>& r, const std::string& fie
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ErrorField(r.status()), field);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr(message_part));
+}
+
+// Build applies a request's tools: rendered for "auto" (special tokens kept in the text),
+// a JSON schema for "required" and a named function; errors name the field.
+TEST_F(FrontendTest, BuilderAppliesToolUse) {
+  FakeEngineOptions options;
+  options.max_model_len = 8192;
+  FakeEngine engine(*tokenizer_, options);
+  RequestBuilder hermes(engine, *tokenizer_, chat_template_.get(), {}, {}, ToolCallFormat::kHermes);
+  RequestBuilder none(engine, *tokenizer_, chat_template_.get(), {}, {}, ToolCallFormat::kNone);
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name":
+      "get", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+  auto input = [&](const char* choice) {
+    GenerateInput in;
+    ChatPrompt chat;
+    chat.messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Weather?"}])");
+    in.prompt = chat;
+    in.params.max_tokens = 8;
+    in.max_tokens_set = true;
+    in.tool_use = *ParseToolUse(tools, choice == nullptr ? nlohmann::ordered_json() : nlohmann::ordered_json(choice));
+    return in;
+  };
+  auto automatic = hermes.Build(input(nullptr), "t-");
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_FALSE(automatic->params.skip_special_tokens);
+  EXPECT_EQ(automatic->params.grammar, nullptr);
+  auto plain = hermes.Build(input("none"), "t-");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_LT(plain->prompt_ids.size(), automatic->prompt_ids.size());  // the tools were rendered
+  auto required = hermes.Build(input("required"), "t-");
+  ASSERT_TRUE(required.ok()) << required.status();
+  EXPECT_NE(required->params.grammar, nullptr);
+  auto refused = none.Build(input("auto"), "t-");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("--tool-call-parser"));
+  EXPECT_TRUE(none.Build(input("required"), "t-").ok());  // constrained: no syntax needed
+  GenerateInput text = input(nullptr);
+  text.prompt = std::string("Weather?");
+  EXPECT_THAT(hermes.Build(text, "t-").status().message(), HasSubstr("chat prompt"));
 }
 
 TEST_F(FrontendTest, BuilderRefusesTooManyMessagesBeforeRendering) {

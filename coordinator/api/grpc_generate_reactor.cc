@@ -1,6 +1,7 @@
 // GenerateReactor: one streaming Generate call. Tested by tests/frontend_test.cc.
 #include "coordinator/api/grpc_generate_reactor.h"
 
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -32,7 +33,7 @@ GenerateReactor::GenerateReactor(const Tokenizer& tokenizer, FrontendMetrics* me
     : tokenizer_(tokenizer), logprobs_(logprobs), tracker_(metrics, arrival) {}
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerateReactor::Start(
-    const Context& context, std::function<absl::StatusOr<ServeRequest>()> build, bool logprobs, absl::Time arrival) {
+    const Context& context, std::function<absl::StatusOr<Built>()> build, bool logprobs, absl::Time arrival) {
   std::shared_ptr<GenerateReactor> reactor(new GenerateReactor(context.tokenizer, context.metrics, logprobs, arrival));
   reactor->self_ = reactor;
   std::shared_ptr<TaskPool> render = context.render_pool.lock();
@@ -51,8 +52,8 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerateReactor::Start(
   return reactor.get();
 }
 
-void GenerateReactor::Admit(const Context& context, absl::StatusOr<ServeRequest> request) {
-  // Reactions (OnCancel) may run meanwhile: stream_ and admitted_ change under mu_.
+void GenerateReactor::Admit(const Context& context, absl::StatusOr<Built> built) {
+  // Reactions (OnCancel) may run meanwhile: streams_ and admitted_ change under mu_.
   auto finish = [this](const absl::Status& status) {
     {
       absl::MutexLock lock(&mu_);
@@ -60,7 +61,11 @@ void GenerateReactor::Admit(const Context& context, absl::StatusOr<ServeRequest>
     }
     Finish(ToGrpcStatus(status));
   };
-  if (!request.ok()) return finish(request.status());
+  if (!built.ok()) return finish(built.status());
+  engine_ = &context.engine;
+  pump_pool_ = context.pump_pool;
+  tool_use_ = built->tool_use;
+  tool_format_ = built->tool_format;
   bool gone;
   {
     absl::MutexLock lock(&mu_);
@@ -68,23 +73,51 @@ void GenerateReactor::Admit(const Context& context, absl::StatusOr<ServeRequest>
     if (!gone) tracker_.OnSubmitted();
   }
   if (gone) return finish(absl::CancelledError("the client cancelled the call"));
-  absl::StatusOr<std::shared_ptr<RequestStream>> stream = context.engine.Submit(*std::move(request));
+  const std::string first_id = built->first.request_id;
+  absl::StatusOr<std::shared_ptr<RequestStream>> stream = context.engine.Submit(std::move(built->first));
   if (!stream.ok()) return finish(stream.status());
   bool cancelled;
   {
     absl::MutexLock lock(&mu_);
-    stream_ = *stream;
+    for (size_t i = 0; i <= built->later.size(); ++i) {
+      choices_.emplace_back(i == 0 ? tracker_ : tracker_.ForAnotherChoice());
+      if (tool_use_.choice == ToolUse::Choice::kAuto) {
+        const ToolCallContext tool_context{.id_seed = std::hash<std::string>()(first_id) + i, .tools = tool_use_.tools};
+        choices_.back().tool_parser = std::make_unique<StreamingToolCallParser>(tool_format_, tool_context);
+      }
+    }
+    later_ = std::move(built->later);
+    streams_.push_back(*stream);
     admitted_ = true;
     cancelled = client_gone_;  // OnCancel ran while the request was being submitted
   }
+  Watch(**stream);
+  if (cancelled) (*stream)->Cancel();
+  Pump();  // events pushed before SetNotify, or the cancel
+}
+
+void GenerateReactor::Watch(RequestStream& stream) {
   // Weak references: the hook lives in the engine's stream, which may outlive both.
-  (*stream)->SetNotify([weak_reactor = weak_from_this(), weak_pool = context.pump_pool] {
+  stream.SetNotify([weak_reactor = weak_from_this(), weak_pool = pump_pool_] {
     std::shared_ptr<TaskPool> pool = weak_pool.lock();
     std::shared_ptr<GenerateReactor> r = weak_reactor.lock();
     if (pool != nullptr && r != nullptr) SchedulePump(r, *pool);
   });
-  if (cancelled) (*stream)->Cancel();
-  Pump();  // events pushed before SetNotify, or the cancel
+}
+
+absl::Status GenerateReactor::SubmitLater() {
+  for (ServeRequest& request : later_) {
+    choices_[streams_.size()].tracker.OnSubmitted();
+    absl::StatusOr<std::shared_ptr<RequestStream>> stream = engine_->Submit(std::move(request));
+    if (!stream.ok()) {
+      later_.clear();
+      return stream.status();
+    }
+    streams_.push_back(*stream);
+    Watch(**stream);
+  }
+  later_.clear();
+  return absl::OkStatus();
 }
 
 void GenerateReactor::SchedulePump(const std::shared_ptr<GenerateReactor>& self, TaskPool& pool) {
@@ -95,9 +128,51 @@ void GenerateReactor::SchedulePump(const std::shared_ptr<GenerateReactor>& self,
   });
 }
 
-void GenerateReactor::AppendEvent(const OutputEvent& e) {
+void GenerateReactor::AppendText(const std::string& text, bool final, Choice& c) {
+  auto add_call = [this, &c](const ToolCall& call) {
+    v1::ToolCall* out = response_.add_tool_calls();
+    out->set_id(call.id);
+    out->set_name(call.name);
+    out->set_arguments(call.arguments);
+    ++c.tool_calls;
+  };
+  switch (tool_use_.choice) {
+    case ToolUse::Choice::kNone:
+      response_.mutable_text()->append(text);
+      return;
+    case ToolUse::Choice::kAuto: {
+      ToolStreamDelta d = c.tool_parser->Feed(text);
+      if (final) {
+        ToolStreamDelta rest = c.tool_parser->Finish();
+        d.content += rest.content;
+        d.tool_calls.insert(d.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
+      }
+      response_.mutable_text()->append(d.content);
+      for (const ToolCallDelta& t : d.tool_calls) add_call({t.id, t.name, t.arguments});  // calls arrive whole
+      return;
+    }
+    case ToolUse::Choice::kRequired:
+    case ToolUse::Choice::kNamed: {
+      // The constrained JSON is the calls: read at the end (cut short, it is text).
+      c.constrained += text;
+      if (!final) return;
+      const size_t index = static_cast<size_t>(&c - choices_.data());
+      absl::StatusOr<std::vector<ToolCall>> calls = ToolCallsFromConstrainedOutput(
+          c.constrained, tool_use_.choice == ToolUse::Choice::kNamed ? tool_use_.function : "",
+          std::hash<std::string>()(streams_[index]->request_id()));
+      if (!calls.ok()) {
+        response_.mutable_text()->append(c.constrained);
+        return;
+      }
+      for (const ToolCall& call : *calls) add_call(call);
+      return;
+    }
+  }
+}
+
+void GenerateReactor::AppendEvent(const OutputEvent& e, Choice& c) {
   response_.mutable_token_ids()->Add(e.token_ids.begin(), e.token_ids.end());
-  response_.mutable_text()->append(e.text);
+  AppendText(e.text, e.finish != FinishReason::kNone, c);
   if (logprobs_) {
     for (const TokenLogprob& lp : e.logprobs) {
       v1::TokenLogprob* out = response_.add_logprobs();
@@ -115,7 +190,8 @@ void GenerateReactor::AppendEvent(const OutputEvent& e) {
   response_.mutable_usage()->set_prompt_tokens(e.prompt_tokens);
   response_.mutable_usage()->set_completion_tokens(e.completion_tokens);
   if (e.finish != FinishReason::kNone) {
-    response_.set_finish_reason(ToProto(e.finish));
+    response_.set_finish_reason(e.finish == FinishReason::kStop && c.tool_calls > 0 ? v1::FINISH_REASON_TOOL_CALLS
+                                                                                     : ToProto(e.finish));
     v1::Timings* t = response_.mutable_timings();
     t->set_queue_ms(e.timings.queue_ms);
     t->set_prefill_ms(e.timings.prefill_ms);
@@ -128,6 +204,7 @@ void GenerateReactor::Pump() {
   enum class Action { kWrite, kWriteAndFinish, kFinish };
   Action action;
   grpc::Status status;
+  std::vector<std::shared_ptr<RequestStream>> cancel;  // the other choices, when one failed
   {
     absl::MutexLock lock(&mu_);
     if (!admitted_ || finishing_ || write_in_flight_) return;  // Admit finishes an unadmitted call
@@ -136,42 +213,69 @@ void GenerateReactor::Pump() {
       action = Action::kFinish;
       status = grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the call");
     } else {
+      // One message per choice: the first choice with events.
       OutputEvent e;
       bool any = false;
+      size_t index = 0;
       FinishReason finish = FinishReason::kNone;
       std::string error;
       absl::StatusCode error_code = absl::StatusCode::kInternal;
       response_.Clear();
-      while (finish == FinishReason::kNone && stream_->TryNext(&e)) {
-        any = true;
-        tracker_.OnEvent(e);
-        AppendEvent(e);
-        finish = e.finish;
-        error = std::move(e.error);
-        error_code = e.error_code;
+      for (; index < streams_.size() && !any; ++index) {
+        Choice& c = choices_[index];
+        while (!c.finished && finish == FinishReason::kNone && streams_[index]->TryNext(&e)) {
+          any = true;
+          c.tracker.OnEvent(e);
+          AppendEvent(e, c);
+          finish = e.finish;
+          error = std::move(e.error);
+          error_code = e.error_code;
+        }
       }
       if (!any) return;
-      response_.set_request_id(stream_->request_id());
-      if (finish == FinishReason::kNone) {
-        write_in_flight_ = true;
-        action = Action::kWrite;
-      } else {
+      --index;
+      response_.set_request_id(streams_[index]->request_id());
+      response_.set_index(static_cast<int32_t>(index));
+      absl::Status later = index == 0 && !later_.empty() ? SubmitLater() : absl::OkStatus();
+      if (finish != FinishReason::kNone) {
+        choices_[index].finished = true;
+        ++num_finished_;
+      }
+      if (!later.ok()) {
+        finish = FinishReason::kError;
+        error = std::string(later.message());
+        error_code = later.code();
+      }
+      if (finish == FinishReason::kError || finish == FinishReason::kCancelled) {
         finishing_ = true;
         action = Action::kWriteAndFinish;
+        for (size_t i = 0; i < streams_.size(); ++i) {
+          if (!choices_[i].finished) cancel.push_back(streams_[i]);
+        }
         if (finish == FinishReason::kError) {
-          // UNAVAILABLE: the server can serve nothing now (a rank died); retry elsewhere.
+          // UNAVAILABLE: the server can serve nothing now (a rank died); RESOURCE_EXHAUSTED: a
+          // later choice found the queue full. Retry later or elsewhere.
           status = grpc::Status(error_code == absl::StatusCode::kUnavailable ? grpc::StatusCode::UNAVAILABLE
-                                                                             : grpc::StatusCode::INTERNAL,
+                                : error_code == absl::StatusCode::kResourceExhausted
+                                    ? grpc::StatusCode::RESOURCE_EXHAUSTED
+                                    : grpc::StatusCode::INTERNAL,
                                 error.empty() ? "the engine failed this request" : error);
-        } else if (finish == FinishReason::kCancelled) {
+        } else {
           // The client's own cancel ends the call before this (client_gone_): this one was the
           // server's, e.g. a drain past --shutdown-timeout. UNAVAILABLE: retry elsewhere.
           status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                 error.empty() ? "the server cancelled the request" : error);
         }
+      } else if (num_finished_ == static_cast<int>(choices_.size())) {
+        finishing_ = true;
+        action = Action::kWriteAndFinish;
+      } else {
+        write_in_flight_ = true;
+        action = Action::kWrite;
       }
     }
   }
+  for (const auto& stream : cancel) stream->Cancel();
   // Outside the lock: reactions may run on other threads as soon as these are called.
   // response_ stays untouched until OnWriteDone (or, after the last write, forever).
   switch (action) {
@@ -188,28 +292,31 @@ void GenerateReactor::Pump() {
 }
 
 void GenerateReactor::OnWriteDone(bool ok) {
+  std::vector<std::shared_ptr<RequestStream>> streams;
   {
     absl::MutexLock lock(&mu_);
     write_in_flight_ = false;
-    if (!ok && !client_gone_ && stream_ != nullptr) {  // the stream broke under us
+    if (!ok && !client_gone_) {  // the stream broke under us
       client_gone_ = true;
-      tracker_.OnClientGone();
-      stream_->Cancel();
+      for (Choice& c : choices_) c.tracker.OnClientGone();
+      streams = streams_;
     }
   }
+  for (const auto& stream : streams) stream->Cancel();
   Pump();
 }
 
 void GenerateReactor::OnCancel() {
-  std::shared_ptr<RequestStream> stream;
+  std::vector<std::shared_ptr<RequestStream>> streams;
   {
     absl::MutexLock lock(&mu_);
     if (finishing_ || client_gone_) return;
     client_gone_ = true;
-    tracker_.OnClientGone();
-    stream = stream_;  // null before Admit: Admit sees client_gone_ instead
+    if (choices_.empty()) tracker_.OnClientGone();  // before Admit: Admit sees client_gone_ instead
+    for (Choice& c : choices_) c.tracker.OnClientGone();
+    streams = streams_;
   }
-  if (stream != nullptr) stream->Cancel();
+  for (const auto& stream : streams) stream->Cancel();
   Pump();
 }
 

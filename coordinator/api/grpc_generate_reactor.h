@@ -5,6 +5,8 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -12,9 +14,11 @@
 #include "absl/time/time.h"
 #include "coordinator/engine/engine_api.h"
 #include "coordinator/api/frontend_metrics.h"
+#include "coordinator/api/request_builder.h"
 #include "coordinator/engine/request.h"
 #include "coordinator/api/task_pool.h"
 #include "coordinator/text/tokenizer.h"
+#include "coordinator/text/tool_calls.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/tpserve.grpc.pb.h"
 
@@ -35,11 +39,22 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse>,
     // with the HTTP server; a full queue is RESOURCE_EXHAUSTED.
     std::weak_ptr<TaskPool> render_pool;
   };
+  // What the render pool hands the reactor: choice 0's request, the other choices' (sent
+  // once choice 0's first event shows its prompt computed, so that they find it in the
+  // prefix cache), and how to read tool calls back.
+  struct Built {
+    ServeRequest first;
+    std::vector<ServeRequest> later;
+    ToolUse tool_use;
+    ToolCallFormat tool_format = ToolCallFormat::kNone;
+  };
   // Returns the reactor for gRPC to drive at once; `build` runs on the render pool, then the
   // request is submitted (or the call finishes with build's error, or Submit's).
   // `logprobs`: put the engine's logprobs in responses. `arrival`: when the call came in.
+  // Each message carries one choice's events; the call ends once every choice finished, or
+  // with the first choice's failure (the others are cancelled).
   static grpc::ServerWriteReactor<v1::GenerateResponse>* Start(const Context& context,
-                                                               std::function<absl::StatusOr<ServeRequest>()> build,
+                                                               std::function<absl::StatusOr<Built>()> build,
                                                                bool logprobs, absl::Time arrival);
 
   void OnWriteDone(bool ok) override;
@@ -48,14 +63,30 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse>,
 
  private:
   GenerateReactor(const Tokenizer& tokenizer, FrontendMetrics* metrics, bool logprobs, absl::Time arrival);
+  // One choice's state.
+  struct Choice {
+    explicit Choice(RequestTracker t) : tracker(std::move(t)) {}
+    RequestTracker tracker;
+    std::unique_ptr<StreamingToolCallParser> tool_parser;  // tool_choice "auto"
+    std::string constrained;  // tool_choice "required" / named: the output, parsed at the end
+    int tool_calls = 0;
+    bool finished = false;
+  };
   // On the render pool: submits the built request and starts streaming, or finishes.
-  void Admit(const Context& context, absl::StatusOr<ServeRequest> request);
+  void Admit(const Context& context, absl::StatusOr<Built> built);
+  // Watches a choice's stream: its events schedule a Pump on the pump pool.
+  void Watch(RequestStream& stream);
+  // Choices 1..n-1, after choice 0's first event; an error is the one a choice the engine
+  // refused ends the call with.
+  absl::Status SubmitLater() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts the next write, or the Finish, when there is something to do and no write is
   // in flight. Called from the reactions and the pump pool; never blocks.
   void Pump();
   // The engine's notify hook: posts one Pump to `pool` unless one is already pending.
   static void SchedulePump(const std::shared_ptr<GenerateReactor>& self, TaskPool& pool);
-  void AppendEvent(const OutputEvent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AppendEvent(const OutputEvent& e, Choice& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A choice's text through the tool-call reading its request asks for (final: its last event).
+  void AppendText(const std::string& text, bool final, Choice& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Tokenizer& tokenizer_;
   const bool logprobs_;
@@ -63,12 +94,20 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse>,
   std::atomic<bool> pump_scheduled_{false};
 
   absl::Mutex mu_;
-  std::shared_ptr<RequestStream> stream_ ABSL_GUARDED_BY(mu_);  // set by Admit
+  EngineApi* engine_ = nullptr;      // set by Admit
+  std::weak_ptr<TaskPool> pump_pool_;  // set by Admit
+  // Choice i's stream, for the choices submitted so far; set by Admit and SubmitLater.
+  std::vector<std::shared_ptr<RequestStream>> streams_ ABSL_GUARDED_BY(mu_);
+  std::vector<ServeRequest> later_ ABSL_GUARDED_BY(mu_);  // choices not yet submitted
+  std::vector<Choice> choices_ ABSL_GUARDED_BY(mu_);      // every choice, submitted or not
+  int num_finished_ ABSL_GUARDED_BY(mu_) = 0;
+  ToolUse tool_use_;
+  ToolCallFormat tool_format_ = ToolCallFormat::kNone;
   bool admitted_ ABSL_GUARDED_BY(mu_) = false;
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;  // Finish or StartWriteAndFinish issued
   bool client_gone_ ABSL_GUARDED_BY(mu_) = false;
-  RequestTracker tracker_ ABSL_GUARDED_BY(mu_);
+  RequestTracker tracker_ ABSL_GUARDED_BY(mu_);  // until Admit: the call's own
   // The message of the write in flight. Filled under mu_ while no write is in flight;
   // gRPC reads it until OnWriteDone.
   v1::GenerateResponse response_;

@@ -24,7 +24,7 @@ GrpcServer::GrpcServer(EngineApi& engine, const Tokenizer& tokenizer, const Mode
     : engine_(engine),
       options_(std::move(options)),
       builder_(engine, tokenizer, chat_template, options_.served_model_names,
-               options_.generation_defaults),
+               options_.generation_defaults, options_.tool_call_parser),
       pump_pool_(std::make_shared<TaskPool>(options_.pump_threads)),
       render_pool_(options_.render_pool != nullptr
                        ? options_.render_pool

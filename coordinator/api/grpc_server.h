@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,6 +50,8 @@ struct GrpcServerOptions {
   FrontendMetrics* metrics = nullptr;  // What requests that leave a sampling field unset get (--generation-config); empty: the
   // neutral SamplingParams defaults.
   GenerationDefaults generation_defaults;
+  // How the model writes tool calls (--tool-call-parser); unset: the chat template's syntax.
+  std::optional<ToolCallFormat> tool_call_parser;
 };
 
 class GrpcServer {

@@ -62,6 +62,27 @@ absl::Status CopyResponseFormat(const v1::ResponseFormat& f, GenerateInput* inpu
   }
 }
 
+// tools_json and tool_choice -> the same ToolUse as the OpenAI API's.
+absl::Status CopyTools(const v1::GenerateRequest& request, GenerateInput* input) {
+  using Json = nlohmann::ordered_json;
+  Json tools;
+  if (!request.tools_json().empty()) {
+    tools = Json::parse(request.tools_json(), nullptr, /*allow_exceptions=*/false);
+    if (tools.is_discarded()) return FieldError("tools_json", "tools_json is not valid JSON");
+  }
+  Json choice;
+  const std::string& c = request.tool_choice();
+  if (c == "auto" || c == "none" || c == "required") {
+    choice = c;
+  } else if (!c.empty()) {
+    choice = Json{{"type", "function"}, {"function", {{"name", c}}}};
+  }
+  absl::StatusOr<ToolUse> use = ParseToolUse(tools, choice);
+  if (!use.ok()) return use.status();
+  input->tool_use = *std::move(use);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<GenerateInput> GenerateInputFromProto(const v1::GenerateRequest& request) {
@@ -92,6 +113,8 @@ absl::StatusOr<GenerateInput> GenerateInputFromProto(const v1::GenerateRequest& 
   }
   CopySampling(request.sampling(), &input);
   if (absl::Status s = CopyResponseFormat(request.response_format(), &input); !s.ok()) return s;
+  if (absl::Status s = CopyTools(request, &input); !s.ok()) return s;
+  input.n = request.n() == 0 ? 1 : request.n();
   return input;
 }
 
@@ -107,10 +130,18 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* TpServeService::Generate(grpc::C
                                                                          const v1::GenerateRequest* request) {
   const absl::Time arrival = absl::Now();
   // Built on the render pool, not on gRPC's callback thread: a long chat waits its turn there.
-  auto build = [this, proto = *request]() -> absl::StatusOr<ServeRequest> {
+  auto build = [this, proto = *request]() -> absl::StatusOr<GenerateReactor::Built> {
     absl::StatusOr<GenerateInput> input = GenerateInputFromProto(proto);
     if (!input.ok()) return input.status();
-    return builder_.Build(*std::move(input), "gen-");
+    GenerateReactor::Built built;
+    built.tool_use = input->tool_use;
+    built.tool_format = builder_.tool_call_format();
+    const int32_t n = input->n;
+    absl::StatusOr<ServeRequest> first = builder_.Build(*std::move(input), "gen-");
+    if (!first.ok()) return first.status();
+    built.later = MoreChoices(*first, n);
+    built.first = *std::move(first);
+    return built;
   };
   return GenerateReactor::Start({engine_, builder_.tokenizer(), metrics_, pump_pool_, render_pool_}, std::move(build),
                                 request->sampling().has_logprobs(), arrival);

@@ -158,27 +158,6 @@ class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
   std::shared_ptr<ResponsePump> self_;
 };
 
-// The tool-call syntax of the template that renders requests with tools.
-ToolCallFormat ChatToolCallFormat(const ModelChatTemplate* chat_template) {
-  if (chat_template == nullptr) return ToolCallFormat::kNone;
-  const ChatTemplate* t = chat_template->Find("tool_use");
-  if (t == nullptr) t = chat_template->Find("default");
-  return t == nullptr ? ToolCallFormat::kNone : DetectToolCallFormat(t->source());
-}
-
-// Choices 1..n-1 of a request: the same prompt and parameters under ids "<id>-<i>"; a
-// seeded request's choice i draws with seed + i (vLLM's rule), so choices differ and repeat.
-std::vector<ServeRequest> MoreChoices(const ServeRequest& first, int32_t n) {
-  std::vector<ServeRequest> more;
-  for (int32_t i = 1; i < n; ++i) {
-    ServeRequest r = first;
-    r.request_id = absl::StrCat(first.request_id, "-", i);
-    if (r.params.seed.has_value()) r.params.seed = *r.params.seed + static_cast<uint64_t>(i);
-    more.push_back(std::move(r));
-  }
-  return more;
-}
-
 }  // namespace
 
 HttpServer::HttpServer(EngineApi& engine, const Tokenizer& tokenizer, const ModelChatTemplate* chat_template,
@@ -186,8 +165,7 @@ HttpServer::HttpServer(EngineApi& engine, const Tokenizer& tokenizer, const Mode
     : engine_(engine),
       options_(std::move(options)),
       builder_(engine, tokenizer, chat_template, options_.served_model_names,
-               options_.generation_defaults),
-      tool_format_(options_.tool_call_parser.value_or(ChatToolCallFormat(chat_template))),
+               options_.generation_defaults, options_.tool_call_parser),
       own_metrics_(options_.metrics != nullptr
                        ? nullptr
                        : std::make_unique<FrontendMetrics>(engine, builder_.served_model_names().front())),
@@ -270,23 +248,17 @@ void HttpServer::Generate(OpenAiEndpoint endpoint, const std::shared_ptr<HttpExc
   RequestTracker tracker(metrics_, exchange->request().arrival);
   absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(endpoint, exchange->request().body);
   if (!parsed.ok()) return Reply(*exchange, parsed.status());
-  if (parsed->tool_use.choice == ToolUse::Choice::kAuto && tool_format_ == ToolCallFormat::kNone) {
-    return Reply(*exchange, FieldError("tools", "tool_choice \"auto\": this model's chat template writes no tool-call "
-                                                "syntax tpserve can read back (docs/tool_calls.md); start the server "
-                                                "with --tool-call-parser, or send tool_choice \"required\" or a "
-                                                "named function"));
-  }
   const std::string model = builder_.ResolveModel(parsed->input.model);
   absl::StatusOr<ServeRequest> request =
       builder_.Build(parsed->input, endpoint == OpenAiEndpoint::kCompletions ? "cmpl-" : "chatcmpl-");
   if (!request.ok()) return Reply(*exchange, request.status());
   std::string id = request->request_id;
-  std::vector<ServeRequest> later = MoreChoices(*request, parsed->n);
+  std::vector<ServeRequest> later = MoreChoices(*request, parsed->input.n);
   tracker.OnSubmitted();
   absl::StatusOr<std::shared_ptr<RequestStream>> stream = engine_.Submit(*std::move(request));
   if (!stream.ok()) return Reply(*exchange, stream.status());
   OpenAiResponseBuilder response(*parsed, std::move(id), model, absl::ToUnixSeconds(absl::Now()),
-                                 builder_.tokenizer(), tool_format_);
+                                 builder_.tokenizer(), builder_.tool_call_format());
   if (parsed->echo) {
     const auto* text = std::get_if<std::string>(&parsed->input.prompt);
     response.SetEcho(text != nullptr ? *text

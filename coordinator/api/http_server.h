@@ -77,7 +77,6 @@ class HttpServer {
   EngineApi& engine_;
   const HttpServerOptions options_;
   const RequestBuilder builder_;
-  const ToolCallFormat tool_format_;
   std::unique_ptr<FrontendMetrics> own_metrics_;
   FrontendMetrics* const metrics_;
   const int64_t started_unix_s_;

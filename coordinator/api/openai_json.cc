@@ -9,7 +9,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/api/api_error.h"
-#include "coordinator/text/tool_calls.h"
 
 namespace tpserve {
 namespace {
@@ -95,51 +94,6 @@ absl::Status RefuseUnimplemented(OpenAiEndpoint endpoint, const Json& body) {
       !(v->is_string() && v->get<std::string>().empty())) {
     return FieldError("suffix", "'suffix' (fill-in-the-middle) is not supported");
   }
-  return absl::OkStatus();
-}
-
-// tools and tool_choice (chat): the tools go to the chat template; "required" and a named
-// function constrain the output with a JSON schema (tool_calls.h), "auto" parses it.
-absl::Status ParseToolUse(const Json& body, OpenAiRequest* r) {
-  ToolUse& use = r->tool_use;
-  const Json* tools = nullptr;
-  if (Present(body, "tools", &tools)) {
-    if (absl::Status s = ValidateTools(*tools); !s.ok()) return FieldError("tools", s.message());
-    use.tools = *tools;
-  }
-  const bool has_tools = !use.tools.empty();
-  const Json* choice = nullptr;
-  if (!Present(body, "tool_choice", &choice)) {
-    use.choice = has_tools ? ToolUse::Choice::kAuto : ToolUse::Choice::kNone;
-  } else if (*choice == "none") {
-    use.choice = ToolUse::Choice::kNone;
-  } else if (*choice == "auto") {
-    use.choice = ToolUse::Choice::kAuto;
-  } else if (*choice == "required") {
-    use.choice = ToolUse::Choice::kRequired;
-  } else if (choice->is_object() && choice->value("type", Json()) == "function" && choice->contains("function") &&
-             (*choice)["function"].is_object() && (*choice)["function"].value("name", Json()).is_string()) {
-    use.choice = ToolUse::Choice::kNamed;
-    use.function = (*choice)["function"]["name"].get<std::string>();
-  } else {
-    return TypeError("tool_choice", "\"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}",
-                     *choice);
-  }
-  if (use.choice == ToolUse::Choice::kNone) return absl::OkStatus();  // tools not offered
-  if (!has_tools) return FieldError("tool_choice", "'tool_choice' other than \"none\" needs a non-empty \"tools\" list");
-  std::get<ChatPrompt>(r->input.prompt).tools = use.tools;
-  if (use.choice == ToolUse::Choice::kAuto) {
-    r->input.params.skip_special_tokens = false;  // the call markers may be special tokens
-    return absl::OkStatus();
-  }
-  if (r->input.response_format.has_value()) {
-    return FieldError("response_format", "'response_format' cannot be combined with a tool_choice that forces a call");
-  }
-  absl::StatusOr<std::string> schema = use.choice == ToolUse::Choice::kRequired
-                                           ? RequiredToolsSchema(use.tools)
-                                           : NamedToolSchema(use.tools, use.function);
-  if (!schema.ok()) return FieldError("tool_choice", schema.status().message());
-  r->input.response_format = ResponseFormat{ResponseFormat::Type::kJsonSchema, *std::move(schema)};
   return absl::OkStatus();
 }
 
@@ -352,7 +306,7 @@ absl::Status ParseSampling(const Json& body, OpenAiEndpoint endpoint, OpenAiRequ
   if (Present(body, "n", &v)) {
     absl::StatusOr<int64_t> n = AsInt(*v, "n", 1, kMaxChoices);
     if (!n.ok()) return n.status();
-    r->n = static_cast<int32_t>(*n);
+    r->input.n = static_cast<int32_t>(*n);
   }
   if (endpoint == OpenAiEndpoint::kCompletions) {
     if (absl::Status s = ReadBool(body, "echo", &r->echo); !s.ok()) return s;
@@ -440,7 +394,14 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
   }
   if (absl::Status s = ParseSampling(body, endpoint, &r); !s.ok()) return s;
   if (endpoint == OpenAiEndpoint::kChatCompletions) {
-    if (absl::Status s = ParseToolUse(body, &r); !s.ok()) return s;
+    const Json* tools = nullptr;
+    const Json* choice = nullptr;
+    const Json none;
+    Present(body, "tools", &tools);
+    Present(body, "tool_choice", &choice);
+    absl::StatusOr<ToolUse> use = ParseToolUse(tools ? *tools : none, choice ? *choice : none);
+    if (!use.ok()) return use.status();
+    r.input.tool_use = *std::move(use);
   }
   if (absl::Status s = ReadBool(body, "stream", &r.stream); !s.ok()) return s;
   if (Present(body, "stream_options", &v)) {

@@ -17,27 +17,12 @@ namespace tpserve {
 
 enum class OpenAiEndpoint { kCompletions, kChatCompletions };
 
-// A chat request's `tools` and `tool_choice` (docs/tool_calls.md).
-struct ToolUse {
-  enum class Choice {
-    kNone,      // no tools offered: none sent, or tool_choice "none"
-    kAuto,      // the model may call them; its output is parsed for calls
-    kRequired,  // it must call one or more: the output is constrained to a JSON list of calls
-    kNamed,     // it must call `function`: the output is constrained to that function's arguments
-  };
-  Choice choice = Choice::kNone;
-  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
-  std::string function;  // kNamed
-};
-
 struct OpenAiRequest {
   OpenAiEndpoint endpoint = OpenAiEndpoint::kCompletions;
   GenerateInput input;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a final usage chunk
   bool logprobs = false;       // return per-token logprobs (input.params.logprobs alternatives)
-  ToolUse tool_use;            // chat only
-  int32_t n = 1;               // choices, each its own engine request (its seed + index)
   bool echo = false;           // completions: each choice's text starts with the prompt
 };
 

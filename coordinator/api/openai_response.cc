@@ -32,11 +32,11 @@ OpenAiResponseBuilder::OpenAiResponseBuilder(const OpenAiRequest& request, std::
       model_(std::move(model)),
       created_(created),
       tokenizer_(tokenizer),
-      tool_choice_(request.tool_use.choice),
-      tool_function_(request.tool_use.function),
+      tool_choice_(request.input.tool_use.choice),
+      tool_function_(request.input.tool_use.function),
       tool_format_(tool_format),
-      tools_(request.tool_use.tools),
-      choices_(std::max(1, request.n)) {
+      tools_(request.input.tool_use.tools),
+      choices_(std::max(1, request.input.n)) {
   if (tool_choice_ != ToolUse::Choice::kAuto) return;
   for (int i = 0; i < num_choices(); ++i) {
     choices_[i].tool_parser = std::make_unique<StreamingToolCallParser>(tool_format_, ToolContext(i));

@@ -19,6 +19,7 @@ namespace tpserve {
 namespace {
 
 constexpr int32_t kDefaultCompletionTokens = 16;
+constexpr int32_t kMaxChoices = 64;  // n
 
 // The field that names the prompt in both APIs' error messages.
 const char* PromptField(const Prompt& prompt) {
@@ -57,16 +58,94 @@ int64_t ChatContentBytes(const nlohmann::ordered_json& messages) {
   return bytes;
 }
 
+// The tool-call syntax of the template that renders requests with tools.
+ToolCallFormat TemplateToolCallFormat(const ModelChatTemplate* chat_template) {
+  if (chat_template == nullptr) return ToolCallFormat::kNone;
+  const ChatTemplate* t = chat_template->Find("tool_use");
+  if (t == nullptr) t = chat_template->Find("default");
+  return t == nullptr ? ToolCallFormat::kNone : DetectToolCallFormat(t->source());
+}
+
 }  // namespace
+
+absl::StatusOr<ToolUse> ParseToolUse(const nlohmann::ordered_json& tools, const nlohmann::ordered_json& choice) {
+  ToolUse use;
+  if (!tools.is_null()) {
+    if (absl::Status s = ValidateTools(tools); !s.ok()) return FieldError("tools", s.message());
+    use.tools = tools;
+  }
+  const bool has_tools = !use.tools.empty();
+  if (choice.is_null()) {
+    use.choice = has_tools ? ToolUse::Choice::kAuto : ToolUse::Choice::kNone;
+  } else if (choice == "none") {
+    use.choice = ToolUse::Choice::kNone;
+  } else if (choice == "auto") {
+    use.choice = ToolUse::Choice::kAuto;
+  } else if (choice == "required") {
+    use.choice = ToolUse::Choice::kRequired;
+  } else if (choice.is_object() && choice.value("type", nlohmann::ordered_json()) == "function" &&
+             choice.contains("function") && choice["function"].is_object() &&
+             choice["function"].value("name", nlohmann::ordered_json()).is_string()) {
+    use.choice = ToolUse::Choice::kNamed;
+    use.function = choice["function"]["name"].get<std::string>();
+  } else {
+    std::string got = choice.dump();
+    if (got.size() > 40) got = got.substr(0, 37) + "...";
+    return FieldError("tool_choice", absl::StrCat("'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                                                  "{\"type\": \"function\", \"function\": {\"name\": ...}}, got ",
+                                                  got));
+  }
+  if (use.choice != ToolUse::Choice::kNone && !has_tools) {
+    return FieldError("tool_choice", "'tool_choice' other than \"none\" needs a non-empty \"tools\" list");
+  }
+  return use;
+}
+
+std::vector<ServeRequest> MoreChoices(const ServeRequest& first, int32_t n) {
+  std::vector<ServeRequest> more;
+  for (int32_t i = 1; i < n; ++i) {
+    ServeRequest r = first;
+    r.request_id = absl::StrCat(first.request_id, "-", i);
+    if (r.params.seed.has_value()) r.params.seed = *r.params.seed + static_cast<uint64_t>(i);
+    more.push_back(std::move(r));
+  }
+  return more;
+}
+
+absl::Status RequestBuilder::ApplyToolUse(GenerateInput& input) const {
+  const ToolUse& use = input.tool_use;
+  if (use.choice == ToolUse::Choice::kNone) return absl::OkStatus();  // no tools offered
+  auto* chat = std::get_if<ChatPrompt>(&input.prompt);
+  if (chat == nullptr) return FieldError("tools", "tools need a chat prompt (messages)");
+  chat->tools = use.tools;
+  if (use.choice == ToolUse::Choice::kAuto) {
+    if (tool_call_format_ == ToolCallFormat::kNone) {
+      return FieldError("tools", "tool_choice \"auto\": this model's chat template writes no tool-call syntax tpserve "
+                                 "can read back (docs/tool_calls.md); start the server with --tool-call-parser, or "
+                                 "send tool_choice \"required\" or a named function");
+    }
+    input.params.skip_special_tokens = false;  // the call markers may be special tokens
+    return absl::OkStatus();
+  }
+  if (input.response_format.has_value()) {
+    return FieldError("response_format", "'response_format' cannot be combined with a tool_choice that forces a call");
+  }
+  absl::StatusOr<std::string> schema = use.choice == ToolUse::Choice::kRequired ? RequiredToolsSchema(use.tools)
+                                                                                : NamedToolSchema(use.tools, use.function);
+  if (!schema.ok()) return FieldError("tool_choice", schema.status().message());
+  input.response_format = ResponseFormat{ResponseFormat::Type::kJsonSchema, *std::move(schema)};
+  return absl::OkStatus();
+}
 
 RequestBuilder::RequestBuilder(const EngineApi& engine, const Tokenizer& tokenizer,
                                const ModelChatTemplate* chat_template, std::vector<std::string> served_model_names,
-                               GenerationDefaults generation_defaults)
+                               GenerationDefaults generation_defaults, std::optional<ToolCallFormat> tool_call_parser)
     : engine_(engine),
       tokenizer_(tokenizer),
       chat_template_(chat_template),
       served_model_names_(std::move(served_model_names)),
       generation_defaults_(std::move(generation_defaults)),
+      tool_call_format_(tool_call_parser.value_or(TemplateToolCallFormat(chat_template))),
       id_base_(absl::Uniform<uint64_t>(absl::BitGen())) {
   if (served_model_names_.empty()) served_model_names_.push_back(engine_.Info().served_model_name);
 }
@@ -175,6 +254,10 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> RequestBuilder::CompileRe
 
 absl::StatusOr<ServeRequest> RequestBuilder::Build(GenerateInput input, absl::string_view id_prefix) const {
   if (absl::Status s = CheckModel(input.model); !s.ok()) return s;
+  if (absl::Status s = ApplyToolUse(input); !s.ok()) return s;
+  if (input.n < 1 || input.n > kMaxChoices) {
+    return FieldError("n", absl::StrCat("'n' must be between 1 and ", kMaxChoices, ", got ", input.n));
+  }
   absl::StatusOr<std::vector<int32_t>> ids = Tokenize(input.prompt);
   if (!ids.ok()) return ids.status();
   const char* prompt_field = PromptField(input.prompt);
