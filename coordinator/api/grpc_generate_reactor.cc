@@ -141,12 +141,7 @@ void GenerateReactor::AppendText(const std::string& text, bool final, Choice& c)
       response_.mutable_text()->append(text);
       return;
     case ToolUse::Choice::kAuto: {
-      ToolStreamDelta d = c.tool_parser->Feed(text);
-      if (final) {
-        ToolStreamDelta rest = c.tool_parser->Finish();
-        d.content += rest.content;
-        d.tool_calls.insert(d.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
-      }
+      const ToolStreamDelta d = c.tool_parser->FeedAndMaybeFinish(text, final);
       response_.mutable_text()->append(d.content);
       for (const ToolCallDelta& t : d.tool_calls) add_call({t.id, t.name, t.arguments});  // calls arrive whole
       return;

@@ -152,12 +152,7 @@ Json OpenAiResponseBuilder::ChatDelta(Choice& c, int index, const std::string& t
       if (!text.empty() || !final) delta["content"] = text;
       break;
     case ToolUse::Choice::kAuto: {
-      ToolStreamDelta d = c.tool_parser->Feed(text);
-      if (final) {
-        ToolStreamDelta rest = c.tool_parser->Finish();
-        d.content += rest.content;
-        d.tool_calls.insert(d.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
-      }
+      const ToolStreamDelta d = c.tool_parser->FeedAndMaybeFinish(text, final);
       if (!d.content.empty()) delta["content"] = d.content;
       for (const ToolCallDelta& t : d.tool_calls) {
         calls.push_back(ToolCallJson({t.id, t.name, t.arguments}, t.index, !t.id.empty()));

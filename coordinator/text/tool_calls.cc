@@ -87,6 +87,15 @@ ToolStreamDelta StreamingToolCallParser::Finish() {
   return Drain(/*final=*/true);
 }
 
+ToolStreamDelta StreamingToolCallParser::FeedAndMaybeFinish(std::string_view text_delta, bool last) {
+  ToolStreamDelta d = Feed(text_delta);
+  if (!last) return d;
+  ToolStreamDelta rest = Finish();
+  d.content += rest.content;
+  d.tool_calls.insert(d.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
+  return d;
+}
+
 // Reports what pending_ has decided, block by block; holds the rest unless `final`.
 ToolStreamDelta StreamingToolCallParser::Drain(bool final) {
   ToolStreamDelta out;

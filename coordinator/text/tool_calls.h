@@ -112,6 +112,8 @@ class StreamingToolCallParser {
   ToolStreamDelta Feed(std::string_view text_delta);
   // Call once, after the last Feed.
   ToolStreamDelta Finish();
+  // Feed, then (when `last`) Finish, as one delta.
+  ToolStreamDelta FeedAndMaybeFinish(std::string_view text_delta, bool last);
 
  private:
   ToolStreamDelta Drain(bool final);
