@@ -64,6 +64,7 @@ struct RunStats {
   double wall = 0, cpu = 0, forward = 0, output = 0, coordinator = 0, mask = 0, apply = 0;
   double allowed = 0;  // median allowed tokens per mask
   int steps = 0, measured = 0, finished = 0;
+  std::vector<int32_t> sample;  // row 0's output since its last replacement
 };
 
 // One run: `batch` requests decode; a request that finishes (its grammar ended) is
@@ -78,7 +79,7 @@ struct RunStats {
 absl::StatusOr<RunStats> RunOnce(Model& model, Communicator& comm, const EngineModeOptions& o, int batch,
                                  const std::vector<int32_t>& prompt,
                                  const std::shared_ptr<const CompiledGrammar>& grammar) {
-  const int max_steps = 8 * o.decode_steps + 8;
+  const int max_steps = 3 * o.decode_steps + 8;
   StepExecutor exec(model, comm);
   SchedulerConfig sc = SchedulerConfigFor(model, batch, std::max<int32_t>(2048, batch * prompt.size()));
   sc.enable_prefix_caching = false;  // every prompt is the same: each run computes its own
@@ -97,6 +98,7 @@ absl::StatusOr<RunStats> RunOnce(Model& model, Communicator& comm, const EngineM
   absl::flat_hash_map<std::string, int> row_of;
   std::vector<std::optional<TokenMatcher>> mirror(batch);
   std::vector<int> generation(batch, 0);
+  RunStats r;
   auto submit = [&](int row) -> absl::Status {
     SamplingParams p = params;
     p.seed = static_cast<uint64_t>(row) + static_cast<uint64_t>(batch) * generation[row];
@@ -105,6 +107,7 @@ absl::StatusOr<RunStats> RunOnce(Model& model, Communicator& comm, const EngineM
     TP_RETURN_IF_ERROR(core.AddRequest(id, prompt, std::move(p), absl::Now()));
     row_of[id] = row;
     if (grammar != nullptr) mirror[row].emplace(grammar);
+    if (row == 0) r.sample.clear();
     return absl::OkStatus();
   };
   for (int row = 0; row < batch; ++row) TP_RETURN_IF_ERROR(submit(row));
@@ -114,7 +117,6 @@ absl::StatusOr<RunStats> RunOnce(Model& model, Communicator& comm, const EngineM
   std::vector<uint64_t> padded(words, 0);
   const int32_t mask_index = 0;
   BitMask mask;
-  RunStats r;
   while (static_cast<int>(wall.size()) < o.decode_steps && r.steps < max_steps) {
     const double cpu0 = ProcessCpuSeconds(), wall0 = WallSeconds();
     EngineStep step = core.Step();
@@ -127,6 +129,7 @@ absl::StatusOr<RunStats> RunOnce(Model& model, Communicator& comm, const EngineM
       const auto it = row_of.find(out.request_id);
       if (it == row_of.end()) return absl::InternalError(absl::StrCat("unknown request ", out.request_id));
       const int row = it->second;
+      if (row == 0) r.sample.insert(r.sample.end(), out.token_ids.begin(), out.token_ids.end());
       if (grammar != nullptr) {
         for (const int32_t token : out.token_ids) {
           double t0 = ThreadCpuSeconds();
@@ -164,6 +167,11 @@ absl::StatusOr<RunStats> RunOnce(Model& model, Communicator& comm, const EngineM
   }
   for (const std::string& id : core.UnfinishedIds()) (void)core.Abort(id);
   r.measured = static_cast<int>(wall.size());
+  if (grammar == nullptr && r.measured < o.decode_steps) {
+    // Free text never ends early: the batch was cut by the KV cache (preemptions).
+    return absl::ResourceExhaustedError(absl::StrCat("only ", r.measured, " of ", r.steps, " steps decoded all ", batch,
+                                                     " sequences: the KV cache is too small for this batch"));
+  }
   r.wall = Median(wall);
   r.cpu = Median(cpu);
   r.forward = Median(forward);
@@ -264,6 +272,11 @@ int RunOnRank0(const Tokenizer& tokenizer, const EngineModeOptions& o, const Eng
       std::fflush(stdout);
       rounds.push_back(stats);
     }
+    for (int v = kSchema; v < kNumVariants; ++v) {
+      std::string text = tokenizer.Decode(rounds.back()[v].sample, /*skip_special_tokens=*/false);
+      if (text.size() > 160) text = text.substr(0, 160) + "...";
+      std::printf("  %s, row 0 wrote: %s\n", kVariantName[v], text.c_str());
+    }
     std::printf("\nbatch %d: grammar over plain, same round; ranges over %d rounds\n", batch, o.rounds);
     std::printf("  %-11s %17s %17s %19s %19s %17s %17s\n", "", "step wall", "step CPU", "coordinator +ms",
                 "output +ms", "mask work", "apply");
@@ -297,7 +310,10 @@ int RunEngineMode(const Tokenizer& tokenizer, const EngineModeOptions& o) {
   eo.device = "cpu";
   eo.threads = o.threads;
   eo.max_num_seqs = *std::max_element(o.batches.begin(), o.batches.end());
-  eo.kv_cache_bytes = int64_t{512} << 20;
+  // Room for every sequence of the largest batch at max_model_len, so no step is cut short
+  // by a preemption (RunOnce checks).
+  eo.max_model_len = 3 * o.decode_steps + 9 + 64;  // RunOnce's max_tokens and a short prompt
+  eo.kv_cache_bytes = int64_t{2} << 30;
   LocalGroup group(1);
   std::unique_ptr<Communicator> comm = group.Rank(0);
   auto engine = StartEngine(eo, WorldConfig{}, *comm);
