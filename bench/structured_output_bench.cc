@@ -7,6 +7,11 @@
 //                                       [--tokenizer path/tokenizer.json] [--reps 200] [--compile_threads 2]
 // Without --gguf or --tokenizer it uses the Gemma 3 270M file that tools/fetch_real_model.sh
 // caches (262,144 tokens), else the small gemma fixture (and says so).
+//
+//   build/bench/structured_output_bench --engine [--batch 1,64] [--decode_steps 16] [--rounds 3]
+// The same costs inside the engine instead (structured_output_engine.h): decode steps of a
+// dummy-weight gemma-4-1b with and without a grammar, side by side. Needs the real vocabulary:
+// without --gguf or --tokenizer and no cached file it exits 3, saying so.
 #include <time.h>
 
 #include <algorithm>
@@ -20,7 +25,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "bench/cpu_time.h"
+#include "bench/structured_output_engine.h"
 #include "coordinator/structured/grammar_compiler.h"
 #include "coordinator/structured/json_schema.h"
 #include "coordinator/structured/token_matcher.h"
@@ -33,6 +41,15 @@ ABSL_FLAG(std::string, gguf, "", "GGUF file whose tokenizer to use (default: the
 ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json to use instead of a GGUF file");
 ABSL_FLAG(int, reps, 200, "masks timed per state");
 ABSL_FLAG(int, compile_threads, 2, "also time compiling with this many threads (wall clock)");
+ABSL_FLAG(bool, engine, false, "measure inside the engine instead: decode steps with and without a grammar");
+ABSL_FLAG(std::string, model, "gemma-4-1b", "--engine: built-in model shape (dummy weights)");
+ABSL_FLAG(std::string, batch, "1,64", "--engine: batch sizes, comma-separated");
+ABSL_FLAG(int, decode_steps, 16, "--engine: full decode steps measured per run");
+ABSL_FLAG(int, rounds, 3, "--engine: rounds of plain, schema and json_object runs");
+ABSL_FLAG(int, threads, 0, "--engine: CPU threads of the rank (0: every core)");
+ABSL_FLAG(double, temperature, 1.0, "--engine: sampling temperature");
+ABSL_FLAG(int, top_k, 64, "--engine: top_k (0: off)");
+ABSL_FLAG(double, top_p, 0.95, "--engine: top_p (1: off)");
 
 namespace tpserve {
 namespace {
@@ -234,11 +251,21 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   std::string gguf = absl::GetFlag(FLAGS_gguf);
   const std::string tokenizer_json = absl::GetFlag(FLAGS_tokenizer);
+  const bool engine = absl::GetFlag(FLAGS_engine);
   if (gguf.empty() && tokenizer_json.empty()) {
     const char* home = std::getenv("HOME");
     const std::string cached =
         std::string(home != nullptr ? home : "") + "/.cache/tpserve/models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf";
-    if (std::filesystem::exists(cached)) gguf = cached;
+    if (std::filesystem::exists(cached)) {
+      gguf = cached;
+    } else if (engine) {
+      std::fprintf(stderr,
+                   "structured_output_bench: --engine needs the real Gemma 3 vocabulary (262,144 ids), and %s is "
+                   "not cached: run tools/fetch_real_model.sh (it needs network; exit 3 = offline), or pass --gguf "
+                   "or --tokenizer\n",
+                   cached.c_str());
+      return 3;
+    }
   }
   std::unique_ptr<tpserve::Tokenizer> tokenizer;
   if (!gguf.empty()) {
@@ -266,6 +293,31 @@ int main(int argc, char** argv) {
     std::printf(
         "tokenizer: %s%s\n", path.c_str(),
         tokenizer_json.empty() ? "  (the small fixture: run tools/fetch_real_model.sh for the 262k vocabulary)" : "");
+  }
+  if (engine) {
+    tpserve::bench::EngineModeOptions o;
+    o.model = absl::GetFlag(FLAGS_model);
+    o.batches.clear();
+    for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_batch), ',', absl::SkipWhitespace())) {
+      int b = 0;
+      if (!absl::SimpleAtoi(part, &b) || b < 1) {
+        std::fprintf(stderr, "structured_output_bench: --batch: \"%s\" is not a positive integer\n",
+                     std::string(part).c_str());
+        return 2;
+      }
+      o.batches.push_back(b);
+    }
+    if (o.batches.empty()) {
+      std::fprintf(stderr, "structured_output_bench: --batch is empty\n");
+      return 2;
+    }
+    o.decode_steps = std::max(1, absl::GetFlag(FLAGS_decode_steps));
+    o.rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+    o.threads = absl::GetFlag(FLAGS_threads);
+    o.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
+    o.top_k = absl::GetFlag(FLAGS_top_k);
+    o.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));
+    return tpserve::bench::RunEngineMode(*tokenizer, o);
   }
   tpserve::Run(*tokenizer, absl::GetFlag(FLAGS_reps), absl::GetFlag(FLAGS_compile_threads));
   return 0;

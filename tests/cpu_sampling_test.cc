@@ -146,6 +146,54 @@ TEST(CpuSamplingTest, LogitEditsThenPenaltiesThenSampling) {
   EXPECT_EQ(same, logits);
 }
 
+// Structured output's masks as grammars make them: words all clear (few tokens fit), all
+// set (inside a string), mixed, and a last partial word; NaN and infinite logits kept as
+// they are where allowed.
+TEST(CpuSamplingTest, LogitMasksOfEveryWordShape) {
+  for (const int64_t V : {int64_t{64}, int64_t{71}, int64_t{64 * 9 + 13}, int64_t{4096}}) {
+    const int64_t words = (V + 63) / 64;
+    std::mt19937 rng(static_cast<uint32_t>(V));
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    const int rows = 4;
+    std::vector<std::vector<bool>> allowed(rows, std::vector<bool>(V, false));
+    for (int r = 0; r < rows; ++r) {
+      for (int64_t t = 0; t < V; ++t) {
+        switch ((t / 64 + r) % 4) {
+          case 0: allowed[r][t] = false; break;                 // a word all clear
+          case 1: allowed[r][t] = true; break;                  // all set
+          case 2: allowed[r][t] = rng() % 2 == 0; break;        // mixed
+          default: allowed[r][t] = t % 64 == 63 || t % 9 == 0;  // sparse
+        }
+      }
+    }
+    std::vector<uint64_t> masks(rows * words, 0);
+    for (int r = 0; r < rows; ++r) {
+      for (int64_t t = 0; t < V; ++t) {
+        if (allowed[r][t]) masks[r * words + t / 64] |= uint64_t{1} << (t % 64);
+      }
+    }
+    std::vector<float> logits(rows * V);
+    for (float& x : logits) x = normal(rng);
+    logits[1] = std::numeric_limits<float>::quiet_NaN();
+    logits[V + 2] = std::numeric_limits<float>::infinity();
+    const std::vector<int32_t> mask_index = {0, 1, -1, 3};
+    std::vector<float> work = logits;
+    cpu::ApplyLogitEdits(work.data(), rows, V, nullptr, nullptr, nullptr, mask_index.data(), masks.data(), words);
+    for (int r = 0; r < rows; ++r) {
+      for (int64_t t = 0; t < V; ++t) {
+        const float before = logits[r * V + t], after = work[r * V + t];
+        if (mask_index[r] >= 0 && !allowed[mask_index[r]][t]) {
+          EXPECT_EQ(after, -std::numeric_limits<float>::infinity()) << "V " << V << " row " << r << " token " << t;
+        } else if (std::isnan(before)) {
+          EXPECT_TRUE(std::isnan(after)) << "V " << V << " row " << r << " token " << t;
+        } else {
+          EXPECT_EQ(after, before) << "V " << V << " row " << r << " token " << t;
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuSamplingTest, MatchesReferenceAcrossParameterMixes) {
   const int64_t V = 4000;
   std::mt19937 rng(7);

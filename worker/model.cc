@@ -511,8 +511,11 @@ absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times
     RunDevice(T, Lr, times);
   }
   hidden_rows_ = Lr;  // a replayed step's real rows come first
+  const auto output_t0 = std::chrono::steady_clock::now();
   StepOutput out = DownloadOutput(plan, Lr);
-  times->total_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  const auto t1 = std::chrono::steady_clock::now();
+  times->output_us = std::chrono::duration<double, std::micro>(t1 - output_t0).count();
+  times->total_us = std::chrono::duration<double, std::micro>(t1 - t0).count();
   return out;
 }
 

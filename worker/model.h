@@ -41,6 +41,11 @@ struct StepTimes {
   // Time inside all-reduce calls (includes waiting for peers). 0 for a step replayed from
   // a CUDA graph: its collectives run inside the graph, where the host cannot time them.
   double allreduce_us = 0;
+  // The step's output stage (DownloadOutput, part of total_us): the logit rows to rank 0
+  // and their sampling. On a CPU rank 0, or with logit edits, that is the host's copy of
+  // the rows, cpu::ApplyLogitEdits and cpu::SampleRows; on a GPU it also waits for the
+  // forward's kernels.
+  double output_us = 0;
 };
 
 // How one layer's heads split across ranks: this rank's query heads, and the KV heads it

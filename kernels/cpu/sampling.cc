@@ -557,6 +557,32 @@ int32_t SampleRow(const float* l, int64_t V, const RowSampling& p, Scratch& sc) 
   return token >= 0 ? token : static_cast<int32_t>(Argmax(l, V));
 }
 
+// Sets l[t] = -inf for every token t whose bit in `keep` is clear. A grammar's mask is
+// mostly whole words: all set inside a string, all clear where few tokens fit (then the
+// row is one run of stores); mixed words take 8 lanes per vector blend.
+void MaskRow(float* l, int64_t vocab, const uint64_t* keep) {
+  const __m256 neg_inf = _mm256_set1_ps(-kInf);
+  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const int64_t whole = vocab / 64;
+  for (int64_t w = 0; w < whole; ++w) {
+    const uint64_t k = keep[w];
+    if (k == ~uint64_t{0}) continue;
+    float* p = l + w * 64;
+    if (k == 0) {
+      for (int j = 0; j < 64; j += 8) _mm256_storeu_ps(p + j, neg_inf);
+      continue;
+    }
+    for (int j = 0; j < 8; ++j) {
+      const __m256i bits = _mm256_and_si256(_mm256_set1_epi32(static_cast<int>((k >> (8 * j)) & 0xff)), lane_bit);
+      const __m256 kept = _mm256_castsi256_ps(_mm256_cmpeq_epi32(bits, lane_bit));
+      _mm256_storeu_ps(p + 8 * j, _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(p + 8 * j), kept));
+    }
+  }
+  for (int64_t t = whole * 64; t < vocab; ++t) {
+    if (!((keep[t / 64] >> (t % 64)) & 1)) l[t] = -kInf;
+  }
+}
+
 }  // namespace
 
 void ApplyLogitEdits(float* logits, int64_t rows, int64_t vocab, const int32_t* bias_offsets,
@@ -570,15 +596,7 @@ void ApplyLogitEdits(float* logits, int64_t rows, int64_t vocab, const int32_t* 
       }
     }
     if (mask_index == nullptr || mask_index[r] < 0) continue;
-    const uint64_t* m = masks + mask_index[r] * mask_words;
-    for (int64_t w = 0; w * 64 < vocab; ++w) {
-      const uint64_t clear = ~m[w];
-      if (clear == 0) continue;
-      const int64_t n = std::min<int64_t>(64, vocab - w * 64);
-      for (int64_t b = 0; b < n; ++b) {
-        if ((clear >> b) & 1) l[w * 64 + b] = -kInf;
-      }
-    }
+    MaskRow(l, vocab, masks + mask_index[r] * mask_words);
   }
 }
 
