@@ -557,29 +557,22 @@ int32_t SampleRow(const float* l, int64_t V, const RowSampling& p, Scratch& sc) 
   return token >= 0 ? token : static_cast<int32_t>(Argmax(l, V));
 }
 
-// Sets l[t] = -inf for every token t whose bit in `keep` is clear. A grammar's mask is
-// mostly whole words: all set inside a string, all clear where few tokens fit (then the
-// row is one run of stores); mixed words take 8 lanes per vector blend.
+// Sets l[t] = -inf for every token t whose bit in `keep` is clear, and touches no other:
+// a grammar's mask inside a string has a few scattered clear bits (one store each), and
+// where few tokens fit its words are all clear (runs of vector stores).
 void MaskRow(float* l, int64_t vocab, const uint64_t* keep) {
   const __m256 neg_inf = _mm256_set1_ps(-kInf);
-  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-  const int64_t whole = vocab / 64;
-  for (int64_t w = 0; w < whole; ++w) {
-    const uint64_t k = keep[w];
-    if (k == ~uint64_t{0}) continue;
+  for (int64_t w = 0; w * 64 < vocab; ++w) {
+    const int64_t n = std::min<int64_t>(64, vocab - w * 64);
+    uint64_t clear = ~keep[w];
+    if (n < 64) clear &= (uint64_t{1} << n) - 1;
+    if (clear == 0) continue;
     float* p = l + w * 64;
-    if (k == 0) {
+    if (clear == ~uint64_t{0}) {
       for (int j = 0; j < 64; j += 8) _mm256_storeu_ps(p + j, neg_inf);
       continue;
     }
-    for (int j = 0; j < 8; ++j) {
-      const __m256i bits = _mm256_and_si256(_mm256_set1_epi32(static_cast<int>((k >> (8 * j)) & 0xff)), lane_bit);
-      const __m256 kept = _mm256_castsi256_ps(_mm256_cmpeq_epi32(bits, lane_bit));
-      _mm256_storeu_ps(p + 8 * j, _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(p + 8 * j), kept));
-    }
-  }
-  for (int64_t t = whole * 64; t < vocab; ++t) {
-    if (!((keep[t / 64] >> (t % 64)) & 1)) l[t] = -kInf;
+    for (; clear != 0; clear &= clear - 1) p[std::countr_zero(clear)] = -kInf;
   }
 }
 
