@@ -139,9 +139,9 @@ Json OpenAiResponseBuilder::ToolCallJson(const ToolCall& call, int index, bool w
   return j;
 }
 
-Json OpenAiResponseBuilder::FinishJson(const Choice& c) {
-  if (c.finish == FinishReason::kStop && c.tool_calls > 0) return "tool_calls";
-  return FinishReasonJson(c.finish);
+Json OpenAiResponseBuilder::FinishJson(FinishReason finish, int tool_calls) {
+  if (finish == FinishReason::kStop && tool_calls > 0) return "tool_calls";
+  return FinishReasonJson(finish);
 }
 
 Json OpenAiResponseBuilder::ChatDelta(Choice& c, int index, const std::string& text, bool final) const {
@@ -201,7 +201,7 @@ Json OpenAiResponseBuilder::ChoiceChunk(const OutputEvent& e, int index) {
     if (choice["delta"].empty() && !final && !(logprobs_ && !e.logprobs.empty())) return nullptr;
   }
   choice["logprobs"] = logprobs_ ? LogprobsJson(e.logprobs, &c.text_offset) : Json(nullptr);
-  choice["finish_reason"] = final ? FinishJson(c) : Json(nullptr);
+  choice["finish_reason"] = final ? FinishJson(c.finish, c.tool_calls) : Json(nullptr);
   if (final) choice["stop_reason"] = c.stop_reason;  // vLLM's field
   Json chunk = Envelope(/*chunk=*/true);
   chunk["choices"] = Json::array({choice});
@@ -254,8 +254,7 @@ void OpenAiResponseBuilder::Accumulate(const OutputEvent& e, int index) {
 Json OpenAiResponseBuilder::BodyChoice(int index) const {
   const Choice& c = choices_[index];
   Json choice = Json{{"index", index}};
-  Choice calls_found;  // only its tool_calls count matters for FinishJson
-  calls_found.finish = c.finish;
+  int tool_calls = 0;  // found in the text now (c.tool_calls counts streamed ones)
   if (endpoint_ == OpenAiEndpoint::kCompletions) {
     choice["text"] = echo_ + c.text;
   } else {
@@ -270,7 +269,7 @@ Json OpenAiResponseBuilder::BodyChoice(int index) const {
           ToolCallsFromConstrainedOutput(c.text, tool_function_, ToolContext(index).id_seed);
       if (parsed.ok()) calls = *std::move(parsed);  // else cut short (max_tokens): the text as it is
     }
-    calls_found.tool_calls = static_cast<int>(calls.size());
+    tool_calls = static_cast<int>(calls.size());
     if (!calls.empty()) {
       if (message["content"] == "") message["content"] = nullptr;
       Json list = Json::array();
@@ -281,7 +280,7 @@ Json OpenAiResponseBuilder::BodyChoice(int index) const {
   }
   size_t text_offset = 0;
   choice["logprobs"] = logprobs_ ? LogprobsJson(c.logprobs, &text_offset) : Json(nullptr);
-  choice["finish_reason"] = FinishJson(calls_found);
+  choice["finish_reason"] = FinishJson(c.finish, tool_calls);
   choice["stop_reason"] = c.stop_reason;
   return choice;
 }

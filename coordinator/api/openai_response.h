@@ -70,7 +70,7 @@ class OpenAiResponseBuilder {
   nlohmann::ordered_json ChatDelta(Choice& c, int index, const std::string& text, bool final) const;
   static nlohmann::ordered_json ToolCallJson(const ToolCall& call, int index, bool with_type);
   // The finish_reason: "tool_calls" when a finished ("stop") answer called tools.
-  static nlohmann::ordered_json FinishJson(const Choice& c);
+  static nlohmann::ordered_json FinishJson(FinishReason finish, int tool_calls);
   // Non-streaming: choice `index` of the body, with tool calls where the request offered tools.
   nlohmann::ordered_json BodyChoice(int index) const;
   nlohmann::ordered_json UsageJson() const;

@@ -312,12 +312,14 @@ void Scheduler::BuildStepPlan(SchedulerOutput& decision) {
     plan.sampled_counts.push_back(1 + s.num_draft);
     // The row after draft i samples output position num_output + i as if drafts 0..i-1
     // had been accepted (penalties, min_tokens, the draw index and the grammar all see them).
-    std::optional<TokenMatcher> grammar;
-    if (seq.grammar() != nullptr) grammar = *seq.grammar();
+    // Without drafts the sequence's own matcher serves; with drafts a copy walks through them.
+    std::optional<TokenMatcher> walked;
+    if (seq.grammar() != nullptr && s.num_draft > 0) walked = *seq.grammar();
+    const TokenMatcher* grammar = walked ? &*walked : seq.grammar();
     for (int32_t i = 0; i <= s.num_draft; ++i) {
       row_sampling_.AddRow(seq.params(), seq.seed(), seq.prompt_token_ids(), seq.output_token_ids(), plan,
-                           absl::MakeConstSpan(seq.draft_ids()).first(i), grammar ? &*grammar : nullptr);
-      if (grammar && i < s.num_draft) TP_CHECK(grammar->AcceptToken(seq.draft_ids()[i]));
+                           absl::MakeConstSpan(seq.draft_ids()).first(i), grammar);
+      if (walked && i < s.num_draft) TP_CHECK(walked->AcceptToken(seq.draft_ids()[i]));
     }
     if (seq.params().logprobs.has_value() || seq.params().return_logits) plan.return_logits = true;
   }
