@@ -197,7 +197,7 @@ int Main() {
     std::fprintf(stderr, "spec_decode_bench: --mode must be ngram or cost\n");
     return 2;
   }
-  return RunOnRanks(WorldConfig{}, absl::GetFlag(FLAGS_tp), [&](const WorldConfig& world, Communicator& comm) {
+  return RunOnRanks(WorldConfig{}, ParallelSizes{absl::GetFlag(FLAGS_tp), 1}, [&](const WorldConfig& world, Communicator& comm) {
     auto engine = StartEngine(eo, world, comm);
     if (!engine.ok()) {
       if (comm.rank() == 0) std::fprintf(stderr, "spec_decode_bench: %s\n", std::string(engine.status().message()).c_str());

@@ -290,13 +290,41 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
   // `--device auto` may see GPUs on one node and none on another: all ranks take the CPU then.
   if (comm.AllReduceMin(e.device == DeviceKind::kCuda ? 1 : 0) == 0) e.device = DeviceKind::kCpu;
   TP_RETURN_IF_ERROR(comm.AgreeOnStatus(MakeBackend(o, world, e)));
-  TP_ASSIGN_OR_RETURN(Communicator * model_comm, SetUpTpCommunicator(world, comm, e));
+  // Pipeline stages: each stage's ranks form its tensor-parallel group; the world keeps the
+  // agreements, the step plans and the transfers between stages.
+  Communicator* tp_comm = &comm;
+  if (world.pp_size > 1) {
+    absl::Status st = o.speculative.method == SpeculativeConfig::Method::kMtp
+                          ? absl::UnimplementedError("the MTP drafter (--speculative-config {\"method\": \"mtp\"}) "
+                                                     "does not run with pipeline stages yet; use "
+                                                     "--pipeline-parallel-size 1 or the \"ngram\" method")
+                          : absl::OkStatus();
+    if (st.ok()) {
+      auto bounds = SplitLayers(e.config, world.pp_size);
+      st = bounds.status();
+      if (st.ok()) {
+        e.stage_bounds = *bounds;
+        e.stage = PipelineStage{world.pp_size, world.stage(), e.stage_bounds[world.stage()],
+                                e.stage_bounds[world.stage() + 1]};
+      }
+    }
+    TP_RETURN_IF_ERROR(comm.AgreeOnStatus(st));
+    e.stage_comm = comm.Split(world.stage());
+    tp_comm = e.stage_comm.get();
+  } else {
+    e.stage = PipelineStage{1, 0, 0, e.config.num_layers};
+    e.stage_bounds = {0, e.config.num_layers};
+  }
+  absl::StatusOr<Communicator*> device_comm = SetUpTpCommunicator(world, *tp_comm, e);
+  TP_RETURN_IF_ERROR(comm.AgreeOnStatus(device_comm.status()));
+  Communicator* model_comm = *device_comm;
   ModelOptions mo;
+  mo.pipeline = e.stage;
   mo.block_size = o.block_size;
   if (o.dtype != "auto") mo.weight_dtype = ParseDType(o.dtype).value();
   mo.cuda_graph_batch_sizes = EngineCudaGraphBatchSizes(o, e.device);
   mo.max_model_len = static_cast<int32_t>(e.config.max_position_embeddings);
-  auto model = Model::Load(e.config, *e.source, *e.backend, *model_comm, mo);
+  auto model = Model::Load(e.config, *e.source, *e.backend, *model_comm, mo, &comm);
   TP_RETURN_IF_ERROR(comm.AgreeOnStatus(model.status()));
   e.model = std::move(model).value();
   if (o.speculative.method == SpeculativeConfig::Method::kMtp) {
@@ -344,6 +372,11 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
   // are int32 in step plans: a tiny model on a large GPU must not overflow them.
   std::vector<int64_t> blocks = LocalKvBlocks(o, e, e.kv_budget_bytes);
   const int64_t max_blocks = std::numeric_limits<int32_t>::max() / std::max<int64_t>(e.model->block_size(), 1);
+  // A group none of this stage's layers is in costs it nothing: the other stages decide.
+  const std::vector<int64_t> per_block = e.model->KvBytesPerBlock();
+  for (size_t g = 0; g < blocks.size(); ++g) {
+    if (per_block[g] == 0) blocks[g] = max_blocks;
+  }
   absl::Status kv = absl::OkStatus();
   for (size_t g = 0; g < blocks.size(); ++g) {
     blocks[g] = comm.AllReduceMin(std::min(blocks[g], max_blocks));

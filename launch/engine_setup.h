@@ -20,6 +20,7 @@
 #include "worker/communicator.h"
 #include "worker/model.h"
 #include "worker/mtp_drafter.h"
+#include "worker/pipeline.h"
 #include "worker/weight_source.h"
 
 namespace tpserve {
@@ -81,6 +82,12 @@ struct Engine {
   ModelConfig config;
   std::unique_ptr<WeightSource> source;
   std::unique_ptr<Backend> backend;
+  // With pipeline stages (world.pp_size > 1): this rank's stage, its tensor-parallel group
+  // (split from the caller's world communicator, which carries the stage-to-stage
+  // transfers), and every stage's first layer (pp_size + 1 bounds).
+  PipelineStage stage;
+  std::vector<int32_t> stage_bounds;
+  std::unique_ptr<Communicator> stage_comm;
   // The communicator the model's collectives use when it is not the caller's: NCCL or the
   // staged one on cuda with tp > 1 (it passes host buffers on to the caller's, so step
   // plans may still go through either). Declared between backend and model: it uses the
@@ -110,7 +117,8 @@ std::string DescribeTuning(const TuneReport& r);
 absl::StatusOr<ModelConfig> ResolveModelConfig(const EngineOptions& options);
 
 // Loads the engine on this rank. Collective: every rank must call it; all ranks return the
-// same error when any rank fails.
+// same error when any rank fails. `comm` is the world (world.tp_size x world.pp_size ranks);
+// with pipeline stages each stage's tensor-parallel group is split from it.
 absl::StatusOr<Engine> StartEngine(const EngineOptions& options, const WorldConfig& world, Communicator& comm);
 // The same for a config resolved (and perhaps adjusted, as benchmarks do) by the caller.
 absl::StatusOr<Engine> StartEngine(const ModelConfig& config, const EngineOptions& options, const WorldConfig& world,

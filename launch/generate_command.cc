@@ -88,7 +88,7 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
   const GenerationOutput& out = result.outputs[0];
   std::string text = tokenizer ? tokenizer->Decode(out.output_ids, /*skip_special_tokens=*/true) : "";
 
-  double prefill_ms = 0, decode_ms = 0, allreduce_ms = 0, total_ms = 0, draft_ms = 0;
+  double prefill_ms = 0, decode_ms = 0, allreduce_ms = 0, pipeline_ms = 0, total_ms = 0, draft_ms = 0;
   int64_t decode_steps = 0;
   std::vector<double> step_ms;
   for (const StepSummary& s : result.steps) {
@@ -96,6 +96,7 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     (prefill ? prefill_ms : decode_ms) += s.forward_ms;
     if (!prefill) ++decode_steps;
     allreduce_ms += s.allreduce_ms;
+    pipeline_ms += s.pipeline_ms;
     total_ms += s.forward_ms;
     step_ms.push_back(s.forward_ms);
     // Drafts (proposed after each step, the prefill's last included) serve the decode.
@@ -112,7 +113,9 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     j["weights"] = engine.weights_description;
     j["architecture"] = std::string(ArchName(engine.config.arch));
     j["weight_dtype"] = std::string(DTypeName(engine.model->weight_dtype()));
-    j["tensor_parallel_size"] = comm.size();
+    j["tensor_parallel_size"] = world.tp_size;
+    j["pipeline_parallel_size"] = world.pp_size;
+    j["pipeline_stages"] = DescribeStages(engine.stage_bounds);
     j["communicator"] = engine.device_comm ? engine.device_comm->name() : comm.name();
     j["device"] = std::string(DeviceKindName(engine.device));
     j["backend"] = engine.backend->name();
@@ -134,6 +137,7 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     j["prefill_ms"] = prefill_ms;
     j["decode_tok_s"] = decode_tok_s;
     j["allreduce_share"] = total_ms > 0 ? allreduce_ms / total_ms : 0;
+    j["pipeline_share"] = total_ms > 0 ? pipeline_ms / total_ms : 0;
     j["step_ms"] = step_ms;
     j["kv_blocks"] = engine.model->num_kv_blocks();
     j["tuned_products"] = engine.tune_report.products;
@@ -158,10 +162,13 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
       std::printf("%s\n", ids.c_str());
     }
     std::fprintf(stderr,
-                 "tpserve: %s on %s, tp=%d (%s), load %.2f s; prefill %zu tokens in %.1f ms; decode %lld tokens at %.1f "
+                 "tpserve: %s on %s, tp=%d (%s)%s, load %.2f s; prefill %zu tokens in %.1f ms; decode %lld tokens at %.1f "
                  "tok/s; all-reduce %.1f%% of step time; finish: %s\n",
-                 std::string(ArchName(engine.config.arch)).c_str(), engine.backend->name().c_str(), comm.size(),
+                 std::string(ArchName(engine.config.arch)).c_str(), engine.backend->name().c_str(), world.tp_size,
                  (engine.device_comm ? engine.device_comm->name() : comm.name()).c_str(),
+                 world.pp_size > 1
+                     ? absl::StrCat(", pp=", world.pp_size, " (", DescribeStages(engine.stage_bounds), ")").c_str()
+                     : "",
                  engine.load_seconds, out.prompt_ids.size(), prefill_ms, static_cast<long long>(decode_tokens),
                  decode_tok_s, total_ms > 0 ? 100.0 * allreduce_ms / total_ms : 0.0, out.finish_reason.c_str());
     if (const std::string tuning = DescribeTuning(engine.tune_report); !tuning.empty()) {
@@ -225,7 +232,7 @@ int RunRank(const GenerateCommandOptions& o, const WorldConfig& world, Communica
 }  // namespace
 
 int RunGenerate(const GenerateCommandOptions& o, const WorldConfig& mpi_world) {
-  return RunOnRanks(mpi_world, o.tensor_parallel_size,
+  return RunOnRanks(mpi_world, o.parallel,
                     [&](const WorldConfig& world, Communicator& comm) { return RunRank(o, world, comm); });
 }
 

@@ -8,13 +8,14 @@
 #include <vector>
 
 #include "launch/engine_setup.h"
+#include "launch/ranks.h"
 #include "worker/communicator.h"
 
 namespace tpserve {
 
 struct GenerateCommandOptions {
   EngineOptions engine;
-  int tensor_parallel_size = 0;  // 0 = the MPI world size
+  ParallelSizes parallel;  // --tensor-parallel-size, --pipeline-parallel-size (launch/ranks.h)
   std::string prompt;            // text (needs a tokenizer)
   std::vector<int32_t> prompt_ids;
   std::string tokenizer;         // tokenizer.json path; default MODEL/tokenizer.json

@@ -22,8 +22,10 @@ ABSL_FLAG(std::string, model, "", "Checkpoint directory (Hugging Face layout), a
                                   "(gemma-4-31b, gemma-4-1b, gemma-4-tiny; needs --load-format dummy)");
 ABSL_FLAG(std::string, load_format, "auto", "auto | safetensors | gguf | dummy (deterministic random weights); auto: gguf for a *.gguf --model");
 ABSL_FLAG(std::string, dtype, "auto", "Weight dtype: auto (the checkpoint's) | bfloat16 | float16 | float32");
-ABSL_FLAG(int, tensor_parallel_size, 0, "Ranks to split the model over (default: the MPI world size; "
-                                        "larger than the MPI world runs ranks as threads)");
+ABSL_FLAG(int, tensor_parallel_size, 0, "Ranks each layer is split over, one pipeline stage's (default: the ranks "
+                                        "per node under MPI, 1 without; without mpirun, ranks run as threads)");
+ABSL_FLAG(int, pipeline_parallel_size, 0, "Pipeline stages, each a contiguous range of layers on tensor-parallel-size "
+                                          "ranks (default: the nodes under MPI, 1 without); world = tensor x pipeline");
 ABSL_FLAG(std::string, device, "auto", "auto | cpu | cuda (auto: cuda where tpserve is built with CUDA and a GPU "
                                       "is visible; rank i of a node runs on GPU i % GPUs)");
 ABSL_FLAG(double, gpu_memory_utilization, 0.9, "cuda: fraction of each GPU's memory the ranks on it may use "
@@ -202,7 +204,7 @@ int main(int argc, char** argv) {
   } else if (std::string(args[1]) == "generate") {
     tpserve::GenerateCommandOptions o;
     code = EngineOptionsFromFlags(o.engine);
-    o.tensor_parallel_size = absl::GetFlag(FLAGS_tensor_parallel_size);
+    o.parallel = {absl::GetFlag(FLAGS_tensor_parallel_size), absl::GetFlag(FLAGS_pipeline_parallel_size)};
     o.prompt = absl::GetFlag(FLAGS_prompt);
     o.tokenizer = absl::GetFlag(FLAGS_tokenizer);
     o.max_tokens = absl::GetFlag(FLAGS_max_tokens);
@@ -229,7 +231,7 @@ int main(int argc, char** argv) {
 #if TPSERVE_HAVE_SERVING
     tpserve::ServeCommandOptions o;
     code = EngineOptionsFromFlags(o.engine);
-    o.tensor_parallel_size = absl::GetFlag(FLAGS_tensor_parallel_size);
+    o.parallel = {absl::GetFlag(FLAGS_tensor_parallel_size), absl::GetFlag(FLAGS_pipeline_parallel_size)};
     o.tokenizer = absl::GetFlag(FLAGS_tokenizer);
     o.host = absl::GetFlag(FLAGS_host);
     o.grpc_port = absl::GetFlag(FLAGS_grpc_port);

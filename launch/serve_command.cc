@@ -279,7 +279,9 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   info.architecture = std::string(ArchName(mc.arch));
   info.parameter_count = mc.ParameterCount();
   info.dtype = std::string(DTypeName(engine->model->weight_dtype()));
-  info.tensor_parallel_size = comm.size();
+  info.tensor_parallel_size = world.tp_size;
+  info.pipeline_parallel_size = world.pp_size;
+  info.pipeline_stages = DescribeStages(engine->stage_bounds);
   info.ranks = ranks;
   info.max_model_len = mc.max_position_embeddings;
   info.block_size = engine->model->block_size();
@@ -324,8 +326,10 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   signals.engine.store(&serving);
   deferred.Set(&serving);
   Log(world, absl::StrCat("ready: ", info.architecture, " ", names[0], " on ", engine->backend->name(),
-                          ", tp=", comm.size(), " (",
-                          engine->device_comm ? engine->device_comm->name() : comm.name(), "), load ",
+                          ", tp=", world.tp_size, " (",
+                          engine->device_comm ? engine->device_comm->name() : comm.name(), ")",
+                          world.pp_size > 1 ? absl::StrCat(", pp=", world.pp_size, " (", info.pipeline_stages, ")") : "",
+                          ", load ",
                           engine->load_seconds, " s, KV blocks per group ", absl::StrJoin(info.kv_blocks, "/")));
   if (!info.speculative_config.empty()) Log(world, absl::StrCat("speculative decoding: ", info.speculative_config));
   if (const std::string tuning = DescribeTuning(engine->tune_report); !tuning.empty()) {
@@ -398,7 +402,7 @@ int RunServe(const ServeCommandOptions& o, const WorldConfig& mpi_world) {
       }
     }
   });
-  const int code = RunOnRanks(mpi_world, o.tensor_parallel_size, [&](const WorldConfig& world, Communicator& comm) {
+  const int code = RunOnRanks(mpi_world, o.parallel, [&](const WorldConfig& world, Communicator& comm) {
     return RunRank(o, world, comm, signals, mpi_world.world_size > 1);
   });
   signals.stop.store(true);

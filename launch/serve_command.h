@@ -12,13 +12,14 @@
 
 #include "absl/status/status.h"
 #include "launch/engine_setup.h"
+#include "launch/ranks.h"
 #include "worker/communicator.h"
 
 namespace tpserve {
 
 struct ServeCommandOptions {
   EngineOptions engine;
-  int tensor_parallel_size = 0;  // 0 = the MPI world size
+  ParallelSizes parallel;  // --tensor-parallel-size, --pipeline-parallel-size (launch/ranks.h)
   std::string tokenizer;         // tokenizer.json; default MODEL/tokenizer.json
   std::string host = "0.0.0.0";
   int grpc_port = 50051;         // < 0: no gRPC server

@@ -123,7 +123,7 @@ expect_error "unsupported architecture" "unsupported architecture" "${MPIRUN[@]}
 
 copy_model gemma4_text
 expect_error "uneven tensor-parallel split" "tensor-parallel size 3" "${MPIRUN[@]}" -np 3 "$TPSERVE" "${GEN[@]}"
-expect_error "--tensor-parallel-size differs from the MPI world" "differs from the MPI world size 2" \
+expect_error "--tensor-parallel-size that does not divide the MPI world" "does not divide the MPI world size 2" \
   "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --tensor-parallel-size 3
 
 copy_model llama3

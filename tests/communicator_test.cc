@@ -39,6 +39,42 @@ TEST(Communicator, CollectivesOnThreadRanks) {
   });
 }
 
+// Split groups ranks by color, in their world order; point-to-point messages between a pair
+// arrive whole and in order, whatever else is in flight.
+TEST(Communicator, SplitAndPointToPointOnThreadRanks) {
+  RunThreads(4, [](Communicator& comm) {
+    const int r = comm.rank();
+    std::unique_ptr<Communicator> stage = comm.Split(r / 2);  // {0, 1}, {2, 3}
+    EXPECT_EQ(stage->size(), 2);
+    EXPECT_EQ(stage->rank(), r % 2);
+    std::vector<float> v = {static_cast<float>(r)};
+    stage->AllReduceSum(v.data(), 1, DType::kF32);
+    EXPECT_EQ(v[0], r < 2 ? 1.0f : 5.0f);
+    std::unique_ptr<Communicator> odd_even = comm.Split(r % 2);  // a second split: {0, 2}, {1, 3}
+    EXPECT_EQ(odd_even->rank(), r / 2);
+    int64_t word = odd_even->rank() == 0 ? 100 + r : 0;
+    odd_even->Broadcast(&word, sizeof(word), 0);
+    EXPECT_EQ(word, 100 + r % 2);
+
+    // Stage 0's rank t sends to stage 1's rank t, twice, then the reply comes back.
+    std::vector<int32_t> a(64, r), b(3, -r), in_a(64, -1), in_b(3, -1);
+    if (r < 2) {
+      comm.Send(a.data(), a.size() * 4, r + 2);
+      comm.Send(b.data(), b.size() * 4, r + 2);
+      int32_t reply = 0;
+      comm.Recv(&reply, 4, r + 2);
+      EXPECT_EQ(reply, 1000 + r + 2);
+    } else {
+      comm.Recv(in_a.data(), in_a.size() * 4, r - 2);
+      comm.Recv(in_b.data(), in_b.size() * 4, r - 2);
+      EXPECT_EQ(in_a, std::vector<int32_t>(64, r - 2));
+      EXPECT_EQ(in_b, std::vector<int32_t>(3, 2 - r));
+      const int32_t reply = 1000 + r;
+      comm.Send(&reply, 4, r - 2);
+    }
+  });
+}
+
 TEST(Communicator, MinAndMaxOverRanks) {
   RunThreads(4, [](Communicator& comm) {
     const int64_t v = comm.rank() == 2 ? -5 : 100 + comm.rank();

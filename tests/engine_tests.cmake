@@ -25,6 +25,8 @@ set_tests_properties(rounding_envelope_test PROPERTIES ENVIRONMENT "OMP_WAIT_POL
 # Decode steps replayed from CUDA graphs: padding, block-table width, batch sizes, and the
 # model's replay path through a fake StepGraphs on the CPU.
 tp_add_test(decode_graphs_test SOURCES decode_graphs_test.cc LIBS tpserve_launch tpserve_engine_core)
+# Pipeline stages' layer split and tensors, and the launcher's tensor x pipeline layout.
+tp_add_test(pipeline_test SOURCES pipeline_test.cc LIBS tpserve_launch tpserve_mpi)
 # Device and communicator choice, the KV planner's budget split, --device errors (CPU).
 tp_add_test(device_choice_test SOURCES device_choice_test.cc LIBS tpserve_launch)
 # What `tpserve serve --port-file` writes and logs (launch/port_file.h).

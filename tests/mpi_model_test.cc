@@ -67,6 +67,76 @@ INSTANTIATE_TEST_SUITE_P(AllArchitectures, MpiFixtureTest,
                          ::testing::Values("gemma4_text", "gemma4_multimodal", "gemma3_text", "llama3", "qwen2",
                                            "qwen3", "llama3_attn_bias", "gemma3_attn_bias"));
 
+// Pipeline stages of MPI ranks: at 2 ranks two stages of one, at 4 two stages of two (a
+// tensor-parallel group split from the world each); greedy tokens and logits as one stage.
+TEST_P(MpiFixtureTest, PipelineStagesMatchTransformers) {
+  const std::string name = GetParam();
+  Communicator& comm = Comm();
+  if (comm.size() == 1) GTEST_SKIP() << "one rank: no pipeline";
+  const testing::Reference ref = testing::LoadReference(name);
+  const int pp = 2, tp = comm.size() / pp;
+  auto config = LoadModelConfig(testing::FixtureDir(name));
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto source = OpenCheckpointSource(testing::FixtureDir(name));
+  ASSERT_TRUE(source.ok()) << source.status();
+  auto backend = MakeCpuBackend(BackendOptions{.threads = 1});
+  std::unique_ptr<Communicator> stage_comm = comm.Split(comm.rank() / tp);
+  ASSERT_EQ(stage_comm->size(), tp);
+  ASSERT_EQ(stage_comm->rank(), comm.rank() % tp);
+  ModelOptions mo;
+  auto stage = MakePipelineStage(*config, pp, comm.rank() / tp);
+  ASSERT_TRUE(stage.ok()) << stage.status();
+  mo.pipeline = *stage;
+  auto model = Model::Load(*config, **source, *backend, *stage_comm, mo, &comm);
+  ASSERT_TRUE(comm.AgreeOnStatus(model.status()).ok()) << model.status();
+  ASSERT_TRUE((*model)->AllocateKvCache(32).ok());
+  if (comm.rank() != 0) {
+    ASSERT_TRUE(RunWorkerLoop(**model, comm).ok());
+    return;
+  }
+  StepExecutor exec(**model, comm);
+  testing::OfflineOptions oo;
+  oo.max_num_batched_tokens = 7;
+  auto outs = testing::GreedyGenerate(**model, exec, {ref.prompt_ids, ref.prompt_ids},
+                                      static_cast<int32_t>(ref.greedy_ids.size()), oo);
+  exec.Shutdown();
+  ASSERT_TRUE(outs.ok()) << outs.status();
+  for (const auto& out : outs->outputs) {
+    EXPECT_EQ(out.output_ids, ref.greedy_ids) << name;
+    for (size_t s = 0; s < ref.greedy_logits.size(); ++s) {
+      EXPECT_LE(testing::ToleranceRatio(out.logits[s], ref.greedy_logits[s], 2e-3, 2e-3), 1.0) << name << " step " << s;
+    }
+  }
+}
+
+TEST(Mpi, SplitAndPointToPoint) {
+  Communicator& comm = Comm();
+  if (comm.size() == 1) GTEST_SKIP() << "one rank";
+  // Odd and even ranks: each group sums its own ranks.
+  std::unique_ptr<Communicator> half = comm.Split(comm.rank() % 2);
+  EXPECT_EQ(half->rank(), comm.rank() / 2);
+  std::vector<float> v = {static_cast<float>(comm.rank())};
+  half->AllReduceSum(v.data(), 1, DType::kF32);
+  float expect = 0;
+  for (int r = comm.rank() % 2; r < comm.size(); r += 2) expect += static_cast<float>(r);
+  EXPECT_EQ(v[0], expect);
+  // A ring of sends, several messages in order, one of them empty.
+  const int next = (comm.rank() + 1) % comm.size(), prev = (comm.rank() + comm.size() - 1) % comm.size();
+  std::vector<int32_t> out(1000, comm.rank()), in(1000, -1);
+  if (comm.rank() % 2 == 0) {
+    comm.Send(out.data(), out.size() * 4, next);
+    comm.Send(nullptr, 0, next);
+    comm.Recv(in.data(), in.size() * 4, prev);
+    comm.Recv(nullptr, 0, prev);
+  } else {
+    comm.Recv(in.data(), in.size() * 4, prev);
+    comm.Recv(nullptr, 0, prev);
+    comm.Send(out.data(), out.size() * 4, next);
+    comm.Send(nullptr, 0, next);
+  }
+  EXPECT_EQ(in, std::vector<int32_t>(1000, prev));
+}
+
 TEST(Mpi, AgreeOnStatusReachesEveryRank) {
   Communicator& comm = Comm();
   absl::Status local = comm.rank() == comm.size() - 1 ? absl::NotFoundError("boom on the last rank") : absl::OkStatus();

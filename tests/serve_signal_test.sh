@@ -49,12 +49,19 @@ all_admitted() {
 }
 # The server itself says it is draining (/health is 503 "draining"): rank 0's log line reaches
 # the log through mpirun's output forwarding, which a loaded machine can delay by seconds.
-draining() { curl -s -m 5 "http://127.0.0.1:$http/health" | grep -q draining; }
+# Each probe's time, HTTP status, curl exit and body go to $health_log (printed when the drain
+# was slow to show).
+draining() {
+  local out
+  out=$(curl -s -m 5 -w ' [%{http_code}, curl exit %{exitcode}, %{time_total} s]' "http://127.0.0.1:$http/health")
+  echo "$((SECONDS - t0)) s: $out" >>"$health_log"
+  grep -q draining <<<"$out"
+}
 
 # drain_case TAG NAME SIGNAL TARGET: TARGET "pid" signals the launcher, "group" its process group.
 drain_case() {
   local tag=$1 name=$2 sig=$3 target=$4 HTTP GRPC
-  local log="$WORK/$tag.log" stream="$WORK/$tag.stream" i
+  local log="$WORK/$tag.log" stream="$WORK/$tag.stream" health_log="$WORK/$tag.health" i
   # Job control: the launcher gets its own process group, as a terminal's foreground job does,
   # and SIGINT is not ignored in it.
   set -m
@@ -97,6 +104,7 @@ drain_case() {
   if [ "$target" = group ]; then kill -"$sig" -- -"$LPID"; else kill -"$sig" "$LPID"; fi
   if poll 30 draining; then
     echo "  $name: /health said draining $((SECONDS - t0)) s after the signal"
+    [ $((SECONDS - t0)) -ge 3 ] && echo "  the probes of /health: $(tail -20 "$health_log")"
   else
     bad "$name: rank 0 did not start draining within 30 s of the signal: $(cat "$log")"
   fi

@@ -1,10 +1,24 @@
 // Collective helpers shared by every Communicator. Tested by tests/communicator_test.cc.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "worker/communicator.h"
 
 namespace tpserve {
+
+namespace {
+[[noreturn]] void Unsupported(Communicator& c, const char* what) {
+  std::fprintf(stderr, "tpserve: internal error: the %s communicator has no %s\n", c.name().c_str(), what);
+  c.Abort(1);
+  std::abort();  // not reached
+}
+}  // namespace
+
+void Communicator::Send(const void*, size_t, int) { Unsupported(*this, "point-to-point sends"); }
+void Communicator::Recv(void*, size_t, int) { Unsupported(*this, "point-to-point receives"); }
+std::unique_ptr<Communicator> Communicator::Split(int) { Unsupported(*this, "split"); }
 
 absl::Status Communicator::AgreeOnStatus(const absl::Status& local) {
   // Each rank contributes (failed ? rank : size); the minimum is the first failing rank.

@@ -1,6 +1,8 @@
-// Collectives between the ranks of one tensor-parallel group, behind one interface:
-// MPI across processes (mpi_communicator.cc), threads in one process
-// (local_communicator.cc, for tests and MPI-less GPU machines), NCCL later.
+// Collectives between ranks, behind one interface: MPI across processes
+// (mpi_communicator.cc), threads in one process (local_communicator.cc, for tests and
+// MPI-less GPU machines), NCCL and staged copies on GPUs (tensor-parallel groups only).
+// The world communicator also carries the step plans and, with pipeline parallelism, the
+// point-to-point transfers between stages; Split gives each stage its tensor-parallel group.
 // Tested by tests/communicator_test.cc.
 #pragma once
 
@@ -16,13 +18,19 @@
 namespace tpserve {
 
 // The world layout, built once at start-up and passed down.
+// world_size = tp_size x pp_size: pipeline stage s is world ranks [s * tp_size, (s + 1) *
+// tp_size), its tensor-parallel group (rank 0 of the world is stage 0's first rank).
 struct WorldConfig {
   int rank = 0;
   int world_size = 1;
-  int tp_size = 1;     // == world_size today (one tensor-parallel group)
+  int tp_size = 1;     // ranks per pipeline stage (one tensor-parallel group each)
   int local_rank = 0;  // rank within this node (picks the GPU)
   int local_size = 1;  // ranks on this node (they share its cores)
   std::string node;    // host name
+  int pp_size = 1;     // pipeline stages
+
+  int stage() const { return rank / tp_size; }
+  int tp_rank() const { return rank % tp_size; }
 };
 
 class Communicator {
@@ -47,6 +55,17 @@ class Communicator {
   // on a condition variable already).
   virtual void BroadcastWaiting(void* data, size_t bytes, int root) { Broadcast(data, bytes, root); }
   virtual void Barrier() = 0;
+  // Point to point: `bytes` bytes to rank `dst` / from rank `src` of this communicator.
+  // Messages from one rank to another arrive in the order sent; a Recv must ask for the
+  // size that was sent. Send may return before the receiver has the bytes. The world
+  // communicators (MPI, threads) have them; device communicators abort (they never carry
+  // stage-to-stage transfers).
+  virtual void Send(const void* data, size_t bytes, int dst);
+  virtual void Recv(void* data, size_t bytes, int src);
+  // Collective: every rank calls it; the ranks that pass the same `color` form a new
+  // communicator, ranked in the order of their ranks here (MPI_Comm_split). World
+  // communicators only (others abort).
+  virtual std::unique_ptr<Communicator> Split(int color);
   // Stops every rank of the job now (a broken invariant or an unrecoverable mid-step
   // failure): no rank may be left waiting in a collective.
   [[noreturn]] virtual void Abort(int code) = 0;

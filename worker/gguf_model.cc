@@ -175,12 +175,20 @@ class GgufSource : public WeightSource {
 
   // rope_freqs.weight is consumed by GgufModelConfig (Llama 3's RoPE), not by a layer; every
   // other tensor, renamed or not, must have been read.
-  absl::Status CheckAllUsed() const override {
+  absl::Status CheckAllUsed(const TensorFilter& elsewhere) const override {
+    std::set<std::string> other_stages;  // file names of the tensors other pipeline stages read
+    if (elsewhere) {
+      for (const auto& [engine_name, t] : by_engine_name_) {
+        if (elsewhere(engine_name)) other_stages.insert(t->name);
+      }
+    }
     std::vector<std::string> unread;
     {
       absl::MutexLock lock(&read_mu_);
       for (const GgufTensor& t : file_->tensors()) {
-        if (t.name != "rope_freqs.weight" && !read_.count(t.name)) unread.push_back(t.name);
+        if (t.name != "rope_freqs.weight" && !read_.count(t.name) && !other_stages.count(t.name)) {
+          unread.push_back(t.name);
+        }
       }
     }
     std::sort(unread.begin(), unread.end());

@@ -23,30 +23,55 @@ struct Model::Scratch {
   std::vector<int32_t> table_width;  // this step's block-table columns, per group
   std::unique_ptr<Buffer> h, x, q, k, v, attn, o, gate_up, act, sel, logits;
   std::unique_ptr<Buffer> gathered;  // rank 0 at TP > 1: every rank's logits shard, for sampling
+  std::vector<uint8_t> transfer;     // pipeline: hidden states through the host (device backends)
 };
 
-Model::Model(const ModelConfig& c, Backend& b, Communicator& comm, const ModelOptions& o)
-    : config_(c), backend_(b), comm_(comm), options_(o), scratch_(std::make_unique<Scratch>()) {}
+Model::Model(const ModelConfig& c, Backend& b, Communicator& comm, const ModelOptions& o, Communicator* world)
+    : config_(c), backend_(b), comm_(comm), world_(world), options_(o), scratch_(std::make_unique<Scratch>()) {}
 Model::~Model() = default;
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, const WeightSource& source,
                                                    Backend& backend, Communicator& comm,
-                                                   const ModelOptions& options) {
+                                                   const ModelOptions& options, Communicator* world) {
   TP_RETURN_IF_ERROR(ValidateTensorParallel(config, comm.size()));
+  ModelOptions o = options;
+  PipelineStage& stage = o.pipeline;
+  if (stage.stages <= 1) {
+    stage = PipelineStage{1, 0, 0, config.num_layers};
+    world = nullptr;
+  } else {
+    if (world == nullptr || world->size() != stage.stages * comm.size() ||
+        world->rank() != stage.stage * comm.size() + comm.rank()) {
+      return absl::InvalidArgumentError(absl::StrCat("pipeline stage ", stage.stage, " of ", stage.stages,
+                                                     ": the world communicator must hold every stage's ",
+                                                     comm.size(), " ranks in stage order"));
+    }
+    if (stage.stage < 0 || stage.stage >= stage.stages || stage.layer_begin < 0 ||
+        stage.layer_begin >= stage.layer_end || stage.layer_end > config.num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("pipeline stage ", stage.stage, " of ", stage.stages,
+                                                     ": layers [", stage.layer_begin, ", ", stage.layer_end,
+                                                     ") do not fit the model's ", config.num_layers));
+    }
+  }
   if (options.block_size <= 0) return absl::InvalidArgumentError("block size must be positive");
   for (int32_t b : options.cuda_graph_batch_sizes) {
     if (b <= 0) return absl::InvalidArgumentError(absl::StrCat("CUDA graph batch size ", b, " is not positive"));
   }
   if (options.max_model_len < 0) return absl::InvalidArgumentError("max_model_len must not be negative");
-  auto m = std::unique_ptr<Model>(new Model(config, backend, comm, options));
+  auto m = std::unique_ptr<Model>(new Model(config, backend, comm, o, world));
   TP_RETURN_IF_ERROR(m->LoadWeights(source));
   // A tensor nobody read is part of the model computed without it (o_proj.bias was once).
-  if (absl::Status used = source.CheckAllUsed(); !used.ok()) {
+  // Another pipeline stage reads the other layers (and the stages the embedding and head
+  // they lack): each stage checks its own share.
+  auto elsewhere = [&](std::string_view name) { return !OwnsTensor(config, stage, name); };
+  absl::Status used = stage.stages > 1 ? source.CheckAllUsed(elsewhere) : source.CheckAllUsed();
+  if (!used.ok()) {
     return absl::Status(used.code(), absl::StrCat("loading a ", config.model_type, " model: ", used.message()));
   }
   // Collectives inside a graph must be stream-ordered (NCCL); staged and host ones
-  // synchronize, so those ranks run every step eagerly.
-  if (!options.cuda_graph_batch_sizes.empty() && (comm.size() == 1 || comm.capturable())) {
+  // synchronize, so those ranks run every step eagerly. Stage-to-stage transfers go
+  // through the host: no graphs with pipeline stages.
+  if (!options.cuda_graph_batch_sizes.empty() && (comm.size() == 1 || comm.capturable()) && stage.stages == 1) {
     m->graphs_ = backend.MakeStepGraphs(options.cuda_graph_batch_sizes);
     m->graph_sizes_ = options.cuda_graph_batch_sizes;
     std::sort(m->graph_sizes_.begin(), m->graph_sizes_.end());
@@ -135,10 +160,14 @@ absl::Status Model::EnsureScratch(int64_t tokens, int64_t logit_rows) {
   if (logit_rows > s.logit_capacity) {
     const int64_t L = std::max<int64_t>(logit_rows, 8);
     TP_RETURN_IF_ERROR(alloc(s.logit_rows, L * 4));
-    TP_RETURN_IF_ERROR(alloc(s.sel, L * config_.hidden_size * act));
-    TP_RETURN_IF_ERROR(alloc(s.logits, L * embed_.shard_rows() * act));
-    if (comm_.size() > 1 && comm_.rank() == 0) {
-      TP_RETURN_IF_ERROR(alloc(s.gathered, comm_.size() * L * embed_.shard_rows() * act));
+    if (options_.pipeline.last()) {  // the stage that computes logits
+      TP_RETURN_IF_ERROR(alloc(s.sel, L * config_.hidden_size * act));
+      // The head's shard (an untied model's last stage has no embedding).
+      const int64_t shard = (lm_head_ ? *lm_head_ : embed_).shard_rows();
+      TP_RETURN_IF_ERROR(alloc(s.logits, L * shard * act));
+      if (comm_.size() > 1 && comm_.rank() == 0) {
+        TP_RETURN_IF_ERROR(alloc(s.gathered, comm_.size() * L * shard * act));
+      }
     }
     s.logit_capacity = L;
   }
@@ -258,14 +287,22 @@ void Model::RunDevice(int64_t T, int64_t Lr, StepTimes* times) {
   const DType adt = backend_.activation_dtype();
   const int64_t H = config_.hidden_size;
   const Tensor h{s.h->data(), adt, T, H};
-  embed_.Lookup(backend_, comm_, static_cast<const int32_t*>(s.ids->data()), T, embed_scale_, h,
-                &times->allreduce_us);
+  if (options_.pipeline.first()) {
+    embed_.Lookup(backend_, comm_, static_cast<const int32_t*>(s.ids->data()), T, embed_scale_, h,
+                  &times->allreduce_us);
+  } else {
+    ReceiveHidden(T, times);
+  }
   if (!layers_.empty()) {
     backend_.RmsNorm(h, static_cast<const float*>(layers_[0]->input_norm.view.data), config_.rms_norm_eps,
                      config_.norm_kind, Tensor{s.x->data(), adt, T, H});
   }
   for (size_t i = 0; i < layers_.size(); ++i) {
     RunLayer(*layers_[i], i + 1 < layers_.size() ? layers_[i + 1].get() : nullptr, T, times);
+  }
+  if (!options_.pipeline.last()) {
+    SendHidden(T, times);
+    return;
   }
   if (Lr == 0) return;
   const Tensor sel{s.sel->data(), adt, Lr, H};
@@ -278,11 +315,87 @@ void Model::RunDevice(int64_t T, int64_t Lr, StepTimes* times) {
   if (config_.final_softcap > 0) backend_.Softcap(logits, config_.final_softcap);
 }
 
+void Model::ReceiveHidden(int64_t T, StepTimes* times) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t bytes = static_cast<size_t>(T * config_.hidden_size) * DTypeSize(backend_.activation_dtype());
+  Scratch& s = *scratch_;
+  if (backend_.device_is_host()) {
+    world_->Recv(s.h->data(), bytes, StagePeer(options_.pipeline.stage - 1));
+  } else {
+    if (s.transfer.size() < bytes) s.transfer.resize(bytes);
+    world_->Recv(s.transfer.data(), bytes, StagePeer(options_.pipeline.stage - 1));
+    backend_.CopyFromHost(s.h->data(), s.transfer.data(), bytes);
+  }
+  times->pipeline_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Model::SendHidden(int64_t T, StepTimes* times) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t bytes = static_cast<size_t>(T * config_.hidden_size) * DTypeSize(backend_.activation_dtype());
+  Scratch& s = *scratch_;
+  const void* src = s.h->data();
+  if (!backend_.device_is_host()) {
+    if (s.transfer.size() < bytes) s.transfer.resize(bytes);
+    backend_.CopyToHost(s.transfer.data(), s.h->data(), bytes);  // waits for the stage's kernels
+    src = s.transfer.data();
+  }
+  world_->Send(src, bytes, StagePeer(options_.pipeline.stage + 1));
+  times->pipeline_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
+StepOutput Model::PipelineOutput(const StepPlan& plan, int64_t Lr, StepTimes* times) {
+  StepOutput out;
+  if (Lr == 0) {
+    backend_.Synchronize();
+    return out;
+  }
+  const int64_t V = config_.vocab_size;
+  // What leaves the last stage: ids when it samples, fp32 rows when asked for or when rank 0
+  // samples on the host (it alone holds the logit edits).
+  const bool ids = !plan.sampling.empty() && !plan.samples_on_host();
+  const bool rows = plan.sampling.empty() || plan.return_logits || plan.samples_on_host();
+  if (options_.pipeline.last()) {
+    StepOutput mine = DownloadOutput(plan, Lr, /*rows_only=*/!ids);
+    if (comm_.rank() == 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (ids) world_->Send(mine.token_ids.data(), Lr * sizeof(int32_t), 0);
+      if (rows) world_->Send(mine.logits.data(), Lr * V * sizeof(float), 0);
+      times->pipeline_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    }
+    return out;
+  }
+  backend_.Synchronize();
+  if (world_->rank() != 0) return out;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (ids) {
+    out.token_ids.resize(Lr);
+    world_->Recv(out.token_ids.data(), Lr * sizeof(int32_t), OutputRank());
+  }
+  std::vector<float> logits;
+  if (rows) {
+    logits.resize(Lr * V);
+    world_->Recv(logits.data(), Lr * V * sizeof(float), OutputRank());
+  }
+  times->pipeline_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  if (!plan.sampling.empty() && plan.samples_on_host()) {
+    out.token_ids.resize(Lr);
+    SampleOnHost(plan, std::move(logits), Lr, out);
+  } else if (rows) {
+    out.logits = std::move(logits);
+  }
+  return out;
+}
+
 void Model::SampleEditedOnHost(const StepPlan& plan, const void* shards, int64_t Lr, StepOutput& out) {
   const VocabParallelEmbedding& head = lm_head_ ? *lm_head_ : embed_;
   const int64_t V = config_.vocab_size;
   std::vector<float> rows(static_cast<size_t>(Lr * V));
   backend_.CopyShardsToHost(shards, comm_.size(), Lr, head.shard_rows(), V, rows.data());
+  SampleOnHost(plan, std::move(rows), Lr, out);
+}
+
+void Model::SampleOnHost(const StepPlan& plan, std::vector<float> rows, int64_t Lr, StepOutput& out) {
+  const int64_t V = config_.vocab_size;
   if (plan.return_logits) out.logits = rows;  // as the model computed them
   const LogitEdits& e = plan.edits;
   cpu::ApplyLogitEdits(rows.data(), Lr, V, e.bias_offsets.empty() ? nullptr : e.bias_offsets.data(),
@@ -292,7 +405,7 @@ void Model::SampleEditedOnHost(const StepPlan& plan, const void* shards, int64_t
                   plan.penalty_counts.data(), out.token_ids.data());
 }
 
-StepOutput Model::DownloadOutput(const StepPlan& plan, int64_t Lr) {
+StepOutput Model::DownloadOutput(const StepPlan& plan, int64_t Lr, bool rows_only) {
   Scratch& s = *scratch_;
   StepOutput out;
   if (Lr > 0) {
@@ -303,7 +416,7 @@ StepOutput Model::DownloadOutput(const StepPlan& plan, int64_t Lr) {
     const int64_t shard = head.shard_rows();
     const int tp = comm_.size();
     const int64_t V = config_.vocab_size;
-    if (!plan.sampling.empty()) {
+    if (!plan.sampling.empty() && !rows_only) {
       // Only token ids leave the device: the shards meet on rank 0's device, which samples.
       const void* shards = logits.data;
       if (tp > 1) {
@@ -456,8 +569,10 @@ absl::StatusOr<TuneReport> Model::TuneKernels(int64_t max_tokens, int64_t max_lo
     uses.linear.push_back(LinearUse{L->down_proj.weight(), {}, max_tokens});
     uses.attention.push_back(AttentionUse{AttentionParams(*L, 0), max_tokens});
   }
-  const VocabParallelEmbedding& head = lm_head_ ? *lm_head_ : embed_;
-  uses.linear.push_back(LinearUse{head.table(), {}, max_logit_rows});
+  if (options_.pipeline.last()) {
+    const VocabParallelEmbedding& head = lm_head_ ? *lm_head_ : embed_;
+    uses.linear.push_back(LinearUse{head.table(), {}, max_logit_rows});
+  }
   auto report = backend_.TuneKernels(uses);
   ClearGraphs();
   return report;
@@ -469,6 +584,7 @@ Tensor Model::hidden_rows() const {
 }
 
 Model::LayerKvCache Model::layer_kv_cache(int layer) const {
+  layer -= options_.pipeline.layer_begin;
   TP_CHECK(layer >= 0 && layer < static_cast<int>(layers_.size()));
   const Layer& L = *layers_[layer];
   return LayerKvCache{L.k_cache ? L.k_cache->data() : nullptr, L.v_cache ? L.v_cache->data() : nullptr, L.heads};
@@ -512,7 +628,7 @@ absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times
   }
   hidden_rows_ = Lr;  // a replayed step's real rows come first
   const auto output_t0 = std::chrono::steady_clock::now();
-  StepOutput out = DownloadOutput(plan, Lr);
+  StepOutput out = options_.pipeline.stages > 1 ? PipelineOutput(plan, Lr, times) : DownloadOutput(plan, Lr);
   const auto t1 = std::chrono::steady_clock::now();
   times->output_us = std::chrono::duration<double, std::micro>(t1 - output_t0).count();
   times->total_us = std::chrono::duration<double, std::micro>(t1 - t0).count();

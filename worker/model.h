@@ -17,6 +17,7 @@
 #include "worker/decode_graphs.h"
 #include "worker/layers.h"
 #include "worker/model_config.h"
+#include "worker/pipeline.h"
 #include "worker/step.h"
 #include "worker/weight_source.h"
 
@@ -34,6 +35,10 @@ struct ModelOptions {
   // Longest sequence in tokens (0: the config's max_position_embeddings). Replayed steps
   // upload block tables ceil(max_model_len / block_size) wide.
   int32_t max_model_len = 0;
+  // This rank's pipeline stage (worker/pipeline.h); one stage (the default) holds every
+  // layer. With several, Load needs the world communicator for the stage-to-stage
+  // transfers, and CUDA graphs are off (a graph cannot hold them).
+  PipelineStage pipeline;
 };
 
 struct StepTimes {
@@ -46,6 +51,9 @@ struct StepTimes {
   // the rows, cpu::ApplyLogitEdits and cpu::SampleRows; on a GPU it also waits for the
   // forward's kernels.
   double output_us = 0;
+  // With pipeline stages: time in the transfers between stages, waiting for the previous
+  // stage's hidden states included (and, on rank 0, for the last stage's output).
+  double pipeline_us = 0;
 };
 
 // How one layer's heads split across ranks: this rank's query heads, and the KV heads it
@@ -60,12 +68,16 @@ absl::Status ValidateTensorParallel(const ModelConfig& c, int tp);
 
 class Model {
  public:
+  // `comm`: this rank's tensor-parallel group (its pipeline stage's ranks). `world`: every
+  // rank, stage s's tp rank t being world rank s * comm.size() + t; needed (and only used)
+  // with several pipeline stages.
   static absl::StatusOr<std::unique_ptr<Model>> Load(const ModelConfig& config, const WeightSource& source,
                                                      Backend& backend, Communicator& comm,
-                                                     const ModelOptions& options);
+                                                     const ModelOptions& options, Communicator* world = nullptr);
   ~Model();
 
-  // Bytes one block of KV group g takes on this rank (all of the group's layers), per group.
+  // Bytes one block of KV group g takes on this rank (all of the group's layers it holds:
+  // 0 for a group none of its stage's layers is in), per group.
   std::vector<int64_t> KvBytesPerBlock() const;
   // (Re)allocates the paged KV cache: num_blocks[g] blocks for group g.
   absl::Status AllocateKvCache(const std::vector<int64_t>& num_blocks);
@@ -83,7 +95,9 @@ class Model {
 
   // Runs one step on every rank (all ranks call it with the same plan). Rank 0 gets the
   // logits [plan.logit_rows.size(), vocab] in fp32, or, when the plan has sampling rows,
-  // one sampled token id per logit row; other ranks get an empty output. With CUDA graphs
+  // one sampled token id per logit row; other ranks get an empty output. With pipeline
+  // stages, each stage runs its layers on the hidden states the previous one sends, and
+  // the last stage sends its output to rank 0. With CUDA graphs
   // on, a decode step of at most the largest captured batch size is padded to a captured
   // size and replayed (the first step of a size runs eagerly, the second captures it);
   // prefill and mixed steps run eagerly.
@@ -125,6 +139,7 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   int32_t block_size() const { return options_.block_size; }
+  const PipelineStage& pipeline() const { return options_.pipeline; }
 
   // For a reader beside the model (the MTP drafter, worker/mtp_drafter.h), which runs on
   // the same ranks with the same backend and communicator.
@@ -139,7 +154,7 @@ class Model {
   // to it (Gemma's sqrt(hidden_size), rounded to the weight dtype as transformers does).
   const VocabParallelEmbedding& embedding() const { return embed_; }
   float embed_scale() const { return embed_scale_; }
-  // Layer `layer`'s paged K/V on this rank ([num_slots, heads.kv_heads * head_dim] each,
+  // Layer `layer`'s (a layer this rank holds: every layer without pipeline stages) paged K/V on this rank ([num_slots, heads.kv_heads * head_dim] each,
   // slots of its KV group's blocks) and its head split; null caches before AllocateKvCache.
   // Reallocated by AllocateKvCache: read the pointers again after it.
   struct LayerKvCache {
@@ -151,7 +166,10 @@ class Model {
 
  private:
   struct Layer;
-  Model(const ModelConfig& c, Backend& b, Communicator& comm, const ModelOptions& o);
+  Model(const ModelConfig& c, Backend& b, Communicator& comm, const ModelOptions& o, Communicator* world);
+  // World ranks of this rank's counterpart in stage `stage`, and of the last stage's first rank.
+  int StagePeer(int stage) const { return stage * comm_.size() + comm_.rank(); }
+  int OutputRank() const { return (options_.pipeline.stages - 1) * comm_.size(); }
   absl::Status LoadWeights(const WeightSource& source);
   absl::Status EnsureScratch(int64_t tokens, int64_t logit_rows);
   // Forward's three stages. UploadStep: every host-to-device copy of the step (ids,
@@ -164,10 +182,21 @@ class Model {
   // and only the plan's columns are copied into them.
   absl::Status UploadStep(const StepPlan& plan, int32_t table_width = 0);
   void RunDevice(int64_t tokens, int64_t logit_rows, StepTimes* times);
-  StepOutput DownloadOutput(const StepPlan& plan, int64_t logit_rows);
+  // `rows_only`: fp32 logit rows, never sampled ids (the last stage's output for a step rank 0
+  // samples on the host).
+  StepOutput DownloadOutput(const StepPlan& plan, int64_t logit_rows, bool rows_only = false);
+  // With pipeline stages: the last stage's output (DownloadOutput on its ranks) sent by its
+  // first rank to rank 0, which receives it (and samples on the host where the plan says).
+  StepOutput PipelineOutput(const StepPlan& plan, int64_t logit_rows, StepTimes* times);
+  // The hidden states [tokens, hidden] from the previous stage / to the next one (the
+  // same tp rank there), through host memory.
+  void ReceiveHidden(int64_t tokens, StepTimes* times);
+  void SendHidden(int64_t tokens, StepTimes* times);
   // Rank 0, a plan with logit edits: the gathered rows to the host, edited and sampled
   // there (and kept unedited in out.logits when the plan returns logits).
   void SampleEditedOnHost(const StepPlan& plan, const void* shards, int64_t logit_rows, StepOutput& out);
+  // The same from fp32 rows [logit rows, vocab] already on the host (consumed).
+  void SampleOnHost(const StepPlan& plan, std::vector<float> rows, int64_t logit_rows, StepOutput& out);
   void RunLayer(Layer& layer, const Layer* next, int64_t tokens, StepTimes* times);
   cpu::PagedAttentionParams AttentionParams(const Layer& layer, int32_t table_width) const;
   // The captured size a plan replays at, 0 for an eager step.
@@ -176,7 +205,8 @@ class Model {
 
   ModelConfig config_;
   Backend& backend_;
-  Communicator& comm_;
+  Communicator& comm_;    // this stage's tensor-parallel group
+  Communicator* world_;   // every rank (pipeline transfers); null with one stage
   ModelOptions options_;
   DType weight_dtype_ = DType::kF32;
   int64_t weight_bytes_ = 0;

@@ -58,19 +58,28 @@ absl::Status Model::LoadWeights(const WeightSource& source) {
   if (weight_dtype_ == DType::kBF16) embed_scale_ = Bf16ToF32(F32ToBf16(embed_scale_));
   if (weight_dtype_ == DType::kF16) embed_scale_ = F16ToF32(F32ToF16(embed_scale_));
 
-  TP_ASSIGN_OR_RETURN(embed_, VocabParallelEmbedding::Load(ctx, "embed_tokens.weight", c.vocab_size, H, rank, tp));
-  if (!c.tie_word_embeddings) {
+  // Pipeline stages: the first embeds; the last holds the final norm and the LM head (the
+  // embedding itself when tied). One stage is both.
+  const PipelineStage& stage = options_.pipeline;
+  if (OwnsTensor(c, stage, "embed_tokens.weight")) {
+    TP_ASSIGN_OR_RETURN(embed_, VocabParallelEmbedding::Load(ctx, "embed_tokens.weight", c.vocab_size, H, rank, tp));
+    weight_bytes_ += embed_.rows() * H * static_cast<int64_t>(DTypeSize(weight_dtype_));
+  }
+  if (stage.last() && !c.tie_word_embeddings) {
     if (!source.Has("lm_head.weight")) {
       return absl::NotFoundError(absl::StrCat(source.Describe(),
                                               ": missing tensor \"lm_head.weight\" (tie_word_embeddings is false)"));
     }
     TP_ASSIGN_OR_RETURN(auto head, VocabParallelEmbedding::Load(ctx, "lm_head.weight", c.vocab_size, H, rank, tp));
     lm_head_.emplace(std::move(head));
+    weight_bytes_ += lm_head_->rows() * H * static_cast<int64_t>(DTypeSize(weight_dtype_));
   }
-  TP_ASSIGN_OR_RETURN(final_norm_, LoadVector(ctx, "norm.weight", H));
+  if (stage.last()) {
+    TP_ASSIGN_OR_RETURN(final_norm_, LoadVector(ctx, "norm.weight", H));
+  }
 
   const int64_t I = c.intermediate_size / tp;
-  for (int i = 0; i < c.num_layers; ++i) {
+  for (int i = stage.layer_begin; i < stage.layer_end; ++i) {
     auto L = std::make_unique<Layer>();
     L->cfg = c.layers[i];
     const int32_t D = L->cfg.head_dim;
@@ -120,7 +129,6 @@ absl::Status Model::LoadWeights(const WeightSource& source) {
                      static_cast<int64_t>(DTypeSize(weight_dtype_));
     layers_.push_back(std::move(L));
   }
-  weight_bytes_ += embed_.rows() * H * static_cast<int64_t>(DTypeSize(weight_dtype_)) * (lm_head_ ? 2 : 1);
   return absl::OkStatus();
 }
 

@@ -1,4 +1,5 @@
-// The MPI communicator: collectives over MPI_COMM_WORLD. Errors in MPI calls abort the
+// The MPI communicator: collectives over MPI_COMM_WORLD, or over a group split from it
+// (a pipeline stage's tensor-parallel ranks). Errors in MPI calls abort the
 // whole job (MPI_ERRORS_ARE_FATAL), so no rank waits forever on a dead peer.
 // Tested by tests/communicator_test.cc under mpirun.
 #include <mpi.h>
@@ -36,9 +37,9 @@ void F16Sum(void* in, void* inout, int* len, MPI_Datatype*) {
 
 class MpiCommunicator : public Communicator {
  public:
-  MpiCommunicator() {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
     MPI_Op_create(&Bf16Sum, /*commute=*/1, &bf16_sum_);
     MPI_Op_create(&F16Sum, 1, &f16_sum_);
   }
@@ -48,6 +49,7 @@ class MpiCommunicator : public Communicator {
     if (!finalized) {
       MPI_Op_free(&bf16_sum_);
       MPI_Op_free(&f16_sum_);
+      if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
     }
   }
   int rank() const override { return rank_; }
@@ -63,22 +65,22 @@ class MpiCommunicator : public Communicator {
       const int n = static_cast<int>(std::min(kChunk, count - off));
       void* ptr = p + off * DTypeSize(dtype);
       switch (dtype) {
-        case DType::kF32: TP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, ptr, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD)); break;
-        case DType::kBF16: TP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, ptr, n, MPI_UINT16_T, bf16_sum_, MPI_COMM_WORLD)); break;
-        case DType::kF16: TP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, ptr, n, MPI_UINT16_T, f16_sum_, MPI_COMM_WORLD)); break;
+        case DType::kF32: TP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, ptr, n, MPI_FLOAT, MPI_SUM, comm_)); break;
+        case DType::kBF16: TP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, ptr, n, MPI_UINT16_T, bf16_sum_, comm_)); break;
+        case DType::kF16: TP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, ptr, n, MPI_UINT16_T, f16_sum_, comm_)); break;
       }
     }
   }
   void Gather(const void* send, size_t bytes, void* recv, int root) override {
     TP_MPI_CHECK(MPI_Gather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE, root,
-                            MPI_COMM_WORLD));
+                            comm_));
   }
   void AllGather(const void* send, size_t bytes, void* recv) override {
     TP_MPI_CHECK(MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
-                               MPI_COMM_WORLD));
+                               comm_));
   }
   void Broadcast(void* data, size_t bytes, int root) override {
-    TP_MPI_CHECK(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD));
+    TP_MPI_CHECK(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_));
   }
   // A blocking MPI_Bcast spins: an idle server's workers each held a core at 100% waiting
   // for the next plan (measured: `tpserve serve` under mpirun -np 2, rank 1 at 99% CPU with
@@ -90,10 +92,10 @@ class MpiCommunicator : public Communicator {
   // alike (gemma-4-tiny, 2 ranks, tpbench over gRPC, 4 interleaved runs each: 1336-2460 vs
   // 1339-1654 tok/s at concurrency 1, 2202-3607 vs 2025-2441 at 4: the 2-core VM's noise).
   void BroadcastWaiting(void* data, size_t bytes, int root) override {
-    constexpr int kTag = 0x7470;  // no other point-to-point traffic on MPI_COMM_WORLD
+    constexpr int kTag = 0x7470;  // Send/Recv use kP2pTag
     if (rank_ == root) {
       for (int r = 0; r < size_; ++r) {
-        if (r != root) TP_MPI_CHECK(MPI_Send(data, static_cast<int>(bytes), MPI_BYTE, r, kTag, MPI_COMM_WORLD));
+        if (r != root) TP_MPI_CHECK(MPI_Send(data, static_cast<int>(bytes), MPI_BYTE, r, kTag, comm_));
       }
       return;
     }
@@ -101,7 +103,7 @@ class MpiCommunicator : public Communicator {
     auto nap = std::chrono::microseconds(20);
     while (true) {
       int arrived = 0;
-      TP_MPI_CHECK(MPI_Iprobe(root, kTag, MPI_COMM_WORLD, &arrived, MPI_STATUS_IGNORE));
+      TP_MPI_CHECK(MPI_Iprobe(root, kTag, comm_, &arrived, MPI_STATUS_IGNORE));
       if (arrived) break;
       if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2)) {
         std::this_thread::yield();  // as Open MPI's own waits do when cores are oversubscribed
@@ -110,24 +112,65 @@ class MpiCommunicator : public Communicator {
       std::this_thread::sleep_for(nap);
       nap = std::min(nap * 2, std::chrono::microseconds(1000));
     }
-    TP_MPI_CHECK(MPI_Recv(data, static_cast<int>(bytes), MPI_BYTE, root, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    TP_MPI_CHECK(MPI_Recv(data, static_cast<int>(bytes), MPI_BYTE, root, kTag, comm_, MPI_STATUS_IGNORE));
   }
-  void Barrier() override { TP_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+  void Barrier() override { TP_MPI_CHECK(MPI_Barrier(comm_)); }
+
+  // Stage-to-stage transfers. The receiver probes and yields rather than blocking in
+  // MPI_Recv, which spins at full speed: on a node whose cores the ranks share, a waiting
+  // stage must leave them to the stage computing.
+  void Send(const void* data, size_t bytes, int dst) override {
+    size_t off = 0;
+    do {
+      const int n = static_cast<int>(std::min(kChunk, bytes - off));
+      TP_MPI_CHECK(MPI_Send(static_cast<const uint8_t*>(data) + off, n, MPI_BYTE, dst, kP2pTag, comm_));
+      off += static_cast<size_t>(n);
+    } while (off < bytes);
+  }
+  void Recv(void* data, size_t bytes, int src) override {
+    size_t off = 0;
+    do {
+      const int n = static_cast<int>(std::min(kChunk, bytes - off));
+      int arrived = 0;
+      while (true) {
+        TP_MPI_CHECK(MPI_Iprobe(src, kP2pTag, comm_, &arrived, MPI_STATUS_IGNORE));
+        if (arrived) break;
+        std::this_thread::yield();
+      }
+      MPI_Status status;
+      TP_MPI_CHECK(MPI_Recv(static_cast<uint8_t*>(data) + off, n, MPI_BYTE, src, kP2pTag, comm_, &status));
+      int got = 0;
+      MPI_Get_count(&status, MPI_BYTE, &got);
+      if (got != n) {
+        std::fprintf(stderr, "tpserve: rank %d expected %d bytes from rank %d, got %d\n", rank_, n, src, got);
+        Abort(1);
+      }
+      off += static_cast<size_t>(n);
+    } while (off < bytes);
+  }
+  std::unique_ptr<Communicator> Split(int color) override {
+    MPI_Comm group;
+    TP_MPI_CHECK(MPI_Comm_split(comm_, color, rank_, &group));
+    return std::make_unique<MpiCommunicator>(group);
+  }
   [[noreturn]] void Abort(int code) override {
     std::fflush(stdout);
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, code == 0 ? 1 : code);
+    MPI_Abort(MPI_COMM_WORLD, code == 0 ? 1 : code);  // the whole job, whatever the group
     std::_Exit(code == 0 ? 1 : code);
   }
 
  private:
+  static constexpr int kP2pTag = 0x7471;
+  static constexpr size_t kChunk = size_t{1} << 30;
+  MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   MPI_Op bf16_sum_, f16_sum_;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> MakeMpiCommunicator() { return std::make_unique<MpiCommunicator>(); }
+std::unique_ptr<Communicator> MakeMpiCommunicator() { return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD); }
 bool HaveMpi() { return true; }
 
 WorldConfig MpiInit(int* argc, char*** argv) {

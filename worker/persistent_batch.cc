@@ -158,6 +158,7 @@ absl::Status PersistentBatch::ApplyInto(const StepDelta& d, StepPlan& plan) {
   plan.penalty_counts = d.penalty_counts;
   plan.return_logits = d.return_logits;
   plan.edits = d.edits;
+  plan.host_sampling = d.samples_on_host();
   return absl::OkStatus();
 }
 

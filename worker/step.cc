@@ -44,24 +44,29 @@ bool GetRows(const int32_t*& p, const int32_t* end, std::vector<RowSampling>& ro
   return true;
 }
 
-// The sampling rows, their penalty entries and return_logits: the tail of both messages.
+// The sampling rows, their penalty entries and one word of flags (bit 0 return_logits,
+// bit 1 host_sampling): the tail of both messages.
 void PutSampling(std::vector<int32_t>& w, const std::vector<RowSampling>& rows, const std::vector<int32_t>& offsets,
-                 const std::vector<int32_t>& tokens, const std::vector<int32_t>& counts, bool return_logits) {
+                 const std::vector<int32_t>& tokens, const std::vector<int32_t>& counts, bool return_logits,
+                 bool host_sampling) {
   PutRows(w, rows);
   PutVec(w, offsets);
   PutVec(w, tokens);
   PutVec(w, counts);
-  w.push_back(return_logits ? 1 : 0);
+  w.push_back((return_logits ? 1 : 0) | (host_sampling ? 2 : 0));
 }
 
 // Reads the tail PutSampling wrote, which must end the message.
 bool GetSampling(const int32_t*& p, const int32_t* end, std::vector<RowSampling>& rows, std::vector<int32_t>& offsets,
-                 std::vector<int32_t>& tokens, std::vector<int32_t>& counts, bool& return_logits) {
+                 std::vector<int32_t>& tokens, std::vector<int32_t>& counts, bool& return_logits,
+                 bool& host_sampling) {
   if (!GetRows(p, end, rows) || !GetVec(p, end, offsets) || !GetVec(p, end, tokens) || !GetVec(p, end, counts) ||
-      end - p != 1 || (*p != 0 && *p != 1)) {
+      end - p != 1 || (*p & ~3) != 0) {
     return false;
   }
-  return_logits = *p++ == 1;
+  return_logits = (*p & 1) != 0;
+  host_sampling = (*p & 2) != 0;
+  ++p;
   return true;
 }
 
@@ -96,7 +101,7 @@ std::vector<uint8_t> StepDelta::Serialize() const {
                         &sampled_rows, &sampled_counts}) {
     PutVec(w, *v);
   }
-  PutSampling(w, sampling, penalty_offsets, penalty_tokens, penalty_counts, return_logits);
+  PutSampling(w, sampling, penalty_offsets, penalty_tokens, penalty_counts, return_logits, samples_on_host());
   return ToBytes(w);
 }
 
@@ -115,7 +120,7 @@ absl::StatusOr<StepDelta> StepDelta::Deserialize(const std::vector<uint8_t>& byt
     ok = ok && GetVec(p, end, *v);
   }
   if (!ok || !GetSampling(p, end, d.sampling, d.penalty_offsets, d.penalty_tokens, d.penalty_counts,
-                          d.return_logits)) {
+                          d.return_logits, d.host_sampling)) {
     return absl::DataLossError("step delta: malformed message");
   }
   return d;
@@ -165,7 +170,7 @@ std::vector<uint8_t> StepPlan::Serialize() const {
     PutVec(w, g.block_tables);
   }
   PutVec(w, logit_rows);
-  PutSampling(w, sampling, penalty_offsets, penalty_tokens, penalty_counts, return_logits);
+  PutSampling(w, sampling, penalty_offsets, penalty_tokens, penalty_counts, return_logits, samples_on_host());
   return ToBytes(w);
 }
 
@@ -191,7 +196,8 @@ absl::StatusOr<StepPlan> StepPlan::Deserialize(const std::vector<uint8_t>& bytes
     ok = GetVec(p, end, g.slot_mapping) && GetVec(p, end, g.block_tables);
   }
   if (!ok || !GetVec(p, end, s.logit_rows) ||
-      !GetSampling(p, end, s.sampling, s.penalty_offsets, s.penalty_tokens, s.penalty_counts, s.return_logits)) {
+      !GetSampling(p, end, s.sampling, s.penalty_offsets, s.penalty_tokens, s.penalty_counts, s.return_logits,
+                   s.host_sampling)) {
     return absl::DataLossError("step plan: malformed message");
   }
   return s;

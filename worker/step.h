@@ -67,6 +67,10 @@ struct StepPlan {
   // logprobs, computed on the host from the same logits the workers sampled from).
   bool return_logits = false;
   LogitEdits edits;  // rank 0 only (not serialized)
+  // Serialized (set from rank 0's edits): rank 0 samples the rows on the host. With pipeline
+  // stages, the last stage then sends rank 0 the fp32 logit rows rather than token ids.
+  bool host_sampling = false;
+  bool samples_on_host() const { return host_sampling || !edits.empty(); }
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   std::vector<uint8_t> Serialize() const;
@@ -103,6 +107,8 @@ struct StepDelta {
   std::vector<int32_t> penalty_offsets, penalty_tokens, penalty_counts;
   bool return_logits = false;
   LogitEdits edits;  // rank 0 only (not serialized), per logit row
+  bool host_sampling = false;  // as StepPlan's
+  bool samples_on_host() const { return host_sampling || !edits.empty(); }
 
   int64_t num_tokens_total() const { return static_cast<int64_t>(token_ids.size()); }
   // Logit rows the step returns: the sum of sampled_counts (or one per sampled row).

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -90,12 +91,20 @@ class CheckpointSource : public WeightSource {
     return out;
   }
 
-  absl::Status CheckAllUsed() const override {
+  absl::Status CheckAllUsed(const TensorFilter& elsewhere) const override {
     std::vector<std::string> unused;
     {
       absl::MutexLock lock(&mu_);
       for (const std::string& name : ckpt_->Names()) {  // sorted
-        if (!read_.count(name) && !IsIgnorableCheckpointTensor(name)) unused.push_back(name);
+        if (read_.count(name) || IsIgnorableCheckpointTensor(name)) continue;
+        if (elsewhere && absl::StartsWith(name, prefix_) && elsewhere(std::string_view(name).substr(prefix_.size()))) {
+          continue;
+        }
+        if (elsewhere && (name == "lm_head.weight" || name == "language_model.lm_head.weight") &&
+            elsewhere("lm_head.weight")) {
+          continue;
+        }
+        unused.push_back(name);
       }
     }
     return UnreadTensorsStatus(absl::StrCat("checkpoint ", ckpt_->dir()), unused);
@@ -141,7 +150,7 @@ class DummySource : public WeightSource {
   }
   std::string Describe() const override { return absl::StrCat("dummy(seed=", seed_, ")"); }
   // Every name it is asked for exists; there is no list of tensors to have left unread.
-  absl::Status CheckAllUsed() const override { return absl::OkStatus(); }
+  absl::Status CheckAllUsed(const TensorFilter&) const override { return absl::OkStatus(); }
 
   absl::Status Read(const SliceRequest& r, DType dtype, void* dst) const override {
     TP_RETURN_IF_ERROR(CheckSlice(r, r.name));

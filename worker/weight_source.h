@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -39,8 +40,12 @@ class WeightSource {
   // that no Read asked for, and that are not known to be safe to skip; OkStatus when there
   // are none or the source has no fixed tensor list (the dummy generator). Has() is not a
   // use. Reads from several threads (ranks sharing one source) all count. Relies on every
-  // rank reading a slice of every tensor the model uses, so one rank's load suffices.
-  virtual absl::Status CheckAllUsed() const = 0;
+  // rank reading a slice of every tensor its pipeline stage uses, so one rank's load
+  // suffices. `elsewhere` (null: none) names the tensors, by their unprefixed engine names
+  // ("layers.7.mlp.up_proj.weight", "lm_head.weight"), that other pipeline stages read:
+  // not an error here.
+  using TensorFilter = std::function<bool(std::string_view name)>;
+  virtual absl::Status CheckAllUsed(const TensorFilter& elsewhere = nullptr) const = 0;
 
   // A whole 1-D integer tensor of n entries (safetensors I64 or I32), e.g. the MTP
   // drafter's token_ordering; counts as a use. Default: Unimplemented (sources without

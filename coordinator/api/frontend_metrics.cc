@@ -143,6 +143,8 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
       &registry_.AddCounter(kStepTime, kStepTimeHelp, Labels(model_name, {{"phase", "allreduce"}}));
   Counter* scheduling_s =
       &registry_.AddCounter(kStepTime, kStepTimeHelp, Labels(model_name, {{"phase", "scheduling"}}));
+  Counter* pipeline_s =
+      &registry_.AddCounter(kStepTime, kStepTimeHelp, Labels(model_name, {{"phase", "pipeline"}}));
   // Speculative decoding, under vLLM's names; per-position counters for K positions.
   Counter* spec_drafts = &registry_.AddCounter("vllm:spec_decode_num_drafts_total",
                                                "Sequence-steps that verified speculative draft tokens.", l);
@@ -162,7 +164,7 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
                                         "Peak resident memory of rank 0's process since start.");
   registry_.AddCollector([&engine, running, waiting, kv_usage, gpu_cache_usage, prefix_queries, prefix_hits,
                           preemptions, prompt_tokens, generation_tokens, steps, compute_s, allreduce_s, scheduling_s,
-                          rss, peak_rss, spec_drafts, spec_draft_tokens, spec_accepted, spec_per_pos] {
+                          pipeline_s, rss, peak_rss, spec_drafts, spec_draft_tokens, spec_accepted, spec_per_pos] {
     const ProcessMemory memory = ReadProcessMemory();
     rss->Set(static_cast<double>(memory.rss_bytes));
     peak_rss->Set(static_cast<double>(memory.peak_rss_bytes));
@@ -180,6 +182,7 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
     compute_s->Set(s.compute_ms / 1e3);
     allreduce_s->Set(s.allreduce_ms / 1e3);
     scheduling_s->Set(s.scheduling_ms / 1e3);
+    pipeline_s->Set(s.pipeline_ms / 1e3);
     spec_drafts->Set(static_cast<double>(s.spec_num_drafts));
     spec_draft_tokens->Set(static_cast<double>(s.spec_num_draft_tokens));
     spec_accepted->Set(static_cast<double>(s.spec_num_accepted_tokens));

@@ -161,6 +161,8 @@ grpc::ServerUnaryReactor* TpServeService::ModelInfo(grpc::CallbackServerContext*
   response->set_parameter_count(info.parameter_count);
   response->set_dtype(info.dtype);
   response->set_tensor_parallel_size(info.tensor_parallel_size);
+  response->set_pipeline_parallel_size(info.pipeline_parallel_size);
+  response->set_pipeline_stages(info.pipeline_stages);
   for (const RankInfo& rank : info.ranks) {
     v1::Rank* r = response->add_ranks();
     r->set_rank(rank.rank);
@@ -205,6 +207,7 @@ grpc::ServerUnaryReactor* TpServeService::Stats(grpc::CallbackServerContext* con
   response->set_steps(s.steps);
   response->mutable_step_time()->set_compute_ms(s.compute_ms);
   response->mutable_step_time()->set_allreduce_ms(s.allreduce_ms);
+  response->mutable_step_time()->set_pipeline_ms(s.pipeline_ms);
   response->mutable_step_time()->set_scheduling_ms(s.scheduling_ms);
   const ProcessMemory memory = ReadProcessMemory();
   response->set_rss_bytes(memory.rss_bytes);

@@ -25,6 +25,8 @@ struct ModelInfo {
   int64_t parameter_count = 0;
   std::string dtype;              // weight dtype
   int32_t tensor_parallel_size = 1;
+  int32_t pipeline_parallel_size = 1;
+  std::string pipeline_stages;  // each stage's layers, e.g. "layers 0-29 | 30-59"
   std::vector<RankInfo> ranks;
   int64_t max_model_len = 0;
   int32_t block_size = 16;
@@ -55,8 +57,11 @@ struct EngineStats {
   int64_t requests_finished = 0;
   int64_t steps = 0;
   // Per-step time split, cumulative milliseconds since start.
-  double compute_ms = 0;     // forward pass excluding all-reduce
+  double compute_ms = 0;     // forward pass excluding all-reduce and stage transfers
   double allreduce_ms = 0;
+  // Rank 0's time in pipeline-stage transfers: sending its stage's hidden states and
+  // waiting for the last stage's output (the later stages' compute included).
+  double pipeline_ms = 0;
   // Everything else the coordinator thread does while requests are active: admission,
   // scheduling, plan building and broadcast, sampling, detokenizing, stop checks, streaming.
   double scheduling_ms = 0;

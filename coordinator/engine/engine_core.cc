@@ -158,6 +158,7 @@ EngineStep EngineCore::Step() {
   absl::StatusOr<StepOutput> out = executor_.Execute(scheduled.plan, &times);
   step.forward_ms = times.total_us / 1000.0;
   step.allreduce_ms = times.allreduce_us / 1000.0;
+  step.pipeline_ms = times.pipeline_us / 1000.0;
   step.output_ms = times.output_us / 1000.0;
   if (!out.ok()) {
     FailAll(out.status(), step);

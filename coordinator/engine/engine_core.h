@@ -49,6 +49,7 @@ struct StepSummary {
   // (schedule, plan broadcast, update).
   double forward_ms = 0;
   double allreduce_ms = 0;
+  double pipeline_ms = 0;  // part of forward_ms: transfers between pipeline stages (StepTimes::pipeline_us)
   double output_ms = 0;  // part of forward_ms: the logits to rank 0 and sampling (StepTimes::output_us)
   double coordinator_ms = 0;
   // Speculative decoding: draft tokens verified, and of those accepted.

@@ -151,8 +151,9 @@ void ServingEngine::PublishStats(const EngineStep* step) {
   stats_.spec_num_accepted_tokens = s.spec.num_accepted_tokens;
   stats_.spec_accepted_per_pos = s.spec.accepted_per_pos;
   if (step == nullptr) return;
-  stats_.compute_ms += step->forward_ms - step->allreduce_ms;
+  stats_.compute_ms += step->forward_ms - step->allreduce_ms - step->pipeline_ms;
   stats_.allreduce_ms += step->allreduce_ms;
+  stats_.pipeline_ms += step->pipeline_ms;
   // Drafting (the update stage's last part: n-gram lookup, or the MTP drafter's pass on every
   // rank) stays in the coordinator's share until it has a metric of its own.
   stats_.scheduling_ms += step->coordinator_ms + step->draft_ms;
