@@ -256,22 +256,32 @@ void BenchModelDecode(const ModelShapes& model, double triad_gbs) {
   }
 }
 
-// The named models' products at M=512 (a prompt): GFLOP/s of Linear on bf16 weights, and
-// of OpenBLAS sgemm on the same weights in fp32 (the fp32 FMA rate this machine reaches).
+// The named models' products at M=512 (a prompt): GFLOP/s of Linear on bf16 weights on
+// every GEMM path this build and CPU have ("-": not here), and of OpenBLAS sgemm on the
+// same weights in fp32 (the fp32 FMA rate this machine reaches).
 void BenchModelPrefill(const ModelShapes& model, int threads) {
   constexpr int64_t kM = 512;
-  std::printf("\n%s, Linear M=%lld (prefill), bf16 weights: GFLOP/s\n", model.model,
+  const std::vector<cpu::GemmPath> paths = cpu::AvailableGemmPaths();
+  const auto has = [&](cpu::GemmPath p) { return std::find(paths.begin(), paths.end(), p) != paths.end(); };
+  std::printf("\n%s, Linear M=%lld (prefill), bf16 weights: GFLOP/s per GEMM path\n", model.model,
               static_cast<long long>(kM));
-  std::printf("%-11s %7s %6s  %9s %9s  %s\n", "product", "N", "K", "ms/call", "GFLOP/s",
-              "fp32 sgemm GFLOP/s");
+  std::printf("%-11s %7s %6s  %9s %12s  %s\n", "product", "N", "K", "sgemm", "onednn-bf16",
+              "fp32 sgemm on fp32 weights");
   for (const Shape& s : model.shapes) {
     if (std::string(s.name) == "lm_head") continue;
     const std::vector<float> x = RandomFloats(kM * s.k, 3);
     std::vector<float> y(kM * s.n);
     const double flop = 2.0 * kM * s.n * s.k;
     const std::vector<uint8_t> w = RandomWeights(s.n * s.k, DType::kBF16, 5);
-    const double ours_s =
-        BestSeconds(3, [&] { cpu::Linear(x.data(), kM, s.k, w.data(), DType::kBF16, s.n, y.data()); });
+    const auto gflops = [&](cpu::GemmPath path) {
+      const double t = BestSeconds(3, [&] {
+        cpu::Linear(path, x.data(), kM, s.k, w.data(), DType::kBF16, s.n, y.data());
+      });
+      return flop / t / 1e9;
+    };
+    const double sgemm = gflops(cpu::GemmPath::kSgemm);
+    char onednn[32] = "-";
+    if (has(cpu::GemmPath::kOneDnnBf16)) std::snprintf(onednn, sizeof(onednn), "%.1f", gflops(cpu::GemmPath::kOneDnnBf16));
     const std::vector<uint8_t> w32 = RandomWeights(s.n * s.k, DType::kF32, 5);
     openblas_set_num_threads(threads);
     const double blas_s = BestSeconds(3, [&] {
@@ -281,8 +291,8 @@ void BenchModelPrefill(const ModelShapes& model, int threads) {
                   static_cast<blasint>(s.k), 0.0f, y.data(), static_cast<blasint>(s.n));
     });
     LetBlasThreadsSleep();
-    std::printf("%-11s %7lld %6lld  %9.2f %9.1f  %.1f\n", s.name, static_cast<long long>(s.n),
-                static_cast<long long>(s.k), ours_s * 1e3, flop / ours_s / 1e9, flop / blas_s / 1e9);
+    std::printf("%-11s %7lld %6lld  %9.1f %12s  %.1f\n", s.name, static_cast<long long>(s.n),
+                static_cast<long long>(s.k), sgemm, onednn, flop / blas_s / 1e9);
     std::fflush(stdout);
   }
 }
@@ -390,6 +400,8 @@ int main(int argc, char** argv) {
   }
   omp_set_num_threads(threads);
   std::printf("kernels_bench: %d threads\n", threads);
+  const auto gemm = tpserve::cpu::ChooseGemmPath("auto");
+  std::printf("prefill GEMM path (auto): %s\n", gemm.ok() ? gemm->description.c_str() : "error");
   const double triad_gbs = tpserve::bench::MeasureTriadBandwidthGBs(threads);
   std::printf("STREAM triad (3 x 256 MiB, write-allocate not counted): %.1f GB/s\n", triad_gbs);
   if (!models.empty()) {

@@ -30,7 +30,7 @@ enum class GemmPath : uint8_t {
   // bf16 linear computes. Only where oneDNN is built in and the CPU has AVX-512.
   kOneDnnBf16,
 };
-std::string_view GemmPathName(GemmPath path);  // "sgemm" | "onednn-bf16"
+const char* GemmPathName(GemmPath path);  // "sgemm" | "onednn-bf16"
 
 // The paths this build can run on this CPU, kSgemm first.
 std::vector<GemmPath> AvailableGemmPaths();

@@ -303,7 +303,7 @@ constexpr int64_t kProbeM = 512, kProbeK = 1536, kProbeN = 4096;
 
 }  // namespace
 
-std::string_view GemmPathName(GemmPath path) {
+const char* GemmPathName(GemmPath path) {
   return path == GemmPath::kOneDnnBf16 ? "onednn-bf16" : "sgemm";
 }
 
