@@ -215,7 +215,9 @@ TEST(GemmChoice, AutoTakesBf16UnitsOnlyWhereTheCpuHasThem) {
   ASSERT_TRUE(choice.ok()) << choice.status();
   const std::vector<GemmPath> paths = AvailableGemmPaths();
   EXPECT_NE(std::find(paths.begin(), paths.end(), choice->path), paths.end());
-  if (!cpu.amx_bf16 && !cpu.avx512_bf16) EXPECT_EQ(choice->path, GemmPath::kSgemm);
+  if (!cpu.amx_bf16 && !cpu.avx512_bf16) {
+    EXPECT_EQ(choice->path, GemmPath::kSgemm);
+  }
   EXPECT_NE(choice->description.find(GemmPathName(choice->path)), std::string::npos) << choice->description;
   std::printf("auto GEMM path: %s\n", choice->description.c_str());
 }
