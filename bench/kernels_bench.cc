@@ -1,6 +1,8 @@
 // Micro-benchmark of the CPU kernels: decode Linear's weight bandwidth beside the STREAM
 // triad, prefill Linear's GFLOP/s beside OpenBLAS sgemm, and paged-attention decode time.
-// Usage: kernels_bench [--threads N] [--sweep]   (--sweep adds Linear over batch sizes).
+// Usage: kernels_bench [--threads N] [--sweep] [--models gemma-4-1b,llama-3.2-1b,gemma-4-31b]
+//   --sweep adds Linear over batch sizes; --models replaces the generic shapes with the
+//   named models' weight shapes (bf16 only; bench/cpu_vs_torch.sh runs it beside PyTorch).
 #include <cblas.h>
 #include <omp.h>
 
@@ -14,9 +16,11 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "bench/stream.h"
 #include "kernels/base.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -67,9 +71,40 @@ double BestSeconds(int reps, Fn fn) {
 struct Shape {
   int64_t n;
   int64_t k;
+  const char* name = "";
 };
 constexpr Shape kShapes[] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
 constexpr DType kDtypes[] = {DType::kBF16, DType::kF16, DType::kF32};
+
+// Weight shapes of served models at TP 1 ([N, K] of each product; QKV and gate/up fused as
+// the model runs them). Prefill skips the LM head (it multiplies only the last tokens).
+struct ModelShapes {
+  const char* model;
+  std::vector<Shape> shapes;
+  bool prefill = true;  // the 31B's prefill GEMMs take minutes on two cores
+};
+const std::vector<ModelShapes>& AllModelShapes() {
+  static const auto* all = new std::vector<ModelShapes>{
+      {"gemma-4-1b",
+       {{4096, 1536, "qkv"},
+        {5120, 1536, "qkv global"},
+        {1536, 2048, "o"},
+        {1536, 4096, "o global"},
+        {16384, 1536, "gate_up"},
+        {1536, 8192, "down"},
+        {262144, 1536, "lm_head"}}},
+      {"llama-3.2-1b",
+       {{3072, 2048, "qkv"},
+        {2048, 2048, "o"},
+        {16384, 2048, "gate_up"},
+        {2048, 8192, "down"},
+        {128256, 2048, "lm_head"}}},
+      {"gemma-4-31b",
+       {{16384, 5376, "qkv"}, {5376, 8192, "o"}, {43008, 5376, "gate_up"}, {5376, 21504, "down"}},
+       false},
+  };
+  return *all;
+}
 
 // Enough distinct weight copies to total >= 256 MiB, cycled through so every call streams
 // its weights from DRAM as a real decode step does (one layer's weights never hit the L3
@@ -202,6 +237,98 @@ void BenchPrefillLinear(int threads) {
   }
 }
 
+// The named models' products at M=1: bf16 weight GB/s streamed from DRAM beside the triad.
+void BenchModelDecode(const ModelShapes& model, double triad_gbs) {
+  std::printf("\n%s, Linear M=1 (decode GEMV), bf16 weights from DRAM; triad = %.1f GB/s\n",
+              model.model, triad_gbs);
+  std::printf("%-11s %7s %6s  %9s %9s %7s\n", "product", "N", "K", "us/call", "GB/s", "%triad");
+  for (const Shape& s : model.shapes) {
+    WeightCopies w(s, DType::kBF16);
+    const std::vector<float> x = RandomFloats(s.k, 7);
+    std::vector<float> y(s.n);
+    const double call_s = BestCallSeconds(w, 5, [&](const uint8_t* weights) {
+      cpu::Linear(x.data(), 1, s.k, weights, DType::kBF16, s.n, y.data());
+    });
+    const double gbs = w.bytes_per_copy / call_s / 1e9;
+    std::printf("%-11s %7lld %6lld  %9.1f %9.1f %6.0f%%\n", s.name, static_cast<long long>(s.n),
+                static_cast<long long>(s.k), call_s * 1e6, gbs, 100.0 * gbs / triad_gbs);
+    std::fflush(stdout);
+  }
+}
+
+// The named models' products at M=512 (a prompt): GFLOP/s of Linear on bf16 weights on
+// every GEMM path this build and CPU have ("-": not here), and of OpenBLAS sgemm on the
+// same weights in fp32 (the fp32 FMA rate this machine reaches).
+void BenchModelPrefill(const ModelShapes& model, int threads) {
+  constexpr int64_t kM = 512;
+  const std::vector<cpu::GemmPath> paths = cpu::AvailableGemmPaths();
+  const auto has = [&](cpu::GemmPath p) { return std::find(paths.begin(), paths.end(), p) != paths.end(); };
+  std::printf("\n%s, Linear M=%lld (prefill), bf16 weights: GFLOP/s per GEMM path\n", model.model,
+              static_cast<long long>(kM));
+  std::printf("%-11s %7s %6s  %9s %12s  %s\n", "product", "N", "K", "sgemm", "onednn-bf16",
+              "fp32 sgemm on fp32 weights");
+  for (const Shape& s : model.shapes) {
+    if (std::string(s.name) == "lm_head") continue;
+    const std::vector<float> x = RandomFloats(kM * s.k, 3);
+    std::vector<float> y(kM * s.n);
+    const double flop = 2.0 * kM * s.n * s.k;
+    const std::vector<uint8_t> w = RandomWeights(s.n * s.k, DType::kBF16, 5);
+    const auto gflops = [&](cpu::GemmPath path) {
+      const double t = BestSeconds(3, [&] {
+        cpu::Linear(path, x.data(), kM, s.k, w.data(), DType::kBF16, s.n, y.data());
+      });
+      return flop / t / 1e9;
+    };
+    const double sgemm = gflops(cpu::GemmPath::kSgemm);
+    char onednn[32] = "-";
+    if (has(cpu::GemmPath::kOneDnnBf16)) std::snprintf(onednn, sizeof(onednn), "%.1f", gflops(cpu::GemmPath::kOneDnnBf16));
+    const std::vector<uint8_t> w32 = RandomWeights(s.n * s.k, DType::kF32, 5);
+    openblas_set_num_threads(threads);
+    const double blas_s = BestSeconds(3, [&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(kM),
+                  static_cast<blasint>(s.n), static_cast<blasint>(s.k), 1.0f, x.data(),
+                  static_cast<blasint>(s.k), reinterpret_cast<const float*>(w32.data()),
+                  static_cast<blasint>(s.k), 0.0f, y.data(), static_cast<blasint>(s.n));
+    });
+    LetBlasThreadsSleep();
+    std::printf("%-11s %7lld %6lld  %9.1f %12s  %.1f\n", s.name, static_cast<long long>(s.n),
+                static_cast<long long>(s.k), sgemm, onednn, flop / blas_s / 1e9);
+    std::fflush(stdout);
+  }
+}
+
+// Prefill attention of one 512-token prompt (causal), per layer, beside the layer's
+// Linear FLOPs: how much of a prefill step attention is.
+void BenchPrefillAttention(int32_t q_heads, int32_t kv_heads, int32_t head_dim) {
+  constexpr int64_t kTokens = 512;
+  cpu::PagedAttentionParams p;
+  p.num_q_heads = q_heads;
+  p.num_kv_heads = kv_heads;
+  p.head_dim = head_dim;
+  p.block_size = 16;
+  p.max_blocks_per_seq = kTokens / p.block_size;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int64_t row = static_cast<int64_t>(kv_heads) * head_dim;
+  const std::vector<float> k_cache = RandomFloats(kTokens * row, 1);
+  const std::vector<float> v_cache = RandomFloats(kTokens * row, 2);
+  std::vector<int32_t> block_tables(p.max_blocks_per_seq);
+  std::iota(block_tables.begin(), block_tables.end(), 0);
+  std::vector<int32_t> token_seq(kTokens, 0), token_pos(kTokens);
+  std::iota(token_pos.begin(), token_pos.end(), 0);
+  const std::vector<float> q = RandomFloats(kTokens * q_heads * head_dim, 3);
+  std::vector<float> out(q.size());
+  const double t = BestSeconds(3, [&] {
+    cpu::PagedAttention(q.data(), k_cache.data(), v_cache.data(), token_seq.data(),
+                        token_pos.data(), kTokens, block_tables.data(), p, out.data());
+  });
+  // QK^T and PV over the causal triangle.
+  const double flop = 2.0 * 2.0 * q_heads * head_dim * (kTokens * (kTokens + 1) / 2.0);
+  std::printf("\nPagedAttention prefill, %lld tokens, %d q / %d kv heads, head_dim %d: "
+              "%.2f ms, %.1f GFLOP/s\n",
+              static_cast<long long>(kTokens), q_heads, kv_heads, head_dim, t * 1e3,
+              flop / t / 1e9);
+}
+
 // Decode attention over a 1024-token context per sequence: 32 query heads, 8 KV heads,
 // head_dim 128, block_size 16 (Llama-3-8B on one rank).
 void BenchDecodeAttention() {
@@ -243,13 +370,27 @@ void BenchDecodeAttention() {
 int main(int argc, char** argv) {
   int threads = omp_get_max_threads();
   bool sweep = false;
+  std::vector<const tpserve::bench::ModelShapes*> models;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
       threads = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--sweep") == 0) {
       sweep = true;
+    } else if (std::strcmp(argv[i], "--models") == 0 && i + 1 < argc) {
+      const std::vector<std::string> names = absl::StrSplit(argv[++i], ',');
+      for (const std::string& name : names) {
+        const auto& all = tpserve::bench::AllModelShapes();
+        const auto it = std::find_if(all.begin(), all.end(),
+                                     [&](const auto& m) { return name == m.model; });
+        if (it == all.end()) {
+          std::fprintf(stderr, "--models: unknown model \"%s\"; known: gemma-4-1b, "
+                       "llama-3.2-1b, gemma-4-31b\n", name.c_str());
+          return 2;
+        }
+        models.push_back(&*it);
+      }
     } else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--sweep]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads N] [--sweep] [--models a,b,...]\n", argv[0]);
       return 2;
     }
   }
@@ -259,8 +400,19 @@ int main(int argc, char** argv) {
   }
   omp_set_num_threads(threads);
   std::printf("kernels_bench: %d threads\n", threads);
+  const auto gemm = tpserve::cpu::ChooseGemmPath("auto");
+  std::printf("prefill GEMM path (auto): %s\n", gemm.ok() ? gemm->description.c_str() : "error");
   const double triad_gbs = tpserve::bench::MeasureTriadBandwidthGBs(threads);
   std::printf("STREAM triad (3 x 256 MiB, write-allocate not counted): %.1f GB/s\n", triad_gbs);
+  if (!models.empty()) {
+    for (const auto* m : models) tpserve::bench::BenchModelDecode(*m, triad_gbs);
+    for (const auto* m : models) {
+      if (m->prefill) tpserve::bench::BenchModelPrefill(*m, threads);
+    }
+    tpserve::bench::BenchPrefillAttention(8, 4, 256);   // gemma-4-1b sliding layers
+    tpserve::bench::BenchPrefillAttention(32, 8, 64);   // llama-3.2-1b
+    return 0;
+  }
   tpserve::bench::BenchDecodeLinear(threads, triad_gbs);
   if (sweep) tpserve::bench::BenchBatchSweep();
   tpserve::bench::BenchPrefillLinear(threads);

@@ -147,6 +147,9 @@ absl::Status MakeBackend(const EngineOptions& o, const WorldConfig& world, Engin
     TP_ASSIGN_OR_RETURN(e.backend, MakeCudaEngineBackend(BackendOptions{.device = e.gpu, .kernels = o.kernels}));
   } else {
     BackendOptions bo;
+    TP_ASSIGN_OR_RETURN(const cpu::GemmChoice gemm, cpu::ChooseGemmPath(o.cpu_gemm));
+    bo.cpu_gemm = gemm.path;
+    e.cpu_gemm = gemm.description;
     bo.threads = o.threads;
     if (bo.threads <= 0) {
       // Ranks on one node share its cores.

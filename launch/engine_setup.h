@@ -35,6 +35,10 @@ struct EngineOptions {
   // On cuda, the rank with node-local index i runs on GPU i % (GPUs on the node).
   std::string device = "auto";
   int threads = 0;                   // CPU threads per rank; 0 = cores / local ranks
+  // CPU: the prefill GEMM path, auto | sgemm | onednn-bf16 (cpu::ChooseGemmPath). auto:
+  // oneDNN's bf16 matmul where the CPU has AMX-BF16 or AVX512-BF16, OpenBLAS sgemm elsewhere.
+  // Default sgemm until the oneDNN path has run on such a CPU (docs/cpu_backend.md).
+  std::string cpu_gemm = "sgemm";
   int64_t kv_cache_bytes = int64_t{1} << 30;  // per rank, CPU only (on cuda the planner sizes it)
   // cuda: the fraction of each GPU's memory that the ranks on it may hold in all (weights,
   // activations, KV cache), in (0, 1]; the KV cache gets what the rest leaves.
@@ -107,6 +111,7 @@ struct Engine {
   int gpus_in_use = 0;   // cuda: distinct GPUs all ranks use together; 0 on the CPU
   int64_t kv_budget_bytes = 0;  // this rank's KV cache budget before the split between groups
   TuneReport tune_report;       // cuda: what start-up's kernel tuning measured on this rank
+  std::string cpu_gemm;         // cpu: the prefill GEMM path and why (cpu::GemmChoice); "" on cuda
 };
 
 // One line on start-up's kernel tuning ("" where it did not run): how many products were

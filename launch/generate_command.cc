@@ -174,6 +174,7 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     if (const std::string tuning = DescribeTuning(engine.tune_report); !tuning.empty()) {
       std::fprintf(stderr, "tpserve: %s\n", tuning.c_str());
     }
+    if (!engine.cpu_gemm.empty()) std::fprintf(stderr, "tpserve: prefill GEMMs: %s\n", engine.cpu_gemm.c_str());
     if (o.engine.speculative.enabled()) {
       std::fprintf(stderr,
                    "tpserve: speculative decoding: %lld decode steps, %lld of %lld draft tokens accepted, mean "

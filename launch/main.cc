@@ -31,6 +31,9 @@ ABSL_FLAG(std::string, device, "auto", "auto | cpu | cuda (auto: cuda where tpse
 ABSL_FLAG(double, gpu_memory_utilization, 0.9, "cuda: fraction of each GPU's memory the ranks on it may use "
                                               "(weights, activations, KV cache), in (0, 1]");
 ABSL_FLAG(int, threads, 0, "CPU threads per rank (default: cores / ranks on the node)");
+ABSL_FLAG(std::string, cpu_gemm, "sgemm", "CPU: prefill GEMMs on sgemm (OpenBLAS fp32) | onednn-bf16 (oneDNN bf16 "
+          "matmul on AMX / AVX512-BF16; bf16 weights) | auto (onednn-bf16 where the CPU has bf16 units; not yet the "
+          "default: it has not run on such a CPU)");
 ABSL_FLAG(std::string, kv_cache_memory, "1GiB", "KV cache memory per rank on the CPU, e.g. 512MiB (on cuda the KV "
                                                 "cache takes what --gpu-memory-utilization leaves)");
 ABSL_FLAG(int64_t, max_model_len, 0, "Longest prompt + output, in tokens (default: the model's)");
@@ -150,6 +153,7 @@ int EngineOptionsFromFlags(tpserve::EngineOptions& e) {
   e.device = absl::GetFlag(FLAGS_device);
   e.gpu_memory_utilization = absl::GetFlag(FLAGS_gpu_memory_utilization);
   e.threads = absl::GetFlag(FLAGS_threads);
+  e.cpu_gemm = absl::GetFlag(FLAGS_cpu_gemm);
   e.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   e.block_size = absl::GetFlag(FLAGS_block_size);
   e.max_num_batched_tokens = static_cast<int32_t>(absl::GetFlag(FLAGS_max_num_batched_tokens));

@@ -299,6 +299,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   } else {
     info.device = CpuDeviceName();
     info.device_count = 0;
+    info.cpu_gemm = engine->cpu_gemm;
   }
   info.max_num_seqs = o.max_num_seqs;
   info.speculative_config = loading.speculative_config;
@@ -332,6 +333,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
                           ", load ",
                           engine->load_seconds, " s, KV blocks per group ", absl::StrJoin(info.kv_blocks, "/")));
   if (!info.speculative_config.empty()) Log(world, absl::StrCat("speculative decoding: ", info.speculative_config));
+  if (!info.cpu_gemm.empty()) Log(world, absl::StrCat("prefill GEMMs: ", info.cpu_gemm));
   if (const std::string tuning = DescribeTuning(engine->tune_report); !tuning.empty()) {
     Log(world, absl::StrCat(tuning, " (rank 0)"));
   }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace tpserve {
 // Names dtypes in parameterized test output.
@@ -149,6 +150,93 @@ TEST(Linear, ZeroKGivesZeros) {
   const float w = 0.0f;
   Linear(&x, 2, 0, &w, DType::kF32, 3, y.data());
   EXPECT_TRUE(AllClose(y, std::vector<double>(6, 0.0), {0, 0}));
+}
+
+// Every prefill GEMM path against the reference, forced (the auto choice is one of them).
+// kOneDnnBf16 rounds x to bf16 first, so its reference does too; the products of bf16
+// values are exact in fp32 and the sums are fp32, so the tolerance is the fp32 one.
+// Paths this build or CPU lacks are skipped, saying so (oneDNN 2.x: AVX-512 machines).
+class GemmPathTest : public ::testing::TestWithParam<std::tuple<GemmPath, DType>> {
+ protected:
+  void SetUp() override {
+    const std::vector<GemmPath> paths = AvailableGemmPaths();
+    if (std::find(paths.begin(), paths.end(), std::get<0>(GetParam())) == paths.end()) {
+      GTEST_SKIP() << GemmPathName(std::get<0>(GetParam())) << " is not available here (CPU: "
+                   << CpuFeaturesName(DetectCpuFeatures()) << ")";
+    }
+  }
+  void Check(int64_t m, int64_t k, int64_t n, uint32_t seed) {
+    const auto [path, dtype] = GetParam();
+    SCOPED_TRACE(::testing::Message() << GemmPathName(path) << " m=" << m << " k=" << k
+                                      << " n=" << n << " " << DTypeName(dtype));
+    std::mt19937 rng(seed);
+    std::vector<float> x = RandomFloats(m * k, rng);
+    const Stored w = RandomStored(n * k, dtype, rng);
+    std::vector<float> y(m * n, kNaN);
+    Linear(path, x.data(), m, k, w.bytes.data(), dtype, n, y.data());
+    if (path == GemmPath::kOneDnnBf16 && dtype == DType::kBF16) {
+      for (float& v : x) v = Bf16ToF32(F32ToBf16(v));
+    }
+    EXPECT_TRUE(AllClose(y, RefLinear(x, m, k, w.values, n), LinearTolerance(k)));
+  }
+};
+
+TEST_P(GemmPathTest, MatchesReferenceOverShapes) {
+  uint32_t seed = 1;
+  for (const int64_t m : {1, 16, 17, 33, 130}) {
+    for (const int64_t k : {8, 13, 67, 1031}) {
+      for (const int64_t n : {1, 13, 67, 257}) Check(m, k, n, seed++);
+    }
+  }
+}
+
+// Model-like shapes: several weight panels, threads, and the K blocks of big products.
+TEST_P(GemmPathTest, MatchesReferenceOnLargeShapes) {
+  Check(512, 1536, 600, 90);
+  Check(77, 2048, 1000, 91);
+  Check(40, 8192, 96, 92);
+}
+
+INSTANTIATE_TEST_SUITE_P(PathsAndDtypes, GemmPathTest,
+                         ::testing::Combine(::testing::Values(GemmPath::kSgemm, GemmPath::kOneDnnBf16),
+                                            ::testing::Values(DType::kBF16, DType::kF16, DType::kF32)),
+                         [](const auto& info) {
+                           std::string path(GemmPathName(std::get<0>(info.param)));
+                           std::replace(path.begin(), path.end(), '-', '_');
+                           return path + "_" + std::string(DTypeName(std::get<1>(info.param)));
+                         });
+
+TEST(GemmChoice, AutoTakesBf16UnitsOnlyWhereTheCpuHasThem) {
+  const CpuFeatures& cpu = DetectCpuFeatures();
+  EXPECT_TRUE(cpu.avx2) << "the CPU kernels assume AVX2, FMA and F16C";
+  EXPECT_TRUE(!cpu.amx_bf16 || cpu.avx512);
+  EXPECT_TRUE(!cpu.avx512_bf16 || cpu.avx512);
+  const auto choice = ChooseGemmPath("auto");
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  const std::vector<GemmPath> paths = AvailableGemmPaths();
+  EXPECT_NE(std::find(paths.begin(), paths.end(), choice->path), paths.end());
+  if (!cpu.amx_bf16 && !cpu.avx512_bf16) {
+    EXPECT_EQ(choice->path, GemmPath::kSgemm);
+  }
+  EXPECT_NE(choice->description.find(GemmPathName(choice->path)), std::string::npos) << choice->description;
+  std::printf("auto GEMM path: %s\n", choice->description.c_str());
+}
+
+TEST(GemmChoice, ForcedPathsAndErrors) {
+  const auto sgemm = ChooseGemmPath("sgemm");
+  ASSERT_TRUE(sgemm.ok()) << sgemm.status();
+  EXPECT_EQ(sgemm->path, GemmPath::kSgemm);
+  const std::vector<GemmPath> paths = AvailableGemmPaths();
+  const bool have_onednn = std::find(paths.begin(), paths.end(), GemmPath::kOneDnnBf16) != paths.end();
+  const auto onednn = ChooseGemmPath("onednn-bf16");
+  EXPECT_EQ(onednn.ok(), have_onednn) << onednn.status();
+  if (!onednn.ok()) {
+    EXPECT_EQ(onednn.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(onednn.status().message().find("--cpu-gemm auto or sgemm"), std::string::npos);
+  }
+  const auto bad = ChooseGemmPath("amx");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("auto, sgemm, onednn-bf16"), std::string::npos);
 }
 
 // ---------------------------------------------------------------------------------------

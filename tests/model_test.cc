@@ -1,6 +1,7 @@
 // The whole model against transformers: tiny checkpoints of every supported architecture,
 // at TP = 1, 2 and 4 (ranks as threads), prompt logits and greedy tokens. Also the step
 // plan round trip and tensor-parallel split errors.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -35,6 +36,7 @@ struct RunOptions {
   int copies = 1;  // identical prompts in one batch
   int64_t kv_blocks = 0;  // KV blocks per group for generation (0: 64): few force preemption
   int pp = 1;  // pipeline stages, each of `tp` ranks (world tp x pp)
+  cpu::GemmPath gemm = cpu::GemmPath::kSgemm;  // prefill products (the 24-token prompt)
 };
 
 // "gguf:NAME" is the GGUF fixture tests/fixtures/gguf/models/NAME.gguf
@@ -74,7 +76,7 @@ RunResult RunFixture(const std::string& name, int tp, const Reference& ref, cons
     ASSERT_TRUE(config.ok()) << config.status();
     auto source = FixtureSource(name);
     ASSERT_TRUE(source.ok()) << source.status();
-    auto backend = MakeCpuBackend(BackendOptions{.threads = 1});
+    auto backend = MakeCpuBackend(BackendOptions{.threads = 1, .cpu_gemm = ro.gemm});
     ModelOptions mo;
     mo.weight_dtype = ro.dtype;
     mo.block_size = ro.block_size;
@@ -246,6 +248,38 @@ TEST(ModelTest, Bf16WeightsKeptInBf16) {
   RunResult r = RunFixture("gemma4_multimodal", 1, ref, ro);
   ExpectMatches("gemma4_multimodal bf16", ref, r, 2e-3, 2e-3);
 }
+
+// The bf16 checkpoints, held in bf16, on every prefill GEMM path this build and CPU have
+// (the 24-token prompt is a GEMM; decode steps are GEMVs on every path); paths not here
+// are skipped, saying so. onednn-bf16 rounds each product's input to bf16, as transformers'
+// own bf16 run would, so its logits get a looser tolerance; the greedy tokens are the same.
+class Bf16GemmPathTest : public ::testing::TestWithParam<std::tuple<std::string, cpu::GemmPath>> {};
+
+TEST_P(Bf16GemmPathTest, MatchesTransformers) {
+  const auto& [name, path] = GetParam();
+  const std::vector<cpu::GemmPath> paths = cpu::AvailableGemmPaths();
+  if (std::find(paths.begin(), paths.end(), path) == paths.end()) {
+    GTEST_SKIP() << cpu::GemmPathName(path) << " is not available on this CPU or build";
+  }
+  const Reference ref = LoadReference(name);
+  ASSERT_EQ(ref.dtype_on_disk, "bfloat16");
+  RunOptions ro;
+  ro.dtype = DType::kBF16;
+  ro.gemm = path;
+  RunResult r = RunFixture(name, 1, ref, ro);
+  const double tol = path == cpu::GemmPath::kSgemm ? 2e-3 : 3e-2;
+  ExpectMatches(absl::StrCat(name, " bf16 on ", cpu::GemmPathName(path)), ref, r, tol, tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Bf16Checkpoints, Bf16GemmPathTest,
+                         ::testing::Combine(::testing::Values("gemma4_multimodal", "gemma3_attn_bias",
+                                                              "llama3_attn_bias"),
+                                            ::testing::Values(cpu::GemmPath::kSgemm, cpu::GemmPath::kOneDnnBf16)),
+                         [](const auto& info) {
+                           std::string path(cpu::GemmPathName(std::get<1>(info.param)));
+                           std::replace(path.begin(), path.end(), '-', '_');
+                           return std::get<0>(info.param) + "_" + path;
+                         });
 
 // Three tokens of two sequences (the second's block table row ends in a freed block).
 StepPlan TwoSequencePlan() {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 / Ubuntu 22.04+ machine and builds tpserve into build/.
 # Installs only Debian packages; the CUDA backend is built too where /usr/local/cuda exists.
+# (oneDNN, libdnnl-dev, is optional in CMake: a build without it runs prefill on OpenBLAS.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
@@ -10,6 +11,7 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       libgtest-dev libgmock-dev libopenmpi-dev openmpi-bin curl
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcpp-httplib-dev libboost-dev
       libcurl4-openssl-dev ccache
+      libdnnl-dev  # optional in CMake: bf16 prefill GEMMs on AMX / AVX512-BF16 (kernels/cpu/gemm_onednn.cc)
       python3-venv)  # tests/client_conformance_test.sh: the openai SDK and grpcurl in a venv
 missing=()
 for p in "${PKGS[@]}"; do

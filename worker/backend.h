@@ -113,6 +113,9 @@ struct TuneReport {
 
 struct BackendOptions {
   int threads = 1;      // CPU: OpenMP threads for kernels
+  // CPU: how Linear computes prefill products (cpu::GemmPath; launch resolves --cpu-gemm
+  // with cpu::ChooseGemmPath). Default: the fp32 sgemm reference.
+  cpu::GemmPath cpu_gemm = cpu::GemmPath::kSgemm;
   int device = 0;       // CUDA: device ordinal
   KernelOptions kernels{};
 };

@@ -178,6 +178,7 @@ grpc::ServerUnaryReactor* TpServeService::ModelInfo(grpc::CallbackServerContext*
   response->set_driver_version(info.driver_version);
   response->set_cuda_version(info.cuda_version);
   response->set_kernels(info.kernels);
+  response->set_cpu_gemm(info.cpu_gemm);
   response->set_speculative_config(info.speculative_config);
   response->set_max_num_seqs(info.max_num_seqs);
   response->set_max_num_batched_tokens(info.max_num_batched_tokens);

@@ -40,6 +40,7 @@ struct ModelInfo {
   int32_t max_num_seqs = 0;
   int32_t max_num_batched_tokens = 0;
   std::string kernels = "cpu";  // see ModelInfoResponse.kernels
+  std::string cpu_gemm;         // see ModelInfoResponse.cpu_gemm; "" on cuda
   std::string speculative_config;  // --speculative-config with defaults filled in; "" = off
   int32_t num_speculative_tokens = 0;  // its K; 0 = off
 };

@@ -9,16 +9,53 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
 
+#include "absl/status/statusor.h"
 #include "kernels/base.h"
 #include "kernels/row_sampling.h"
 
 namespace tpserve::cpu {
 
+// How Linear computes products of more than 16 rows of x (prefill chunks); smaller ones
+// (decode) stream the weights through the same GEMV on every path.
+enum class GemmPath : uint8_t {
+  // bf16/fp16 weights widened to fp32 panel by panel, then OpenBLAS sgemm: fp32 x and fp32
+  // FMAs. Every CPU; the reference the other path is tested against.
+  kSgemm,
+  // bf16 weights (other dtypes take kSgemm): x rounded to bf16, then oneDNN's bf16 matmul
+  // on AMX tiles or AVX512-BF16 dot products, fp32 accumulation and output, as PyTorch's
+  // bf16 linear computes. Only where oneDNN is built in and the CPU has AVX-512.
+  kOneDnnBf16,
+};
+const char* GemmPathName(GemmPath path);  // "sgemm" | "onednn-bf16"
+
+// The paths this build can run on this CPU, kSgemm first.
+std::vector<GemmPath> AvailableGemmPaths();
+
+struct GemmChoice {
+  GemmPath path = GemmPath::kSgemm;
+  // What was chosen and why, for the start-up log and ModelInfo, e.g. "onednn-bf16
+  // (oneDNN 2.6.3 brg:avx512_core_amx; CPU: avx2 avx512 avx512_bf16 amx_bf16)".
+  std::string description;
+};
+// "auto": kOneDnnBf16 where the CPU has AMX-BF16 or AVX512-BF16 and oneDNN has a JIT
+// kernel for it (not its reference loop), else kSgemm. "sgemm" / "onednn-bf16": that path;
+// an error says what this build and CPU offer where it is not available.
+absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec);
+
 // y[M, N] = x[M, K] · w[N, K]^T, w in dtype `w_dtype` (dense rows of K elements).
-// M = 1 (decode) must run at memory bandwidth; large M (prefill) at GEMM speed.
-void Linear(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n,
-            float* y);
+// M = 1 (decode) must run at memory bandwidth; large M (prefill) at GEMM speed, on `path`
+// (which must be available; see AvailableGemmPaths).
+void Linear(GemmPath path, const float* x, int64_t m, int64_t k, const void* w, DType w_dtype,
+            int64_t n, float* y);
+// The kSgemm path: the reference the CUDA kernels are tested against.
+inline void Linear(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n,
+                   float* y) {
+  Linear(GemmPath::kSgemm, x, m, k, w, w_dtype, n, y);
+}
 
 // How RMSNorm applies its weight.
 enum class NormKind : uint8_t {

@@ -1,6 +1,6 @@
-// Linear (y = x · w^T) on the CPU: a weight-streaming AVX2 kernel for decode batches and
-// single-threaded sgemm over fp32 weight panels for prefill. Tested by
-// tests/cpu_kernels_test.cc; measured by bench/kernels_bench.cc.
+// Linear (y = x · w^T) on the CPU: a weight-streaming AVX2 kernel for decode batches and,
+// for prefill, single-threaded sgemm over fp32 weight panels or oneDNN's bf16 matmul
+// (GemmPath). Tested by tests/cpu_kernels_test.cc; measured by bench/kernels_bench.cc.
 #include <cblas.h>
 #include <immintrin.h>
 #include <omp.h>
@@ -9,8 +9,11 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cpu/avx2.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/gemm_onednn.h"
 
 namespace tpserve::cpu {
 namespace {
@@ -294,16 +297,70 @@ void PanelSgemm(const float* x, int64_t m, int64_t k, const void* w, DType w_dty
   }
 }
 
+// A representative prefill product (gemma-4-1b's QKV over a 512-token chunk) whose
+// oneDNN implementation decides whether that path is worth choosing.
+constexpr int64_t kProbeM = 512, kProbeK = 1536, kProbeN = 4096;
+
 }  // namespace
 
-void Linear(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n,
-            float* y) {
+const char* GemmPathName(GemmPath path) {
+  return path == GemmPath::kOneDnnBf16 ? "onednn-bf16" : "sgemm";
+}
+
+std::vector<GemmPath> AvailableGemmPaths() {
+  std::vector<GemmPath> paths = {GemmPath::kSgemm};
+  if (!onednn::Bf16Implementation(kProbeM, kProbeK, kProbeN).empty()) {
+    paths.push_back(GemmPath::kOneDnnBf16);
+  }
+  return paths;
+}
+
+absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec) {
+  const CpuFeatures& cpu = DetectCpuFeatures();
+  const std::string cpu_name = absl::StrCat("CPU: ", CpuFeaturesName(cpu));
+  const std::string impl = onednn::Bf16Implementation(kProbeM, kProbeK, kProbeN);
+  const std::string sgemm = absl::StrCat("sgemm (OpenBLAS fp32; ", cpu_name, ")");
+  if (spec == "sgemm") return GemmChoice{GemmPath::kSgemm, sgemm};
+  const bool jit = !impl.empty() && impl.find("ref") == std::string::npos;
+  const bool bf16_units = cpu.amx_bf16 || cpu.avx512_bf16;
+  const std::string onednn = absl::StrCat("onednn-bf16 (", onednn::Describe(), " ", impl, "; ", cpu_name, ")");
+  if (spec == "onednn-bf16") {
+    if (impl.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--cpu-gemm onednn-bf16 is not available here: ",
+          onednn::Linked() ? "oneDNN has no bf16 matmul on this CPU (it needs AVX-512; "
+                           : "tpserve was built without oneDNN (install libdnnl-dev and rebuild; ",
+          cpu_name, "); use --cpu-gemm auto or sgemm"));
+    }
+    return GemmChoice{GemmPath::kOneDnnBf16, onednn};
+  }
+  if (spec != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cpu-gemm \"", std::string(spec), "\" is not one of auto, sgemm, onednn-bf16"));
+  }
+  if (bf16_units && jit) return GemmChoice{GemmPath::kOneDnnBf16, onednn};
+  if (!bf16_units) return GemmChoice{GemmPath::kSgemm, sgemm};
+  return GemmChoice{GemmPath::kSgemm,
+                    absl::StrCat("sgemm (OpenBLAS fp32: the CPU has bf16 units but ",
+                                 onednn::Linked() ? absl::StrCat(onednn::Describe(), " offers ",
+                                                                 impl.empty() ? "no bf16 matmul" : impl)
+                                                  : "tpserve was built without oneDNN",
+                                 "; ", cpu_name, ")")};
+}
+
+void Linear(GemmPath path, const float* x, int64_t m, int64_t k, const void* w, DType w_dtype,
+            int64_t n, float* y) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     std::memset(y, 0, sizeof(float) * m * n);
     return;
   }
-  if (m > kMaxStreamingRows) return PanelSgemm(x, m, k, w, w_dtype, n, y);
+  if (m > kMaxStreamingRows) {
+    if (path == GemmPath::kOneDnnBf16 && w_dtype == DType::kBF16) {
+      return onednn::LinearBf16(x, m, k, static_cast<const uint16_t*>(w), n, y);
+    }
+    return PanelSgemm(x, m, k, w, w_dtype, n, y);
+  }
   switch (w_dtype) {
     case DType::kF32:
       return StreamingLinearAnyM<float>(x, m, k, w, n, y);
