@@ -14,17 +14,24 @@ ids() { grep -o "\"$1\": \[[^]]*\]" "$2" | head -1 | sed 's/.*\[//; s/\]//; s/ /
 
 # 1. Greedy tokens equal transformers' at TP 1, 2, 4 (gemma4_text) and TP 2 for the rest, on
 # the CPU backend (fp32 like transformers; a GPU's bf16 may flip near ties).
+# Extra arguments go to generate (e.g. a pipeline layout).
 check_greedy() {
   local model=$1 np=$2
+  shift 2
   local prompt expect got
   prompt=$(ids prompt_ids "$FIX/models/$model/reference.json")
   expect=$(ids greedy_ids "$FIX/models/$model/reference.json")
   got=$(timeout 120 "${MPIRUN[@]}" -np "$np" "$TPSERVE" generate --model "$FIX/models/$model" --device cpu \
-        --prompt-ids "$prompt" --max-tokens 8 --ignore-eos 2>"$WORK/err")
-  if [ "$got" = "$expect" ]; then ok "$model np=$np greedy = transformers"; else bad "$model np=$np: got '$got' want '$expect' ($(tail -2 "$WORK/err"))"; fi
+        --prompt-ids "$prompt" --max-tokens 8 --ignore-eos "$@" 2>"$WORK/err")
+  if [ "$got" = "$expect" ]; then ok "$model np=$np $* greedy = transformers"; else bad "$model np=$np $*: got '$got' want '$expect' ($(tail -2 "$WORK/err"))"; fi
 }
 for np in 1 2 4; do check_greedy gemma4_text $np; done
 for m in gemma4_multimodal gemma3_text llama3 qwen2 qwen3; do check_greedy $m 2; done
+# Pipeline stages of MPI ranks: 2 stages of 1, 2 stages of 2, 4 stages of 1.
+check_greedy gemma4_text 2 --pipeline-parallel-size 2
+check_greedy llama3 4 --pipeline-parallel-size 2
+check_greedy qwen3 4 --pipeline-parallel-size 4
+if grep -q "pp=4 (layers 0 | 1 | 2 | 3)" "$WORK/err"; then ok "4 stages of one layer each, logged"; else bad "the layout log: $(tail -2 "$WORK/err")"; fi
 # --enforce-eager (vLLM's flag: no CUDA graphs) is accepted everywhere and changes nothing
 # on the CPU.
 prompt=$(ids prompt_ids "$FIX/models/qwen3/reference.json")
@@ -36,11 +43,14 @@ if [ "$got" = "$expect" ]; then ok "qwen3 --enforce-eager=false greedy = transfo
 # Seeded sampling (--temperature, --seed): the same tokens at 1 and 2 ranks (one rule, keyed by
 # seed and output position), other tokens with another seed.
 seeded() {
-  timeout 120 "${MPIRUN[@]}" -np "$1" "$TPSERVE" generate --model "$FIX/models/qwen3" --device cpu \
-    --prompt-ids "$prompt" --max-tokens 12 --ignore-eos --temperature 1 --seed "$2" 2>"$WORK/err"
+  local np=$1 seed=$2
+  shift 2
+  timeout 120 "${MPIRUN[@]}" -np "$np" "$TPSERVE" generate --model "$FIX/models/qwen3" --device cpu \
+    --prompt-ids "$prompt" --max-tokens 12 --ignore-eos --temperature 1 --seed "$seed" "$@" 2>"$WORK/err"
 }
-s1=$(seeded 1 7); s2=$(seeded 2 7); s3=$(seeded 1 8)
+s1=$(seeded 1 7); s2=$(seeded 2 7); s3=$(seeded 1 8); s4=$(seeded 2 7 --pipeline-parallel-size 2)
 if [ -n "$s1" ] && [ "$s1" = "$s2" ]; then ok "seeded sampling: np=1 = np=2"; else bad "seeded sampling: np=1 '$s1' np=2 '$s2' ($(tail -2 "$WORK/err"))"; fi
+if [ "$s1" = "$s4" ]; then ok "seeded sampling: np=1 = 2 pipeline stages"; else bad "seeded sampling: np=1 '$s1' 2 stages '$s4' ($(tail -2 "$WORK/err"))"; fi
 if [ "$s1" != "$s3" ]; then ok "seeded sampling: another seed, other tokens"; else bad "seeds 7 and 8 drew the same tokens '$s1'"; fi
 
 # n-gram speculative decoding under mpirun (np=2): a prompt that repeats a pattern gets drafts,
@@ -143,6 +153,11 @@ expect_error "MTP drafter directory missing" "/nonexistent/assistant" "${MPIRUN[
   --speculative-config '{"method": "mtp", "model": "/nonexistent/assistant", "num_speculative_tokens": 2}'
 expect_error "MTP drafter for another target" "the drafter was made for another model\|Gemma 4" "${MPIRUN[@]}" -np 2 \
   "$TPSERVE" generate --model "$FIX/models/llama3" --prompt-ids 5,6,7 --max-tokens 2 --speculative-config "$MTP_CONFIG"
+expect_error "MTP drafter with pipeline stages" "does not run with pipeline stages" "${MPIRUN[@]}" -np 2 \
+  "$TPSERVE" generate --model "$FIX/models/gemma4_mtp/target" --prompt-ids 5,6,7 --max-tokens 2 \
+  --pipeline-parallel-size 2 --speculative-config "$MTP_CONFIG"
+expect_error "more pipeline stages than layers" "fewer than the 4 pipeline stages" "${MPIRUN[@]}" -np 4 \
+  "$TPSERVE" generate --model "$FIX/models/llama3_attn_bias" --prompt-ids 5,6,7 --max-tokens 2 --pipeline-parallel-size 4
 expect_error "unknown --kernels" "split, bulk, tuned, split+pdl, bulk+pdl, tuned+pdl" \
   "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --kernels fast
 expect_error "--kernels with a bad suffix" "is not one of split, bulk, tuned" \

