@@ -14,8 +14,8 @@
 # Needs: build/launch/tpserve and build/bench/stream_bench; a Python with torch, transformers
 # and sentencepiece ($PYTHON) to make the checkpoints (tools/make_bench_checkpoints.py, once,
 # cached in $CACHE/bench-models), run PyTorch and convert to GGUF. llama.cpp: a venv at
-# $CACHE/llama-venv with llama-cpp-python, built from source by pip the first time (about 30
-# minutes on 2 cores; --engines without llamacpp skips it); its converter comes from the same
+# $CACHE/llama-venv with llama-cpp-python, built from source by pip the first time (about 50
+# minutes on the 2-core development VM; --engines without llamacpp skips it); its converter comes from the same
 # release's source package (pip download), cached in $CACHE/llama-convert-VERSION.
 set -euo pipefail
 cd "$(dirname "$0")/.."
