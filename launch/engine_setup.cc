@@ -3,6 +3,8 @@
 // tests/cuda_engine_test.cc.
 #include "launch/engine_setup.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,6 +15,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "coordinator/api/process_info.h"
 #include "coordinator/engine/block_manager.h"
 #include "coordinator/engine/kv_split.h"
 #include "worker/device.h"
@@ -288,6 +291,7 @@ std::vector<int64_t> LocalKvBlocks(const EngineOptions& o, const Engine& e, int6
 absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const EngineOptions& o,
                                  const WorldConfig& world, Communicator& comm) {
   const auto t0 = std::chrono::steady_clock::now();
+  const ProcessMemory before = ReadProcessMemory();
   Engine e;
   TP_RETURN_IF_ERROR(comm.AgreeOnStatus(PrepareLocal(std::move(config), o, e)));
   // `--device auto` may see GPUs on one node and none on another: all ranks take the CPU then.
@@ -397,6 +401,18 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
   // attention workspace is not monotonic in the width, and growing it mid-serving, after
   // the KV cache took the memory, could fail on one rank alone.
   TP_RETURN_IF_ERROR(comm.AgreeOnStatus(e.model->ReserveGraphBuffers()));
+  RankMemory mine;
+  mine.weight_bytes = e.model->weight_bytes() + (e.drafter ? e.drafter->weight_bytes() : 0);
+  mine.rss_before_load_bytes = before.rss_bytes;
+  mine.peak_rss_after_load_bytes = ReadProcessMemory().peak_rss_bytes;
+  mine.process_key = std::hash<std::string>()(world.node) ^ static_cast<uint64_t>(getpid());
+  e.rank_memory.resize(comm.size());
+  comm.AllGather(&mine, sizeof(mine), e.rank_memory.data());
+  for (RankMemory& m : e.rank_memory) {
+    for (const RankMemory& other : e.rank_memory) {
+      if (other.process_key == m.process_key) m.process_weight_bytes += other.weight_bytes;
+    }
+  }
   e.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return e;
 }
@@ -407,6 +423,28 @@ std::string DescribeTuning(const TuneReport& r) {
   if (r.products == 0) return "";
   return absl::StrCat("kernels tuned: ", r.products, " product shapes timed in ", absl::StrFormat("%.1f", r.seconds),
                       " s, ", r.changed, " faster than the default kernel");
+}
+
+std::string DescribeLoadMemory(const Engine& e) {
+  const auto mib = [](int64_t b) { return absl::StrFormat("%.0f MiB", b / 1048576.0); };
+  std::string out;
+  const auto& all = e.rank_memory;
+  for (size_t r = 0; r < all.size(); ++r) {
+    size_t last = r;  // thread ranks of one process are consecutive
+    while (last + 1 < all.size() && all[last + 1].process_key == all[r].process_key) ++last;
+    const RankMemory& m = all[r];
+    const std::string who = last == r ? absl::StrCat("rank ", r) : absl::StrCat("ranks ", r, "-", last, " (one process)");
+    // On a GPU the weights are in device memory: the resident set is the host's own share.
+    const std::string ratio =
+        e.device != DeviceKind::kCpu || m.process_weight_bytes <= 0
+            ? ""
+            : absl::StrFormat("%.2fx; ", static_cast<double>(m.peak_rss_after_load_bytes) / m.process_weight_bytes);
+    absl::StrAppend(&out, out.empty() ? "" : "; ", who, ": weights ", mib(m.process_weight_bytes),
+                    e.device != DeviceKind::kCpu ? " on the GPU" : "", ", peak RSS after load ",
+                    mib(m.peak_rss_after_load_bytes), " (", ratio, mib(m.rss_before_load_bytes), " before load)");
+    r = last;
+  }
+  return out;
 }
 
 absl::StatusOr<Engine> StartEngine(const EngineOptions& o, const WorldConfig& world, Communicator& comm) {

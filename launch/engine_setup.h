@@ -82,6 +82,17 @@ struct EngineOptions {
 // none, e.g. on the CPU or with enforce_eager). Pure; tested by tests/decode_graphs_test.cc.
 std::vector<int32_t> EngineCudaGraphBatchSizes(const EngineOptions& options, DeviceKind device);
 
+// One rank's host memory at start-up (issue 21: a loaded rank holds its weights once).
+// Ranks that are threads of one process (--tensor-parallel-size without mpirun) see the same
+// process numbers, compared with the weights of all of them (process_weight_bytes).
+struct RankMemory {
+  int64_t weight_bytes = 0;               // the rank's weights in backend memory (model + drafter)
+  int64_t process_weight_bytes = 0;       // the weights of every rank in this rank's process
+  int64_t rss_before_load_bytes = 0;      // the process's resident set when StartEngine began
+  int64_t peak_rss_after_load_bytes = 0;  // its peak resident set (VmHWM) when StartEngine returned
+  uint64_t process_key = 0;               // equal for ranks in one process: node name hash ^ pid
+};
+
 struct Engine {
   ModelConfig config;
   std::unique_ptr<WeightSource> source;
@@ -110,6 +121,7 @@ struct Engine {
   int gpu = -1;          // cuda: this rank's device ordinal
   int gpus_in_use = 0;   // cuda: distinct GPUs all ranks use together; 0 on the CPU
   int64_t kv_budget_bytes = 0;  // this rank's KV cache budget before the split between groups
+  std::vector<RankMemory> rank_memory;  // every rank's, in rank order (on every rank)
   TuneReport tune_report;       // cuda: what start-up's kernel tuning measured on this rank
   std::string cpu_gemm;         // cpu: the prefill GEMM path and why (cpu::GemmChoice); "" on cuda
 };
@@ -117,6 +129,12 @@ struct Engine {
 // One line on start-up's kernel tuning ("" where it did not run): how many products were
 // timed, in what time, how many did not keep the default.
 std::string DescribeTuning(const TuneReport& r);
+
+// One line on the ranks' memory after load: weights, peak resident set and their ratio, e.g.
+// "rank 0: weights 2357 MiB, peak RSS after load 2407 MiB (1.02x; 29 MiB before load)"; ranks
+// that share a process are one entry ("ranks 0-1 (one process): ..."). On a GPU the weights
+// are device memory and the resident set is the host's part alone: no ratio.
+std::string DescribeLoadMemory(const Engine& e);
 
 // Resolves config (from DIR/config.json or a preset). Pure: no collectives.
 absl::StatusOr<ModelConfig> ResolveModelConfig(const EngineOptions& options);

@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/api/process_info.h"
 #include "coordinator/engine/generation_defaults.h"
 #include "coordinator/engine/offline.h"
 #include "launch/model_text.h"
@@ -142,6 +143,23 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     j["kv_blocks"] = engine.model->num_kv_blocks();
     j["tuned_products"] = engine.tune_report.products;
     j["decode_steps"] = decode_steps;
+    // Host memory (issue 21): rank 0's weights (and those of every rank in its process: thread
+    // ranks share one), its process's resident set before load, at its peak right after load
+    // and at its peak now (generation's activations included); then every rank's weights and
+    // peak after load.
+    const RankMemory& m0 = engine.rank_memory.at(0);
+    j["weight_bytes"] = m0.weight_bytes;
+    j["process_weight_bytes"] = m0.process_weight_bytes;
+    j["rss_before_load_bytes"] = m0.rss_before_load_bytes;
+    j["load_peak_rss_bytes"] = m0.peak_rss_after_load_bytes;
+    j["peak_rss_bytes"] = ReadProcessMemory().peak_rss_bytes;
+    json rank_weights = json::array(), rank_peaks = json::array();
+    for (const RankMemory& m : engine.rank_memory) {
+      rank_weights.push_back(m.weight_bytes);
+      rank_peaks.push_back(m.peak_rss_after_load_bytes);
+    }
+    j["rank_weight_bytes"] = rank_weights;
+    j["rank_load_peak_rss_bytes"] = rank_peaks;
     if (o.engine.speculative.enabled()) {
       const SpecDecodeStats& spec = result.spec;
       j["speculative_config"] = json::parse(o.engine.speculative.ToJson());
@@ -222,6 +240,7 @@ int RunRank(const GenerateCommandOptions& o, const WorldConfig& world, Communica
     absl::Status st = RunWorkerLoop(*engine->model, comm, engine->drafter.get());
     return st.ok() ? 0 : 1;
   }
+  std::fprintf(stderr, "tpserve: memory: %s\n", DescribeLoadMemory(*engine).c_str());
   absl::Status st = Coordinate(o, defaults, *engine, comm, world);
   if (!st.ok()) {
     std::fprintf(stderr, "tpserve: error: %s\n", std::string(st.message()).c_str());

@@ -305,6 +305,8 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   info.speculative_config = loading.speculative_config;
   info.num_speculative_tokens = loading.num_speculative_tokens;
   info.max_num_batched_tokens = o.max_num_batched_tokens;
+  info.weight_bytes = engine->rank_memory.at(0).process_weight_bytes;
+  info.load_peak_rss_bytes = engine->rank_memory.at(0).peak_rss_after_load_bytes;
 
   ServingConfig sc;
   sc.scheduler = SchedulerConfigFor(*engine->model, o.max_num_seqs, o.max_num_batched_tokens, o.engine.max_model_len);
@@ -332,6 +334,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
                           world.pp_size > 1 ? absl::StrCat(", pp=", world.pp_size, " (", info.pipeline_stages, ")") : "",
                           ", load ",
                           engine->load_seconds, " s, KV blocks per group ", absl::StrJoin(info.kv_blocks, "/")));
+  Log(world, absl::StrCat("memory: ", DescribeLoadMemory(*engine)));
   if (!info.speculative_config.empty()) Log(world, absl::StrCat("speculative decoding: ", info.speculative_config));
   if (!info.cpu_gemm.empty()) Log(world, absl::StrCat("prefill GEMMs: ", info.cpu_gemm));
   if (const std::string tuning = DescribeTuning(engine->tune_report); !tuning.empty()) {

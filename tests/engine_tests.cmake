@@ -15,6 +15,11 @@ tp_add_test(engine_core_test SOURCES engine_core_test.cc LIBS tpserve_engine_cor
 # The MTP drafter inside the engine: greedy equals the target under chunking and preemption,
 # the fixture's clean trace draft by draft, seeded sampling unchanged, start-up errors.
 tp_add_test(mtp_engine_test SOURCES mtp_engine_test.cc LIBS tpserve_launch tpserve_engine_core)
+# Host memory at load (issue 21): peak RSS after `tpserve generate` loads a ~120 MB
+# checkpoint it writes stays within its weights plus a stated slack, at TP 1 and 2.
+tp_add_test(load_memory_test SOURCES load_memory_test.cc LIBS tpserve_engine nlohmann_json::nlohmann_json)
+target_compile_definitions(load_memory_test PRIVATE TPSERVE_BINARY="$<TARGET_FILE:tpserve>")
+add_dependencies(load_memory_test tpserve)
 tp_add_test(persistent_batch_test SOURCES persistent_batch_test.cc LIBS tpserve_engine)
 # Collectives and their shared helpers on thread ranks (LocalGroup).
 tp_add_test(communicator_test SOURCES communicator_test.cc LIBS tpserve_engine_core)

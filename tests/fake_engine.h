@@ -53,6 +53,8 @@ class FakeEngine : public EngineApi {
     info_.max_num_seqs = 7;
     info_.speculative_config = R"({"method":"ngram","num_speculative_tokens":2})";
     info_.num_speculative_tokens = 2;
+    info_.weight_bytes = 5678;
+    info_.load_peak_rss_bytes = 9012;
     thread_ = std::thread([this] { Loop(); });
   }
 

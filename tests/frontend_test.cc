@@ -316,6 +316,8 @@ TEST_F(FrontendTest, GrpcModelInfoAndStats) {
   // This test process's own memory, read from /proc.
   EXPECT_GT(stats.rss_bytes(), 1 << 20);
   EXPECT_GE(stats.peak_rss_bytes(), stats.rss_bytes());
+  EXPECT_EQ(stats.weight_bytes(), 5678);  // the engine's, from its ModelInfo
+  EXPECT_EQ(stats.load_peak_rss_bytes(), 9012);
 
   std::vector<v1::GenerateResponse> responses;
   v1::GenerateRequest to_b = TextRequest("Hi", 1);

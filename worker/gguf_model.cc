@@ -149,26 +149,37 @@ class GgufSource : public WeightSource {
     const bool gemma_norm = arch_ == GgufArch::kGemma3 && absl::EndsWith(t.name, "norm.weight");
     const size_t row_bytes = t.row_bytes();
     const size_t out_elem = DTypeSize(dtype);
-#pragma omp parallel if (r.rows > 64)
-    {
-      std::vector<float> row(full_cols), unpermuted;
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < r.rows; ++i) {
-        const int64_t src_row = permuted && r.shape.size() == 2 ? stored_at(r.row0 + i) : r.row0 + i;
-        // The type is supported (above) and rows are whole blocks (checked on open).
-        TP_CHECK(DequantizeRow(t.type, t.data + src_row * row_bytes, full_cols, row.data()).ok());
-        if (gemma_norm) {
-          for (float& v : row) v -= 1.0f;
+    // A chunk of rows at a time, its source pages released after it (ReleaseMappedPages). A
+    // permuted chunk is whole heads, so that its rows come from its own stretch of the file.
+    int64_t chunk_rows = static_cast<int64_t>(std::max<size_t>(1, kReleaseChunkBytes / row_bytes));
+    if (permuted && r.shape.size() == 2) chunk_rows = (chunk_rows + head_dim - 1) / head_dim * head_dim;
+    for (int64_t c0 = 0; c0 < r.rows; c0 += chunk_rows) {
+      const int64_t c1 = std::min(r.rows, c0 + chunk_rows);
+      int64_t src_lo = r.row0 + c0, src_hi = r.row0 + c1;  // [lo, hi) of the stored rows read
+#pragma omp parallel if (c1 - c0 > 64)
+      {
+        std::vector<float> row(full_cols), unpermuted;
+#pragma omp for schedule(static) reduction(min : src_lo) reduction(max : src_hi)
+        for (int64_t i = c0; i < c1; ++i) {
+          const int64_t src_row = permuted && r.shape.size() == 2 ? stored_at(r.row0 + i) : r.row0 + i;
+          src_lo = std::min(src_lo, src_row);
+          src_hi = std::max(src_hi, src_row + 1);
+          // The type is supported (above) and rows are whole blocks (checked on open).
+          TP_CHECK(DequantizeRow(t.type, t.data + src_row * row_bytes, full_cols, row.data()).ok());
+          if (gemma_norm) {
+            for (float& v : row) v -= 1.0f;
+          }
+          const float* values = row.data();
+          if (permuted && r.shape.size() == 1) {
+            unpermuted.resize(full_cols);
+            for (int64_t e = 0; e < full_cols; ++e) unpermuted[e] = row[stored_at(e)];
+            values = unpermuted.data();
+          }
+          ConvertRow(reinterpret_cast<const uint8_t*>(values + r.col0), DType::kF32, r.cols, dtype,
+                     static_cast<uint8_t*>(dst) + i * r.cols * out_elem);
         }
-        const float* values = row.data();
-        if (permuted && r.shape.size() == 1) {
-          unpermuted.resize(full_cols);
-          for (int64_t e = 0; e < full_cols; ++e) unpermuted[e] = row[stored_at(e)];
-          values = unpermuted.data();
-        }
-        ConvertRow(reinterpret_cast<const uint8_t*>(values + r.col0), DType::kF32, r.cols, dtype,
-                   static_cast<uint8_t*>(dst) + i * r.cols * out_elem);
       }
+      ReleaseMappedPages(t.data + src_lo * row_bytes, static_cast<size_t>(src_hi - src_lo) * row_bytes);
     }
     return absl::OkStatus();
   }

@@ -4,6 +4,8 @@
 #include "worker/weight_source.h"
 
 #include <omp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -54,11 +56,18 @@ class CheckpointSource : public WeightSource {
     TP_RETURN_IF_ERROR(CheckSlice(r, where));
     const int64_t full_cols = shape.size() == 1 ? shape[0] : shape[1];
     const size_t src_elem = DTypeSize(t->dtype), dst_elem = DTypeSize(dtype);
+    const size_t src_row_bytes = static_cast<size_t>(full_cols) * src_elem;
+    const int64_t chunk_rows = static_cast<int64_t>(std::max<size_t>(1, kReleaseChunkBytes / src_row_bytes));
     uint8_t* out = static_cast<uint8_t*>(dst);
-#pragma omp parallel for schedule(static) if (r.rows > 64)
-    for (int64_t i = 0; i < r.rows; ++i) {
-      const uint8_t* src = t->data + ((r.row0 + i) * full_cols + r.col0) * src_elem;
-      ConvertRow(src, t->dtype, r.cols, dtype, out + i * r.cols * dst_elem);
+    for (int64_t c0 = 0; c0 < r.rows; c0 += chunk_rows) {
+      const int64_t c1 = std::min(r.rows, c0 + chunk_rows);
+#pragma omp parallel for schedule(static) if (c1 - c0 > 64)
+      for (int64_t i = c0; i < c1; ++i) {
+        const uint8_t* src = t->data + ((r.row0 + i) * full_cols + r.col0) * src_elem;
+        ConvertRow(src, t->dtype, r.cols, dtype, out + i * r.cols * dst_elem);
+      }
+      // Whole rows: a column slice (row-parallel layers) touched pages across all of them.
+      ReleaseMappedPages(t->data + (r.row0 + c0) * src_row_bytes, (c1 - c0) * src_row_bytes);
     }
     return absl::OkStatus();
   }
@@ -199,6 +208,15 @@ class DummySource : public WeightSource {
 
 absl::StatusOr<std::vector<int64_t>> WeightSource::ReadInt64(const std::string& name, int64_t /*n*/) const {
   return absl::UnimplementedError(absl::StrCat(Describe(), ": reading integer tensor \"", name, "\" is not supported"));
+}
+
+void ReleaseMappedPages(const void* p, size_t bytes) {
+  if (bytes == 0) return;
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) / page * page;
+  // Advice only: where the kernel refuses, the pages just stay resident.
+  madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 void ConvertRow(const uint8_t* src, DType src_dtype, int64_t n, DType dst_dtype, void* dst) {

@@ -53,6 +53,16 @@ class WeightSource {
   virtual absl::StatusOr<std::vector<int64_t>> ReadInt64(const std::string& name, int64_t n) const;
 };
 
+// Drops [p, p + bytes) of a read-only file mapping from this process's resident set, once a
+// rank has copied what it needs from it. The pages stay in the page cache (reclaimable, and
+// shared with other processes reading the file) and fault back in if read again; they no
+// longer count beside the copy, so a loaded rank holds its weights once (issue 21). Rounds
+// outward to whole pages, which is harmless: a read-only mapping has no changes to lose.
+void ReleaseMappedPages(const void* p, size_t bytes);
+// Sources copy a tensor this many source bytes at a time and release each chunk's pages
+// before the next, so that loading holds at most this much of the file beside the copies.
+inline constexpr size_t kReleaseChunkBytes = size_t{16} << 20;
+
 // Copies n elements of `src` (dtype src_dtype) to `dst` as dst_dtype.
 void ConvertRow(const uint8_t* src, DType src_dtype, int64_t n, DType dst_dtype, void* dst);
 // An InternalError naming `where` unless the slice lies inside r.shape (1-D or 2-D).

@@ -213,6 +213,8 @@ grpc::ServerUnaryReactor* TpServeService::Stats(grpc::CallbackServerContext* con
   const ProcessMemory memory = ReadProcessMemory();
   response->set_rss_bytes(memory.rss_bytes);
   response->set_peak_rss_bytes(memory.peak_rss_bytes);
+  response->set_weight_bytes(engine_.Info().weight_bytes);
+  response->set_load_peak_rss_bytes(engine_.Info().load_peak_rss_bytes);
   v1::SpecDecodeStats* spec = response->mutable_spec_decode();
   spec->set_num_drafts(s.spec_num_drafts);
   spec->set_num_draft_tokens(s.spec_num_draft_tokens);

@@ -43,6 +43,10 @@ struct ModelInfo {
   std::string cpu_gemm;         // see ModelInfoResponse.cpu_gemm; "" on cuda
   std::string speculative_config;  // --speculative-config with defaults filled in; "" = off
   int32_t num_speculative_tokens = 0;  // its K; 0 = off
+  // Rank 0's process: the weights it holds (all its ranks') and its peak resident set right
+  // after load (StatsResponse.weight_bytes, load_peak_rss_bytes).
+  int64_t weight_bytes = 0;
+  int64_t load_peak_rss_bytes = 0;
 };
 
 struct EngineStats {
