@@ -101,6 +101,13 @@ const LevelSummary* FindConcurrency(const RunView& v, int concurrency) {
   return nullptr;
 }
 
+// "2 (layers 0-4 | 5)": the stages and, where the server said, their layers.
+std::string PipelineText(const RunRecord& r) {
+  if (r.pp_size <= 0) return "unknown";
+  if (r.pipeline_stages.empty()) return absl::StrCat(r.pp_size);
+  return absl::StrCat(r.pp_size, " (", r.pipeline_stages, ")");
+}
+
 std::string EnvironmentTable(const RunView& v) {
   const RunRecord& r = v.in->run;
   auto or_unknown = [](const std::string& s) { return s.empty() ? std::string("unknown") : s; };
@@ -131,9 +138,7 @@ std::string EnvironmentTable(const RunView& v) {
       {"Device", DeviceText(r)},
       {"Nodes", absl::StrCat(r.nodes)},
       {"Tensor parallel", r.tp_size > 0 ? absl::StrCat(r.tp_size) : "unknown"},
-      {"Pipeline parallel", r.pp_size > 0 ? absl::StrCat(r.pp_size, r.pipeline_stages.empty() ? "" : absl::StrCat(
-                                                                      " (", r.pipeline_stages, ")"))
-                                          : "unknown"},
+      {"Pipeline parallel", PipelineText(r)},
       {"Max model len", r.max_model_len > 0 ? absl::StrCat(r.max_model_len) : "unknown"},
       {"Max num seqs", r.max_num_seqs > 0 ? absl::StrCat(r.max_num_seqs) : "unknown"},
       {"Workload", or_unknown(r.workload)},
@@ -300,6 +305,7 @@ std::vector<ChartFile> LevelCharts(const std::vector<RunView>& views) {
   return files;
 }
 
+// A run's pipeline stages; unknown (0: records from before pipelines, HTTP targets) counts as one.
 int Stages(const RunRecord& r) { return std::max(1, r.pp_size); }
 
 // One row per concurrency in `levels`, one column per run: value(level) or "-".
@@ -360,12 +366,10 @@ std::string ScalingSection(const std::vector<RunView>& views, std::vector<ChartF
         {absl::StrCat(i + 1, ": ", views[i].label), l.output_throughput, static_cast<int>(i)});
     std::vector<std::string> row = {absl::StrCat(i + 1, ": ", views[i].label), absl::StrCat(r.tp_size)};
     if (pipeline) row.push_back(r.pp_size > 0 ? absl::StrCat(r.pp_size) : "-");
-    for (std::string cell : {absl::StrCat(r.nodes), Fmt(l.output_throughput, 1),
-                             base > 0 ? absl::StrCat(Fmt(l.output_throughput / base, 2), "x") : "-",
-                             Stat(l.ttft_ms, &Distribution::median, 1),
-                             Stat(l.tpot_ms, &Distribution::median, 2), Pct(l.allreduce_share)}) {
-      row.push_back(std::move(cell));
-    }
+    row.insert(row.end(), {absl::StrCat(r.nodes), Fmt(l.output_throughput, 1),
+                           base > 0 ? absl::StrCat(Fmt(l.output_throughput / base, 2), "x") : "-",
+                           Stat(l.ttft_ms, &Distribution::median, 1),
+                           Stat(l.tpot_ms, &Distribution::median, 2), Pct(l.allreduce_share)});
     if (pipeline) row.push_back(Pct(l.pipeline_share));
     rows.push_back(std::move(row));
   }
@@ -374,9 +378,8 @@ std::string ScalingSection(const std::vector<RunView>& views, std::vector<ChartF
                                      "output tokens/s", bars)});
   std::vector<std::string> header = {"Run", "TP"};
   if (pipeline) header.push_back("PP");
-  for (const char* h : {"Nodes", "Output tok/s", "vs run 1", "TTFT median ms", "TPOT median ms", "All-reduce %"}) {
-    header.push_back(h);
-  }
+  header.insert(header.end(),
+                {"Nodes", "Output tok/s", "vs run 1", "TTFT median ms", "TPOT median ms", "All-reduce %"});
   if (pipeline) header.push_back("Pipeline %");
   absl::StrAppend(&out, Table(header, rows, /*numeric=*/true), "\n");
   if (pipeline) {
