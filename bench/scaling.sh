@@ -18,7 +18,8 @@
 #   bench/scaling.sh --hostfile hosts --model /data/gemma-4-31b --layouts tp8,tp16@2nodes,tp8xpp2@2nodes
 #
 # Needs: build/launch/tpserve, build/bench/tpbench/tpbench, mpirun; root and iproute2 for
-# emulated nodes (those layouts are skipped, with the reason, otherwise).
+# emulated nodes (those layouts are skipped, with the reason, otherwise); jq for their
+# link byte counts (skipped without it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -253,7 +254,7 @@ run_one() {
   "$TPBENCH" run --target "grpc://$addr:$GRPC" --tokenizer "$TOKENIZER" --load-time-s "$load_s" \
     --label "$name" --nodes $(( nodes > 0 ? nodes : 1 )) --meta "mode=$mode,layout=$layout,link=$LINK" \
     --out "$OUT/$name" --progress=false "${BENCH_ARGS[@]}" || echo "   tpbench failed (records so far are kept)"
-  if [ "$mode" = netns ] && [ -f "$OUT/$name/requests.jsonl" ]; then
+  if [ "$mode" = netns ] && [ -f "$OUT/$name/requests.jsonl" ] && command -v jq >/dev/null; then
     local row; row=$(write_link_record "$OUT/$name" "$nodes" "$before" "$(link_counters "$nodes")")
     [ -n "$row" ] && LINK_SUMMARY+=("$row")
   fi
