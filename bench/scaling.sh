@@ -197,14 +197,17 @@ link_counters() {
 }
 
 # Writes $1/link.json: the bytes on each node's link during the tpbench run (warm-up
-# included) and the tokens the run's successful requests processed. Node 1 also carries
-# the client's gRPC traffic; with 2 nodes, node 2's link carries exactly the traffic
-# between the nodes (MPI's, plus Open MPI's daemons' few bytes).
+# included) and the tokens the run's successful requests put through the model: prompt
+# and generated tokens, less each request's last one (returned, never fed back). Node 1
+# also carries the client's gRPC traffic; with 2 nodes, node 2's link carries exactly the
+# traffic between the nodes (MPI's, plus Open MPI's daemons' few bytes).
 write_link_record() {
   local dir=$1 nodes=$2 before=$3 after=$4
   local tokens
-  tokens=$(jq -s 'map(select(.success)) | {prompt_tokens: (map(.prompt_tokens | if . < 0 then 0 else . end) | add // 0),
-                                          completion_tokens: (map(.completion_tokens) | add // 0)}' "$dir/requests.jsonl")
+  tokens=$(jq -s 'map(select(.success))
+    | {requests: length, prompt_tokens: (map(.prompt_tokens | if . < 0 then 0 else . end) | add // 0),
+       completion_tokens: (map(.completion_tokens) | add // 0)}
+    | .forward_tokens = .prompt_tokens + .completion_tokens - .requests' "$dir/requests.jsonl")
   paste -d' ' <(echo "$before") <(echo "$after") | awk -v n="$nodes" -v link="$LINK" -v tokens="$tokens" '
     { rx[NR] = $3 - $1; tx[NR] = $4 - $2 }
     END {
@@ -214,9 +217,8 @@ write_link_record() {
     }' | jq . > "$dir/link.json"
   if [ "$nodes" = 2 ]; then
     jq -r --arg name "$(basename "$dir")" '(.links[1].sent_bytes + .links[1].received_bytes) as $b
-      | (.tokens.prompt_tokens + .tokens.completion_tokens) as $t
-      | "| \($name) | \($b) | \(.tokens.prompt_tokens) | \(.tokens.completion_tokens) | \(if $t > 0 then ($b / $t | floor) else "-" end) |"' \
-      "$dir/link.json"
+      | .tokens.forward_tokens as $t
+      | "| \($name) | \($b) | \($t) | \(if $t > 0 then ($b / $t | floor) else "-" end) |"' "$dir/link.json"
   fi
 }
 
@@ -298,11 +300,11 @@ NETNS_MADE=0
 if [ ${#LINK_SUMMARY[@]} -gt 0 ]; then
   {
     echo "Bytes on the link between the 2 emulated nodes during each run (warm-up included; MPI's"
-    echo "payload and headers, TCP/IP and Ethernet framing), per token the run processed"
-    echo "(prompt + generated, successful requests):"
+    echo "payload and headers, TCP/IP and Ethernet framing), per token through the model (the"
+    echo "successful requests' prompt and generated tokens, less each one's last, never fed back):"
     echo
-    echo "| run | bytes between nodes | prompt tokens | generated tokens | bytes per token |"
-    echo "|---|---:|---:|---:|---:|"
+    echo "| run | bytes between nodes | tokens through the model | bytes per token |"
+    echo "|---|---:|---:|---:|"
     printf '%s\n' "${LINK_SUMMARY[@]}"
   } > "$OUT/report/link_bytes.md"
   cat "$OUT/report/link_bytes.md"
