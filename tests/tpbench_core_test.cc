@@ -253,6 +253,28 @@ TEST(MetricsTest, LevelMatchesHandComputedNumbers) {
   EXPECT_NEAR(s.mean_step_ms, 10, kTol);
 }
 
+// With pipeline stages the step splits four ways: 700 compute + 200 all-reduce + 300
+// pipeline + 100 scheduling = 1300 ms over 100 steps.
+TEST(MetricsTest, PipelineShareIsAPartOfTheStep) {
+  RunRecord run;
+  run.levels.push_back(LevelTwoRecord(10));
+  run.levels[0].server.pipeline_ms = 300;
+  const LevelSummary s = SummarizeLevels(run, LevelTwoRequests(), SloSpec{})[0];
+  EXPECT_NEAR(s.compute_share, 700.0 / 1300, kTol);
+  EXPECT_NEAR(s.allreduce_share, 200.0 / 1300, kTol);
+  EXPECT_NEAR(s.pipeline_share, 300.0 / 1300, kTol);
+  EXPECT_NEAR(s.scheduling_share, 100.0 / 1300, kTol);
+  EXPECT_NEAR(s.mean_step_ms, 13, kTol);
+  const nlohmann::json j = ToJson(s);
+  EXPECT_NEAR(j["server"]["pipeline_ms"].get<double>(), 300, kTol);
+  EXPECT_NEAR(j["server"]["pipeline_share"].get<double>(), 300.0 / 1300, kTol);
+
+  // Without stages the pipeline share is 0, not absent.
+  run.levels[0].server.pipeline_ms = 0;
+  const LevelSummary one = SummarizeLevels(run, LevelTwoRequests(), SloSpec{})[0];
+  EXPECT_EQ(one.pipeline_share, 0);
+}
+
 TEST(MetricsTest, GoodputCountsRequestsMeetingEverySlo) {
   RunRecord run;
   run.levels.push_back(LevelTwoRecord(10));
@@ -380,6 +402,8 @@ RunRecord FullRun() {
   r.gpu_count = 2;
   r.nodes = 1;
   r.tp_size = 1;
+  r.pp_size = 2;
+  r.pipeline_stages = "layers 0-4 | 5";
   r.max_model_len = 8192;
   r.max_num_seqs = 64;
   r.workload = "random in=128 out=64 range=0.0";
@@ -390,6 +414,7 @@ RunRecord FullRun() {
   r.end_time = "2025-01-02T03:14:05.000Z";
   r.levels.push_back(LevelTwoRecord(10));
   r.levels.back().server.preemptions = 3;
+  r.levels.back().server.pipeline_ms = 150;
   r.levels.back().server.prefix_cache_hit_rate = 0.25;
   r.extra["host0"] = "node-a";
   return r;
@@ -498,10 +523,26 @@ TEST(RecordTest, RunRoundTripAndErrors) {
   ASSERT_EQ(back->levels.size(), 1u);
   EXPECT_EQ(back->levels[0].end_s, 20);
   EXPECT_EQ(back->levels[0].server.allreduce_ms, 200);
+  EXPECT_EQ(back->levels[0].server.pipeline_ms, 150);
+  EXPECT_EQ(back->pp_size, 2);
+  EXPECT_EQ(back->pipeline_stages, "layers 0-4 | 5");
   EXPECT_EQ(back->levels[0].server.preemptions, 3);
   EXPECT_EQ(back->extra.at("host0"), "node-a");
 
+  // A record written before pipeline stages existed reads as unknown (0) and none.
   nlohmann::json j = ToJson(run);
+  j.erase("pp_size");
+  j.erase("pipeline_stages");
+  j["levels"][0]["server"].erase("pipeline_ms");
+  absl::StatusOr<RunRecord> old = RunRecordFromJson(j);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->pp_size, 0);
+  EXPECT_EQ(old->pipeline_stages, "");
+  EXPECT_EQ(old->levels[0].server.pipeline_ms, 0);
+  j["pp_size"] = "two";
+  EXPECT_THAT(std::string(RunRecordFromJson(j).status().message()), HasSubstr("pp_size"));
+
+  j = ToJson(run);
   j["levels"][0].erase("end_s");
   absl::StatusOr<RunRecord> bad = RunRecordFromJson(j);
   ASSERT_FALSE(bad.ok());
@@ -576,6 +617,8 @@ ReportRun MakeReportRun(int tp_size, double level_two_duration_s) {
   r.run = FullRun();
   r.run.run_id = absl::StrCat("run-tp", tp_size);
   r.run.tp_size = tp_size;
+  r.run.pp_size = 1;
+  r.run.pipeline_stages = "";
   r.run.gpu_count = tp_size;
   r.run.levels = {LevelTwoRecord(level_two_duration_s)};
   LevelRecord one;
@@ -685,6 +728,50 @@ TEST(ReportTest, WritesTablesPlotsAndBaselines) {
   EXPECT_FALSE(fs::exists(dir.path() / "output_throughput_vs_rate.svg"));
 }
 
+// TP 4 over two nodes beside TP 2 x PP 2 over two nodes: the layout in the labels, the
+// environment and the scaling table, the pipeline share beside the all-reduce share.
+TEST(ReportTest, ComparesPipelineAndTensorParallelLayouts) {
+  std::vector<ReportRun> runs = {MakeReportRun(4, 10), MakeReportRun(2, 5)};
+  runs[0].run.nodes = 2;
+  runs[1].run.nodes = 2;
+  runs[1].run.pp_size = 2;
+  runs[1].run.pipeline_stages = "layers 0-4 | 5";
+  runs[1].run.levels[1].server.pipeline_ms = 300;  // 700 / 200 / 300 / 100 of 1300 ms
+  for (ReportRun& r : runs) r.label = "";
+  TempDir dir;
+  const absl::StatusOr<std::string> md = WriteReport(runs, {}, SloSpec{}, dir.path().string());
+  ASSERT_TRUE(md.ok()) << md.status();
+  EXPECT_THAT(*md, HasSubstr("## Run 1: tpserve-grpc tp=4 nodes=2\n"));
+  EXPECT_THAT(*md, HasSubstr("## Run 2: tpserve-grpc tp=2 pp=2 nodes=2\n"));
+  EXPECT_THAT(*md, HasSubstr("| Pipeline parallel | 1 |\n"));
+  EXPECT_THAT(*md, HasSubstr("| Pipeline parallel | 2 (layers 0-4 \\| 5) |\n"));
+  // Run 1 has no pipeline time, so its split stays three-way.
+  EXPECT_THAT(*md, HasSubstr("| Step compute / all-reduce / sched % |\n"));
+  EXPECT_THAT(*md, HasSubstr("| Step compute / all-reduce / pipeline / sched % |\n"));
+  EXPECT_THAT(*md, HasSubstr(" | 70.0 / 20.0 / 10.0 |\n"));
+  EXPECT_THAT(*md, HasSubstr(" | 53.8 / 15.4 / 23.1 / 7.7 |\n"));
+
+  EXPECT_THAT(*md, HasSubstr("| Run | TP | PP | Nodes | Output tok/s | vs run 1 | TTFT median ms | "
+                             "TPOT median ms | All-reduce % | Pipeline % |\n"));
+  EXPECT_THAT(*md, HasSubstr("| 1: tpserve-grpc tp=4 nodes=2 | 4 | 1 | 2 | 3.7 | 1.00x | 150.0 | "
+                             "120.00 | 20.0 | 0.0 |\n"));
+  EXPECT_THAT(*md, HasSubstr("| 2: tpserve-grpc tp=2 pp=2 nodes=2 | 2 | 2 | 2 | 7.4 | 2.00x | "
+                             "150.0 | 120.00 | 15.4 | 23.1 |\n"));
+  EXPECT_THAT(*md, HasSubstr("bounds the stage-to-stage transfer time from above"));
+
+  // Side by side at every concurrency; concurrency 1 has no server counters.
+  EXPECT_THAT(*md, HasSubstr("| Concurrency | 1: tpserve-grpc tp=4 nodes=2 | "
+                             "2: tpserve-grpc tp=2 pp=2 nodes=2 |\n"));
+  EXPECT_THAT(*md, HasSubstr("Output tok/s:\n\n"));
+  EXPECT_THAT(*md, HasSubstr("| 2 | 3.7 | 7.4 |\n"));
+  EXPECT_THAT(*md, HasSubstr("All-reduce % + pipeline % of rank 0's step:\n\n"));
+  EXPECT_THAT(*md, HasSubstr("| 1 | - | - |\n| 2 | 20.0 | 15.4 + 23.1 |\n"));
+
+  const std::string svg = ReadAll(dir.path() / "comm_share_vs_concurrency.svg");
+  EXPECT_THAT(svg, HasSubstr("<polyline"));
+  EXPECT_THAT(svg, HasSubstr("2: tpserve-grpc tp=2 pp=2 nodes=2"));
+}
+
 TEST(ReportTest, OmitsScalingForOneLayoutAndNamesMeasuredProvider) {
   std::vector<ReportRun> runs = {MakeReportRun(1, 10)};
   runs[0].run.target = "https://api.together.xyz/v1";
@@ -733,7 +820,7 @@ TEST(ReportTest, IsDeterministic) {
     ++files;
     EXPECT_EQ(ReadAll(entry.path()), ReadAll(b.path() / entry.path().filename())) << entry.path();
   }
-  EXPECT_EQ(files, 5);  // report.md, three level charts, scaling.svg
+  EXPECT_EQ(files, 6);  // report.md, four level charts, scaling.svg
 }
 
 TEST(ReportTest, LoadsRunDirectoryAndReportsBadOutputDirectory) {

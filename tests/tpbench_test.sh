@@ -42,8 +42,10 @@ done
 [ -z "$missing" ] && ok "gRPC: every record has the spec's fields" || bad "gRPC: fields missing:$missing"
 [ "$(count '"round":-1' "$WORK/grpc/requests.jsonl")" = 1 ] && ok "gRPC: one warm-up record" || bad "warm-up records"
 grep -q '"engine_version": "tpserve' "$WORK/grpc/run.json" && grep -q '"tp_size": 2' "$WORK/grpc/run.json" \
+  && grep -q '"pp_size": 1' "$WORK/grpc/run.json" && grep -q '"pipeline_stages": "layers 0-' "$WORK/grpc/run.json" \
+  && grep -q '"pipeline_ms": 0' "$WORK/grpc/run.json" \
   && grep -q '"available": true' "$WORK/grpc/run.json" && grep -q '"kernels": "cpu"' "$WORK/grpc/run.json" \
-  && ok "run.json: server version, tp 2, step split, kernels" \
+  && ok "run.json: server version, tp 2, pp 1 (one stage), step split, kernels" \
   || bad "run.json: $(head -c 1500 "$WORK/grpc/run.json")"
 grep -q "TTFT" "$WORK/grpc.out" && ok "run prints the level table" || bad "no table: $(cat "$WORK/grpc.out")"
 

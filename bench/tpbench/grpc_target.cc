@@ -91,6 +91,8 @@ class GrpcTarget : public Target {
     info.dtype = r.dtype();
     info.weights = r.weights();
     info.tp_size = r.tensor_parallel_size();
+    info.pp_size = r.pipeline_parallel_size();
+    info.pipeline_stages = r.pipeline_stages();
     info.max_model_len = r.max_model_len();
     for (const v1::Rank& rank : r.ranks()) info.hosts.push_back(rank.host());
     info.device = r.device();
@@ -114,6 +116,7 @@ class GrpcTarget : public Target {
     c.compute_ms = r.step_time().compute_ms();
     c.allreduce_ms = r.step_time().allreduce_ms();
     c.scheduling_ms = r.step_time().scheduling_ms();
+    c.pipeline_ms = r.step_time().pipeline_ms();
     c.preemptions = r.preemptions();
     c.prefix_cache_hit_rate = r.prefix_cache_hit_rate();
     c.peak_rss_bytes = r.peak_rss_bytes();

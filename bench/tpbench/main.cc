@@ -74,6 +74,7 @@ ABSL_FLAG(std::string, kernels, "",
           "The server's kernel configuration, e.g. \"cuda: tuned+pdl, CUDA graphs\" (default: what the server says)");
 ABSL_FLAG(int, nodes, 0, "Nodes the server spans (default: distinct rank hosts the server reports, else 1)");
 ABSL_FLAG(int, tp_size, 0, "Tensor-parallel size (default: what the server says)");
+ABSL_FLAG(int, pp_size, 0, "Pipeline-parallel size, stages (default: what the server says)");
 ABSL_FLAG(int, max_model_len, 0, "Recorded, and prompts that do not fit are skipped (default: the server's)");
 ABSL_FLAG(int, max_num_seqs, 0, "Recorded (default: what the server says)");
 ABSL_FLAG(double, load_time_s, -1, "Server load time measured by the caller (e.g. bench/scaling.sh)");
@@ -175,6 +176,8 @@ void FillEnvironment(Target& target, RunRecord* run) {
   run->speculative_config = info.ok() ? i.speculative_config : "";
   run->gpu_count = absl::GetFlag(FLAGS_gpu_count) >= 0 ? absl::GetFlag(FLAGS_gpu_count) : info.ok() ? i.device_count : -1;
   run->tp_size = absl::GetFlag(FLAGS_tp_size) > 0 ? absl::GetFlag(FLAGS_tp_size) : i.tp_size;
+  run->pp_size = absl::GetFlag(FLAGS_pp_size) > 0 ? absl::GetFlag(FLAGS_pp_size) : i.pp_size;
+  run->pipeline_stages = i.pipeline_stages;
   run->max_model_len = absl::GetFlag(FLAGS_max_model_len) > 0 ? absl::GetFlag(FLAGS_max_model_len) : i.max_model_len;
   run->max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs) > 0 ? absl::GetFlag(FLAGS_max_num_seqs) : i.max_num_seqs;
   std::vector<std::string> hosts = i.hosts;

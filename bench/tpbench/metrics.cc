@@ -110,10 +110,14 @@ LevelSummary SummarizeOne(int concurrency, double rate, const LevelRecord* level
 
   if (level != nullptr && level->server.available) {
     s.server = level->server;
-    const double sum_ms = s.server.compute_ms + s.server.allreduce_ms + s.server.scheduling_ms;
+    // The four parts of rank 0's step: the server counts compute as the forward's time
+    // less its all-reduce and pipeline time, and scheduling as the rest of the step.
+    const double sum_ms =
+        s.server.compute_ms + s.server.allreduce_ms + s.server.pipeline_ms + s.server.scheduling_ms;
     if (sum_ms > 0) {
       s.compute_share = s.server.compute_ms / sum_ms;
       s.allreduce_share = s.server.allreduce_ms / sum_ms;
+      s.pipeline_share = s.server.pipeline_ms / sum_ms;
       s.scheduling_share = s.server.scheduling_ms / sum_ms;
     }
     if (s.server.steps > 0) s.mean_step_ms = sum_ms / static_cast<double>(s.server.steps);
@@ -253,10 +257,12 @@ nlohmann::json ToJson(const LevelSummary& s) {
                    {"compute_ms", s.server.compute_ms},
                    {"allreduce_ms", s.server.allreduce_ms},
                    {"scheduling_ms", s.server.scheduling_ms},
+                   {"pipeline_ms", s.server.pipeline_ms},
                    {"preemptions", s.server.preemptions},
                    {"prefix_cache_hit_rate", s.server.prefix_cache_hit_rate},
                    {"compute_share", s.compute_share},
                    {"allreduce_share", s.allreduce_share},
+                   {"pipeline_share", s.pipeline_share},
                    {"scheduling_share", s.scheduling_share},
                    {"mean_step_ms", s.mean_step_ms}};
     if (s.server.spec_drafts > 0) {

@@ -69,8 +69,11 @@ struct LevelSummary {
 
   // Server step time over the level, when the target reports it (server.available).
   ServerStepTime server;
-  double compute_share = -1, allreduce_share = -1, scheduling_share = -1;  // of their sum
-  double mean_step_ms = -1;  // (compute + allreduce + scheduling) / steps
+  // Rank 0's step time split four ways, each a share of their sum (the step's wall time):
+  // compute, all-reduce, pipeline (sending hidden states to the next stage and waiting for
+  // the last stage's output, the later stages' compute included) and scheduling.
+  double compute_share = -1, allreduce_share = -1, pipeline_share = -1, scheduling_share = -1;
+  double mean_step_ms = -1;  // (compute + allreduce + pipeline + scheduling) / steps
 };
 
 // The warm-up requests (round == -1), which no level includes.

@@ -120,6 +120,7 @@ Json ToJson(const ServerStepTime& s) {
               {"compute_ms", s.compute_ms},
               {"allreduce_ms", s.allreduce_ms},
               {"scheduling_ms", s.scheduling_ms},
+              {"pipeline_ms", s.pipeline_ms},
               {"preemptions", s.preemptions},
               {"prefix_cache_hit_rate", s.prefix_cache_hit_rate},
               {"peak_rss_bytes", s.peak_rss_bytes},
@@ -157,6 +158,7 @@ absl::StatusOr<LevelRecord> LevelFromJson(const Json& j, const std::string& wher
     TP_RETURN_IF_ERROR(s.Get("compute_ms", kOptional, &l.server.compute_ms));
     TP_RETURN_IF_ERROR(s.Get("allreduce_ms", kOptional, &l.server.allreduce_ms));
     TP_RETURN_IF_ERROR(s.Get("scheduling_ms", kOptional, &l.server.scheduling_ms));
+    TP_RETURN_IF_ERROR(s.Get("pipeline_ms", kOptional, &l.server.pipeline_ms));
     TP_RETURN_IF_ERROR(s.Get("preemptions", kOptional, &l.server.preemptions));
     TP_RETURN_IF_ERROR(s.Get("prefix_cache_hit_rate", kOptional, &l.server.prefix_cache_hit_rate));
     TP_RETURN_IF_ERROR(s.Get("peak_rss_bytes", kOptional, &l.server.peak_rss_bytes));
@@ -249,6 +251,8 @@ nlohmann::json ToJson(const RunRecord& r) {
               {"gpu_count", r.gpu_count},
               {"nodes", r.nodes},
               {"tp_size", r.tp_size},
+              {"pp_size", r.pp_size},
+              {"pipeline_stages", r.pipeline_stages},
               {"max_model_len", r.max_model_len},
               {"max_num_seqs", r.max_num_seqs},
               {"workload", r.workload},
@@ -283,6 +287,8 @@ absl::StatusOr<RunRecord> RunRecordFromJson(const nlohmann::json& j) {
   TP_RETURN_IF_ERROR(f.Get("gpu_count", kOptional, &r.gpu_count));
   TP_RETURN_IF_ERROR(f.Get("nodes", kOptional, &r.nodes));
   TP_RETURN_IF_ERROR(f.Get("tp_size", kOptional, &r.tp_size));
+  TP_RETURN_IF_ERROR(f.Get("pp_size", kOptional, &r.pp_size));
+  TP_RETURN_IF_ERROR(f.Get("pipeline_stages", kOptional, &r.pipeline_stages));
   TP_RETURN_IF_ERROR(f.Get("max_model_len", kOptional, &r.max_model_len));
   TP_RETURN_IF_ERROR(f.Get("max_num_seqs", kOptional, &r.max_num_seqs));
   TP_RETURN_IF_ERROR(f.Get("workload", kOptional, &r.workload));

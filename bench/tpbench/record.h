@@ -51,6 +51,10 @@ struct ServerStepTime {
   double compute_ms = 0;        // summed over the level's steps
   double allreduce_ms = 0;
   double scheduling_ms = 0;
+  // With pipeline stages: rank 0 sending its stage's hidden states and waiting for the
+  // last stage's output. Like allreduce_ms it is part of rank 0's forward time and not in
+  // compute_ms; unlike it, it includes the later stages' compute (stages run in turn).
+  double pipeline_ms = 0;
   int64_t preemptions = 0;
   double prefix_cache_hit_rate = -1;
   int64_t peak_rss_bytes = 0;   // rank 0's process at the level's end; 0 = unknown
@@ -86,6 +90,8 @@ struct RunRecord {
   int gpu_count = 0;
   int nodes = 1;
   int tp_size = 0;
+  int pp_size = 0;              // pipeline stages; 0 = unknown (records before pipelines: one)
+  std::string pipeline_stages;  // the server's split, e.g. "layers 0-4 | 5"; "" = unknown
   int64_t max_model_len = 0;
   int max_num_seqs = 0;
   std::string workload;         // e.g. "random in=128 out=64 range=0.0"

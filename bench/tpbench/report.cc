@@ -9,9 +9,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <string>
 #include <system_error>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -99,6 +101,13 @@ const LevelSummary* FindConcurrency(const RunView& v, int concurrency) {
   return nullptr;
 }
 
+// "2 (layers 0-4 | 5)": the stages and, where the server said, their layers.
+std::string PipelineText(const RunRecord& r) {
+  if (r.pp_size <= 0) return "unknown";
+  if (r.pipeline_stages.empty()) return absl::StrCat(r.pp_size);
+  return absl::StrCat(r.pp_size, " (", r.pipeline_stages, ")");
+}
+
 std::string EnvironmentTable(const RunView& v) {
   const RunRecord& r = v.in->run;
   auto or_unknown = [](const std::string& s) { return s.empty() ? std::string("unknown") : s; };
@@ -129,6 +138,7 @@ std::string EnvironmentTable(const RunView& v) {
       {"Device", DeviceText(r)},
       {"Nodes", absl::StrCat(r.nodes)},
       {"Tensor parallel", r.tp_size > 0 ? absl::StrCat(r.tp_size) : "unknown"},
+      {"Pipeline parallel", PipelineText(r)},
       {"Max model len", r.max_model_len > 0 ? absl::StrCat(r.max_model_len) : "unknown"},
       {"Max num seqs", r.max_num_seqs > 0 ? absl::StrCat(r.max_num_seqs) : "unknown"},
       {"Workload", or_unknown(r.workload)},
@@ -162,6 +172,8 @@ std::string ThroughputTable(const std::vector<LevelSummary>& levels, const SloSp
                                  [](const LevelSummary& l) { return l.server.available; });
   const bool spec = std::any_of(levels.begin(), levels.end(),
                                 [](const LevelSummary& l) { return l.server.spec_drafts > 0; });
+  const bool pipeline = std::any_of(levels.begin(), levels.end(),
+                                    [](const LevelSummary& l) { return l.server.pipeline_ms > 0; });
   std::vector<std::string> header = {LevelHeader(levels),
                                      "Requests",
                                      "Error %",
@@ -172,7 +184,10 @@ std::string ThroughputTable(const std::vector<LevelSummary>& levels, const SloSp
                                      "Per-user tok/s median"};
   if (slo.any()) header.push_back("Goodput req/s");
   if (queue) header.push_back("Queue median ms");
-  if (steps) header.push_back("Step compute / all-reduce / sched %");
+  if (steps) {
+    header.push_back(pipeline ? "Step compute / all-reduce / pipeline / sched %"
+                              : "Step compute / all-reduce / sched %");
+  }
   if (spec) header.push_back("Mean acceptance length");
   std::vector<std::vector<std::string>> rows;
   for (const LevelSummary& l : levels) {
@@ -192,6 +207,7 @@ std::string ThroughputTable(const std::vector<LevelSummary>& levels, const SloSp
       row.push_back(l.compute_share < 0
                         ? "-"
                         : absl::StrCat(Pct(l.compute_share), " / ", Pct(l.allreduce_share), " / ",
+                                       pipeline ? absl::StrCat(Pct(l.pipeline_share), " / ") : "",
                                        Pct(l.scheduling_share)));
     }
     if (spec) {
@@ -254,6 +270,10 @@ std::vector<ChartFile> LevelCharts(const std::vector<RunView>& views) {
        [](const LevelSummary& l) { return l.ttft_ms.count > 0 ? l.ttft_ms.p95 : -1.0; }},
       {"tpot_p95", "P95 time per output token", "TPOT P95 (ms)",
        [](const LevelSummary& l) { return l.tpot_ms.count > 0 ? l.tpot_ms.p95 : -1.0; }},
+      {"comm_share", "All-reduce + pipeline share of rank 0's step", "% of step time",
+       [](const LevelSummary& l) {
+         return l.allreduce_share < 0 ? -1.0 : 100 * (l.allreduce_share + l.pipeline_share);
+       }},
   };
   std::vector<ChartFile> files;
   for (const bool closed : {true, false}) {
@@ -285,14 +305,37 @@ std::vector<ChartFile> LevelCharts(const std::vector<RunView>& views) {
   return files;
 }
 
-// Compares runs of different layouts (tp_size, nodes) at the highest concurrency they share.
+// A run's pipeline stages; unknown (0: records from before pipelines, HTTP targets) counts as one.
+int Stages(const RunRecord& r) { return std::max(1, r.pp_size); }
+
+// One row per concurrency in `levels`, one column per run: value(level) or "-".
+std::string ByConcurrencyTable(const std::vector<RunView>& views, const std::set<int>& levels,
+                               const std::function<std::string(const LevelSummary&)>& value) {
+  std::vector<std::string> header = {"Concurrency"};
+  for (size_t i = 0; i < views.size(); ++i) header.push_back(absl::StrCat(i + 1, ": ", views[i].label));
+  std::vector<std::vector<std::string>> rows;
+  for (int c : levels) {
+    std::vector<std::string> row = {absl::StrCat(c)};
+    for (const RunView& v : views) {
+      const LevelSummary* l = FindConcurrency(v, c);
+      row.push_back(l == nullptr ? "-" : value(*l));
+    }
+    rows.push_back(std::move(row));
+  }
+  return Table(header, rows, /*numeric=*/true);
+}
+
+// Compares runs of different layouts (tp_size, pp_size, nodes): every run at the highest
+// concurrency they share, then each metric at every concurrency side by side.
 std::string ScalingSection(const std::vector<RunView>& views, std::vector<ChartFile>* files) {
-  std::set<std::pair<int, int>> layouts;
-  for (const RunView& v : views) layouts.insert({v.in->run.tp_size, v.in->run.nodes});
+  std::set<std::tuple<int, int, int>> layouts;
+  for (const RunView& v : views) layouts.insert({v.in->run.tp_size, Stages(v.in->run), v.in->run.nodes});
   if (layouts.size() < 2) return "";
+  const bool pipeline = std::any_of(views.begin(), views.end(),
+                                    [](const RunView& v) { return Stages(v.in->run) > 1; });
 
   std::string out = "## Scaling\n\n";
-  std::set<int> shared;
+  std::set<int> shared, any;
   for (const LevelSummary& l : views[0].levels) {
     if (l.concurrency > 0 && l.requests > 0) shared.insert(l.concurrency);
   }
@@ -302,6 +345,9 @@ std::string ScalingSection(const std::vector<RunView>& views, std::vector<ChartF
       if (FindConcurrency(v, c) != nullptr) mine.insert(c);
     }
     shared = std::move(mine);
+    for (const LevelSummary& l : v.levels) {
+      if (l.concurrency > 0 && l.requests > 0) any.insert(l.concurrency);
+    }
   }
   if (shared.empty()) {
     return absl::StrCat(out,
@@ -318,20 +364,48 @@ std::string ScalingSection(const std::vector<RunView>& views, std::vector<ChartF
     const LevelSummary& l = *FindConcurrency(views[i], c);
     bars.push_back(
         {absl::StrCat(i + 1, ": ", views[i].label), l.output_throughput, static_cast<int>(i)});
-    rows.push_back({absl::StrCat(i + 1, ": ", views[i].label), absl::StrCat(r.tp_size),
-                    absl::StrCat(r.nodes), Fmt(l.output_throughput, 1),
-                    base > 0 ? absl::StrCat(Fmt(l.output_throughput / base, 2), "x") : "-",
-                    Stat(l.ttft_ms, &Distribution::median, 1),
-                    Stat(l.tpot_ms, &Distribution::median, 2), Pct(l.allreduce_share)});
+    std::vector<std::string> row = {absl::StrCat(i + 1, ": ", views[i].label), absl::StrCat(r.tp_size)};
+    if (pipeline) row.push_back(r.pp_size > 0 ? absl::StrCat(r.pp_size) : "-");
+    row.insert(row.end(), {absl::StrCat(r.nodes), Fmt(l.output_throughput, 1),
+                           base > 0 ? absl::StrCat(Fmt(l.output_throughput / base, 2), "x") : "-",
+                           Stat(l.ttft_ms, &Distribution::median, 1),
+                           Stat(l.tpot_ms, &Distribution::median, 2), Pct(l.allreduce_share)});
+    if (pipeline) row.push_back(Pct(l.pipeline_share));
+    rows.push_back(std::move(row));
   }
   files->push_back(
       {"scaling.svg", RenderBarChart(absl::StrCat("Output throughput at concurrency ", c),
                                      "output tokens/s", bars)});
-  absl::StrAppend(&out,
-                  Table({"Run", "TP", "Nodes", "Output tok/s", "vs run 1", "TTFT median ms",
-                         "TPOT median ms", "All-reduce %"},
-                        rows, /*numeric=*/true),
-                  "\n");
+  std::vector<std::string> header = {"Run", "TP"};
+  if (pipeline) header.push_back("PP");
+  header.insert(header.end(),
+                {"Nodes", "Output tok/s", "vs run 1", "TTFT median ms", "TPOT median ms", "All-reduce %"});
+  if (pipeline) header.push_back("Pipeline %");
+  absl::StrAppend(&out, Table(header, rows, /*numeric=*/true), "\n");
+  if (pipeline) {
+    absl::StrAppend(&out,
+                    "All-reduce % and Pipeline % are shares of rank 0's step time. Pipeline % is "
+                    "rank 0 sending its stage's hidden states and waiting for the last stage's "
+                    "output: the later stages' compute and all-reduces are inside it (stages run "
+                    "one after another), so it bounds the stage-to-stage transfer time from above "
+                    "and rank 0's counters cannot separate the two.\n\n");
+  }
+  if (any.size() > 1) {
+    auto comm = [](const LevelSummary& l) {
+      if (l.allreduce_share < 0) return std::string("-");
+      return l.pipeline_share > 0 ? absl::StrCat(Pct(l.allreduce_share), " + ", Pct(l.pipeline_share))
+                                  : Pct(l.allreduce_share);
+    };
+    absl::StrAppend(
+        &out, "Layouts side by side at every concurrency:\n\nOutput tok/s:\n\n",
+        ByConcurrencyTable(views, any, [](const LevelSummary& l) { return Fmt(l.output_throughput, 1); }),
+        "\nTPOT median ms:\n\n",
+        ByConcurrencyTable(views, any, [](const LevelSummary& l) { return Stat(l.tpot_ms, &Distribution::median, 2); }),
+        "\nTTFT median ms:\n\n",
+        ByConcurrencyTable(views, any, [](const LevelSummary& l) { return Stat(l.ttft_ms, &Distribution::median, 1); }),
+        pipeline ? "\nAll-reduce % + pipeline % of rank 0's step:\n\n" : "\nAll-reduce % of rank 0's step:\n\n",
+        ByConcurrencyTable(views, any, comm), "\n");
+  }
   return out;
 }
 
@@ -482,6 +556,7 @@ std::string DefaultRunLabel(const RunRecord& run) {
   std::vector<std::string> parts;
   if (!run.api.empty()) parts.push_back(run.api);
   if (run.tp_size > 0) parts.push_back(absl::StrCat("tp=", run.tp_size));
+  if (run.pp_size > 1) parts.push_back(absl::StrCat("pp=", run.pp_size));
   parts.push_back(absl::StrCat("nodes=", run.nodes));
   if (auto it = run.extra.find("netem"); it != run.extra.end() && !it->second.empty()) {
     parts.push_back(absl::StrCat("netem=", it->second));

@@ -33,6 +33,8 @@ struct ServerInfo {
   std::string dtype;
   std::string weights;
   int tp_size = 0;
+  int pp_size = 0;                 // pipeline stages; 0 = the server did not say (one stage)
+  std::string pipeline_stages;     // each stage's layers, e.g. "layers 0-4 | 5"
   int64_t max_model_len = 0;
   std::vector<std::string> hosts;  // one per rank
   std::string device;              // e.g. "NVIDIA H200", "CPU: <model>"
@@ -47,6 +49,7 @@ struct ServerInfo {
 struct ServerCounters {
   int64_t steps = 0;
   double compute_ms = 0, allreduce_ms = 0, scheduling_ms = 0;
+  double pipeline_ms = 0;  // rank 0 sending hidden states and waiting for the last stage
   int64_t preemptions = 0;
   double prefix_cache_hit_rate = 0;
   int64_t peak_rss_bytes = 0;  // rank 0's process
