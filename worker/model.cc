@@ -3,6 +3,7 @@
 #include "worker/model.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -24,7 +25,20 @@ struct Model::Scratch {
   std::unique_ptr<Buffer> h, x, q, k, v, attn, o, gate_up, act, sel, logits;
   std::unique_ptr<Buffer> gathered;  // rank 0 at TP > 1: every rank's logits shard, for sampling
   std::vector<uint8_t> transfer;     // pipeline: hidden states through the host (device backends)
+  // Pipeline: when this stage had its input (the previous stage's hidden states), and the
+  // work of the stages before it but rank 0's: {busy_us, allreduce_us}, passed down the
+  // pipeline beside the hidden states and by the last stage to rank 0, which takes the later
+  // stages' time out of its wait (pipeline_us is then the transfers and idling alone) and
+  // counts their all-reduces as all-reduce.
+  std::chrono::steady_clock::time_point input_at;
+  double upstream[2] = {0, 0};
 };
+
+namespace {
+double MicrosSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
 
 Model::Model(const ModelConfig& c, Backend& b, Communicator& comm, const ModelOptions& o, Communicator* world)
     : config_(c), backend_(b), comm_(comm), world_(world), options_(o), scratch_(std::make_unique<Scratch>()) {}
@@ -326,7 +340,15 @@ void Model::ReceiveHidden(int64_t T, StepTimes* times) {
     world_->Recv(s.transfer.data(), bytes, StagePeer(options_.pipeline.stage - 1));
     backend_.CopyFromHost(s.h->data(), s.transfer.data(), bytes);
   }
-  times->pipeline_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  world_->Recv(s.upstream, sizeof(s.upstream), StagePeer(options_.pipeline.stage - 1));
+  s.input_at = std::chrono::steady_clock::now();
+  times->pipeline_us += MicrosSince(t0);
+}
+
+std::array<double, 2> Model::StagesWork(const StepTimes* times) const {
+  const Scratch& s = *scratch_;
+  if (options_.pipeline.first()) return {0, 0};  // rank 0's stage times itself
+  return {s.upstream[0] + MicrosSince(s.input_at), s.upstream[1] + times->allreduce_us};
 }
 
 void Model::SendHidden(int64_t T, StepTimes* times) {
@@ -339,8 +361,10 @@ void Model::SendHidden(int64_t T, StepTimes* times) {
     backend_.CopyToHost(s.transfer.data(), s.h->data(), bytes);  // waits for the stage's kernels
     src = s.transfer.data();
   }
+  const std::array<double, 2> work = StagesWork(times);
   world_->Send(src, bytes, StagePeer(options_.pipeline.stage + 1));
-  times->pipeline_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  world_->Send(work.data(), sizeof(work), StagePeer(options_.pipeline.stage + 1));
+  times->pipeline_us += MicrosSince(t0);
 }
 
 StepOutput Model::PipelineOutput(const StepPlan& plan, int64_t Lr, StepTimes* times) {
@@ -358,9 +382,11 @@ StepOutput Model::PipelineOutput(const StepPlan& plan, int64_t Lr, StepTimes* ti
     StepOutput mine = DownloadOutput(plan, Lr, /*rows_only=*/!ids);
     if (comm_.rank() == 0) {
       const auto t0 = std::chrono::steady_clock::now();
+      const std::array<double, 2> work = StagesWork(times);
       if (ids) world_->Send(mine.token_ids.data(), Lr * sizeof(int32_t), 0);
       if (rows) world_->Send(mine.logits.data(), Lr * V * sizeof(float), 0);
-      times->pipeline_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      world_->Send(work.data(), sizeof(work), 0);
+      times->pipeline_us += MicrosSince(t0);
     }
     return out;
   }
@@ -376,7 +402,10 @@ StepOutput Model::PipelineOutput(const StepPlan& plan, int64_t Lr, StepTimes* ti
     logits.resize(Lr * V);
     world_->Recv(logits.data(), Lr * V * sizeof(float), OutputRank());
   }
-  times->pipeline_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  double later[2] = {0, 0};  // the later stages' work: busy (their all-reduces included), all-reduce
+  world_->Recv(later, sizeof(later), OutputRank());
+  times->pipeline_us += std::max(0.0, MicrosSince(t0) - later[0]);
+  times->allreduce_us += later[1];
   if (!plan.sampling.empty() && plan.samples_on_host()) {
     out.token_ids.resize(Lr);
     SampleOnHost(plan, std::move(logits), Lr, out);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -51,8 +52,10 @@ struct StepTimes {
   // the rows, cpu::ApplyLogitEdits and cpu::SampleRows; on a GPU it also waits for the
   // forward's kernels.
   double output_us = 0;
-  // With pipeline stages: time in the transfers between stages, waiting for the previous
-  // stage's hidden states included (and, on rank 0, for the last stage's output).
+  // With pipeline stages: time in the transfers between stages and waiting for them, not
+  // computing: on rank 0, its wait for the last stage's output less the later stages' own
+  // work (which they report with it; their all-reduces count in allreduce_us above). A
+  // step without logit rows does not wait for the later stages at all.
   double pipeline_us = 0;
 };
 
@@ -192,6 +195,9 @@ class Model {
   // same tp rank there), through host memory.
   void ReceiveHidden(int64_t tokens, StepTimes* times);
   void SendHidden(int64_t tokens, StepTimes* times);
+  // What this stage passes on: the work of the stages from 1 up to this one (Scratch::upstream
+  // plus this stage's since its input came); zeros on the first stage, which rank 0 times.
+  std::array<double, 2> StagesWork(const StepTimes* times) const;
   // Rank 0, a plan with logit edits: the gathered rows to the host, edited and sampled
   // there (and kept unedited in out.logits when the plan returns logits).
   void SampleEditedOnHost(const StepPlan& plan, const void* shards, int64_t logit_rows, StepOutput& out);

@@ -385,10 +385,9 @@ std::string ScalingSection(const std::vector<RunView>& views, std::vector<ChartF
   if (pipeline) {
     absl::StrAppend(&out,
                     "All-reduce % and Pipeline % are shares of rank 0's step time. Pipeline % is "
-                    "rank 0 sending its stage's hidden states and waiting for the last stage's "
-                    "output: the later stages' compute and all-reduces are inside it (stages run "
-                    "one after another), so it bounds the stage-to-stage transfer time from above "
-                    "and rank 0's counters cannot separate the two.\n\n");
+                    "rank 0's stage-to-stage transfers and waiting, less the later stages' own "
+                    "work, which they report (their all-reduces count in All-reduce %); servers "
+                    "before 2026-12-02 counted that work as pipeline.\n\n");
   }
   if (any.size() > 1) {
     auto comm = [](const LevelSummary& l) {

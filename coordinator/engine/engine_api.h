@@ -65,7 +65,7 @@ struct EngineStats {
   double compute_ms = 0;     // forward pass excluding all-reduce and stage transfers
   double allreduce_ms = 0;
   // Rank 0's time in pipeline-stage transfers: sending its stage's hidden states and
-  // waiting for the last stage's output (the later stages' compute included).
+  // waiting for the last stage's output, less the later stages' own work (transfers and idling).
   double pipeline_ms = 0;
   // Everything else the coordinator thread does while requests are active: admission,
   // scheduling, plan building and broadcast, sampling, detokenizing, stop checks, streaming.
