@@ -159,6 +159,17 @@ TEST_P(FixtureTest, MatchesTransformers) {
   ExpectMatches(name, ref, r, 2e-3, 2e-3);
 }
 
+// Prefill in chunks of 5 tokens over scrambled physical blocks of 4, three identical prompts
+// in one batch.
+RunOptions ChunkedScrambledBatch() {
+  RunOptions ro;
+  ro.chunk = 5;
+  ro.scramble = true;
+  ro.block_size = 4;
+  ro.copies = 3;
+  return ro;
+}
+
 // Pipeline stages at (tp, pp) = (1, 2), (2, 2), (1, 4): the same logits and tokens as
 // one stage. The 2-layer fixtures have too few layers for 4 stages (an error, tested below).
 struct Layout {
@@ -196,11 +207,7 @@ INSTANTIATE_TEST_SUITE_P(TwoLayers, PipelineFixtureTest,
 // KV blocks) through two stages of two ranks.
 TEST(ModelTest, PipelineChunkedPrefillBatchingAndPreemption) {
   const Reference ref = LoadReference("gemma4_text");
-  RunOptions ro;
-  ro.chunk = 5;
-  ro.scramble = true;
-  ro.block_size = 4;
-  ro.copies = 3;
+  RunOptions ro = ChunkedScrambledBatch();
   ro.kv_blocks = 12;
   ro.pp = 2;
   RunResult r = RunFixture("gemma4_text", 2, ref, ro);
@@ -230,12 +237,7 @@ INSTANTIATE_TEST_SUITE_P(Gguf, FixtureTest,
 // identical prompts give the same tokens and logits.
 TEST(ModelTest, ChunkedPrefillScrambledBlocksAndBatching) {
   const Reference ref = LoadReference("gemma4_text");
-  RunOptions ro;
-  ro.chunk = 5;
-  ro.scramble = true;
-  ro.block_size = 4;
-  ro.copies = 3;
-  RunResult r = RunFixture("gemma4_text", 2, ref, ro);
+  RunResult r = RunFixture("gemma4_text", 2, ref, ChunkedScrambledBatch());
   ExpectMatches("gemma4_text chunked", ref, r, 2e-3, 2e-3);
 }
 
