@@ -19,8 +19,9 @@
 
 namespace tpserve::cpu {
 
-// How Linear computes products of more than 16 rows of x (prefill chunks); smaller ones
-// (decode) stream the weights through the same GEMV on every path.
+// How Linear computes products of more than kMaxStreamingRows rows of x (prefill chunks);
+// smaller ones (decode) stream the weights through the same GEMV on every path.
+inline constexpr int64_t kMaxStreamingRows = 16;
 enum class GemmPath : uint8_t {
   // bf16/fp16 weights widened to fp32 panel by panel, then OpenBLAS sgemm: fp32 x and fp32
   // FMAs. Every CPU; the reference the other path is tested against.

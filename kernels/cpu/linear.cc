@@ -21,10 +21,9 @@ namespace {
 using avx2::Bf16;
 using avx2::F16;
 
-// Up to this many rows of x the streaming kernel wins: it reads each weight once from
-// DRAM and is bandwidth-bound, while sgemm pays for packing. Above it the panel sgemm
-// path is faster (kernels_bench --sweep prints the crossover).
-constexpr int64_t kMaxStreamingRows = 16;
+// Up to kMaxStreamingRows (cpu_kernels.h) rows of x the streaming kernel wins: it reads
+// each weight once from DRAM and is bandwidth-bound, while sgemm pays for packing. Above it
+// the panel sgemm path is faster (kernels_bench --sweep prints the crossover).
 // The streaming kernel keeps this much of x (all rows, one K block) hot in the L2 (512 KiB
 // per core on Zen 3).
 constexpr int64_t kXBlockBytes = int64_t{128} << 10;
