@@ -90,6 +90,7 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
   std::string text = tokenizer ? tokenizer->Decode(out.output_ids, /*skip_special_tokens=*/true) : "";
 
   double prefill_ms = 0, decode_ms = 0, allreduce_ms = 0, pipeline_ms = 0, total_ms = 0, draft_ms = 0;
+  double stages_busy_ms = 0, wall_ms = 0;  // the pipeline's bubble: 1 - busy / (stages x wall)
   int64_t decode_steps = 0;
   std::vector<double> step_ms;
   for (const StepSummary& s : result.steps) {
@@ -98,6 +99,8 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     if (!prefill) ++decode_steps;
     allreduce_ms += s.allreduce_ms;
     pipeline_ms += s.pipeline_ms;
+    stages_busy_ms += s.stages_busy_ms;
+    wall_ms += s.forward_ms + s.coordinator_ms + s.draft_ms;
     total_ms += s.forward_ms;
     step_ms.push_back(s.forward_ms);
     // Drafts (proposed after each step, the prefill's last included) serve the decode.
@@ -139,6 +142,9 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     j["decode_tok_s"] = decode_tok_s;
     j["allreduce_share"] = total_ms > 0 ? allreduce_ms / total_ms : 0;
     j["pipeline_share"] = total_ms > 0 ? pipeline_ms / total_ms : 0;
+    // One prompt runs one step at a time: with S stages the bubble is at least 1 - 1/S.
+    j["pipeline_bubble"] =
+        world.pp_size > 1 && wall_ms > 0 ? std::max(0.0, 1.0 - stages_busy_ms / (world.pp_size * wall_ms)) : 0.0;
     j["step_ms"] = step_ms;
     j["kv_blocks"] = engine.model->num_kv_blocks();
     j["tuned_products"] = engine.tune_report.products;

@@ -26,6 +26,7 @@ struct RunResult {
   std::vector<std::vector<float>> prompt_logits;
   std::vector<GenerationOutput> outputs;
   int64_t preemptions = 0;
+  int32_t most_in_flight = 0;  // steps in flight at once (pipeline stages: up to one each)
 };
 
 struct RunOptions {
@@ -126,6 +127,9 @@ RunResult RunFixture(const std::string& name, int tp, const Reference& ref, cons
     ASSERT_TRUE(outs.ok()) << outs.status();
     result.outputs = std::move(outs->outputs);
     result.preemptions = outs->preemptions;
+    for (const StepSummary& st : outs->steps) {
+      result.most_in_flight = std::max(result.most_in_flight, st.steps_in_flight);
+    }
     exec.Shutdown();
   });
   return result;
@@ -213,6 +217,8 @@ TEST(ModelTest, PipelineChunkedPrefillBatchingAndPreemption) {
   RunResult r = RunFixture("gemma4_text", 2, ref, ro);
   ExpectMatches("gemma4_text pipeline chunked", ref, r, 2e-3, 2e-3);
   EXPECT_GT(r.preemptions, 0);
+  // Two micro-batches (of the three sequences) in flight: one per stage.
+  EXPECT_EQ(r.most_in_flight, 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, FixtureTest,

@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -68,6 +69,10 @@ void ExpectGreedyMatches(const std::string& name, int pp) {
                                       static_cast<int32_t>(ref.greedy_ids.size()), oo);
   exec.Shutdown();
   ASSERT_TRUE(outs.ok()) << outs.status();
+  // With stages, the two prompts run as two micro-batches in flight at once.
+  int32_t most_in_flight = 0;
+  for (const StepSummary& s : outs->steps) most_in_flight = std::max(most_in_flight, s.steps_in_flight);
+  EXPECT_EQ(most_in_flight, pp);
   for (const auto& out : outs->outputs) {
     EXPECT_EQ(out.output_ids, ref.greedy_ids) << name;
     for (size_t s = 0; s < ref.greedy_logits.size(); ++s) {

@@ -4,6 +4,7 @@
 #include "coordinator/engine/scheduler.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -291,6 +292,89 @@ TEST_P(PreemptionTest, TinyPoolPreemptsTheNewestAndEveryRequestStillFinishes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PrefixCaching, PreemptionTest, ::testing::Bool());
+
+// Pipeline stages keep several steps in flight: each Schedule() before the older steps'
+// Updates takes a share of its own of the unfinished sequences, never one in flight, and
+// never preempts one; the tokens are those of one step at a time. A sequence aborted while
+// in flight stays valid until that step's Update, which drops its result.
+class StepsInFlightTest : public ::testing::TestWithParam<int32_t> {};
+
+TEST_P(StepsInFlightTest, DisjointSharesExactTokensAndAbortInFlight) {
+  const int32_t depth = GetParam();
+  // A small pool (preemption) and a budget that chunks the prompts.
+  SchedulerConfig c = Config({32}, {0}, 24, /*max_num_seqs=*/8);
+  c.max_steps_in_flight = depth;
+  Scheduler s(c);
+  std::map<std::string, std::vector<int32_t>> prompts;
+  for (int i = 0; i < 8; ++i) {
+    const std::string id = absl::StrCat("r", i);
+    prompts[id] = Prompt(6 + 3 * i, 10 * i + 1);
+    ASSERT_TRUE(s.AddRequest(Req(id, prompts[id], 12)).ok());
+  }
+  std::deque<SchedulerOutput> in_flight;
+  std::map<std::string, Finished> out;
+  size_t most_in_flight = 0;
+  bool aborted = false;
+  for (int i = 0; i < 5000 && (s.has_unfinished() || !in_flight.empty()); ++i) {
+    while (static_cast<int32_t>(in_flight.size()) < depth) {
+      const size_t unfinished = s.running().size() + s.waiting().size();
+      SchedulerOutput d = ScheduleAndSend(s);
+      Record(StepResult{d, {}, {}}, out);
+      if (d.empty()) break;
+      EXPECT_LE(d.scheduled.size(), (unfinished + depth - 1) / depth);
+      for (const ScheduledSequence& x : d.scheduled) {
+        EXPECT_EQ(x.seq->in_flight(), depth > 1);
+        for (const SchedulerOutput& older : in_flight) {
+          for (const ScheduledSequence& y : older.scheduled) EXPECT_NE(x.seq, y.seq);
+        }
+      }
+      for (const std::string& p : d.preempted) EXPECT_FALSE(s.Find(p)->in_flight()) << p;
+      in_flight.push_back(std::move(d));
+    }
+    most_in_flight = std::max(most_in_flight, in_flight.size());
+    ASSERT_FALSE(in_flight.empty());
+    // Once, abort a sequence of the oldest step while it is in flight, and schedule once
+    // more before its Update (the step's pointer to it must stay valid).
+    if (!aborted && depth > 1 && s.stats().num_steps > 6) {
+      const std::string victim = in_flight.front().scheduled.front().seq->request_id();
+      ASSERT_TRUE(s.Abort(victim).ok());
+      out[victim].reason = FinishReason::kCancelled;
+      aborted = true;
+      if (static_cast<int32_t>(in_flight.size()) < depth) {
+        SchedulerOutput d = ScheduleAndSend(s);
+        if (!d.empty()) in_flight.push_back(std::move(d));
+      }
+    }
+    SchedulerOutput d = std::move(in_flight.front());
+    in_flight.pop_front();
+    std::vector<int32_t> sampled;
+    for (const ScheduledSequence& x : d.scheduled) {
+      if (x.sample) sampled.push_back(NextToken(x.seq->token_ids()));
+    }
+    for (const SequenceOutput& o : s.Update(d, sampled)) {
+      EXPECT_NE(out[o.seq->request_id()].reason, FinishReason::kCancelled);
+      for (int32_t t : o.token_ids) out[o.seq->request_id()].tokens.push_back(t);
+      out[o.seq->request_id()].reason = o.finish_reason;
+    }
+  }
+  ASSERT_FALSE(s.has_unfinished());
+  EXPECT_EQ(most_in_flight, static_cast<size_t>(depth));
+  EXPECT_GT(s.stats().num_preemptions, 0);
+  int cancelled = 0;
+  for (const auto& [id, p] : prompts) {
+    if (out[id].reason == FinishReason::kCancelled) {
+      ++cancelled;
+      continue;
+    }
+    EXPECT_EQ(out[id].reason, FinishReason::kLength) << id;
+    EXPECT_EQ(out[id].tokens, ReferenceOutput(p, 12)) << id;
+  }
+  EXPECT_EQ(cancelled, depth > 1 ? 1 : 0);
+  EXPECT_DOUBLE_EQ(s.stats().kv_usage[0], 0.0);
+  EXPECT_TRUE(s.block_manager().pool(0).CheckInvariants().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Depths, StepsInFlightTest, ::testing::Values(1, 2, 4));
 
 TEST(SchedulerTest, AbortFreesBlocksInEveryState) {
   Scheduler s(Config({64}, {0}, 12, /*max_num_seqs=*/2));

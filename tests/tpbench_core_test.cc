@@ -737,6 +737,8 @@ TEST(ReportTest, ComparesPipelineAndTensorParallelLayouts) {
   runs[1].run.pp_size = 2;
   runs[1].run.pipeline_stages = "layers 0-4 | 5";
   runs[1].run.levels[1].server.pipeline_ms = 300;  // 700 / 200 / 300 / 100 of 1300 ms
+  // Both stages computed 1560 ms of 2 x 1300: a bubble of 40%.
+  runs[1].run.levels[1].server.stages_busy_ms = 1560;
   for (ReportRun& r : runs) r.label = "";
   TempDir dir;
   const absl::StatusOr<std::string> md = WriteReport(runs, {}, SloSpec{}, dir.path().string());
@@ -752,12 +754,12 @@ TEST(ReportTest, ComparesPipelineAndTensorParallelLayouts) {
   EXPECT_THAT(*md, HasSubstr(" | 53.8 / 15.4 / 23.1 / 7.7 |\n"));
 
   EXPECT_THAT(*md, HasSubstr("| Run | TP | PP | Nodes | Output tok/s | vs run 1 | TTFT median ms | "
-                             "TPOT median ms | All-reduce % | Pipeline % |\n"));
+                             "TPOT median ms | All-reduce % | Pipeline % | Bubble % |\n"));
   EXPECT_THAT(*md, HasSubstr("| 1: tpserve-grpc tp=4 nodes=2 | 4 | 1 | 2 | 3.7 | 1.00x | 150.0 | "
-                             "120.00 | 20.0 | 0.0 |\n"));
+                             "120.00 | 20.0 | 0.0 | - |\n"));
   EXPECT_THAT(*md, HasSubstr("| 2: tpserve-grpc tp=2 pp=2 nodes=2 | 2 | 2 | 2 | 7.4 | 2.00x | "
-                             "150.0 | 120.00 | 15.4 | 23.1 |\n"));
-  EXPECT_THAT(*md, HasSubstr("less the later stages' own work"));
+                             "150.0 | 120.00 | 15.4 | 23.1 | 40.0 |\n"));
+  EXPECT_THAT(*md, HasSubstr("Bubble % is the share of all stages' time spent idle"));
 
   // Side by side at every concurrency; concurrency 1 has no server counters.
   EXPECT_THAT(*md, HasSubstr("| Concurrency | 1: tpserve-grpc tp=4 nodes=2 | "

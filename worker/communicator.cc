@@ -18,6 +18,7 @@ namespace {
 
 void Communicator::Send(const void*, size_t, int) { Unsupported(*this, "point-to-point sends"); }
 void Communicator::Recv(void*, size_t, int) { Unsupported(*this, "point-to-point receives"); }
+void Communicator::RecvMessage(std::vector<uint8_t>&, int) { Unsupported(*this, "point-to-point receives"); }
 std::unique_ptr<Communicator> Communicator::Split(int) { Unsupported(*this, "split"); }
 
 absl::Status Communicator::AgreeOnStatus(const absl::Status& local) {

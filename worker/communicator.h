@@ -62,6 +62,15 @@ class Communicator {
   // stage-to-stage transfers).
   virtual void Send(const void* data, size_t bytes, int dst);
   virtual void Recv(void* data, size_t bytes, int src);
+  // Send without waiting for the receiver (pipeline stages pass a micro-batch on and start
+  // the next): `data` must stay untouched until WaitSends() returns. In order with Send's
+  // messages to the same rank. Default: Send (the threads' mailboxes copy at once).
+  virtual void SendAsync(const void* data, size_t bytes, int dst) { Send(data, bytes, dst); }
+  // Waits for every SendAsync of this communicator to complete.
+  virtual void WaitSends() {}
+  // One message of any size (a single Send or SendAsync) from `src`, into `bytes`; waits
+  // without holding a core, as BroadcastWaiting (a stage's next step may be long coming).
+  virtual void RecvMessage(std::vector<uint8_t>& bytes, int src);
   // Collective: every rank calls it; the ranks that pass the same `color` form a new
   // communicator, ranked in the order of their ranks here (MPI_Comm_split). World
   // communicators only (others abort).

@@ -119,6 +119,14 @@ class LocalCommunicator : public Communicator {
     box.pop_front();
   }
 
+  void RecvMessage(std::vector<uint8_t>& bytes, int src) override {
+    std::unique_lock<std::mutex> lock(s_->mail_mu);
+    auto& box = s_->mail[static_cast<size_t>(src) * s_->size + rank_];
+    s_->mail_cv.wait(lock, [&] { return !box.empty(); });
+    bytes = std::move(box.front());
+    box.pop_front();
+  }
+
   std::unique_ptr<Communicator> Split(int color) override {
     const int64_t epoch = splits_++;
     {

@@ -32,6 +32,7 @@ struct Model::Scratch {
   // counts their all-reduces as all-reduce.
   std::chrono::steady_clock::time_point input_at;
   double upstream[2] = {0, 0};
+  double downstream[2] = {0, 0};  // what this stage passes on (sent without waiting)
 };
 
 namespace {
@@ -73,6 +74,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, co
   }
   if (options.max_model_len < 0) return absl::InvalidArgumentError("max_model_len must not be negative");
   auto m = std::unique_ptr<Model>(new Model(config, backend, comm, o, world));
+  // Collective over the world (every rank reaches it: the checks above depend on the
+  // configuration alone).
+  if (stage.stages > 1) m->step_messages_ = world->Split(0);
   TP_RETURN_IF_ERROR(m->LoadWeights(source));
   // A tensor nobody read is part of the model computed without it (o_proj.bias was once).
   // Another pipeline stage reads the other layers (and the stages the embedding and head
@@ -362,50 +366,65 @@ void Model::SendHidden(int64_t T, StepTimes* times) {
     src = s.transfer.data();
   }
   const std::array<double, 2> work = StagesWork(times);
-  world_->Send(src, bytes, StagePeer(options_.pipeline.stage + 1));
-  world_->Send(work.data(), sizeof(work), StagePeer(options_.pipeline.stage + 1));
+  s.downstream[0] = work[0];
+  s.downstream[1] = work[1];
+  // Not waiting for the next stage to take them: this stage goes on to the next step, and
+  // RunStage waits for these sends before the buffers are written again.
+  world_->SendAsync(src, bytes, StagePeer(options_.pipeline.stage + 1));
+  world_->SendAsync(s.downstream, sizeof(s.downstream), StagePeer(options_.pipeline.stage + 1));
   times->pipeline_us += MicrosSince(t0);
 }
 
 StepOutput Model::PipelineOutput(const StepPlan& plan, int64_t Lr, StepTimes* times) {
   StepOutput out;
-  if (Lr == 0) {
+  if (!options_.pipeline.last()) {
     backend_.Synchronize();
     return out;
   }
-  const int64_t V = config_.vocab_size;
   // What leaves the last stage: ids when it samples, fp32 rows when asked for or when rank 0
-  // samples on the host (it alone holds the logit edits).
+  // samples on the host (it alone holds the logit edits); and always the stages' work, so
+  // that rank 0 hears of every step it started.
   const bool ids = !plan.sampling.empty() && !plan.samples_on_host();
   const bool rows = plan.sampling.empty() || plan.return_logits || plan.samples_on_host();
-  if (options_.pipeline.last()) {
-    StepOutput mine = DownloadOutput(plan, Lr, /*rows_only=*/!ids);
-    if (comm_.rank() == 0) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const std::array<double, 2> work = StagesWork(times);
-      if (ids) world_->Send(mine.token_ids.data(), Lr * sizeof(int32_t), 0);
-      if (rows) world_->Send(mine.logits.data(), Lr * V * sizeof(float), 0);
-      world_->Send(work.data(), sizeof(work), 0);
-      times->pipeline_us += MicrosSince(t0);
-    }
-    return out;
+  StepOutput mine;
+  if (Lr > 0) {
+    mine = DownloadOutput(plan, Lr, /*rows_only=*/!ids);
+  } else {
+    backend_.Synchronize();
   }
-  backend_.Synchronize();
-  if (world_->rank() != 0) return out;
+  if (comm_.rank() == 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::array<double, 2> work = StagesWork(times);
+    const int64_t V = config_.vocab_size;
+    if (Lr > 0 && ids) world_->Send(mine.token_ids.data(), Lr * sizeof(int32_t), 0);
+    if (Lr > 0 && rows) world_->Send(mine.logits.data(), Lr * V * sizeof(float), 0);
+    world_->Send(work.data(), sizeof(work), 0);
+    times->pipeline_us += MicrosSince(t0);
+  }
+  return out;
+}
+
+StepOutput Model::ReceiveOutput(const StepPlan& plan, int64_t Lr, StepTimes* times) {
+  StepOutput out;
+  const int64_t V = config_.vocab_size;
+  const bool ids = !plan.sampling.empty() && !plan.samples_on_host();
+  const bool rows = plan.sampling.empty() || plan.return_logits || plan.samples_on_host();
   const auto t0 = std::chrono::steady_clock::now();
-  if (ids) {
+  if (Lr > 0 && ids) {
     out.token_ids.resize(Lr);
     world_->Recv(out.token_ids.data(), Lr * sizeof(int32_t), OutputRank());
   }
   std::vector<float> logits;
-  if (rows) {
+  if (Lr > 0 && rows) {
     logits.resize(Lr * V);
     world_->Recv(logits.data(), Lr * V * sizeof(float), OutputRank());
   }
   double later[2] = {0, 0};  // the later stages' work: busy (their all-reduces included), all-reduce
   world_->Recv(later, sizeof(later), OutputRank());
-  times->pipeline_us += std::max(0.0, MicrosSince(t0) - later[0]);
-  times->allreduce_us += later[1];
+  times->pipeline_us += MicrosSince(t0);
+  times->stages_busy_us += later[0];
+  times->stages_allreduce_us += later[1];
+  if (Lr == 0) return out;
   if (!plan.sampling.empty() && plan.samples_on_host()) {
     out.token_ids.resize(Lr);
     SampleOnHost(plan, std::move(logits), Lr, out);
@@ -619,24 +638,28 @@ Model::LayerKvCache Model::layer_kv_cache(int layer) const {
   return LayerKvCache{L.k_cache ? L.k_cache->data() : nullptr, L.v_cache ? L.v_cache->data() : nullptr, L.heads};
 }
 
-absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times) {
+absl::Status Model::RunStage(const StepPlan& plan, StepTimes* times) {
   const auto t0 = std::chrono::steady_clock::now();
+  double waited_us = 0;
+  if (world_ != nullptr) {  // the last step's hidden states leave the buffers first
+    world_->WaitSends();
+    waited_us = MicrosSince(t0);
+    times->pipeline_us += waited_us;
+  }
   if (kernels_pending_.load()) {  // a benchmark switched kernels (no lock on the usual step)
     std::lock_guard<std::mutex> lock(kernels_mu_);
     kernels_pending_.store(false);
     backend_.SetKernelOptions(pending_kernels_);
     ClearGraphs();
   }
-  StepTimes local;
-  if (times == nullptr) times = &local;
-  *times = StepTimes{};
   hidden_rows_ = 0;
   if (num_blocks_.empty()) return absl::FailedPreconditionError("Forward before AllocateKvCache");
   TP_RETURN_IF_ERROR(plan.Validate(num_blocks_, options_.block_size));
   const int64_t T = plan.num_tokens();
   const int64_t Lr = static_cast<int64_t>(plan.logit_rows.size());
-  if (T == 0) return StepOutput{};
+  if (T == 0) return absl::OkStatus();
   TP_RETURN_IF_ERROR(plan.ValidateTokenIds(config_.vocab_size));
+  const double pipeline_before = times->pipeline_us;
   // Padding comes after Validate, which rightly rejects the padding's negative positions.
   if (const int32_t B = ReplayBatchSize(plan); B > 0) {
     TP_RETURN_IF_ERROR(ReserveGraphBuffers());
@@ -656,11 +679,58 @@ absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times
     RunDevice(T, Lr, times);
   }
   hidden_rows_ = Lr;  // a replayed step's real rows come first
+  if (options_.pipeline.first()) {  // rank 0's own share; later stages report theirs
+    times->stages_busy_us += MicrosSince(t0) - waited_us - (times->pipeline_us - pipeline_before);
+    times->stages_allreduce_us += times->allreduce_us;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times) {
+  const auto t0 = std::chrono::steady_clock::now();
+  StepTimes local;
+  if (times == nullptr) times = &local;
+  *times = StepTimes{};
+  TP_RETURN_IF_ERROR(RunStage(plan, times));
+  if (plan.num_tokens() == 0) return StepOutput{};
+  const int64_t Lr = static_cast<int64_t>(plan.logit_rows.size());
   const auto output_t0 = std::chrono::steady_clock::now();
-  StepOutput out = options_.pipeline.stages > 1 ? PipelineOutput(plan, Lr, times) : DownloadOutput(plan, Lr);
+  StepOutput out;
+  if (options_.pipeline.stages == 1) {
+    out = DownloadOutput(plan, Lr);
+  } else if (world_->rank() == 0) {
+    backend_.Synchronize();
+    out = ReceiveOutput(plan, Lr, times);
+  } else {
+    out = PipelineOutput(plan, Lr, times);
+  }
   const auto t1 = std::chrono::steady_clock::now();
   times->output_us = std::chrono::duration<double, std::micro>(t1 - output_t0).count();
   times->total_us = std::chrono::duration<double, std::micro>(t1 - t0).count();
+  return out;
+}
+
+absl::Status Model::StartForward(const StepPlan& plan, StepTimes* times) {
+  if (options_.pipeline.stages == 1 || world_->rank() != 0) {
+    return absl::FailedPreconditionError("StartForward: rank 0 of a pipeline only");
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  *times = StepTimes{};
+  TP_RETURN_IF_ERROR(RunStage(plan, times));
+  backend_.Synchronize();
+  times->total_us = MicrosSince(t0);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutput> Model::FinishForward(const StepPlan& plan, StepTimes* times) {
+  if (options_.pipeline.stages == 1 || world_->rank() != 0) {
+    return absl::FailedPreconditionError("FinishForward: rank 0 of a pipeline only");
+  }
+  if (plan.num_tokens() == 0) return StepOutput{};
+  const auto t0 = std::chrono::steady_clock::now();
+  StepOutput out = ReceiveOutput(plan, static_cast<int64_t>(plan.logit_rows.size()), times);
+  times->output_us += MicrosSince(t0);
+  times->total_us += MicrosSince(t0);
   return out;
 }
 

@@ -52,11 +52,17 @@ struct StepTimes {
   // the rows, cpu::ApplyLogitEdits and cpu::SampleRows; on a GPU it also waits for the
   // forward's kernels.
   double output_us = 0;
-  // With pipeline stages: time in the transfers between stages and waiting for them, not
-  // computing: on rank 0, its wait for the last stage's output less the later stages' own
-  // work (which they report with it; their all-reduces count in allreduce_us above). A
-  // step without logit rows does not wait for the later stages at all.
+  // With pipeline stages, part of total_us: this rank blocked on the stage-to-stage
+  // transfers: waiting for the previous stage's hidden states or, on rank 0, for the last
+  // stage's output (the later stages' computing included: with one step in flight that is
+  // the pipeline's bubble as stage 0 sees it), and for its sends to be taken.
   double pipeline_us = 0;
+  // With pipeline stages, on rank 0 once the step's output is in: every stage's time
+  // computing this step (its all-reduces included) and in all-reduce, summed over the
+  // stages (the later ones report theirs with the output). Over a run, 1 - stages_busy /
+  // (stages x wall time) is the pipeline's bubble.
+  double stages_busy_us = 0;
+  double stages_allreduce_us = 0;
 };
 
 // How one layer's heads split across ranks: this rank's query heads, and the KV heads it
@@ -105,6 +111,13 @@ class Model {
   // size and replayed (the first step of a size runs eagerly, the second captures it);
   // prefill and mixed steps run eagerly.
   absl::StatusOr<StepOutput> Forward(const StepPlan& plan, StepTimes* times);
+  // With pipeline stages, rank 0's Forward in two halves, so that several steps are in
+  // flight (StepExecutor::Submit): StartForward runs this stage's layers and passes the
+  // hidden states on without waiting for the next stage; FinishForward, called once per
+  // started plan in the order started (the same plan), waits for that step's output from
+  // the last stage. The other ranks run Forward for every step, in the same order.
+  absl::Status StartForward(const StepPlan& plan, StepTimes* times);
+  absl::StatusOr<StepOutput> FinishForward(const StepPlan& plan, StepTimes* times);
 
   // Whether decode steps replay CUDA graphs (see ModelOptions::cuda_graph_batch_sizes).
   bool cuda_graphs() const { return graphs_ != nullptr && graphs_enabled_.load(); }
@@ -143,6 +156,16 @@ class Model {
   const ModelConfig& config() const { return config_; }
   int32_t block_size() const { return options_.block_size; }
   const PipelineStage& pipeline() const { return options_.pipeline; }
+  // This rank's tensor-parallel group (its stage's ranks). With pipeline stages, the step
+  // messages go from rank 0 to its stage's ranks on it, and from stage to stage on
+  // `step_messages` (a copy of the world made by Load, so that a step message sent ahead
+  // never queues behind, nor waits with, the hidden states: worker/worker_loop.h); null
+  // with one stage.
+  Communicator& stage_comm() const { return comm_; }
+  Communicator* step_messages() const { return step_messages_.get(); }
+  // World ranks of this rank's counterpart in stage `stage`, and of the last stage's first rank.
+  int StagePeer(int stage) const { return stage * comm_.size() + comm_.rank(); }
+  int OutputRank() const { return (options_.pipeline.stages - 1) * comm_.size(); }
 
   // For a reader beside the model (the MTP drafter, worker/mtp_drafter.h), which runs on
   // the same ranks with the same backend and communicator.
@@ -170,9 +193,6 @@ class Model {
  private:
   struct Layer;
   Model(const ModelConfig& c, Backend& b, Communicator& comm, const ModelOptions& o, Communicator* world);
-  // World ranks of this rank's counterpart in stage `stage`, and of the last stage's first rank.
-  int StagePeer(int stage) const { return stage * comm_.size() + comm_.rank(); }
-  int OutputRank() const { return (options_.pipeline.stages - 1) * comm_.size(); }
   absl::Status LoadWeights(const WeightSource& source);
   absl::Status EnsureScratch(int64_t tokens, int64_t logit_rows);
   // Forward's three stages. UploadStep: every host-to-device copy of the step (ids,
@@ -188,9 +208,15 @@ class Model {
   // `rows_only`: fp32 logit rows, never sampled ids (the last stage's output for a step rank 0
   // samples on the host).
   StepOutput DownloadOutput(const StepPlan& plan, int64_t logit_rows, bool rows_only = false);
-  // With pipeline stages: the last stage's output (DownloadOutput on its ranks) sent by its
-  // first rank to rank 0, which receives it (and samples on the host where the plan says).
+  // Forward up to its output stage: validation, upload, this stage's device work and, with
+  // pipeline stages, the transfers in and out (after waiting for the last step's sends).
+  // `*times` accumulates. A plan without tokens does nothing.
+  absl::Status RunStage(const StepPlan& plan, StepTimes* times);
+  // With pipeline stages, the ranks but rank 0: the last stage's first rank sends rank 0
+  // the step's output (DownloadOutput's, for a plan with tokens) and the stages' work.
   StepOutput PipelineOutput(const StepPlan& plan, int64_t logit_rows, StepTimes* times);
+  // Rank 0's side of it (and sampling on the host where the plan says).
+  StepOutput ReceiveOutput(const StepPlan& plan, int64_t logit_rows, StepTimes* times);
   // The hidden states [tokens, hidden] from the previous stage / to the next one (the
   // same tp rank there), through host memory.
   void ReceiveHidden(int64_t tokens, StepTimes* times);
@@ -213,6 +239,7 @@ class Model {
   Backend& backend_;
   Communicator& comm_;    // this stage's tensor-parallel group
   Communicator* world_;   // every rank (pipeline transfers); null with one stage
+  std::unique_ptr<Communicator> step_messages_;  // with pipeline stages (step_messages())
   ModelOptions options_;
   DType weight_dtype_ = DType::kF32;
   int64_t weight_bytes_ = 0;

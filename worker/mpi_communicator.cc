@@ -99,12 +99,18 @@ class MpiCommunicator : public Communicator {
       }
       return;
     }
+    ProbeWaiting(root, kTag, nullptr);
+    TP_MPI_CHECK(MPI_Recv(data, static_cast<int>(bytes), MPI_BYTE, root, kTag, comm_, MPI_STATUS_IGNORE));
+  }
+  // Until a message from `src` with `tag` is there: yielding for the first 2 ms, then
+  // sleeping between probes, up to 1 ms.
+  void ProbeWaiting(int src, int tag, MPI_Status* status) {
     const auto start = std::chrono::steady_clock::now();
     auto nap = std::chrono::microseconds(20);
     while (true) {
       int arrived = 0;
-      TP_MPI_CHECK(MPI_Iprobe(root, kTag, comm_, &arrived, MPI_STATUS_IGNORE));
-      if (arrived) break;
+      TP_MPI_CHECK(MPI_Iprobe(src, tag, comm_, &arrived, status == nullptr ? MPI_STATUS_IGNORE : status));
+      if (arrived) return;
       if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2)) {
         std::this_thread::yield();  // as Open MPI's own waits do when cores are oversubscribed
         continue;
@@ -112,7 +118,6 @@ class MpiCommunicator : public Communicator {
       std::this_thread::sleep_for(nap);
       nap = std::min(nap * 2, std::chrono::microseconds(1000));
     }
-    TP_MPI_CHECK(MPI_Recv(data, static_cast<int>(bytes), MPI_BYTE, root, kTag, comm_, MPI_STATUS_IGNORE));
   }
   void Barrier() override { TP_MPI_CHECK(MPI_Barrier(comm_)); }
 
@@ -148,6 +153,34 @@ class MpiCommunicator : public Communicator {
       off += static_cast<size_t>(n);
     } while (off < bytes);
   }
+  void SendAsync(const void* data, size_t bytes, int dst) override {
+    size_t off = 0;
+    do {
+      const int n = static_cast<int>(std::min(kChunk, bytes - off));
+      pending_.emplace_back();
+      TP_MPI_CHECK(MPI_Isend(static_cast<const uint8_t*>(data) + off, n, MPI_BYTE, dst, kP2pTag, comm_,
+                             &pending_.back()));
+      off += static_cast<size_t>(n);
+    } while (off < bytes);
+  }
+  // Tests and yields rather than MPI_Waitall's spin, for the stage computing beside it.
+  void WaitSends() override {
+    while (!pending_.empty()) {
+      int done = 0;
+      TP_MPI_CHECK(MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE));
+      if (done) break;
+      std::this_thread::yield();
+    }
+    pending_.clear();
+  }
+  void RecvMessage(std::vector<uint8_t>& bytes, int src) override {
+    MPI_Status status;
+    ProbeWaiting(src, kP2pTag, &status);
+    int n = 0;
+    MPI_Get_count(&status, MPI_BYTE, &n);
+    bytes.resize(static_cast<size_t>(n));
+    TP_MPI_CHECK(MPI_Recv(bytes.data(), n, MPI_BYTE, src, kP2pTag, comm_, MPI_STATUS_IGNORE));
+  }
   std::unique_ptr<Communicator> Split(int color) override {
     MPI_Comm group;
     TP_MPI_CHECK(MPI_Comm_split(comm_, color, rank_, &group));
@@ -165,6 +198,7 @@ class MpiCommunicator : public Communicator {
   static constexpr size_t kChunk = size_t{1} << 30;
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  std::vector<MPI_Request> pending_;  // SendAsync's, until WaitSends
   MPI_Op bf16_sum_, f16_sum_;
 };
 

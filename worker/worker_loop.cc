@@ -19,15 +19,31 @@ absl::Status RunWorkerLoop(Model& model, Communicator& comm, MtpDrafter* drafter
     comm.Abort(1);
   };
   StepPlan expanded;  // deltas expand here, its buffers reused step to step
+  // With pipeline stages, each step message comes from rank 0 through its stage, and from
+  // stage to stage: each stage passes it on before running the step, without waiting for
+  // the next stage (busy with the step before), which gets the hidden states after it.
+  const PipelineStage& stage = model.pipeline();
+  Communicator* messages = model.step_messages();
+  std::vector<uint8_t> bytes;
   while (true) {
-    std::vector<uint8_t> bytes;
-    comm.BroadcastBytes(bytes, 0);
+    if (messages == nullptr) {
+      comm.BroadcastBytes(bytes, 0);
+    } else {
+      messages->WaitSends();  // the last message has left `bytes`
+      if (stage.first()) {
+        model.stage_comm().BroadcastBytes(bytes, 0);
+      } else {
+        messages->RecvMessage(bytes, model.StagePeer(stage.stage - 1));
+      }
+      if (!stage.last()) messages->SendAsync(bytes.data(), bytes.size(), model.StagePeer(stage.stage + 1));
+    }
     const StepPlan* plan = &expanded;
     absl::StatusOr<StepPlan> whole;
     if (StepMessageKind(bytes) == static_cast<int32_t>(StepPlan::Kind::kDraft)) {
       absl::StatusOr<DraftDelta> delta = DraftDelta::Deserialize(bytes);
       absl::Status st = delta.status();
       if (st.ok() && draft == nullptr) st = absl::FailedPreconditionError("a draft pass, but no MTP drafter is loaded");
+      if (st.ok() && messages != nullptr) st = absl::FailedPreconditionError("a draft pass with pipeline stages");
       if (st.ok()) st = draft->Plan(batch, *delta);
       if (st.ok()) st = draft->Run(nullptr).status();
       if (!st.ok()) fail(absl::InternalError(absl::StrCat("draft pass failed: ", st.message())));
@@ -42,7 +58,10 @@ absl::Status RunWorkerLoop(Model& model, Communicator& comm, MtpDrafter* drafter
       if (!whole.ok()) fail(whole.status());
       plan = &*whole;
     }
-    if (plan->kind == StepPlan::Kind::kShutdown) return absl::OkStatus();
+    if (plan->kind == StepPlan::Kind::kShutdown) {
+      if (messages != nullptr) messages->WaitSends();
+      return absl::OkStatus();
+    }
     auto out = model.Forward(*plan, nullptr);
     if (!out.ok()) fail(absl::InternalError(absl::StrCat("step failed: ", out.status().message())));
   }

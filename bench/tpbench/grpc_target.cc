@@ -117,6 +117,7 @@ class GrpcTarget : public Target {
     c.allreduce_ms = r.step_time().allreduce_ms();
     c.scheduling_ms = r.step_time().scheduling_ms();
     c.pipeline_ms = r.step_time().pipeline_ms();
+    c.stages_busy_ms = r.step_time().stages_busy_ms();
     c.preemptions = r.preemptions();
     c.prefix_cache_hit_rate = r.prefix_cache_hit_rate();
     c.peak_rss_bytes = r.peak_rss_bytes();

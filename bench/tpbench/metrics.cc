@@ -199,6 +199,12 @@ std::vector<LevelSummary> SummarizeLevels(const RunRecord& run,
       }
     }
     out.push_back(SummarizeOne(key.first, key.second, level, members, slo));
+    LevelSummary& s = out.back();
+    const double sum_ms =
+        s.server.compute_ms + s.server.allreduce_ms + s.server.pipeline_ms + s.server.scheduling_ms;
+    if (run.pp_size > 1 && s.server.stages_busy_ms > 0 && sum_ms > 0) {
+      s.pipeline_bubble = std::max(0.0, 1.0 - s.server.stages_busy_ms / (run.pp_size * sum_ms));
+    }
   }
   return out;
 }
@@ -263,6 +269,8 @@ nlohmann::json ToJson(const LevelSummary& s) {
                    {"compute_share", s.compute_share},
                    {"allreduce_share", s.allreduce_share},
                    {"pipeline_share", s.pipeline_share},
+                   {"pipeline_bubble", s.pipeline_bubble},
+                   {"stages_busy_ms", s.server.stages_busy_ms},
                    {"scheduling_share", s.scheduling_share},
                    {"mean_step_ms", s.mean_step_ms}};
     if (s.server.spec_drafts > 0) {

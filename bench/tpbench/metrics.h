@@ -70,9 +70,13 @@ struct LevelSummary {
   // Server step time over the level, when the target reports it (server.available).
   ServerStepTime server;
   // Rank 0's step time split four ways, each a share of their sum (the step's wall time):
-  // compute, all-reduce, pipeline (sending hidden states to the next stage and waiting for
-  // the last stage's output, the later stages' compute included) and scheduling.
+  // compute, all-reduce, pipeline (blocked on the transfers between stages: waiting for the
+  // last stage's output, the later stages' compute included where it is not overlapped)
+  // and scheduling.
   double compute_share = -1, allreduce_share = -1, pipeline_share = -1, scheduling_share = -1;
+  // With pipeline stages (S of them): 1 - stages_busy / (S x rank 0's step time), the
+  // share of the stages' time spent idle; -1 where not reported.
+  double pipeline_bubble = -1;
   double mean_step_ms = -1;  // (compute + allreduce + pipeline + scheduling) / steps
 };
 

@@ -121,6 +121,7 @@ Json ToJson(const ServerStepTime& s) {
               {"allreduce_ms", s.allreduce_ms},
               {"scheduling_ms", s.scheduling_ms},
               {"pipeline_ms", s.pipeline_ms},
+              {"stages_busy_ms", s.stages_busy_ms},
               {"preemptions", s.preemptions},
               {"prefix_cache_hit_rate", s.prefix_cache_hit_rate},
               {"peak_rss_bytes", s.peak_rss_bytes},
@@ -159,6 +160,7 @@ absl::StatusOr<LevelRecord> LevelFromJson(const Json& j, const std::string& wher
     TP_RETURN_IF_ERROR(s.Get("allreduce_ms", kOptional, &l.server.allreduce_ms));
     TP_RETURN_IF_ERROR(s.Get("scheduling_ms", kOptional, &l.server.scheduling_ms));
     TP_RETURN_IF_ERROR(s.Get("pipeline_ms", kOptional, &l.server.pipeline_ms));
+    TP_RETURN_IF_ERROR(s.Get("stages_busy_ms", kOptional, &l.server.stages_busy_ms));
     TP_RETURN_IF_ERROR(s.Get("preemptions", kOptional, &l.server.preemptions));
     TP_RETURN_IF_ERROR(s.Get("prefix_cache_hit_rate", kOptional, &l.server.prefix_cache_hit_rate));
     TP_RETURN_IF_ERROR(s.Get("peak_rss_bytes", kOptional, &l.server.peak_rss_bytes));

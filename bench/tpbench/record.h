@@ -51,10 +51,12 @@ struct ServerStepTime {
   double compute_ms = 0;        // summed over the level's steps
   double allreduce_ms = 0;
   double scheduling_ms = 0;
-  // With pipeline stages: rank 0 sending its stage's hidden states and waiting for the
-  // last stage's output. Like allreduce_ms it is part of rank 0's forward time and not in
-  // compute_ms; unlike it, it includes the later stages' compute (stages run in turn).
+  // With pipeline stages: rank 0 blocked on the transfers between stages (waiting for the
+  // last stage's output and for its sends to be taken). Like allreduce_ms it is part of
+  // rank 0's forward time and not in compute_ms.
   double pipeline_ms = 0;
+  // Every stage's computing (all-reduces included), summed over the stages; 0 = not reported.
+  double stages_busy_ms = 0;
   int64_t preemptions = 0;
   double prefix_cache_hit_rate = -1;
   int64_t peak_rss_bytes = 0;   // rank 0's process at the level's end; 0 = unknown

@@ -370,7 +370,10 @@ std::string ScalingSection(const std::vector<RunView>& views, std::vector<ChartF
                            base > 0 ? absl::StrCat(Fmt(l.output_throughput / base, 2), "x") : "-",
                            Stat(l.ttft_ms, &Distribution::median, 1),
                            Stat(l.tpot_ms, &Distribution::median, 2), Pct(l.allreduce_share)});
-    if (pipeline) row.push_back(Pct(l.pipeline_share));
+    if (pipeline) {
+      row.push_back(Pct(l.pipeline_share));
+      row.push_back(l.pipeline_bubble < 0 ? "-" : Pct(l.pipeline_bubble));
+    }
     rows.push_back(std::move(row));
   }
   files->push_back(
@@ -380,14 +383,16 @@ std::string ScalingSection(const std::vector<RunView>& views, std::vector<ChartF
   if (pipeline) header.push_back("PP");
   header.insert(header.end(),
                 {"Nodes", "Output tok/s", "vs run 1", "TTFT median ms", "TPOT median ms", "All-reduce %"});
-  if (pipeline) header.push_back("Pipeline %");
+  if (pipeline) header.insert(header.end(), {"Pipeline %", "Bubble %"});
   absl::StrAppend(&out, Table(header, rows, /*numeric=*/true), "\n");
   if (pipeline) {
     absl::StrAppend(&out,
-                    "All-reduce % and Pipeline % are shares of rank 0's step time. Pipeline % is "
-                    "rank 0's stage-to-stage transfers and waiting, less the later stages' own "
-                    "work, which they report (their all-reduces count in All-reduce %); servers "
-                    "before 2026-12-02 counted that work as pipeline.\n\n");
+                    "All-reduce % and Pipeline % are shares of rank 0's step time: its own "
+                    "all-reduces, and its time blocked on the stage-to-stage transfers (waiting "
+                    "for the last stage's output, for its sends to be taken). Bubble % is the "
+                    "share of all stages' time spent idle: 1 - their summed computing / (stages x "
+                    "rank 0's step time). Servers before 2026-12-03 ran one step at a time and "
+                    "counted the later stages' work differently.\n\n");
   }
   if (any.size() > 1) {
     auto comm = [](const LevelSummary& l) {

@@ -171,6 +171,7 @@ absl::Status Runner::Run(RunRecord* run) {
       level.server.allreduce_ms = after.allreduce_ms - before.allreduce_ms;
       level.server.scheduling_ms = after.scheduling_ms - before.scheduling_ms;
       level.server.pipeline_ms = after.pipeline_ms - before.pipeline_ms;
+      level.server.stages_busy_ms = after.stages_busy_ms - before.stages_busy_ms;
       level.server.preemptions = after.preemptions - before.preemptions;
       level.server.prefix_cache_hit_rate = after.prefix_cache_hit_rate;
       level.server.peak_rss_bytes = after.peak_rss_bytes;

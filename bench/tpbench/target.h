@@ -49,7 +49,8 @@ struct ServerInfo {
 struct ServerCounters {
   int64_t steps = 0;
   double compute_ms = 0, allreduce_ms = 0, scheduling_ms = 0;
-  double pipeline_ms = 0;  // rank 0 sending hidden states and waiting for the last stage
+  double pipeline_ms = 0;  // rank 0 blocked on the transfers between pipeline stages
+  double stages_busy_ms = 0;  // every stage's computing, summed over the stages
   int64_t preemptions = 0;
   double prefix_cache_hit_rate = 0;
   int64_t peak_rss_bytes = 0;  // rank 0's process

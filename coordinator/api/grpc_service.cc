@@ -209,6 +209,7 @@ grpc::ServerUnaryReactor* TpServeService::Stats(grpc::CallbackServerContext* con
   response->mutable_step_time()->set_compute_ms(s.compute_ms);
   response->mutable_step_time()->set_allreduce_ms(s.allreduce_ms);
   response->mutable_step_time()->set_pipeline_ms(s.pipeline_ms);
+  response->mutable_step_time()->set_stages_busy_ms(s.stages_busy_ms);
   response->mutable_step_time()->set_scheduling_ms(s.scheduling_ms);
   const ProcessMemory memory = ReadProcessMemory();
   response->set_rss_bytes(memory.rss_bytes);

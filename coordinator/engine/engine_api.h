@@ -64,9 +64,12 @@ struct EngineStats {
   // Per-step time split, cumulative milliseconds since start.
   double compute_ms = 0;     // forward pass excluding all-reduce and stage transfers
   double allreduce_ms = 0;
-  // Rank 0's time in pipeline-stage transfers: sending its stage's hidden states and
-  // waiting for the last stage's output, less the later stages' own work (transfers and idling).
+  // Rank 0 blocked on the pipeline stages' transfers: waiting for the last stage's output
+  // and for its sends to be taken (with steps in flight, the bubble as stage 0 sees it).
   double pipeline_ms = 0;
+  // Every stage's computing (all-reduces included), summed over the stages
+  // (StepSummary::stages_busy_ms).
+  double stages_busy_ms = 0;
   // Everything else the coordinator thread does while requests are active: admission,
   // scheduling, plan building and broadcast, sampling, detokenizing, stop checks, streaming.
   double scheduling_ms = 0;

@@ -31,6 +31,7 @@ SchedulerConfig SchedulerConfigFor(const Model& model, int32_t max_num_seqs, int
   c.kv_group_windows = mc.kv_group_windows;
   c.vocab_size = mc.vocab_size;
   c.eos_token_ids = mc.eos_token_ids;
+  c.max_steps_in_flight = model.pipeline().stages;
   return c;
 }
 
@@ -132,34 +133,56 @@ void EngineCore::FailAll(const absl::Status& error, EngineStep& step) {
 EngineStep EngineCore::Step() {
   const absl::Time t0 = absl::Now();
   EngineStep step;
-  // Schedule.
-  SchedulerOutput scheduled = scheduler_.Schedule();
-  for (const auto& r : scheduled.rejected) {
-    EngineOutput o;
-    o.request_id = r.request_id;
-    o.finish = FinishReason::kError;
-    o.error = r.error_message;
-    step.outputs.push_back(std::move(o));
+  // Schedule and start steps while the executor has room: one with a single stage; with
+  // pipeline stages one per stage, each on sequences of its own, so that while the later
+  // stages run the older steps rank 0 runs the next one's first stage.
+  double started_ms = 0;  // rank 0's time starting steps here (theirs when collected)
+  while (executor_.in_flight() < executor_.max_in_flight()) {
+    SchedulerOutput scheduled = scheduler_.Schedule();
+    for (const auto& r : scheduled.rejected) {
+      EngineOutput o;
+      o.request_id = r.request_id;
+      o.finish = FinishReason::kError;
+      o.error = r.error_message;
+      step.outputs.push_back(std::move(o));
+    }
+    if (scheduled.empty()) break;
+    const absl::Time now = absl::Now();
+    for (const ScheduledSequence& s : scheduled.scheduled) {
+      SequenceTimes& t = s.seq->times();
+      if (t.first_scheduled == absl::InfinitePast()) t.first_scheduled = now;
+    }
+    const absl::Status submitted = executor_.Submit(scheduled.plan);
+    started_ms += Ms(absl::Now() - now);
+    if (!submitted.ok()) {
+      FailAll(submitted, step);
+      break;
+    }
+    in_flight_.push_back(std::move(scheduled));
   }
-  if (scheduled.empty()) {
-    step.coordinator_ms = Ms(absl::Now() - t0);
+  if (in_flight_.empty()) {
+    step.coordinator_ms = Ms(absl::Now() - t0) - started_ms;
     return step;
   }
+  // Collect the oldest step; update.
+  SchedulerOutput scheduled = std::move(in_flight_.front());
+  in_flight_.pop_front();
   for (const ScheduledSequence& s : scheduled.scheduled) {
-    SequenceTimes& t = s.seq->times();
-    if (t.first_scheduled == absl::InfinitePast()) t.first_scheduled = t0;
     if (s.seq->is_prefill() || !s.sample) step.num_prefill_tokens += s.num_tokens;
   }
   step.num_seqs = static_cast<int32_t>(scheduled.scheduled.size());
   step.num_tokens = scheduled.num_batched_tokens;
-
-  // Execute.
+  step.steps_in_flight = executor_.in_flight();
+  const absl::Time collect_t0 = absl::Now();
   StepTimes times;
-  absl::StatusOr<StepOutput> out = executor_.Execute(scheduled.plan, &times);
+  absl::StatusOr<StepOutput> out = executor_.Collect(&times);
+  const double collect_ms = Ms(absl::Now() - collect_t0);
   step.forward_ms = times.total_us / 1000.0;
   step.allreduce_ms = times.allreduce_us / 1000.0;
   step.pipeline_ms = times.pipeline_us / 1000.0;
   step.output_ms = times.output_us / 1000.0;
+  step.stages_busy_ms = times.stages_busy_us / 1000.0;
+  step.stages_allreduce_ms = times.stages_allreduce_us / 1000.0;
   if (!out.ok()) {
     FailAll(out.status(), step);
   } else if (static_cast<int64_t>(out->token_ids.size()) != scheduled.plan.num_logit_rows()) {
@@ -170,7 +193,9 @@ EngineStep EngineCore::Step() {
     // Update.
     Update(scheduled, *out, step);
   }
-  step.coordinator_ms = Ms(absl::Now() - t0) - step.forward_ms - step.draft_ms;
+  // What the engine thread did beside the forwards: this call's wall time less the steps it
+  // started (counted when they are collected) and the wait for this one.
+  step.coordinator_ms = Ms(absl::Now() - t0) - started_ms - collect_ms - step.draft_ms;
   return step;
 }
 

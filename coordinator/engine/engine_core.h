@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <random>
@@ -44,12 +45,20 @@ struct StepSummary {
   int32_t num_seqs = 0;    // sequences in the forward; 0: nothing ran
   int32_t num_tokens = 0;  // tokens in the forward: one per decode, plus prefill chunks
   int32_t num_prefill_tokens = 0;
+  // Steps in flight when this one was collected, itself included: 1, or with pipeline
+  // stages up to one per stage.
+  int32_t steps_in_flight = 0;
   // Wall time of the step split in three: the forward on rank 0 (all-reduce included),
   // drafting (draft_ms, below) and everything else the engine thread did in Step
   // (schedule, plan broadcast, update).
   double forward_ms = 0;
   double allreduce_ms = 0;
-  double pipeline_ms = 0;  // part of forward_ms: transfers between pipeline stages (StepTimes::pipeline_us)
+  double pipeline_ms = 0;  // part of forward_ms: rank 0 blocked on the pipeline's transfers (StepTimes::pipeline_us)
+  // With pipeline stages: every stage's computing on this step and its all-reduces
+  // (StepTimes::stages_busy_us, stages_allreduce_us). With S stages, the bubble over a run
+  // is 1 - sum(stages_busy_ms) / (S x wall time).
+  double stages_busy_ms = 0;
+  double stages_allreduce_ms = 0;
   double output_ms = 0;  // part of forward_ms: the logits to rank 0 and sampling (StepTimes::output_us)
   double coordinator_ms = 0;
   // Speculative decoding: draft tokens verified, and of those accepted.
@@ -107,9 +116,11 @@ class EngineCore {
   // Ids of every unfinished request (waiting or running).
   std::vector<std::string> UnfinishedIds() const;
 
-  // schedule -> execute -> update. Call only while HasUnfinished().
+  // schedule -> execute -> update. Call only while HasUnfinished(). With pipeline stages
+  // (StepExecutor::max_in_flight > 1), it schedules and starts steps until one per stage
+  // is in flight, then collects and updates the oldest: the outputs are that step's.
   EngineStep Step();
-  bool HasUnfinished() const { return scheduler_.has_unfinished(); }
+  bool HasUnfinished() const { return scheduler_.has_unfinished() || !in_flight_.empty(); }
 
   const Scheduler& scheduler() const { return scheduler_; }
   const SchedulerConfig& config() const { return scheduler_.config(); }
@@ -129,6 +140,7 @@ class EngineCore {
   std::optional<std::mt19937_64> seeds_;  // with a seed: the requests' seeds
   std::unique_ptr<DraftProposer> proposer_;
   std::vector<float> edited_row_;  // EditedRow's
+  std::deque<SchedulerOutput> in_flight_;  // started steps, oldest first (executor_.in_flight() of them)
 };
 
 }  // namespace tpserve

@@ -2,6 +2,7 @@
 #include "coordinator/engine/scheduler.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <utility>
 
@@ -23,6 +24,7 @@ absl::Status SchedulerConfig::Validate() const {
   if (max_num_seqs < 1) return absl::InvalidArgumentError("max_num_seqs must be at least 1");
   if (max_num_batched_tokens < 1) return absl::InvalidArgumentError("max_num_batched_tokens must be at least 1");
   if (num_speculative_tokens < 0) return absl::InvalidArgumentError("num_speculative_tokens must not be negative");
+  if (max_steps_in_flight < 1) return absl::InvalidArgumentError("max_steps_in_flight must be at least 1");
   if (max_model_len < 2) return absl::InvalidArgumentError("max_model_len must be at least 2");
   if (vocab_size < 1) return absl::InvalidArgumentError("vocab_size must be at least 1");
   for (int32_t id : eos_token_ids) {
@@ -151,9 +153,16 @@ bool Scheduler::BelowWatermark() const {
 
 // Recompute preemption: the sequence keeps its tokens (prompt and output) and loses its
 // KV; when readmitted it prefills all of them (the prefix cache usually still has most).
+Sequence* Scheduler::PreemptionVictim(Sequence* asking) const {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    if (!(*it)->in_flight() || *it == asking) return *it;
+  }
+  return asking;
+}
+
 void Scheduler::Preempt(Sequence* seq, SchedulerOutput& decision, int32_t& budget) {
-  TP_CHECK(running_.back() == seq);
-  running_.pop_back();
+  TP_CHECK(!seq->in_flight());
+  running_.erase(std::find(running_.begin(), running_.end(), seq));
   auto it = std::find_if(decision.scheduled.begin(), decision.scheduled.end(),
                          [&](const ScheduledSequence& s) { return s.seq == seq; });
   if (it != decision.scheduled.end()) {
@@ -170,23 +179,29 @@ void Scheduler::Preempt(Sequence* seq, SchedulerOutput& decision, int32_t& budge
 }
 
 SchedulerOutput Scheduler::Schedule() {
-  finished_.clear();
+  finished_.erase(std::remove_if(finished_.begin(), finished_.end(),
+                                 [](const std::unique_ptr<Sequence>& s) { return !s->in_flight(); }),
+                  finished_.end());
   SchedulerOutput decision;
   decision.rejected = std::move(rejected_);
   rejected_.clear();
   int32_t budget = config_.max_num_batched_tokens;
   const int64_t preemptions_before = num_preemptions_;
+  // Steps in flight: a share of the unfinished sequences each, those in flight left out.
+  const int32_t depth = config_.max_steps_in_flight;
+  const size_t max_seqs = depth > 1 ? (running_.size() + waiting_.size() + depth - 1) / depth : SIZE_MAX;
+  auto room = [&] { return decision.scheduled.size() < max_seqs; };
 
   // Running sequences, oldest first: decodes (one token each) before prefill chunks, so
   // a long prompt never takes the budget decodes need. Short of KV blocks, the newest
   // running sequence is preempted (possibly the one asking), so the oldest always advances.
   for (const bool prefill : {false, true}) {
-    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    for (size_t i = 0; i < running_.size() && budget > 0 && room(); ++i) {
       Sequence* seq = running_[i];
-      if (seq->is_prefill() != prefill) continue;
+      if (seq->is_prefill() != prefill || seq->in_flight()) continue;
       int32_t n;
       while ((n = block_manager_.Allocate(*seq, budget)) == 0) {
-        Sequence* victim = running_.back();
+        Sequence* victim = PreemptionVictim(seq);
         Preempt(victim, decision, budget);
         if (victim == seq) break;
       }
@@ -196,7 +211,7 @@ SchedulerOutput Scheduler::Schedule() {
 
   // Waiting sequences, in order, while budget, sequence slots and blocks last. Not in a
   // step that preempted: what was just freed is for the sequences still running.
-  while (num_preemptions_ == preemptions_before && !waiting_.empty() && budget > 0 &&
+  while (num_preemptions_ == preemptions_before && !waiting_.empty() && budget > 0 && room() &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = waiting_.front();
     const int32_t n = block_manager_.Allocate(*seq, budget);
@@ -223,6 +238,9 @@ SchedulerOutput Scheduler::Schedule() {
   if (!decision.empty()) {
     ++num_steps_;
     BuildStepPlan(decision);  // an empty step is not sent: its batch changes wait for the next
+    if (depth > 1) {
+      for (const ScheduledSequence& s : decision.scheduled) s.seq->set_in_flight(true);
+    }
   }
   return decision;
 }
@@ -361,6 +379,7 @@ std::vector<SequenceOutput> Scheduler::Update(const SchedulerOutput& output,
     const int32_t first_row = row;
     row += s.sample ? 1 + s.num_draft : 0;
     Sequence* seq = s.seq;
+    seq->set_in_flight(false);
     if (seq->is_finished()) continue;  // aborted after Schedule()
     TP_CHECK(seq->is_running() && seq->num_computed_tokens() == s.start);
     const int32_t own = s.num_tokens - s.num_draft;  // tokens of its own list, now computed

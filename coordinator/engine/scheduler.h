@@ -48,6 +48,11 @@ struct SchedulerConfig {
   // BlockManagerConfig::sliding_lookback: kMtpDrafterLookback with the MTP drafter (its
   // sliding layers read further back than the target's), else 0.
   int32_t sliding_lookback = 0;
+  // Steps in flight at once (pipeline stages: StepExecutor::max_in_flight). Above 1, a
+  // step leaves out the sequences of the steps in flight (Update has not given them their
+  // next tokens) and takes at most 1/this of the unfinished sequences, so that each stage
+  // gets a micro-batch of its own.
+  int32_t max_steps_in_flight = 1;
 
   absl::Status Validate() const;
 };
@@ -144,7 +149,8 @@ struct SchedulerStats {
 // Owned by the one engine thread. Each step:
 //   out = Schedule(); run out.plan on every rank; outputs = Update(out, sampled tokens);
 // AddRequest() and Abort() go between steps (an Abort between Schedule and Update drops
-// that sequence's result).
+// that sequence's result). With config.max_steps_in_flight > 1, up to that many Schedule()
+// outputs may wait for their Update (in the order scheduled), each valid until then.
 class Scheduler {
  public:
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(SchedulerConfig config);
@@ -198,6 +204,8 @@ class Scheduler {
 
  private:
   void Preempt(Sequence* seq, SchedulerOutput& out, int32_t& budget);
+  // The newest running sequence that is not in flight (`asking` itself at the latest).
+  Sequence* PreemptionVictim(Sequence* asking) const;
   void BuildStepPlan(SchedulerOutput& out);
   // Gives `seq` a batch slot / takes it back, announced in the next plan.
   void TakeSlot(Sequence* seq);
@@ -219,7 +227,8 @@ class Scheduler {
   absl::flat_hash_map<std::string, std::unique_ptr<Sequence>> seqs_;  // unfinished
   std::vector<Sequence*> running_;  // sorted by arrival
   std::deque<Sequence*> waiting_;   // preempted ones at the front
-  // Finished sequences live until the next Schedule(): a decision may still point at them.
+  // Finished sequences live until the next Schedule() after their last step's Update: a
+  // decision may still point at them.
   std::vector<std::unique_ptr<Sequence>> finished_;
   std::vector<SchedulerOutput::Rejected> rejected_;
   RowSamplingPlanner row_sampling_;

@@ -114,6 +114,11 @@ class Sequence {
   void SetPreempted();  // running -> preempted (KV already freed)
   void Finish(FinishReason reason, std::string error_message = "");  // any -> finished
 
+  // In a step started and not yet updated (pipeline stages keep several in flight): the
+  // scheduler leaves it out of the next steps, and never preempts it, until its Update.
+  bool in_flight() const { return in_flight_; }
+  void set_in_flight(bool on) { in_flight_ = on; }
+
   BatchView& batch() { return batch_; }
   KvState& kv() { return kv_; }
   const KvState& kv() const { return kv_; }
@@ -134,6 +139,7 @@ class Sequence {
   std::string error_message_;
   KvState kv_;
   BatchView batch_;
+  bool in_flight_ = false;
 };
 
 }  // namespace tpserve

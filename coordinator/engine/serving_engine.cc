@@ -154,6 +154,7 @@ void ServingEngine::PublishStats(const EngineStep* step) {
   stats_.compute_ms += step->forward_ms - step->allreduce_ms - step->pipeline_ms;
   stats_.allreduce_ms += step->allreduce_ms;
   stats_.pipeline_ms += step->pipeline_ms;
+  stats_.stages_busy_ms += step->stages_busy_ms;
   // Drafting (the update stage's last part: n-gram lookup, or the MTP drafter's pass on every
   // rank) stays in the coordinator's share until it has a metric of its own.
   stats_.scheduling_ms += step->coordinator_ms + step->draft_ms;
