@@ -16,6 +16,7 @@
 #   bench/scaling.sh --model gemma-4-tiny --layouts tp1,tp2xpp2@2nodes --out /tmp/s -- --concurrency 1,4 --rounds 3
 #   bench/scaling.sh --model gemma-4-tiny --tp 1,2 --out /tmp/s -- --concurrency 1,4 --rounds 3
 #   bench/scaling.sh --hostfile hosts --model /data/gemma-4-31b --layouts tp8,tp16@2nodes,tp8xpp2@2nodes
+#   bench/scaling.sh --layouts tp2xpp2@2nodes --server-args "--pipeline-micro-batches 1" --out /tmp/one-at-a-time
 #
 # Needs: build/launch/tpserve, build/bench/tpbench/tpbench, mpirun; root and iproute2 for
 # emulated nodes (those layouts are skipped, with the reason, otherwise); jq for their
@@ -38,7 +39,8 @@ LINK_DELAY=""
 KV=512MiB
 OUT=$ROOT/results/scaling-$(date -u +%Y%m%d-%H%M%S)
 BENCH_ARGS=()
-usage() { sed -n '2,22p' "$0"; exit 2; }
+SERVER_ARGS=()
+usage() { sed -n '2,23p' "$0"; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --tp) TP_LIST=$2; shift 2 ;;
@@ -50,6 +52,7 @@ while [ $# -gt 0 ]; do
     --link-rate) LINK_RATE=$2; shift 2 ;;  # tc rate per link, or none
     --link-delay) LINK_DELAY=$2; shift 2 ;;
     --kv-cache-memory) KV=$2; shift 2 ;;
+    --server-args) read -r -a SERVER_ARGS <<< "$2"; shift 2 ;;  # more `tpserve serve` flags, every layout
     --out) OUT=$2; shift 2 ;;
     --) shift; BENCH_ARGS=("$@"); break ;;
     -h|--help) usage ;;
@@ -234,7 +237,7 @@ run_one() {
   echo "== $name: starting $world rank(s) ($threads thread(s) each), TP $tp x PP $pp"
   local t0; t0=$(date +%s.%N)
   setsid "$@" "$TPSERVE" serve "${MODEL_ARGS[@]}" --tensor-parallel-size "$tp" --pipeline-parallel-size "$pp" \
-    --threads $threads --kv-cache-memory "$KV" --host 0.0.0.0 \
+    --threads $threads --kv-cache-memory "$KV" --host 0.0.0.0 "${SERVER_ARGS[@]}" \
     --http-port $HTTP --grpc-port $GRPC >"$log" 2>&1 &
   SERVER=$!
   local ready=0

@@ -83,6 +83,9 @@ ABSL_FLAG(std::string, port_file, "", "serve: once both APIs listen, write the p
 ABSL_FLAG(std::string, served_model_name, "", "serve: names clients use in \"model\", comma-separated "
                                               "(default: the --model argument)");
 ABSL_FLAG(int, max_num_seqs, 256, "serve: sequences running at once (on cuda it also sizes the start-up step)");
+ABSL_FLAG(int, pipeline_micro_batches, 0,
+          "serve, with pipeline stages: steps (micro-batches) in flight at once, 1 to the stages (0: one per stage; 1: "
+          "the stages run one step at a time)");
 ABSL_FLAG(int, max_queue, 1024, "serve: waiting requests at most; more get RESOURCE_EXHAUSTED / HTTP 429");
 ABSL_FLAG(bool, enable_prefix_caching, true, "serve: reuse the KV cache of shared prompt prefixes");
 ABSL_FLAG(double, shutdown_timeout, 30, "serve: seconds a drain (SIGTERM, SIGINT or SIGUSR1) waits for in-flight "
@@ -247,6 +250,7 @@ int main(int argc, char** argv) {
     o.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
     o.max_num_batched_tokens = static_cast<int32_t>(absl::GetFlag(FLAGS_max_num_batched_tokens));
     o.max_queue = absl::GetFlag(FLAGS_max_queue);
+    o.pipeline_micro_batches = absl::GetFlag(FLAGS_pipeline_micro_batches);
     o.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
     o.shutdown_timeout_s = absl::GetFlag(FLAGS_shutdown_timeout);
     o.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));

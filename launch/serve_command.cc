@@ -144,6 +144,12 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
             bool ranks_are_processes) {
   const bool coordinator = comm.rank() == 0;
   if (ranks_are_processes) Log(world, absl::StrCat("pid ", getpid(), " on ", world.node));
+  // Every rank sees the same flags and layout, so every rank refuses alike.
+  if (o.pipeline_micro_batches < 0 || o.pipeline_micro_batches > world.pp_size) {
+    Log(world, absl::StrCat("error: --pipeline-micro-batches ", o.pipeline_micro_batches, ": must be 0 (one per stage) "
+                            "or 1 to the pipeline's ", world.pp_size, " stage(s)"));
+    return 1;
+  }
   const std::vector<std::string> names =
       o.served_model_names.empty() ? std::vector<std::string>{o.engine.model} : o.served_model_names;
   ModelInfo loading;
@@ -282,6 +288,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   info.tensor_parallel_size = world.tp_size;
   info.pipeline_parallel_size = world.pp_size;
   info.pipeline_stages = DescribeStages(engine->stage_bounds);
+  info.pipeline_micro_batches = o.pipeline_micro_batches > 0 ? o.pipeline_micro_batches : world.pp_size;
   info.ranks = ranks;
   info.max_model_len = mc.max_position_embeddings;
   info.block_size = engine->model->block_size();
@@ -311,6 +318,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   ServingConfig sc;
   sc.scheduler = SchedulerConfigFor(*engine->model, o.max_num_seqs, o.max_num_batched_tokens, o.engine.max_model_len);
   sc.scheduler.enable_prefix_caching = o.enable_prefix_caching;
+  if (o.pipeline_micro_batches > 0) sc.scheduler.max_steps_in_flight = o.pipeline_micro_batches;
   sc.max_queue = o.max_queue;
   sc.seed = o.seed;
   sc.speculative = o.engine.speculative;
@@ -331,7 +339,9 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   Log(world, absl::StrCat("ready: ", info.architecture, " ", names[0], " on ", engine->backend->name(),
                           ", tp=", world.tp_size, " (",
                           engine->device_comm ? engine->device_comm->name() : comm.name(), ")",
-                          world.pp_size > 1 ? absl::StrCat(", pp=", world.pp_size, " (", info.pipeline_stages, ")") : "",
+                          world.pp_size > 1 ? absl::StrCat(", pp=", world.pp_size, " (", info.pipeline_stages, "; ",
+                                                           info.pipeline_micro_batches, " in flight)")
+                                            : "",
                           ", load ",
                           engine->load_seconds, " s, KV blocks per group ", absl::StrJoin(info.kv_blocks, "/")));
   Log(world, absl::StrCat("memory: ", DescribeLoadMemory(*engine)));

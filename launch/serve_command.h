@@ -32,6 +32,9 @@ struct ServeCommandOptions {
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;
   int32_t max_queue = 1024;
+  // With pipeline stages: steps (micro-batches) in flight at once, 1 to the stages; 0: one
+  // per stage; 1: the stages run one step at a time (the bubble's baseline).
+  int32_t pipeline_micro_batches = 0;
   bool enable_prefix_caching = true;
   double shutdown_timeout_s = 30;
   size_t max_body_bytes = size_t{4} << 20;

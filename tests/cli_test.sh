@@ -158,6 +158,9 @@ expect_error "MTP drafter with pipeline stages" "does not run with pipeline stag
   --pipeline-parallel-size 2 --speculative-config "$MTP_CONFIG"
 expect_error "more pipeline stages than layers" "fewer than the 4 pipeline stages" "${MPIRUN[@]}" -np 4 \
   "$TPSERVE" generate --model "$FIX/models/llama3_attn_bias" --prompt-ids 5,6,7 --max-tokens 2 --pipeline-parallel-size 4
+expect_error "more micro-batches than pipeline stages" "pipeline-micro-batches 3: must be 0 (one per stage) or 1 to the pipeline's 2" \
+  "${MPIRUN[@]}" -np 2 "$TPSERVE" serve --model "$FIX/models/llama3" --pipeline-parallel-size 2 --pipeline-micro-batches 3 \
+  --http-port 0 --grpc-port 0
 expect_error "unknown --kernels" "split, bulk, tuned, split+pdl, bulk+pdl, tuned+pdl" \
   "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --kernels fast
 expect_error "--kernels with a bad suffix" "is not one of split, bulk, tuned" \

@@ -93,6 +93,7 @@ class GrpcTarget : public Target {
     info.tp_size = r.tensor_parallel_size();
     info.pp_size = r.pipeline_parallel_size();
     info.pipeline_stages = r.pipeline_stages();
+    info.pipeline_micro_batches = r.pipeline_micro_batches();
     info.max_model_len = r.max_model_len();
     for (const v1::Rank& rank : r.ranks()) info.hosts.push_back(rank.host());
     info.device = r.device();

@@ -178,6 +178,7 @@ void FillEnvironment(Target& target, RunRecord* run) {
   run->tp_size = absl::GetFlag(FLAGS_tp_size) > 0 ? absl::GetFlag(FLAGS_tp_size) : i.tp_size;
   run->pp_size = absl::GetFlag(FLAGS_pp_size) > 0 ? absl::GetFlag(FLAGS_pp_size) : i.pp_size;
   run->pipeline_stages = i.pipeline_stages;
+  run->pipeline_micro_batches = i.pipeline_micro_batches;
   run->max_model_len = absl::GetFlag(FLAGS_max_model_len) > 0 ? absl::GetFlag(FLAGS_max_model_len) : i.max_model_len;
   run->max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs) > 0 ? absl::GetFlag(FLAGS_max_num_seqs) : i.max_num_seqs;
   std::vector<std::string> hosts = i.hosts;

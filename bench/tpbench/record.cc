@@ -255,6 +255,7 @@ nlohmann::json ToJson(const RunRecord& r) {
               {"tp_size", r.tp_size},
               {"pp_size", r.pp_size},
               {"pipeline_stages", r.pipeline_stages},
+              {"pipeline_micro_batches", r.pipeline_micro_batches},
               {"max_model_len", r.max_model_len},
               {"max_num_seqs", r.max_num_seqs},
               {"workload", r.workload},
@@ -291,6 +292,7 @@ absl::StatusOr<RunRecord> RunRecordFromJson(const nlohmann::json& j) {
   TP_RETURN_IF_ERROR(f.Get("tp_size", kOptional, &r.tp_size));
   TP_RETURN_IF_ERROR(f.Get("pp_size", kOptional, &r.pp_size));
   TP_RETURN_IF_ERROR(f.Get("pipeline_stages", kOptional, &r.pipeline_stages));
+  TP_RETURN_IF_ERROR(f.Get("pipeline_micro_batches", kOptional, &r.pipeline_micro_batches));
   TP_RETURN_IF_ERROR(f.Get("max_model_len", kOptional, &r.max_model_len));
   TP_RETURN_IF_ERROR(f.Get("max_num_seqs", kOptional, &r.max_num_seqs));
   TP_RETURN_IF_ERROR(f.Get("workload", kOptional, &r.workload));

@@ -94,6 +94,7 @@ struct RunRecord {
   int tp_size = 0;
   int pp_size = 0;              // pipeline stages; 0 = unknown (records before pipelines: one)
   std::string pipeline_stages;  // the server's split, e.g. "layers 0-4 | 5"; "" = unknown
+  int pipeline_micro_batches = 0;  // steps in flight at once with stages; 0 = unknown
   int64_t max_model_len = 0;
   int max_num_seqs = 0;
   std::string workload;         // e.g. "random in=128 out=64 range=0.0"

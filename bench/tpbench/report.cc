@@ -101,11 +101,17 @@ const LevelSummary* FindConcurrency(const RunView& v, int concurrency) {
   return nullptr;
 }
 
-// "2 (layers 0-4 | 5)": the stages and, where the server said, their layers.
+// "2 (layers 0-4 | 5; 2 micro-batches)": the stages and, where the server said, their
+// layers and the steps it keeps in flight.
 std::string PipelineText(const RunRecord& r) {
   if (r.pp_size <= 0) return "unknown";
-  if (r.pipeline_stages.empty()) return absl::StrCat(r.pp_size);
-  return absl::StrCat(r.pp_size, " (", r.pipeline_stages, ")");
+  std::vector<std::string> parts;
+  if (!r.pipeline_stages.empty()) parts.push_back(r.pipeline_stages);
+  if (r.pp_size > 1 && r.pipeline_micro_batches > 0) {
+    parts.push_back(absl::StrCat(r.pipeline_micro_batches, r.pipeline_micro_batches == 1 ? " micro-batch" : " micro-batches"));
+  }
+  if (parts.empty()) return absl::StrCat(r.pp_size);
+  return absl::StrCat(r.pp_size, " (", absl::StrJoin(parts, "; "), ")");
 }
 
 std::string EnvironmentTable(const RunView& v) {

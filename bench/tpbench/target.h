@@ -35,6 +35,7 @@ struct ServerInfo {
   int tp_size = 0;
   int pp_size = 0;                 // pipeline stages; 0 = the server did not say (one stage)
   std::string pipeline_stages;     // each stage's layers, e.g. "layers 0-4 | 5"
+  int pipeline_micro_batches = 0;  // steps in flight with stages; 0 = the server did not say
   int64_t max_model_len = 0;
   std::vector<std::string> hosts;  // one per rank
   std::string device;              // e.g. "NVIDIA H200", "CPU: <model>"

@@ -163,6 +163,7 @@ grpc::ServerUnaryReactor* TpServeService::ModelInfo(grpc::CallbackServerContext*
   response->set_tensor_parallel_size(info.tensor_parallel_size);
   response->set_pipeline_parallel_size(info.pipeline_parallel_size);
   response->set_pipeline_stages(info.pipeline_stages);
+  response->set_pipeline_micro_batches(info.pipeline_micro_batches);
   for (const RankInfo& rank : info.ranks) {
     v1::Rank* r = response->add_ranks();
     r->set_rank(rank.rank);

@@ -27,6 +27,7 @@ struct ModelInfo {
   int32_t tensor_parallel_size = 1;
   int32_t pipeline_parallel_size = 1;
   std::string pipeline_stages;  // each stage's layers, e.g. "layers 0-29 | 30-59"
+  int32_t pipeline_micro_batches = 1;  // steps in flight at once (SchedulerConfig::max_steps_in_flight)
   std::vector<RankInfo> ranks;
   int64_t max_model_len = 0;
   int32_t block_size = 16;

@@ -137,7 +137,8 @@ EngineStep EngineCore::Step() {
   // pipeline stages one per stage, each on sequences of its own, so that while the later
   // stages run the older steps rank 0 runs the next one's first stage.
   double started_ms = 0;  // rank 0's time starting steps here (theirs when collected)
-  while (executor_.in_flight() < executor_.max_in_flight()) {
+  const int max_in_flight = std::min(executor_.max_in_flight(), scheduler_.config().max_steps_in_flight);
+  while (executor_.in_flight() < max_in_flight) {
     SchedulerOutput scheduled = scheduler_.Schedule();
     for (const auto& r : scheduled.rejected) {
       EngineOutput o;

@@ -48,7 +48,7 @@ struct SchedulerConfig {
   // BlockManagerConfig::sliding_lookback: kMtpDrafterLookback with the MTP drafter (its
   // sliding layers read further back than the target's), else 0.
   int32_t sliding_lookback = 0;
-  // Steps in flight at once (pipeline stages: StepExecutor::max_in_flight). Above 1, a
+  // Steps in flight at once (pipeline stages: StepExecutor::max_in_flight, or fewer). Above 1, a
   // step leaves out the sequences of the steps in flight (Update has not given them their
   // next tokens) and takes at most 1/this of the unfinished sequences, so that each stage
   // gets a micro-batch of its own.
