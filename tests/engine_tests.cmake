@@ -20,6 +20,8 @@ tp_add_test(mtp_engine_test SOURCES mtp_engine_test.cc LIBS tpserve_launch tpser
 tp_add_test(load_memory_test SOURCES load_memory_test.cc LIBS tpserve_engine nlohmann_json::nlohmann_json)
 target_compile_definitions(load_memory_test PRIVATE TPSERVE_BINARY="$<TARGET_FILE:tpserve>")
 add_dependencies(load_memory_test tpserve)
+# The CPU backend's large buffers 2 MiB-aligned and on transparent huge pages (issue 21 item 2).
+tp_add_test(host_memory_test SOURCES host_memory_test.cc LIBS tpserve_engine)
 tp_add_test(persistent_batch_test SOURCES persistent_batch_test.cc LIBS tpserve_engine)
 # Collectives and their shared helpers on thread ranks (LocalGroup).
 tp_add_test(communicator_test SOURCES communicator_test.cc LIBS tpserve_engine_core)

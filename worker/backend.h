@@ -116,6 +116,10 @@ struct BackendOptions {
   // CPU: how Linear computes prefill products (cpu::GemmPath; launch resolves --cpu-gemm
   // with cpu::ChooseGemmPath). Default: the fp32 sgemm reference.
   cpu::GemmPath cpu_gemm = cpu::GemmPath::kSgemm;
+  // CPU: buffers of >= 2 MiB (weights, the KV cache) on 2 MiB-aligned mappings madvised
+  // for transparent huge pages (worker/host_memory.h; launch turns it off where the
+  // kernel's THP policy is "never"). Off: the C heap, 4 KiB pages under THP "madvise".
+  bool cpu_huge_pages = true;
   int device = 0;       // CUDA: device ordinal
   KernelOptions kernels{};
 };

@@ -3,25 +3,25 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "worker/backend.h"
+#include "worker/host_memory.h"
 
 namespace tpserve {
 namespace {
 
 class HostBuffer : public Buffer {
  public:
-  HostBuffer(void* p, size_t n) : p_(p), n_(n) {}
-  ~HostBuffer() override { std::free(p_); }
-  void* data() override { return p_; }
+  HostBuffer(HostAllocation memory, size_t n) : memory_(std::move(memory)), n_(n) {}
+  void* data() override { return memory_.data(); }
   size_t bytes() const override { return n_; }
 
  private:
-  void* p_;
+  HostAllocation memory_;
   size_t n_;
 };
 
@@ -34,18 +34,15 @@ class CpuBackend : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& o) : options_(o) { omp_set_num_threads(std::max(1, o.threads)); }
   std::string name() const override {
-    return absl::StrCat("cpu(threads=", options_.threads, ", gemm=", cpu::GemmPathName(options_.cpu_gemm), ")");
+    return absl::StrCat("cpu(threads=", options_.threads, ", gemm=", cpu::GemmPathName(options_.cpu_gemm),
+                        ", huge_pages=", options_.cpu_huge_pages ? "on" : "off", ")");
   }
   DType activation_dtype() const override { return DType::kF32; }
   bool device_is_host() const override { return true; }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
-    const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    if (p == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat("out of host memory allocating ", bytes, " bytes"));
-    }
-    return std::unique_ptr<Buffer>(new HostBuffer(p, bytes));
+    TP_ASSIGN_OR_RETURN(HostAllocation memory, HostAllocation::Make(bytes, options_.cpu_huge_pages));
+    return std::unique_ptr<Buffer>(new HostBuffer(std::move(memory), bytes));
   }
   void CopyFromHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void CopyToHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
