@@ -20,6 +20,7 @@
 #include "coordinator/engine/kv_split.h"
 #include "worker/device.h"
 #include "worker/gguf_model.h"
+#include "worker/host_memory.h"
 #include "worker/memory_planner.h"
 
 namespace tpserve {
@@ -153,6 +154,9 @@ absl::Status MakeBackend(const EngineOptions& o, const WorldConfig& world, Engin
     TP_ASSIGN_OR_RETURN(const cpu::GemmChoice gemm, cpu::ChooseGemmPath(o.cpu_gemm));
     bo.cpu_gemm = gemm.path;
     e.cpu_gemm = gemm.description;
+    const ThpMode thp = ReadThpMode();
+    bo.cpu_huge_pages = o.cpu_huge_pages && ThpModeAllowsHugePages(thp);
+    e.cpu_huge_pages = DescribeHugePages(o.cpu_huge_pages, thp);
     bo.threads = o.threads;
     if (bo.threads <= 0) {
       // Ranks on one node share its cores.

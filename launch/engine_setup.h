@@ -39,6 +39,9 @@ struct EngineOptions {
   // oneDNN's bf16 matmul where the CPU has AMX-BF16 or AVX512-BF16, OpenBLAS sgemm elsewhere.
   // Default sgemm until the oneDNN path has run on such a CPU (docs/cpu_backend.md).
   std::string cpu_gemm = "sgemm";
+  // CPU: weights and KV cache on transparent huge pages (BackendOptions::cpu_huge_pages);
+  // where the kernel's THP policy is "never" it has no effect (Engine::cpu_huge_pages says so).
+  bool cpu_huge_pages = true;
   int64_t kv_cache_bytes = int64_t{1} << 30;  // per rank, CPU only (on cuda the planner sizes it)
   // cuda: the fraction of each GPU's memory that the ranks on it may hold in all (weights,
   // activations, KV cache), in (0, 1]; the KV cache gets what the rest leaves.
@@ -124,6 +127,7 @@ struct Engine {
   std::vector<RankMemory> rank_memory;  // every rank's, in rank order (on every rank)
   TuneReport tune_report;       // cuda: what start-up's kernel tuning measured on this rank
   std::string cpu_gemm;         // cpu: the prefill GEMM path and why (cpu::GemmChoice); "" on cuda
+  std::string cpu_huge_pages;   // cpu: whether large buffers are on huge pages and why (DescribeHugePages); "" on cuda
 };
 
 // One line on start-up's kernel tuning ("" where it did not run): how many products were

@@ -123,6 +123,7 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     j["communicator"] = engine.device_comm ? engine.device_comm->name() : comm.name();
     j["device"] = std::string(DeviceKindName(engine.device));
     j["backend"] = engine.backend->name();
+    j["cpu_huge_pages"] = engine.cpu_huge_pages;  // "" on cuda
     j["node"] = world.node;
     j["prompt"] = o.prompt;
     j["prompt_ids"] = out.prompt_ids;
@@ -199,6 +200,9 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
       std::fprintf(stderr, "tpserve: %s\n", tuning.c_str());
     }
     if (!engine.cpu_gemm.empty()) std::fprintf(stderr, "tpserve: prefill GEMMs: %s\n", engine.cpu_gemm.c_str());
+    if (!engine.cpu_huge_pages.empty()) {
+      std::fprintf(stderr, "tpserve: huge pages: %s\n", engine.cpu_huge_pages.c_str());
+    }
     if (o.engine.speculative.enabled()) {
       std::fprintf(stderr,
                    "tpserve: speculative decoding: %lld decode steps, %lld of %lld draft tokens accepted, mean "

@@ -34,6 +34,9 @@ ABSL_FLAG(int, threads, 0, "CPU threads per rank (default: cores / ranks on the 
 ABSL_FLAG(std::string, cpu_gemm, "sgemm", "CPU: prefill GEMMs on sgemm (OpenBLAS fp32) | onednn-bf16 (oneDNN bf16 "
           "matmul on AMX / AVX512-BF16; bf16 weights) | auto (onednn-bf16 where the CPU has bf16 units; not yet the "
           "default: it has not run on such a CPU)");
+ABSL_FLAG(std::string, cpu_huge_pages, "on", "CPU: on | off. on: weights and KV cache buffers of >= 2 MiB are "
+          "2 MiB-aligned and madvised for transparent huge pages (no effect where the kernel's THP policy is never; "
+          "the start-up log says which)");
 ABSL_FLAG(std::string, kv_cache_memory, "1GiB", "KV cache memory per rank on the CPU, e.g. 512MiB (on cuda the KV "
                                                 "cache takes what --gpu-memory-utilization leaves)");
 ABSL_FLAG(int64_t, max_model_len, 0, "Longest prompt + output, in tokens (default: the model's)");
@@ -157,6 +160,11 @@ int EngineOptionsFromFlags(tpserve::EngineOptions& e) {
   e.gpu_memory_utilization = absl::GetFlag(FLAGS_gpu_memory_utilization);
   e.threads = absl::GetFlag(FLAGS_threads);
   e.cpu_gemm = absl::GetFlag(FLAGS_cpu_gemm);
+  const std::string huge_pages = absl::GetFlag(FLAGS_cpu_huge_pages);
+  if (huge_pages != "on" && huge_pages != "off") {
+    return Fail("--cpu-huge-pages \"" + huge_pages + "\" is not one of on, off");
+  }
+  e.cpu_huge_pages = huge_pages == "on";
   e.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   e.block_size = absl::GetFlag(FLAGS_block_size);
   e.max_num_batched_tokens = static_cast<int32_t>(absl::GetFlag(FLAGS_max_num_batched_tokens));
