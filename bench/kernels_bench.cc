@@ -1,8 +1,12 @@
 // Micro-benchmark of the CPU kernels: decode Linear's weight bandwidth beside the STREAM
 // triad, prefill Linear's GFLOP/s beside OpenBLAS sgemm, and paged-attention decode time.
 // Usage: kernels_bench [--threads N] [--sweep] [--models gemma-4-1b,llama-3.2-1b,gemma-4-31b]
+//                      [--huge-pages-ab ROUNDS]
 //   --sweep adds Linear over batch sizes; --models replaces the generic shapes with the
 //   named models' weight shapes (bf16 only; bench/cpu_vs_torch.sh runs it beside PyTorch).
+//   --huge-pages-ab (with --models) times only the models' decode GEMVs, on weights held
+//   as the CPU backend holds them with --cpu-huge-pages on and off, the two interleaved
+//   call by call, for ROUNDS rounds: medians and the median of the per-round ratios.
 #include <cblas.h>
 #include <omp.h>
 
@@ -18,12 +22,14 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_split.h"
 #include "bench/stream.h"
 #include "kernels/base.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "worker/host_memory.h"
 
 namespace tpserve::bench {
 namespace {
@@ -108,17 +114,27 @@ const std::vector<ModelShapes>& AllModelShapes() {
 
 // Enough distinct weight copies to total >= 256 MiB, cycled through so every call streams
 // its weights from DRAM as a real decode step does (one layer's weights never hit the L3
-// warm), instead of re-reading an L3-resident matrix.
+// warm), instead of re-reading an L3-resident matrix. Held as the CPU backend holds
+// weights (HostAllocation), on transparent huge pages or not.
 struct WeightCopies {
-  WeightCopies(Shape s, DType dtype) {
+  WeightCopies(Shape s, DType dtype, bool huge_pages = false) {
     const int64_t bytes = s.n * s.k * static_cast<int64_t>(DTypeSize(dtype));
     const int64_t count = std::max<int64_t>(2, ((int64_t{256} << 20) + bytes - 1) / bytes);
     for (int64_t c = 0; c < count; ++c) {
-      copies.push_back(RandomWeights(s.n * s.k, dtype, static_cast<uint32_t>(c + 1)));
+      absl::StatusOr<HostAllocation> a = HostAllocation::Make(bytes, huge_pages);
+      if (!a.ok()) {
+        std::fprintf(stderr, "kernels_bench: %s\n", std::string(a.status().message()).c_str());
+        std::exit(1);
+      }
+      const std::vector<uint8_t> values = RandomWeights(s.n * s.k, dtype, static_cast<uint32_t>(c + 1));
+      std::memcpy(a->data(), values.data(), bytes);  // the first touch, after madvise, as a load's
+      copies.push_back(static_cast<const uint8_t*>(a->data()));
+      memory.push_back(*std::move(a));
     }
     bytes_per_copy = bytes;
   }
-  std::vector<std::vector<uint8_t>> copies;
+  std::vector<HostAllocation> memory;
+  std::vector<const uint8_t*> copies;
   int64_t bytes_per_copy = 0;
 };
 
@@ -128,12 +144,12 @@ struct WeightCopies {
 // shared machine.
 template <typename Fn>
 double BestCallSeconds(const WeightCopies& w, int passes, Fn fn) {
-  for (const auto& c : w.copies) fn(c.data());  // warm-up: page faults, thread start
+  for (const uint8_t* c : w.copies) fn(c);  // warm-up: page faults, thread start
   double best = 1e30;
   for (int p = 0; p < passes; ++p) {
-    for (const auto& c : w.copies) {
+    for (const uint8_t* c : w.copies) {
       const auto start = Clock::now();
-      fn(c.data());
+      fn(c);
       best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
     }
   }
@@ -256,6 +272,88 @@ void BenchModelDecode(const ModelShapes& model, double triad_gbs) {
   }
 }
 
+// The process's AnonHugePages (/proc/self/smaps_rollup), bytes; -1 where unreadable.
+int64_t ProcessAnonHugePageBytes() {
+  FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long long kb = -1;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::sscanf(line, "AnonHugePages: %lld kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb < 0 ? -1 : kb * 1024;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The fastest call on `a`'s copies and on `b`'s over `passes` passes, the two interleaved
+// call by call (a's copy i and b's copy i, which first alternating; both sets stream from
+// DRAM), so that load from other processes on this shared machine falls on both alike.
+template <typename Fn>
+std::pair<double, double> BestCallSecondsInterleaved(const WeightCopies& a, const WeightCopies& b, int passes,
+                                                     Fn fn) {
+  for (const uint8_t* c : a.copies) fn(c);  // warm-up
+  for (const uint8_t* c : b.copies) fn(c);
+  double best_a = 1e30, best_b = 1e30;
+  const auto time = [&](const uint8_t* c, double& best) {
+    const auto start = Clock::now();
+    fn(c);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  };
+  for (int p = 0; p < passes; ++p) {
+    for (size_t i = 0; i < std::max(a.copies.size(), b.copies.size()); ++i) {
+      const bool a_first = (i + p) % 2 == 0;
+      if (a_first && i < a.copies.size()) time(a.copies[i], best_a);
+      if (i < b.copies.size()) time(b.copies[i], best_b);
+      if (!a_first && i < a.copies.size()) time(a.copies[i], best_a);
+    }
+  }
+  return {best_a, best_b};
+}
+
+// The named models' decode GEMVs (M=1, bf16) on weights with huge pages on and off (as the
+// CPU backend allocates them for --cpu-huge-pages on|off): each round takes the fastest
+// call of each over 2 passes, the two interleaved call by call. Prints the median GB/s of
+// each over the rounds, the median and range of the per-round ratios on / off, and how
+// much of the "on" copies the kernel did back with huge pages.
+void BenchModelDecodeHugePages(const ModelShapes& model, int rounds) {
+  std::printf("\n%s, Linear M=1 (decode GEMV), bf16 weights from DRAM: huge pages on vs off, %d rounds "
+              "interleaved (THP: %s)\n",
+              model.model, rounds, ThpModeName(ReadThpMode()));
+  std::printf("%-11s %7s %6s  %9s %9s  %7s %13s  %s\n", "product", "N", "K", "on GB/s", "off GB/s", "on/off",
+              "ratio range", "on-copies' MiB on huge pages");
+  for (const Shape& s : model.shapes) {
+    const int64_t huge_before = ProcessAnonHugePageBytes();
+    WeightCopies on(s, DType::kBF16, /*huge_pages=*/true);
+    const int64_t huge_on = ProcessAnonHugePageBytes() - huge_before;
+    WeightCopies off(s, DType::kBF16, /*huge_pages=*/false);
+    const std::vector<float> x = RandomFloats(s.k, 7);
+    std::vector<float> y(s.n);
+    std::vector<double> on_gbs, off_gbs, ratios;
+    for (int r = 0; r < rounds; ++r) {
+      const auto [on_s, off_s] = BestCallSecondsInterleaved(on, off, 2, [&](const uint8_t* weights) {
+        cpu::Linear(x.data(), 1, s.k, weights, DType::kBF16, s.n, y.data());
+      });
+      on_gbs.push_back(on.bytes_per_copy / on_s / 1e9);
+      off_gbs.push_back(off.bytes_per_copy / off_s / 1e9);
+      ratios.push_back(off_s / on_s);
+    }
+    const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
+    char range[32];
+    std::snprintf(range, sizeof(range), "%.2f-%.2f", *lo, *hi);
+    const int64_t on_bytes = on.bytes_per_copy * static_cast<int64_t>(on.copies.size());
+    std::printf("%-11s %7lld %6lld  %9.1f %9.1f  %6.2fx %13s  %lld of %lld\n", s.name, static_cast<long long>(s.n),
+                static_cast<long long>(s.k), Median(on_gbs), Median(off_gbs), Median(ratios), range,
+                static_cast<long long>(huge_on >> 20), static_cast<long long>(on_bytes >> 20));
+    std::fflush(stdout);
+  }
+}
+
 // The named models' products at M=512 (a prompt): GFLOP/s of Linear on bf16 weights on
 // every GEMM path this build and CPU have ("-": not here), and of OpenBLAS sgemm on the
 // same weights in fp32 (the fp32 FMA rate this machine reaches).
@@ -370,12 +468,19 @@ void BenchDecodeAttention() {
 int main(int argc, char** argv) {
   int threads = omp_get_max_threads();
   bool sweep = false;
+  int huge_pages_rounds = 0;
   std::vector<const tpserve::bench::ModelShapes*> models;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
       threads = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--sweep") == 0) {
       sweep = true;
+    } else if (std::strcmp(argv[i], "--huge-pages-ab") == 0 && i + 1 < argc) {
+      huge_pages_rounds = std::atoi(argv[++i]);
+      if (huge_pages_rounds < 1) {
+        std::fprintf(stderr, "--huge-pages-ab: rounds must be >= 1\n");
+        return 2;
+      }
     } else if (std::strcmp(argv[i], "--models") == 0 && i + 1 < argc) {
       const std::vector<std::string> names = absl::StrSplit(argv[++i], ',');
       for (const std::string& name : names) {
@@ -390,12 +495,17 @@ int main(int argc, char** argv) {
         models.push_back(&*it);
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--sweep] [--models a,b,...]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads N] [--sweep] [--models a,b,...] [--huge-pages-ab ROUNDS]\n",
+                   argv[0]);
       return 2;
     }
   }
   if (threads < 1) {
     std::fprintf(stderr, "--threads must be >= 1\n");
+    return 2;
+  }
+  if (huge_pages_rounds > 0 && models.empty()) {
+    std::fprintf(stderr, "--huge-pages-ab needs --models\n");
     return 2;
   }
   omp_set_num_threads(threads);
@@ -404,6 +514,10 @@ int main(int argc, char** argv) {
   std::printf("prefill GEMM path (auto): %s\n", gemm.ok() ? gemm->description.c_str() : "error");
   const double triad_gbs = tpserve::bench::MeasureTriadBandwidthGBs(threads);
   std::printf("STREAM triad (3 x 256 MiB, write-allocate not counted): %.1f GB/s\n", triad_gbs);
+  if (huge_pages_rounds > 0) {
+    for (const auto* m : models) tpserve::bench::BenchModelDecodeHugePages(*m, huge_pages_rounds);
+    return 0;
+  }
   if (!models.empty()) {
     for (const auto* m : models) tpserve::bench::BenchModelDecode(*m, triad_gbs);
     for (const auto* m : models) {
