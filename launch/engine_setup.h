@@ -36,9 +36,9 @@ struct EngineOptions {
   std::string device = "auto";
   int threads = 0;                   // CPU threads per rank; 0 = cores / local ranks
   // CPU: the prefill GEMM path, auto | sgemm | onednn-bf16 (cpu::ChooseGemmPath). auto:
-  // oneDNN's bf16 matmul where the CPU has AMX-BF16 or AVX512-BF16, OpenBLAS sgemm elsewhere.
-  // Default sgemm until the oneDNN path has run on such a CPU (docs/cpu_backend.md).
-  std::string cpu_gemm = "sgemm";
+  // oneDNN's bf16 matmul where the CPU has AMX-BF16 or AVX512-BF16, OpenBLAS sgemm elsewhere
+  // (on an AVX512-BF16 EPYC: 2.8-3.1x sgemm's prefill, docs/cpu_backend.md).
+  std::string cpu_gemm = "auto";
   // CPU: weights and KV cache on transparent huge pages (BackendOptions::cpu_huge_pages);
   // where the kernel's THP policy is "never" it has no effect (Engine::cpu_huge_pages says so).
   bool cpu_huge_pages = true;
