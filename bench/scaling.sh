@@ -257,7 +257,7 @@ run_one() {
   [ "$pp" -gt 1 ] && layout+="xpp$pp"
   [ "$nodes" -gt 0 ] && layout+="@${nodes}nodes"
   "$TPBENCH" run --target "grpc://$addr:$GRPC" --tokenizer "$TOKENIZER" --load-time-s "$load_s" \
-    --label "$name" --nodes $(( nodes > 0 ? nodes : 1 )) --meta "mode=$mode,layout=$layout,link=$LINK" \
+    --label "$name${SERVER_ARGS[*]:+ ${SERVER_ARGS[*]}}" --nodes $(( nodes > 0 ? nodes : 1 )) --meta "mode=$mode,layout=$layout,link=$LINK" \
     --out "$OUT/$name" --progress=false "${BENCH_ARGS[@]}" || echo "   tpbench failed (records so far are kept)"
   if [ "$mode" = netns ] && [ -f "$OUT/$name/requests.jsonl" ] && command -v jq >/dev/null; then
     local row; row=$(write_link_record "$OUT/$name" "$nodes" "$before" "$(link_counters "$nodes")")
