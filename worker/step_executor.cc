@@ -83,7 +83,7 @@ absl::Status StepExecutor::Start(InFlight f) {
   return absl::OkStatus();
 }
 
-absl::Status StepExecutor::Submit(const StepDelta& delta) {
+absl::Status StepExecutor::Submit(const StepDelta& delta, StepTimes* started) {
   if (shut_down_) return absl::FailedPreconditionError("the executor has shut down");
   TP_RETURN_IF_ERROR(broken_);
   if (in_flight() >= max_in_flight()) {
@@ -102,7 +102,9 @@ absl::Status StepExecutor::Submit(const StepDelta& delta) {
     return planned;
   }
   Send(delta.Serialize());
-  return Start(std::move(f));
+  TP_RETURN_IF_ERROR(Start(std::move(f)));
+  if (started != nullptr) *started = in_flight_.back().times;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StepOutput> StepExecutor::Collect(StepTimes* times) {

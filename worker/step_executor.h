@@ -37,7 +37,9 @@ class StepExecutor {
   // Starts a step: sends `delta` and runs rank 0's share (with one stage, the whole step).
   // At most max_in_flight() steps may be started and not collected; the steps of the
   // deltas in flight must not share a sequence (its next tokens depend on the older one).
-  absl::Status Submit(const StepDelta& delta);
+  // `started` (optional): rank 0's times so far (the whole step with one stage; stage 0's
+  // share with several).
+  absl::Status Submit(const StepDelta& delta, StepTimes* started = nullptr);
   // The oldest started step's output, and its times (rank 0's time in it; with pipeline
   // stages the stages' work too). FAILED_PRECONDITION with nothing in flight.
   absl::StatusOr<StepOutput> Collect(StepTimes* times);

@@ -136,7 +136,7 @@ EngineStep EngineCore::Step() {
   // Schedule and start steps while the executor has room: one with a single stage; with
   // pipeline stages one per stage, each on sequences of its own, so that while the later
   // stages run the older steps rank 0 runs the next one's first stage.
-  double started_ms = 0;  // rank 0's time starting steps here (theirs when collected)
+  double started_ms = 0;  // rank 0's forward time in the steps started here (theirs when collected)
   const int max_in_flight = std::min(executor_.max_in_flight(), scheduler_.config().max_steps_in_flight);
   while (executor_.in_flight() < max_in_flight) {
     SchedulerOutput scheduled = scheduler_.Schedule();
@@ -153,20 +153,22 @@ EngineStep EngineCore::Step() {
       SequenceTimes& t = s.seq->times();
       if (t.first_scheduled == absl::InfinitePast()) t.first_scheduled = now;
     }
-    const absl::Status submitted = executor_.Submit(scheduled.plan);
-    started_ms += Ms(absl::Now() - now);
+    StepTimes started;
+    const absl::Status submitted = executor_.Submit(scheduled.plan, &started);
     if (!submitted.ok()) {
       FailAll(submitted, step);
       break;
     }
-    in_flight_.push_back(std::move(scheduled));
+    started_ms += started.total_us / 1000.0;
+    in_flight_.push_back(Started{std::move(scheduled), started.total_us / 1000.0});
   }
   if (in_flight_.empty()) {
     step.coordinator_ms = Ms(absl::Now() - t0) - started_ms;
     return step;
   }
   // Collect the oldest step; update.
-  SchedulerOutput scheduled = std::move(in_flight_.front());
+  SchedulerOutput scheduled = std::move(in_flight_.front().scheduled);
+  const double start_ms = in_flight_.front().start_ms;
   in_flight_.pop_front();
   for (const ScheduledSequence& s : scheduled.scheduled) {
     if (s.seq->is_prefill() || !s.sample) step.num_prefill_tokens += s.num_tokens;
@@ -174,11 +176,10 @@ EngineStep EngineCore::Step() {
   step.num_seqs = static_cast<int32_t>(scheduled.scheduled.size());
   step.num_tokens = scheduled.num_batched_tokens;
   step.steps_in_flight = executor_.in_flight();
-  const absl::Time collect_t0 = absl::Now();
   StepTimes times;
   absl::StatusOr<StepOutput> out = executor_.Collect(&times);
-  const double collect_ms = Ms(absl::Now() - collect_t0);
   step.forward_ms = times.total_us / 1000.0;
+  const double collect_ms = step.forward_ms - start_ms;  // FinishForward's (0 with one stage)
   step.allreduce_ms = times.allreduce_us / 1000.0;
   step.pipeline_ms = times.pipeline_us / 1000.0;
   step.output_ms = times.output_us / 1000.0;
@@ -194,8 +195,9 @@ EngineStep EngineCore::Step() {
     // Update.
     Update(scheduled, *out, step);
   }
-  // What the engine thread did beside the forwards: this call's wall time less the steps it
-  // started (counted when they are collected) and the wait for this one.
+  // What the engine thread did beside the forwards (scheduling, the plan's message, the
+  // update): this call's wall time less the forwards of the steps it started (counted when
+  // they are collected) and the wait for this one's output.
   step.coordinator_ms = Ms(absl::Now() - t0) - started_ms - collect_ms - step.draft_ms;
   return step;
 }

@@ -140,7 +140,11 @@ class EngineCore {
   std::optional<std::mt19937_64> seeds_;  // with a seed: the requests' seeds
   std::unique_ptr<DraftProposer> proposer_;
   std::vector<float> edited_row_;  // EditedRow's
-  std::deque<SchedulerOutput> in_flight_;  // started steps, oldest first (executor_.in_flight() of them)
+  struct Started {
+    SchedulerOutput scheduled;
+    double start_ms = 0;  // rank 0's forward time in Submit (the whole step with one stage)
+  };
+  std::deque<Started> in_flight_;  // started steps, oldest first (executor_.in_flight() of them)
 };
 
 }  // namespace tpserve
