@@ -29,7 +29,9 @@ none_running() { [ "$(metric vllm:num_requests_running)" = 0 ]; }
 start_server() {
   local tag=$1 np=$2
   shift 2
-  setsid timeout -k 10 600 "${MPIRUN[@]}" -np "$np" "$TPSERVE" serve "${MODEL[@]}" --host 127.0.0.1 --http-port 0 \
+  # Niced: ranks that spin in their collectives (four on a 2-core machine) must not keep the
+  # clients, who must read and close in time, off the CPU.
+  setsid timeout -k 10 600 nice -n 19 "${MPIRUN[@]}" -np "$np" "$TPSERVE" serve "${MODEL[@]}" --host 127.0.0.1 --http-port 0 \
     --grpc-port 0 --port-file "$WORK/$tag.ports" --kv-cache-memory 256MiB "$@" >"$WORK/$tag.log" 2>&1 &
   server=$!
   SESSIONS+=("$server")
@@ -45,7 +47,21 @@ stop_server() {
   poll 30 session_gone "$server" || bad "$1: server did not stop: $(tail -5 "$WORK/$1.log")"
 }
 
-# disconnect_rounds NAME: ROUNDS rounds of 20 streams, each read for 5 events (10 lines) and closed.
+# read_events_and_close FIFO: POSTs the completion request read from FIFO, reads the
+# stream until 5 events have come, and closes the connection.
+read_events_and_close() {
+  local body fd line n=0
+  IFS= read -r body <"$1"
+  exec {fd}<>"/dev/tcp/127.0.0.1/$http" || return
+  printf 'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s' \
+    "${#body}" "$body" >&"$fd"
+  while [ $n -lt 5 ] && IFS= read -r -t 60 line <&"$fd"; do
+    case $line in data:*) n=$((n + 1)) ;; esac
+  done
+  exec {fd}>&-
+}
+
+# disconnect_rounds NAME: ROUNDS rounds of 20 streams, each read for 5 events and closed.
 disconnect_rounds() {
   local name=$1 r i
   local cancelled0 length0 tokens0 lengths
@@ -56,18 +72,19 @@ disconnect_rounds() {
   for r in $(seq 1 "$ROUNDS"); do
     local clients=()
     for i in $(seq 1 20); do
-      # curl exits at its first write after head has closed the pipe (SIGPIPE), closing the
-      # socket. logprobs: every token is an event, also one whose text the detokenizer holds
-      # back (random weights emit byte pieces and special tokens that add no text). Each
-      # curl waits for its body on a FIFO, so that all 20 are running before any request
-      # starts: a request sent while the rest are still being forked could run alone, at
-      # this CPU's full speed, to its max_tokens before its own reader got the CPU to close.
+      # logprobs: every token is an event, also one whose text the detokenizer holds back
+      # (random weights emit byte pieces and special tokens that add no text). Each client
+      # waits for its body on a FIFO, so that all 20 are running before any request starts,
+      # and reads and closes its socket itself (no curl | head, whose close waits for two
+      # processes and a SIGPIPE to be scheduled): a request sent while the rest were still
+      # being forked once ran alone, at a fast CPU's ~2600 tokens/s, to its max_tokens before
+      # its reader got the CPU to close.
       mkfifo "$WORK/body-${name// /}-$r-$i"
-      (curl -s -N -m 60 "http://127.0.0.1:$http/v1/completions" -d @"$WORK/body-${name// /}-$r-$i" | head -n 10 >/dev/null) &
+      (read_events_and_close "$WORK/body-${name// /}-$r-$i") &
       clients+=($!)
     done
     for i in $(seq 1 20); do
-      printf '%s' "{\"prompt\":\"round $r stream $i\",\"max_tokens\":$MAX_TOKENS,\"ignore_eos\":true,\"stream\":true,\"logprobs\":1}" \
+      printf '%s\n' "{\"prompt\":\"round $r stream $i\",\"max_tokens\":$MAX_TOKENS,\"ignore_eos\":true,\"stream\":true,\"logprobs\":1}" \
         >"$WORK/body-${name// /}-$r-$i"
     done
     wait "${clients[@]}"
