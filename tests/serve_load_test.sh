@@ -143,10 +143,10 @@ fi
 if start_server np4 4 --max-num-seqs 64; then
   # Four ranks on a 2-core machine: in about 1 CI run in 3 (also at the commit before
   # 2026-12-02's pipeline work, so not new), one stream of the 200 runs to max_tokens while
-  # its client is gone: its ~3000 events are all written before the server sees the close,
-  # as if rank 0's front-end threads got no CPU for about a second beside the ranks
-  # spinning in their collectives. Not understood yet; tolerated for one stream here and
-  # reported in issue 16's notes. Two ranks (one per core) allow none.
+  # its client is gone: the client gets the first event at once and the next four only about
+  # 2 s later, while the engine generates all the stream's tokens, so events are held on the
+  # server between the output processor and the socket. Not understood yet; tolerated for
+  # one stream here and reported in issue 16's notes. Two ranks (one per core) allow none.
   disconnect_rounds "4 ranks" 1
   stop_server np4
 fi
