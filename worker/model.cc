@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "worker/model_layer.h"
@@ -36,6 +37,13 @@ struct Model::Scratch {
 };
 
 namespace {
+// What leaves the last pipeline stage for rank 0: {token ids (it samples), fp32 rows (asked
+// for, or rank 0 samples on the host: it alone holds the logit edits)}.
+std::pair<bool, bool> PipelineOutputKinds(const StepPlan& plan) {
+  return {!plan.sampling.empty() && !plan.samples_on_host(),
+          plan.sampling.empty() || plan.return_logits || plan.samples_on_host()};
+}
+
 double MicrosSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -381,11 +389,9 @@ StepOutput Model::PipelineOutput(const StepPlan& plan, int64_t Lr, StepTimes* ti
     backend_.Synchronize();
     return out;
   }
-  // What leaves the last stage: ids when it samples, fp32 rows when asked for or when rank 0
-  // samples on the host (it alone holds the logit edits); and always the stages' work, so
-  // that rank 0 hears of every step it started.
-  const bool ids = !plan.sampling.empty() && !plan.samples_on_host();
-  const bool rows = plan.sampling.empty() || plan.return_logits || plan.samples_on_host();
+  // Ids and/or rows (PipelineOutputKinds), and always the stages' work, so that rank 0 hears
+  // of every step it started.
+  const auto [ids, rows] = PipelineOutputKinds(plan);
   StepOutput mine;
   if (Lr > 0) {
     mine = DownloadOutput(plan, Lr, /*rows_only=*/!ids);
@@ -407,8 +413,7 @@ StepOutput Model::PipelineOutput(const StepPlan& plan, int64_t Lr, StepTimes* ti
 StepOutput Model::ReceiveOutput(const StepPlan& plan, int64_t Lr, StepTimes* times) {
   StepOutput out;
   const int64_t V = config_.vocab_size;
-  const bool ids = !plan.sampling.empty() && !plan.samples_on_host();
-  const bool rows = plan.sampling.empty() || plan.return_logits || plan.samples_on_host();
+  const auto [ids, rows] = PipelineOutputKinds(plan);
   const auto t0 = std::chrono::steady_clock::now();
   if (Lr > 0 && ids) {
     out.token_ids.resize(Lr);
