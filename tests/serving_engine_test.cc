@@ -244,6 +244,10 @@ TEST(ServingEngine, CancelFreesBlocksAndBadRequestsAreClearErrors) {
     for (int i = 0; i < 1500 && engine.Stats().kv_usage > 0; ++i) absl::SleepFor(absl::Milliseconds(20));
     EXPECT_EQ(engine.Stats().kv_usage, 0.0);
     EXPECT_EQ(engine.Stats().running, 0);
+    // Applied at the step boundary after it arrived: at most one step completed meanwhile.
+    EXPECT_EQ(engine.Stats().aborts, 1);
+    EXPECT_LE(engine.Stats().abort_delay_steps_max, 1);
+    EXPECT_EQ(engine.Stats().abort_delay_steps, engine.Stats().abort_delay_steps_max);
 
     auto too_long = engine.Submit(Greedy("x", Prompt(1, 100), 200));
     ASSERT_FALSE(too_long.ok());

@@ -136,6 +136,14 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
   Counter* prompt_tokens = &registry_.AddCounter("vllm:prompt_tokens_total", "Prompt tokens processed.", l);
   Counter* generation_tokens = &registry_.AddCounter("vllm:generation_tokens_total", "Tokens generated.", l);
   Counter* steps = &registry_.AddCounter("tpserve_engine_steps_total", "Engine steps run.", l);
+  Counter* aborts = &registry_.AddCounter(
+      "tpserve_engine_aborts_total", "Cancelled requests and stop-string matches the engine applied.", l);
+  Counter* abort_delay = &registry_.AddCounter(
+      "tpserve_engine_abort_delay_steps_total",
+      "Engine steps completed between an abort's arrival at the engine and its application, summed.", l);
+  Gauge* abort_delay_max = &registry_.AddGauge(
+      "tpserve_engine_abort_delay_steps_max",
+      "The most engine steps completed between one abort's arrival at the engine and its application.", l);
   constexpr char kStepTime[] = "tpserve_step_time_seconds_total";
   constexpr char kStepTimeHelp[] = "Time spent in engine steps, by phase.";
   Counter* compute_s = &registry_.AddCounter(kStepTime, kStepTimeHelp, Labels(model_name, {{"phase", "compute"}}));
@@ -168,8 +176,9 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
   Gauge* peak_rss = &registry_.AddGauge("tpserve_process_peak_resident_memory_bytes",
                                         "Peak resident memory of rank 0's process since start.");
   registry_.AddCollector([&engine, running, waiting, kv_usage, gpu_cache_usage, prefix_queries, prefix_hits,
-                          preemptions, prompt_tokens, generation_tokens, steps, compute_s, allreduce_s, scheduling_s,
-                          pipeline_s, stages_busy_s, rss, peak_rss, spec_drafts, spec_draft_tokens, spec_accepted, spec_per_pos] {
+                          preemptions, prompt_tokens, generation_tokens, steps, aborts, abort_delay, abort_delay_max,
+                          compute_s, allreduce_s, scheduling_s, pipeline_s, stages_busy_s, rss, peak_rss, spec_drafts,
+                          spec_draft_tokens, spec_accepted, spec_per_pos] {
     const ProcessMemory memory = ReadProcessMemory();
     rss->Set(static_cast<double>(memory.rss_bytes));
     peak_rss->Set(static_cast<double>(memory.peak_rss_bytes));
@@ -184,6 +193,9 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
     prompt_tokens->Set(static_cast<double>(s.prompt_tokens));
     generation_tokens->Set(static_cast<double>(s.generation_tokens));
     steps->Set(static_cast<double>(s.steps));
+    aborts->Set(static_cast<double>(s.aborts));
+    abort_delay->Set(static_cast<double>(s.abort_delay_steps));
+    abort_delay_max->Set(static_cast<double>(s.abort_delay_steps_max));
     compute_s->Set(s.compute_ms / 1e3);
     allreduce_s->Set(s.allreduce_ms / 1e3);
     scheduling_s->Set(s.scheduling_ms / 1e3);

@@ -62,6 +62,12 @@ struct EngineStats {
   int64_t generation_tokens = 0;
   int64_t requests_finished = 0;
   int64_t steps = 0;
+  // Cancels (a client gone, a drain) and stop-string matches the engine applied, and the
+  // engine steps completed between each one's arrival and its application: the engine
+  // checks for them at every step boundary, so at most 1 each.
+  int64_t aborts = 0;
+  int64_t abort_delay_steps = 0;      // summed
+  int64_t abort_delay_steps_max = 0;  // the most for one request
   // Per-step time split, cumulative milliseconds since start.
   double compute_ms = 0;     // forward pass excluding all-reduce and stage transfers
   double allreduce_ms = 0;

@@ -12,7 +12,7 @@ namespace tpserve {
 void ServingEngine::Inbox::Abort(const std::string& request_id) {
   {
     std::lock_guard<std::mutex> lock(mu);
-    aborts.push_back(request_id);
+    aborts.push_back({request_id, steps_done.load()});
   }
   cv.notify_one();
 }
@@ -167,7 +167,7 @@ void ServingEngine::PublishStats(const EngineStep* step) {
 void ServingEngine::Run() {
   while (true) {
     std::deque<Submitted> requests;
-    std::deque<std::string> aborts;
+    std::deque<Inbox::PendingAbort> aborts;
     bool past_deadline = false;
     {
       std::unique_lock<std::mutex> lock(inbox_->mu);
@@ -184,8 +184,15 @@ void ServingEngine::Run() {
     }
     Admit(std::move(requests));
     std::vector<EngineOutput> ended;
-    for (const std::string& id : aborts) {
-      if (absl::StatusOr<EngineOutput> o = core_.Abort(id); o.ok()) ended.push_back(std::move(*o));
+    for (const Inbox::PendingAbort& a : aborts) {
+      absl::StatusOr<EngineOutput> o = core_.Abort(a.request_id);
+      if (!o.ok()) continue;  // it had finished meanwhile
+      ended.push_back(std::move(*o));
+      const int64_t late = inbox_->steps_done.load() - a.steps_done;
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.aborts;
+      stats_.abort_delay_steps += late;
+      stats_.abort_delay_steps_max = std::max(stats_.abort_delay_steps_max, late);
     }
     if (past_deadline) {
       for (const std::string& id : core_.UnfinishedIds()) {
@@ -205,6 +212,7 @@ void ServingEngine::Run() {
       continue;
     }
     EngineStep step = core_.Step();
+    inbox_->steps_done.fetch_add(1);
     PublishStats(&step);
     if (config_.on_step && step.num_seqs > 0) {
       EngineStepStats st{step};  // the StepSummary part

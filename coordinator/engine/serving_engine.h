@@ -83,7 +83,14 @@ class ServingEngine : public EngineApi {
     std::mutex mu;
     std::condition_variable cv;
     std::deque<Submitted> requests;
-    std::deque<std::string> aborts;  // request ids: cancelled streams, matched stop strings
+    // Cancelled streams and matched stop strings, with the engine steps completed when each
+    // arrived (the steps completed between that and its application are its delay).
+    struct PendingAbort {
+      std::string request_id;
+      int64_t steps_done = 0;
+    };
+    std::deque<PendingAbort> aborts;
+    std::atomic<int64_t> steps_done{0};  // engine steps completed (EngineCore::Step returned)
     absl::Time drain_deadline = absl::InfiniteFuture();
     std::atomic<bool> draining{false};
     void Abort(const std::string& request_id);
