@@ -5,6 +5,18 @@
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
 MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
 WORK=$(mktemp -d)
+# long_stream_model FIXTURES_DIR TOKENIZER: sets LONG_MODEL, serve's model flags for tests that
+# need streams to outlast any stall of their clients: the gemma4_text fixture's shape (64
+# wide, 262144 positions) with a vocabulary the tokenizer fits in, dummy weights, at
+# --max-model-len 65536, so that a stream of 60000 tokens runs for tens of seconds even on a
+# fast CPU, where gemma-4-tiny's 4096 positions last ~2 s and a client kept off the CPU that
+# long saw its stream finish.
+long_stream_model() {
+  mkdir -p "$WORK/long-stream-model"
+  sed 's/"vocab_size\(_per_layer_input\)\{0,1\}": 512/"vocab_size\1": 2048/' "$1/models/gemma4_text/config.json" \
+    >"$WORK/long-stream-model/config.json"
+  LONG_MODEL=(--model "$WORK/long-stream-model" --load-format dummy --tokenizer "$2" --device cpu --max-model-len 65536)
+}
 pass=0
 fail=0
 ok() { echo "PASS: $1"; pass=$((pass + 1)); }

@@ -16,7 +16,7 @@ LAUNCHER=$3
 read -r -a LAYOUT <<<"${4:-}"
 source "$(dirname "$0")/harness.sh"
 TOK="$FIX/tokenizers/gemma/tokenizer.json"
-MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu)
+long_stream_model "$FIX" "$TOK"
 STREAMS=4
 LOG="$WORK/server.log"
 LPID=
@@ -35,8 +35,8 @@ gone() { ! kill -0 "$1" 2>/dev/null; }
 # The launcher in a process group of its own (as in serve_signal_test.sh); it starts mpirun
 # in a session of its own, which the ranks stay in.
 set -m
-"$LAUNCHER" "${MPIRUN[@]:1}" -np 2 "$TPSERVE" serve "${MODEL[@]}" --host 127.0.0.1 --http-port 0 --grpc-port 0 \
-  --port-file "$WORK/ports.json" --kv-cache-memory 128MiB "${LAYOUT[@]}" >"$LOG" 2>&1 &
+"$LAUNCHER" "${MPIRUN[@]:1}" -np 2 "$TPSERVE" serve "${LONG_MODEL[@]}" --host 127.0.0.1 --http-port 0 --grpc-port 0 \
+  --port-file "$WORK/ports.json" --kv-cache-memory 256MiB "${LAYOUT[@]}" >"$LOG" 2>&1 &
 LPID=$!
 set +m
 if ! wait_ports "$WORK/ports.json" "$LPID"; then
@@ -64,11 +64,12 @@ if [ ${#LAYOUT[@]} -gt 0 ]; then
   grep -q "pp=2" "$LOG" && ok "the ranks are pipeline stages (${LAYOUT[*]})" || bad "no pp=2 in the log: $(cat "$LOG")"
 fi
 
-# Long streams; logprobs: every token is an event, so a started stream shows at once.
+# Streams far longer than the test (60000 tokens: tens of seconds); logprobs: every token is
+# an event, so a started stream shows at once.
 curl_pids=()
 for i in $(seq 1 $STREAMS); do
-  curl -s -N -m 60 "http://127.0.0.1:$HTTP/v1/completions" \
-    -d '{"prompt":"Hello","max_tokens":4000,"ignore_eos":true,"stream":true,"logprobs":1}' >"$WORK/stream.$i" &
+  curl -s -N -m 120 "http://127.0.0.1:$HTTP/v1/completions" \
+    -d '{"prompt":[2,100,200],"max_tokens":60000,"ignore_eos":true,"stream":true,"logprobs":1}' >"$WORK/stream.$i" &
   curl_pids+=($!)
 done
 all_streaming() {
@@ -101,7 +102,7 @@ while [ $(($(now_ms) - t_kill)) -lt 15000 ]; do
   # a hang (curl exit 28).
   if [ -n "$health_seen" ] && [ -z "$late" ]; then
     late=$(curl -s -m 10 -o "$WORK/late" -w '%{http_code} %{exitcode}' "http://127.0.0.1:$HTTP/v1/completions" \
-      -d '{"prompt":"Hi","max_tokens":3}')
+      -d '{"prompt":[2,100],"max_tokens":3}')
   fi
   if [ -z "$t_streams" ]; then
     running=0
