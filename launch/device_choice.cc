@@ -1,6 +1,8 @@
 // Device and communicator choice. Tested by tests/device_choice_test.cc.
 #include "launch/device_choice.h"
 
+#include <sched.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -72,6 +74,34 @@ TpCommKind ChooseTpCommunicator(int tp_size, int local_size, int device_count, b
 std::string CudaVersionString(int version) {
   if (version <= 0) return "none";
   return absl::StrCat(version / 1000, ".", (version % 1000) / 10);
+}
+
+CpuThreads ChooseCpuThreads(int requested, int node_cores, int local_ranks, int allowed_cores) {
+  if (requested > 0) {
+    CpuThreads t{requested, ""};
+    if (requested > allowed_cores) {
+      t.note = absl::StrCat("--threads ", requested, " is more than the ", allowed_cores,
+                            " core(s) this rank may run on (its CPU affinity, e.g. mpirun's --bind-to): the threads "
+                            "share them");
+    }
+    return t;
+  }
+  const int share = std::max(1, node_cores / std::max(1, local_ranks));
+  if (allowed_cores >= share) return {share, ""};
+  return {std::max(1, allowed_cores),
+          absl::StrCat(std::max(1, allowed_cores), " thread(s), not ", share,
+                       " (the node's cores / its ranks): this rank may run on ", allowed_cores, " of the node's ",
+                       node_cores, " cores (mpirun binds each rank to one core when it starts two or fewer); launch "
+                       "with mpirun --bind-to none, or --map-by slot:PE=",
+                       share, ", for ", share, " each")};
+}
+
+int AllowedCores(int fallback) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return fallback;
+  const int n = CPU_COUNT(&set);
+  return n > 0 ? n : fallback;
 }
 
 }  // namespace tpserve

@@ -44,6 +44,21 @@ std::string_view TpCommKindName(TpCommKind k);
 // agrees (NCCL only if every rank says NCCL).
 TpCommKind ChooseTpCommunicator(int tp_size, int local_size, int device_count, bool have_nccl);
 
+// CPU threads for one rank. `requested` is --threads (0: the default); `node_cores` the
+// node's cores, `local_ranks` the ranks that share them, `allowed_cores` the cores this
+// process may run on (its affinity: mpirun binds each rank to one core by default when it
+// starts two or fewer, Open MPI 4.1). The default is the node's cores shared by its ranks,
+// but never more than the allowed cores: 8 threads bound to one core run at a fraction of
+// one thread's speed. `note` says why when the binding capped the default, or when
+// --threads asks for more than the allowed cores ("" otherwise).
+struct CpuThreads {
+  int threads = 1;
+  std::string note;
+};
+CpuThreads ChooseCpuThreads(int requested, int node_cores, int local_ranks, int allowed_cores);
+// The cores this process may run on (sched_getaffinity), or `fallback` if unknown.
+int AllowedCores(int fallback);
+
 // cudaDriverGetVersion / cudaRuntimeGetVersion's 13000 -> "13.0", 12080 -> "12.8".
 std::string CudaVersionString(int version);
 

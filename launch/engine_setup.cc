@@ -157,12 +157,11 @@ absl::Status MakeBackend(const EngineOptions& o, const WorldConfig& world, Engin
     const ThpMode thp = ReadThpMode();
     bo.cpu_huge_pages = o.cpu_huge_pages && ThpModeAllowsHugePages(thp);
     e.cpu_huge_pages = DescribeHugePages(o.cpu_huge_pages, thp);
-    bo.threads = o.threads;
-    if (bo.threads <= 0) {
-      // Ranks on one node share its cores.
-      bo.threads =
-          std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(std::max(1, world.local_size)));
-    }
+    const int node_cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    const CpuThreads threads =
+        ChooseCpuThreads(o.threads, node_cores, world.local_size, AllowedCores(node_cores));
+    bo.threads = threads.threads;
+    e.cpu_threads_note = threads.note;
     e.backend = MakeCpuBackend(bo);
   }
   if (o.wrap_backend) e.backend = o.wrap_backend(std::move(e.backend));

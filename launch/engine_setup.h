@@ -128,6 +128,7 @@ struct Engine {
   TuneReport tune_report;       // cuda: what start-up's kernel tuning measured on this rank
   std::string cpu_gemm;         // cpu: the prefill GEMM path and why (cpu::GemmChoice); "" on cuda
   std::string cpu_huge_pages;   // cpu: whether large buffers are on huge pages and why (DescribeHugePages); "" on cuda
+  std::string cpu_threads_note;  // cpu: why the threads differ from the default (ChooseCpuThreads); usually ""
 };
 
 // One line on start-up's kernel tuning ("" where it did not run): how many products were

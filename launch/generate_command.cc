@@ -203,6 +203,9 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     if (!engine.cpu_huge_pages.empty()) {
       std::fprintf(stderr, "tpserve: huge pages: %s\n", engine.cpu_huge_pages.c_str());
     }
+    if (!engine.cpu_threads_note.empty()) {
+      std::fprintf(stderr, "tpserve: CPU threads: %s\n", engine.cpu_threads_note.c_str());
+    }
     if (o.engine.speculative.enabled()) {
       std::fprintf(stderr,
                    "tpserve: speculative decoding: %lld decode steps, %lld of %lld draft tokens accepted, mean "

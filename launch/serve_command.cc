@@ -348,6 +348,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   if (!info.speculative_config.empty()) Log(world, absl::StrCat("speculative decoding: ", info.speculative_config));
   if (!info.cpu_gemm.empty()) Log(world, absl::StrCat("prefill GEMMs: ", info.cpu_gemm));
   if (!engine->cpu_huge_pages.empty()) Log(world, absl::StrCat("huge pages: ", engine->cpu_huge_pages));
+  if (!engine->cpu_threads_note.empty()) Log(world, absl::StrCat("CPU threads: ", engine->cpu_threads_note));
   if (const std::string tuning = DescribeTuning(engine->tune_report); !tuning.empty()) {
     Log(world, absl::StrCat(tuning, " (rank 0)"));
   }

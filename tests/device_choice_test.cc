@@ -3,6 +3,8 @@
 // without a GPU: every rank gets the same clear error. CPU only.
 #include "launch/device_choice.h"
 
+#include <sched.h>
+
 #include <numeric>
 
 #include "coordinator/engine/kv_split.h"
@@ -24,6 +26,46 @@ TEST(DeviceChoiceTest, AutoTakesTheGpuWhenThereIsOne) {
   EXPECT_EQ(*ChooseDevice("cpu", true, 8), DeviceKind::kCpu);
   EXPECT_EQ(*ChooseDevice("cuda", true, 1), DeviceKind::kCuda);
   EXPECT_EQ(DeviceKindName(DeviceKind::kCuda), "cuda");
+}
+
+TEST(DeviceChoiceTest, CpuThreadsShareTheNodeWithinTheRanksAffinity) {
+  // Unbound: the node's cores shared by its ranks.
+  EXPECT_EQ(ChooseCpuThreads(0, 16, 2, 16).threads, 8);
+  EXPECT_EQ(ChooseCpuThreads(0, 16, 2, 16).note, "");
+  EXPECT_EQ(ChooseCpuThreads(0, 2, 4, 2).threads, 1);  // oversubscribed: one each
+  // mpirun's default binding for two ranks (one core each): one thread, and the way out.
+  const CpuThreads bound = ChooseCpuThreads(0, 16, 2, 1);
+  EXPECT_EQ(bound.threads, 1);
+  EXPECT_NE(bound.note.find("1 of the node's 16 cores"), std::string::npos) << bound.note;
+  EXPECT_NE(bound.note.find("--bind-to none"), std::string::npos) << bound.note;
+  EXPECT_NE(bound.note.find("PE=8"), std::string::npos) << bound.note;
+  // Bound to a socket with more cores than the share: the share.
+  EXPECT_EQ(ChooseCpuThreads(0, 32, 4, 16).threads, 8);
+  EXPECT_EQ(ChooseCpuThreads(0, 32, 4, 16).note, "");
+  // --threads is kept, with a note when it exceeds the affinity.
+  EXPECT_EQ(ChooseCpuThreads(6, 16, 2, 16).threads, 6);
+  EXPECT_EQ(ChooseCpuThreads(6, 16, 2, 16).note, "");
+  const CpuThreads asked = ChooseCpuThreads(6, 16, 2, 1);
+  EXPECT_EQ(asked.threads, 6);
+  EXPECT_NE(asked.note.find("--threads 6 is more than the 1 core(s)"), std::string::npos) << asked.note;
+}
+
+TEST(DeviceChoiceTest, AllowedCoresIsThisThreadsAffinity) {
+  const int all = AllowedCores(0);
+  ASSERT_GE(all, 1);
+  cpu_set_t saved, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &saved)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  EXPECT_EQ(AllowedCores(0), 1);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
+  EXPECT_EQ(AllowedCores(0), all);
 }
 
 TEST(DeviceChoiceTest, CudaWithoutBuildOrDeviceSaysWhatIsMissing) {
