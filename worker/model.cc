@@ -692,23 +692,20 @@ absl::Status Model::RunStage(const StepPlan& plan, StepTimes* times) {
 }
 
 absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times) {
-  const auto t0 = std::chrono::steady_clock::now();
   StepTimes local;
   if (times == nullptr) times = &local;
+  if (options_.pipeline.stages > 1 && world_->rank() == 0) {  // one step, start to finish
+    TP_RETURN_IF_ERROR(StartForward(plan, times));
+    return FinishForward(plan, times);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
   *times = StepTimes{};
   TP_RETURN_IF_ERROR(RunStage(plan, times));
   if (plan.num_tokens() == 0) return StepOutput{};
   const int64_t Lr = static_cast<int64_t>(plan.logit_rows.size());
   const auto output_t0 = std::chrono::steady_clock::now();
-  StepOutput out;
-  if (options_.pipeline.stages == 1) {
-    out = DownloadOutput(plan, Lr);
-  } else if (world_->rank() == 0) {
-    backend_.Synchronize();
-    out = ReceiveOutput(plan, Lr, times);
-  } else {
-    out = PipelineOutput(plan, Lr, times);
-  }
+  StepOutput out =
+      options_.pipeline.stages == 1 ? DownloadOutput(plan, Lr) : PipelineOutput(plan, Lr, times);
   const auto t1 = std::chrono::steady_clock::now();
   times->output_us = std::chrono::duration<double, std::micro>(t1 - output_t0).count();
   times->total_us = std::chrono::duration<double, std::micro>(t1 - t0).count();
