@@ -374,8 +374,28 @@ sigset_t DrainSignals() {
   return set;
 }
 
+namespace {
+
+// A drain signal delivered to a thread that does not block it: a library's thread started
+// before main() could block them (OpenBLAS's pool starts in its constructor), where the
+// default action killed the rank. Caught here instead, for the watcher to take. A global,
+// as a signal handler's state must be; lock-free, so the store is async-signal-safe.
+std::atomic<int> stray_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+void CatchStraySignal(int sig) { stray_signal.store(sig); }
+
+// The signal a handler caught since the last call, or 0.
+int TakeStraySignal() { return stray_signal.exchange(0); }
+
+}  // namespace
+
 void BlockDrainSignals() {
   const sigset_t set = DrainSignals();
+  struct sigaction action {};
+  action.sa_handler = CatchStraySignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaction(sig, &action, nullptr);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
@@ -410,7 +430,8 @@ int RunServe(const ServeCommandOptions& o, const WorldConfig& mpi_world) {
   std::thread watcher([&] {
     while (!signals.stop.load()) {
       timespec ts{0, 200 * 1000 * 1000};
-      const int sig = sigtimedwait(&set, nullptr, &ts);
+      int sig = sigtimedwait(&set, nullptr, &ts);
+      if (sig <= 0) sig = TakeStraySignal();  // within 200 ms
       if (sig <= 0) continue;
       signals.received.fetch_add(1);
       if (ServingEngine* e = signals.engine.load()) e->Shutdown(absl::Seconds(o.shutdown_timeout_s));

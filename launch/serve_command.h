@@ -62,7 +62,9 @@ sigset_t DrainSignals();
 
 // Blocks DrainSignals() in the calling thread. Call it before MPI or anything else starts
 // threads, so that every thread inherits the mask and only RunServe's watcher receives them
-// (a worker rank must not die of its own signal while rank 0 drains).
+// (a worker rank must not die of its own signal while rank 0 drains). Threads that libraries
+// started before main() do not block them: a handler installed here catches what lands
+// there, for the watcher to take.
 void BlockDrainSignals();
 
 // INVALID_ARGUMENT naming the flag for a value out of range.

@@ -58,14 +58,17 @@ draining() {
   grep -q draining <<<"$out"
 }
 
-# drain_case TAG NAME SIGNAL TARGET: TARGET "pid" signals the launcher, "group" its process group.
+# drain_case TAG NAME SIGNAL TARGET [ENV...]: TARGET "pid" signals the launcher, "group" its
+# process group; ENV: `env` arguments for the launcher (and so the ranks).
 drain_case() {
   local tag=$1 name=$2 sig=$3 target=$4 HTTP GRPC
+  shift 4
+  local environment=("$@")
   local log="$WORK/$tag.log" stream="$WORK/$tag.stream" health_log="$WORK/$tag.health" i
   # Job control: the launcher gets its own process group, as a terminal's foreground job does,
   # and SIGINT is not ignored in it.
   set -m
-  "$LAUNCHER" "${MPIRUN[@]:1}" -np 2 "$TPSERVE" serve "${MODEL[@]}" --host 127.0.0.1 --http-port 0 \
+  env "${environment[@]}" "$LAUNCHER" "${MPIRUN[@]:1}" -np 2 "$TPSERVE" serve "${MODEL[@]}" --host 127.0.0.1 --http-port 0 \
     --grpc-port 0 --port-file "$WORK/$tag.ports" --kv-cache-memory 128MiB --max-num-seqs 1 \
     --shutdown-timeout $DRAIN_S >"$log" 2>&1 &
   LPID=$!
@@ -149,7 +152,10 @@ drain_case() {
     || bad "$name: left in mpirun's session: $(ps -o pid,args -s "$mpirun_pid")"
 }
 
-drain_case term "SIGTERM to tpserve-mpirun" TERM pid
+# Without harness.sh's OMP_NUM_THREADS=1, as users run it: OpenBLAS then starts its thread
+# pool before main() can block the drain signals, and mpirun's SIGUSR1 once landed on one of
+# those threads and killed both ranks (no drain, every stream cut without a reason).
+drain_case term "SIGTERM to tpserve-mpirun" TERM pid -u OMP_NUM_THREADS
 drain_case ctrl_c "Ctrl-C (SIGINT to the launcher's process group)" INT group
 
 finish
