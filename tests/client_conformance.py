@@ -378,6 +378,8 @@ def sync_checks(client, lenient):
                 expect(choice.message.content and not choice.message.tool_calls, f"cut short: {choice.message}")
                 continue
             expect(choice.finish_reason == "tool_calls" and choice.message.tool_calls, f"message {choice.message}")
+            # The text was the calls; it is not repeated as content (as vLLM answers).
+            expect(choice.message.content is None, f"content beside the calls: {choice.message.content!r}")
             for call in choice.message.tool_calls:
                 expect(call.type == "function" and call.function.name in ("get_weather", "get_time"), f"call {call}")
                 json.loads(call.function.arguments)

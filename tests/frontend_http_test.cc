@@ -293,6 +293,27 @@ TEST_F(FrontendTest, HttpModelByIdVersionAndMethods) {
   r = Get("/v1/completions");
   EXPECT_EQ(r.status, 405);
   EXPECT_THAT(Json::parse(r.body)["error"]["message"].get<std::string>(), HasSubstr("use POST"));
+  // A GET route asked with another method names GET, whatever the method was.
+  httplib::Client client("127.0.0.1", http_->port());
+  for (const char* path : {"/v1/models", "/version", "/metrics", "/v1/models/alias-a"}) {
+    auto deleted = client.Delete(path);
+    ASSERT_TRUE(deleted) << path;
+    EXPECT_EQ(deleted->status, 405) << path;
+    EXPECT_EQ(deleted->get_header_value("Allow"), "GET") << path;
+    EXPECT_THAT(deleted->body, HasSubstr("use GET")) << path;
+  }
+  EXPECT_EQ(Post("/v1/models/alias-a", "{}").status, 405);
+}
+
+TEST_F(FrontendTest, HttpModelIdIsPercentDecoded) {
+  // A path-like model name, as a checkpoint directory makes it: clients encode the "/".
+  StartServers({}, {"/models/org/m-1"});
+  HttpResult r = Get("/v1/models/%2Fmodels%2Forg%2Fm%2D1");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Json::parse(r.body)["id"], "/models/org/m-1");
+  EXPECT_EQ(Get("/v1/models//models/org/m-1").status, 200);  // unencoded too
+  EXPECT_EQ(Get("/v1/models/%2Fmodels%2Forg%2Fm-2").status, 404);
+  EXPECT_EQ(Get("/v1/models/%zz").status, 404);  // a malformed escape is the text itself
 }
 
 TEST_F(FrontendTest, HttpHealthAndModels) {

@@ -42,7 +42,7 @@ TEST(OpenAiParseTest, CompletionFieldsMapToSamplingParams) {
     "top_k": -1, "min_p": 0.05, "seed": 42, "stop": "\n", "stop_token_ids": [5, 6],
     "presence_penalty": 0.1, "frequency_penalty": 0.2, "repetition_penalty": 1.1,
     "ignore_eos": true, "min_tokens": 2, "stream": true, "stream_options": {"include_usage": true},
-    "logprobs": 3, "n": 1, "user": "ignored", "unknown_field": [1, 2]})");
+    "logprobs": 3, "n": 1, "user": "ignored"})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->input.model, "m");
   EXPECT_EQ(std::get<std::string>(r->input.prompt), "Hello");
@@ -204,6 +204,36 @@ TEST(OpenAiParseTest, UnimplementedFeaturesAreRefusedNotIgnored) {
     EXPECT_TRUE(r.ok()) << neutral << ": " << r.status();
   }
   EXPECT_TRUE(ParseCompletion(R"({"prompt": "x", "suffix": ""})").ok());
+}
+
+TEST(OpenAiParseTest, UnknownFieldsAreRefusedNotIgnored) {
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "foo_bar": 1})"), "foo_bar", "unrecognized request argument");
+  ExpectFieldError(ParseChat(R"({"messages": [{"role": "user", "content": "x"}], "echo": true})"), "echo",
+                   "unrecognized");  // completions only
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "tools": []})"), "tools", "unrecognized");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "guided_json": {"type": "object"}})"), "guided_json",
+                   "response_format");
+  ExpectFieldError(ParseChat(R"({"messages": [{"role": "user", "content": "x"}], "guided_choice": ["a"]})"),
+                   "guided_choice", "guided decoding");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "include_stop_str_in_output": true})"),
+                   "include_stop_str_in_output", "include_stop_str_in_output = false");
+  ExpectFieldError(ParseChat(R"({"messages": [{"role": "user", "content": "x"}], "parallel_tool_calls": false})"),
+                   "parallel_tool_calls", "not supported");
+  ExpectFieldError(ParseCompletion(R"({"prompt": "x", "stream_options": {"include_usage": true}})"),
+                   "stream_options", "\"stream\": true");
+  // Fixed values that are tpserve's own, nulls, and the end-user id pass.
+  for (const std::string& fine :
+       std::vector<std::string>{R"("include_stop_str_in_output": false)", R"("parallel_tool_calls": true)",
+                                R"("store": false)", R"("guided_json": null)", R"("user": "u-1")",
+                                R"("foo_bar": null)", R"("stream": true, "stream_options": {"include_usage": true})"}) {
+    auto r = ParseChat(R"({"messages": [{"role": "user", "content": "x"}], )" + fine + "}");
+    EXPECT_TRUE(r.ok()) << fine << ": " << r.status();
+  }
+  // skip_special_tokens is read.
+  auto kept = ParseCompletion(R"({"prompt": "x", "skip_special_tokens": false})");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_FALSE(kept->input.params.skip_special_tokens);
+  EXPECT_TRUE(ParseCompletion(R"({"prompt": "x"})")->input.params.skip_special_tokens);
 }
 
 TEST(OpenAiParseTest, MalformedBodies) {
@@ -497,6 +527,16 @@ TEST_F(OpenAiResponseTest, ForcedToolCalls) {
   Json message = Json::parse(b.Body())["choices"][0]["message"];
   ASSERT_EQ(message["tool_calls"].size(), 1u) << message;
   EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], R"({"a":1})");
+  EXPECT_TRUE(message["content"].is_null()) << message;  // the text was the calls: not repeated
+  // A named function, whitespace around its arguments: content null too.
+  OpenAiRequest named_req = req;
+  named_req.input.tool_use.choice = ToolUse::Choice::kNamed;
+  named_req.input.tool_use.function = "get";
+  OpenAiResponseBuilder whole(named_req, "chatcmpl-w", "m", 1, *tokenizer_);
+  whole.Accumulate(Event("  \n{\"a\": 1}\n ", {1}, 1, FinishReason::kStop));
+  message = Json::parse(whole.Body())["choices"][0]["message"];
+  ASSERT_EQ(message["tool_calls"].size(), 1u) << message;
+  EXPECT_TRUE(message["content"].is_null()) << message;
   OpenAiResponseBuilder cut(req, "chatcmpl-r", "m", 1, *tokenizer_);
   cut.Accumulate(Event(R"([{"name": "ge)", {1}, 1, FinishReason::kLength));
   Json body = Json::parse(cut.Body());

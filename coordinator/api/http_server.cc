@@ -17,6 +17,27 @@ namespace {
 
 constexpr char kJson[] = "application/json";
 
+// %XX escapes decoded (RFC 3986); anything else, a malformed escape included, as it is.
+std::string PercentDecode(absl::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
 // Every whole response goes through here (a stream is counted at StartStream), so each is
 // counted once in http_requests_total.
 void Respond(FrontendMetrics& metrics, HttpExchange& exchange, int status, absl::string_view content_type,
@@ -222,21 +243,26 @@ void HttpServer::Handle(std::shared_ptr<HttpExchange> exchange) {
     return Respond(*metrics_, *exchange, 200, kJson,
                    ModelListJson(builder_.served_model_names(), started_unix_s_, engine_.Info().max_model_len));
   }
-  if (constexpr absl::string_view kModel = "/v1/models/";
-      get && absl::StartsWith(req.path, kModel) && req.path.size() > kModel.size()) {
-    const std::string id = req.path.substr(kModel.size());
+  constexpr absl::string_view kModel = "/v1/models/";
+  const bool model_path = absl::StartsWith(req.path, kModel) && req.path.size() > kModel.size();
+  if (get && model_path) {
+    // Clients percent-encode the id (the openai SDK: "/" in a path-like model name is %2F).
+    const std::string id = PercentDecode(absl::string_view(req.path).substr(kModel.size()));
     if (absl::Status known = builder_.CheckModel(id); !known.ok()) return Reply(*exchange, known);
     return Respond(*metrics_, *exchange, 200, kJson, ModelJson(id, started_unix_s_, engine_.Info().max_model_len));
   }
   if (get && req.path == "/version") {
     return Respond(*metrics_, *exchange, 200, kJson, nlohmann::json{{"version", engine_.Info().engine_version}}.dump());
   }
-  const bool known = req.path == "/v1/completions" || req.path == "/v1/chat/completions" || req.path == "/health" ||
-                     req.path == "/metrics" || req.path == "/v1/models" || req.path == "/version";
-  if (known) {
+  // A known route asked with another method: 405 naming the route's own.
+  const bool post_route = req.path == "/v1/completions" || req.path == "/v1/chat/completions";
+  const bool get_route = req.path == "/health" || req.path == "/metrics" || req.path == "/v1/models" ||
+                         req.path == "/version" || model_path;
+  if (post_route || get_route) {
+    const char* allowed = post_route ? "POST" : "GET";
     nlohmann::ordered_json body = ErrorJson(absl::InvalidArgumentError(
-        absl::StrCat("method ", req.method, " is not allowed for ", req.path, "; use ", post ? "GET" : "POST")));
-    return Respond(*metrics_, *exchange, 405, kJson, body.dump(), {{"Allow", post ? "GET" : "POST"}});
+        absl::StrCat("method ", req.method, " is not allowed for ", req.path, "; use ", allowed)));
+    return Respond(*metrics_, *exchange, 405, kJson, body.dump(), {{"Allow", allowed}});
   }
   nlohmann::ordered_json body = ErrorJson(absl::NotFoundError(absl::StrCat("no route for ", req.method, " ", req.path)));
   body["error"]["code"] = nullptr;

@@ -6,6 +6,8 @@
 #include <optional>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/api/api_error.h"
@@ -93,6 +95,50 @@ absl::Status RefuseUnimplemented(OpenAiEndpoint endpoint, const Json& body) {
   if (endpoint == OpenAiEndpoint::kCompletions && Present(body, "suffix", &v) &&
       !(v->is_string() && v->get<std::string>().empty())) {
     return FieldError("suffix", "'suffix' (fill-in-the-middle) is not supported");
+  }
+  return absl::OkStatus();
+}
+
+// Every top-level field is one tpserve reads, or is refused: a field accepted and ignored
+// would leave the client believing it took effect (vLLM's guided_json, say, giving
+// unconstrained output). The OpenAI API itself refuses unknown fields the same way.
+absl::Status RefuseUnknownFields(OpenAiEndpoint endpoint, const Json& body) {
+  static const auto* common = new absl::flat_hash_set<std::string>{
+      "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "min_p", "top_k",
+      "presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens", "ignore_eos", "stop",
+      "stop_token_ids", "seed", "best_of", "response_format", "logit_bias", "n", "logprobs", "skip_special_tokens",
+      // OpenAI's end-user identifier (for the provider's abuse monitoring): nothing to do here.
+      "user"};
+  static const auto* completions = new absl::flat_hash_set<std::string>{"prompt", "echo", "suffix"};
+  static const auto* chat = new absl::flat_hash_set<std::string>{
+      "messages", "add_generation_prompt", "chat_template_kwargs", "max_completion_tokens", "top_logprobs",
+      "tools", "tool_choice"};
+  // Fields whose value here is fixed: that value (or null) passes, any other is refused.
+  static const auto* fixed = new absl::flat_hash_map<std::string, Json>{
+      {"include_stop_str_in_output", false}, {"spaces_between_special_tokens", true},
+      {"continue_final_message", false},     {"use_beam_search", false},
+      {"parallel_tool_calls", true},         {"store", false}};
+  static const auto* guided = new absl::flat_hash_set<std::string>{
+      "guided_json",  "guided_regex",  "guided_choice", "guided_grammar", "guided_decoding_backend",
+      "guided_whitespace_pattern", "structured_outputs"};
+  const auto& own = endpoint == OpenAiEndpoint::kCompletions ? *completions : *chat;
+  for (const auto& [key, value] : body.items()) {
+    if (common->contains(key) || own.contains(key) || value.is_null()) continue;
+    if (auto it = fixed->find(key); it != fixed->end()) {
+      if (value == it->second) continue;
+      return FieldError(key, absl::StrCat("'", key, "' ", Describe(value), " is not supported (tpserve runs as ", key,
+                                          " = ", it->second.dump(), ")"));
+    }
+    if (guided->contains(key)) {
+      return FieldError(key, absl::StrCat("'", key, "' (vLLM's guided decoding) is not supported; ask for ",
+                                          "\"response_format\": {\"type\": \"json_schema\", ...} or "
+                                          "{\"type\": \"json_object\"}"));
+    }
+    return FieldError(key, absl::StrCat("unrecognized request argument '", key, "' (",
+                                        endpoint == OpenAiEndpoint::kCompletions ? "/v1/completions"
+                                                                                 : "/v1/chat/completions",
+                                        " does not take it; fields tpserve does not implement are refused, not "
+                                        "ignored)"));
   }
   return absl::OkStatus();
 }
@@ -286,6 +332,7 @@ absl::Status ParseSampling(const Json& body, OpenAiEndpoint endpoint, OpenAiRequ
   if (p.top_k == -1) p.top_k = 0;  // vLLM spells "off" as -1
   if (absl::Status s = ReadInt32(body, "min_tokens", &p.min_tokens); !s.ok()) return s;
   if (absl::Status s = ReadBool(body, "ignore_eos", &p.ignore_eos); !s.ok()) return s;
+  if (absl::Status s = ReadBool(body, "skip_special_tokens", &p.skip_special_tokens); !s.ok()) return s;
   if (absl::Status s = ParseStop(body, &p.stop); !s.ok()) return s;
   const Json* v;
   if (Present(body, "stop_token_ids", &v)) {
@@ -406,10 +453,13 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
   if (absl::Status s = ReadBool(body, "stream", &r.stream); !s.ok()) return s;
   if (Present(body, "stream_options", &v)) {
     if (!v->is_object()) return TypeError("stream_options", "an object", *v);
+    if (!r.stream) return FieldError("stream_options", "'stream_options' is only allowed with \"stream\": true");
     if (absl::Status s = ReadBool(*v, "include_usage", &r.include_usage); !s.ok()) {
       return FieldError("stream_options.include_usage", "'stream_options.include_usage' must be true or false");
     }
   }
+  // Last, so that a missing or mistyped field the request needs is what the error names.
+  if (absl::Status s = RefuseUnknownFields(endpoint, body); !s.ok()) return s;
   return r;
 }
 

@@ -267,7 +267,10 @@ Json OpenAiResponseBuilder::BodyChoice(int index) const {
     } else if (tool_choice_ != ToolUse::Choice::kNone) {
       absl::StatusOr<std::vector<ToolCall>> parsed =
           ToolCallsFromConstrainedOutput(c.text, tool_function_, ToolContext(index).id_seed);
-      if (parsed.ok()) calls = *std::move(parsed);  // else cut short (max_tokens): the text as it is
+      if (parsed.ok()) {
+        calls = *std::move(parsed);
+        message["content"] = "";  // the text was the calls' arguments, now in tool_calls (as streamed)
+      }  // else cut short (max_tokens): the text as it is
     }
     tool_calls = static_cast<int>(calls.size());
     if (!calls.empty()) {
