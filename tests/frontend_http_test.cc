@@ -191,7 +191,7 @@ TEST_F(FrontendTest, HttpErrors) {
   EXPECT_EQ(r.status, 404);
 
   r = Post("/v1/completions", absl::StrCat(R"({"prompt": ")", std::string(100 << 10, 'a'), R"("})"));
-  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.status, 413);
   EXPECT_THAT(error_of(r)["message"].get<std::string>(), HasSubstr("exceeds the limit of 65536 bytes"));
 
   r = Get("/v1/nothing");

@@ -286,13 +286,13 @@ TEST(HttpTransportTest, RefusesABodyOverTheLimit) {
     ++handled;
     Echo(e);
   });
-  const std::string expected = R"({"status":400,"message":"request body exceeds the limit of 1024 bytes"})";
+  const std::string expected = R"({"status":413,"message":"request body exceeds the limit of 1024 bytes"})";
   {  // by Content-Length, before the body is read
     RawHttpClient c(server->port());
     ASSERT_TRUE(c.Send(PostRequest("/big", std::string(4096, 'x'))));
     absl::StatusOr<RawHttpResponse> r = c.ReadResponse();
     ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(r->status_line, "HTTP/1.1 400 Bad Request");
+    EXPECT_EQ(r->status_line, "HTTP/1.1 413 Payload Too Large");
     EXPECT_EQ(r->Header("content-type"), "application/json");
     EXPECT_EQ(r->Header("connection"), "close");
     EXPECT_EQ(r->body, expected);
@@ -306,7 +306,7 @@ TEST(HttpTransportTest, RefusesABodyOverTheLimit) {
                                     chunk, "0\r\n\r\n")));
     absl::StatusOr<RawHttpResponse> r = c.ReadResponse();
     ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(r->status, 400);
+    EXPECT_EQ(r->status, 413);
     EXPECT_EQ(r->body, expected);
     EXPECT_TRUE(c.WaitClosed());
   }
@@ -331,8 +331,8 @@ TEST(HttpTransportTest, RefusesHeadersOverTheLimit) {
   ASSERT_TRUE(c.Send(Get("/h", absl::StrCat("X-Long: ", std::string(2048, 'h'), "\r\n"))));
   absl::StatusOr<RawHttpResponse> r = c.ReadResponse();
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->status, 400);
-  EXPECT_EQ(r->body, R"({"status":400,"message":"request headers exceed the limit of 512 bytes"})");
+  EXPECT_EQ(r->status, 431);
+  EXPECT_EQ(r->body, R"({"status":431,"message":"request headers exceed the limit of 512 bytes"})");
   EXPECT_TRUE(c.WaitClosed());
 }
 

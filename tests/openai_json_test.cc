@@ -441,6 +441,13 @@ TEST_F(OpenAiResponseTest, CompletionLogprobsShape) {
   EXPECT_EQ(lp["token_logprobs"], Json::parse("[-0.25, -0.25]"));
   EXPECT_EQ(lp["top_logprobs"][1], Json::parse(R"({" world": -0.25})"));
   EXPECT_EQ(lp["text_offset"], Json::parse("[0, 5]"));
+  // A sampled token outside the top N is added to them (up to logprobs + 1 entries).
+  OpenAiResponseBuilder outside(req, "c", "m", 0, *tokenizer_);
+  OutputEvent e = Event("Hello", {576}, 1, FinishReason::kLength);
+  e.logprobs[0] = TokenLogprob{576, -3.0f, {{379, -0.5f}}};
+  outside.Accumulate(e);
+  lp = Json::parse(outside.Body())["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["top_logprobs"][0], Json::parse(R"({" world": -0.5, "Hello": -3.0})"));
 }
 
 TEST_F(OpenAiResponseTest, ChatStreamChunkSequence) {

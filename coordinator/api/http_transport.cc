@@ -234,10 +234,10 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void OnHeader(ErrorCode ec) {
     if (phase_ != Phase::kHeader) return;
     if (ec == http::error::header_limit) {
-      return SendError(400, absl::InvalidArgumentError(absl::StrCat("request headers exceed the limit of ",
+      return SendError(431, absl::InvalidArgumentError(absl::StrCat("request headers exceed the limit of ",
                                                                     shared_->options.max_header_bytes, " bytes")));
     }
-    if (ec == http::error::body_limit) return SendError(400, BodyTooLarge());  // from Content-Length
+    if (ec == http::error::body_limit) return SendError(413, BodyTooLarge());  // from Content-Length
     if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::operation_aborted ||
         ec == asio::error::connection_reset) {
       return Close();
@@ -247,7 +247,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     http_minor_ = header.version() % 10;
     if (boost::optional<uint64_t> length = parser_->content_length();
         length.has_value() && *length > shared_->options.max_body_bytes) {
-      return SendError(400, BodyTooLarge());
+      return SendError(413, BodyTooLarge());
     }
     if (auto expect = header.find(http::field::expect);
         expect != header.end() &&
@@ -267,7 +267,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   void OnBody(ErrorCode ec) {
     if (phase_ != Phase::kHeader && phase_ != Phase::kBody) return;
-    if (ec == http::error::body_limit) return SendError(400, BodyTooLarge());
+    if (ec == http::error::body_limit) return SendError(413, BodyTooLarge());
     if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::operation_aborted ||
         ec == asio::error::connection_reset) {
       return Close();

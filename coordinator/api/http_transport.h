@@ -33,8 +33,8 @@ struct HttpTransportOptions {
   int io_threads = 1;
   // Open connections at most; one more gets a 503 and is closed.
   int max_connections = 4096;
-  size_t max_header_bytes = size_t{64} << 10;
-  size_t max_body_bytes = size_t{4} << 20;  // larger bodies get a 400 before they are read
+  size_t max_header_bytes = size_t{64} << 10;  // longer headers get a 431
+  size_t max_body_bytes = size_t{4} << 20;  // larger bodies get a 413 before they are read
   // A new connection must deliver its first request's headers within header_timeout; a
   // kept-alive connection may idle keep_alive_timeout between requests, then has
   // header_timeout for the headers once the first byte came. The body must arrive within

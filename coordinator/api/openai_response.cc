@@ -111,6 +111,9 @@ Json OpenAiResponseBuilder::LogprobsJson(const std::vector<TokenLogprob>& logpro
     token_logprobs.push_back(lp.logprob);
     Json top = Json::object();
     for (const auto& [id, logprob] : lp.top) top[TokenText(id)] = logprob;
+    // The sampled token is always there, so up to logprobs + 1 entries (OpenAI's legacy
+    // completions, and vLLM's).
+    if (!top.contains(token)) top[token] = lp.logprob;
     top_logprobs.push_back(top);
     offsets.push_back(*text_offset);
     *text_offset += token.size();
