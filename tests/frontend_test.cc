@@ -12,7 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "google/protobuf/descriptor.pb.h"
-#include "coordinator/api/api_error.h"
+#include "coordinator/engine/field_error.h"
 #include "coordinator/api/request_builder.h"
 #include "coordinator/structured/token_matcher.h"
 #include "launch/client_command.h"

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/api/api_error.h"
+#include "coordinator/engine/field_error.h"
 #include "coordinator/api/openai_json.h"
 #include "coordinator/api/openai_response.h"
 #include "coordinator/text/tokenizer.h"

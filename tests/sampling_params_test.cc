@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/engine/field_error.h"
 #include "coordinator/engine/logprobs.h"
 #include "gmock/gmock.h"
 #include "coordinator/structured/grammar_compiler.h"
@@ -101,6 +102,9 @@ TEST(SamplingParamsTest, ErrorsNameTheFieldAndValue) {
     const absl::Status status = p.Validate(1000);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.message;
     EXPECT_THAT(status.message(), HasSubstr(c.message));
+    // Tagged with the field the message starts with (the HTTP API's "param").
+    const std::string field = c.message.substr(0, c.message.find_first_of(" [:"));
+    EXPECT_EQ(ErrorField(status).value_or("(none)"), field) << c.message;
   }
 }
 
@@ -129,7 +133,9 @@ TEST(LogprobsTest, ALogSoftmaxOfTheRawRowWithoutPenalties) {
     double total = 0;
     for (size_t i = 0; i < r->top.size(); ++i) {
       EXPECT_NEAR(r->top[i].second, logits[r->top[i].first] - log_z, 1e-5);
-      if (i > 0) EXPECT_GE(r->top[i - 1].second, r->top[i].second);
+      if (i > 0) {
+        EXPECT_GE(r->top[i - 1].second, r->top[i].second);
+      }
       total += std::exp(r->top[i].second);
     }
     EXPECT_NEAR(total, 1.0, 1e-5);

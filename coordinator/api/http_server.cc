@@ -8,7 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/api/api_error.h"
+#include "coordinator/engine/field_error.h"
 #include "coordinator/api/openai_response.h"
 #include "nlohmann/json.hpp"
 

@@ -10,7 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/api/api_error.h"
+#include "coordinator/engine/field_error.h"
 
 namespace tpserve {
 namespace {

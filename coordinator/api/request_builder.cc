@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "coordinator/api/api_error.h"
+#include "coordinator/engine/field_error.h"
 
 namespace tpserve {
 namespace {

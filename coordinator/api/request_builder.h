@@ -105,7 +105,7 @@ class RequestBuilder {
   const std::string& ResolveModel(absl::string_view model) const;
 
   // request_id is `id_prefix` plus a process-unique suffix. Errors are INVALID_ARGUMENT
-  // tagged with the field (coordinator/api/api_error.h) or NOT_FOUND for the model.
+  // tagged with the field (coordinator/engine/field_error.h) or NOT_FOUND for the model.
   absl::StatusOr<ServeRequest> Build(GenerateInput input, absl::string_view id_prefix) const;
 
   const Tokenizer& tokenizer() const { return tokenizer_; }

@@ -1,5 +1,5 @@
-// FieldError / ErrorField. Tested by tests/openai_json_test.cc.
-#include "coordinator/api/api_error.h"
+// FieldError / ErrorField. Tested by tests/openai_json_test.cc and tests/sampling_params_test.cc.
+#include "coordinator/engine/field_error.h"
 
 #include "absl/strings/cord.h"
 

@@ -1,4 +1,5 @@
-// Request errors tagged with the request field at fault, so the HTTP edge can fill OpenAI's
+// Request errors tagged with the request field at fault (by the API parsers and by
+// SamplingParams::Validate), so the HTTP edge can fill OpenAI's
 // "param". Tested by tests/openai_json_test.cc.
 #pragma once
 
