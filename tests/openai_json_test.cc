@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/engine/field_error.h"
 #include "coordinator/api/openai_json.h"
 #include "coordinator/api/openai_response.h"
+#include "coordinator/engine/field_error.h"
 #include "coordinator/text/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

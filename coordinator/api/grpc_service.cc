@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/engine/field_error.h"
 #include "coordinator/api/grpc_generate_reactor.h"
 #include "coordinator/api/grpc_status.h"
 #include "coordinator/api/process_info.h"
+#include "coordinator/engine/field_error.h"
 
 namespace tpserve {
 namespace {

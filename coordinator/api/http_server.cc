@@ -8,8 +8,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/engine/field_error.h"
 #include "coordinator/api/openai_response.h"
+#include "coordinator/engine/field_error.h"
 #include "nlohmann/json.hpp"
 
 namespace tpserve {
