@@ -74,11 +74,11 @@ void ExerciseDeviceCollectives(int rank, Communicator& comm, cudaStream_t stream
     }
   }
   EXPECT_EQ(bcast, (std::vector<int32_t>{n - 1, n - 1}));
-  // Host buffers pass through to the host collectives.
+  // Host buffers go through host(), the bootstrap (the helpers use it themselves).
   int64_t v = 5 + rank;
   EXPECT_EQ(comm.AllReduceMin(v), 5);
   std::vector<float> host(4, static_cast<float>(rank));
-  comm.AllReduceSum(host.data(), host.size(), DType::kF32);
+  comm.host().AllReduceSum(host.data(), host.size(), DType::kF32);
   EXPECT_EQ(host[3], static_cast<float>(n * (n - 1) / 2));
 }
 

@@ -1,8 +1,10 @@
 // CUDA-graph decode steps: a decoder-layer-shaped step (embedding, norm, q/k/v
 // projections, RoPE, KV write, paged attention, output projection, residual, LM head,
 // softcap) on the CUDA backend, padded to a captured batch size and replayed with new
-// inputs each step, gives the logits of the same steps run eagerly. GPU test.
+// inputs each step, gives the logits of the same steps run eagerly. And the backend's
+// SpanTimer (events, no synchronize) beside capture. GPU test.
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -167,6 +169,45 @@ TEST_P(CudaGraphTest, ReplayedDecodeStepsMatchEagerSteps) {
 
 // 3 real rows pad to 4 (the GEMV path); 5 pad to 8 (the cuBLASLt path).
 INSTANTIATE_TEST_SUITE_P(Batches, CudaGraphTest, ::testing::Values(1, 3, 5));
+
+// The CUDA backend's SpanTimer: events around enqueued work, read once it has completed;
+// Take empties it; a span begun while the stream is captured is not timed (a replay times
+// nothing).
+TEST(CudaSpanTimerTest, TimesEnqueuedWorkAndNotCapturedSpans) {
+  TP_SKIP_WITHOUT_GPU();
+  auto backend = MakeCudaBackend(BackendOptions{});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  CudaBackend& b = **backend;
+  const size_t bytes = size_t{64} << 20;
+  auto buf = b.Allocate(bytes);
+  ASSERT_TRUE(buf.ok()) << buf.status();
+  std::unique_ptr<SpanTimer> timer = b.MakeSpanTimer();
+  for (int i = 0; i < 3; ++i) {
+    timer->Begin();
+    ASSERT_EQ(cudaMemsetAsync((*buf)->data(), i, bytes, b.stream()), cudaSuccess);
+    timer->End();
+  }
+  b.Synchronize();
+  const double us = timer->TakeUs();
+  EXPECT_GT(us, 0.0);
+  EXPECT_LT(us, 10e6);
+  EXPECT_EQ(timer->TakeUs(), 0.0);
+
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(b.stream(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  timer->Begin();
+  const cudaError_t set = cudaMemsetAsync((*buf)->data(), 7, bytes, b.stream());
+  timer->End();
+  ASSERT_EQ(cudaStreamEndCapture(b.stream(), &graph), cudaSuccess);
+  ASSERT_EQ(set, cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, b.stream()), cudaSuccess);
+  b.Synchronize();
+  EXPECT_EQ(timer->TakeUs(), 0.0);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
 
 }  // namespace
 }  // namespace tpserve

@@ -450,6 +450,45 @@ TEST(ModelTest, WorkersSampleTheLogitRows) {
   }
 }
 
+// StepTimes::allreduce_us is the step's all-reduces as the backend's SpanTimer timed them:
+// none at TP 1, some (and less than the step) at TP 2, and rank 0's own share of the stages'
+// work with one stage.
+TEST(ModelTest, AllReduceTimeIsTheStepsCollectives) {
+  auto config = PresetModelConfig("gemma-4-tiny");
+  ASSERT_TRUE(config.ok()) << config.status();
+  for (int tp : {1, 2}) {
+    testing::RunThreads(tp, [&](Communicator& comm) {
+      auto source = MakeDummySource(*config, 7);
+      auto backend = MakeCpuBackend(BackendOptions{.threads = 1});
+      auto model = Model::Load(*config, *source, *backend, comm, ModelOptions{});
+      ASSERT_TRUE(model.ok()) << model.status();
+      ASSERT_TRUE((*model)->AllocateKvCache(8).ok());
+      StepPlan plan;
+      plan.num_seqs = 1;
+      KvGroupPlan kv{{}, 1, {0}};
+      for (int p = 0; p < 8; ++p) {
+        plan.token_ids.push_back(100 + 37 * p);
+        plan.positions.push_back(p);
+        plan.token_seq.push_back(0);
+        kv.slot_mapping.push_back(p);
+      }
+      plan.kv.assign((*model)->num_kv_blocks().size(), kv);
+      plan.logit_rows = {7};
+      for (int step = 0; step < 2; ++step) {  // the second step counts its own spans only
+        StepTimes times;
+        ASSERT_TRUE((*model)->Forward(plan, &times).ok());
+        if (tp == 1) {
+          EXPECT_EQ(times.allreduce_us, 0.0);
+        } else {
+          EXPECT_GT(times.allreduce_us, 0.0) << "rank " << comm.rank();
+          EXPECT_LT(times.allreduce_us, times.total_us) << "rank " << comm.rank();
+        }
+        EXPECT_EQ(times.stages_allreduce_us, times.allreduce_us);
+      }
+    });
+  }
+}
+
 TEST(ModelTest, UnevenSplitsAreClearErrors) {
   auto c = LoadModelConfig(testing::FixtureDir("gemma4_text"));
   ASSERT_TRUE(c.ok());

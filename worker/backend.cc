@@ -2,6 +2,9 @@
 // through tests/model_test.cc (the CPU backend uses every default) and, for the CUDA
 // backend's fused versions, tests/cuda_elementwise_test.cc and tests/cuda_linear_test.cc.
 #include <algorithm>
+#include <chrono>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "worker/backend.h"
@@ -29,6 +32,25 @@ absl::StatusOr<KernelOptions> ParseKernelOptions(std::string_view spec) {
 std::string KernelOptionsName(const KernelOptions& k) {
   return absl::StrCat(k.tuned ? "tuned" : k.bulk_gemv ? "bulk" : "split", k.pdl ? "+pdl" : "");
 }
+
+namespace {
+
+class WallClockSpanTimer : public SpanTimer {
+ public:
+  void Begin() override { start_ = std::chrono::steady_clock::now(); }
+  void End() override {
+    total_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_).count();
+  }
+  double TakeUs() override { return std::exchange(total_us_, 0.0); }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+  double total_us_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<SpanTimer> Backend::MakeSpanTimer() { return std::make_unique<WallClockSpanTimer>(); }
 
 void Backend::CopyFromHost2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
                              size_t rows) {

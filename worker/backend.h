@@ -124,6 +124,21 @@ struct BackendOptions {
   KernelOptions kernels{};
 };
 
+// Times spans of a rank's enqueued work (its collectives) in the order the backend runs
+// them: on the host by the wall clock (the work runs inside the call); on a GPU by events
+// recorded on the stream around it, read once the work has completed, so that timing
+// needs no synchronize before or after the span. Spans begun while a CUDA graph is being
+// captured are not timed (a replayed graph times nothing). One thread uses it.
+class SpanTimer {
+ public:
+  virtual ~SpanTimer() = default;
+  virtual void Begin() = 0;
+  virtual void End() = 0;
+  // The total of the spans ended since the last call, in microseconds. Call it once the
+  // backend has completed the work (after Synchronize or a copy to the host).
+  virtual double TakeUs() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -218,6 +233,9 @@ class Backend {
   // Graphs of decode steps on this backend's stream, for these batch sizes; null where the
   // backend cannot capture (the CPU). The graphs notice the backend's own workspaces moving.
   virtual std::unique_ptr<StepGraphs> MakeStepGraphs(const std::vector<int32_t>& /*batch_sizes*/) { return nullptr; }
+  // A timer for spans of this backend's work (SpanTimer). Default: the wall clock, for
+  // backends whose ops complete inside their calls (the CPU).
+  virtual std::unique_ptr<SpanTimer> MakeSpanTimer();
 };
 
 std::unique_ptr<Backend> MakeCpuBackend(const BackendOptions& options);

@@ -32,7 +32,7 @@ absl::Status Communicator::AgreeOnStatus(const absl::Status& local) {
     msg.assign(text.begin(), text.end());
     code = static_cast<int32_t>(local.code());
   }
-  Broadcast(&code, sizeof(code), static_cast<int>(first));
+  host().Broadcast(&code, sizeof(code), static_cast<int>(first));
   BroadcastBytes(msg, static_cast<int>(first));
   std::string text(msg.begin(), msg.end());
   if (rank() != first) text = "rank " + std::to_string(first) + ": " + text;
@@ -41,7 +41,7 @@ absl::Status Communicator::AgreeOnStatus(const absl::Status& local) {
 
 std::vector<int64_t> Communicator::AllGatherInt64(int64_t v) {
   std::vector<int64_t> all(size());
-  AllGather(&v, sizeof(v), all.data());
+  host().AllGather(&v, sizeof(v), all.data());
   return all;
 }
 
@@ -57,9 +57,9 @@ int64_t Communicator::AllReduceMax(int64_t v) {
 
 void Communicator::BroadcastBytes(std::vector<uint8_t>& bytes, int root) {
   uint64_t n = bytes.size();
-  BroadcastWaiting(&n, sizeof(n), root);
+  host().BroadcastWaiting(&n, sizeof(n), root);
   bytes.resize(n);
-  if (n > 0) Broadcast(bytes.data(), n, root);
+  if (n > 0) host().Broadcast(bytes.data(), n, root);
 }
 
 }  // namespace tpserve

@@ -81,8 +81,12 @@ class Communicator {
   // Whether collectives on device buffers may be captured into a CUDA graph (NCCL on the
   // backend's stream); host and staged collectives synchronize, so they may not.
   virtual bool capturable() const { return false; }
+  // The same ranks' collectives on host memory. A device communicator (NCCL, staged) takes
+  // device buffers only, so that no call asks the driver what kind of memory it was given;
+  // host buffers go through host(), its bootstrap. Host and thread communicators: *this.
+  virtual Communicator& host() { return *this; }
 
-  // Helpers built on the collectives above.
+  // Helpers built on the collectives above, on host memory (through host()).
   // Every rank gets the first failing rank's status (OK when all are OK); used after
   // start-up phases so that a failure on one rank is an error on all, never a hang.
   absl::Status AgreeOnStatus(const absl::Status& local);

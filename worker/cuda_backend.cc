@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_check.h"
@@ -47,6 +49,61 @@ class CudaBuffer : public Buffer {
   size_t n_;
   int device_;
   std::shared_ptr<std::atomic<int64_t>> live_;  // the backend's count of live bytes
+};
+
+// SpanTimer by a pair of events per span, recorded on the stream: no synchronize around
+// the span, the times read once the stream has passed the end events. A span begun while
+// the stream is being captured into a graph is not timed.
+class EventSpanTimer : public SpanTimer {
+ public:
+  explicit EventSpanTimer(cudaStream_t stream) : stream_(stream) {}
+  ~EventSpanTimer() override {
+    for (auto& [start, end] : events_) {
+      cudaEventDestroy(start);
+      cudaEventDestroy(end);
+    }
+  }
+  void Begin() override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    TP_CUDA_CHECK(cudaStreamIsCapturing(stream_, &status));
+    open_ = status == cudaStreamCaptureStatusNone;
+    if (!open_) return;
+    if (used_ == kMaxPending) Fold();  // a caller that never takes: bounded, at the cost of a wait
+    if (used_ == events_.size()) {
+      std::pair<cudaEvent_t, cudaEvent_t> e{};
+      TP_CUDA_CHECK(cudaEventCreate(&e.first));
+      TP_CUDA_CHECK(cudaEventCreate(&e.second));
+      events_.push_back(e);
+    }
+    TP_CUDA_CHECK(cudaEventRecord(events_[used_].first, stream_));
+  }
+  void End() override {
+    if (!open_) return;
+    open_ = false;
+    TP_CUDA_CHECK(cudaEventRecord(events_[used_].second, stream_));
+    ++used_;
+  }
+  double TakeUs() override {
+    Fold();
+    return std::exchange(folded_us_, 0.0);
+  }
+
+ private:
+  static constexpr size_t kMaxPending = 4096;
+  void Fold() {
+    for (size_t i = 0; i < used_; ++i) {
+      TP_CUDA_CHECK(cudaEventSynchronize(events_[i].second));  // at once after the step's sync
+      float ms = 0;
+      TP_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i].first, events_[i].second));
+      folded_us_ += 1000.0 * ms;
+    }
+    used_ = 0;
+  }
+  cudaStream_t stream_;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
+  size_t used_ = 0;
+  bool open_ = false;
+  double folded_us_ = 0;
 };
 
 bf16* Bf16(const Tensor& t) {
@@ -138,8 +195,7 @@ class CudaBackendImpl : public CudaBackend {
     TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     TP_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
-  // A no-op while capturing: the layers synchronize before host collectives, which a
-  // captured step replaces by NCCL on this stream.
+  // A no-op while capturing (a captured step's collectives are NCCL on this stream).
   void Synchronize() override {
     if (capturing()) return;
     TP_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -291,6 +347,7 @@ class CudaBackendImpl : public CudaBackend {
     return EnsureWorkspace(WorkspaceBytes(tokens, p));
   }
   std::unique_ptr<StepGraphs> MakeStepGraphs(const std::vector<int32_t>& batch_sizes) override;
+  std::unique_ptr<SpanTimer> MakeSpanTimer() override { return std::make_unique<EventSpanTimer>(stream_); }
   // Bumped whenever captured graphs go stale: the attention workspace moved, or the kernel
   // options or tuned choices changed.
   uint64_t workspace_generation() const { return workspace_generation_; }

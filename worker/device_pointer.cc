@@ -4,6 +4,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace tpserve {
 
 bool IsDevicePointer(const void* p) {
@@ -14,6 +17,19 @@ bool IsDevicePointer(const void* p) {
     return false;
   }
   return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+}
+
+void DeviceBufferCheck::Expect(const void* p, const char* call) {
+  if (device_.contains(p)) return;
+  if (!IsDevicePointer(p)) {
+    std::fprintf(stderr,
+                 "tpserve: %s on a device communicator was given host memory (%p): host buffers go "
+                 "through Communicator::host()\n",
+                 call, p);
+    std::abort();
+  }
+  if (device_.size() >= 4096) device_.clear();  // buffers come and go (growth): ask again
+  device_.insert(p);
 }
 
 }  // namespace tpserve

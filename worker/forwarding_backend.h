@@ -24,6 +24,7 @@ class ForwardingBackend : public Backend {
   void CopyFromHost(void* dst, const void* src, size_t bytes) override { inner_->CopyFromHost(dst, src, bytes); }
   void CopyToHost(void* dst, const void* src, size_t bytes) override { inner_->CopyToHost(dst, src, bytes); }
   void Synchronize() override { inner_->Synchronize(); }
+  std::unique_ptr<SpanTimer> MakeSpanTimer() override { return inner_->MakeSpanTimer(); }
   void SetKernelOptions(const KernelOptions& k) override { inner_->SetKernelOptions(k); }
   absl::StatusOr<TuneReport> TuneKernels(const KernelUses& uses) override { return inner_->TuneKernels(uses); }
   void CopyFromHost2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,

@@ -2,7 +2,6 @@
 // Tested through tests/model_test.cc.
 #include "worker/layers.h"
 
-#include <chrono>
 
 #include "absl/strings/str_cat.h"
 
@@ -25,10 +24,6 @@ absl::Status ReadInto(const LoadContext& ctx, const SliceRequest& req, DType dty
   TP_RETURN_IF_ERROR(ctx.source.Read(req, dtype, host.get()));
   ctx.backend.CopyFromHost(device_dst, host.get(), bytes);
   return absl::OkStatus();
-}
-
-double ElapsedUs(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace
@@ -87,7 +82,7 @@ absl::StatusOr<RowParallelLinear> RowParallelLinear::Load(const LoadContext& ctx
 }
 
 void RowParallelLinear::Forward(Backend& b, Communicator& comm, const Tensor& x, Tensor y,
-                                double* allreduce_us) const {
+                                SpanTimer& allreduce) const {
   // Rank 0 adds the bias inside its GEMM (Linear's bias epilogue, as q/k/v use), before the
   // all-reduce: the sum then holds it once, with no extra op or pass over y; at TP 1 this
   // is transformers' own x·W^T + b. Adding it after the all-reduce would need every rank
@@ -95,10 +90,9 @@ void RowParallelLinear::Forward(Backend& b, Communicator& comm, const Tensor& x,
   const float* bias = bias_ != nullptr && comm.rank() == 0 ? static_cast<const float*>(bias_->data()) : nullptr;
   b.Linear(x, weight_.view, bias, y);
   if (comm.size() > 1) {
-    b.Synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
+    allreduce.Begin();
     comm.AllReduceSum(y.data, static_cast<size_t>(y.numel()), y.dtype);
-    *allreduce_us += ElapsedUs(t0);
+    allreduce.End();
   }
 }
 
@@ -119,13 +113,12 @@ absl::StatusOr<VocabParallelEmbedding> VocabParallelEmbedding::Load(const LoadCo
 }
 
 void VocabParallelEmbedding::Lookup(Backend& b, Communicator& comm, const int32_t* ids, int64_t n, float scale,
-                                    Tensor out, double* allreduce_us) const {
+                                    Tensor out, SpanTimer& allreduce) const {
   b.Embedding(ids, n, table_.view, vocab_start_, scale, out);
   if (comm.size() > 1) {
-    b.Synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
+    allreduce.Begin();
     comm.AllReduceSum(out.data, static_cast<size_t>(out.numel()), out.dtype);
-    *allreduce_us += ElapsedUs(t0);
+    allreduce.End();
   }
 }
 

@@ -62,8 +62,8 @@ class RowParallelLinear {
   static absl::StatusOr<RowParallelLinear> Load(const LoadContext& ctx, const std::string& name, int64_t out_features,
                                                 int64_t in_features, int64_t col0, int64_t cols,
                                                 const std::string& bias_name = "");
-  // Adds the all-reduce time to *allreduce_us.
-  void Forward(Backend& b, Communicator& comm, const Tensor& x, Tensor y, double* allreduce_us) const;
+  // The all-reduce is enqueued behind the product (no synchronize) and timed by `allreduce`.
+  void Forward(Backend& b, Communicator& comm, const Tensor& x, Tensor y, SpanTimer& allreduce) const;
   const Tensor& weight() const { return weight_.view; }
 
  private:
@@ -79,7 +79,7 @@ class VocabParallelEmbedding {
                                                      int64_t vocab, int64_t dim, int rank, int tp);
   // out = all_reduce(lookup(ids) * scale).
   void Lookup(Backend& b, Communicator& comm, const int32_t* ids, int64_t n, float scale, Tensor out,
-              double* allreduce_us) const;
+              SpanTimer& allreduce) const;
   // This rank's logits [x.rows, rows()] = x · table^T.
   void Logits(Backend& b, const Tensor& x, Tensor out) const;
   int64_t vocab_start() const { return vocab_start_; }

@@ -50,7 +50,13 @@ double MicrosSince(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 Model::Model(const ModelConfig& c, Backend& b, Communicator& comm, const ModelOptions& o, Communicator* world)
-    : config_(c), backend_(b), comm_(comm), world_(world), options_(o), scratch_(std::make_unique<Scratch>()) {}
+    : config_(c),
+      backend_(b),
+      comm_(comm),
+      world_(world),
+      options_(o),
+      scratch_(std::make_unique<Scratch>()),
+      allreduce_timer_(b.MakeSpanTimer()) {}
 Model::~Model() = default;
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, const WeightSource& source,
@@ -258,7 +264,7 @@ void Model::RunLayer(Layer& L, const Layer* next, int64_t T, StepTimes* times) {
   const cpu::PagedAttentionParams ap = AttentionParams(L, s.table_width[g]);
   backend_.PagedAttention(q, L.k_cache->data(), L.v_cache->data(), static_cast<const int32_t*>(s.token_seq->data()),
                           positions, static_cast<const int32_t*>(s.block_tables[g]->data()), ap, attn);
-  L.o_proj.Forward(backend_, comm_, attn, o, &times->allreduce_us);
+  L.o_proj.Forward(backend_, comm_, attn, o, *allreduce_timer_);
   const bool sandwich = config_.sandwich_norms;
   const DeviceTensor& pre_mlp_norm = sandwich ? L.pre_ffn_norm : L.post_attn_norm;
   backend_.ResidualNorm(o, sandwich ? weights(L.post_attn_norm) : nullptr, h, 1.0f, weights(pre_mlp_norm), eps, nk,
@@ -269,7 +275,7 @@ void Model::RunLayer(Layer& L, const Layer* next, int64_t T, StepTimes* times) {
   const Tensor gu{s.gate_up->data(), adt, T, 2 * I}, a{s.act->data(), adt, T, I};
   L.gate_up_proj.Forward(backend_, x, gu);
   backend_.GatedActivation(gu, config_.activation, a);
-  L.down_proj.Forward(backend_, comm_, a, o, &times->allreduce_us);
+  L.down_proj.Forward(backend_, comm_, a, o, *allreduce_timer_);
   backend_.ResidualNorm(o, sandwich ? weights(L.post_ffn_norm) : nullptr, h, L.layer_scalar,
                         next != nullptr ? weights(next->input_norm) : nullptr, eps, nk, x);
 }
@@ -315,7 +321,7 @@ void Model::RunDevice(int64_t T, int64_t Lr, StepTimes* times) {
   const Tensor h{s.h->data(), adt, T, H};
   if (options_.pipeline.first()) {
     embed_.Lookup(backend_, comm_, static_cast<const int32_t*>(s.ids->data()), T, embed_scale_, h,
-                  &times->allreduce_us);
+                  *allreduce_timer_);
   } else {
     ReceiveHidden(T, times);
   }
@@ -357,6 +363,12 @@ void Model::ReceiveHidden(int64_t T, StepTimes* times) {
   times->pipeline_us += MicrosSince(t0);
 }
 
+void Model::TakeAllReduceTime(StepTimes* times) {
+  const double us = allreduce_timer_->TakeUs();
+  times->allreduce_us += us;
+  if (options_.pipeline.first()) times->stages_allreduce_us += us;  // rank 0's own share
+}
+
 std::array<double, 2> Model::StagesWork(const StepTimes* times) const {
   const Scratch& s = *scratch_;
   if (options_.pipeline.first()) return {0, 0};  // rank 0's stage times itself
@@ -373,6 +385,7 @@ void Model::SendHidden(int64_t T, StepTimes* times) {
     backend_.CopyToHost(s.transfer.data(), s.h->data(), bytes);  // waits for the stage's kernels
     src = s.transfer.data();
   }
+  TakeAllReduceTime(times);
   const std::array<double, 2> work = StagesWork(times);
   s.downstream[0] = work[0];
   s.downstream[1] = work[1];
@@ -398,6 +411,7 @@ StepOutput Model::PipelineOutput(const StepPlan& plan, int64_t Lr, StepTimes* ti
   } else {
     backend_.Synchronize();
   }
+  TakeAllReduceTime(times);
   if (comm_.rank() == 0) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::array<double, 2> work = StagesWork(times);
@@ -502,7 +516,7 @@ StepOutput Model::DownloadOutput(const StepPlan& plan, int64_t Lr, bool rows_onl
     for (int64_t r = 0; r < Lr; ++r) ToF32(raw.data() + r * head.rows() * DTypeSize(adt), adt, head.rows(), &local[r * shard]);
     std::vector<float> gathered(comm_.rank() == 0 ? static_cast<size_t>(tp * Lr * shard) : 0);
     if (tp > 1) {
-      comm_.Gather(local.data(), local.size() * 4, gathered.data(), 0);
+      comm_.host().Gather(local.data(), local.size() * 4, gathered.data(), 0);
     } else {
       gathered.swap(local);
     }
@@ -675,18 +689,14 @@ absl::Status Model::RunStage(const StepPlan& plan, StepTimes* times) {
       std::fprintf(stderr, "tpserve: %s\n", std::string(st.message()).c_str());
       graph_warned_ = true;
     }
-    if (graphs_->captured(B)) {
-      times->allreduce_us = 0;
-      ++replayed_steps_;
-    }
+    if (graphs_->captured(B)) ++replayed_steps_;
   } else {
     TP_RETURN_IF_ERROR(UploadStep(plan));
     RunDevice(T, Lr, times);
   }
   hidden_rows_ = Lr;  // a replayed step's real rows come first
-  if (options_.pipeline.first()) {  // rank 0's own share; later stages report theirs
+  if (options_.pipeline.first()) {  // rank 0's own share (TakeAllReduceTime adds its all-reduce); later stages report theirs
     times->stages_busy_us += MicrosSince(t0) - waited_us - (times->pipeline_us - pipeline_before);
-    times->stages_allreduce_us += times->allreduce_us;
   }
   return absl::OkStatus();
 }
@@ -706,6 +716,7 @@ absl::StatusOr<StepOutput> Model::Forward(const StepPlan& plan, StepTimes* times
   const auto output_t0 = std::chrono::steady_clock::now();
   StepOutput out =
       options_.pipeline.stages == 1 ? DownloadOutput(plan, Lr) : PipelineOutput(plan, Lr, times);
+  TakeAllReduceTime(times);  // the step's work is done
   const auto t1 = std::chrono::steady_clock::now();
   times->output_us = std::chrono::duration<double, std::micro>(t1 - output_t0).count();
   times->total_us = std::chrono::duration<double, std::micro>(t1 - t0).count();
@@ -720,6 +731,7 @@ absl::Status Model::StartForward(const StepPlan& plan, StepTimes* times) {
   *times = StepTimes{};
   TP_RETURN_IF_ERROR(RunStage(plan, times));
   backend_.Synchronize();
+  TakeAllReduceTime(times);  // SendHidden took it already; nothing left but on an empty plan
   times->total_us = MicrosSince(t0);
   return absl::OkStatus();
 }

@@ -44,8 +44,9 @@ struct ModelOptions {
 
 struct StepTimes {
   double total_us = 0;
-  // Time inside all-reduce calls (includes waiting for peers). 0 for a step replayed from
-  // a CUDA graph: its collectives run inside the graph, where the host cannot time them.
+  // Time in the all-reduces (waiting for peers included): on the host the calls' wall time,
+  // on a GPU the stream's time between events around them (Backend::MakeSpanTimer). 0 for
+  // a step replayed from a CUDA graph (its collectives are inside the graph).
   double allreduce_us = 0;
   // The step's output stage (DownloadOutput, part of total_us): the logit rows to rank 0
   // and their sampling. On a CPU rank 0, or with logit edits, that is the host's copy of
@@ -224,6 +225,9 @@ class Model {
   // What this stage passes on: the work of the stages from 1 up to this one (Scratch::upstream
   // plus this stage's since its input came); zeros on the first stage, which rank 0 times.
   std::array<double, 2> StagesWork(const StepTimes* times) const;
+  // Adds the all-reduce spans timed since the last call to times (and, on the first stage,
+  // to its own share of the stages' work). Only once this rank's device work has completed.
+  void TakeAllReduceTime(StepTimes* times);
   // Rank 0, a plan with logit edits: the gathered rows to the host, edited and sampled
   // there (and kept unedited in out.logits when the plan returns logits).
   void SampleEditedOnHost(const StepPlan& plan, const void* shards, int64_t logit_rows, StepOutput& out);
@@ -254,6 +258,7 @@ class Model {
   // Step inputs on the device and scratch activations, grown on demand.
   struct Scratch;
   std::unique_ptr<Scratch> scratch_;
+  std::unique_ptr<SpanTimer> allreduce_timer_;  // times the layers' all-reduces (TakeAllReduceTime)
 
   // CUDA graphs of decode steps (null: every step eager).
   std::unique_ptr<StepGraphs> graphs_;

@@ -45,7 +45,12 @@ const float* Weights(const DeviceTensor& t) { return static_cast<const float*>(t
 }  // namespace
 
 MtpDrafter::MtpDrafter(const MtpDrafterConfig& c, const Model& target, Backend& b, Communicator& comm)
-    : config_(c), target_(target), backend_(b), comm_(comm), scratch_(std::make_unique<Scratch>()) {}
+    : config_(c),
+      target_(target),
+      backend_(b),
+      comm_(comm),
+      scratch_(std::make_unique<Scratch>()),
+      allreduce_timer_(b.MakeSpanTimer()) {}
 MtpDrafter::~MtpDrafter() = default;
 
 absl::StatusOr<std::unique_ptr<MtpDrafter>> MtpDrafter::Load(const MtpDrafterConfig& config, const WeightSource& source,
@@ -318,14 +323,14 @@ void MtpDrafter::RunLayer(const Layer& L, const Layer* next, int64_t n, StepTime
   backend_.PagedAttention(q, kv.k_cache, kv.v_cache, static_cast<const int32_t*>(s.token_seq->data()),
                           static_cast<const int32_t*>(s.mask_pos->data()),
                           static_cast<const int32_t*>(s.tables[g]->data()), ap, attn);
-  L.o_proj.Forward(backend_, comm_, attn, o, &times->allreduce_us);
+  L.o_proj.Forward(backend_, comm_, attn, o, *allreduce_timer_);
   backend_.ResidualNorm(o, Weights(L.post_attn_norm), h, 1.0f, Weights(L.pre_ffn_norm), eps, c.norm_kind, x);
 
   const int64_t I = L.gate_up_proj.out_features() / 2;
   const Tensor gu{s.gate_up->data(), adt, n, 2 * I}, a{s.act->data(), adt, n, I};
   L.gate_up_proj.Forward(backend_, x, gu);
   backend_.GatedActivation(gu, c.activation, a);
-  L.down_proj.Forward(backend_, comm_, a, o, &times->allreduce_us);
+  L.down_proj.Forward(backend_, comm_, a, o, *allreduce_timer_);
   backend_.ResidualNorm(o, Weights(L.post_ffn_norm), h, L.layer_scalar,
                         next != nullptr ? Weights(next->input_norm) : nullptr, eps, c.norm_kind, x);
 }
@@ -357,7 +362,7 @@ absl::StatusOr<MtpDraftOutput> MtpDrafter::Step(const MtpDraftStep& step, const 
     backend_.GatherRows(hidden, static_cast<const int32_t*>(s.hidden_index->data()), n, in);
   }
   target_.embedding().Lookup(backend_, comm_, static_cast<const int32_t*>(s.ids->data()), n, target_.embed_scale(), e,
-                             &times->allreduce_us);
+                             *allreduce_timer_);
   backend_.Linear(e, pre_projection_embed_.view, nullptr, h);
   backend_.Linear(in, pre_projection_hidden_.view, nullptr, x);
   backend_.Add(h, x, h);
@@ -372,7 +377,8 @@ absl::StatusOr<MtpDraftOutput> MtpDrafter::Step(const MtpDraftStep& step, const 
     backend_.Linear(z, centroids_.view, nullptr, Tensor{s.scores->data(), adt, n, config_.num_centroids});
   }
   rows_ = n;
-  MtpDraftOutput out = Head(step, n);
+  MtpDraftOutput out = Head(step, n);  // copies the logits to the host: the step's work is done
+  times->allreduce_us = allreduce_timer_->TakeUs();
   times->total_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
@@ -434,7 +440,7 @@ MtpDraftOutput MtpDrafter::Head(const MtpDraftStep& step, int64_t n) {
   }
   std::vector<Best> all(static_cast<size_t>(tp) * n);
   if (tp > 1) {
-    comm_.AllGather(mine.data(), n * sizeof(Best), all.data());
+    comm_.host().AllGather(mine.data(), n * sizeof(Best), all.data());
   } else {
     all = mine;
   }
@@ -463,7 +469,7 @@ MtpDraftOutput MtpDrafter::Head(const MtpDraftStep& step, int64_t n) {
   }
   std::vector<float> gathered(comm_.rank() == 0 ? static_cast<size_t>(tp * n * shard) : 0);
   if (tp > 1) {
-    comm_.Gather(local.data(), local.size() * 4, gathered.data(), 0);
+    comm_.host().Gather(local.data(), local.size() * 4, gathered.data(), 0);
   } else {
     gathered.swap(local);
   }

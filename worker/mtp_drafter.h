@@ -119,6 +119,7 @@ class MtpDrafter {
   std::vector<int32_t> token_ordering_;  // [V], centroid head only
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unique_ptr<Scratch> scratch_;
+  std::unique_ptr<SpanTimer> allreduce_timer_;  // the all-reduces of Step
   int64_t rows_ = 0;  // rows of the last Step
 };
 

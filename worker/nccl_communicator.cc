@@ -1,4 +1,5 @@
-// NCCL communicator: device buffers through NCCL, host buffers through the bootstrap.
+// NCCL communicator: device buffers through NCCL on the backend's stream (host buffers go
+// through host(), the bootstrap).
 // Tested by tests/cuda_communicator_test.cc.
 #include "worker/nccl_communicator.h"
 
@@ -47,13 +48,16 @@ class NcclCommunicator : public Communicator {
   bool capturable() const override { return true; }
   std::string name() const override { return absl::StrCat("nccl(bootstrap=", bootstrap_.name(), ")"); }
 
+  Communicator& host() override { return bootstrap_; }
+
   void AllReduceSum(void* data, size_t count, DType dtype) override {
-    if (!IsDevicePointer(data)) return bootstrap_.AllReduceSum(data, count, dtype);
+    check_.Expect(data, "AllReduceSum");
     TP_NCCL_CHECK(ncclAllReduce(data, data, count, NcclType(dtype), ncclSum, comm_, stream_));
   }
 
   void Gather(const void* send, size_t bytes, void* recv, int root) override {
-    if (!IsDevicePointer(send)) return bootstrap_.Gather(send, bytes, recv, root);
+    check_.Expect(send, "Gather");
+    if (rank() == root) check_.Expect(recv, "Gather");
     // NCCL has no gather: root receives from every rank in one group.
     TP_NCCL_CHECK(ncclGroupStart());
     if (rank() == root) {
@@ -72,16 +76,13 @@ class NcclCommunicator : public Communicator {
   }
 
   void AllGather(const void* send, size_t bytes, void* recv) override {
-    if (!IsDevicePointer(send)) return bootstrap_.AllGather(send, bytes, recv);
+    check_.Expect(send, "AllGather");
+    check_.Expect(recv, "AllGather");
     TP_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_));
   }
 
-  void BroadcastWaiting(void* data, size_t bytes, int root) override {
-    if (!IsDevicePointer(data)) return bootstrap_.BroadcastWaiting(data, bytes, root);
-    Broadcast(data, bytes, root);
-  }
   void Broadcast(void* data, size_t bytes, int root) override {
-    if (!IsDevicePointer(data)) return bootstrap_.Broadcast(data, bytes, root);
+    check_.Expect(data, "Broadcast");
     TP_NCCL_CHECK(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_));
   }
 
@@ -101,6 +102,7 @@ class NcclCommunicator : public Communicator {
   ncclComm_t comm_;
   int device_;
   cudaStream_t stream_;
+  DeviceBufferCheck check_;
 };
 
 }  // namespace

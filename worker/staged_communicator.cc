@@ -57,7 +57,7 @@ void StagedCommunicator::StageOut(void* device, const void* host, size_t bytes) 
 }
 
 void StagedCommunicator::AllReduceSum(void* data, size_t count, DType dtype) {
-  if (!IsDevicePointer(data)) return inner_.AllReduceSum(data, count, dtype);
+  check_.Expect(data, "AllReduceSum");
   if (size() == 1) return;
   CheckNotCapturing(stream_);
   const size_t bytes = count * DTypeSize(dtype);
@@ -67,27 +67,27 @@ void StagedCommunicator::AllReduceSum(void* data, size_t count, DType dtype) {
 }
 
 void StagedCommunicator::Gather(const void* send, size_t bytes, void* recv, int root) {
-  const bool send_dev = IsDevicePointer(send), recv_dev = IsDevicePointer(recv);
-  if (!send_dev && !recv_dev) return inner_.Gather(send, bytes, recv, root);
+  check_.Expect(send, "Gather");
+  if (rank() == root) check_.Expect(recv, "Gather");
   CheckNotCapturing(stream_);
-  const void* host_send = send_dev ? StageIn(send_, send, bytes) : send;
-  void* host_recv = recv_dev ? Reserve(recv_, bytes * size()) : recv;
+  const void* host_send = StageIn(send_, send, bytes);
+  void* host_recv = rank() == root ? Reserve(recv_, bytes * size()) : nullptr;
   inner_.Gather(host_send, bytes, host_recv, root);
-  if (recv_dev && rank() == root) StageOut(recv, host_recv, bytes * size());
+  if (rank() == root) StageOut(recv, host_recv, bytes * size());
 }
 
 void StagedCommunicator::AllGather(const void* send, size_t bytes, void* recv) {
-  const bool send_dev = IsDevicePointer(send), recv_dev = IsDevicePointer(recv);
-  if (!send_dev && !recv_dev) return inner_.AllGather(send, bytes, recv);
+  check_.Expect(send, "AllGather");
+  check_.Expect(recv, "AllGather");
   CheckNotCapturing(stream_);
-  const void* host_send = send_dev ? StageIn(send_, send, bytes) : send;
-  void* host_recv = recv_dev ? Reserve(recv_, bytes * size()) : recv;
+  const void* host_send = StageIn(send_, send, bytes);
+  void* host_recv = Reserve(recv_, bytes * size());
   inner_.AllGather(host_send, bytes, host_recv);
-  if (recv_dev) StageOut(recv, host_recv, bytes * size());
+  StageOut(recv, host_recv, bytes * size());
 }
 
 void StagedCommunicator::Broadcast(void* data, size_t bytes, int root) {
-  if (!IsDevicePointer(data)) return inner_.Broadcast(data, bytes, root);
+  check_.Expect(data, "Broadcast");
   CheckNotCapturing(stream_);
   void* host = StageIn(send_, data, bytes);
   inner_.Broadcast(host, bytes, root);

@@ -1,6 +1,6 @@
 // A decorator that lets a host communicator (MPI, LocalGroup) take device buffers by
-// staging them through pinned host memory around each collective; host buffers pass
-// straight through. It lets several ranks share one GPU (NCCL refuses that) and is the
+// staging them through pinned host memory around each collective; host buffers go
+// through host(), the inner communicator. It lets several ranks share one GPU (NCCL refuses that) and is the
 // path where NCCL is absent. It synchronizes the stream, so it cannot be captured in a
 // CUDA graph. Tested by tests/cuda_communicator_test.cc and tests/cuda_model_test.cc.
 #pragma once
@@ -29,12 +29,8 @@ class StagedCommunicator : public Communicator {
   void Gather(const void* send, size_t bytes_per_rank, void* recv, int root) override;
   void AllGather(const void* send, size_t bytes_per_rank, void* recv) override;
   void Broadcast(void* data, size_t bytes, int root) override;
-  // Host messages only (the plans), as the inner communicator waits for them.
-  void BroadcastWaiting(void* data, size_t bytes, int root) override {
-    if (IsDevicePointer(data)) return Broadcast(data, bytes, root);
-    inner_.BroadcastWaiting(data, bytes, root);
-  }
   void Barrier() override { inner_.Barrier(); }
+  Communicator& host() override { return inner_; }
   [[noreturn]] void Abort(int code) override;
 
  private:
@@ -52,6 +48,7 @@ class StagedCommunicator : public Communicator {
   Communicator& inner_;
   cudaStream_t stream_;
   Pinned send_, recv_;
+  DeviceBufferCheck check_;
 };
 
 }  // namespace tpserve
