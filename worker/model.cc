@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
@@ -25,15 +26,18 @@ struct Model::Scratch {
   std::vector<int32_t> table_width;  // this step's block-table columns, per group
   std::unique_ptr<Buffer> h, x, q, k, v, attn, o, gate_up, act, sel, logits;
   std::unique_ptr<Buffer> gathered;  // rank 0 at TP > 1: every rank's logits shard, for sampling
-  std::vector<uint8_t> transfer;     // pipeline: hidden states through the host (device backends)
+  // Pipeline transfers (SendHidden / ReceiveHidden): the message sent on (this rank's slice
+  // of the hidden states, then the work report), and, where received, the message through
+  // the host (device backends) and the slice before the stage's all-gather (TP > 1).
+  std::vector<uint8_t> send, transfer;
+  std::unique_ptr<Buffer> slice;
   // Pipeline: when this stage had its input (the previous stage's hidden states), and the
   // work of the stages before it but rank 0's: {busy_us, allreduce_us}, passed down the
-  // pipeline beside the hidden states and by the last stage to rank 0, which takes the later
+  // pipeline after the hidden states and by the last stage to rank 0, which takes the later
   // stages' time out of its wait (pipeline_us is then the transfers and idling alone) and
   // counts their all-reduces as all-reduce.
   std::chrono::steady_clock::time_point input_at;
   double upstream[2] = {0, 0};
-  double downstream[2] = {0, 0};  // what this stage passes on (sent without waiting)
 };
 
 namespace {
@@ -178,7 +182,13 @@ absl::Status Model::EnsureScratch(int64_t tokens, int64_t logit_rows) {
     for (auto* b : {&s.ids, &s.positions, &s.token_seq}) TP_RETURN_IF_ERROR(alloc(*b, T * 4));
     s.slots.resize(config_.kv_group_windows.size());
     for (auto& b : s.slots) TP_RETURN_IF_ERROR(alloc(b, T * 4));
-    TP_RETURN_IF_ERROR(alloc(s.h, T * H * act));
+    // h has room for the pipeline's all-gather of rounded slices (HiddenSliceBytes) and,
+    // at TP 1, for a received message's work report after them.
+    const size_t pad = options_.pipeline.stages > 1 ? 16 * (comm_.size() + 2) : 0;
+    TP_RETURN_IF_ERROR(alloc(s.h, T * H * act + pad));
+    if (!options_.pipeline.first() && comm_.size() > 1) {
+      TP_RETURN_IF_ERROR(alloc(s.slice, HiddenSliceBytes(T) + sizeof(s.upstream)));
+    }
     TP_RETURN_IF_ERROR(alloc(s.x, T * H * act));
     TP_RETURN_IF_ERROR(alloc(s.o, T * H * act));
     TP_RETURN_IF_ERROR(alloc(s.q, T * max_q * act));
@@ -347,18 +357,28 @@ void Model::RunDevice(int64_t T, int64_t Lr, StepTimes* times) {
   if (config_.final_softcap > 0) backend_.Softcap(logits, config_.final_softcap);
 }
 
+size_t Model::HiddenSliceBytes(int64_t T) const {
+  const size_t bytes = static_cast<size_t>(T * config_.hidden_size) * DTypeSize(backend_.activation_dtype());
+  const size_t tp = static_cast<size_t>(comm_.size());
+  return ((bytes + tp - 1) / tp + 15) / 16 * 16;
+}
+
 void Model::ReceiveHidden(int64_t T, StepTimes* times) {
   const auto t0 = std::chrono::steady_clock::now();
-  const size_t bytes = static_cast<size_t>(T * config_.hidden_size) * DTypeSize(backend_.activation_dtype());
   Scratch& s = *scratch_;
-  if (backend_.device_is_host()) {
-    world_->Recv(s.h->data(), bytes, StagePeer(options_.pipeline.stage - 1));
-  } else {
-    if (s.transfer.size() < bytes) s.transfer.resize(bytes);
-    world_->Recv(s.transfer.data(), bytes, StagePeer(options_.pipeline.stage - 1));
-    backend_.CopyFromHost(s.h->data(), s.transfer.data(), bytes);
+  const size_t slice = HiddenSliceBytes(T), message = slice + sizeof(s.upstream);
+  // At TP 1 the slice is the hidden states and lands in h; else in `slice`, all-gathered
+  // into h below. Through the host on device backends.
+  void* dst = comm_.size() == 1 ? s.h->data() : s.slice->data();
+  uint8_t* landed = static_cast<uint8_t*>(dst);
+  if (!backend_.device_is_host()) {
+    if (s.transfer.size() < message) s.transfer.resize(message);
+    landed = s.transfer.data();
   }
-  world_->Recv(s.upstream, sizeof(s.upstream), StagePeer(options_.pipeline.stage - 1));
+  world_->Recv(landed, message, StagePeer(options_.pipeline.stage - 1));
+  std::memcpy(s.upstream, landed + slice, sizeof(s.upstream));
+  if (!backend_.device_is_host()) backend_.CopyFromHost(dst, landed, slice);
+  if (comm_.size() > 1) comm_.AllGather(s.slice->data(), slice, s.h->data());
   s.input_at = std::chrono::steady_clock::now();
   times->pipeline_us += MicrosSince(t0);
 }
@@ -379,20 +399,23 @@ void Model::SendHidden(int64_t T, StepTimes* times) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t bytes = static_cast<size_t>(T * config_.hidden_size) * DTypeSize(backend_.activation_dtype());
   Scratch& s = *scratch_;
-  const void* src = s.h->data();
-  if (!backend_.device_is_host()) {
-    if (s.transfer.size() < bytes) s.transfer.resize(bytes);
-    backend_.CopyToHost(s.transfer.data(), s.h->data(), bytes);  // waits for the stage's kernels
-    src = s.transfer.data();
+  // After the stage's all-reduces every rank holds all of h: each sends its own slice, the
+  // last one's zero-padded, and the next stage all-gathers them (ReceiveHidden).
+  const size_t slice = HiddenSliceBytes(T), begin = std::min(bytes, comm_.rank() * slice);
+  const size_t mine = std::min(bytes - begin, slice);
+  s.send.assign(slice + sizeof(double) * 2, 0);
+  const uint8_t* src = static_cast<const uint8_t*>(s.h->data()) + begin;
+  if (backend_.device_is_host()) {
+    std::memcpy(s.send.data(), src, mine);
+  } else {
+    backend_.CopyToHost(s.send.data(), src, mine);  // waits for the stage's kernels
   }
   TakeAllReduceTime(times);
   const std::array<double, 2> work = StagesWork(times);
-  s.downstream[0] = work[0];
-  s.downstream[1] = work[1];
-  // Not waiting for the next stage to take them: this stage goes on to the next step, and
-  // RunStage waits for these sends before the buffers are written again.
-  world_->SendAsync(src, bytes, StagePeer(options_.pipeline.stage + 1));
-  world_->SendAsync(s.downstream, sizeof(s.downstream), StagePeer(options_.pipeline.stage + 1));
+  std::memcpy(s.send.data() + slice, work.data(), sizeof(double) * 2);
+  // Not waiting for the next stage to take it: this stage goes on to the next step, and
+  // RunStage waits for the send before the buffer is written again.
+  world_->SendAsync(s.send.data(), s.send.size(), StagePeer(options_.pipeline.stage + 1));
   times->pipeline_us += MicrosSince(t0);
 }
 

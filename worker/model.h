@@ -218,10 +218,14 @@ class Model {
   StepOutput PipelineOutput(const StepPlan& plan, int64_t logit_rows, StepTimes* times);
   // Rank 0's side of it (and sampling on the host where the plan says).
   StepOutput ReceiveOutput(const StepPlan& plan, int64_t logit_rows, StepTimes* times);
-  // The hidden states [tokens, hidden] from the previous stage / to the next one (the
-  // same tp rank there), through host memory.
+  // The hidden states [tokens, hidden] from the previous stage / to the next one: each TP
+  // rank sends the same rank there its 1/T slice (HiddenSliceBytes) and the work report in
+  // one message, through host memory; the receiving stage all-gathers the slices. So the
+  // bytes between stages are the hidden states once, not T times.
   void ReceiveHidden(int64_t tokens, StepTimes* times);
   void SendHidden(int64_t tokens, StepTimes* times);
+  // One rank's slice of a step's hidden states: 1/T of the bytes, rounded up to 16.
+  size_t HiddenSliceBytes(int64_t tokens) const;
   // What this stage passes on: the work of the stages from 1 up to this one (Scratch::upstream
   // plus this stage's since its input came); zeros on the first stage, which rank 0 times.
   std::array<double, 2> StagesWork(const StepTimes* times) const;
