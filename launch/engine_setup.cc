@@ -48,15 +48,20 @@ absl::StatusOr<int64_t> ParseByteSize(const std::string& text) {
   return static_cast<int64_t>(v * mult);
 }
 
+namespace {
+// The options' GGUF file, or the one --model names opened now; null where the model is not GGUF.
+absl::StatusOr<std::shared_ptr<const GgufFile>> GgufFileOf(const EngineOptions& o) {
+  if (o.gguf != nullptr) return o.gguf;
+  return OpenGgufModel(o.model, o.load_format);
+}
+}  // namespace
+
 absl::StatusOr<ModelConfig> ResolveModelConfig(const EngineOptions& o) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (o.model.empty()) return absl::InvalidArgumentError("--model is required (a checkpoint directory or a built-in model)");
-  if (o.load_format == "gguf" || (o.load_format == "auto" && IsGgufModelPath(o.model))) {
-    TP_ASSIGN_OR_RETURN(std::string path, FindGgufFile(o.model));
-    TP_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
-    return GgufModelConfig(*file);
-  }
+  TP_ASSIGN_OR_RETURN(std::shared_ptr<const GgufFile> gguf, GgufFileOf(o));
+  if (gguf != nullptr) return GgufModelConfig(*gguf);
   if (fs::is_directory(o.model, ec)) return LoadModelConfig(o.model);
   auto preset = PresetModelConfig(o.model);
   if (preset.ok()) {
@@ -131,9 +136,8 @@ absl::Status PrepareLocal(absl::StatusOr<ModelConfig> config, const EngineOption
   if (o.load_format == "dummy") {
     e.source = MakeDummySource(e.config, o.dummy_seed);
   } else if (o.load_format == "gguf" || (o.load_format == "auto" && IsGgufModelPath(o.model))) {
-    TP_ASSIGN_OR_RETURN(std::string path, FindGgufFile(o.model));
-    TP_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
-    TP_ASSIGN_OR_RETURN(e.source, OpenGgufSource(std::move(file)));
+    TP_ASSIGN_OR_RETURN(std::shared_ptr<const GgufFile> gguf, GgufFileOf(o));
+    TP_ASSIGN_OR_RETURN(e.source, OpenGgufSource(std::move(gguf)));
   } else if (o.load_format == "auto" || o.load_format == "safetensors") {
     TP_ASSIGN_OR_RETURN(e.source, OpenCheckpointSource(o.model));
   } else {

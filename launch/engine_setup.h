@@ -18,6 +18,7 @@
 #include "launch/device_choice.h"
 #include "worker/backend.h"
 #include "worker/communicator.h"
+#include "worker/gguf_file.h"
 #include "worker/model.h"
 #include "worker/mtp_drafter.h"
 #include "worker/pipeline.h"
@@ -30,6 +31,9 @@ struct EngineOptions {
   // a built-in preset name.
   std::string model;
   std::string load_format = "auto";  // auto | safetensors | gguf | dummy
+  // The GGUF file `model` names, when the command opened it already (OpenGgufModel) for its
+  // tokenizer and defaults; null: start-up opens it itself where the model is GGUF.
+  std::shared_ptr<const GgufFile> gguf;
   std::string dtype = "auto";        // auto (checkpoint's) | bfloat16 | float16 | float32
   // auto | cpu | cuda. auto: cuda where tpserve is built with CUDA and a GPU is visible.
   // On cuda, the rank with node-local index i runs on GPU i % (GPUs on the node).

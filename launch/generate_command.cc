@@ -29,8 +29,9 @@ struct RankResult {
 };
 
 // Rank 0's part after the engine is up: tokenize, generate, print.
+// `gguf`: the model's GGUF file, opened once for start-up (null when the model is not GGUF).
 absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefaults& defaults, Engine& engine,
-                        Communicator& comm, const WorldConfig& world) {
+                        Communicator& comm, const WorldConfig& world, const GgufFile* gguf) {
   StepExecutor executor(*engine.model, comm, engine.drafter.get());
   struct ShutdownOnExit {
     StepExecutor& e;
@@ -42,7 +43,7 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     if (o.tokenizer.empty() && !ModelHasTokenizer(o.engine.model)) {
       return absl::InvalidArgumentError("--prompt needs a tokenizer: pass --tokenizer PATH/tokenizer.json");
     }
-    TP_ASSIGN_OR_RETURN(ModelText text, LoadModelText(o.engine.model, o.tokenizer, /*with_chat=*/false));
+    TP_ASSIGN_OR_RETURN(ModelText text, LoadModelText(o.engine.model, o.tokenizer, /*with_chat=*/false, gguf));
     tokenizer = std::move(text.tokenizer);
     // A tokenizer file for another model is caught here. A GGUF file's own tokenizer may end
     // past the embedding (transformers adds Llama 3's <|endoftext|> as id 128256): the engine
@@ -220,12 +221,18 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
 }
 
 int RunRank(const GenerateCommandOptions& o, const WorldConfig& world, Communicator& comm) {
+  EngineOptions eo = o.engine;
+  eo.max_num_seqs = 1;  // one prompt: steps sample one row
+  // --model's GGUF file, parsed once for the config, the weights, the tokenizer and the
+  // defaults. Where it fails, each of those opens it again and reports why, as a plain
+  // model path would.
+  if (auto gguf = OpenGgufModel(eo.model, eo.load_format); gguf.ok()) eo.gguf = *std::move(gguf);
   // Rank 0 alone samples, so it alone reads the model's sampling defaults; a bad flag or file
   // stops every rank before the weights load.
   GenerationDefaults defaults;
   absl::Status read = absl::OkStatus();
   if (comm.rank() == 0) {
-    absl::StatusOr<GenerationDefaults> loaded = LoadModelGenerationDefaults(o.generation_config, o.engine.model);
+    absl::StatusOr<GenerationDefaults> loaded = LoadModelGenerationDefaults(o.generation_config, o.engine.model, eo.gguf.get());
     if (loaded.ok()) {
       defaults = *std::move(loaded);
     } else {
@@ -240,8 +247,6 @@ int RunRank(const GenerateCommandOptions& o, const WorldConfig& world, Communica
     std::fprintf(stderr, "tpserve: %s\n", line.c_str());
   }
 
-  EngineOptions eo = o.engine;
-  eo.max_num_seqs = 1;          // one prompt: steps sample one row
   auto engine = StartEngine(eo, world, comm);
   if (!engine.ok()) {
     if (comm.rank() == 0 || !absl::StartsWith(engine.status().message(), "rank ")) {
@@ -254,7 +259,7 @@ int RunRank(const GenerateCommandOptions& o, const WorldConfig& world, Communica
     return st.ok() ? 0 : 1;
   }
   std::fprintf(stderr, "tpserve: memory: %s\n", DescribeLoadMemory(*engine).c_str());
-  absl::Status st = Coordinate(o, defaults, *engine, comm, world);
+  absl::Status st = Coordinate(o, defaults, *engine, comm, world, eo.gguf.get());
   if (!st.ok()) {
     std::fprintf(stderr, "tpserve: error: %s\n", std::string(st.message()).c_str());
     return 1;

@@ -31,17 +31,16 @@ nlohmann::ordered_json GgufSpecialTokens(const GgufFile& file, const Tokenizer& 
   return tokens;
 }
 
-absl::StatusOr<ModelText> FromGguf(const std::string& model, bool with_chat) {
-  TP_ASSIGN_OR_RETURN(std::string path, FindGgufFile(model));
-  TP_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+absl::StatusOr<ModelText> FromGguf(const GgufFile& file, bool with_chat) {
+  const std::string& path = file.path();
   ModelText text;
-  TP_ASSIGN_OR_RETURN(text.tokenizer, TokenizerFromGguf(*file));
+  TP_ASSIGN_OR_RETURN(text.tokenizer, TokenizerFromGguf(file));
   text.source = absl::StrCat(path, " (GGUF metadata)");
   if (!with_chat) return text;
-  TP_ASSIGN_OR_RETURN(std::optional<std::string> own, GgufChatTemplate(file->metadata(), path));
+  TP_ASSIGN_OR_RETURN(std::optional<std::string> own, GgufChatTemplate(file.metadata(), path));
   std::string name = absl::StrCat(path, ": tokenizer.chat_template");
   if (!own.has_value()) {
-    TP_ASSIGN_OR_RETURN(std::string arch, file->Architecture());
+    TP_ASSIGN_OR_RETURN(std::string arch, file.Architecture());
     own = BuiltinChatTemplate(arch);
     name = absl::StrCat("the built-in ", arch, " chat template");
   }
@@ -49,7 +48,7 @@ absl::StatusOr<ModelText> FromGguf(const std::string& model, bool with_chat) {
     text.chat_status = absl::NotFoundError(absl::StrCat(path, " has no tokenizer.chat_template"));
     return text;
   }
-  auto chat = MakeChatTemplate(*own, name, GgufSpecialTokens(*file, *text.tokenizer));
+  auto chat = MakeChatTemplate(*own, name, GgufSpecialTokens(file, *text.tokenizer));
   if (chat.ok()) {
     text.chat = std::make_unique<ModelChatTemplate>(std::move(*chat));
   } else {
@@ -65,8 +64,14 @@ bool ModelHasTokenizer(const std::string& model) {
   return IsGgufModelPath(model) || fs::exists(fs::path(model) / "tokenizer.json", ec);
 }
 
-absl::StatusOr<ModelText> LoadModelText(const std::string& model, const std::string& tokenizer_path, bool with_chat) {
-  if (tokenizer_path.empty() && IsGgufModelPath(model)) return FromGguf(model, with_chat);
+absl::StatusOr<ModelText> LoadModelText(const std::string& model, const std::string& tokenizer_path, bool with_chat,
+                                        const GgufFile* gguf) {
+  if (tokenizer_path.empty() && (gguf != nullptr || IsGgufModelPath(model))) {
+    if (gguf != nullptr) return FromGguf(*gguf, with_chat);
+    TP_ASSIGN_OR_RETURN(std::string path, FindGgufFile(model));
+    TP_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+    return FromGguf(*file, with_chat);
+  }
   const std::string path = tokenizer_path.empty() ? (fs::path(model) / "tokenizer.json").string() : tokenizer_path;
   ModelText text;
   TP_ASSIGN_OR_RETURN(text.tokenizer, Tokenizer::FromFile(path));
@@ -83,18 +88,25 @@ absl::StatusOr<ModelText> LoadModelText(const std::string& model, const std::str
 }
 
 absl::StatusOr<GenerationDefaults> LoadModelGenerationDefaults(const std::string& generation_config,
-                                                               const std::string& model) {
+                                                               const std::string& model, const GgufFile* gguf) {
   TP_ASSIGN_OR_RETURN(GenerationDefaults defaults, LoadGenerationDefaults(generation_config, model));
-  if (generation_config != "auto" || !defaults.empty() || !IsGgufModelPath(model)) return defaults;
-  TP_ASSIGN_OR_RETURN(std::string path, FindGgufFile(model));
-  TP_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+  if (generation_config != "auto" || !defaults.empty() || (gguf == nullptr && !IsGgufModelPath(model))) {
+    return defaults;
+  }
+  std::unique_ptr<GgufFile> opened;
+  if (gguf == nullptr) {
+    TP_ASSIGN_OR_RETURN(std::string path, FindGgufFile(model));
+    TP_ASSIGN_OR_RETURN(opened, GgufFile::Open(path));
+    gguf = opened.get();
+  }
+  const std::string& path = gguf->path();
   nlohmann::json fields = nlohmann::json::object();
   for (const auto& [key, field] : {std::pair{"general.sampling.temp", "temperature"},
                                    {"general.sampling.top_k", "top_k"},
                                    {"general.sampling.top_p", "top_p"},
                                    {"general.sampling.min_p", "min_p"},
                                    {"general.sampling.penalty_repeat", "repetition_penalty"}}) {
-    if (const nlohmann::json* v = file->Find(key)) fields[field] = *v;
+    if (const nlohmann::json* v = gguf->Find(key)) fields[field] = *v;
   }
   if (fields.empty()) return defaults;
   return GenerationDefaultsFromJson(fields, absl::StrCat(path, ": general.sampling.*"));

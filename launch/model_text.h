@@ -10,6 +10,7 @@
 #include "coordinator/engine/generation_defaults.h"
 #include "coordinator/text/chat_template_loader.h"
 #include "coordinator/text/tokenizer.h"
+#include "worker/gguf_file.h"
 
 namespace tpserve {
 
@@ -22,8 +23,10 @@ struct ModelText {
 
 // --tokenizer PATH (its directory's chat template) wins; else a GGUF model's metadata (its
 // tokenizer.chat_template, else the family's built-in template); else MODEL/tokenizer.json
-// and MODEL's chat template. `with_chat` false skips the template.
-absl::StatusOr<ModelText> LoadModelText(const std::string& model, const std::string& tokenizer_path, bool with_chat);
+// and MODEL's chat template. `with_chat` false skips the template. `gguf`: the model's GGUF
+// file when the caller opened it already (OpenGgufModel), else null.
+absl::StatusOr<ModelText> LoadModelText(const std::string& model, const std::string& tokenizer_path, bool with_chat,
+                                        const GgufFile* gguf = nullptr);
 
 // Whether LoadModelText has a tokenizer to load without --tokenizer.
 bool ModelHasTokenizer(const std::string& model);
@@ -32,6 +35,7 @@ bool ModelHasTokenizer(const std::string& model);
 // no generation_config.json beside it, the file's general.sampling.* metadata (temp, top_k,
 // top_p, min_p, penalty_repeat), which llama.cpp's converter writes from the same file.
 absl::StatusOr<GenerationDefaults> LoadModelGenerationDefaults(const std::string& generation_config,
-                                                               const std::string& model);
+                                                               const std::string& model,
+                                                               const GgufFile* gguf = nullptr);
 
 }  // namespace tpserve

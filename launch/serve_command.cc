@@ -30,6 +30,7 @@
 #include "launch/rank_liveness.h"
 #include "launch/ranks.h"
 #include "worker/device.h"
+#include "worker/gguf_model.h"
 #include "worker/step_executor.h"
 #include "worker/worker_loop.h"
 
@@ -144,6 +145,13 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
             bool ranks_are_processes) {
   const bool coordinator = comm.rank() == 0;
   if (ranks_are_processes) Log(world, absl::StrCat("pid ", getpid(), " on ", world.node));
+  // --model's GGUF file, parsed once for the config, the weights, the tokenizer and the
+  // defaults. Where it fails, each of those opens it again and reports why, as a plain
+  // model path would.
+  EngineOptions engine_options = o.engine;
+  if (auto gguf = OpenGgufModel(o.engine.model, o.engine.load_format); gguf.ok()) {
+    engine_options.gguf = *std::move(gguf);
+  }
   // Every rank sees the same flags and layout, so every rank refuses alike.
   if (o.pipeline_micro_batches < 0 || o.pipeline_micro_batches > world.pp_size) {
     Log(world, absl::StrCat("error: --pipeline-micro-batches ", o.pipeline_micro_batches, ": must be 0 (one per stage) "
@@ -172,7 +180,8 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   // or file stops every rank (front is agreed on below) before the weights load.
   GenerationDefaults generation_defaults;
   if (coordinator) {
-    absl::StatusOr<GenerationDefaults> defaults = LoadModelGenerationDefaults(o.generation_config, o.engine.model);
+    absl::StatusOr<GenerationDefaults> defaults = LoadModelGenerationDefaults(o.generation_config, o.engine.model,
+                                                                                 engine_options.gguf.get());
     if (defaults.ok()) {
       generation_defaults = *std::move(defaults);
       for (const std::string& line : DescribeGenerationDefaults(generation_defaults)) Log(world, line);
@@ -190,7 +199,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
     }
   }
   if (coordinator && front.ok()) {
-    auto text = LoadModelText(o.engine.model, o.tokenizer, /*with_chat=*/true);
+    auto text = LoadModelText(o.engine.model, o.tokenizer, /*with_chat=*/true, engine_options.gguf.get());
     if (!text.ok()) {
       front = absl::Status(text.status().code(),
                            absl::StrCat(text.status().message(), " (serving needs a tokenizer: pass --tokenizer)"));
@@ -260,7 +269,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
         [&](const std::string& msg) { Log(world, msg); });
   }
 
-  auto engine = StartEngine(o.engine, world, comm);
+  auto engine = StartEngine(engine_options, world, comm);
   if (!engine.ok()) {
     if (coordinator || !absl::StartsWith(engine.status().message(), "rank ")) {
       Log(world, absl::StrCat("error: ", engine.status().message()));

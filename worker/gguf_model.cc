@@ -228,6 +228,14 @@ bool IsGgufModelPath(const std::string& model_path) {
   return false;
 }
 
+absl::StatusOr<std::shared_ptr<const GgufFile>> OpenGgufModel(const std::string& model_path,
+                                                              const std::string& load_format) {
+  if (load_format != "gguf" && (load_format != "auto" || !IsGgufModelPath(model_path))) return nullptr;
+  TP_ASSIGN_OR_RETURN(std::string path, FindGgufFile(model_path));
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+  return std::shared_ptr<const GgufFile>(std::move(file));
+}
+
 absl::StatusOr<std::string> GgufConfigJson(const GgufFile& f) {
   TP_ASSIGN_OR_RETURN(GgufArch arch, ArchOf(f));
   json c = json::object();

@@ -18,6 +18,12 @@ namespace tpserve {
 // holds a *.gguf file.
 bool IsGgufModelPath(const std::string& model_path);
 
+// The GGUF file behind --model (--load-format gguf, or auto and IsGgufModelPath), opened
+// once, so that start-up reads the config, the weights, the tokenizer and the sampling
+// defaults from one parse of it. Null for a model that is not GGUF.
+absl::StatusOr<std::shared_ptr<const GgufFile>> OpenGgufModel(const std::string& model_path,
+                                                              const std::string& load_format);
+
 // The config.json that describes the file's model, as transformers' GGUF loader and llama.cpp
 // read the metadata (the defaults llama.cpp hard-codes, e.g. Gemma 3's sliding-window
 // pattern, written out). An unsupported architecture is an error naming it.
