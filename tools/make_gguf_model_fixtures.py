@@ -135,8 +135,9 @@ def write_gguf(path: Path, arch: str, config: dict, tensors: dict[str, np.ndarra
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"tpserve tiny {arch}")
-    float_types = {t.dtype for t in tensors.values()}
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if np.float16 in float_types else gguf.LlamaFileType.ALL_F32)
+    # (A set of numpy dtypes does not find np.float16 in it: dtype and type hash differently.)
+    f16 = any(t.dtype == np.float16 for t in tensors.values())
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32)
     w.add_context_length(config["max_position_embeddings"])
     w.add_embedding_length(config["hidden_size"])
     w.add_block_count(config["num_hidden_layers"])
