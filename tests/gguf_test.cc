@@ -2,11 +2,14 @@
 // fixtures of tools/make_gguf_model_fixtures.py, and the errors a damaged or foreign file gets.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
@@ -109,32 +112,110 @@ TEST(GgufFileTest, FindGgufFileInADirectory) {
   EXPECT_FALSE(IsGgufModelPath(dir.path().string()));
 }
 
-// The config read off the metadata equals the safetensors fixture's for the same model.
+// The config read off the metadata equals the safetensors fixture's for the same model, in
+// every field the engine reads.
 TEST(GgufModelTest, ConfigMatchesTheCheckpoints) {
-  for (const char* name : {"llama3", "qwen2", "qwen3"}) {
-    auto f = GgufFile::Open((kModels / (std::string(name) + ".gguf")).string());
+  // GGUF fixture -> the safetensors fixture it was made from.
+  const std::pair<std::string, std::string> kFixtures[] = {
+      {"llama3", "llama3"}, {"qwen2", "qwen2"}, {"qwen3", "qwen3"}, {"gemma4", "gemma4_text"}};
+  for (const auto& [name, dir] : kFixtures) {
+    auto f = GgufFile::Open((kModels / (name + ".gguf")).string());
     ASSERT_TRUE(f.ok()) << f.status();
     auto from_gguf = GgufModelConfig(**f);
     ASSERT_TRUE(from_gguf.ok()) << from_gguf.status();
-    auto from_json = LoadModelConfig((fs::path(TPSERVE_FIXTURES) / "models" / name).string());
+    auto from_json = LoadModelConfig((fs::path(TPSERVE_FIXTURES) / "models" / dir).string());
     ASSERT_TRUE(from_json.ok()) << from_json.status();
-    EXPECT_EQ(from_gguf->arch, from_json->arch) << name;
-    EXPECT_EQ(from_gguf->vocab_size, from_json->vocab_size) << name;
-    EXPECT_EQ(from_gguf->hidden_size, from_json->hidden_size) << name;
-    EXPECT_EQ(from_gguf->num_layers, from_json->num_layers) << name;
-    EXPECT_EQ(from_gguf->qkv_bias, from_json->qkv_bias) << name;
-    EXPECT_EQ(from_gguf->tie_word_embeddings, from_json->tie_word_embeddings) << name;
-    EXPECT_FLOAT_EQ(from_gguf->rms_norm_eps, from_json->rms_norm_eps) << name;
-    ASSERT_EQ(from_gguf->layers.size(), from_json->layers.size());
-    for (size_t i = 0; i < from_gguf->layers.size(); ++i) {
-      EXPECT_EQ(from_gguf->layers[i].head_dim, from_json->layers[i].head_dim) << name;
-      EXPECT_EQ(from_gguf->layers[i].num_kv_heads, from_json->layers[i].num_kv_heads) << name;
-      // Llama 3's rope scaling comes back from rope_freqs.weight as the same frequencies.
-      const std::vector<float> a = RopeInvFreq(from_gguf->layers[i].rope, from_gguf->layers[i].head_dim);
-      const std::vector<float> b = RopeInvFreq(from_json->layers[i].rope, from_json->layers[i].head_dim);
+    const ModelConfig& g = *from_gguf;
+    const ModelConfig& j = *from_json;
+    EXPECT_EQ(g.arch, j.arch) << name;
+    EXPECT_EQ(g.model_type, j.model_type) << name;
+    EXPECT_EQ(g.vocab_size, j.vocab_size) << name;
+    EXPECT_EQ(g.hidden_size, j.hidden_size) << name;
+    EXPECT_EQ(g.intermediate_size, j.intermediate_size) << name;
+    EXPECT_EQ(g.num_layers, j.num_layers) << name;
+    EXPECT_EQ(g.num_heads, j.num_heads) << name;
+    EXPECT_FLOAT_EQ(g.rms_norm_eps, j.rms_norm_eps) << name;
+    EXPECT_EQ(g.max_position_embeddings, j.max_position_embeddings) << name;
+    EXPECT_EQ(g.norm_kind, j.norm_kind) << name;
+    EXPECT_EQ(g.activation, j.activation) << name;
+    EXPECT_EQ(g.tie_word_embeddings, j.tie_word_embeddings) << name;
+    EXPECT_EQ(g.qkv_bias, j.qkv_bias) << name;
+    EXPECT_EQ(g.o_proj_bias, j.o_proj_bias) << name;
+    EXPECT_EQ(g.qk_norm, j.qk_norm) << name;
+    EXPECT_EQ(g.v_norm, j.v_norm) << name;
+    EXPECT_EQ(g.sandwich_norms, j.sandwich_norms) << name;
+    EXPECT_EQ(g.layer_scalar, j.layer_scalar) << name;
+    EXPECT_EQ(g.embed_scale, j.embed_scale) << name;
+    EXPECT_EQ(g.attn_scale, j.attn_scale) << name;
+    EXPECT_EQ(g.attn_softcap, j.attn_softcap) << name;
+    EXPECT_EQ(g.final_softcap, j.final_softcap) << name;
+    EXPECT_EQ(g.kv_group_windows, j.kv_group_windows) << name;
+    EXPECT_EQ(g.torch_dtype, j.torch_dtype) << name;
+    EXPECT_EQ(g.bos_token_id, j.bos_token_id) << name;
+    EXPECT_EQ(g.eos_token_ids, j.eos_token_ids) << name;
+    ASSERT_EQ(g.layers.size(), j.layers.size());
+    for (size_t i = 0; i < g.layers.size(); ++i) {
+      const LayerConfig& gl = g.layers[i];
+      const LayerConfig& jl = j.layers[i];
+      EXPECT_EQ(gl.sliding, jl.sliding) << name << " " << i;
+      EXPECT_EQ(gl.sliding_window, jl.sliding_window) << name << " " << i;
+      EXPECT_EQ(gl.head_dim, jl.head_dim) << name << " " << i;
+      EXPECT_EQ(gl.num_kv_heads, jl.num_kv_heads) << name << " " << i;
+      EXPECT_EQ(gl.k_eq_v, jl.k_eq_v) << name << " " << i;
+      EXPECT_EQ(gl.kv_group, jl.kv_group) << name << " " << i;
+      // The rotary frequencies, all the engine takes from a layer's RoPE: Llama 3's scaling
+      // comes back from rope_freqs.weight as the same frequencies, Gemma 4's partial rotation
+      // from it as the same zeros.
+      const std::vector<float> a = RopeInvFreq(gl.rope, gl.head_dim);
+      const std::vector<float> b = RopeInvFreq(jl.rope, jl.head_dim);
       ASSERT_EQ(a.size(), b.size());
-      for (size_t j = 0; j < a.size(); ++j) EXPECT_NEAR(a[j], b[j], 1e-6 * std::abs(b[j])) << name << " " << j;
+      for (size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(a[k], b[k], 1e-6 * std::abs(b[k])) << name << " " << k;
     }
+  }
+}
+
+// A copy of the gemma4 fixture with the bytes `from` (e.g. a metadata key or a tensor name, once
+// in the file) replaced by `to`, of the same length.
+std::string Gemma4With(const std::string& from, const std::string& to) {
+  std::string bytes = ReadBytes(kModels / "gemma4.gguf");
+  const size_t at = bytes.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  EXPECT_EQ(bytes.find(from, at + 1), std::string::npos) << from;
+  EXPECT_EQ(from.size(), to.size());
+  if (at != std::string::npos) bytes.replace(at, from.size(), to);
+  return bytes;
+}
+
+// What the engine needs from a Gemma 4 file and cannot default is an error naming the key or
+// tensor; so are the other Gemma 4 models' features.
+TEST(GgufModelTest, Gemma4MissingOrUnsupportedMetadataIsNamed) {
+  struct Case {
+    std::string from, to, expect;
+  };
+  std::string per_layer_embeddings = "gemma4.embedding_length_per_layer_input";
+  // The value follows the key: its type (uint32) then 0, made 256 here.
+  per_layer_embeddings += std::string("\x04\0\0\0\0\0\0\0", 8);
+  std::string ple_256 = per_layer_embeddings;
+  ple_256[ple_256.size() - 3] = 1;
+  const Case cases[] = {
+      {"gemma4.attention.key_length_swa", "gemma4.attention.key_length_swX",
+       "metadata \"gemma4.attention.key_length_swa\" is missing"},
+      {"gemma4.attention.sliding_window_pattern", "gemma4.attention.sliding_window_patterX",
+       "metadata \"gemma4.attention.sliding_window_pattern\" is missing"},
+      {"gemma4.attention.layer_norm_rms_epsilon", "gemma4.attention.layer_norm_rms_epsiloX",
+       "metadata \"gemma4.attention.layer_norm_rms_epsilon\" is missing"},
+      {"rope_freqs.weight", "rope_freqX.weight", "tensor \"rope_freqs.weight\" is missing"},
+      {per_layer_embeddings, ple_256,
+       "metadata \"gemma4.embedding_length_per_layer_input\" is 256: per-layer input embeddings"},
+  };
+  TempDir dir;
+  for (const Case& c : cases) {
+    auto f = GgufFile::Open(dir.Write("m.gguf", Gemma4With(c.from, c.to)).string());
+    ASSERT_TRUE(f.ok()) << f.status();
+    auto config = GgufModelConfig(**f);
+    ASSERT_FALSE(config.ok()) << c.expect;
+    EXPECT_TRUE(absl::StrContains(config.status().message(), c.expect)) << config.status();
+    EXPECT_TRUE(absl::StrContains(config.status().message(), "m.gguf")) << config.status();
   }
 }
 

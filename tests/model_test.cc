@@ -60,12 +60,14 @@ absl::StatusOr<std::unique_ptr<WeightSource>> FixtureSource(const std::string& n
   return OpenGgufSource(std::move(file));
 }
 
-// A GGUF fixture made from a safetensors one has that one's reference; the others their own.
+// A GGUF fixture made from a safetensors one has that one's reference (gemma4.gguf is made
+// from gemma4_text, the others from the fixture of their own name); the others their own.
 Reference FixtureReference(const std::string& name) {
   if (!IsGguf(name)) return LoadReference(name);
-  const std::string own = absl::StrCat(TPSERVE_FIXTURES, "/gguf/models/", name.substr(kGguf.size()), ".reference.json");
+  const std::string gguf = name.substr(kGguf.size());
+  const std::string own = absl::StrCat(TPSERVE_FIXTURES, "/gguf/models/", gguf, ".reference.json");
   if (std::filesystem::exists(own)) return testing::LoadReferenceFile(own);
-  return LoadReference(name.substr(kGguf.size()));
+  return LoadReference(gguf == "gemma4" ? "gemma4_text" : gguf);
 }
 
 // Loads the fixture on `tp` x `ro.pp` thread-ranks (pipeline stages of `tp` ranks each),
@@ -198,7 +200,8 @@ TEST_P(PipelineFixtureTest, MatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, PipelineFixtureTest,
                          ::testing::Combine(::testing::Values("gemma4_text", "gemma4_multimodal", "gemma3_text",
-                                                              "llama3", "qwen2", "qwen3", "gguf:llama3", "gguf:qwen3"),
+                                                              "llama3", "qwen2", "qwen3", "gguf:llama3", "gguf:qwen3",
+                                                              "gguf:gemma4"),
                                             ::testing::Values(Layout{1, 2}, Layout{2, 2}, Layout{1, 4})),
                          PipelineName);
 
@@ -230,10 +233,12 @@ INSTANTIATE_TEST_SUITE_P(AllArchitectures, FixtureTest,
                            return std::get<0>(info.param) + "_tp" + std::to_string(std::get<1>(info.param));
                          });
 
-// The same models as GGUF files, laid out as llama.cpp's converter lays them out (Gemma's
-// norms as 1 + w, Llama's interleaved q/k rows and rope_freqs, Qwen 2 in F16).
+// The same models as GGUF files, laid out as llama.cpp's converter lays them out (Gemma 3's
+// norms as 1 + w, Llama's interleaved q/k rows and rope_freqs, Qwen 2 in F16, Gemma 4's
+// layer_output_scale, per-layer KV heads, no attn_v on full layers and rope_freqs).
 INSTANTIATE_TEST_SUITE_P(Gguf, FixtureTest,
-                         ::testing::Combine(::testing::Values("gguf:gemma3", "gguf:llama3", "gguf:qwen2", "gguf:qwen3"),
+                         ::testing::Combine(::testing::Values("gguf:gemma3", "gguf:gemma4", "gguf:llama3", "gguf:qwen2",
+                                                              "gguf:qwen3"),
                                             ::testing::Values(1, 2)),
                          [](const auto& info) {
                            return std::get<0>(info.param).substr(5) + "_tp" + std::to_string(std::get<1>(info.param));

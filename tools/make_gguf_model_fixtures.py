@@ -7,16 +7,23 @@ For every fixture this writes tests/fixtures/gguf/models/<name>.gguf:
   * llama3, qwen2, qwen3: the weights of tests/fixtures/models/<name>/ (the safetensors
     fixture) in the checkpoint's own float type (F32, or F16 for qwen2). Their reference is
     that fixture's reference.json (transformers' logits on the same numbers).
+  * gemma4: the weights of tests/fixtures/models/gemma4_text/ (F32, as the checkpoint), laid
+    out as llama.cpp's Gemma 4 converter lays them out (conversion/gemma.py Gemma4Model at
+    ggml-org/llama.cpp 061b8c5f; see write_gemma4_gguf). Its reference is gemma4_text's.
   * gemma3: a new tiny Gemma 3 (transformers, seeded) whose config a GGUF file can express
     (query_pre_attn_scalar == head_dim, as llama.cpp assumes), with its reference.json
     (tests/fixtures/gguf/models/gemma3.reference.json) computed as make_model_fixtures.py
     computes the others.
 What llama.cpp's converter does to tensors is done here too, so that the loader must undo
-it: Gemma's RMSNorm weights are stored as 1 + w; Llama's q/k projection rows are
+it: Gemma 3's RMSNorm weights are stored as 1 + w; Llama's q/k projection rows are
 interleaved per head for ggml's rotary layout; Llama 3's rope scaling becomes the
-rope_freqs.weight tensor. The gemma3 file carries general.sampling.top_k/top_p (sampling
-defaults, as the converter writes them from generation_config.json). Each file also carries a small SentencePiece-style vocabulary
-(byte tokens and filler pieces) so that `tpserve generate --prompt` can run on it.
+rope_freqs.weight tensor; Gemma 4's norms are stored as they are, its layer_scalar becomes
+blk.N.layer_output_scale.weight and its full layers' proportional RoPE the rope_freqs.weight
+tensor. The gemma3 file carries general.sampling.top_k/top_p (sampling defaults, as the
+converter writes them from generation_config.json). Each file also carries a small
+SentencePiece-style vocabulary (byte tokens and filler pieces) so that `tpserve generate
+--prompt` can run on it; the gemma4 file carries the converter's "gemma4" (BPE) vocabulary
+layout instead, which tpserve's GGUF tokenizer does not read yet.
 
 Usage: /work/tools-venv/bin/python tools/make_gguf_model_fixtures.py [--out DIR]
 Requires: gguf, numpy, safetensors, torch, transformers. Deterministic.
@@ -219,6 +226,114 @@ def gemma3_fixture(out: Path) -> None:
         (out / "gemma3.reference.json").write_text((src / "reference.json").read_text())
 
 
+def add_gemma4_vocab(w: gguf.GGUFWriter, vocab_size: int) -> None:
+    """Gemma4Model.set_vocab's layout: tokenizer.ggml.model "gemma4", the tokens of tokenizer.json
+    (LlamaHfVocab: every score -1000, byte tokens BYTE, special tokens CONTROL), its BPE merges
+    and special token ids (SpecialVocab), add_space_prefix false, add_bos_token true. A tiny BPE
+    vocabulary: Gemma's <pad> <eos> <bos> <unk> <mask>, the 256 byte tokens, "\u2581" and the
+    letters, then pieces of two made by merges."""
+    tokens = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
+    types = [gguf.TokenType.CONTROL] * len(tokens)
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [gguf.TokenType.BYTE] * 256
+    singles = ["\u2581"] + list("abcdefghijklmnopqrstuvwxyz")
+    tokens += singles
+    types += [gguf.TokenType.NORMAL] * len(singles)
+    merges = []
+    for a in singles:
+        for b in singles[1:]:
+            if len(tokens) == vocab_size:
+                break
+            tokens.append(a + b)
+            types.append(gguf.TokenType.NORMAL)
+            merges.append(f"{a} {b}")
+    assert len(tokens) == vocab_size
+    w.add_tokenizer_model("gemma4")
+    w.add_token_list(tokens)
+    w.add_token_scores([-1000.0] * vocab_size)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(2)
+    w.add_eos_token_id(1)
+    w.add_unk_token_id(3)
+    w.add_pad_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_space_prefix(False)
+
+
+def write_gemma4_gguf(path: Path, config: dict, tensors: dict[str, np.ndarray]) -> None:
+    """What llama.cpp's converter writes for a dense Gemma 4 text checkpoint (ggml-org/llama.cpp
+    conversion/gemma.py at 061b8c5f: Gemma4Model.set_gguf_parameters over Gemma3Model's and
+    TextModel's, whose last write of a key stands; generate_extra_tensors; filter_tensors and
+    modify_tensors; TextModel/ModelBase in conversion/base.py at 00bd27a6), with --outtype
+    following the checkpoint's float type and 1-D tensors and norms in F32 (prepare_tensors)."""
+    n_layers = config["num_hidden_layers"]
+    rope = config["rope_parameters"]
+    swa_layers = [t == "sliding_attention" for t in config["layer_types"]]
+    head_dim_full, head_dim_swa = config["global_head_dim"], config["head_dim"]
+    w = gguf.GGUFWriter(str(path), "gemma4")
+    w.add_name("tpserve tiny gemma4")
+    f16 = any(t.dtype == np.float16 for t in tensors.values())
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32)
+    w.add_block_count(n_layers)
+    w.add_context_length(config["max_position_embeddings"])
+    w.add_embedding_length(config["hidden_size"])
+    w.add_feed_forward_length(config["intermediate_size"])
+    w.add_head_count(config["num_attention_heads"])
+    # TextModel: rope_type "proportional" is no GGUF scaling type, so no scaling is written.
+    w.add_rope_freq_base(rope["full_attention"]["rope_theta"])
+    w.add_rope_freq_base_swa(rope["sliding_attention"]["rope_theta"])
+    w.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    # Gemma3Model
+    if config.get("final_logit_softcapping"):
+        w.add_final_logit_softcapping(config["final_logit_softcapping"])
+    w.add_sliding_window(config["sliding_window"])
+    # Gemma4Model
+    w.add_shared_kv_layers(config["num_kv_shared_layers"])
+    w.add_embedding_length_per_layer_input(config.get("hidden_size_per_layer_input") or 0)
+    w.add_sliding_window_pattern(swa_layers)
+    w.add_key_length(head_dim_full)
+    w.add_value_length(head_dim_full)
+    w.add_key_length_swa(head_dim_swa)
+    w.add_value_length_swa(head_dim_swa)
+    if config.get("num_global_key_value_heads") is not None:
+        w.add_head_count_kv([config["num_key_value_heads"] if s else config["num_global_key_value_heads"]
+                             for s in swa_layers])
+    else:
+        w.add_head_count_kv(config["num_key_value_heads"])
+    w.add_rope_dimension_count(head_dim_full)
+    w.add_rope_dimension_count_swa(head_dim_swa)  # partial_rotary_factor 1 on sliding layers
+    add_gemma4_vocab(w, config["vocab_size"])
+
+    # generate_extra_tensors: the full layers' proportional RoPE as divisors of a whole-head
+    # rotation: 1 for each rotated frequency, 1e30 (no rotation) for the rest.
+    full = rope["full_attention"]
+    assert full["rope_type"] == "proportional"
+    n_rot = int(head_dim_full * full["partial_rotary_factor"] / 2)
+    w.add_tensor("rope_freqs.weight",
+                 np.array([1.0] * n_rot + [1e30] * (head_dim_full // 2 - n_rot), dtype=np.float32))
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA4, n_layers)
+    for hf in sorted(tensors):
+        t = tensors[hf]
+        if hf.endswith("layer_scalar"):
+            hf += ".weight"  # filter_tensors
+        name = names.get_name(hf, try_suffixes=(".weight", ".bias"))
+        assert name is not None, hf
+        if t.ndim <= 1 or name.endswith("_norm.weight"):
+            t = t.astype(np.float32)  # norms as they are: Gemma4Model.norm_shift is 0
+        w.add_tensor(name, np.ascontiguousarray(t))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def gemma4_fixture(out: Path) -> None:
+    src = MODELS / "gemma4_text"
+    config = json.loads((src / "config.json").read_text())
+    write_gemma4_gguf(out / "gemma4.gguf", config, load_file(str(src / "model.safetensors")))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -227,6 +342,7 @@ def main() -> int:
     for name, arch in [("llama3", "llama"), ("qwen2", "qwen2"), ("qwen3", "qwen3")]:
         from_safetensors_fixture(name, arch, args.out)
     gemma3_fixture(args.out)
+    gemma4_fixture(args.out)
     for p in sorted(args.out.iterdir()):
         print(f"{p.name:28s} {p.stat().st_size / 1024:8.1f} KiB")
     return 0

@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/base.h"
+#include "worker/gguf_gemma4.h"
 #include "worker/gguf_quants.h"
 
 namespace tpserve {
@@ -26,16 +27,29 @@ namespace {
 
 using json = nlohmann::json;
 
-enum class GgufArch { kGemma3, kLlama, kQwen2, kQwen3 };
+enum class GgufArch { kGemma3, kGemma4, kLlama, kQwen2, kQwen3 };
 
 absl::StatusOr<GgufArch> ArchOf(const GgufFile& f) {
   TP_ASSIGN_OR_RETURN(std::string arch, f.Architecture());
   if (arch == "gemma3") return GgufArch::kGemma3;
+  if (arch == "gemma4") return GgufArch::kGemma4;
   if (arch == "llama") return GgufArch::kLlama;
   if (arch == "qwen2") return GgufArch::kQwen2;
   if (arch == "qwen3") return GgufArch::kQwen3;
-  return absl::InvalidArgumentError(absl::StrCat(f.path(), ": GGUF architecture \"", arch,
-                                                 "\" is not supported (supported: gemma3, llama, qwen2, qwen3)"));
+  return absl::InvalidArgumentError(absl::StrCat(f.path(), ": GGUF architecture \"", arch, "\" is not supported ",
+                                                 "(supported: gemma3, gemma4, llama, qwen2, qwen3)"));
+}
+
+// The metadata keys' prefix: general.architecture.
+absl::string_view ArchPrefix(GgufArch arch) {
+  switch (arch) {
+    case GgufArch::kGemma3: return "gemma3";
+    case GgufArch::kGemma4: return "gemma4";
+    case GgufArch::kLlama: return "llama";
+    case GgufArch::kQwen2: return "qwen2";
+    case GgufArch::kQwen3: return "qwen3";
+  }
+  return "";
 }
 
 // The engine's name for a llama.cpp tensor name, or "" for a name this architecture does not
@@ -54,7 +68,11 @@ std::string EngineName(GgufArch arch, const std::string& gguf) {
   if (parts.size() != 4 || parts[0] != "blk" || !absl::SimpleAtoi(parts[1], &layer) || layer < 0) return "";
   const std::string& part = parts[2];
   const std::string& kind = parts[3];  // weight | bias
-  const bool gemma = arch == GgufArch::kGemma3;
+  const bool gemma = arch == GgufArch::kGemma3 || arch == GgufArch::kGemma4;
+  // Gemma 4's per-layer output scalar, a [1] buffer without a ".weight" in transformers.
+  if (arch == GgufArch::kGemma4 && part == "layer_output_scale" && kind == "weight") {
+    return absl::StrCat("layers.", layer, ".layer_scalar");
+  }
   const std::pair<const char*, const char*> kParts[] = {
       {"attn_q", "self_attn.q_proj"},
       {"attn_k", "self_attn.k_proj"},
@@ -81,9 +99,7 @@ std::string EngineName(GgufArch arch, const std::string& gguf) {
 }
 
 std::string Key(GgufArch arch, absl::string_view suffix) {
-  const char* prefix = arch == GgufArch::kGemma3 ? "gemma3" : arch == GgufArch::kLlama ? "llama"
-                       : arch == GgufArch::kQwen2 ? "qwen2" : "qwen3";
-  return absl::StrCat(prefix, ".", suffix);
+  return absl::StrCat(ArchPrefix(arch), ".", suffix);
 }
 
 // Copies metadata `key` into config[field] when present (numbers only).
@@ -92,6 +108,78 @@ absl::Status CopyNumber(const GgufFile& f, const std::string& key, const char* f
   if (v == nullptr) return absl::OkStatus();
   if (!v->is_number()) return absl::InvalidArgumentError(absl::StrCat(f.path(), ": metadata \"", key, "\" is not a number"));
   config[field] = *v;
+  return absl::OkStatus();
+}
+
+// The fields of the families whose heads are all alike (Llama, Qwen 2/3, Gemma 3): head
+// size, KV heads, RoPE, and what llama.cpp hard-codes for Gemma 3.
+absl::Status AddLlamaOrGemma3Fields(const GgufFile& f, GgufArch arch, json& c) {
+  const int64_t hidden = c.at("hidden_size").get<int64_t>();
+  const int64_t layers = c.at("num_hidden_layers").get<int64_t>();
+  const int64_t heads = c.at("num_attention_heads").get<int64_t>();
+  c["num_key_value_heads"] = heads;
+  // A per-layer array of KV head counts is not a number: CopyNumber refuses it by name.
+  TP_RETURN_IF_ERROR(CopyNumber(f, Key(arch, "attention.head_count_kv"), "num_key_value_heads", c));
+  TP_RETURN_IF_ERROR(CopyNumber(f, Key(arch, "attention.layer_norm_rms_epsilon"), "rms_norm_eps", c));
+  TP_RETURN_IF_ERROR(CopyNumber(f, Key(arch, "rope.freq_base"), "rope_theta", c));
+  // Head size: key_length where written, else hidden / heads (rope.dimension_count is only
+  // the rotated part, equal to it for the families supported here).
+  int64_t head_dim = hidden / std::max<int64_t>(heads, 1);
+  if (const json* k = f.Find(Key(arch, "attention.key_length")); k != nullptr && k->is_number_integer()) {
+    head_dim = k->get<int64_t>();
+  } else if (const json* d = f.Find(Key(arch, "rope.dimension_count")); d != nullptr && d->is_number_integer()) {
+    head_dim = d->get<int64_t>();
+  }
+  if (const json* v = f.Find(Key(arch, "attention.value_length")); v != nullptr && v->is_number_integer() &&
+                                                                    v->get<int64_t>() != head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(f.path(), ": value_length ", v->get<int64_t>(),
+                                                   " differs from key_length ", head_dim, "; not supported"));
+  }
+  c["head_dim"] = head_dim;
+
+  if (const json* type = f.Find(Key(arch, "rope.scaling.type")); type != nullptr && type->is_string() &&
+                                                                  type->get<std::string>() != "none") {
+    const std::string t = type->get<std::string>();
+    if (t != "linear") {
+      return absl::InvalidArgumentError(absl::StrCat(f.path(), ": rope.scaling.type \"", t,
+                                                     "\" is not supported in GGUF files (supported: linear)"));
+    }
+    TP_ASSIGN_OR_RETURN(double factor, f.GetFloat(Key(arch, "rope.scaling.factor")));
+    c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", factor}};
+  }
+
+  switch (arch) {
+    case GgufArch::kGemma3: {
+      c["model_type"] = "gemma3_text";
+      c["architectures"] = {"Gemma3ForCausalLM"};
+      c["hidden_activation"] = "gelu_pytorch_tanh";
+      // llama.cpp's Gemma 3: every 6th layer global, sliding layers at rope base 10000,
+      // queries scaled by 1/sqrt(head_dim) (1/sqrt(hidden / heads) for the 27B shape).
+      c["sliding_window_pattern"] = 6;
+      c["rope_local_base_freq"] = 10000.0;
+      const bool is_27b = layers == 62 && hidden == 5376;
+      c["query_pre_attn_scalar"] = is_27b ? hidden / heads : head_dim;
+      if (!c.contains("rope_theta")) c["rope_theta"] = 1000000.0;
+      TP_RETURN_IF_ERROR(CopyNumber(f, Key(arch, "attention.sliding_window"), "sliding_window", c));
+      TP_RETURN_IF_ERROR(CopyNumber(f, Key(arch, "final_logit_softcapping"), "final_logit_softcapping", c));
+      break;
+    }
+    case GgufArch::kLlama:
+      c["model_type"] = "llama";
+      c["architectures"] = {"LlamaForCausalLM"};
+      if (!c.contains("rope_theta")) c["rope_theta"] = 10000.0;
+      break;
+    case GgufArch::kQwen2:
+      c["model_type"] = "qwen2";
+      c["architectures"] = {"Qwen2ForCausalLM"};
+      break;
+    case GgufArch::kQwen3:
+      c["model_type"] = "qwen3";
+      c["architectures"] = {"Qwen3ForCausalLM"};
+      break;
+    case GgufArch::kGemma4:
+      break;  // AddGemma4ConfigFields
+  }
   return absl::OkStatus();
 }
 
@@ -145,7 +233,8 @@ class GgufSource : public WeightSource {
       const int64_t within = e % head_dim;
       return e - within + (within % half) * 2 + within / half;
     };
-    // Gemma's norms multiply by (1 + w); llama.cpp stores 1 + w.
+    // Gemma 3's norms multiply by (1 + w); llama.cpp stores 1 + w. Gemma 4's multiply by w,
+    // stored as is (its converter's norm_shift is 0).
     const bool gemma_norm = arch_ == GgufArch::kGemma3 && absl::EndsWith(t.name, "norm.weight");
     const size_t row_bytes = t.row_bytes();
     const size_t out_elem = DTypeSize(dtype);
@@ -184,8 +273,8 @@ class GgufSource : public WeightSource {
     return absl::OkStatus();
   }
 
-  // rope_freqs.weight is consumed by GgufModelConfig (Llama 3's RoPE), not by a layer; every
-  // other tensor, renamed or not, must have been read.
+  // rope_freqs.weight is consumed by GgufModelConfig (Llama 3's RoPE, Gemma 4's partial
+  // rotation), not by a layer; every other tensor, renamed or not, must have been read.
   absl::Status CheckAllUsed(const TensorFilter& elsewhere) const override {
     std::set<std::string> other_stages;  // file names of the tensors other pipeline stages read
     if (elsewhere) {
@@ -238,6 +327,7 @@ absl::StatusOr<std::shared_ptr<const GgufFile>> OpenGgufModel(const std::string&
 
 absl::StatusOr<std::string> GgufConfigJson(const GgufFile& f) {
   TP_ASSIGN_OR_RETURN(GgufArch arch, ArchOf(f));
+  if (arch == GgufArch::kGemma4) TP_RETURN_IF_ERROR(RefuseGemma4Variants(f));
   json c = json::object();
   TP_ASSIGN_OR_RETURN(int64_t hidden, f.GetInt(Key(arch, "embedding_length")));
   TP_ASSIGN_OR_RETURN(int64_t layers, f.GetInt(Key(arch, "block_count")));
@@ -247,12 +337,7 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufFile& f) {
   c["num_hidden_layers"] = layers;
   c["intermediate_size"] = ffn;
   c["num_attention_heads"] = heads;
-  c["num_key_value_heads"] = heads;
-  // A per-layer array of KV head counts is not a number: CopyNumber refuses it by name.
-  TP_RETURN_IF_ERROR(CopyNumber(f, Key(arch, "attention.head_count_kv"), "num_key_value_heads", c));
   TP_RETURN_IF_ERROR(CopyNumber(f, Key(arch, "context_length"), "max_position_embeddings", c));
-  TP_RETURN_IF_ERROR(CopyNumber(f, Key(arch, "attention.layer_norm_rms_epsilon"), "rms_norm_eps", c));
-  TP_RETURN_IF_ERROR(CopyNumber(f, Key(arch, "rope.freq_base"), "rope_theta", c));
 
   const GgufTensor* embed = f.FindTensor("token_embd.weight");
   if (embed == nullptr || embed->ne.size() != 2) {
@@ -261,66 +346,16 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufFile& f) {
   c["vocab_size"] = embed->ne[1];
   c["tie_word_embeddings"] = f.FindTensor("output.weight") == nullptr;
   c["attention_bias"] = f.FindTensor("blk.0.attn_q.bias") != nullptr;
-  // Head size: key_length where written, else hidden / heads (rope.dimension_count is only
-  // the rotated part, equal to it for the families supported here).
-  int64_t head_dim = hidden / std::max<int64_t>(heads, 1);
-  if (const json* k = f.Find(Key(arch, "attention.key_length")); k != nullptr && k->is_number_integer()) {
-    head_dim = k->get<int64_t>();
-  } else if (const json* d = f.Find(Key(arch, "rope.dimension_count")); d != nullptr && d->is_number_integer()) {
-    head_dim = d->get<int64_t>();
-  }
-  if (const json* v = f.Find(Key(arch, "attention.value_length")); v != nullptr && v->is_number_integer() &&
-                                                                    v->get<int64_t>() != head_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(f.path(), ": value_length ", v->get<int64_t>(),
-                                                   " differs from key_length ", head_dim, "; not supported"));
-  }
-  c["head_dim"] = head_dim;
   // Weights are dequantized to this dtype unless --dtype says otherwise: the file's own
   // float type, bfloat16 for quantized files (half of float32's memory; the quantization
   // error is far larger than bfloat16's).
   const int64_t file_type = f.GetInt("general.file_type").value_or(-1);
   c["dtype"] = file_type == 0 ? "float32" : file_type == 1 ? "float16" : "bfloat16";
 
-  if (const json* type = f.Find(Key(arch, "rope.scaling.type")); type != nullptr && type->is_string() &&
-                                                                  type->get<std::string>() != "none") {
-    const std::string t = type->get<std::string>();
-    if (t != "linear") {
-      return absl::InvalidArgumentError(absl::StrCat(f.path(), ": rope.scaling.type \"", t,
-                                                     "\" is not supported in GGUF files (supported: linear)"));
-    }
-    TP_ASSIGN_OR_RETURN(double factor, f.GetFloat(Key(arch, "rope.scaling.factor")));
-    c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", factor}};
-  }
-
-  switch (arch) {
-    case GgufArch::kGemma3: {
-      c["model_type"] = "gemma3_text";
-      c["architectures"] = {"Gemma3ForCausalLM"};
-      c["hidden_activation"] = "gelu_pytorch_tanh";
-      // llama.cpp's Gemma 3: every 6th layer global, sliding layers at rope base 10000,
-      // queries scaled by 1/sqrt(head_dim) (1/sqrt(hidden / heads) for the 27B shape).
-      c["sliding_window_pattern"] = 6;
-      c["rope_local_base_freq"] = 10000.0;
-      const bool is_27b = layers == 62 && hidden == 5376;
-      c["query_pre_attn_scalar"] = is_27b ? hidden / heads : head_dim;
-      if (!c.contains("rope_theta")) c["rope_theta"] = 1000000.0;
-      TP_RETURN_IF_ERROR(CopyNumber(f, Key(arch, "attention.sliding_window"), "sliding_window", c));
-      TP_RETURN_IF_ERROR(CopyNumber(f, Key(arch, "final_logit_softcapping"), "final_logit_softcapping", c));
-      break;
-    }
-    case GgufArch::kLlama:
-      c["model_type"] = "llama";
-      c["architectures"] = {"LlamaForCausalLM"};
-      if (!c.contains("rope_theta")) c["rope_theta"] = 10000.0;
-      break;
-    case GgufArch::kQwen2:
-      c["model_type"] = "qwen2";
-      c["architectures"] = {"Qwen2ForCausalLM"};
-      break;
-    case GgufArch::kQwen3:
-      c["model_type"] = "qwen3";
-      c["architectures"] = {"Qwen3ForCausalLM"};
-      break;
+  if (arch == GgufArch::kGemma4) {
+    TP_RETURN_IF_ERROR(AddGemma4ConfigFields(f, c));
+  } else {
+    TP_RETURN_IF_ERROR(AddLlamaOrGemma3Fields(f, arch, c));
   }
   for (const char* key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"}) {
     if (const json* id = f.Find(key); id != nullptr && id->is_number_integer()) {
@@ -333,8 +368,10 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufFile& f) {
 absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& f) {
   TP_ASSIGN_OR_RETURN(std::string text, GgufConfigJson(f));
   TP_ASSIGN_OR_RETURN(ModelConfig c, ParseModelConfig(text, absl::StrCat(f.path(), " (GGUF metadata as config.json)")));
-  // Llama 3's rope scaling, stored by llama.cpp as per-frequency divisors.
-  if (const GgufTensor* t = f.FindTensor("rope_freqs.weight")) {
+  // Llama 3's rope scaling, stored by llama.cpp as per-frequency divisors. (Gemma 4's
+  // rope_freqs.weight became its partial_rotary_factor in GgufConfigJson.)
+  const GgufTensor* t = f.FindTensor("rope_freqs.weight");
+  if (t != nullptr && c.arch != Arch::kGemma4) {
     const int32_t half = c.max_head_dim() / 2;
     if (t->type != GgmlType::kF32 || t->ne.size() != 1 || t->ne[0] != half) {
       return absl::InvalidArgumentError(absl::StrCat(f.path(), ": rope_freqs.weight must be F32 of head_dim / 2 = ",

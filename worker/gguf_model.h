@@ -1,7 +1,8 @@
 // A model held as one GGUF file (llama.cpp's format): its config read off the metadata and its
 // weights as a WeightSource that dequantizes each rank's slice at load, under the engine's
-// (Hugging Face) tensor names. Architectures: gemma3, llama, qwen2, qwen3. Tested by
-// tests/gguf_test.cc and tests/model_test.cc (Gguf/*: transformers' logits on the same files).
+// (Hugging Face) tensor names. Architectures: gemma3, gemma4 (worker/gguf_gemma4.h), llama,
+// qwen2, qwen3. Tested by tests/gguf_test.cc and tests/model_test.cc (Gguf/*: transformers'
+// logits on the same files).
 #pragma once
 
 #include <memory>
@@ -32,7 +33,7 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file);
 
 // The file's tensors under the engine's names, dequantized to the requested dtype. Undoes
 // what llama.cpp's converter did to them: Llama's q/k rows interleaved for its rotary
-// layout, Gemma's norm weights stored as 1 + w.
+// layout, Gemma 3's norm weights stored as 1 + w (Gemma 4's are stored as they are).
 absl::StatusOr<std::unique_ptr<WeightSource>> OpenGgufSource(std::shared_ptr<const GgufFile> file);
 
 }  // namespace tpserve
