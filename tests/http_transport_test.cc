@@ -196,6 +196,60 @@ TEST(HttpTransportTest, StreamsAChunkedResponseFromAnotherThreadThenKeepsAlive) 
   held.JoinThreads();
 }
 
+TEST(HttpTransportTest, StreamsInOrderToAClientThatFallsBehind) {
+  // 16 MiB queued before the client reads a byte: more than the sockets' buffers hold, so the
+  // server must wait for the client to drain them and carry on where each send stopped.
+  constexpr int kChunks = 256;
+  constexpr size_t kChunkBytes = 64 << 10;
+  auto chunk = [](int i) { return std::string(kChunkBytes, static_cast<char>('a' + i % 26)); };
+  HttpTransportOptions o = LocalOptions();
+  o.max_pending_write_bytes = size_t{64} << 20;
+  Held held;
+  absl::Notification queued;
+  auto server = StartTransport(o, [&](std::shared_ptr<HttpExchange> e) {
+    if (e->request().path != "/big") return Echo(e);
+    held.Spawn([e, &queued, &chunk] {
+      e->StartStream(200, "application/octet-stream");
+      for (int i = 0; i < kChunks; ++i) e->Write(chunk(i));
+      e->End();
+      queued.Notify();
+    });
+  });
+  RawHttpClient c(server->port());
+  ASSERT_TRUE(c.Send(Get("/big")));
+  ASSERT_TRUE(queued.WaitForNotificationWithTimeout(kEventually));
+  absl::StatusOr<RawHttpResponse> r = c.ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->chunks.size(), size_t{kChunks});
+  for (int i = 0; i < kChunks; ++i) ASSERT_EQ(r->chunks[i], chunk(i)) << "chunk " << i;
+  // The connection is kept alive after it.
+  ASSERT_TRUE(c.Send(Get("/after")));
+  r = c.ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->body, EchoBody("GET", "/after"));
+}
+
+TEST(HttpTransportTest, DropsAClientThatReadsNothingOfALongStream) {
+  HttpTransportOptions o = LocalOptions();
+  o.max_pending_write_bytes = size_t{1} << 20;
+  Held held;
+  absl::Notification gone;
+  auto server = StartTransport(o, [&](std::shared_ptr<HttpExchange> e) {
+    e->StartStream(200, "application/octet-stream");
+    e->OnClientGone([&gone] { gone.Notify(); });
+    held.Spawn([e] {
+      for (int i = 0; i < 64; ++i) e->Write(std::string(size_t{256} << 10, 'x'));  // 16 MiB
+    });
+  });
+  RawHttpClient c(server->port());
+  ASSERT_TRUE(c.Send(Get("/never-read")));
+  EXPECT_TRUE(gone.WaitForNotificationWithTimeout(kEventually));
+  EXPECT_TRUE(c.WaitClosed());
+  held.JoinThreads();
+  held.Clear();
+  EXPECT_TRUE(WaitFor([&] { return server->open_connections() == 0; })) << server->open_connections();
+}
+
 TEST(HttpTransportTest, Http10StreamIsRawAndEndsWithTheConnection) {
   Held held;
   auto server =
