@@ -194,25 +194,21 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   }
 
   // Waits until the socket is readable: the next request's first byte (idle), or, while a
-  // response is pending, end of stream (the client went away) or a pipelined request.
+  // response is pending, end of stream (the client went away) or a pipelined request. A
+  // one-byte peek rather than async_wait(wait_read): Asio tries the peek at once, then waits
+  // on the socket's existing epoll registration (async_wait makes an epoll_ctl call each time).
   void WatchReadable() {
     if (watching_ || phase_ == Phase::kClosed) return;
     watching_ = true;
-    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](ErrorCode ec) {
-      self->watching_ = false;
-      self->OnReadable(ec);
-    });
+    socket_.async_receive(asio::buffer(&peeked_, 1), tcp::socket::message_peek,
+                          [self = shared_from_this()](ErrorCode ec, size_t n) {
+                            self->watching_ = false;
+                            self->OnReadable(ec, n);
+                          });
   }
-  void OnReadable(ErrorCode ec) {
+  void OnReadable(ErrorCode ec, size_t n) {
     if (phase_ == Phase::kClosed || phase_ == Phase::kLinger) return;
-    if (ec) return Close();
-    char c;
-    const ssize_t n = ::recv(socket_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) return Close();  // the client closed its side
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return WatchReadable();
-      return Close();
-    }
+    if (ec || n == 0) return Close();  // the client closed its side (eof) or reset it
     if (phase_ == Phase::kIdle) {
       arrival_ = absl::Now();
       StartHeader();
@@ -435,6 +431,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   unsigned http_minor_ = 1;
   bool keep_alive_ = true;
   bool watching_ = false;
+  char peeked_ = 0;  // WatchReadable's byte, left in the socket
   bool pipelined_ = false;
   // The current exchange.
   uint64_t seq_ = 0;
