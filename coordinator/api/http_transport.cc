@@ -40,8 +40,12 @@ using ErrorCode = boost::system::error_code;
 using Strand = asio::strand<asio::io_context::executor_type>;
 
 struct HttpTransport::Shared {
+  // One I/O thread: Asio may then queue what that thread posts itself without locking.
   Shared(HttpTransportOptions o, HttpHandler h, HttpErrorBody e)
-      : options(std::move(o)), handler(std::move(h)), error_body(std::move(e)) {}
+      : ioc(o.io_threads <= 1 ? 1 : BOOST_ASIO_CONCURRENCY_HINT_DEFAULT),
+        options(std::move(o)),
+        handler(std::move(h)),
+        error_body(std::move(e)) {}
   asio::io_context ioc;
   const HttpTransportOptions options;
   const HttpHandler handler;
