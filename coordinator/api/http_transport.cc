@@ -470,6 +470,7 @@ class HttpAcceptor : public std::enable_shared_from_this<HttpAcceptor> {
     if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
     if (!ec) acceptor_.bind(endpoint, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (!ec) acceptor_.non_blocking(true, ec);  // Accept's loop must not wait for connections
     if (ec) {
       return absl::UnavailableError(absl::StrCat("HTTP: cannot listen on ", host, ":", port, ": ", ec.message(),
                                                  " (in use, or not an address of this machine)"));
@@ -478,8 +479,23 @@ class HttpAcceptor : public std::enable_shared_from_this<HttpAcceptor> {
     return absl::OkStatus();
   }
 
-  void Accept() {
-    Strand strand = asio::make_strand(shared_->ioc);
+  void Accept() { Accept(asio::make_strand(shared_->ioc)); }
+
+  void Close() {
+
+    asio::post(acceptor_.get_executor(), [self = shared_from_this()] {
+      ErrorCode ignored;
+      self->acceptor_.close(ignored);
+      self->retry_.cancel();
+    });
+  }
+
+ private:
+  // Connections taken per turn of the I/O loop at most (about 20 us each).
+  static constexpr int kAcceptBatch = 256;
+
+  // `strand`: the next connection's.
+  void Accept(Strand strand) {
     acceptor_.async_accept(strand, [self = shared_from_this(), strand](ErrorCode ec, tcp::socket s) {
       if (!self->acceptor_.is_open() || ec == asio::error::operation_aborted) return;
       if (ec) {  // e.g. out of file descriptors: try again shortly instead of spinning
@@ -489,22 +505,29 @@ class HttpAcceptor : public std::enable_shared_from_this<HttpAcceptor> {
         });
         return;
       }
-      s.set_option(tcp::no_delay(true), ec);
-      auto connection = std::make_shared<HttpConnection>(self->shared_, std::move(s), strand);
-      asio::dispatch(connection->executor(), [connection] { connection->Start(); });
-      self->Accept();
+      self->Serve(std::move(s), strand);
+      // This handler runs again only after everything queued on the I/O threads meanwhile
+      // (under load, a pump per stream): take the connections already waiting now instead
+      // of one per round (a burst of 1000 arriving while others stream took seconds).
+      Strand next = asio::make_strand(self->shared_->ioc);
+      for (int i = 1; i < kAcceptBatch; ++i) {
+        tcp::socket more(next);
+        self->acceptor_.accept(more, ec);  // non-blocking: would_block once none wait; errors go to async_accept
+        if (ec) break;
+        self->Serve(std::move(more), next);
+        next = asio::make_strand(self->shared_->ioc);
+      }
+      self->Accept(std::move(next));
     });
   }
 
-  void Close() {
-    asio::post(acceptor_.get_executor(), [self = shared_from_this()] {
-      ErrorCode ignored;
-      self->acceptor_.close(ignored);
-      self->retry_.cancel();
-    });
+  void Serve(tcp::socket socket, Strand strand) {
+    ErrorCode ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    auto connection = std::make_shared<HttpConnection>(shared_, std::move(socket), std::move(strand));
+    asio::dispatch(connection->executor(), [connection] { connection->Start(); });
   }
 
- private:
   const std::shared_ptr<HttpTransport::Shared> shared_;
   tcp::acceptor acceptor_;
   asio::steady_timer retry_;
