@@ -187,14 +187,39 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   void SetDeadline(absl::Duration d) {
     const uint64_t gen = ++deadline_gen_;
+    timed_out_ = absl::OkStatus();
     timer_.expires_after(ToSteady(d));
     timer_.async_wait([self = shared_from_this(), gen](ErrorCode ec) {
-      if (!ec && gen == self->deadline_gen_) self->Close();
+      if (!ec && gen == self->deadline_gen_) self->OnDeadline();
     });
   }
   void ClearDeadline() {
     ++deadline_gen_;
+    timed_out_ = absl::OkStatus();
     timer_.cancel();
+  }
+
+  // A request that has begun (some of its bytes arrived) and missed its header or body
+  // deadline is answered 408 before the close: the read in progress is cancelled, and
+  // OnHeader / OnBody answer once it has stopped (it holds the parser and the buffer). A
+  // connection with no request under way (idle between requests, or new and silent) is closed
+  // without a word: there is nothing to answer, and a 408 there could be read as the answer
+  // to a request the client sends at that moment.
+  void OnDeadline() {
+    const HttpTransportOptions& o = shared_->options;
+    if (phase_ == Phase::kBody) {
+      timed_out_ = absl::InvalidArgumentError(
+          absl::StrCat("the request body did not arrive within ", absl::FormatDuration(o.body_timeout),
+                       " of its headers (--http-body-timeout); send the whole body without pausing"));
+    } else if (phase_ == Phase::kHeader && (buffer_.size() > 0 || (parser_ && parser_->got_some()))) {
+      timed_out_ = absl::InvalidArgumentError(
+          absl::StrCat("the request headers did not arrive within ", absl::FormatDuration(o.header_timeout),
+                       " (--http-header-timeout); send them without pausing"));
+    } else {
+      return Close();
+    }
+    ErrorCode ignored;
+    socket_.cancel(ignored);
   }
 
   // Waits until the socket is readable: the next request's first byte (idle), or, while a
@@ -233,6 +258,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   void OnHeader(ErrorCode ec) {
     if (phase_ != Phase::kHeader) return;
+    if (ec == asio::error::operation_aborted && !timed_out_.ok()) return SendError(408, std::exchange(timed_out_, {}));
     if (ec == http::error::header_limit) {
       return SendError(431, absl::InvalidArgumentError(absl::StrCat("request headers exceed the limit of ",
                                                                     shared_->options.max_header_bytes, " bytes")));
@@ -268,6 +294,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   void OnBody(ErrorCode ec) {
     if (phase_ != Phase::kHeader && phase_ != Phase::kBody) return;
+    if (ec == asio::error::operation_aborted && !timed_out_.ok()) return SendError(408, std::exchange(timed_out_, {}));
     if (ec == http::error::body_limit) return SendError(413, BodyTooLarge());
     if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::operation_aborted ||
         ec == asio::error::connection_reset) {
@@ -428,6 +455,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   tcp::socket socket_;
   asio::steady_timer timer_;
   uint64_t deadline_gen_ = 0;
+  absl::Status timed_out_;  // not OK: the current deadline passed (why), the read in progress is being cancelled
   Phase phase_ = Phase::kIdle;
   boost::beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
