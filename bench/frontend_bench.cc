@@ -365,7 +365,8 @@ int Run() {
     std::vector<double> engine_ttft = engine.TakeEngineTtftMs();
     std::printf("(a) %d concurrent streams x %d tokens, steps of %g ms, %s: %d/%d complete\n", n, tokens,
                 absl::GetFlag(FLAGS_step_ms),
-                absl::GetFlag(FLAGS_arrivals) ? "each sent once connected (--arrivals)" : "all connected, then sent at once",
+                absl::GetFlag(FLAGS_arrivals) ? "each sent once connected (--arrivals)"
+                                              : "all connected, then sent at once",
                 ok, n);
     std::printf("    TTFT ms        p50 %8.1f  p99 %8.1f  max %8.1f  (client: connect to first event)\n",
                 Percentile(client_ttft, 50), Percentile(client_ttft, 99), Percentile(client_ttft, 100));

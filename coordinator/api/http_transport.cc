@@ -510,7 +510,6 @@ class HttpAcceptor : public std::enable_shared_from_this<HttpAcceptor> {
   void Accept() { Accept(asio::make_strand(shared_->ioc)); }
 
   void Close() {
-
     asio::post(acceptor_.get_executor(), [self = shared_from_this()] {
       ErrorCode ignored;
       self->acceptor_.close(ignored);
@@ -591,8 +590,9 @@ void HttpExchange::End(std::string last) {
 }
 
 void HttpExchange::OnClientGone(std::function<void()> fn) {
-  connection_->Post([c = connection_, seq = seq_, fn = std::move(fn)]() mutable { c->SetClientGone(seq, std::move(fn)); },
-                    /*inline_ok=*/true);
+  connection_->Post(
+      [c = connection_, seq = seq_, fn = std::move(fn)]() mutable { c->SetClientGone(seq, std::move(fn)); },
+      /*inline_ok=*/true);
 }
 
 HttpTransport::HttpTransport(HttpTransportOptions options, HttpHandler handler, HttpErrorBody error_body)
