@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/frontend_fixture.h"
+#include "tests/raw_http_client.h"
 
 namespace tpserve {
 namespace {
@@ -204,6 +205,25 @@ TEST_F(FrontendTest, HttpErrors) {
   EXPECT_EQ(error_of(r)["message"], "waiting queue is full");
   r = Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "stream": true})");
   EXPECT_EQ(r.status, 429);
+}
+
+// A body that stops short of its Content-Length is answered 408, in the API's error shape,
+// when --http-body-timeout passes; then the connection closes.
+TEST_F(FrontendTest, HttpStalledBodyGets408) {
+  http_options_.transport.body_timeout = absl::Milliseconds(300);
+  StartServers();
+  RawHttpClient c(http_->port());
+  ASSERT_TRUE(c.Send("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     "Content-Length: 100\r\n\r\n{\"prompt\": \"x\""));
+  absl::StatusOr<RawHttpResponse> r = c.ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 408);
+  EXPECT_EQ(r->Header("connection"), "close");
+  const Json error = Json::parse(r->body)["error"];
+  EXPECT_EQ(error["type"], "invalid_request_error");
+  EXPECT_THAT(error["message"].get<std::string>(), HasSubstr("--http-body-timeout"));
+  EXPECT_TRUE(error.contains("param") && error.contains("code"));
+  EXPECT_TRUE(c.WaitClosed());
 }
 
 // A request that fails after admission: a non-streaming one gets the 5xx an SDK raises

@@ -196,6 +196,60 @@ TEST(HttpTransportTest, StreamsAChunkedResponseFromAnotherThreadThenKeepsAlive) 
   held.JoinThreads();
 }
 
+TEST(HttpTransportTest, StreamsInOrderToAClientThatFallsBehind) {
+  // 16 MiB queued before the client reads a byte: more than the sockets' buffers hold, so the
+  // server must wait for the client to drain them and carry on where each send stopped.
+  constexpr int kChunks = 256;
+  constexpr size_t kChunkBytes = 64 << 10;
+  auto chunk = [](int i) { return std::string(kChunkBytes, static_cast<char>('a' + i % 26)); };
+  HttpTransportOptions o = LocalOptions();
+  o.max_pending_write_bytes = size_t{64} << 20;
+  Held held;
+  absl::Notification queued;
+  auto server = StartTransport(o, [&](std::shared_ptr<HttpExchange> e) {
+    if (e->request().path != "/big") return Echo(e);
+    held.Spawn([e, &queued, &chunk] {
+      e->StartStream(200, "application/octet-stream");
+      for (int i = 0; i < kChunks; ++i) e->Write(chunk(i));
+      e->End();
+      queued.Notify();
+    });
+  });
+  RawHttpClient c(server->port());
+  ASSERT_TRUE(c.Send(Get("/big")));
+  ASSERT_TRUE(queued.WaitForNotificationWithTimeout(kEventually));
+  absl::StatusOr<RawHttpResponse> r = c.ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->chunks.size(), size_t{kChunks});
+  for (int i = 0; i < kChunks; ++i) ASSERT_EQ(r->chunks[i], chunk(i)) << "chunk " << i;
+  // The connection is kept alive after it.
+  ASSERT_TRUE(c.Send(Get("/after")));
+  r = c.ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->body, EchoBody("GET", "/after"));
+}
+
+TEST(HttpTransportTest, DropsAClientThatReadsNothingOfALongStream) {
+  HttpTransportOptions o = LocalOptions();
+  o.max_pending_write_bytes = size_t{1} << 20;
+  Held held;
+  absl::Notification gone;
+  auto server = StartTransport(o, [&](std::shared_ptr<HttpExchange> e) {
+    e->StartStream(200, "application/octet-stream");
+    e->OnClientGone([&gone] { gone.Notify(); });
+    held.Spawn([e] {
+      for (int i = 0; i < 64; ++i) e->Write(std::string(size_t{256} << 10, 'x'));  // 16 MiB
+    });
+  });
+  RawHttpClient c(server->port());
+  ASSERT_TRUE(c.Send(Get("/never-read")));
+  EXPECT_TRUE(gone.WaitForNotificationWithTimeout(kEventually));
+  EXPECT_TRUE(c.WaitClosed());
+  held.JoinThreads();
+  held.Clear();
+  EXPECT_TRUE(WaitFor([&] { return server->open_connections() == 0; })) << server->open_connections();
+}
+
 TEST(HttpTransportTest, Http10StreamIsRawAndEndsWithTheConnection) {
   Held held;
   auto server =
@@ -227,22 +281,42 @@ TEST(HttpTransportTest, Http10StreamIsRawAndEndsWithTheConnection) {
   EXPECT_TRUE(keep.WaitClosed());
 }
 
-TEST(HttpTransportTest, ClosesAClientThatStallsInItsHeadersWhileServingOthers) {
+// What a request that missed its header or body deadline is answered before the close.
+void ExpectRequestTimeout(RawHttpClient& c, const std::string& message) {
+  absl::StatusOr<RawHttpResponse> r = c.ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status_line, "HTTP/1.1 408 Request Timeout");
+  EXPECT_EQ(r->Header("content-type"), "application/json");
+  EXPECT_EQ(r->Header("connection"), "close");
+  EXPECT_EQ(r->body, absl::StrCat(R"({"status":408,"message":")", message, R"("})"));
+  EXPECT_TRUE(c.WaitClosed());
+  EXPECT_EQ(c.unread(), "");
+}
+
+TEST(HttpTransportTest, AnswersAClientThatStallsInItsHeadersWith408WhileServingOthers) {
   HttpTransportOptions o = LocalOptions();
   o.header_timeout = absl::Milliseconds(300);
   o.keep_alive_timeout = absl::Seconds(60);
   o.body_timeout = absl::Seconds(60);
   o.io_threads = 1;
-  auto server = StartTransport(o, Echo);
+  std::atomic<int> handled{0};
+  auto server = StartTransport(o, [&](std::shared_ptr<HttpExchange> e) {
+    ++handled;
+    Echo(e);
+  });
   RawHttpClient slow(server->port());
   ASSERT_TRUE(slow.Send("GET /sl"));
+  RawHttpClient silent(server->port());  // connected, sends nothing: closed without an answer
   RawHttpClient fast(server->port());
   ASSERT_TRUE(fast.Send(Get("/fast")));
   absl::StatusOr<RawHttpResponse> r = fast.ReadResponse();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->body, EchoBody("GET", "/fast"));
-  EXPECT_TRUE(slow.WaitClosed());
-  EXPECT_EQ(slow.unread(), "");
+  ExpectRequestTimeout(slow, "the request headers did not arrive within 300ms (--http-header-timeout); send them "
+                             "without pausing");
+  EXPECT_TRUE(silent.WaitClosed());
+  EXPECT_EQ(silent.unread(), "");
+  EXPECT_EQ(handled.load(), 1);
 }
 
 TEST(HttpTransportTest, ClosesAnIdleKeptAliveConnection) {
@@ -261,7 +335,7 @@ TEST(HttpTransportTest, ClosesAnIdleKeptAliveConnection) {
   EXPECT_TRUE(WaitFor([&] { return server->open_connections() == 0; }));
 }
 
-TEST(HttpTransportTest, ClosesAClientThatStallsInItsBody) {
+TEST(HttpTransportTest, AnswersAClientThatStallsInItsBodyWith408) {
   HttpTransportOptions o = LocalOptions();
   o.body_timeout = absl::Milliseconds(300);
   o.header_timeout = absl::Seconds(60);
@@ -271,11 +345,25 @@ TEST(HttpTransportTest, ClosesAClientThatStallsInItsBody) {
     ++handled;
     Echo(e);
   });
-  RawHttpClient c(server->port());
-  ASSERT_TRUE(c.Send("POST /b HTTP/1.1\r\nHost: test\r\nContent-Length: 100\r\n\r\n0123456789"));
-  EXPECT_TRUE(c.WaitClosed());
-  EXPECT_EQ(c.unread(), "");
-  EXPECT_EQ(handled.load(), 0);
+  const std::string message =
+      "the request body did not arrive within 300ms of its headers (--http-body-timeout); send the whole body "
+      "without pausing";
+  {  // 10 of 100 bytes, then nothing
+    RawHttpClient c(server->port());
+    ASSERT_TRUE(c.Send("POST /b HTTP/1.1\r\nHost: test\r\nContent-Length: 100\r\n\r\n0123456789"));
+    ExpectRequestTimeout(c, message);
+  }
+  {  // a chunked body that stops after its first chunk, on a connection that was kept alive
+    RawHttpClient c(server->port());
+    ASSERT_TRUE(c.Send(Get("/first")));
+    absl::StatusOr<RawHttpResponse> r = c.ReadResponse();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->body, EchoBody("GET", "/first"));
+    ASSERT_TRUE(c.Send("POST /b HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"));
+    ExpectRequestTimeout(c, message);
+  }
+  EXPECT_EQ(handled.load(), 1);
+  EXPECT_TRUE(WaitFor([&] { return server->open_connections() == 0; })) << server->open_connections();
 }
 
 TEST(HttpTransportTest, RefusesABodyOverTheLimit) {

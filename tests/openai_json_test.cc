@@ -450,6 +450,35 @@ TEST_F(OpenAiResponseTest, CompletionLogprobsShape) {
   EXPECT_EQ(lp["top_logprobs"][0], Json::parse(R"({" world": -0.5, "Hello": -3.0})"));
 }
 
+TEST_F(OpenAiResponseTest, StreamChunksAreCompactJsonInOpenAiKeyOrder) {
+  // Byte for byte: the envelope (id to system_fingerprint), then the choices; names that
+  // need escaping are escaped.
+  OpenAiRequest req;
+  req.endpoint = OpenAiEndpoint::kCompletions;
+  req.stream = true;
+  OpenAiResponseBuilder b(req, "cmpl-1", "org/m \"q\"", 123, *tokenizer_);
+  const std::string envelope =
+      R"({"id":"cmpl-1","object":"text_completion","created":123,"model":"org/m \"q\"","system_fingerprint":null,)";
+  EXPECT_EQ(b.Chunks(Event("Hel\nlo", {1}, 1)),
+            absl::StrCat("data: ", envelope,
+                         R"("choices":[{"index":0,"text":"Hel\nlo","logprobs":null,"finish_reason":null}]})", "\n\n"));
+  EXPECT_EQ(b.Chunks(Event("!", {2}, 2, FinishReason::kLength)),
+            absl::StrCat("data: ", envelope,
+                         R"("choices":[{"index":0,"text":"!","logprobs":null,"finish_reason":"length","stop_reason":null}]})",
+                         "\n\ndata: [DONE]\n\n"));
+  OpenAiRequest chat;
+  chat.endpoint = OpenAiEndpoint::kChatCompletions;
+  chat.stream = true;
+  OpenAiResponseBuilder c(chat, "chatcmpl-1", "m", 5, *tokenizer_);
+  const std::string chat_envelope =
+      R"({"id":"chatcmpl-1","object":"chat.completion.chunk","created":5,"model":"m","system_fingerprint":null,)";
+  EXPECT_EQ(c.Chunks(Event("Hi", {1}, 1)),
+            absl::StrCat("data: ", chat_envelope,
+                         R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]})",
+                         "\n\ndata: ", chat_envelope,
+                         R"("choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null}]})", "\n\n"));
+}
+
 TEST_F(OpenAiResponseTest, ChatStreamChunkSequence) {
   OpenAiRequest req;
   req.endpoint = OpenAiEndpoint::kChatCompletions;

@@ -143,7 +143,7 @@ if start_server load 2 "${MODEL[@]}" -- --max-num-seqs 256 --http-header-timeout
   fi
   dropped=0
   for fd in "${slow[@]}"; do
-    # The server closes them at --http-header-timeout (3 s): reading sees the end at once.
+    # The server answers them 408 and closes them at --http-header-timeout (3 s): reading sees the end at once.
     timeout 10 cat <&"$fd" >/dev/null && dropped=$((dropped + 1))
     exec {fd}>&-
   done

@@ -65,8 +65,17 @@ class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
         trackers_{std::move(tracker)},
         metrics_(metrics) {}
 
+  // From any thread: one trip to the connection's strand starts the response (a stream's
+  // head goes out at once, with whatever events are already there in the same write).
   void Start() {
     self_ = shared_from_this();
+    scheduled_.store(true);  // Begin pumps: notifications until then need no Pump of their own
+    Watch(*streams_[0]);
+    exchange_->Post([self = self_] { self->Begin(); });
+  }
+
+ private:
+  void Begin() {
     if (sse_) {
       metrics_.CountHttpRequest(exchange_->request().method, exchange_->request().path, 200);
       exchange_->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
@@ -75,11 +84,10 @@ class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
     exchange_->OnClientGone([weak] {
       if (auto p = weak.lock()) p->ClientGone();
     });
-    Watch(*streams_[0]);
-    Schedule();  // events pushed before SetNotify
+    scheduled_.store(false);  // before Pump: later events schedule another
+    Pump();
   }
 
- private:
   void Watch(RequestStream& stream) {
     std::weak_ptr<ResponsePump> weak = self_;
     stream.SetNotify([weak] {

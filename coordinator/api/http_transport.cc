@@ -4,10 +4,11 @@
 
 #include <pthread.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
+#include <array>
 #include <cerrno>
 #include <chrono>
-#include <deque>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
@@ -20,7 +21,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
-#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -37,10 +37,15 @@ namespace asio = boost::asio;
 namespace http = boost::beast::http;
 using tcp = asio::ip::tcp;
 using ErrorCode = boost::system::error_code;
+using Strand = asio::strand<asio::io_context::executor_type>;
 
 struct HttpTransport::Shared {
+  // One I/O thread: Asio may then queue what that thread posts itself without locking.
   Shared(HttpTransportOptions o, HttpHandler h, HttpErrorBody e)
-      : options(std::move(o)), handler(std::move(h)), error_body(std::move(e)) {}
+      : ioc(o.io_threads <= 1 ? 1 : BOOST_ASIO_CONCURRENCY_HINT_DEFAULT),
+        options(std::move(o)),
+        handler(std::move(h)),
+        error_body(std::move(e)) {}
   asio::io_context ioc;
   const HttpTransportOptions options;
   const HttpHandler handler;
@@ -71,8 +76,8 @@ std::string StatusLine(int status) {
 // the connection's strand (the socket's executor).
 class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
  public:
-  HttpConnection(std::shared_ptr<HttpTransport::Shared> shared, tcp::socket socket)
-      : shared_(std::move(shared)), socket_(std::move(socket)), timer_(socket_.get_executor()) {
+  HttpConnection(std::shared_ptr<HttpTransport::Shared> shared, tcp::socket socket, Strand strand)
+      : shared_(std::move(shared)), strand_(std::move(strand)), socket_(std::move(socket)), timer_(strand_) {
     shared_->open.fetch_add(1);
   }
   ~HttpConnection() {
@@ -81,26 +86,25 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     shared_->live.erase(this);
   }
 
-  asio::any_io_executor executor() { return socket_.get_executor(); }
+  const Strand& executor() const { return strand_; }
 
   // Runs `fn` on the strand, from any thread: queued, or with `inline_ok` at once when called
   // on the strand (a pump writing its events: nothing queued for the exchange can be older).
-  // Once Shutdown() has joined the I/O threads, a
-  // handler queued on the io_context would never run nor be destroyed, and would keep its
-  // connection (and through it the io_context) alive forever: `fn` is destroyed unrun instead.
-  void Post(std::function<void()> fn, bool inline_ok = false) {
+  // What a queued `fn` writes goes out in one send when it returns (Corked). Once Shutdown()
+  // has joined the I/O threads, a handler queued on the io_context would never run nor be
+  // destroyed, and would keep its connection (and through it the io_context) alive forever:
+  // `fn` is destroyed unrun instead.
+  template <typename Fn>
+  void Post(Fn fn, bool inline_ok = false) {
+    if (inline_ok && strand_.running_in_this_thread()) return fn();
     {
       std::shared_lock<std::shared_mutex> lock(shared_->post_mu);
       if (!shared_->io_joined) {
-        if (inline_ok) {
-          asio::dispatch(executor(), std::move(fn));
-        } else {
-          asio::post(executor(), std::move(fn));
-        }
+        asio::post(executor(), [self = shared_from_this(), fn = std::move(fn)]() mutable { self->Corked(fn); });
         return;
       }
     }
-    fn = nullptr;  // outside the lock: it may hold the last reference to an exchange
+    Fn dropped = std::move(fn);  // destroyed outside the lock: it may hold the last reference to an exchange
   }
 
   void Start() {
@@ -124,7 +128,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     phase_ = Phase::kClosed;
     ErrorCode ignored;
     socket_.close(ignored);
-    ClearDeadline();  // out_ stays: a write in flight may still point into it
+    ClearDeadline();
     if (std::function<void()> gone = std::move(client_gone_); gone && !response_done_) gone();
     client_gone_ = nullptr;
   }
@@ -138,7 +142,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     absl::StrAppend(&head, "Content-Length: ", body.size(), "\r\n\r\n");
     Queue(std::move(head));
     Queue(std::move(body));
-    FinishResponse();
+    FinishResponse();  // head and body in one send
   }
   void StartStream(uint64_t seq, int status, absl::string_view content_type, const std::vector<HttpHeader>& headers) {
     if (!Current(seq) || response_started_) return;
@@ -149,14 +153,14 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     std::string head = Head(status, content_type, headers);
     absl::StrAppend(&head, chunked_ ? "Transfer-Encoding: chunked\r\n\r\n" : "\r\n");
     Queue(std::move(head));
+    Flush();
   }
   void Write(uint64_t seq, std::string data) {
     if (!Current(seq) || !streaming_ || response_done_ || data.empty()) return;
-    if (chunked_) {
-      Queue(absl::StrCat(absl::Hex(data.size()), "\r\n"));
-      data += "\r\n";
-    }
+    if (chunked_) Queue(absl::StrCat(absl::Hex(data.size()), "\r\n"));
     Queue(std::move(data));
+    if (chunked_) Queue("\r\n");
+    Flush();  // the chunk's size line, data and CRLF in one send
   }
   void End(uint64_t seq, std::string last) {
     if (!Current(seq) || !streaming_ || response_done_) return;
@@ -183,36 +187,57 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   void SetDeadline(absl::Duration d) {
     const uint64_t gen = ++deadline_gen_;
+    timed_out_ = absl::OkStatus();
     timer_.expires_after(ToSteady(d));
     timer_.async_wait([self = shared_from_this(), gen](ErrorCode ec) {
-      if (!ec && gen == self->deadline_gen_) self->Close();
+      if (!ec && gen == self->deadline_gen_) self->OnDeadline();
     });
   }
   void ClearDeadline() {
     ++deadline_gen_;
+    timed_out_ = absl::OkStatus();
     timer_.cancel();
   }
 
+  // A request that has begun (some of its bytes arrived) and missed its header or body
+  // deadline is answered 408 before the close: the read in progress is cancelled, and
+  // OnHeader / OnBody answer once it has stopped (it holds the parser and the buffer). A
+  // connection with no request under way (idle between requests, or new and silent) is closed
+  // without a word: there is nothing to answer, and a 408 there could be read as the answer
+  // to a request the client sends at that moment.
+  void OnDeadline() {
+    const HttpTransportOptions& o = shared_->options;
+    if (phase_ == Phase::kBody) {
+      timed_out_ = absl::InvalidArgumentError(
+          absl::StrCat("the request body did not arrive within ", absl::FormatDuration(o.body_timeout),
+                       " of its headers (--http-body-timeout); send the whole body without pausing"));
+    } else if (phase_ == Phase::kHeader && (buffer_.size() > 0 || (parser_ && parser_->got_some()))) {
+      timed_out_ = absl::InvalidArgumentError(
+          absl::StrCat("the request headers did not arrive within ", absl::FormatDuration(o.header_timeout),
+                       " (--http-header-timeout); send them without pausing"));
+    } else {
+      return Close();
+    }
+    ErrorCode ignored;
+    socket_.cancel(ignored);
+  }
+
   // Waits until the socket is readable: the next request's first byte (idle), or, while a
-  // response is pending, end of stream (the client went away) or a pipelined request.
+  // response is pending, end of stream (the client went away) or a pipelined request. A
+  // one-byte peek rather than async_wait(wait_read): Asio tries the peek at once, then waits
+  // on the socket's existing epoll registration (async_wait makes an epoll_ctl call each time).
   void WatchReadable() {
     if (watching_ || phase_ == Phase::kClosed) return;
     watching_ = true;
-    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](ErrorCode ec) {
-      self->watching_ = false;
-      self->OnReadable(ec);
-    });
+    socket_.async_receive(asio::buffer(&peeked_, 1), tcp::socket::message_peek,
+                          [self = shared_from_this()](ErrorCode ec, size_t n) {
+                            self->watching_ = false;
+                            self->OnReadable(ec, n);
+                          });
   }
-  void OnReadable(ErrorCode ec) {
+  void OnReadable(ErrorCode ec, size_t n) {
     if (phase_ == Phase::kClosed || phase_ == Phase::kLinger) return;
-    if (ec) return Close();
-    char c;
-    const ssize_t n = ::recv(socket_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) return Close();  // the client closed its side
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return WatchReadable();
-      return Close();
-    }
+    if (ec || n == 0) return Close();  // the client closed its side (eof) or reset it
     if (phase_ == Phase::kIdle) {
       arrival_ = absl::Now();
       StartHeader();
@@ -233,6 +258,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   void OnHeader(ErrorCode ec) {
     if (phase_ != Phase::kHeader) return;
+    if (ec == asio::error::operation_aborted && !timed_out_.ok()) return SendError(408, std::exchange(timed_out_, {}));
     if (ec == http::error::header_limit) {
       return SendError(431, absl::InvalidArgumentError(absl::StrCat("request headers exceed the limit of ",
                                                                     shared_->options.max_header_bytes, " bytes")));
@@ -253,6 +279,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
         expect != header.end() &&
         absl::EqualsIgnoreCase(absl::string_view(expect->value().data(), expect->value().size()), "100-continue")) {
       Queue("HTTP/1.1 100 Continue\r\n\r\n");
+      Flush();
     }
     if (parser_->is_done()) return OnBody(ErrorCode());
     phase_ = Phase::kBody;
@@ -267,6 +294,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   void OnBody(ErrorCode ec) {
     if (phase_ != Phase::kHeader && phase_ != Phase::kBody) return;
+    if (ec == asio::error::operation_aborted && !timed_out_.ok()) return SendError(408, std::exchange(timed_out_, {}));
     if (ec == http::error::body_limit) return SendError(413, BodyTooLarge());
     if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::operation_aborted ||
         ec == asio::error::connection_reset) {
@@ -315,40 +343,76 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     return head;
   }
 
+  // Output. Queue adds bytes; Flush sends everything queued, gathered into one sendmsg, at
+  // once while the socket takes it (the common case: no completion handler, no second trip
+  // through the I/O loop), and waits for the socket to become writable only when it is full.
+  // A closure run through Post is corked: its writes (a stream's head and first events, say)
+  // leave together when it returns.
   void Queue(std::string bytes) {
     if (phase_ == Phase::kClosed || bytes.empty()) return;
     pending_bytes_ += bytes.size();
     out_.push_back(std::move(bytes));
     if (pending_bytes_ > shared_->options.max_pending_write_bytes) return Close();  // it does not read
-    if (!writing_) WriteQueued();
   }
 
-  void WriteQueued() {
-    writing_ = true;
-    std::vector<asio::const_buffer> buffers;
-    buffers.reserve(out_.size());
-    for (const std::string& s : out_) buffers.emplace_back(asio::buffer(s));
-    asio::async_write(socket_, buffers, [self = shared_from_this(), n = out_.size()](ErrorCode ec, size_t) {
-      self->OnWritten(ec, n);
-    });
+  template <typename Fn>
+  void Corked(Fn& fn) {
+    ++corked_;
+    fn();
+    --corked_;
+    Flush();
   }
 
-  void OnWritten(ErrorCode ec, size_t n) {
-    writing_ = false;
-    if (phase_ == Phase::kClosed) return;
-    if (ec) return Close();
-    for (size_t i = 0; i < n && !out_.empty(); ++i) {
-      pending_bytes_ -= out_.front().size();
-      out_.pop_front();
+  void Flush() {
+    if (writing_ || corked_ > 0 || phase_ == Phase::kClosed) return;
+    while (out_sent_ < out_.size()) {
+      // Up to 16 pieces a call (a stream's events queued while the socket was full are 3
+      // each); what is left goes in the next round of the loop.
+      std::array<iovec, 16> pieces;
+      msghdr message{};
+      message.msg_iov = pieces.data();
+      for (size_t i = out_sent_; i < out_.size() && message.msg_iovlen < pieces.size(); ++i) {
+        const size_t skip = i == out_sent_ ? out_front_sent_ : 0;
+        pieces[message.msg_iovlen++] = iovec{out_[i].data() + skip, out_[i].size() - skip};
+      }
+      const ssize_t n = ::sendmsg(socket_.native_handle(), &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (n < 0) return Close();
+      Consume(static_cast<size_t>(n));
     }
-    if (!out_.empty()) return WriteQueued();
+    if (out_sent_ < out_.size()) {  // the socket is full: the rest when it drains
+      writing_ = true;
+      socket_.async_wait(tcp::socket::wait_write, [self = shared_from_this()](ErrorCode ec) {
+        self->writing_ = false;
+        if (self->phase_ == Phase::kClosed) return;
+        if (ec) return self->Close();
+        self->Flush();
+      });
+      return;
+    }
     if (response_done_ && phase_ == Phase::kHandling) AfterResponse();
+  }
+
+  // `n` more bytes of out_ were sent.
+  void Consume(size_t n) {
+    pending_bytes_ -= n;
+    n += out_front_sent_;
+    while (out_sent_ < out_.size() && n >= out_[out_sent_].size()) {
+      n -= out_[out_sent_].size();
+      out_[out_sent_++] = std::string();  // freed now: a slow reader's backlog can be large
+    }
+    out_front_sent_ = n;
+    if (out_sent_ == out_.size() || (out_sent_ >= 64 && 2 * out_sent_ >= out_.size())) {
+      out_.erase(out_.begin(), out_.begin() + static_cast<ptrdiff_t>(out_sent_));  // a reader that never catches up
+      out_sent_ = 0;
+    }
   }
 
   void FinishResponse() {
     response_done_ = true;
     client_gone_ = nullptr;
-    if (!writing_ && out_.empty()) AfterResponse();
+    Flush();  // then AfterResponse, once everything is sent
   }
 
   void AfterResponse() {
@@ -375,10 +439,11 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     ErrorCode ignored;
     socket_.shutdown(tcp::socket::shutdown_send, ignored);
     SetDeadline(absl::Seconds(1));
+    buffer_.clear();
     Drain();
   }
-  void Drain() {
-    socket_.async_read_some(asio::buffer(discard_), [self = shared_from_this()](ErrorCode ec, size_t) {
+  void Drain() {  // into the read buffer, which no request needs any more
+    socket_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](ErrorCode ec, size_t) {
       if (self->phase_ != Phase::kLinger) return;
       if (ec) return self->Close();
       self->Drain();
@@ -386,9 +451,11 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   }
 
   const std::shared_ptr<HttpTransport::Shared> shared_;
+  const Strand strand_;  // the socket's executor
   tcp::socket socket_;
   asio::steady_timer timer_;
   uint64_t deadline_gen_ = 0;
+  absl::Status timed_out_;  // not OK: the current deadline passed (why), the read in progress is being cancelled
   Phase phase_ = Phase::kIdle;
   boost::beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -396,6 +463,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   unsigned http_minor_ = 1;
   bool keep_alive_ = true;
   bool watching_ = false;
+  char peeked_ = 0;  // WatchReadable's byte, left in the socket
   bool pipelined_ = false;
   // The current exchange.
   uint64_t seq_ = 0;
@@ -404,11 +472,13 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   bool streaming_ = false;
   bool chunked_ = false;
   std::function<void()> client_gone_;
-  // Output.
-  std::deque<std::string> out_;
+  // Output: out_[out_sent_...] is still to send, the first of them from out_front_sent_.
+  std::vector<std::string> out_;
+  size_t out_sent_ = 0;
+  size_t out_front_sent_ = 0;
   size_t pending_bytes_ = 0;
-  bool writing_ = false;
-  char discard_[4096];
+  bool writing_ = false;  // waiting for the socket to become writable
+  int corked_ = 0;        // inside a closure run through Post: Flush when it returns
 };
 
 class HttpAcceptor : public std::enable_shared_from_this<HttpAcceptor> {
@@ -428,6 +498,7 @@ class HttpAcceptor : public std::enable_shared_from_this<HttpAcceptor> {
     if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
     if (!ec) acceptor_.bind(endpoint, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (!ec) acceptor_.non_blocking(true, ec);  // Accept's loop must not wait for connections
     if (ec) {
       return absl::UnavailableError(absl::StrCat("HTTP: cannot listen on ", host, ":", port, ": ", ec.message(),
                                                  " (in use, or not an address of this machine)"));
@@ -436,22 +507,7 @@ class HttpAcceptor : public std::enable_shared_from_this<HttpAcceptor> {
     return absl::OkStatus();
   }
 
-  void Accept() {
-    acceptor_.async_accept(asio::make_strand(shared_->ioc), [self = shared_from_this()](ErrorCode ec, tcp::socket s) {
-      if (!self->acceptor_.is_open() || ec == asio::error::operation_aborted) return;
-      if (ec) {  // e.g. out of file descriptors: try again shortly instead of spinning
-        self->retry_.expires_after(std::chrono::milliseconds(50));
-        self->retry_.async_wait([self](ErrorCode e) {
-          if (!e) self->Accept();
-        });
-        return;
-      }
-      s.set_option(tcp::no_delay(true), ec);
-      auto connection = std::make_shared<HttpConnection>(self->shared_, std::move(s));
-      asio::dispatch(connection->executor(), [connection] { connection->Start(); });
-      self->Accept();
-    });
-  }
+  void Accept() { Accept(asio::make_strand(shared_->ioc)); }
 
   void Close() {
     asio::post(acceptor_.get_executor(), [self = shared_from_this()] {
@@ -462,6 +518,43 @@ class HttpAcceptor : public std::enable_shared_from_this<HttpAcceptor> {
   }
 
  private:
+  // Connections taken per turn of the I/O loop at most (about 20 us each).
+  static constexpr int kAcceptBatch = 256;
+
+  // `strand`: the next connection's.
+  void Accept(Strand strand) {
+    acceptor_.async_accept(strand, [self = shared_from_this(), strand](ErrorCode ec, tcp::socket s) {
+      if (!self->acceptor_.is_open() || ec == asio::error::operation_aborted) return;
+      if (ec) {  // e.g. out of file descriptors: try again shortly instead of spinning
+        self->retry_.expires_after(std::chrono::milliseconds(50));
+        self->retry_.async_wait([self](ErrorCode e) {
+          if (!e) self->Accept();
+        });
+        return;
+      }
+      self->Serve(std::move(s), strand);
+      // This handler runs again only after everything queued on the I/O threads meanwhile
+      // (under load, a pump per stream): take the connections already waiting now instead
+      // of one per round (a burst of 1000 arriving while others stream took seconds).
+      Strand next = asio::make_strand(self->shared_->ioc);
+      for (int i = 1; i < kAcceptBatch; ++i) {
+        tcp::socket more(next);
+        self->acceptor_.accept(more, ec);  // non-blocking: would_block once none wait; errors go to async_accept
+        if (ec) break;
+        self->Serve(std::move(more), next);
+        next = asio::make_strand(self->shared_->ioc);
+      }
+      self->Accept(std::move(next));
+    });
+  }
+
+  void Serve(tcp::socket socket, Strand strand) {
+    ErrorCode ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    auto connection = std::make_shared<HttpConnection>(shared_, std::move(socket), std::move(strand));
+    asio::dispatch(connection->executor(), [connection] { connection->Start(); });
+  }
+
   const std::shared_ptr<HttpTransport::Shared> shared_;
   tcp::acceptor acceptor_;
   asio::steady_timer retry_;
@@ -497,7 +590,9 @@ void HttpExchange::End(std::string last) {
 }
 
 void HttpExchange::OnClientGone(std::function<void()> fn) {
-  Post([c = connection_, seq = seq_, fn = std::move(fn)]() mutable { c->SetClientGone(seq, std::move(fn)); });
+  connection_->Post(
+      [c = connection_, seq = seq_, fn = std::move(fn)]() mutable { c->SetClientGone(seq, std::move(fn)); },
+      /*inline_ok=*/true);
 }
 
 HttpTransport::HttpTransport(HttpTransportOptions options, HttpHandler handler, HttpErrorBody error_body)

@@ -67,9 +67,11 @@ using HttpErrorBody = std::function<std::string(int status, const absl::Status& 
 
 // One request and its response. Thread-safe: every method may be called from any thread;
 // the effects happen in call order on the connection's I/O strand. Respond, StartStream,
-// Write and End run at once when called on the strand (from Post's function, or the handler). A response is either
-// whole (Respond) or streamed (StartStream, Write..., End). Dropping the last reference
-// without responding closes the connection.
+// Write, End and OnClientGone run at once when called on the strand (from Post's function,
+// or the handler). A response is either whole (Respond) or streamed (StartStream, Write...,
+// End). Each call's bytes leave in one send; those of calls made inside Post's function, in
+// one send when it returns. Dropping the last reference without responding closes the
+// connection.
 class HttpExchange {
  public:
   HttpExchange(std::shared_ptr<HttpConnection> connection, uint64_t seq, HttpRequest request);

@@ -37,6 +37,10 @@ OpenAiResponseBuilder::OpenAiResponseBuilder(const OpenAiRequest& request, std::
       tool_format_(tool_format),
       tools_(request.input.tool_use.tools),
       choices_(std::max(1, request.input.n)) {
+  // Every chunk's envelope is the same: dumped once, up to its choices.
+  std::string envelope = Dump(Envelope(/*chunk=*/true));
+  envelope.pop_back();  // the closing brace
+  chunk_prefix_ = absl::StrCat("data: ", envelope, ",\"choices\":[");
   if (tool_choice_ != ToolUse::Choice::kAuto) return;
   for (int i = 0; i < num_choices(); ++i) {
     choices_[i].tool_parser = std::make_unique<StreamingToolCallParser>(tool_format_, ToolContext(i));
@@ -206,9 +210,11 @@ Json OpenAiResponseBuilder::ChoiceChunk(const OutputEvent& e, int index) {
   choice["logprobs"] = logprobs_ ? LogprobsJson(e.logprobs, &c.text_offset) : Json(nullptr);
   choice["finish_reason"] = final ? FinishJson(c.finish, c.tool_calls) : Json(nullptr);
   if (final) choice["stop_reason"] = c.stop_reason;  // vLLM's field
-  Json chunk = Envelope(/*chunk=*/true);
-  chunk["choices"] = Json::array({choice});
-  return chunk;
+  return choice;
+}
+
+std::string OpenAiResponseBuilder::ChunkEvent(const Json& choice) const {
+  return absl::StrCat(chunk_prefix_, Dump(choice), "]}\n\n");
 }
 
 std::string OpenAiResponseBuilder::Chunks(const OutputEvent& e, int index) {
@@ -217,18 +223,16 @@ std::string OpenAiResponseBuilder::Chunks(const OutputEvent& e, int index) {
   Choice& c = choices_[index];
   Record(e, c);
   if (endpoint_ == OpenAiEndpoint::kChatCompletions && !c.sent_first_chunk && !failed()) {
-    Json chunk = Envelope(/*chunk=*/true);
-    chunk["choices"] = Json::array({Json{{"index", index},
-                                        {"delta", Json{{"role", "assistant"}, {"content", ""}}},
-                                        {"logprobs", nullptr},
-                                        {"finish_reason", nullptr}}});
-    absl::StrAppend(&out, SseEvent(Dump(chunk)));
+    absl::StrAppend(&out, ChunkEvent(Json{{"index", index},
+                                          {"delta", Json{{"role", "assistant"}, {"content", ""}}},
+                                          {"logprobs", nullptr},
+                                          {"finish_reason", nullptr}}));
   }
   if (endpoint_ == OpenAiEndpoint::kChatCompletions) c.sent_first_chunk = true;
   const bool has_content = !e.text.empty() || (logprobs_ && !e.logprobs.empty()) ||
                            (!c.sent_first_chunk && !echo_.empty());
   if (has_content || (e.finish != FinishReason::kNone && !failed())) {
-    if (Json chunk = ChoiceChunk(e, index); !chunk.is_null()) absl::StrAppend(&out, SseEvent(Dump(chunk)));
+    if (Json choice = ChoiceChunk(e, index); !choice.is_null()) absl::StrAppend(&out, ChunkEvent(choice));
   }
   c.sent_first_chunk = true;
   if (failed()) {

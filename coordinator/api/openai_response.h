@@ -64,7 +64,10 @@ class OpenAiResponseBuilder {
   void Record(const OutputEvent& e, Choice& c);
   bool failed() const { return !failure_.ok(); }
   nlohmann::ordered_json Envelope(bool chunk) const;
+  // Choice `index`'s entry in the chunk for `e`; null when `e` makes no chunk.
   nlohmann::ordered_json ChoiceChunk(const OutputEvent& e, int index);
+  // The SSE event of a chunk holding `choice`: chunk_prefix_ and the choice.
+  std::string ChunkEvent(const nlohmann::ordered_json& choice) const;
   // A chat chunk's delta for new text `text` (final: the choice's last event); counts the
   // tool calls it starts.
   nlohmann::ordered_json ChatDelta(Choice& c, int index, const std::string& text, bool final) const;
@@ -92,6 +95,7 @@ class OpenAiResponseBuilder {
   const std::string tool_function_;
   const ToolCallFormat tool_format_;
   const nlohmann::ordered_json tools_;
+  std::string chunk_prefix_;  // "data: " and a chunk's JSON up to its choices' first
   std::vector<Choice> choices_;
   int num_finished_ = 0;
   absl::Status failure_;  // the first choice that failed
