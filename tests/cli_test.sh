@@ -226,4 +226,12 @@ grep -qF 'gemma3.gguf: general.sampling.*): {"top_k": 40, "top_p": 0.9' "$WORK/g
 ! grep -q "general.sampling" "$WORK/gguf.err" && ok "--generation-config vllm ignores a GGUF file's sampling metadata" \
   || bad "vllm with GGUF: $(cat "$WORK/gguf.err")"
 
+# A Gemma 4 GGUF file's "gemma4" vocabulary: --prompt encodes as transformers converts it
+# ("Hello" -> <0x48> el l o, no BOS though the file says add_bos_token).
+out=$("$TPSERVE" generate --model "$FIX/gguf/models/gemma4.gguf" --prompt "Hello" --max-tokens 4 \
+      --device cpu --json 2>"$WORK/gguf.err")
+echo "$out" | grep -qF '"prompt_ids":[77,429,273,276]' \
+  && ok "generate --prompt on a Gemma 4 GGUF: its tokenizer.ggml.model \"gemma4\" vocabulary" \
+  || bad "gemma4 GGUF --prompt: $out $(tail -2 "$WORK/gguf.err")"
+
 finish

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -28,14 +29,17 @@ std::string Show(const std::string& text) { return Json(text).dump(); }
 
 std::vector<int32_t> Ids(const Json& j) { return j.get<std::vector<int32_t>>(); }
 
-// The end-of-turn tokens each fixture's family adds to eos_ids (GgufTokenizerFiles).
-const std::map<std::string, std::vector<std::string>>& EndOfTurnTokens() {
-  static const auto* const tokens = new std::map<std::string, std::vector<std::string>>{
-      {"gemma3", {"<end_of_turn>"}},
-      {"llama", {}},
-      {"llama3", {"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"}},
-      {"qwen2", {"<|im_end|>", "<|endoftext|>"}},
-  };
+// The end-of-turn tokens each fixture's family adds to eos_ids (GgufTokenizerFiles), and
+// whether each is special (Gemma 4's converter writes <|tool_response> USER_DEFINED).
+const std::map<std::string, std::vector<std::pair<std::string, bool>>>& EndOfTurnTokens() {
+  static const auto* const tokens =
+      new std::map<std::string, std::vector<std::pair<std::string, bool>>>{
+          {"gemma3", {{"<end_of_turn>", true}}},
+          {"gemma4", {{"<turn|>", true}, {"<|tool_response>", false}}},
+          {"llama", {}},
+          {"llama3", {{"<|eot_id|>", true}, {"<|eom_id|>", true}, {"<|end_of_text|>", true}}},
+          {"qwen2", {{"<|im_end|>", true}, {"<|endoftext|>", true}}},
+      };
   return *tokens;
 }
 
@@ -94,10 +98,10 @@ TEST_P(GgufFixtureTest, SpecialTokensMatchTransformers) {
 // eos_ids: the file's eos_token_id, then the family's end-of-turn control tokens.
 TEST_P(GgufFixtureTest, EosIdsAddTheFamilysEndOfTurnTokens) {
   std::vector<int32_t> expected = {reference_["eos_id"].get<int32_t>()};
-  for (const std::string& name : EndOfTurnTokens().at(GetParam())) {
+  for (const auto& [name, special] : EndOfTurnTokens().at(GetParam())) {
     const auto id = tokenizer_->TokenToId(name);
     ASSERT_TRUE(id.has_value()) << name;
-    ASSERT_TRUE(tokenizer_->IsSpecial(*id)) << name;
+    ASSERT_EQ(tokenizer_->IsSpecial(*id), special) << name;
     if (std::find(expected.begin(), expected.end(), *id) == expected.end()) expected.push_back(*id);
   }
   EXPECT_EQ(tokenizer_->eos_ids(), expected);
@@ -150,7 +154,7 @@ TEST_P(GgufFixtureTest, ChatTemplateIsCarried) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GgufFixtureTest,
-                         ::testing::Values("gemma3", "llama", "llama3", "qwen2"),
+                         ::testing::Values("gemma3", "gemma4", "llama", "llama3", "qwen2"),
                          [](const auto& info) { return info.param; });
 
 // The gemma3 fixture spells "▁▁" twice (the user-defined "  " at 18, then a normal "▁▁"): as in
@@ -164,6 +168,23 @@ TEST(GgufTokenizer, ATokenSpelledTwiceKeepsItsLastId) {
   EXPECT_EQ((*tokenizer)->TokenToId("\u2581\u2581"), last);
   EXPECT_EQ((*tokenizer)->IdToToken(18), "");
   EXPECT_EQ((*tokenizer)->Encode("  ", false), std::vector<int32_t>{last});
+}
+
+// The gemma4 fixture says add_bos_token true, as llama.cpp's converter writes it; transformers
+// adds no BOS to a "gemma4" vocabulary, and neither does the tokenizer built here. eos_ids are
+// <eos>, <turn|> and <|tool_response>, Gemma 4's generation_config.json's.
+TEST(GgufTokenizer, Gemma4AddsNoBosAndStopsAtTheEndOfTurn) {
+  auto file = GgufFile::Open(Fixture("gguf/tokenizers/gemma4/tokenizer.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_EQ((*file)->metadata().at("tokenizer.ggml.add_bos_token"), true);
+  auto tokenizer = TokenizerFromGguf(**file);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ((*tokenizer)->bos_id(), 2);
+  EXPECT_EQ((*tokenizer)->Encode("Hello world", true), (*tokenizer)->Encode("Hello world", false));
+  EXPECT_NE((*tokenizer)->Encode("Hello world", true).at(0), 2);
+  EXPECT_EQ((*tokenizer)->TokenToId("<turn|>"), 9);
+  EXPECT_EQ((*tokenizer)->TokenToId("<|tool_response>"), 7);
+  EXPECT_EQ((*tokenizer)->eos_ids(), (std::vector<int32_t>{1, 9, 7}));
 }
 
 // The real Gemma 3 270M file (262,144 tokens, 514,906 derived merges): set TPSERVE_REAL_GGUF to
@@ -252,6 +273,61 @@ TEST(GgufTokenizer, EqualScoresRankDerivedMergesInFileOrder) {
   EXPECT_EQ((*tokenizer)->Encode("abc", false), (std::vector<int32_t>{3, 7, 6}));
 }
 
+// A small "gemma4" vocabulary as llama.cpp's converter writes one: scores -1000, merges.
+GgufMetadata SmallGemma4() {
+  GgufMetadata m;
+  m["general.architecture"] = "gemma4";
+  m["tokenizer.ggml.model"] = "gemma4";
+  m["tokenizer.ggml.tokens"] = {"<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "\u2581",
+                                "a",     "b",     "c",     "bc",    "ab"};
+  m["tokenizer.ggml.scores"] = std::vector<double>(11, -1000.0);
+  m["tokenizer.ggml.token_type"] = {3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1};
+  m["tokenizer.ggml.merges"] = {"a b", "b c"};
+  m["tokenizer.ggml.bos_token_id"] = 2;
+  m["tokenizer.ggml.eos_token_id"] = 1;
+  m["tokenizer.ggml.unknown_token_id"] = 3;
+  m["tokenizer.ggml.padding_token_id"] = 0;
+  m["tokenizer.ggml.add_bos_token"] = true;
+  return m;
+}
+
+// Gemma 4's merges are the file's, in the file's order (Gemma 1-3's are derived from the token
+// order); without them they are derived ranked by the scores, as transformers' get_merges does.
+TEST(GgufTokenizer, Gemma4MergesAreTheFilesOrRankedByScore) {
+  GgufMetadata m = SmallGemma4();
+  auto tokenizer = TokenizerFromGgufMetadata(m, "model.gguf");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ((*tokenizer)->Encode("abc", true), (std::vector<int32_t>{10, 8}));  // ab + c
+  EXPECT_EQ((*tokenizer)->Decode({10, 8}, false), "abc");
+  m.erase("tokenizer.ggml.merges");
+  m["tokenizer.ggml.scores"][9] = -1.0;  // "bc" above "ab"
+  m["tokenizer.ggml.scores"][10] = -2.0;
+  tokenizer = TokenizerFromGgufMetadata(m, "model.gguf");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ((*tokenizer)->Encode("abc", true), (std::vector<int32_t>{6, 9}));  // a + bc
+}
+
+TEST(GgufTokenizer, Gemma4VocabularyNeedsTheGemma4Architecture) {
+  GgufMetadata m = SmallGemma4();
+  m["general.architecture"] = "gemma3";
+  std::string error = ErrorOf(m);
+  EXPECT_NE(error.find("model.gguf: general.architecture: \"gemma3\" with tokenizer.ggml.model "
+                       "\"gemma4\" is not supported"),
+            std::string::npos)
+      << error;
+  m = SmallGemma4();
+  m["tokenizer.ggml.pre"] = "llama-bpe";
+  error = ErrorOf(m);
+  EXPECT_NE(error.find("model.gguf: tokenizer.ggml.pre: \"llama-bpe\" is not supported with "
+                       "tokenizer.ggml.model \"gemma4\""),
+            std::string::npos)
+      << error;
+  for (const char* pre : {"default", "gemma4"}) {
+    m["tokenizer.ggml.pre"] = pre;
+    EXPECT_EQ(ErrorOf(m), "") << pre;
+  }
+}
+
 TEST(GgufTokenizer, UnsupportedTokenizerModelIsAnErrorListingTheSupportedOnes) {
   GgufMetadata m = SmallLlama();
   m["tokenizer.ggml.model"] = "t5";
@@ -261,6 +337,7 @@ TEST(GgufTokenizer, UnsupportedTokenizerModelIsAnErrorListingTheSupportedOnes) {
       << error;
   EXPECT_NE(error.find("\"gpt2\""), std::string::npos) << error;
   EXPECT_NE(error.find("\"llama\""), std::string::npos) << error;
+  EXPECT_NE(error.find("\"gemma4\""), std::string::npos) << error;
 }
 
 TEST(GgufTokenizer, UnknownPreTokenizerIsAnError) {

@@ -23,7 +23,7 @@ tensor. The gemma3 file carries general.sampling.top_k/top_p (sampling defaults,
 converter writes them from generation_config.json). Each file also carries a small
 SentencePiece-style vocabulary (byte tokens and filler pieces) so that `tpserve generate
 --prompt` can run on it; the gemma4 file carries the converter's "gemma4" (BPE) vocabulary
-layout instead, which tpserve's GGUF tokenizer does not read yet.
+layout instead.
 
 Usage: /work/tools-venv/bin/python tools/make_gguf_model_fixtures.py [--out DIR]
 Requires: gguf, numpy, safetensors, torch, transformers. Deterministic.

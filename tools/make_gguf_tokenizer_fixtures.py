@@ -14,6 +14,18 @@ out as llama.cpp's convert_hf_to_gguf.py writes that family:
   llama3  (from llama3)  "gpt2", pre "llama-bpe", merges, CONTROL added tokens (_set_vocab_gpt2)
   qwen2   (from qwen2)   "gpt2", pre "qwen2", merges, <think> USER_DEFINED, [PADn] UNUSED padding,
                          a chat template
+  gemma4  (from gemma,   "gemma4", no pre, the tokens of tokenizer.json with scores -1000 and
+           re-spelled)   CONTROL/BYTE/NORMAL types (gguf.LlamaHfVocab), Gemma 4's rendered
+                         tokens USER_DEFINED, the merges, add_space_prefix false,
+                         add_bos_token true, Gemma 4's chat template (Gemma4Model.set_vocab in
+                         llama.cpp's conversion/gemma.py at 061b8c5f)
+
+The gemma4 file is the gemma fixture with some of its special tokens renamed to Gemma 4's
+(<|turn>, <turn|>, <|channel>, <channel|>, <|tool_call>, <tool_call|>, <|tool_response>, <|"|>)
+and named in tokenizer_config.json as model-specific special tokens ("eot_token": "<turn|>",
+...), as Gemma 4's tokenizer has them: LlamaHfVocab writes a token CONTROL only when the
+tokenizer lists it among its special tokens, and the converter then turns the rendered ones
+USER_DEFINED. So the file's end-of-turn token is Gemma 4's <turn|>, CONTROL.
 
 Beyond what the converter would write, gemma3 ends with a normal "▁▁" that collides with the
 user-defined "  " (re-spelled "▁▁"), and llama3 with two tokens outside the byte alphabet (one
@@ -45,6 +57,7 @@ import re
 import shutil
 import sys
 import tempfile
+from pathlib import Path
 
 import gguf
 import tokenizers
@@ -156,7 +169,8 @@ def write_gguf(path, arch, model, pre, tokens, types, scores, special_vocab, ext
     writer = gguf.GGUFWriter(path, arch)
     writer.add_name(f"tpserve tokenizer fixture ({arch})")
     writer.add_tokenizer_model(model)
-    writer.add_tokenizer_pre(pre)
+    if pre is not None:
+        writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
     if scores is not None:
         writer.add_token_scores(scores)
@@ -235,7 +249,47 @@ def make_qwen2(path):
                      "eos_token_id": ids["<|im_end|>"]}, QWEN_TEMPLATE)
 
 
-FIXTURES = {"gemma3": make_gemma3, "llama": make_llama, "llama3": make_llama3, "qwen2": make_qwen2}
+# The gemma fixture's special tokens given Gemma 4's names, by id.
+GEMMA4_RENAMES = {5: ("soc_token", "<|channel>"), 6: ("eoc_token", "<channel|>"),
+                  7: ("str_token", "<|tool_response>"), 8: ("sot_token", "<|turn>"),
+                  9: ("eot_token", "<turn|>"), 10: ("stc_token", "<|tool_call>"),
+                  11: ("etc_token", "<tool_call|>"), 16: ("escape_token", '<|"|>')}
+# Gemma4Model.set_vocab's visible_tokens: written USER_DEFINED so that llama.cpp renders them.
+GEMMA4_VISIBLE = {"<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", "<|tool_response>",
+                  "<tool_response|>", '<|"|>'}
+
+
+def make_gemma4(path):
+    source = os.path.join(base_dir(), "gemma")
+    tj = load(source, "tokenizer.json")
+    config = load(source, "tokenizer_config.json")
+    vocab = tj["model"]["vocab"]
+    for entry in tj["added_tokens"]:
+        if entry["id"] in GEMMA4_RENAMES:
+            key, new = GEMMA4_RENAMES[entry["id"]]
+            config[key] = new
+            del vocab[entry["content"]]
+            vocab[new] = entry["id"]
+            entry["content"], entry["special"] = new, True
+            config["added_tokens_decoder"][str(entry["id"])].update(content=new, special=True)
+    with open(os.path.join(ROOT, "tests", "fixtures", "chat_templates", "gemma4.jinja"), encoding="utf-8") as f:
+        template = f.read()
+    staged = stage(source, {"tokenizer.json": tj, "tokenizer_config.json": config,
+                            "chat_template.jinja": template})
+    vocab = gguf.LlamaHfVocab(Path(staged))
+    tokens, scores, types = [], [], []
+    for text, score, kind in vocab.all_tokens():
+        tokens.append(text)
+        scores.append(score)
+        types.append(USER_DEFINED if text.decode() in GEMMA4_VISIBLE else kind)
+    special = gguf.SpecialVocab(staged, load_merges=True)
+    write_gguf(path, "gemma4", "gemma4", None, tokens, types, scores, special,
+               [lambda w: w.add_add_space_prefix(False), lambda w: w.add_add_bos_token(True)])
+    shutil.rmtree(staged)
+
+
+FIXTURES = {"gemma3": make_gemma3, "llama": make_llama, "llama3": make_llama3, "qwen2": make_qwen2,
+            "gemma4": make_gemma4}
 
 
 def base_dir():
@@ -277,7 +331,7 @@ def reference(tok, name, random_count):
     # Added tokens the family's text uses, for the samples (a few from each end of the list).
     specials = [t["content"] for t in added if not t["content"].startswith(("<unused", "<|reserved"))]
     specials = specials[:8] + specials[-4:]
-    fixed = base.FIXED_SAMPLES + EXTRA_SAMPLES + [
+    fixed = base.FIXED_SAMPLES + EXTRA_SAMPLES + FAMILY_SAMPLES.get(name, []) + [
         f"{specials[0]}text after{specials[-1]}", " ".join(specials),
         "".join(specials) + "glued" + specials[len(specials) // 2] + " spaced " + specials[-1]]
     texts = fixed + base.random_samples(specials, random_count, seed=sum(map(ord, name)))
@@ -307,6 +361,15 @@ EXTRA_SAMPLES = [
     "two  spaces, three   spaces, four    spaces",
     "[PAD1161][PAD1328] <<SYS>> <think>",
 ]
+
+# Beyond those, for one family: Gemma 4's chat and tool-call markup.
+FAMILY_SAMPLES = {
+    "gemma4": [
+        "<bos><|turn>user\nHi there!<turn|>\n<|turn>model\n<|channel>thought\n<channel|>Hello!<turn|>",
+        '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3}<tool_call|><|tool_response>',
+        "text<turn|>text <|turn> spaced <turn|>  two",
+    ],
+}
 
 REAL_TEXTS = [
     "", " ", "Hello world", " Hello world", "Hello world ", "  two leading spaces",

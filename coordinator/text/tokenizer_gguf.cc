@@ -28,17 +28,23 @@ using tokenizer_internal::GgufVocab;
 constexpr int64_t kControl = 3;
 constexpr int64_t kUserDefined = 4;
 
-enum class Family { kGemma, kLlama, kLlama3, kQwen2 };
+// kGemma: tokenizer.ggml.model "llama" from Gemma 1-3; kGemma4: tokenizer.ggml.model "gemma4".
+enum class Family { kGemma, kGemma4, kLlama, kLlama3, kQwen2 };
 
 // The tokenizer's text helpers take std::string_view; Debian's abseil has its own.
 std::string_view Std(absl::string_view s) { return {s.data(), s.size()}; }
 
-bool IsSentencePiece(Family f) { return f == Family::kGemma || f == Family::kLlama; }
+bool IsSentencePiece(Family f) {
+  return f == Family::kGemma || f == Family::kGemma4 || f == Family::kLlama;
+}
+// Handed to GemmaTokenizer: its normalizer, pre-tokenizer, decoder and special tokens.
+bool IsGemma(Family f) { return f == Family::kGemma || f == Family::kGemma4; }
 
 tokenizer_internal::GgufSpelling Spelling(Family f) {
   switch (f) {
     case Family::kGemma:
       return tokenizer_internal::GgufSpelling::kGemma;
+    case Family::kGemma4:  // no two-space fix: the file has tokenizer.json's own spelling
     case Family::kLlama:
       return tokenizer_internal::GgufSpelling::kAsIs;
     default:
@@ -59,8 +65,9 @@ bool InByteAlphabet(absl::string_view token) {
 
 constexpr absl::string_view kSupported =
     "supported: tokenizer.ggml.model \"llama\" with general.architecture gemma, gemma2, gemma3 "
-    "(Gemma) or llama (Llama 2 style), and tokenizer.ggml.model \"gpt2\" with tokenizer.ggml.pre "
-    "\"llama-bpe\" (Llama 3) or \"qwen2\" (Qwen 2, Qwen 3)";
+    "(Gemma) or llama (Llama 2 style), tokenizer.ggml.model \"gemma4\" with general.architecture "
+    "gemma4 (Gemma 4), and tokenizer.ggml.model \"gpt2\" with tokenizer.ggml.pre \"llama-bpe\" "
+    "(Llama 3) or \"qwen2\" (Qwen 2, Qwen 3)";
 
 // The pre-tokenizer splits transformers gives these names (GGUF_PRE_TOKENIZER_SPLITS).
 constexpr absl::string_view kLlama3Split =
@@ -133,6 +140,23 @@ absl::StatusOr<Family> ReadFamily(const Metadata& m) {
     return m.Error(
         "general.architecture",
         absl::StrCat("\"", arch_name, "\" with tokenizer.ggml.model \"llama\" is not supported (",
+                     kSupported, ")"));
+  }
+  if (*model == "gemma4") {
+    // llama.cpp's converter writes no tokenizer.ggml.pre here (llama.cpp reads it as "gemma4").
+    // transformers would swap in a byte-level split for a name in GGUF_PRE_TOKENIZER_SPLITS,
+    // which no Gemma 4 file carries: anything but these is refused rather than guessed at.
+    if (pre && *pre != "default" && *pre != "gemma4") {
+      return m.Error("tokenizer.ggml.pre",
+                     absl::StrCat("\"", *pre,
+                                  "\" is not supported with tokenizer.ggml.model \"gemma4\" "
+                                  "(expected \"default\", \"gemma4\" or none; ",
+                                  kSupported, ")"));
+    }
+    if (arch_name == "gemma4") return Family::kGemma4;
+    return m.Error(
+        "general.architecture",
+        absl::StrCat("\"", arch_name, "\" with tokenizer.ggml.model \"gemma4\" is not supported (",
                      kSupported, ")"));
   }
   if (*model == "gpt2") {
@@ -219,14 +243,15 @@ Json Replace(absl::string_view from, absl::string_view to) {
 }
 
 // The normalizer, pre-tokenizer, decoder and model options of each family's tokenizer class
-// (GemmaTokenizer, LlamaTokenizer, GPT2Tokenizer) after transformers' GGUF conversion.
+// (GemmaTokenizer, LlamaTokenizer, GPT2Tokenizer) after transformers' GGUF conversion. Gemma 1-3
+// ("llama" files) and Gemma 4 ("gemma4" files) both get GemmaTokenizer's.
 Json Pipeline(Family family) {
   Json t = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}};
   Json model = {{"type", "BPE"}, {"dropout", nullptr}, {"ignore_merges", false}};
   if (IsSentencePiece(family)) {
     Json decoders =
         Json::array({Replace("\u2581", " "), {{"type", "ByteFallback"}}, {{"type", "Fuse"}}});
-    if (family == Family::kGemma) {
+    if (IsGemma(family)) {
       t["normalizer"] = Replace(" ", "\u2581");
       t["pre_tokenizer"] = {{"type", "Split"},
                             {"pattern", {{"String", " "}}},
@@ -324,8 +349,9 @@ absl::StatusOr<Conversion> Convert(const GgufMetadata& metadata, absl::string_vi
   } else if (!IsSentencePiece(family)) {
     return m.Error("tokenizer.ggml.merges", "missing: a \"gpt2\" vocabulary needs its merges");
   } else {
-    // Gemma's scores do not follow its merge order; the token order does (transformers'
-    // gemma_tokenizer). Elsewhere the scores rank the merges.
+    // Gemma 1-3's scores do not follow its merge order; the token order does (transformers'
+    // gemma_tokenizer). Elsewhere the scores rank the merges (get_merges), Gemma 4 included:
+    // its converter writes the merges, but transformers would derive them so without.
     std::vector<double> score = file.scores;
     if (family == Family::kGemma) {
       score.resize(n);
@@ -344,6 +370,7 @@ absl::StatusOr<Conversion> Convert(const GgufMetadata& metadata, absl::string_vi
   // include the <mask> that the final GemmaTokenizer would add again).
   switch (family) {
     case Family::kGemma:
+    case Family::kGemma4:
       for (const char* t : {"<bos>", "<eos>", "<unk>", "<pad>", "<mask>"}) added.Add(t, true);
       break;
     case Family::kLlama:
@@ -389,7 +416,12 @@ absl::StatusOr<Conversion> Convert(const GgufMetadata& metadata, absl::string_vi
   TP_ASSIGN_OR_RETURN(const auto add_bos_flag, m.Bool("tokenizer.ggml.add_bos_token"));
   TP_ASSIGN_OR_RETURN(const auto add_eos_flag, m.Bool("tokenizer.ggml.add_eos_token"));
   // transformers: llama.cpp adds BOS to a SentencePiece vocabulary that does not say otherwise.
-  const bool add_bos = add_bos_flag.value_or(IsSentencePiece(family)) && bos.has_value();
+  // Gemma 4: never, whatever tokenizer.ggml.add_bos_token says (the converter writes true).
+  // transformers follows Gemma 4's own tokenizer, whose chat template writes <bos> itself;
+  // llama.cpp forces BOS on for these files (ggml-org/llama.cpp#21500), so a raw prompt
+  // encodes one token shorter here than in llama.cpp.
+  const bool add_bos = family != Family::kGemma4 &&
+                       add_bos_flag.value_or(IsSentencePiece(family)) && bos.has_value();
   const bool add_eos = add_eos_flag.value_or(false) && eos.has_value();
   c.tokenizer["post_processor"] = TemplateProcessor(
       add_bos ? bos : std::nullopt, add_bos ? std::optional(token_id(*bos)) : std::nullopt,
@@ -405,7 +437,11 @@ absl::StatusOr<Conversion> Convert(const GgufMetadata& metadata, absl::string_vi
   if (chat_template) c.config["chat_template"] = *chat_template;
 
   // End of generation besides eos: the file's eot/eom tokens, then the family's end-of-turn
-  // control tokens (llama.cpp's end-of-generation set).
+  // control tokens (llama.cpp's end-of-generation set). Gemma 4's are those of its
+  // generation_config.json, [<eos>, <turn|>, <|tool_response>], which transformers' GGUF loader
+  // also sets (as ids 1, 106, 50, in modeling_gguf_pytorch_utils.py); the converter writes
+  // <|tool_response> USER_DEFINED (so that it is rendered), so Gemma 4's are looked up among all
+  // added tokens.
   Json eos_ids = Json::array();
   for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
     TP_ASSIGN_OR_RETURN(const auto index, m.TokenIndex(key, n));
@@ -419,6 +455,9 @@ absl::StatusOr<Conversion> Convert(const GgufMetadata& metadata, absl::string_vi
     case Family::kGemma:
       end_of_turn = {"<end_of_turn>"};
       break;
+    case Family::kGemma4:
+      end_of_turn = {"<turn|>", "<|tool_response>"};
+      break;
     case Family::kLlama3:
       end_of_turn = {"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"};
       break;
@@ -429,8 +468,11 @@ absl::StatusOr<Conversion> Convert(const GgufMetadata& metadata, absl::string_vi
       break;
   }
   for (const char* name : end_of_turn) {
-    if (const auto it = control_ids.find(name); it != control_ids.end())
+    if (const auto it = control_ids.find(name); it != control_ids.end()) {
       eos_ids.push_back(it->second);
+    } else if (family == Family::kGemma4) {
+      if (const auto id = added.Find(name)) eos_ids.push_back(*id);
+    }
   }
   c.generation = {{"eos_token_id", std::move(eos_ids)}};
   return c;

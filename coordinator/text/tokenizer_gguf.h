@@ -12,6 +12,10 @@
 //     general.architecture llama: Llama 2 style (Metaspace, prepend "▁" to the first word).
 //       Merges come from tokenizer.ggml.merges or, as usual, are derived ranked by the
 //       tokens' scores.
+//   tokenizer.ggml.model "gemma4" with general.architecture gemma4: Gemma 4. GemmaTokenizer with
+//     the file's vocabulary as spelled and its tokenizer.ggml.merges (derived ranked by the
+//     scores when absent, as transformers would); tokenizer.ggml.pre absent, "default" or
+//     "gemma4". No BOS is added whatever add_bos_token says (transformers; llama.cpp adds one).
 //   tokenizer.ggml.model "gpt2" (byte-level BPE) with tokenizer.ggml.pre
 //     "llama-bpe": Llama 3;  "qwen2": Qwen 2, Qwen 2.5, Qwen 3.
 // Anything else is an error naming the value and listing these. As in transformers, what
@@ -20,8 +24,8 @@
 //
 // Tokens the file marks control are special added tokens, user-defined ones plain added
 // tokens; tokenizer.ggml.bos/eos/unknown/padding_token_id name the special tokens, and
-// add_bos_token / add_eos_token (for "llama" vocabularies add_bos defaults to true) the
-// tokens Encode(text, true) adds.
+// add_bos_token / add_eos_token (for "llama" vocabularies add_bos defaults to true; for "gemma4"
+// add_bos is false) the tokens Encode(text, true) adds.
 #pragma once
 
 #include <functional>
@@ -53,9 +57,11 @@ struct GgufTokenizerFiles {
   // generation_config.json, and its eos_token_id is one id, while models stop at more (Gemma
   // 3's generation_config.json has [<eos>, <end_of_turn>]). As llama.cpp does, this lists
   // tokenizer.ggml.eot_token_id and eom_token_id when present, then the family's end-of-turn
-  // tokens that the file has as control tokens: <end_of_turn> (Gemma); <|eot_id|>, <|eom_id|>,
-  // <|end_of_text|> (Llama 3); <|im_end|>, <|endoftext|> (Qwen). Tokenizer::eos_ids() reads it
-  // as it reads a generation_config.json.
+  // tokens that the file has as control tokens: <end_of_turn> (Gemma 1-3); <|eot_id|>, <|eom_id|>,
+  // <|end_of_text|> (Llama 3); <|im_end|>, <|endoftext|> (Qwen); and Gemma 4's <turn|> and
+  // <|tool_response>, as added tokens of either kind (Gemma 4's generation_config.json has
+  // [<eos>, <turn|>, <|tool_response>]). Tokenizer::eos_ids() reads it as it reads a
+  // generation_config.json.
   std::string generation_config_json;
 };
 
