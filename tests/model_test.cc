@@ -455,6 +455,23 @@ TEST(ModelTest, WorkersSampleTheLogitRows) {
   }
 }
 
+// One sequence's prefill of `tokens` tokens in block 0 of every KV group, the last row's
+// logits asked for.
+StepPlan OneSequencePrefill(int tokens, size_t kv_groups) {
+  StepPlan plan;
+  plan.num_seqs = 1;
+  KvGroupPlan kv{{}, 1, {0}};
+  for (int p = 0; p < tokens; ++p) {
+    plan.token_ids.push_back(100 + 37 * p);
+    plan.positions.push_back(p);
+    plan.token_seq.push_back(0);
+    kv.slot_mapping.push_back(p);
+  }
+  plan.kv.assign(kv_groups, kv);
+  plan.logit_rows = {tokens - 1};
+  return plan;
+}
+
 // StepTimes::allreduce_us is the step's all-reduces as the backend's SpanTimer timed them:
 // none at TP 1, some (and less than the step) at TP 2, and rank 0's own share of the stages'
 // work with one stage.
@@ -468,17 +485,7 @@ TEST(ModelTest, AllReduceTimeIsTheStepsCollectives) {
       auto model = Model::Load(*config, *source, *backend, comm, ModelOptions{});
       ASSERT_TRUE(model.ok()) << model.status();
       ASSERT_TRUE((*model)->AllocateKvCache(8).ok());
-      StepPlan plan;
-      plan.num_seqs = 1;
-      KvGroupPlan kv{{}, 1, {0}};
-      for (int p = 0; p < 8; ++p) {
-        plan.token_ids.push_back(100 + 37 * p);
-        plan.positions.push_back(p);
-        plan.token_seq.push_back(0);
-        kv.slot_mapping.push_back(p);
-      }
-      plan.kv.assign((*model)->num_kv_blocks().size(), kv);
-      plan.logit_rows = {7};
+      const StepPlan plan = OneSequencePrefill(8, (*model)->num_kv_blocks().size());
       for (int step = 0; step < 2; ++step) {  // the second step counts its own spans only
         StepTimes times;
         ASSERT_TRUE((*model)->Forward(plan, &times).ok());
@@ -521,17 +528,7 @@ TEST(ModelTest, DummyWeightsAreSplitInvariant) {
       auto model = Model::Load(*config, *source, *backend, comm, ModelOptions{});
       ASSERT_TRUE(model.ok()) << model.status();
       ASSERT_TRUE((*model)->AllocateKvCache(8).ok());
-      StepPlan plan;
-      plan.num_seqs = 1;
-      KvGroupPlan kv{{}, 1, {0}};
-      for (int p = 0; p < 10; ++p) {
-        plan.token_ids.push_back(100 + 37 * p);
-        plan.positions.push_back(p);
-        plan.token_seq.push_back(0);
-        kv.slot_mapping.push_back(p);
-      }
-      plan.kv.assign((*model)->num_kv_blocks().size(), kv);
-      plan.logit_rows = {9};
+      const StepPlan plan = OneSequencePrefill(10, (*model)->num_kv_blocks().size());
       auto out = (*model)->Forward(plan, nullptr);
       ASSERT_TRUE(out.ok()) << out.status();
       if (comm.rank() == 0) got = out->logits;
