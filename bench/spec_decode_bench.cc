@@ -10,9 +10,22 @@
 //   verifies K drafts (K + 1 tokens of one sequence) over a 1-token step, at each --k, and
 //   the per-user speedup that ratio allows at acceptance lengths 2..4 (a projection: it
 //   assumes drafts cost nothing, true of n-gram lookup and not of a drafter model).
+// --mode mtp-cost (a built-in model and assistant with dummy weights, or checkpoints): per
+//   K, alternated runs without and with the MTP drafter's (--drafter) drafts: (a) the
+//   1-token decode step, (b) the (K + 1)-token verification step and (c) one drafter step
+//   (a draft pass of K steps at batch 1, its planning and broadcast included, over K), and
+//   the projected per-user speedup at mean acceptance lengths 2..4 with the drafter's cost
+//   included: a x (a) / ((b) + K x (c)). Dummy weights accept few drafts: only the step
+//   shapes count.
+//
+// --layers N keeps the target's first N layers (a shape that does not fit, e.g. the 31B's
+// 62 GB): per-layer costs shrink, the embedding, the LM head and the drafter stay whole, so
+// the ratios are not the full model's (docs/speculative_decoding.md says how they carry).
 //
 //   build/bench/spec_decode_bench --mode ngram --model ~/.cache/tpserve/models/gemma-3-270m --rounds 10
 //   build/bench/spec_decode_bench --mode cost --model gemma-4-1b --k 2,4,8
+//   build/bench/spec_decode_bench --mode mtp-cost --model gemma-4-1b --k 2,4,8 --rounds 2
+//   build/bench/spec_decode_bench --mode mtp-cost --model gemma-4-31b --layers 6 --k 2,4,8 --rounds 2
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -23,6 +36,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "coordinator/engine/offline.h"
 #include "coordinator/engine/speculative.h"
@@ -33,7 +47,7 @@
 #include "worker/step_executor.h"
 #include "worker/worker_loop.h"
 
-ABSL_FLAG(std::string, mode, "ngram", "ngram | cost (see the file's comment)");
+ABSL_FLAG(std::string, mode, "ngram", "ngram | cost | mtp-cost (see the file's comment)");
 ABSL_FLAG(std::string, model, "gemma-4-1b", "Checkpoint directory, GGUF file or built-in preset (dummy weights)");
 ABSL_FLAG(int, tp, 1, "Tensor-parallel size (ranks as threads)");
 ABSL_FLAG(int, threads, 0, "CPU threads per rank (0: cores / ranks)");
@@ -42,9 +56,13 @@ ABSL_FLAG(int, rounds, 10, "ngram: rounds, each running every prompt without and
 ABSL_FLAG(int, max_tokens, 96, "ngram: tokens generated per prompt");
 ABSL_FLAG(std::string, speculative_config, R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4})",
           "ngram: the --speculative-config measured");
-ABSL_FLAG(std::string, k, "2,4,8", "cost: draft lengths K, comma-separated");
-ABSL_FLAG(int, context, 256, "cost: prompt tokens before decoding");
-ABSL_FLAG(int, decode_steps, 24, "cost: decode steps measured per K");
+ABSL_FLAG(std::string, k, "2,4,8", "cost, mtp-cost: draft lengths K, comma-separated");
+ABSL_FLAG(int, context, 256, "cost, mtp-cost: prompt tokens before decoding");
+ABSL_FLAG(int, decode_steps, 24, "cost, mtp-cost: decode steps measured per K and run");
+ABSL_FLAG(std::string, drafter, "",
+          "mtp-cost: the MTP drafter, a built-in assistant shape (dummy weights) or an assistant directory; "
+          "empty: --model's built-in assistant (MODEL-assistant)");
+ABSL_FLAG(int, layers, 0, "Built-in models: keep the target's first N layers (0: all); see the file's comment");
 
 namespace tpserve {
 namespace {
@@ -79,6 +97,7 @@ struct Decode {
   double ms = 0;       // decode steps' forward + coordinator time
   int64_t steps = 0;
   std::vector<double> step_ms;  // each decode step's
+  std::vector<StepSummary> summaries;  // every step, prefill included
   SpecDecodeStats spec;
 };
 
@@ -99,6 +118,7 @@ absl::StatusOr<Decode> RunOnce(StepExecutor& exec, const Model& model, const std
     ++d.steps;
   }
   d.spec = r.spec;
+  d.summaries = std::move(r.steps);
   return d;
 }
 
@@ -150,10 +170,41 @@ class FixedProposer : public SequenceProposer {
   }
 };
 
+absl::StatusOr<std::vector<int>> ParseKs() {
+  std::vector<int> ks;
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_k), ',', absl::SkipWhitespace())) {
+    int k = 0;
+    if (!absl::SimpleAtoi(part, &k) || k < 1 || k > 64) {
+      return absl::InvalidArgumentError(absl::StrCat("--k: bad value \"", part, "\" (draft lengths 1..64)"));
+    }
+    ks.push_back(k);
+  }
+  if (ks.empty()) return absl::InvalidArgumentError("--k: no draft length given");
+  return ks;
+}
+
+std::vector<int32_t> CostPrompt(const Model& model) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < absl::GetFlag(FLAGS_context); ++i) {
+    prompt.push_back(static_cast<int32_t>((1000 + 7919 * i) % model.config().vocab_size));
+  }
+  return prompt;
+}
+
+// "(WEIGHTS, 4.3B params, TRUNCATED to its first 6 of 60 layers)" or "(WEIGHTS, 1.1B params, 12 layers)".
+std::string DescribeTarget(const Model& model, const std::string& weights, int full_layers) {
+  const int n = model.config().num_layers;
+  const std::string params = absl::StrFormat("%.2fB params", model.config().ParameterCount() / 1e9);
+  if (n < full_layers) {
+    return absl::StrCat("(", weights, ", ", params, ", TRUNCATED to its first ", n, " of ", full_layers, " layers)");
+  }
+  return absl::StrCat("(", weights, ", ", params, ", ", n, " layers)");
+}
+
 absl::Status RunCost(StepExecutor& exec, const Model& model) {
   const int context = absl::GetFlag(FLAGS_context);
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < context; ++i) prompt.push_back(static_cast<int32_t>((1000 + 7919 * i) % model.config().vocab_size));
+  const std::vector<int32_t> prompt = CostPrompt(model);
+  TP_ASSIGN_OR_RETURN(const std::vector<int> ks, ParseKs());
   SamplingParams p;
   p.temperature = 0;
   p.max_tokens = absl::GetFlag(FLAGS_decode_steps) + 1;
@@ -162,9 +213,7 @@ absl::Status RunCost(StepExecutor& exec, const Model& model) {
               absl::GetFlag(FLAGS_model).c_str(), absl::GetFlag(FLAGS_tp), context);
   std::printf("%4s %12s %14s %8s   %s\n", "K", "1-token ms", "K+1-token ms", "ratio",
               "projected speedup at acceptance length 2 / 3 / 4 (free drafts)");
-  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_k), ',', absl::SkipWhitespace())) {
-    int k = 0;
-    if (!absl::SimpleAtoi(part, &k) || k < 1) return absl::InvalidArgumentError(absl::StrCat("--k: bad value ", part));
+  for (const int k : ks) {
     SpeculativeConfig spec;
     spec.method = SpeculativeConfig::Method::kNgram;
     spec.num_speculative_tokens = k;
@@ -184,6 +233,110 @@ absl::Status RunCost(StepExecutor& exec, const Model& model) {
   return absl::OkStatus();
 }
 
+// (a), (b), (c) of --mode mtp-cost, from alternated runs without and with the drafter.
+struct MtpCost {
+  std::vector<double> one_ms;     // (a) each 1-token decode step (forward and coordinator)
+  std::vector<double> verify_ms;  // (b) each decode step that verified K drafts
+  std::vector<double> draft_ms;   // (c) each K-step draft pass whose drafts the next step verified, over K
+  int64_t drafts = 0, accepted = 0;
+};
+
+void AddMtpRun(const Decode& d, int k, MtpCost& c) {
+  for (size_t i = 0; i < d.summaries.size(); ++i) {
+    const StepSummary& s = d.summaries[i];
+    if (s.num_prefill_tokens > 0) continue;
+    if (s.num_draft_tokens == k) c.verify_ms.push_back(s.forward_ms + s.coordinator_ms);
+    // The pass at the end of step i drafted for step i + 1: K drafter steps when it verifies K.
+    if (i + 1 < d.summaries.size() && d.summaries[i + 1].num_draft_tokens == k) c.draft_ms.push_back(s.draft_ms / k);
+  }
+  c.drafts += d.spec.num_draft_tokens;
+  c.accepted += d.spec.num_accepted_tokens;
+}
+
+absl::Status RunMtpCost(StepExecutor& exec, const Engine& engine, const std::string& drafter_name, int full_layers) {
+  const Model& model = *engine.model;
+  const MtpDrafter& drafter = *engine.drafter;
+  const int context = absl::GetFlag(FLAGS_context), rounds = absl::GetFlag(FLAGS_rounds);
+  const int decode_steps = absl::GetFlag(FLAGS_decode_steps);
+  const std::vector<int32_t> prompt = CostPrompt(model);
+  TP_ASSIGN_OR_RETURN(const std::vector<int> ks, ParseKs());
+  std::printf("model %s %s, drafter %s (%s, %.1fM params, hidden %lld, %d layers), tp %d, batch 1, "
+              "context %d, greedy; %d rounds per K, each a run without and one with drafts (order alternating), "
+              "%d measured decode steps per run\n",
+              absl::GetFlag(FLAGS_model).c_str(), DescribeTarget(model, engine.weights_description, full_layers).c_str(),
+              drafter_name.c_str(), PresetMtpDrafterConfig(drafter_name).ok() ? "dummy weights" : "its checkpoint",
+              drafter.config().ParameterCount() / 1e6, static_cast<long long>(drafter.config().text.hidden_size),
+              drafter.config().text.num_layers, absl::GetFlag(FLAGS_tp), context, rounds, decode_steps);
+  std::printf("medians over every measured step; t1: 1-token step, tv: (K+1)-token verification step, td: one "
+              "drafter step (a K-step draft pass / K)\n");
+  std::printf("%4s %8s %8s %8s %8s %8s   %s\n", "K", "t1 ms", "tv ms", "tv/t1", "td ms", "td/t1",
+              "PROJECTED per-user speedup a*t1/(tv+K*td) at mean acceptance length a = 2 / 3 / 4");
+  // Untimed: a short run each way at the largest K first (buffers allocated, pages touched).
+  {
+    SpeculativeConfig spec;
+    spec.method = SpeculativeConfig::Method::kMtp;
+    spec.model = drafter_name;
+    spec.num_speculative_tokens = *std::max_element(ks.begin(), ks.end());
+    SamplingParams warm;
+    warm.temperature = 0;
+    warm.ignore_eos = true;
+    warm.max_tokens = spec.num_speculative_tokens + 3;
+    TP_RETURN_IF_ERROR(RunOnce(exec, model, prompt, warm, SpeculativeConfig{}).status());
+    TP_RETURN_IF_ERROR(RunOnce(exec, model, prompt, warm, spec).status());
+  }
+  for (const int k : ks) {
+    SpeculativeConfig spec;
+    spec.method = SpeculativeConfig::Method::kMtp;
+    spec.model = drafter_name;
+    spec.num_speculative_tokens = k;
+    SamplingParams plain_params;
+    plain_params.temperature = 0;
+    plain_params.ignore_eos = true;
+    plain_params.max_tokens = decode_steps + 1;
+    // Room for K drafts in each of the first decode_steps steps (MaxDrafts: max_tokens bounds them).
+    SamplingParams spec_params = plain_params;
+    spec_params.max_tokens = decode_steps + k + 1;
+    MtpCost c;
+    for (int round = 0; round < rounds; ++round) {
+      for (int pass = 0; pass < 2; ++pass) {
+        const bool drafting = (pass == 0) == (round % 2 == 1);
+        TP_ASSIGN_OR_RETURN(Decode d, RunOnce(exec, model, prompt, drafting ? spec_params : plain_params,
+                                              drafting ? spec : SpeculativeConfig{}));
+        if (drafting) {
+          AddMtpRun(d, k, c);
+        } else {
+          for (const StepSummary& s : d.summaries) {
+            if (s.num_prefill_tokens == 0) c.one_ms.push_back(s.forward_ms + s.coordinator_ms);
+          }
+        }
+      }
+    }
+    if (c.one_ms.empty() || c.verify_ms.empty() || c.draft_ms.empty()) {
+      return absl::InternalError(absl::StrCat("K ", k, ": no step measured (", c.one_ms.size(), " 1-token steps, ",
+                                              c.verify_ms.size(), " verification steps, ", c.draft_ms.size(),
+                                              " draft passes); raise --decode_steps"));
+    }
+    const double t1 = Median(c.one_ms), tv = Median(c.verify_ms), td = Median(c.draft_ms);
+    std::string projected;
+    for (int a = 2; a <= 4; ++a) {
+      absl::StrAppend(&projected, a > 2 ? " / " : "",
+                      a <= k + 1 ? absl::StrFormat("%.2f", a * t1 / (tv + k * td)) : std::string("-"));
+    }
+    std::printf("%4d %8.2f %8.2f %8.2f %8.2f %8.3f   %s   (%zu, %zu, %zu steps; %lld of %lld drafts accepted)\n", k,
+                t1, tv, tv / t1, td, td / t1, projected.c_str(), c.one_ms.size(), c.verify_ms.size(),
+                c.draft_ms.size(), static_cast<long long>(c.accepted), static_cast<long long>(c.drafts));
+  }
+  std::printf("A projection, not a measurement of speculative decoding: dummy weights accept few drafts; a real "
+              "drafter's acceptance length decides which column applies.\n");
+  if (model.config().num_layers < full_layers) {
+    std::printf("TRUNCATED target: its per-layer costs are %d/%d of the full model's, while the embedding, the LM "
+                "head and the drafter are whole, so td/t1 is larger and the speedups are smaller here than at full "
+                "depth (docs/speculative_decoding.md).\n",
+                model.config().num_layers, full_layers);
+  }
+  return absl::OkStatus();
+}
+
 int Main() {
   EngineOptions eo;
   eo.model = absl::GetFlag(FLAGS_model);
@@ -191,21 +344,50 @@ int Main() {
   eo.device = "cpu";
   eo.max_num_seqs = 1;
   eo.kv_cache_bytes = int64_t{256} << 20;
-  if (PresetModelConfig(eo.model).ok()) eo.load_format = "dummy";  // a built-in shape
+  const bool preset = PresetModelConfig(eo.model).ok();
+  if (preset) eo.load_format = "dummy";  // a built-in shape
   const std::string mode = absl::GetFlag(FLAGS_mode);
-  if (mode != "ngram" && mode != "cost") {
-    std::fprintf(stderr, "spec_decode_bench: --mode must be ngram or cost\n");
+  auto fail = [](const absl::Status& st) {
+    std::fprintf(stderr, "spec_decode_bench: %s\n", std::string(st.message()).c_str());
     return 2;
+  };
+  if (mode != "ngram" && mode != "cost" && mode != "mtp-cost") {
+    return fail(absl::InvalidArgumentError("--mode must be ngram, cost or mtp-cost"));
+  }
+  absl::StatusOr<ModelConfig> config = ResolveModelConfig(eo);
+  if (!config.ok()) return fail(config.status());
+  const int full_layers = config->num_layers;
+  if (absl::GetFlag(FLAGS_layers) > 0) {
+    if (!preset) return fail(absl::InvalidArgumentError("--layers needs a built-in model (dummy weights)"));
+    if (absl::Status st = KeepFirstLayers(*config, absl::GetFlag(FLAGS_layers)); !st.ok()) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("--layers: ", st.message())));
+    }
+  }
+  std::string drafter = absl::GetFlag(FLAGS_drafter);
+  if (mode == "mtp-cost") {
+    absl::StatusOr<std::vector<int>> ks = ParseKs();
+    if (!ks.ok()) return fail(ks.status());
+    if (drafter.empty()) drafter = eo.model + "-assistant";
+    eo.speculative.method = SpeculativeConfig::Method::kMtp;
+    eo.speculative.model = drafter;
+    eo.speculative.num_speculative_tokens = *std::max_element(ks->begin(), ks->end());
   }
   return RunOnRanks(WorldConfig{}, ParallelSizes{absl::GetFlag(FLAGS_tp), 1}, [&](const WorldConfig& world, Communicator& comm) {
-    auto engine = StartEngine(eo, world, comm);
+    auto engine = StartEngine(*config, eo, world, comm);
     if (!engine.ok()) {
       if (comm.rank() == 0) std::fprintf(stderr, "spec_decode_bench: %s\n", std::string(engine.status().message()).c_str());
       return 1;
     }
-    if (comm.rank() != 0) return RunWorkerLoop(*engine->model, comm).ok() ? 0 : 1;
-    StepExecutor exec(*engine->model, comm);
-    absl::Status st = mode == "ngram" ? RunNgram(exec, *engine->model, eo.model) : RunCost(exec, *engine->model);
+    if (comm.rank() != 0) return RunWorkerLoop(*engine->model, comm, engine->drafter.get()).ok() ? 0 : 1;
+    StepExecutor exec(*engine->model, comm, engine->drafter.get());
+    absl::Status st;
+    if (mode == "ngram") {
+      st = RunNgram(exec, *engine->model, eo.model);
+    } else if (mode == "cost") {
+      st = RunCost(exec, *engine->model);
+    } else {
+      st = RunMtpCost(exec, *engine, drafter, full_layers);
+    }
     exec.Shutdown();
     if (!st.ok()) std::fprintf(stderr, "spec_decode_bench: %s\n", std::string(st.message()).c_str());
     return st.ok() ? 0 : 1;
