@@ -15,8 +15,9 @@
 //   1-token decode step, (b) the (K + 1)-token verification step and (c) one drafter step
 //   (a draft pass of K steps at batch 1, its planning and broadcast included, over K), and
 //   the projected per-user speedup at mean acceptance lengths 2..4 with the drafter's cost
-//   included: a x (a) / ((b) + K x (c)). Dummy weights accept few drafts: only the step
-//   shapes count.
+//   included: a x (a) / ((b) + K x (c)). Ratios are taken within each round (its two runs
+//   are adjacent in time, which matters on a shared machine), then the median over rounds
+//   and the range. Dummy weights accept few drafts: only the step shapes count.
 //
 // --layers N keeps the target's first N layers (a shape that does not fit, e.g. the 31B's
 // 62 GB): per-layer costs shrink, the embedding, the LM head and the drafter stay whole, so
@@ -233,24 +234,39 @@ absl::Status RunCost(StepExecutor& exec, const Model& model) {
   return absl::OkStatus();
 }
 
-// (a), (b), (c) of --mode mtp-cost, from alternated runs without and with the drafter.
-struct MtpCost {
-  std::vector<double> one_ms;     // (a) each 1-token decode step (forward and coordinator)
-  std::vector<double> verify_ms;  // (b) each decode step that verified K drafts
-  std::vector<double> draft_ms;   // (c) each K-step draft pass whose drafts the next step verified, over K
-  int64_t drafts = 0, accepted = 0;
+// (a), (b), (c) of --mode mtp-cost for one round: a run without drafts and one with, next
+// to each other in time; medians over their measured steps.
+struct MtpRound {
+  double one_ms = 0;     // (a) the 1-token decode step (forward and coordinator)
+  double verify_ms = 0;  // (b) a decode step that verified K drafts
+  double draft_ms = 0;   // (c) a K-step draft pass whose drafts the next step verified, over K
 };
 
-void AddMtpRun(const Decode& d, int k, MtpCost& c) {
+// (b) and (c) from a run with drafts; an error when no step verified K drafts.
+absl::Status AddDraftingRun(const Decode& d, int k, MtpRound& round, int64_t& drafts, int64_t& accepted) {
+  std::vector<double> verify, draft;
   for (size_t i = 0; i < d.summaries.size(); ++i) {
     const StepSummary& s = d.summaries[i];
     if (s.num_prefill_tokens > 0) continue;
-    if (s.num_draft_tokens == k) c.verify_ms.push_back(s.forward_ms + s.coordinator_ms);
+    if (s.num_draft_tokens == k) verify.push_back(s.forward_ms + s.coordinator_ms);
     // The pass at the end of step i drafted for step i + 1: K drafter steps when it verifies K.
-    if (i + 1 < d.summaries.size() && d.summaries[i + 1].num_draft_tokens == k) c.draft_ms.push_back(s.draft_ms / k);
+    if (i + 1 < d.summaries.size() && d.summaries[i + 1].num_draft_tokens == k) draft.push_back(s.draft_ms / k);
   }
-  c.drafts += d.spec.num_draft_tokens;
-  c.accepted += d.spec.num_accepted_tokens;
+  if (verify.empty() || draft.empty()) {
+    return absl::InternalError(absl::StrCat("K ", k, ": no decode step verified K drafts (", verify.size(),
+                                            " verifications, ", draft.size(), " draft passes); raise --decode_steps"));
+  }
+  round.verify_ms = Median(verify);
+  round.draft_ms = Median(draft);
+  drafts += d.spec.num_draft_tokens;
+  accepted += d.spec.num_accepted_tokens;
+  return absl::OkStatus();
+}
+
+// "1.62 (1.50-1.71)": the median over rounds and the range.
+std::string MedianAndRange(const std::vector<double>& v, int digits) {
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  return absl::StrFormat("%.*f (%.*f-%.*f)", digits, Median(v), digits, *lo, digits, *hi);
 }
 
 absl::Status RunMtpCost(StepExecutor& exec, const Engine& engine, const std::string& drafter_name, int full_layers) {
@@ -267,9 +283,10 @@ absl::Status RunMtpCost(StepExecutor& exec, const Engine& engine, const std::str
               drafter_name.c_str(), PresetMtpDrafterConfig(drafter_name).ok() ? "dummy weights" : "its checkpoint",
               drafter.config().ParameterCount() / 1e6, static_cast<long long>(drafter.config().text.hidden_size),
               drafter.config().text.num_layers, absl::GetFlag(FLAGS_tp), context, rounds, decode_steps);
-  std::printf("medians over every measured step; t1: 1-token step, tv: (K+1)-token verification step, td: one "
-              "drafter step (a K-step draft pass / K)\n");
-  std::printf("%4s %8s %8s %8s %8s %8s   %s\n", "K", "t1 ms", "tv ms", "tv/t1", "td ms", "td/t1",
+  std::printf("per round, a run without drafts and one with, each the median of its steps: t1 the 1-token step, tv "
+              "the (K+1)-token verification step, td one drafter step (a K-step draft pass / K); ratios and speedups "
+              "are taken within each round, then the median over rounds (min-max)\n");
+  std::printf("%4s %8s %8s %8s  %-19s %-22s %s\n", "K", "t1 ms", "tv ms", "td ms", "tv/t1", "td/t1",
               "PROJECTED per-user speedup a*t1/(tv+K*td) at mean acceptance length a = 2 / 3 / 4");
   // Untimed: a short run each way at the largest K first (buffers allocated, pages touched).
   {
@@ -296,35 +313,38 @@ absl::Status RunMtpCost(StepExecutor& exec, const Engine& engine, const std::str
     // Room for K drafts in each of the first decode_steps steps (MaxDrafts: max_tokens bounds them).
     SamplingParams spec_params = plain_params;
     spec_params.max_tokens = decode_steps + k + 1;
-    MtpCost c;
-    for (int round = 0; round < rounds; ++round) {
+    std::vector<double> t1, tv, td, verify_ratio, draft_ratio;
+    std::vector<std::vector<double>> speedup(3);  // a = 2, 3, 4
+    int64_t drafts = 0, accepted = 0;
+    for (int r = 0; r < rounds; ++r) {
+      MtpRound round;
       for (int pass = 0; pass < 2; ++pass) {
-        const bool drafting = (pass == 0) == (round % 2 == 1);
+        const bool drafting = (pass == 0) == (r % 2 == 1);
         TP_ASSIGN_OR_RETURN(Decode d, RunOnce(exec, model, prompt, drafting ? spec_params : plain_params,
                                               drafting ? spec : SpeculativeConfig{}));
         if (drafting) {
-          AddMtpRun(d, k, c);
+          TP_RETURN_IF_ERROR(AddDraftingRun(d, k, round, drafts, accepted));
         } else {
-          for (const StepSummary& s : d.summaries) {
-            if (s.num_prefill_tokens == 0) c.one_ms.push_back(s.forward_ms + s.coordinator_ms);
-          }
+          round.one_ms = Median(d.step_ms);
         }
       }
+      t1.push_back(round.one_ms);
+      tv.push_back(round.verify_ms);
+      td.push_back(round.draft_ms);
+      verify_ratio.push_back(round.verify_ms / round.one_ms);
+      draft_ratio.push_back(round.draft_ms / round.one_ms);
+      for (int a = 2; a <= 4; ++a) {
+        speedup[a - 2].push_back(a * round.one_ms / (round.verify_ms + k * round.draft_ms));
+      }
     }
-    if (c.one_ms.empty() || c.verify_ms.empty() || c.draft_ms.empty()) {
-      return absl::InternalError(absl::StrCat("K ", k, ": no step measured (", c.one_ms.size(), " 1-token steps, ",
-                                              c.verify_ms.size(), " verification steps, ", c.draft_ms.size(),
-                                              " draft passes); raise --decode_steps"));
-    }
-    const double t1 = Median(c.one_ms), tv = Median(c.verify_ms), td = Median(c.draft_ms);
     std::string projected;
     for (int a = 2; a <= 4; ++a) {
       absl::StrAppend(&projected, a > 2 ? " / " : "",
-                      a <= k + 1 ? absl::StrFormat("%.2f", a * t1 / (tv + k * td)) : std::string("-"));
+                      a <= k + 1 ? MedianAndRange(speedup[a - 2], 2) : std::string("- (a > K + 1)"));
     }
-    std::printf("%4d %8.2f %8.2f %8.2f %8.2f %8.3f   %s   (%zu, %zu, %zu steps; %lld of %lld drafts accepted)\n", k,
-                t1, tv, tv / t1, td, td / t1, projected.c_str(), c.one_ms.size(), c.verify_ms.size(),
-                c.draft_ms.size(), static_cast<long long>(c.accepted), static_cast<long long>(c.drafts));
+    std::printf("%4d %8.1f %8.1f %8.2f  %-19s %-22s %s   (%lld of %lld drafts accepted)\n", k, Median(t1), Median(tv),
+                Median(td), MedianAndRange(verify_ratio, 2).c_str(), MedianAndRange(draft_ratio, 3).c_str(),
+                projected.c_str(), static_cast<long long>(accepted), static_cast<long long>(drafts));
   }
   std::printf("A projection, not a measurement of speculative decoding: dummy weights accept few drafts; a real "
               "drafter's acceptance length decides which column applies.\n");
