@@ -15,9 +15,10 @@
 //   1-token decode step, (b) the (K + 1)-token verification step and (c) one drafter step
 //   (a draft pass of K steps at batch 1, its planning and broadcast included, over K), and
 //   the projected per-user speedup at mean acceptance lengths 2..4 with the drafter's cost
-//   included: a x (a) / ((b) + K x (c)). Ratios are taken within each round (its two runs
-//   are adjacent in time, which matters on a shared machine), then the median over rounds
-//   and the range. Dummy weights accept few drafts: only the step shapes count.
+//   included: a x (a) / ((b) + K x (c)). Each is the fastest of a run's steps of its kind,
+//   ratios are taken within each round (its two runs are adjacent in time), then the median
+//   over rounds and the range: on a shared machine. Dummy weights accept few drafts: only
+//   the step shapes count.
 //
 // --layers N keeps the target's first N layers (a shape that does not fit, e.g. the 31B's
 // 62 GB): per-layer costs shrink, the embedding, the LM head and the drafter stay whole, so
@@ -235,7 +236,9 @@ absl::Status RunCost(StepExecutor& exec, const Model& model) {
 }
 
 // (a), (b), (c) of --mode mtp-cost for one round: a run without drafts and one with, next
-// to each other in time; medians over their measured steps.
+// to each other in time. Each is the fastest of the run's steps of its kind: they have the
+// same shape, and on a shared machine the fastest is the one the other load disturbed least
+// (a median still moved by 2x between runs there).
 struct MtpRound {
   double one_ms = 0;     // (a) the 1-token decode step (forward and coordinator)
   double verify_ms = 0;  // (b) a decode step that verified K drafts
@@ -256,8 +259,8 @@ absl::Status AddDraftingRun(const Decode& d, int k, MtpRound& round, int64_t& dr
     return absl::InternalError(absl::StrCat("K ", k, ": no decode step verified K drafts (", verify.size(),
                                             " verifications, ", draft.size(), " draft passes); raise --decode_steps"));
   }
-  round.verify_ms = Median(verify);
-  round.draft_ms = Median(draft);
+  round.verify_ms = *std::min_element(verify.begin(), verify.end());
+  round.draft_ms = *std::min_element(draft.begin(), draft.end());
   drafts += d.spec.num_draft_tokens;
   accepted += d.spec.num_accepted_tokens;
   return absl::OkStatus();
@@ -283,9 +286,9 @@ absl::Status RunMtpCost(StepExecutor& exec, const Engine& engine, const std::str
               drafter_name.c_str(), PresetMtpDrafterConfig(drafter_name).ok() ? "dummy weights" : "its checkpoint",
               drafter.config().ParameterCount() / 1e6, static_cast<long long>(drafter.config().text.hidden_size),
               drafter.config().text.num_layers, absl::GetFlag(FLAGS_tp), context, rounds, decode_steps);
-  std::printf("per round, a run without drafts and one with, each the median of its steps: t1 the 1-token step, tv "
-              "the (K+1)-token verification step, td one drafter step (a K-step draft pass / K); ratios and speedups "
-              "are taken within each round, then the median over rounds (min-max)\n");
+  std::printf("per round, a run without drafts and one with, each the fastest of its steps of a kind: t1 the 1-token "
+              "step, tv the (K+1)-token verification step, td one drafter step (a K-step draft pass / K); ratios and "
+              "speedups are taken within each round, then the median over rounds (min-max)\n");
   std::printf("%4s %8s %8s %8s  %-19s %-22s %s\n", "K", "t1 ms", "tv ms", "td ms", "tv/t1", "td/t1",
               "PROJECTED per-user speedup a*t1/(tv+K*td) at mean acceptance length a = 2 / 3 / 4");
   // Untimed: a short run each way at the largest K first (buffers allocated, pages touched).
@@ -325,7 +328,8 @@ absl::Status RunMtpCost(StepExecutor& exec, const Engine& engine, const std::str
         if (drafting) {
           TP_RETURN_IF_ERROR(AddDraftingRun(d, k, round, drafts, accepted));
         } else {
-          round.one_ms = Median(d.step_ms);
+          if (d.step_ms.empty()) return absl::InternalError("a run without drafts had no decode step");
+          round.one_ms = *std::min_element(d.step_ms.begin(), d.step_ms.end());
         }
       }
       t1.push_back(round.one_ms);
