@@ -15,10 +15,8 @@
 //   1-token decode step, (b) the (K + 1)-token verification step and (c) one drafter step
 //   (a draft pass of K steps at batch 1, its planning and broadcast included, over K), and
 //   the projected per-user speedup at mean acceptance lengths 2..4 with the drafter's cost
-//   included: a x (a) / ((b) + K x (c)). Each is the fastest of a run's steps of its kind,
-//   ratios are taken within each round (its two runs are adjacent in time), then the median
-//   over rounds and the range: on a shared machine. Dummy weights accept few drafts: only
-//   the step shapes count.
+//   included: a x (a) / ((b) + K x (c)); wall time and process CPU time
+//   (bench/spec_decode_mtp_cost.h).
 //
 // --layers N keeps the target's first N layers (a shape that does not fit, e.g. the 31B's
 // 62 GB): per-layer costs shrink, the embedding, the LM head and the drafter stay whole, so
@@ -38,8 +36,8 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/spec_decode_mtp_cost.h"
 #include "coordinator/engine/offline.h"
 #include "coordinator/engine/speculative.h"
 #include "coordinator/text/tokenizer.h"
@@ -99,7 +97,6 @@ struct Decode {
   double ms = 0;       // decode steps' forward + coordinator time
   int64_t steps = 0;
   std::vector<double> step_ms;  // each decode step's
-  std::vector<StepSummary> summaries;  // every step, prefill included
   SpecDecodeStats spec;
 };
 
@@ -120,7 +117,6 @@ absl::StatusOr<Decode> RunOnce(StepExecutor& exec, const Model& model, const std
     ++d.steps;
   }
   d.spec = r.spec;
-  d.summaries = std::move(r.steps);
   return d;
 }
 
@@ -193,16 +189,6 @@ std::vector<int32_t> CostPrompt(const Model& model) {
   return prompt;
 }
 
-// "(WEIGHTS, 4.3B params, TRUNCATED to its first 6 of 60 layers)" or "(WEIGHTS, 1.1B params, 12 layers)".
-std::string DescribeTarget(const Model& model, const std::string& weights, int full_layers) {
-  const int n = model.config().num_layers;
-  const std::string params = absl::StrFormat("%.2fB params", model.config().ParameterCount() / 1e9);
-  if (n < full_layers) {
-    return absl::StrCat("(", weights, ", ", params, ", TRUNCATED to its first ", n, " of ", full_layers, " layers)");
-  }
-  return absl::StrCat("(", weights, ", ", params, ", ", n, " layers)");
-}
-
 absl::Status RunCost(StepExecutor& exec, const Model& model) {
   const int context = absl::GetFlag(FLAGS_context);
   const std::vector<int32_t> prompt = CostPrompt(model);
@@ -235,132 +221,6 @@ absl::Status RunCost(StepExecutor& exec, const Model& model) {
   return absl::OkStatus();
 }
 
-// (a), (b), (c) of --mode mtp-cost for one round: a run without drafts and one with, next
-// to each other in time. Each is the fastest of the run's steps of its kind: they have the
-// same shape, and on a shared machine the fastest is the one the other load disturbed least
-// (a median still moved by 2x between runs there).
-struct MtpRound {
-  double one_ms = 0;     // (a) the 1-token decode step (forward and coordinator)
-  double verify_ms = 0;  // (b) a decode step that verified K drafts
-  double draft_ms = 0;   // (c) a K-step draft pass whose drafts the next step verified, over K
-};
-
-// (b) and (c) from a run with drafts; an error when no step verified K drafts.
-absl::Status AddDraftingRun(const Decode& d, int k, MtpRound& round, int64_t& drafts, int64_t& accepted) {
-  std::vector<double> verify, draft;
-  for (size_t i = 0; i < d.summaries.size(); ++i) {
-    const StepSummary& s = d.summaries[i];
-    if (s.num_prefill_tokens > 0) continue;
-    if (s.num_draft_tokens == k) verify.push_back(s.forward_ms + s.coordinator_ms);
-    // The pass at the end of step i drafted for step i + 1: K drafter steps when it verifies K.
-    if (i + 1 < d.summaries.size() && d.summaries[i + 1].num_draft_tokens == k) draft.push_back(s.draft_ms / k);
-  }
-  if (verify.empty() || draft.empty()) {
-    return absl::InternalError(absl::StrCat("K ", k, ": no decode step verified K drafts (", verify.size(),
-                                            " verifications, ", draft.size(), " draft passes); raise --decode_steps"));
-  }
-  round.verify_ms = *std::min_element(verify.begin(), verify.end());
-  round.draft_ms = *std::min_element(draft.begin(), draft.end());
-  drafts += d.spec.num_draft_tokens;
-  accepted += d.spec.num_accepted_tokens;
-  return absl::OkStatus();
-}
-
-// "1.62 (1.50-1.71)": the median over rounds and the range.
-std::string MedianAndRange(const std::vector<double>& v, int digits) {
-  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-  return absl::StrFormat("%.*f (%.*f-%.*f)", digits, Median(v), digits, *lo, digits, *hi);
-}
-
-absl::Status RunMtpCost(StepExecutor& exec, const Engine& engine, const std::string& drafter_name, int full_layers) {
-  const Model& model = *engine.model;
-  const MtpDrafter& drafter = *engine.drafter;
-  const int context = absl::GetFlag(FLAGS_context), rounds = absl::GetFlag(FLAGS_rounds);
-  const int decode_steps = absl::GetFlag(FLAGS_decode_steps);
-  const std::vector<int32_t> prompt = CostPrompt(model);
-  TP_ASSIGN_OR_RETURN(const std::vector<int> ks, ParseKs());
-  std::printf("model %s %s, drafter %s (%s, %.1fM params, hidden %lld, %d layers), tp %d, batch 1, "
-              "context %d, greedy; %d rounds per K, each a run without and one with drafts (order alternating), "
-              "%d measured decode steps per run\n",
-              absl::GetFlag(FLAGS_model).c_str(), DescribeTarget(model, engine.weights_description, full_layers).c_str(),
-              drafter_name.c_str(), PresetMtpDrafterConfig(drafter_name).ok() ? "dummy weights" : "its checkpoint",
-              drafter.config().ParameterCount() / 1e6, static_cast<long long>(drafter.config().text.hidden_size),
-              drafter.config().text.num_layers, absl::GetFlag(FLAGS_tp), context, rounds, decode_steps);
-  std::printf("per round, a run without drafts and one with, each the fastest of its steps of a kind: t1 the 1-token "
-              "step, tv the (K+1)-token verification step, td one drafter step (a K-step draft pass / K); ratios and "
-              "speedups are taken within each round, then the median over rounds (min-max)\n");
-  std::printf("%4s %8s %8s %8s  %-19s %-22s %s\n", "K", "t1 ms", "tv ms", "td ms", "tv/t1", "td/t1",
-              "PROJECTED per-user speedup a*t1/(tv+K*td) at mean acceptance length a = 2 / 3 / 4");
-  // Untimed: a short run each way at the largest K first (buffers allocated, pages touched).
-  {
-    SpeculativeConfig spec;
-    spec.method = SpeculativeConfig::Method::kMtp;
-    spec.model = drafter_name;
-    spec.num_speculative_tokens = *std::max_element(ks.begin(), ks.end());
-    SamplingParams warm;
-    warm.temperature = 0;
-    warm.ignore_eos = true;
-    warm.max_tokens = spec.num_speculative_tokens + 3;
-    TP_RETURN_IF_ERROR(RunOnce(exec, model, prompt, warm, SpeculativeConfig{}).status());
-    TP_RETURN_IF_ERROR(RunOnce(exec, model, prompt, warm, spec).status());
-  }
-  for (const int k : ks) {
-    SpeculativeConfig spec;
-    spec.method = SpeculativeConfig::Method::kMtp;
-    spec.model = drafter_name;
-    spec.num_speculative_tokens = k;
-    SamplingParams plain_params;
-    plain_params.temperature = 0;
-    plain_params.ignore_eos = true;
-    plain_params.max_tokens = decode_steps + 1;
-    // Room for K drafts in each of the first decode_steps steps (MaxDrafts: max_tokens bounds them).
-    SamplingParams spec_params = plain_params;
-    spec_params.max_tokens = decode_steps + k + 1;
-    std::vector<double> t1, tv, td, verify_ratio, draft_ratio;
-    std::vector<std::vector<double>> speedup(3);  // a = 2, 3, 4
-    int64_t drafts = 0, accepted = 0;
-    for (int r = 0; r < rounds; ++r) {
-      MtpRound round;
-      for (int pass = 0; pass < 2; ++pass) {
-        const bool drafting = (pass == 0) == (r % 2 == 1);
-        TP_ASSIGN_OR_RETURN(Decode d, RunOnce(exec, model, prompt, drafting ? spec_params : plain_params,
-                                              drafting ? spec : SpeculativeConfig{}));
-        if (drafting) {
-          TP_RETURN_IF_ERROR(AddDraftingRun(d, k, round, drafts, accepted));
-        } else {
-          if (d.step_ms.empty()) return absl::InternalError("a run without drafts had no decode step");
-          round.one_ms = *std::min_element(d.step_ms.begin(), d.step_ms.end());
-        }
-      }
-      t1.push_back(round.one_ms);
-      tv.push_back(round.verify_ms);
-      td.push_back(round.draft_ms);
-      verify_ratio.push_back(round.verify_ms / round.one_ms);
-      draft_ratio.push_back(round.draft_ms / round.one_ms);
-      for (int a = 2; a <= 4; ++a) {
-        speedup[a - 2].push_back(a * round.one_ms / (round.verify_ms + k * round.draft_ms));
-      }
-    }
-    std::string projected;
-    for (int a = 2; a <= 4; ++a) {
-      absl::StrAppend(&projected, a > 2 ? " / " : "",
-                      a <= k + 1 ? MedianAndRange(speedup[a - 2], 2) : std::string("- (a > K + 1)"));
-    }
-    std::printf("%4d %8.1f %8.1f %8.2f  %-19s %-22s %s   (%lld of %lld drafts accepted)\n", k, Median(t1), Median(tv),
-                Median(td), MedianAndRange(verify_ratio, 2).c_str(), MedianAndRange(draft_ratio, 3).c_str(),
-                projected.c_str(), static_cast<long long>(accepted), static_cast<long long>(drafts));
-  }
-  std::printf("A projection, not a measurement of speculative decoding: dummy weights accept few drafts; a real "
-              "drafter's acceptance length decides which column applies.\n");
-  if (model.config().num_layers < full_layers) {
-    std::printf("TRUNCATED target: its per-layer costs are %d/%d of the full model's, while the embedding, the LM "
-                "head and the drafter are whole, so td/t1 is larger and the speedups are smaller here than at full "
-                "depth (docs/speculative_decoding.md).\n",
-                model.config().num_layers, full_layers);
-  }
-  return absl::OkStatus();
-}
-
 int Main() {
   EngineOptions eo;
   eo.model = absl::GetFlag(FLAGS_model);
@@ -387,6 +247,11 @@ int Main() {
       return fail(absl::InvalidArgumentError(absl::StrCat("--layers: ", st.message())));
     }
   }
+  if (mode != "ngram") {
+    // The KV split sizes groups for max-length sequences: at the 31B's 262144 positions a
+    // truncated model's sliding group would get no block of the 256 MiB.
+    eo.max_model_len = std::min<int64_t>(config->max_position_embeddings, 8192);
+  }
   std::string drafter = absl::GetFlag(FLAGS_drafter);
   if (mode == "mtp-cost") {
     absl::StatusOr<std::vector<int>> ks = ParseKs();
@@ -410,7 +275,16 @@ int Main() {
     } else if (mode == "cost") {
       st = RunCost(exec, *engine->model);
     } else {
-      st = RunMtpCost(exec, *engine, drafter, full_layers);
+      MtpCostOptions mo;
+      mo.ks = *ParseKs();  // checked above
+      mo.rounds = absl::GetFlag(FLAGS_rounds);
+      mo.decode_steps = absl::GetFlag(FLAGS_decode_steps);
+      mo.prompt = CostPrompt(*engine->model);
+      mo.model_name = eo.model;
+      mo.drafter_name = drafter;
+      mo.full_layers = full_layers;
+      mo.tp = absl::GetFlag(FLAGS_tp);
+      st = RunMtpCost(exec, *engine, mo);
     }
     exec.Shutdown();
     if (!st.ok()) std::fprintf(stderr, "spec_decode_bench: %s\n", std::string(st.message()).c_str());
