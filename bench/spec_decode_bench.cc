@@ -248,9 +248,11 @@ int Main() {
     }
   }
   if (mode != "ngram") {
-    // The KV split sizes groups for max-length sequences: at the 31B's 262144 positions a
-    // truncated model's sliding group would get no block of the 256 MiB.
-    eo.max_model_len = std::min<int64_t>(config->max_position_embeddings, 8192);
+    // The KV split sizes groups for max-length sequences: one request of a few hundred
+    // tokens needs far fewer positions than the 31B's 262144, and a truncated 31B's
+    // fp32 sliding group (a window of 1024) more than 256 MiB at 12 layers.
+    eo.max_model_len = std::min<int64_t>(config->max_position_embeddings, 4096);
+    eo.kv_cache_bytes = int64_t{1} << 30;
   }
   std::string drafter = absl::GetFlag(FLAGS_drafter);
   if (mode == "mtp-cost") {
