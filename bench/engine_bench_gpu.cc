@@ -44,22 +44,6 @@ std::string Fixed(double v, const char* unit, int digits) {
 
 double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
 
-// Keeps the model's first n layers; every KV group must keep one.
-absl::Status KeepLayers(ModelConfig& c, int n) {
-  if (n <= 0 || n >= c.num_layers) return absl::OkStatus();
-  std::vector<bool> kept(c.kv_group_windows.size(), false);
-  for (int i = 0; i < n; ++i) kept[c.layers[i].kv_group] = true;
-  for (size_t g = 0; g < kept.size(); ++g) {
-    if (!kept[g]) {
-      return absl::InvalidArgumentError(absl::StrCat("--num_layers ", n, " keeps no layer of KV group ", g,
-                                                     " (window ", c.kv_group_windows[g], "); take more layers"));
-    }
-  }
-  c.layers.resize(n);
-  c.num_layers = n;
-  return absl::OkStatus();
-}
-
 // Where `batch` decoding sequences keep their KV: blocks of their own when the cache holds
 // them all, else (shared) one copy of the context's blocks that every sequence reads plus
 // blocks of its own for the tokens it decodes. Every group gets the same layout.
@@ -398,7 +382,10 @@ TpResult RunTp(const GpuBenchOptions& o, const ModelConfig& config, int tp) {
 int RunGpuEngineBench(const GpuBenchOptions& o) {
   auto config = PresetModelConfig(o.model);
   absl::Status st = config.status();
-  if (st.ok()) st = KeepLayers(*config, o.num_layers);
+  if (st.ok()) {
+    st = KeepFirstLayers(*config, o.num_layers);
+    if (!st.ok()) st = absl::InvalidArgumentError(absl::StrCat("--num_layers: ", st.message()));
+  }
   if (st.ok() && (o.tp.empty() || o.batch.empty())) st = absl::InvalidArgumentError("--tp and --batch need values");
   if (st.ok() && CudaDeviceCount() == 0) {
     st = absl::FailedPreconditionError(BuiltWithCuda() ? "--backend cuda: no CUDA device is visible"

@@ -10,9 +10,22 @@
 //   verifies K drafts (K + 1 tokens of one sequence) over a 1-token step, at each --k, and
 //   the per-user speedup that ratio allows at acceptance lengths 2..4 (a projection: it
 //   assumes drafts cost nothing, true of n-gram lookup and not of a drafter model).
+// --mode mtp-cost (a built-in model and assistant with dummy weights, or checkpoints): per
+//   K, alternated runs without and with the MTP drafter's (--drafter) drafts: (a) the
+//   1-token decode step, (b) the (K + 1)-token verification step and (c) one drafter step
+//   (a draft pass of K steps at batch 1, its planning and broadcast included, over K), and
+//   the projected per-user speedup at mean acceptance lengths 2..4 with the drafter's cost
+//   included: a x (a) / ((b) + K x (c)); wall time and process CPU time
+//   (bench/spec_decode_mtp_cost.h).
+//
+// --layers N keeps the target's first N layers (a shape that does not fit, e.g. the 31B's
+// 62 GB): per-layer costs shrink, the embedding, the LM head and the drafter stay whole, so
+// the ratios are not the full model's (docs/speculative_decoding.md says how they carry).
 //
 //   build/bench/spec_decode_bench --mode ngram --model ~/.cache/tpserve/models/gemma-3-270m --rounds 10
 //   build/bench/spec_decode_bench --mode cost --model gemma-4-1b --k 2,4,8
+//   build/bench/spec_decode_bench --mode mtp-cost --model gemma-4-1b --k 2,4,8 --rounds 2
+//   build/bench/spec_decode_bench --mode mtp-cost --model gemma-4-31b --layers 6 --k 2,4,8 --rounds 2
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -24,6 +37,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/spec_decode_mtp_cost.h"
 #include "coordinator/engine/offline.h"
 #include "coordinator/engine/speculative.h"
 #include "coordinator/text/tokenizer.h"
@@ -33,7 +47,7 @@
 #include "worker/step_executor.h"
 #include "worker/worker_loop.h"
 
-ABSL_FLAG(std::string, mode, "ngram", "ngram | cost (see the file's comment)");
+ABSL_FLAG(std::string, mode, "ngram", "ngram | cost | mtp-cost (see the file's comment)");
 ABSL_FLAG(std::string, model, "gemma-4-1b", "Checkpoint directory, GGUF file or built-in preset (dummy weights)");
 ABSL_FLAG(int, tp, 1, "Tensor-parallel size (ranks as threads)");
 ABSL_FLAG(int, threads, 0, "CPU threads per rank (0: cores / ranks)");
@@ -42,9 +56,13 @@ ABSL_FLAG(int, rounds, 10, "ngram: rounds, each running every prompt without and
 ABSL_FLAG(int, max_tokens, 96, "ngram: tokens generated per prompt");
 ABSL_FLAG(std::string, speculative_config, R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4})",
           "ngram: the --speculative-config measured");
-ABSL_FLAG(std::string, k, "2,4,8", "cost: draft lengths K, comma-separated");
-ABSL_FLAG(int, context, 256, "cost: prompt tokens before decoding");
-ABSL_FLAG(int, decode_steps, 24, "cost: decode steps measured per K");
+ABSL_FLAG(std::string, k, "2,4,8", "cost, mtp-cost: draft lengths K, comma-separated");
+ABSL_FLAG(int, context, 256, "cost, mtp-cost: prompt tokens before decoding");
+ABSL_FLAG(int, decode_steps, 24, "cost, mtp-cost: decode steps measured per K and run");
+ABSL_FLAG(std::string, drafter, "",
+          "mtp-cost: the MTP drafter, a built-in assistant shape (dummy weights) or an assistant directory; "
+          "empty: --model's built-in assistant (MODEL-assistant)");
+ABSL_FLAG(int, layers, 0, "Built-in models: keep the target's first N layers (0: all); see the file's comment");
 
 namespace tpserve {
 namespace {
@@ -150,10 +168,31 @@ class FixedProposer : public SequenceProposer {
   }
 };
 
+absl::StatusOr<std::vector<int>> ParseKs() {
+  std::vector<int> ks;
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_k), ',', absl::SkipWhitespace())) {
+    int k = 0;
+    if (!absl::SimpleAtoi(part, &k) || k < 1 || k > 64) {
+      return absl::InvalidArgumentError(absl::StrCat("--k: bad value \"", part, "\" (draft lengths 1..64)"));
+    }
+    ks.push_back(k);
+  }
+  if (ks.empty()) return absl::InvalidArgumentError("--k: no draft length given");
+  return ks;
+}
+
+std::vector<int32_t> CostPrompt(const Model& model) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < absl::GetFlag(FLAGS_context); ++i) {
+    prompt.push_back(static_cast<int32_t>((1000 + 7919 * i) % model.config().vocab_size));
+  }
+  return prompt;
+}
+
 absl::Status RunCost(StepExecutor& exec, const Model& model) {
   const int context = absl::GetFlag(FLAGS_context);
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < context; ++i) prompt.push_back(static_cast<int32_t>((1000 + 7919 * i) % model.config().vocab_size));
+  const std::vector<int32_t> prompt = CostPrompt(model);
+  TP_ASSIGN_OR_RETURN(const std::vector<int> ks, ParseKs());
   SamplingParams p;
   p.temperature = 0;
   p.max_tokens = absl::GetFlag(FLAGS_decode_steps) + 1;
@@ -162,9 +201,7 @@ absl::Status RunCost(StepExecutor& exec, const Model& model) {
               absl::GetFlag(FLAGS_model).c_str(), absl::GetFlag(FLAGS_tp), context);
   std::printf("%4s %12s %14s %8s   %s\n", "K", "1-token ms", "K+1-token ms", "ratio",
               "projected speedup at acceptance length 2 / 3 / 4 (free drafts)");
-  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_k), ',', absl::SkipWhitespace())) {
-    int k = 0;
-    if (!absl::SimpleAtoi(part, &k) || k < 1) return absl::InvalidArgumentError(absl::StrCat("--k: bad value ", part));
+  for (const int k : ks) {
     SpeculativeConfig spec;
     spec.method = SpeculativeConfig::Method::kNgram;
     spec.num_speculative_tokens = k;
@@ -191,21 +228,66 @@ int Main() {
   eo.device = "cpu";
   eo.max_num_seqs = 1;
   eo.kv_cache_bytes = int64_t{256} << 20;
-  if (PresetModelConfig(eo.model).ok()) eo.load_format = "dummy";  // a built-in shape
+  const bool preset = PresetModelConfig(eo.model).ok();
+  if (preset) eo.load_format = "dummy";  // a built-in shape
   const std::string mode = absl::GetFlag(FLAGS_mode);
-  if (mode != "ngram" && mode != "cost") {
-    std::fprintf(stderr, "spec_decode_bench: --mode must be ngram or cost\n");
+  auto fail = [](const absl::Status& st) {
+    std::fprintf(stderr, "spec_decode_bench: %s\n", std::string(st.message()).c_str());
     return 2;
+  };
+  if (mode != "ngram" && mode != "cost" && mode != "mtp-cost") {
+    return fail(absl::InvalidArgumentError("--mode must be ngram, cost or mtp-cost"));
+  }
+  absl::StatusOr<ModelConfig> config = ResolveModelConfig(eo);
+  if (!config.ok()) return fail(config.status());
+  const int full_layers = config->num_layers;
+  if (absl::GetFlag(FLAGS_layers) > 0) {
+    if (!preset) return fail(absl::InvalidArgumentError("--layers needs a built-in model (dummy weights)"));
+    if (absl::Status st = KeepFirstLayers(*config, absl::GetFlag(FLAGS_layers)); !st.ok()) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("--layers: ", st.message())));
+    }
+  }
+  if (mode != "ngram") {
+    // The KV split sizes groups for max-length sequences: one request of a few hundred
+    // tokens needs far fewer positions than the 31B's 262144, and a truncated 31B's
+    // fp32 sliding group (a window of 1024) more than 256 MiB at 12 layers.
+    eo.max_model_len = std::min<int64_t>(config->max_position_embeddings, 4096);
+    eo.kv_cache_bytes = int64_t{1} << 30;
+  }
+  std::string drafter = absl::GetFlag(FLAGS_drafter);
+  if (mode == "mtp-cost") {
+    absl::StatusOr<std::vector<int>> ks = ParseKs();
+    if (!ks.ok()) return fail(ks.status());
+    if (drafter.empty()) drafter = eo.model + "-assistant";
+    eo.speculative.method = SpeculativeConfig::Method::kMtp;
+    eo.speculative.model = drafter;
+    eo.speculative.num_speculative_tokens = *std::max_element(ks->begin(), ks->end());
   }
   return RunOnRanks(WorldConfig{}, ParallelSizes{absl::GetFlag(FLAGS_tp), 1}, [&](const WorldConfig& world, Communicator& comm) {
-    auto engine = StartEngine(eo, world, comm);
+    auto engine = StartEngine(*config, eo, world, comm);
     if (!engine.ok()) {
       if (comm.rank() == 0) std::fprintf(stderr, "spec_decode_bench: %s\n", std::string(engine.status().message()).c_str());
       return 1;
     }
-    if (comm.rank() != 0) return RunWorkerLoop(*engine->model, comm).ok() ? 0 : 1;
-    StepExecutor exec(*engine->model, comm);
-    absl::Status st = mode == "ngram" ? RunNgram(exec, *engine->model, eo.model) : RunCost(exec, *engine->model);
+    if (comm.rank() != 0) return RunWorkerLoop(*engine->model, comm, engine->drafter.get()).ok() ? 0 : 1;
+    StepExecutor exec(*engine->model, comm, engine->drafter.get());
+    absl::Status st;
+    if (mode == "ngram") {
+      st = RunNgram(exec, *engine->model, eo.model);
+    } else if (mode == "cost") {
+      st = RunCost(exec, *engine->model);
+    } else {
+      MtpCostOptions mo;
+      mo.ks = *ParseKs();  // checked above
+      mo.rounds = absl::GetFlag(FLAGS_rounds);
+      mo.decode_steps = absl::GetFlag(FLAGS_decode_steps);
+      mo.prompt = CostPrompt(*engine->model);
+      mo.model_name = eo.model;
+      mo.drafter_name = drafter;
+      mo.full_layers = full_layers;
+      mo.tp = absl::GetFlag(FLAGS_tp);
+      st = RunMtpCost(exec, *engine, mo);
+    }
     exec.Shutdown();
     if (!st.ok()) std::fprintf(stderr, "spec_decode_bench: %s\n", std::string(st.message()).c_str());
     return st.ok() ? 0 : 1;

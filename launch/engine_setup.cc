@@ -188,11 +188,27 @@ absl::StatusOr<Communicator*> SetUpTpCommunicator(const WorldConfig& world, Comm
   return e.device_comm.get();
 }
 
-// The MTP drafter from --speculative-config's "model" directory, checked against the
-// target, with its step buffers for max_num_seqs sequences. No collectives but the load's.
+// The MTP drafter from --speculative-config's "model" (a directory, or with --load-format
+// dummy a built-in assistant shape that is not one), checked against the target, with its
+// step buffers for max_num_seqs sequences. No collectives but the load's.
+absl::StatusOr<std::unique_ptr<MtpDrafter>> OpenDrafter(const EngineOptions& o, Communicator& model_comm,
+                                                        Engine& e) {
+  const std::string& dir = o.speculative.model;
+  std::error_code ec;
+  absl::StatusOr<MtpDrafterConfig> preset = PresetMtpDrafterConfig(dir);
+  if (std::filesystem::is_directory(dir, ec) || !preset.ok()) {
+    return MtpDrafter::LoadDir(dir, *e.model, *e.backend, model_comm);
+  }
+  if (o.load_format != "dummy") {
+    return absl::InvalidArgumentError(
+        "a built-in assistant shape without weights; add --load-format dummy, or give an assistant directory");
+  }
+  return MtpDrafter::Load(*preset, *MakeDummySource(preset->text, o.dummy_seed), *e.model, *e.backend, model_comm);
+}
+
 absl::Status LoadDrafter(const EngineOptions& o, Communicator& model_comm, Engine& e) {
   const std::string& dir = o.speculative.model;
-  absl::StatusOr<std::unique_ptr<MtpDrafter>> drafter = MtpDrafter::LoadDir(dir, *e.model, *e.backend, model_comm);
+  absl::StatusOr<std::unique_ptr<MtpDrafter>> drafter = OpenDrafter(o, model_comm, e);
   absl::Status st = drafter.status();
   if (st.ok()) {
     e.drafter = std::move(drafter).value();

@@ -66,7 +66,8 @@ ABSL_FLAG(std::string, speculative_config, "",
           "\"prompt_lookup_min\": A, \"prompt_lookup_max\": B} drafts up to K tokens per step by prompt lookup and "
           "verifies them in one forward (the same tokens as without; see docs/speculative_decoding.md); "
           "{\"method\": \"mtp\", \"model\": DIR, \"num_speculative_tokens\": K} drafts with Gemma 4's MTP drafter "
-          "(the assistant checkpoint in DIR, loaded on every rank). Empty: off");
+          "(the assistant checkpoint in DIR, loaded on every rank; with --load-format dummy also a built-in shape: "
+          "gemma-4-31b-assistant, gemma-4-1b-assistant, gemma-4-tiny-assistant). Empty: off");
 ABSL_FLAG(std::string, generation_config, "auto",
           "Sampling defaults for requests that leave temperature, top_k, top_p, min_p or repetition_penalty unset "
           "(vLLM's flag): auto (the --model folder's generation_config.json, where it has one), vllm (none: "

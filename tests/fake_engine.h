@@ -108,6 +108,7 @@ class FakeEngine : public EngineApi {
     s.compute_ms = 10;
     s.allreduce_ms = 2;
     s.scheduling_ms = 1;
+    s.draft_ms = 3;
     s.spec_num_drafts = 6;
     s.spec_num_draft_tokens = 12;
     s.spec_num_accepted_tokens = 7;

@@ -452,6 +452,7 @@ TEST_F(FrontendTest, MetricsAreValidPrometheusText) {
   EXPECT_EQ(s.Model("vllm:request_success_total", "finished_reason=\"length\""), 2);
   EXPECT_EQ(s.Model("vllm:request_success_total", "finished_reason=\"abort\""), 0);
   EXPECT_EQ(s.Model("tpserve_step_time_seconds_total", "phase=\"allreduce\""), 0.002);
+  EXPECT_EQ(s.Model("tpserve_step_time_seconds_total", "phase=\"draft\""), 0.003);
   EXPECT_GT(s("process_resident_memory_bytes"), 1 << 20);
   EXPECT_GE(s("tpserve_process_peak_resident_memory_bytes"), s("process_resident_memory_bytes"));
   for (const char* h : {"vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",

@@ -309,6 +309,7 @@ TEST_F(FrontendTest, GrpcModelInfoAndStats) {
   EXPECT_DOUBLE_EQ(stats.kv_usage(), 0.25);
   EXPECT_DOUBLE_EQ(stats.prefix_cache_hit_rate(), 0.5);
   EXPECT_DOUBLE_EQ(stats.step_time().allreduce_ms(), 2);
+  EXPECT_DOUBLE_EQ(stats.step_time().draft_ms(), 3);
   EXPECT_EQ(stats.spec_decode().num_drafts(), 6);
   EXPECT_EQ(stats.spec_decode().num_accepted_tokens(), 7);
   EXPECT_THAT(stats.spec_decode().accepted_per_position(), ::testing::ElementsAre(5, 2));

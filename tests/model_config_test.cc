@@ -213,5 +213,31 @@ TEST(ModelConfig, Presets) {
   EXPECT_NE(Msg(unknown.status()).find("gemma-4-31b"), std::string::npos);
 }
 
+// Benchmarks truncate shapes that do not fit (spec_decode_bench --layers, engine_bench
+// --num_layers): the first n layers, each KV group keeping one.
+TEST(ModelConfig, KeepFirstLayers) {
+  auto c = PresetModelConfig("gemma-4-31b");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const ModelConfig full = *c;
+  ASSERT_TRUE(KeepFirstLayers(*c, 0).ok());
+  EXPECT_EQ(c->num_layers, 60);
+  ASSERT_TRUE(KeepFirstLayers(*c, 6).ok());
+  EXPECT_EQ(c->num_layers, 6);
+  ASSERT_EQ(c->layers.size(), 6u);
+  int sliding = 0;
+  for (const auto& l : c->layers) sliding += l.sliding;
+  EXPECT_EQ(sliding, 5);
+  EXPECT_EQ(c->kv_group_windows, full.kv_group_windows);
+  // Everything but the layers stays: 6 of 60 layers, the embedding whole.
+  const int64_t embedding = full.vocab_size * full.hidden_size + full.hidden_size;
+  EXPECT_EQ(c->ParameterCount() - embedding, (full.ParameterCount() - embedding) / 10);
+  // Five sliding layers leave the full-attention group without a layer.
+  ModelConfig five = full;
+  const absl::Status st = KeepFirstLayers(five, 5);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(Msg(st).find("window 0"), std::string::npos) << st;
+  EXPECT_EQ(five.num_layers, 60);
+}
+
 }  // namespace
 }  // namespace tpserve

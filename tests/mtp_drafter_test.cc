@@ -6,6 +6,7 @@
 #include "worker/mtp_drafter.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
@@ -19,6 +20,7 @@
 #include "tests/tp_harness.h"
 #include "worker/backend.h"
 #include "worker/model.h"
+#include "worker/safetensors.h"
 #include "worker/weight_source.h"
 
 namespace tpserve {
@@ -375,6 +377,126 @@ TEST(MtpDrafterStepTest, MissingBlockIsAnError) {
     step.positions = {0};
     EXPECT_EQ(r.drafter->Step(step, hidden).status().code(), absl::StatusCode::kInvalidArgument);
   });
+}
+
+// A built-in assistant shape with dummy weights beside its dummy target (what
+// spec_decode_bench --mode mtp-cost runs): the target prefills, then three draft steps
+// chained through projected(). Every rank gets the same valid token ids, rank 0 finite
+// logits whose first maximum is the draft, and TP 2 drafts what TP 1 drafts (dummy weights
+// depend on the element, not the split).
+struct DummyDrafts {
+  std::vector<int32_t> ids;    // [steps], rank 0's
+  std::vector<float> logits;   // [steps, V], rank 0's
+};
+
+DummyDrafts DraftWithDummyWeights(int tp) {
+  DummyDrafts result;
+  std::mutex mu;
+  testing::RunThreads(tp, [&](Communicator& comm) {
+    auto config = PresetModelConfig("gemma-4-tiny");
+    auto assistant = PresetMtpDrafterConfig("gemma-4-tiny-assistant");
+    ASSERT_TRUE(config.ok()) << config.status();
+    ASSERT_TRUE(assistant.ok()) << assistant.status();
+    auto backend = MakeCpuBackend(BackendOptions{.threads = 1});
+    ModelOptions mo;
+    mo.block_size = kBlock;
+    auto target = Model::Load(*config, *MakeDummySource(*config, 0), *backend, comm, mo);
+    ASSERT_TRUE(target.ok()) << target.status();
+    ASSERT_TRUE((*target)->AllocateKvCache(kNumBlocks).ok());
+    auto drafter = MtpDrafter::Load(*assistant, *MakeDummySource(assistant->text, 0), **target, *backend, comm);
+    ASSERT_TRUE(drafter.ok()) << drafter.status();
+    // 30 prompt tokens: the sliding layers (window 16) read 17 of them, the full layer all.
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < 30; ++i) prompt.push_back((17 + 131 * i) % 4096);
+    const std::vector<int32_t> table = Table(PhysicalBlock);
+    const size_t groups = (*target)->num_kv_blocks().size();
+    auto pre = (*target)->Forward(TargetPlan(prompt, 0, groups, table), nullptr);
+    ASSERT_TRUE(pre.ok()) << pre.status();
+    MtpDraftStep step;
+    step.token_ids = {prompt.back()};
+    step.positions = {static_cast<int32_t>(prompt.size())};
+    step.kv.assign(groups, MtpDraftStep::Tables{kTableWidth, table});
+    step.return_logits = true;
+    step.hidden_rows = {static_cast<int32_t>(prompt.size()) - 1};
+    Tensor hidden = (*target)->hidden_rows();
+    const int64_t V = config->vocab_size;
+    for (int k = 0; k < 3; ++k) {
+      auto out = (*drafter)->Step(step, hidden);
+      ASSERT_TRUE(out.ok()) << out.status();
+      ASSERT_EQ(out->token_ids.size(), 1u);
+      const int32_t id = out->token_ids[0];
+      EXPECT_GE(id, 0);
+      EXPECT_LT(id, V);
+      int32_t rank0_id = id;
+      comm.Broadcast(&rank0_id, 4, 0);
+      EXPECT_EQ(id, rank0_id) << "rank " << comm.rank() << " step " << k;
+      if (comm.rank() == 0) {
+        ASSERT_EQ(out->logits.size(), static_cast<size_t>(V));
+        for (float v : out->logits) ASSERT_TRUE(std::isfinite(v)) << "step " << k;
+        EXPECT_EQ(std::max_element(out->logits.begin(), out->logits.end()) - out->logits.begin(), id) << "step " << k;
+        std::lock_guard<std::mutex> lock(mu);
+        result.ids.push_back(id);
+        result.logits.insert(result.logits.end(), out->logits.begin(), out->logits.end());
+      }
+      step.token_ids = {id};
+      step.hidden_rows.clear();
+      hidden = (*drafter)->projected();
+    }
+  });
+  return result;
+}
+
+TEST(MtpDrafterPresetTest, DummyDrafterDraftsValidTokensAtTp1And2) {
+  const DummyDrafts one = DraftWithDummyWeights(1), two = DraftWithDummyWeights(2);
+  ASSERT_EQ(one.ids.size(), 3u);
+  EXPECT_EQ(one.ids, two.ids);
+  EXPECT_LE(testing::ToleranceRatio(two.logits, one.logits, 1e-4, 1e-4), 1.0);
+}
+
+// The built-in assistants fit their built-in targets at the tensor-parallel sizes that
+// split them; their sizes are the documented ones (docs/mtp_drafter.md, "Built-in
+// assistant shapes"); ParameterCount counts what a checkpoint holds.
+TEST(MtpDrafterPresetTest, BuiltInAssistantsFitTheirTargets) {
+  const struct {
+    const char* target;
+    std::vector<int> tps;
+    double params_m;  // millions
+  } cases[] = {{"gemma-4-31b", {1, 2, 4, 8}, 469.5}, {"gemma-4-1b", {1, 2}, 79.8}, {"gemma-4-tiny", {1, 2}, 0.8}};
+  for (const auto& c : cases) {
+    const std::string name = std::string(c.target) + "-assistant";
+    auto a = PresetMtpDrafterConfig(name);
+    auto t = PresetModelConfig(c.target);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(a->text.num_layers, 4) << name;
+    EXPECT_FALSE(a->text.layers[3].sliding) << name;
+    EXPECT_FALSE(a->use_ordered_embeddings) << name;
+    EXPECT_NEAR(a->ParameterCount() / 1e6, c.params_m, 0.05) << name;
+    for (int tp : c.tps) EXPECT_TRUE(ValidateMtpDrafter(*a, *t, tp).ok()) << name << " tp " << tp;
+  }
+  // The published 31B assistant is stated to have 470M parameters, hidden 1024.
+  EXPECT_EQ(PresetMtpDrafterConfig("gemma-4-31b-assistant")->text.hidden_size, 1024);
+  // Another target's assistant does not fit.
+  EXPECT_FALSE(ValidateMtpDrafter(*PresetMtpDrafterConfig("gemma-4-1b-assistant"), *PresetModelConfig("gemma-4-tiny"), 1)
+                   .ok());
+  auto unknown = PresetMtpDrafterConfig("gemma-4-2b-assistant");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_TRUE(absl::StrContains(unknown.status().message(), "gemma-4-31b-assistant")) << unknown.status();
+  // The fixtures' checkpoints hold exactly ParameterCount weights (token_ordering is ids).
+  for (const char* name : {"assistant", "assistant_ordered"}) {
+    auto c = LoadMtpDrafterConfig(Dir(name));
+    auto ckpt = Checkpoint::Open(Dir(name));
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    int64_t numel = 0;
+    for (const std::string& tensor : (*ckpt)->Names()) {
+      if (absl::StrContains(tensor, "token_ordering")) continue;
+      int64_t n = 1;
+      for (int64_t d : (*ckpt)->Find(tensor)->shape) n *= d;
+      numel += n;
+    }
+    EXPECT_EQ(c->ParameterCount(), numel) << name;
+  }
 }
 
 // Config mismatches between the drafter and the target are InvalidArgument errors naming

@@ -4,7 +4,8 @@
 // and preemption, at TP 1 and 2, for the dense and the centroid head; a lone request
 // reproduces the fixture's clean trace draft by draft (3 of 4 and 2 of 2 accepted with the
 // dense assistant); seeded sampling draws the same tokens with and without drafts; a bad
-// assistant directory is every rank's error before serving.
+// assistant directory is every rank's error before serving; a built-in assistant shape with
+// dummy weights beside its built-in target keeps the greedy tokens.
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -257,9 +258,12 @@ TEST(MtpEngineSamplingTest, AFailedDraftPassEndsTheRequestsWithAnError) {
 // StartEngine with --speculative-config {"method": "mtp", ...}: the drafter loads on every
 // rank beside the target; a directory that is missing, not an assistant, or one made for
 // another target is every rank's error naming it, before anything is served.
-std::vector<absl::StatusOr<Engine>> StartOnThreads(int tp, const std::string& target, const std::string& drafter) {
+// `target`: a fixture, or with load_format "dummy" a built-in model.
+EngineOptions MtpEngineOptions(const std::string& target, const std::string& drafter,
+                               const std::string& load_format = "auto") {
   EngineOptions o;
-  o.model = testing::FixtureDir(target);
+  o.model = load_format == "dummy" ? target : testing::FixtureDir(target);
+  o.load_format = load_format;
   o.device = "cpu";
   o.threads = 1;
   o.kv_cache_bytes = 4 << 20;
@@ -268,6 +272,12 @@ std::vector<absl::StatusOr<Engine>> StartOnThreads(int tp, const std::string& ta
       json{{"method", "mtp"}, {"model", drafter}, {"num_speculative_tokens", 4}}.dump());
   EXPECT_TRUE(spec.ok()) << spec.status();
   if (spec.ok()) o.speculative = *spec;
+  return o;
+}
+
+std::vector<absl::StatusOr<Engine>> StartOnThreads(int tp, const std::string& target, const std::string& drafter,
+                                                   const std::string& load_format = "auto") {
+  const EngineOptions o = MtpEngineOptions(target, drafter, load_format);
   std::vector<absl::StatusOr<Engine>> out;
   for (int r = 0; r < tp; ++r) out.emplace_back(absl::UnknownError("not run"));
   testing::RunThreads(tp, [&](Communicator& comm) {
@@ -303,6 +313,57 @@ TEST(MtpEngineStartTest, BadAssistantIsEveryRanksErrorNamingIt) {
       EXPECT_TRUE(absl::StrContains(e.status().message(), c.want)) << e.status();
       EXPECT_TRUE(absl::StrContains(e.status().message(), "MTP drafter")) << e.status();
     }
+  }
+}
+
+// A built-in assistant shape with dummy weights (what spec_decode_bench --mode mtp-cost
+// runs) beside its built-in target loads on every rank, and its drafts keep the greedy
+// tokens at TP 1 and 2 (dummy weights accept few drafts: the steps verify them all the same).
+TEST(MtpEngineStartTest, BuiltInAssistantDraftsKeepTheGreedyTokens) {
+  std::vector<std::vector<int32_t>> prompts(2);
+  for (int32_t i = 0; i < 40; ++i) {  // past the tiny target's window of 16
+    prompts[0].push_back((5 + 37 * i) % 4096);
+    prompts[1].push_back((11 + 53 * i) % 4096);
+  }
+  for (int tp : {1, 2}) {
+    const EngineOptions o = MtpEngineOptions("gemma-4-tiny", "gemma-4-tiny-assistant", "dummy");
+    testing::RunThreads(tp, [&](Communicator& comm) {
+      WorldConfig w{comm.rank(), tp, tp, comm.rank(), tp, "local"};
+      absl::StatusOr<Engine> e = StartEngine(o, w, comm);
+      ASSERT_TRUE(e.ok()) << e.status();
+      ASSERT_NE(e->drafter, nullptr);
+      EXPECT_EQ(e->drafter->config().backbone_hidden_size, e->config.hidden_size);
+      if (comm.rank() != 0) {
+        EXPECT_TRUE(RunWorkerLoop(*e->model, comm, e->drafter.get()).ok());
+        return;
+      }
+      StepExecutor exec(*e->model, comm, e->drafter.get());
+      auto plain = testing::GreedyGenerate(*e->model, exec, prompts, 24);
+      auto drafted = testing::GreedyGenerate(*e->model, exec, prompts, 24, MtpOptions(exec));
+      exec.Shutdown();
+      ASSERT_TRUE(plain.ok()) << plain.status();
+      ASSERT_TRUE(drafted.ok()) << drafted.status();
+      EXPECT_GT(drafted->spec.num_draft_tokens, 0) << "tp " << tp;
+      ASSERT_EQ(plain->outputs.size(), drafted->outputs.size());
+      for (size_t i = 0; i < plain->outputs.size(); ++i) {
+        EXPECT_EQ(drafted->outputs[i].output_ids, plain->outputs[i].output_ids) << "tp " << tp << " prompt " << i;
+      }
+    });
+  }
+}
+
+TEST(MtpEngineStartTest, BuiltInAssistantNeedsDummyWeightsAndItsTarget) {
+  // A checkpoint target with a built-in shape: there are no weights to read.
+  for (const absl::StatusOr<Engine>& e : StartOnThreads(2, "gemma4_mtp/target", "gemma-4-tiny-assistant")) {
+    ASSERT_FALSE(e.ok());
+    EXPECT_TRUE(absl::StrContains(e.status().message(), "gemma-4-tiny-assistant")) << e.status();
+    EXPECT_TRUE(absl::StrContains(e.status().message(), "--load-format dummy")) << e.status();
+  }
+  // The 1B shape's assistant beside the tiny target.
+  for (const absl::StatusOr<Engine>& e : StartOnThreads(2, "gemma-4-tiny", "gemma-4-1b-assistant", "dummy")) {
+    ASSERT_FALSE(e.ok());
+    EXPECT_TRUE(absl::StrContains(e.status().message(), "gemma-4-1b-assistant")) << e.status();
+    EXPECT_TRUE(absl::StrContains(e.status().message(), "backbone_hidden_size")) << e.status();
   }
 }
 

@@ -146,6 +146,7 @@ void ExpectDraftsCounted(const EngineStats& st, const char* method) {
   int64_t per_pos = 0;
   for (int64_t n : st.spec_accepted_per_pos) per_pos += n;
   EXPECT_EQ(per_pos, st.spec_num_accepted_tokens) << method;
+  EXPECT_GT(st.draft_ms, 0) << method << ": the drafting time has a phase of its own";
   std::printf("%s: %lld drafts, %lld/%lld draft tokens accepted\n", method, static_cast<long long>(st.spec_num_drafts),
               static_cast<long long>(st.spec_num_accepted_tokens), static_cast<long long>(st.spec_num_draft_tokens));
 }

@@ -486,6 +486,22 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
   return c;
 }
 
+absl::Status KeepFirstLayers(ModelConfig& c, int32_t n) {
+  if (n <= 0 || n >= c.num_layers) return absl::OkStatus();
+  std::vector<bool> kept(c.kv_group_windows.size(), false);
+  for (int32_t i = 0; i < n; ++i) kept[c.layers[i].kv_group] = true;
+  for (size_t g = 0; g < kept.size(); ++g) {
+    if (!kept[g]) {
+      return absl::InvalidArgumentError(absl::StrCat("the first ", n, " of ", c.num_layers,
+                                                     " layers hold no layer of KV group ", g, " (window ",
+                                                     c.kv_group_windows[g], "); keep more layers"));
+    }
+  }
+  c.layers.resize(n);
+  c.num_layers = n;
+  return absl::OkStatus();
+}
+
 int32_t ModelConfig::max_head_dim() const {
   int32_t m = 0;
   for (const auto& l : layers) m = std::max(m, l.head_dim);

@@ -91,6 +91,12 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
 absl::StatusOr<ModelConfig> PresetModelConfig(std::string_view name);
 std::vector<std::string> PresetNames();
 
+// Truncates `config` to its first n layers (benchmarks of shapes that do not fit: per-layer
+// costs scale with the layer count, the embedding and LM head stay whole). n <= 0 or
+// n >= num_layers keeps them all. An InvalidArgument error when the first n layers leave a
+// KV group without a layer (for Gemma 4: at least one sliding and one full layer).
+absl::Status KeepFirstLayers(ModelConfig& config, int32_t n);
+
 // inv_freq[head_dim / 2] for the layer's RoPE, computed as transformers computes it.
 std::vector<float> RopeInvFreq(const RopeConfig& rope, int32_t head_dim);
 

@@ -133,6 +133,20 @@ absl::StatusOr<MtpDrafterConfig> LoadMtpDrafterConfig(const std::string& dir) {
   return c;
 }
 
+int64_t MtpDrafterConfig::ParameterCount() const {
+  const ModelConfig& t = text;
+  const int64_t d = t.hidden_size, D = backbone_hidden_size;
+  int64_t n = t.vocab_size * d + d + 3 * D * d;  // tied head, final norm, pre/post_projection
+  if (use_ordered_embeddings) n += static_cast<int64_t>(num_centroids) * d;
+  for (const LayerConfig& l : t.layers) {
+    const int64_t q = static_cast<int64_t>(t.num_heads) * l.head_dim;
+    n += 2 * q * d + 3 * d * t.intermediate_size + 4 * d + l.head_dim + 1;  // q/o, MLP, norms, q_norm, scalar
+    if (t.qkv_bias) n += q;
+    if (t.o_proj_bias) n += d;
+  }
+  return n;
+}
+
 int LastLayerOfType(const ModelConfig& target, bool sliding) {
   for (int i = target.num_layers - 1; i >= 0; --i) {
     if (target.layers[i].sliding == sliding) return i;

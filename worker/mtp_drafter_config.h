@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/model_config.h"
@@ -24,7 +25,19 @@ struct MtpDrafterConfig {
   int32_t centroid_top_k = 32;          // clusters scored per step (centroid_intermediate_top_k)
   // Drafts per round from the assistant's generation_config.json; 0 when absent.
   int32_t num_assistant_tokens = 0;
+
+  // Its weights' parameters: the tied head once, pre/post_projection, the layers (query
+  // and output projections only: no K/V), the centroids with the centroid head.
+  int64_t ParameterCount() const;
 };
+
+// Built-in assistant shapes for dummy weights beside a built-in target (--load-format
+// dummy with --speculative-config {"method": "mtp", "model": NAME}): "gemma-4-31b-assistant"
+// (the published 31B assistant's shape as far as it is known: docs/mtp_drafter.md,
+// "Built-in assistant shapes"), "gemma-4-1b-assistant" and "gemma-4-tiny-assistant" (the
+// same recipe for the gemma-4-1b and gemma-4-tiny targets). Defined in presets.cc.
+absl::StatusOr<MtpDrafterConfig> PresetMtpDrafterConfig(std::string_view name);
+std::vector<std::string> MtpDrafterPresetNames();
 
 // Parses an assistant's config.json text; `source` names the file in errors.
 absl::StatusOr<MtpDrafterConfig> ParseMtpDrafterConfig(std::string_view json_text, std::string_view source);

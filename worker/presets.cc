@@ -1,11 +1,13 @@
-// Built-in model shapes for --load-format dummy, written as config.json text so they go
-// through the same parser as real checkpoints. Tested by tests/model_config_test.cc.
+// Built-in model shapes for --load-format dummy, targets and their MTP assistants, written
+// as config.json text so they go through the same parsers as real checkpoints. Tested by
+// tests/model_config_test.cc and tests/mtp_drafter_test.cc.
 #include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "worker/model_config.h"
+#include "worker/mtp_drafter_config.h"
 
 namespace tpserve {
 namespace {
@@ -46,6 +48,67 @@ constexpr char kGemma4Tiny[] = R"({
   "hidden_activation": "gelu_pytorch_tanh", "bos_token_id": 2, "eos_token_id": 1
 })";
 
+// MTP assistants (model_type gemma4_assistant). transformers holds no published assistant's
+// sizes; these are assumptions (docs/mtp_drafter.md, "Built-in assistant shapes"): 4 layers
+// (3 sliding, then the full one), the target's query heads and K/V geometry, intermediate
+// 8 x hidden, the dense tied head. For the 31B, hidden 1024 (as third parties describe the
+// published assistant) makes 469.5M parameters, the 470M stated for it (0.94 GB in bf16).
+constexpr char kGemma4_31B_Assistant[] = R"({
+  "architectures": ["Gemma4AssistantForCausalLM"], "model_type": "gemma4_assistant",
+  "backbone_hidden_size": 5376, "use_ordered_embeddings": false, "tie_word_embeddings": true,
+  "text_config": {
+    "model_type": "gemma4_text", "torch_dtype": "bfloat16",
+    "vocab_size": 262144, "hidden_size": 1024, "intermediate_size": 8192,
+    "num_hidden_layers": 4, "num_kv_shared_layers": 4,
+    "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+    "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 256,
+    "global_head_dim": 512, "num_global_key_value_heads": 4, "attention_k_eq_v": true,
+    "sliding_window": 1024, "rms_norm_eps": 1e-6, "max_position_embeddings": 262144,
+    "hidden_size_per_layer_input": 0, "tie_word_embeddings": true, "hidden_activation": "gelu_pytorch_tanh",
+    "rope_parameters": {
+      "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+      "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0}}}
+})";
+
+// For gemma-4-1b (hidden 1536): hidden 256, the published assistants' width for targets
+// of hidden 1536 (E2B), with the dense head (the centroid head costs the same on the CPU
+// backend, which computes every logit). 79.8M parameters.
+constexpr char kGemma4_1B_Assistant[] = R"({
+  "architectures": ["Gemma4AssistantForCausalLM"], "model_type": "gemma4_assistant",
+  "backbone_hidden_size": 1536, "use_ordered_embeddings": false, "tie_word_embeddings": true,
+  "text_config": {
+    "model_type": "gemma4_text", "torch_dtype": "bfloat16",
+    "vocab_size": 262144, "hidden_size": 256, "intermediate_size": 2048,
+    "num_hidden_layers": 4, "num_kv_shared_layers": 4,
+    "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+    "global_head_dim": 512, "num_global_key_value_heads": 2, "attention_k_eq_v": true,
+    "sliding_window": 1024, "rms_norm_eps": 1e-6, "max_position_embeddings": 32768,
+    "hidden_size_per_layer_input": 0, "tie_word_embeddings": true, "hidden_activation": "gelu_pytorch_tanh"}
+})";
+
+// For gemma-4-tiny: tests and demos.
+constexpr char kGemma4TinyAssistant[] = R"({
+  "architectures": ["Gemma4AssistantForCausalLM"], "model_type": "gemma4_assistant",
+  "backbone_hidden_size": 128, "use_ordered_embeddings": false, "tie_word_embeddings": true,
+  "text_config": {
+    "model_type": "gemma4_text", "torch_dtype": "float32",
+    "vocab_size": 4096, "hidden_size": 64, "intermediate_size": 512,
+    "num_hidden_layers": 4, "num_kv_shared_layers": 4,
+    "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+    "global_head_dim": 64, "num_global_key_value_heads": 1, "attention_k_eq_v": true,
+    "sliding_window": 16, "rms_norm_eps": 1e-6, "max_position_embeddings": 4096,
+    "hidden_size_per_layer_input": 0, "tie_word_embeddings": true, "hidden_activation": "gelu_pytorch_tanh"}
+})";
+
+const std::map<std::string, const char*>& AssistantPresets() {
+  static const auto* m = new std::map<std::string, const char*>{{"gemma-4-31b-assistant", kGemma4_31B_Assistant},
+                                                                {"gemma-4-1b-assistant", kGemma4_1B_Assistant},
+                                                                {"gemma-4-tiny-assistant", kGemma4TinyAssistant}};
+  return *m;
+}
+
 const std::map<std::string, const char*>& Presets() {
   static const auto* m = new std::map<std::string, const char*>{
       {"gemma-4-31b", kGemma4_31B}, {"gemma-4-1b", kGemma4_1B}, {"gemma-4-tiny", kGemma4Tiny}};
@@ -67,6 +130,21 @@ absl::StatusOr<ModelConfig> PresetModelConfig(std::string_view name) {
                                             absl::StrJoin(PresetNames(), ", ")));
   }
   return ParseModelConfig(it->second, absl::StrCat("built-in model ", std::string(name)));
+}
+
+std::vector<std::string> MtpDrafterPresetNames() {
+  std::vector<std::string> names;
+  for (const auto& [k, v] : AssistantPresets()) names.push_back(k);
+  return names;
+}
+
+absl::StatusOr<MtpDrafterConfig> PresetMtpDrafterConfig(std::string_view name) {
+  auto it = AssistantPresets().find(std::string(name));
+  if (it == AssistantPresets().end()) {
+    return absl::NotFoundError(absl::StrCat("unknown built-in MTP assistant \"", std::string(name),
+                                            "\"; built-in assistants: ", absl::StrJoin(MtpDrafterPresetNames(), ", ")));
+  }
+  return ParseMtpDrafterConfig(it->second, absl::StrCat("built-in assistant ", std::string(name)));
 }
 
 }  // namespace tpserve

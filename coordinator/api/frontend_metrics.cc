@@ -153,6 +153,8 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
       &registry_.AddCounter(kStepTime, kStepTimeHelp, Labels(model_name, {{"phase", "scheduling"}}));
   Counter* pipeline_s =
       &registry_.AddCounter(kStepTime, kStepTimeHelp, Labels(model_name, {{"phase", "pipeline"}}));
+  // Speculative decoding's proposing: n-gram lookup, or the MTP drafter's pass.
+  Counter* draft_s = &registry_.AddCounter(kStepTime, kStepTimeHelp, Labels(model_name, {{"phase", "draft"}}));
   Counter* stages_busy_s = &registry_.AddCounter(
       "tpserve_pipeline_stages_busy_seconds_total",
       "Pipeline stages' computing time, summed over the stages; 1 - its rate / (stages x the step time's rate) is "
@@ -177,8 +179,8 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
                                         "Peak resident memory of rank 0's process since start.");
   registry_.AddCollector([&engine, running, waiting, kv_usage, gpu_cache_usage, prefix_queries, prefix_hits,
                           preemptions, prompt_tokens, generation_tokens, steps, aborts, abort_delay, abort_delay_max,
-                          compute_s, allreduce_s, scheduling_s, pipeline_s, stages_busy_s, rss, peak_rss, spec_drafts,
-                          spec_draft_tokens, spec_accepted, spec_per_pos] {
+                          compute_s, allreduce_s, scheduling_s, pipeline_s, draft_s, stages_busy_s, rss, peak_rss,
+                          spec_drafts, spec_draft_tokens, spec_accepted, spec_per_pos] {
     const ProcessMemory memory = ReadProcessMemory();
     rss->Set(static_cast<double>(memory.rss_bytes));
     peak_rss->Set(static_cast<double>(memory.peak_rss_bytes));
@@ -200,6 +202,7 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
     allreduce_s->Set(s.allreduce_ms / 1e3);
     scheduling_s->Set(s.scheduling_ms / 1e3);
     pipeline_s->Set(s.pipeline_ms / 1e3);
+    draft_s->Set(s.draft_ms / 1e3);
     stages_busy_s->Set(s.stages_busy_ms / 1e3);
     spec_drafts->Set(static_cast<double>(s.spec_num_drafts));
     spec_draft_tokens->Set(static_cast<double>(s.spec_num_draft_tokens));

@@ -212,6 +212,7 @@ grpc::ServerUnaryReactor* TpServeService::Stats(grpc::CallbackServerContext* con
   response->mutable_step_time()->set_pipeline_ms(s.pipeline_ms);
   response->mutable_step_time()->set_stages_busy_ms(s.stages_busy_ms);
   response->mutable_step_time()->set_scheduling_ms(s.scheduling_ms);
+  response->mutable_step_time()->set_draft_ms(s.draft_ms);
   const ProcessMemory memory = ReadProcessMemory();
   response->set_rss_bytes(memory.rss_bytes);
   response->set_peak_rss_bytes(memory.peak_rss_bytes);

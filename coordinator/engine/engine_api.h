@@ -80,6 +80,9 @@ struct EngineStats {
   // Everything else the coordinator thread does while requests are active: admission,
   // scheduling, plan building and broadcast, sampling, detokenizing, stop checks, streaming.
   double scheduling_ms = 0;
+  // Speculative decoding's proposing (StepSummary::draft_ms): n-gram lookup on rank 0, or
+  // the MTP drafter's pass on every rank. Not in scheduling_ms.
+  double draft_ms = 0;
   // Speculative decoding since start (vLLM's spec_decode_* metrics).
   int64_t spec_num_drafts = 0;  // sequence-steps that verified draft tokens
   int64_t spec_num_draft_tokens = 0;

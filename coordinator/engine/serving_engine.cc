@@ -155,9 +155,8 @@ void ServingEngine::PublishStats(const EngineStep* step) {
   stats_.allreduce_ms += step->allreduce_ms;
   stats_.pipeline_ms += step->pipeline_ms;
   stats_.stages_busy_ms += step->stages_busy_ms;
-  // Drafting (the update stage's last part: n-gram lookup, or the MTP drafter's pass on every
-  // rank) stays in the coordinator's share until it has a metric of its own.
-  stats_.scheduling_ms += step->coordinator_ms + step->draft_ms;
+  stats_.scheduling_ms += step->coordinator_ms;
+  stats_.draft_ms += step->draft_ms;
   for (const EngineOutput& o : step->outputs) {
     stats_.generation_tokens += static_cast<int64_t>(o.token_ids.size());
     if (o.finish != FinishReason::kNone) ++stats_.requests_finished;
