@@ -375,6 +375,21 @@ TEST(ModelTest, StepPlanSamplingRoundTrip) {
   EXPECT_FALSE(StepPlan::Deserialize(bytes).ok());
 }
 
+// A dummy-weight model of `config` on this thread rank's share, one CPU thread, 8 KV blocks
+// (model not OK: why it did not load or allocate).
+struct TinyDummyModel {
+  TinyDummyModel(const ModelConfig& config, Communicator& comm)
+      : source(MakeDummySource(config, 7)), backend(MakeCpuBackend(BackendOptions{.threads = 1})),
+        model(Model::Load(config, *source, *backend, comm, ModelOptions{})) {
+    if (model.ok()) {
+      if (absl::Status st = (*model)->AllocateKvCache(8); !st.ok()) model = st;
+    }
+  }
+  std::unique_ptr<WeightSource> source;
+  std::unique_ptr<Backend> backend;
+  absl::StatusOr<std::unique_ptr<Model>> model;
+};
+
 // With sampling rows in the plan, rank 0 gets token ids instead of logits: the rule of
 // kernels/row_sampling.h over the same logits (gathered from every rank at TP 2), with
 // penalties and masks applied; a bad penalty token is an error before the broadcast.
@@ -384,11 +399,9 @@ TEST(ModelTest, WorkersSampleTheLogitRows) {
   const int64_t V = config->vocab_size;
   for (int tp : {1, 2}) {
     testing::RunThreads(tp, [&](Communicator& comm) {
-      auto source = MakeDummySource(*config, 7);
-      auto backend = MakeCpuBackend(BackendOptions{.threads = 1});
-      auto model = Model::Load(*config, *source, *backend, comm, ModelOptions{});
-      ASSERT_TRUE(model.ok()) << model.status();
-      ASSERT_TRUE((*model)->AllocateKvCache(8).ok());
+      TinyDummyModel tiny(*config, comm);
+      ASSERT_TRUE(tiny.model.ok()) << tiny.model.status();
+      auto& model = tiny.model;
       StepExecutor exec(**model, comm);
       if (comm.rank() != 0) {
         ASSERT_TRUE(RunWorkerLoop(**model, comm).ok());
@@ -480,11 +493,9 @@ TEST(ModelTest, AllReduceTimeIsTheStepsCollectives) {
   ASSERT_TRUE(config.ok()) << config.status();
   for (int tp : {1, 2}) {
     testing::RunThreads(tp, [&](Communicator& comm) {
-      auto source = MakeDummySource(*config, 7);
-      auto backend = MakeCpuBackend(BackendOptions{.threads = 1});
-      auto model = Model::Load(*config, *source, *backend, comm, ModelOptions{});
-      ASSERT_TRUE(model.ok()) << model.status();
-      ASSERT_TRUE((*model)->AllocateKvCache(8).ok());
+      TinyDummyModel tiny(*config, comm);
+      ASSERT_TRUE(tiny.model.ok()) << tiny.model.status();
+      auto& model = tiny.model;
       const StepPlan plan = OneSequencePrefill(8, (*model)->num_kv_blocks().size());
       for (int step = 0; step < 2; ++step) {  // the second step counts its own spans only
         StepTimes times;
@@ -523,11 +534,9 @@ TEST(ModelTest, DummyWeightsAreSplitInvariant) {
   for (int tp : {1, 2}) {
     std::vector<float> got;
     testing::RunThreads(tp, [&](Communicator& comm) {
-      auto source = MakeDummySource(*config, 7);
-      auto backend = MakeCpuBackend(BackendOptions{.threads = 1});
-      auto model = Model::Load(*config, *source, *backend, comm, ModelOptions{});
-      ASSERT_TRUE(model.ok()) << model.status();
-      ASSERT_TRUE((*model)->AllocateKvCache(8).ok());
+      TinyDummyModel tiny(*config, comm);
+      ASSERT_TRUE(tiny.model.ok()) << tiny.model.status();
+      auto& model = tiny.model;
       const StepPlan plan = OneSequencePrefill(10, (*model)->num_kv_blocks().size());
       auto out = (*model)->Forward(plan, nullptr);
       ASSERT_TRUE(out.ok()) << out.status();
