@@ -20,6 +20,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/median.h"
 
 ABSL_FLAG(std::string, bytes, "512,16384,1048576", "Message sizes (fp32 elements x 4), comma-separated");
 ABSL_FLAG(std::string, skew_us, "0,200", "Busy work on rank 0 before each call, microseconds, comma-separated");
@@ -56,10 +57,7 @@ std::vector<int> ParseList(const std::string& s) {
   return out;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using bench::Median;
 
 // Polls `req` until it completes: at full speed for 50 us, then yielding the core, then from
 // 300 us sleeping between polls (20 us doubling up to 50 us).

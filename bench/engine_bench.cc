@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/engine_bench_gpu.h"
+#include "bench/median.h"
 #include "bench/stream.h"
 #include "coordinator/engine/offline.h"
 #include "nlohmann/json.hpp"
@@ -83,11 +84,7 @@ struct Result {
   bool ok = false;
 };
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::Median;
 
 // Real weights from --model's checkpoint or GGUF file; dummy ones for a built-in shape.
 absl::StatusOr<std::unique_ptr<WeightSource>> OpenSource(const std::string& model, const ModelConfig& config) {

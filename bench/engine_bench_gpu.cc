@@ -4,6 +4,7 @@
 // Every step samples greedily on the GPU (only token ids reach the host), as serving does.
 // Decode runs replayed from CUDA graphs and eagerly on the same engine, side by side.
 #include "bench/engine_bench_gpu.h"
+#include "bench/median.h"
 #include "bench/op_profile.h"
 
 #include <algorithm>
@@ -29,12 +30,6 @@ constexpr int kWarmupDecodeSteps = 2;
 constexpr int kPrefillReps = 3;
 constexpr size_t kCopyBytes = size_t{1} << 31;
 constexpr int kPeakReps = 10;
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 std::string Fixed(double v, const char* unit, int digits) {
   char buf[32];

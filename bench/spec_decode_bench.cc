@@ -37,6 +37,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/median.h"
 #include "bench/spec_decode_mtp_cost.h"
 #include "coordinator/engine/offline.h"
 #include "coordinator/engine/speculative.h"
@@ -67,11 +68,7 @@ ABSL_FLAG(int, layers, 0, "Built-in models: keep the target's first N layers (0:
 namespace tpserve {
 namespace {
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::Median;
 
 // Input-grounded prompts: the answer repeats much of the prompt, as in the rewriting and
 // editing work n-gram drafting is for.

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "bench/cpu_time.h"
+#include "bench/median.h"
 #include "coordinator/engine/engine_core.h"
 #include "coordinator/engine/speculative.h"
 
@@ -87,10 +88,7 @@ struct Costs {
 
 double Min(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::Median;
 
 // "1.62 (1.50-1.71)": the median over rounds and the range.
 std::string MedianAndRange(const std::vector<double>& v, int digits) {

@@ -12,6 +12,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/median.h"
 #include "coordinator/engine/scheduler.h"
 #include "worker/persistent_batch.h"
 
@@ -26,10 +27,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double UsSince(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using bench::Median;
 
 int Run() {
   const int seqs = absl::GetFlag(FLAGS_seqs), context = absl::GetFlag(FLAGS_context);

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/cpu_time.h"
+#include "bench/median.h"
 #include "coordinator/engine/engine_core.h"
 #include "coordinator/structured/grammar_compiler.h"
 #include "coordinator/structured/token_matcher.h"
@@ -51,12 +52,6 @@ constexpr const char* kVariantName[] = {"plain", "schema", "json_object"};
 
 double WallSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Medians over one run's measured steps (ms); the mask work is replayed outside the step

@@ -403,13 +403,14 @@ void Model::SendHidden(int64_t T, StepTimes* times) {
   // last one's zero-padded, and the next stage all-gathers them (ReceiveHidden).
   const size_t slice = HiddenSliceBytes(T), begin = std::min(bytes, comm_.rank() * slice);
   const size_t mine = std::min(bytes - begin, slice);
-  s.send.assign(slice + sizeof(double) * 2, 0);
+  s.send.resize(slice + sizeof(double) * 2);
   const uint8_t* src = static_cast<const uint8_t*>(s.h->data()) + begin;
   if (backend_.device_is_host()) {
     std::memcpy(s.send.data(), src, mine);
   } else {
     backend_.CopyToHost(s.send.data(), src, mine);  // waits for the stage's kernels
   }
+  std::memset(s.send.data() + mine, 0, slice - mine);
   TakeAllReduceTime(times);
   const std::array<double, 2> work = StagesWork(times);
   std::memcpy(s.send.data() + slice, work.data(), sizeof(double) * 2);
@@ -718,7 +719,8 @@ absl::Status Model::RunStage(const StepPlan& plan, StepTimes* times) {
     RunDevice(T, Lr, times);
   }
   hidden_rows_ = Lr;  // a replayed step's real rows come first
-  if (options_.pipeline.first()) {  // rank 0's own share (TakeAllReduceTime adds its all-reduce); later stages report theirs
+  // Rank 0's own share (TakeAllReduceTime adds its all-reduce); later stages report theirs.
+  if (options_.pipeline.first()) {
     times->stages_busy_us += MicrosSince(t0) - waited_us - (times->pipeline_us - pipeline_before);
   }
   return absl::OkStatus();
@@ -753,8 +755,7 @@ absl::Status Model::StartForward(const StepPlan& plan, StepTimes* times) {
   const auto t0 = std::chrono::steady_clock::now();
   *times = StepTimes{};
   TP_RETURN_IF_ERROR(RunStage(plan, times));
-  backend_.Synchronize();
-  TakeAllReduceTime(times);  // SendHidden took it already; nothing left but on an empty plan
+  backend_.Synchronize();  // (SendHidden took the stage's all-reduce time)
   times->total_us = MicrosSince(t0);
   return absl::OkStatus();
 }
