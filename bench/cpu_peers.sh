@@ -14,8 +14,9 @@
 # Needs: build/launch/tpserve and build/bench/stream_bench; a Python with torch, transformers
 # and sentencepiece ($PYTHON) to make the checkpoints (tools/make_bench_checkpoints.py, once,
 # cached in $CACHE/bench-models), run PyTorch and convert to GGUF. llama.cpp: a venv at
-# $CACHE/llama-venv with llama-cpp-python, built from source by pip the first time (about 50
-# minutes on the 2-core development VM; --engines without llamacpp skips it); its converter comes from the same
+# $CACHE/llama-venv with llama-cpp-python, built from source by pip the first time (library only, no
+# examples or tools: about 15 minutes on the 2-core development VM with ccache cold; --engines
+# without llamacpp skips it); its converter comes from the same
 # release's source package (pip download), cached in $CACHE/llama-convert-VERSION.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,7 +76,7 @@ if has_engine llamacpp; then
   if ! "$LLAMA_PY" -c 'import llama_cpp' 2>/dev/null; then
     echo "== building llama-cpp-python $LLAMA_CPP_VERSION from source into $CACHE/llama-venv (log: $LOG)"
     python3 -m venv "$CACHE/llama-venv"
-    CMAKE_ARGS="-DGGML_NATIVE=ON" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+    CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
       "$CACHE/llama-venv/bin/pip" install "llama-cpp-python==$LLAMA_CPP_VERSION" numpy >>"$LOG" 2>&1 || {
       echo "cpu_peers.sh: llama-cpp-python did not build (see $LOG); run with --engines tpserve,torch" >&2; exit 1; }
   fi
