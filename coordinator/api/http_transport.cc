@@ -22,6 +22,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/read_size.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
@@ -248,12 +249,58 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   void StartHeader() {
     phase_ = Phase::kHeader;
-    SetDeadline(shared_->options.header_timeout);
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(std::min<size_t>(shared_->options.max_header_bytes, UINT32_MAX)));
     parser_->body_limit(shared_->options.max_body_bytes);
+    if (ReadNow()) return;
+    SetDeadline(shared_->options.header_timeout);
     http::async_read_header(socket_, buffer_, *parser_,
                             [self = shared_from_this()](ErrorCode ec, size_t) { self->OnHeader(ec); });
+  }
+
+  // Parses what the buffer and the socket already hold, without waiting. A request usually
+  // arrives whole, right after its connection or the previous response: it is then handled
+  // here, in this turn of the I/O loop, instead of after two more trips through it behind
+  // every other connection's work (the asynchronous read's completion, the composed
+  // operation's). True when the headers are done (OnHeader went on from there) or the bytes
+  // failed to parse (answered by OnHeader as the asynchronous read would); false when more is
+  // needed, the socket had nothing more, or reading failed: the asynchronous read goes on.
+  // Not inside itself: a request answered at once (e.g. /health) starts the next one from
+  // within OnHeader, and pipelined requests would each add a level to the stack; that one
+  // goes through the asynchronous read.
+  bool ReadNow() {
+    if (reading_now_) return false;
+    reading_now_ = true;
+    const bool handled = ParseAvailable();
+    reading_now_ = false;
+    return handled;
+  }
+  bool ParseAvailable() {
+    parser_->eager(true);
+    for (;;) {
+      ErrorCode ec;
+      if (buffer_.size() > 0) {
+        buffer_.consume(parser_->put(buffer_.data(), ec));
+        if (ec && ec != http::error::need_more) {
+          OnHeader(ec);
+          return true;
+        }
+        if (parser_->is_done()) {
+          OnHeader(ErrorCode());
+          return true;
+        }
+      }
+      const size_t size = boost::beast::read_size(buffer_, 65536);
+      if (size == 0) return false;
+      const auto space = buffer_.prepare(size);
+      const ssize_t n = ::recv(socket_.native_handle(), space.data(), space.size(), MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;  // nothing more now, the end of the stream, or an error: the asynchronous read sees it
+      buffer_.commit(static_cast<size_t>(n));
+    }
+    if (!parser_->is_header_done()) return false;
+    OnHeader(ErrorCode());  // the body follows (OnHeader reads it)
+    return true;
   }
 
   void OnHeader(ErrorCode ec) {
@@ -465,6 +512,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   bool watching_ = false;
   char peeked_ = 0;  // WatchReadable's byte, left in the socket
   bool pipelined_ = false;
+  bool reading_now_ = false;  // inside ReadNow
   // The current exchange.
   uint64_t seq_ = 0;
   bool response_started_ = false;
