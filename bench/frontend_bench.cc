@@ -1,9 +1,14 @@
 // The HTTP front end's benchmark: the real HttpServer (event-driven transport, render pool,
 // response pumps) over a stub engine that emits one token per stream per step, driven by an
 // epoll client in the same process. One run measures, side by side:
-//   (a) N concurrent streams (default 1000): all complete? the client's TTFT beside the stub
-//       engine's own (submit -> first token), so the front end's share is the difference;
-//       all connect, then all send at once, or (--arrivals) each sends once connected;
+//   (a) N concurrent streams (default 1000) on fresh connections: all complete? each request's
+//       TTFT at the client beside the stub engine's own (submit -> first token) for that same
+//       request (matched by id), so the front end's share is their difference. Two starts,
+//       side by side: "fresh" (each request connects and sends at once, timed from its own
+//       connect(); its first event's time is when it reached the client's socket, the kernel's
+//       receive stamp), and "before 2026-12-02" (all 1000 connect first, then send; timed from
+//       each connect(), so a request's clock also ran while the client opened the later
+//       connections; first event as the client's loop read it);
 //   (b) events per second the front end delivers, and per second of its I/O thread's CPU
 //       time (steps of 0 ms: the engine is never the limit);
 //   (c) resident memory per idle keep-alive connection;
@@ -36,6 +41,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -46,9 +52,10 @@
 ABSL_FLAG(int, streams, 1000, "(a) concurrent streaming requests");
 ABSL_FLAG(int, tokens, 50, "(a, b) tokens per stream");
 ABSL_FLAG(double, step_ms, 20, "(a) stub engine step time: one token per stream per step");
-ABSL_FLAG(bool, arrivals, false,
-          "(a) each client sends its request as soon as it is connected, one after another as fast as the "
-          "client thread goes, instead of all connecting first and then sending at once");
+ABSL_FLAG(std::string, burst, "fresh,connect_first",
+          "(a) the bursts to run, in order: fresh (each request connects and sends at once, timed from its "
+          "connect()), connect_first (all connect, then all send; timed from each connect(): the figure "
+          "before 2026-12-02)");
 ABSL_FLAG(int, throughput_streams, 256, "(b) concurrent streams of the throughput run (steps of 0 ms)");
 ABSL_FLAG(int, throughput_tokens, 400, "(b) tokens per stream of the throughput run");
 ABSL_FLAG(int, idle, 2000, "(c) idle keep-alive connections");
@@ -91,10 +98,13 @@ class StubEngine : public EngineApi {
   const ModelInfo& Info() const override { return info_; }
   bool Ready() const override { return true; }
 
-  // Submit -> first token, per request, since the last call.
-  std::vector<double> TakeEngineTtftMs() {
+  // When each request was submitted and got its first token, by request id, since the last call.
+  struct Times {
+    absl::Time submitted, first_token;
+  };
+  std::unordered_map<std::string, Times> TakeEngineTimes() {
     absl::MutexLock lock(&mu_);
-    return std::move(engine_ttft_ms_);
+    return std::move(engine_times_);
   }
 
  private:
@@ -115,7 +125,7 @@ class StubEngine : public EngineApi {
       step.swap(active_);
       mu_.Unlock();
       const absl::Time now = absl::Now();
-      std::vector<double> first;
+      std::vector<std::pair<std::string, Times>> first;
       std::vector<Active> keep;
       for (Active& a : step) {
         if (a.stream->cancelled()) {
@@ -129,14 +139,14 @@ class StubEngine : public EngineApi {
         e.text = " tok";
         e.completion_tokens = ++a.generated;
         e.prompt_tokens = 2;
-        if (a.generated == 1) first.push_back(absl::ToDoubleMilliseconds(now - a.submitted));
+        if (a.generated == 1) first.emplace_back(a.stream->request_id(), Times{a.submitted, now});
         if (a.generated >= a.max_tokens) e.finish = FinishReason::kLength;
         const bool more = e.finish == FinishReason::kNone;
         a.stream->Push(std::move(e));
         if (more) keep.push_back(std::move(a));
       }
       mu_.Lock();
-      engine_ttft_ms_.insert(engine_ttft_ms_.end(), first.begin(), first.end());
+      engine_times_.insert(first.begin(), first.end());
       for (Active& a : keep) active_.push_back(std::move(a));
     }
   }
@@ -146,7 +156,7 @@ class StubEngine : public EngineApi {
   absl::Duration step_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Active> active_ ABSL_GUARDED_BY(mu_);
-  std::vector<double> engine_ttft_ms_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, Times> engine_times_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 
@@ -177,14 +187,19 @@ double Percentile(std::vector<double> v, double p) {
   return v[i];
 }
 
-int Connect(int port) {
+// A non-blocking connect to the server; `nodelay` sets TCP_NODELAY (the connect_first burst
+// kept it; a client that sends its request in one write does not need it), `stamp_rx` asks the
+// kernel for each read's receive time (SO_TIMESTAMPNS).
+int Connect(int port, bool nodelay = true, bool stamp_rx = false, absl::Time* connect_at = nullptr) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
   int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (nodelay) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (stamp_rx) setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect_at != nullptr) *connect_at = absl::Now();
   connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));  // EINPROGRESS
   return fd;
 }
@@ -201,25 +216,39 @@ struct Call {
   size_t sent = 0;
   std::string in;
   bool stream = false;
-  absl::Time start, sent_at = absl::InfinitePast(), first = absl::InfinitePast(), end = absl::InfinitePast();
+  // start: the connect() call. sent_at: the request's last byte written. first: its first SSE
+  // event read by the client's loop; first_rx: the kernel's receive stamp of that read (the
+  // last segment it took: when the first event came with a later one, the later one's).
+  absl::Time start, sent_at = absl::InfinitePast(), first = absl::InfinitePast(), first_rx = absl::InfinitePast(),
+                    end = absl::InfinitePast();
+  bool first_with_later = false;  // the read that took the first event took a second one too ([DONE] aside)
+  std::string id;                 // the response's id, from its first event
   int64_t events = 0;
   size_t scanned = 0;
   bool done = false, failed = false;
 };
 
+enum class Burst {
+  // Every request connects and at once sends (each its own client, arriving as fast as one
+  // thread opens them); what has arrived is read every 16 connects.
+  kFresh,
+  // All connect first; each request is sent once its socket is writable and the connect loop
+  // is over.
+  kConnectFirst,
+  // Sequential-ish calls of (b)-(d): all connect, then send (as kConnectFirst).
+  kPlain,
+};
+
 // Runs `calls` to completion (or `timeout`) on one epoll thread; keeps connections open
-// when `keep_open` (their fds are returned in the calls). All connections are opened first,
-// then every request is written as soon as its socket is writable: a simultaneous burst.
-// With `send_on_connect`, like that many separate clients arriving one after another, each
-// call sends its request as soon as its connection is up, and what arrives is read while
-// later calls are still connecting (every 16 connects).
+// when `keep_open` (their fds are returned in the calls).
 void RunCalls(std::vector<Call>& calls, int port, absl::Duration timeout, bool keep_open = false,
-              bool send_on_connect = false) {
+              Burst burst = Burst::kPlain) {
   const int ep = epoll_create1(0);
   std::unordered_map<int, Call*> by_fd;
   size_t remaining = calls.size();
   std::vector<epoll_event> events(1024);
   char buf[65536];
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec)) + 64];
   auto send_some = [&](Call& c) {
     const ssize_t w = send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);  // EAGAIN until connected
     if (w > 0) c.sent += static_cast<size_t>(w);
@@ -241,7 +270,13 @@ void RunCalls(std::vector<Call>& calls, int port, absl::Duration timeout, bool k
       }
       if (!(events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) continue;
       while (true) {
-        const ssize_t r = recv(c.fd, buf, sizeof(buf), 0);
+        iovec iov{buf, sizeof(buf)};
+        msghdr m{};
+        m.msg_iov = &iov;
+        m.msg_iovlen = 1;
+        m.msg_control = control;
+        m.msg_controllen = sizeof(control);
+        const ssize_t r = recvmsg(c.fd, &m, 0);
         if (r <= 0) {
           if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
             c.done = c.failed = true;
@@ -250,13 +285,31 @@ void RunCalls(std::vector<Call>& calls, int port, absl::Duration timeout, bool k
           break;
         }
         const absl::Time now = absl::Now();
+        absl::Time rx = now;
+        for (cmsghdr* h = CMSG_FIRSTHDR(&m); h != nullptr; h = CMSG_NXTHDR(&m, h)) {
+          if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_TIMESTAMPNS) {
+            timespec ts;
+            std::memcpy(&ts, CMSG_DATA(h), sizeof(ts));
+            rx = absl::TimeFromTimespec(ts);
+          }
+        }
         c.in.append(buf, static_cast<size_t>(r));
         if (c.stream) {
+          const bool had_first = c.first != absl::InfinitePast();
+          int new_events = 0;
           for (size_t at; (at = c.in.find("data: ", c.scanned)) != std::string::npos;) {
-            if (c.first == absl::InfinitePast()) c.first = now;
+            if (c.first == absl::InfinitePast()) {
+              c.first = now;
+              c.first_rx = rx;
+              const size_t id = c.in.find("\"id\":\"", at);
+              const size_t id_end = id == std::string::npos ? id : c.in.find('"', id + 6);
+              if (id_end != std::string::npos) c.id = c.in.substr(id + 6, id_end - id - 6);
+            }
             ++c.events;
+            if (c.in.compare(at + 6, 6, "[DONE]") != 0) ++new_events;
             c.scanned = at + 6;
           }
+          if (!had_first && new_events > 1) c.first_with_later = true;
           if (c.in.find("data: [DONE]", c.scanned > 6 ? c.scanned - 6 : 0) != std::string::npos) c.done = true;
           if (c.in.size() > 4096) {  // keep the tail only
             const size_t cut = c.in.size() - 64;
@@ -279,17 +332,17 @@ void RunCalls(std::vector<Call>& calls, int port, absl::Duration timeout, bool k
       }
     }
   };
+  const bool fresh = burst == Burst::kFresh;
   for (size_t k = 0; k < calls.size(); ++k) {
     Call& c = calls[k];
-    c.start = absl::Now();
-    c.fd = Connect(port);
-    if (send_on_connect) send_some(c);
+    c.fd = Connect(port, /*nodelay=*/!fresh, /*stamp_rx=*/fresh, &c.start);
+    if (fresh) send_some(c);  // loopback: the handshake is over when connect() returns
     epoll_event ev{};
     ev.events = EPOLLIN | (c.sent < c.out.size() ? static_cast<uint32_t>(EPOLLOUT) : 0u);
     ev.data.fd = c.fd;
     epoll_ctl(ep, EPOLL_CTL_ADD, c.fd, &ev);
     by_fd[c.fd] = &c;
-    if (send_on_connect && k % 16 == 15) poll(0);
+    if (fresh && k % 16 == 15) poll(0);
   }
   const absl::Time deadline = absl::Now() + timeout;
   while (remaining > 0 && absl::Now() < deadline) poll(100);
@@ -345,40 +398,79 @@ int Run() {
     }
     return calls;
   };
-  {
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_burst), ',', absl::SkipEmpty())) {
+    if (name != "fresh" && name != "connect_first") {
+      std::fprintf(stderr, "frontend_bench: --burst takes fresh and connect_first, not %s\n",
+                   std::string(name).c_str());
+      return 1;
+    }
+    const bool fresh = name == "fresh";
     const int n = absl::GetFlag(FLAGS_streams), tokens = absl::GetFlag(FLAGS_tokens);
     std::vector<Call> calls = streams(n, tokens);
-    engine.TakeEngineTtftMs();
+    engine.TakeEngineTimes();
     const double io0 = ThreadCpuSeconds("tpserve-http"), render0 = ThreadCpuSeconds("tpserve-render");
-    RunCalls(calls, port, absl::Minutes(5), /*keep_open=*/false, absl::GetFlag(FLAGS_arrivals));
+    const absl::Time t0 = absl::Now();
+    RunCalls(calls, port, absl::Minutes(5), /*keep_open=*/false, fresh ? Burst::kFresh : Burst::kConnectFirst);
     const double io = ThreadCpuSeconds("tpserve-http") - io0, render = ThreadCpuSeconds("tpserve-render") - render0;
-    std::vector<double> client_ttft, e2e, to_send, sent_to_first;
-    int ok = 0;
+    const std::unordered_map<std::string, StubEngine::Times> engine_times = engine.TakeEngineTimes();
+    // Per request: client TTFT (from its connect(); the first event's arrival, or its read),
+    // and its share: that less the stub's own TTFT for the same request.
+    std::vector<double> ttft_rx, ttft_read, share_rx, share_read, share_from_send, to_send, rx_to_read, engine_all,
+        to_submit, token_to_rx;
+    int ok = 0, unmatched = 0, with_later = 0;
+    double last_sent_ms = 0;
     for (const Call& c : calls) {
       if (c.failed || c.events < tokens) continue;
       ++ok;
-      client_ttft.push_back(absl::ToDoubleMilliseconds(c.first - c.start));
+      ttft_rx.push_back(absl::ToDoubleMilliseconds(c.first_rx - c.start));
+      ttft_read.push_back(absl::ToDoubleMilliseconds(c.first - c.start));
       to_send.push_back(absl::ToDoubleMilliseconds(c.sent_at - c.start));
-      sent_to_first.push_back(absl::ToDoubleMilliseconds(c.first - c.sent_at));
-      e2e.push_back(absl::ToDoubleMilliseconds(c.end - c.start));
+      rx_to_read.push_back(absl::ToDoubleMilliseconds(c.first - c.first_rx));
+      last_sent_ms = std::max(last_sent_ms, absl::ToDoubleMilliseconds(c.sent_at - t0));
+      with_later += c.first_with_later ? 1 : 0;
+      auto e = engine_times.find(c.id);
+      if (e == engine_times.end()) {
+        ++unmatched;
+        continue;
+      }
+      const double engine_ms = absl::ToDoubleMilliseconds(e->second.first_token - e->second.submitted);
+      engine_all.push_back(engine_ms);
+      share_rx.push_back(ttft_rx.back() - engine_ms);
+      share_read.push_back(ttft_read.back() - engine_ms);
+      share_from_send.push_back(absl::ToDoubleMilliseconds(c.first - c.sent_at) - engine_ms);
+      to_submit.push_back(absl::ToDoubleMilliseconds(e->second.submitted - c.start));
+      token_to_rx.push_back(absl::ToDoubleMilliseconds(c.first_rx - e->second.first_token));
     }
-    std::vector<double> engine_ttft = engine.TakeEngineTtftMs();
-    std::printf("(a) %d concurrent streams x %d tokens, steps of %g ms, %s: %d/%d complete\n", n, tokens,
-                absl::GetFlag(FLAGS_step_ms),
-                absl::GetFlag(FLAGS_arrivals) ? "each sent once connected (--arrivals)"
-                                              : "all connected, then sent at once",
-                ok, n);
-    std::printf("    TTFT ms        p50 %8.1f  p99 %8.1f  max %8.1f  (client: connect to first event)\n",
-                Percentile(client_ttft, 50), Percentile(client_ttft, 99), Percentile(client_ttft, 100));
-    std::printf("      of which   p50 %8.1f  p99 %8.1f  connect to request sent; p50 %.1f p99 %.1f sent to first event\n",
-                Percentile(to_send, 50), Percentile(to_send, 99), Percentile(sent_to_first, 50),
-                Percentile(sent_to_first, 99));
-    std::printf("    engine TTFT ms p50 %8.1f  p99 %8.1f  max %8.1f  (stub: submit to first token; a step is %g ms)\n",
-                Percentile(engine_ttft, 50), Percentile(engine_ttft, 99), Percentile(engine_ttft, 100),
-                absl::GetFlag(FLAGS_step_ms));
-    std::printf("    front end's share of TTFT: p50 %.1f ms, p99 %.1f ms (client p - engine p)\n",
-                Percentile(client_ttft, 50) - Percentile(engine_ttft, 50),
-                Percentile(client_ttft, 99) - Percentile(engine_ttft, 99));
+    auto line = [](const char* what, const std::vector<double>& v, const char* note) {
+      std::printf("    %-22s p50 %7.1f  p99 %7.1f  max %7.1f  %s\n", what, Percentile(v, 50), Percentile(v, 99),
+                  Percentile(v, 100), note);
+    };
+    std::printf("(a) %d concurrent streams x %d tokens, steps of %g ms, %s: %d/%d complete; the client sent the "
+                "last request %.1f ms after the first connect()\n",
+                n, tokens, absl::GetFlag(FLAGS_step_ms),
+                fresh ? "fresh (each connects and sends at once)" : "connect_first (all connect, then all send)", ok,
+                n, last_sent_ms);
+    line("engine TTFT ms", engine_all, "(stub: submit to first token)");
+    if (fresh) {
+      line("client TTFT ms", ttft_rx, "(its connect() to its first event's arrival, kernel stamp)");
+      line("front end's share ms", share_rx, "(per request: client TTFT - its engine TTFT)  <- the figure");
+      line("  in: to Submit", to_submit, "(connect() to the engine's Submit: accept, read, render pool, parse)");
+      line("  out: token to client", token_to_rx, "(first token pushed to its arrival at the client)");
+      line("  client's own send", to_send, "(connect() to request written, inside the above)");
+      std::printf("    the client's loop read the first event p50 %.2f p99 %.2f ms after its arrival (not counted); "
+                  "%d of %d first events arrived with a later one (stamped with the later one's arrival)\n",
+                  Percentile(rx_to_read, 50), Percentile(rx_to_read, 99), with_later, ok);
+    } else {
+      line("client TTFT ms", ttft_read, "(connect() to first event read, the client's connect loop included)");
+      line("front end's share ms", share_read, "(per request: client TTFT - its engine TTFT)");
+      std::printf("    as reported before 2026-12-02: front end's share p50 %.1f ms, p99 %.1f ms "
+                  "(client p - engine p)\n",
+                  Percentile(ttft_read, 50) - Percentile(engine_all, 50),
+                  Percentile(ttft_read, 99) - Percentile(engine_all, 99));
+      line("  connect() to sent", to_send, "(the client's connect loop: counted above)");
+      line("  share from send", share_from_send, "(the same, timed from the request's last byte written)");
+    }
+    if (unmatched > 0) std::printf("    %d complete streams had no engine TTFT to match (id not read)\n", unmatched);
     std::printf("    CPU: I/O thread %.3f s (%.1f us a stream), render thread %.3f s (%.1f us a request)\n", io,
                 io * 1e6 / std::max(1, n), render, render * 1e6 / std::max(1, n));
   }

@@ -159,6 +159,29 @@ TEST(HttpTransportTest, AnswersPipelinedRequestsInOrder) {
   EXPECT_EQ(c.unread(), "");
 }
 
+// Requests answered at once, pipelined by the thousand: each is read as soon as the one before
+// is answered, without the stack growing with every request (a client could otherwise crash
+// the server by pipelining), and all are answered in order.
+TEST(HttpTransportTest, AnswersThousandsOfPipelinedRequests) {
+  auto server = StartTransport(LocalOptions(), Echo);
+  RawHttpClient c(server->port());
+  constexpr int kRequests = 20000;
+  std::string all;
+  for (int i = 0; i < kRequests; ++i) all += Get(absl::StrCat("/", i));
+  std::thread sender([&] { EXPECT_TRUE(c.Send(all)); });  // while the responses are read
+  int answered = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    absl::StatusOr<RawHttpResponse> r = c.ReadResponse();
+    if (!r.ok() || r->body != EchoBody("GET", absl::StrCat("/", i))) {
+      ADD_FAILURE() << "request " << i << ": " << (r.ok() ? r->body : r.status().ToString());
+      break;
+    }
+    ++answered;
+  }
+  sender.join();
+  EXPECT_EQ(answered, kRequests);
+}
+
 // The handler hands /stream to another thread, which streams three pieces; anything else is echoed.
 void StreamFromAnotherThread(Held& held, std::shared_ptr<HttpExchange> exchange) {
   if (exchange->request().path != "/stream") return Echo(exchange);
@@ -487,6 +510,43 @@ TEST(HttpTransportTest, RefusesConnectionsOverTheLimitUntilOneCloses) {
   r = b.ReadResponse();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->body, EchoBody("GET", "/still"));
+}
+
+// Connections that arrive together (taken in one accept batch) are refused only beyond the
+// limit: the acceptor counts the open ones as it takes each.
+TEST(HttpTransportTest, ServesExactlyTheLimitOfConnectionsArrivingTogether) {
+  HttpTransportOptions o = LocalOptions();
+  o.max_connections = 4;
+  o.header_timeout = absl::Seconds(60);
+  o.keep_alive_timeout = absl::Seconds(60);
+  absl::Notification blocking;
+  // The first request holds the (only) I/O thread while the others connect, so that they
+  // wait in the listen queue and are accepted together.
+  auto server = StartTransport(o, [&](const std::shared_ptr<HttpExchange>& exchange) {
+    if (exchange->request().path == "/hold") {
+      blocking.Notify();
+      absl::SleepFor(absl::Milliseconds(300));
+    }
+    Echo(exchange);
+  });
+  RawHttpClient holder(server->port());
+  ASSERT_TRUE(holder.Send(Get("/hold")));
+  ASSERT_TRUE(blocking.WaitForNotificationWithTimeout(kEventually));
+  std::vector<std::unique_ptr<RawHttpClient>> clients;
+  for (int i = 0; i < 8; ++i) clients.push_back(std::make_unique<RawHttpClient>(server->port()));
+  for (auto& c : clients) ASSERT_TRUE(c->Send(Get("/together")));
+  absl::StatusOr<RawHttpResponse> held = holder.ReadResponse();
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(held->status, 200);
+  int served = 0, refused = 0;
+  for (auto& c : clients) {
+    absl::StatusOr<RawHttpResponse> r = c->ReadResponse();
+    ASSERT_TRUE(r.ok()) << r.status();
+    served += r->status == 200 ? 1 : 0;
+    refused += r->status == 503 ? 1 : 0;
+  }
+  EXPECT_EQ(served, 3);  // and the holder: 4
+  EXPECT_EQ(refused, 5);
 }
 
 TEST(HttpTransportTest, ReportsAClientThatLeavesWhileItsResponseIsPending) {

@@ -1,7 +1,11 @@
 // The OpenAI JSON layer without sockets: request parsing and the errors that name fields,
 // error bodies and HTTP codes, response bodies, SSE chunk sequences and logprobs shapes.
+#include <algorithm>
+#include <iterator>
 #include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -234,6 +238,39 @@ TEST(OpenAiParseTest, UnknownFieldsAreRefusedNotIgnored) {
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_FALSE(kept->input.params.skip_special_tokens);
   EXPECT_TRUE(ParseCompletion(R"({"prompt": "x"})")->input.params.skip_special_tokens);
+}
+
+// The accepted fields and the parser cannot drift: parsing a request looks up exactly the
+// fields OpenAiRequestFields lists (less the ones accepted and ignored), each endpoint its own.
+// A field the parser starts reading without being listed would be refused as unknown when a
+// client sends it; a listed field nobody reads would be accepted and ignored.
+TEST(OpenAiParseTest, TheParserReadsExactlyTheAcceptedFields) {
+  const std::vector<std::string> ignored(std::begin(kIgnoredRequestFields), std::end(kIgnoredRequestFields));
+  for (const auto& [endpoint, body] : std::vector<std::pair<OpenAiEndpoint, std::string>>{
+           {OpenAiEndpoint::kCompletions, R"({"prompt": "x"})"},
+           {OpenAiEndpoint::kChatCompletions, R"({"messages": [{"role": "user", "content": "x"}]})"},
+           // Every field at once (a stream, with tools): the same lookups.
+           {OpenAiEndpoint::kCompletions,
+            R"({"prompt": "x", "model": "m", "stream": true, "stream_options": {"include_usage": true},
+                "max_tokens": 3, "temperature": 0.5, "top_p": 0.9, "min_p": 0.1, "top_k": 5, "presence_penalty": 0.1,
+                "frequency_penalty": 0.1, "repetition_penalty": 1.1, "min_tokens": 1, "ignore_eos": true,
+                "stop": "s", "stop_token_ids": [1], "seed": 7, "best_of": 1, "response_format": {"type": "text"},
+                "logit_bias": {"3": 1}, "n": 2, "logprobs": 2, "skip_special_tokens": false, "user": "u",
+                "echo": false, "suffix": ""})"},
+           {OpenAiEndpoint::kChatCompletions,
+            R"({"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": true,
+                "chat_template_kwargs": {}, "max_completion_tokens": 3, "logprobs": true, "top_logprobs": 2,
+                "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"})"}}) {
+    std::vector<std::string> read;
+    absl::StatusOr<OpenAiRequest> r = ParseOpenAiRequest(endpoint, body, &read);
+    ASSERT_TRUE(r.ok()) << r.status();
+    std::set<std::string> looked_up(read.begin(), read.end());
+    std::set<std::string> accepted;
+    for (const std::string& f : OpenAiRequestFields(endpoint)) {
+      if (std::find(ignored.begin(), ignored.end(), f) == ignored.end()) accepted.insert(f);
+    }
+    EXPECT_EQ(looked_up, accepted) << body;
+  }
 }
 
 TEST(OpenAiParseTest, MalformedBodies) {

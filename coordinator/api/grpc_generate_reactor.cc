@@ -62,7 +62,6 @@ void GenerateReactor::Admit(const Context& context, absl::StatusOr<Built> built)
     Finish(ToGrpcStatus(status));
   };
   if (!built.ok()) return finish(built.status());
-  engine_ = &context.engine;
   pump_pool_ = context.pump_pool;
   tool_use_ = built->tool_use;
   tool_format_ = built->tool_format;
@@ -80,14 +79,14 @@ void GenerateReactor::Admit(const Context& context, absl::StatusOr<Built> built)
   {
     absl::MutexLock lock(&mu_);
     for (size_t i = 0; i <= built->later.size(); ++i) {
-      choices_.emplace_back(i == 0 ? tracker_ : tracker_.ForAnotherChoice());
+      choices_.emplace_back();
       if (tool_use_.choice == ToolUse::Choice::kAuto) {
         const ToolCallContext tool_context{.id_seed = std::hash<std::string>()(first_id) + i, .tools = tool_use_.tools};
         choices_.back().tool_parser = std::make_unique<StreamingToolCallParser>(tool_format_, tool_context);
       }
     }
-    later_ = std::move(built->later);
-    streams_.push_back(*stream);
+    streams_.emplace(context.engine, *stream, tracker_, std::move(built->later),
+                     [this](RequestStream& later) { Watch(later); });
     admitted_ = true;
     cancelled = client_gone_;  // OnCancel ran while the request was being submitted
   }
@@ -103,21 +102,6 @@ void GenerateReactor::Watch(RequestStream& stream) {
     std::shared_ptr<GenerateReactor> r = weak_reactor.lock();
     if (pool != nullptr && r != nullptr) SchedulePump(r, *pool);
   });
-}
-
-absl::Status GenerateReactor::SubmitLater() {
-  for (ServeRequest& request : later_) {
-    choices_[streams_.size()].tracker.OnSubmitted();
-    absl::StatusOr<std::shared_ptr<RequestStream>> stream = engine_->Submit(std::move(request));
-    if (!stream.ok()) {
-      later_.clear();
-      return stream.status();
-    }
-    streams_.push_back(*stream);
-    Watch(**stream);
-  }
-  later_.clear();
-  return absl::OkStatus();
 }
 
 void GenerateReactor::SchedulePump(const std::shared_ptr<GenerateReactor>& self, TaskPool& pool) {
@@ -154,7 +138,7 @@ void GenerateReactor::AppendText(const std::string& text, bool final, Choice& c)
       const size_t index = static_cast<size_t>(&c - choices_.data());
       absl::StatusOr<std::vector<ToolCall>> calls = ToolCallsFromConstrainedOutput(
           c.constrained, tool_use_.choice == ToolUse::Choice::kNamed ? tool_use_.function : "",
-          std::hash<std::string>()(streams_[index]->request_id()));
+          std::hash<std::string>()(streams_->stream(index).request_id()));
       if (!calls.ok()) {
         response_.mutable_text()->append(c.constrained);
         return;
@@ -216,11 +200,10 @@ void GenerateReactor::Pump() {
       std::string error;
       absl::StatusCode error_code = absl::StatusCode::kInternal;
       response_.Clear();
-      for (; index < streams_.size() && !any; ++index) {
+      for (; index < streams_->num_submitted() && !any; ++index) {
         Choice& c = choices_[index];
-        while (!c.finished && finish == FinishReason::kNone && streams_[index]->TryNext(&e)) {
+        while (!c.finished && finish == FinishReason::kNone && streams_->Next(index, &e)) {
           any = true;
-          c.tracker.OnEvent(e);
           AppendEvent(e, c);
           finish = e.finish;
           error = std::move(e.error);
@@ -229,9 +212,10 @@ void GenerateReactor::Pump() {
       }
       if (!any) return;
       --index;
-      response_.set_request_id(streams_[index]->request_id());
+      response_.set_request_id(streams_->stream(index).request_id());
       response_.set_index(static_cast<int32_t>(index));
-      absl::Status later = index == 0 && !later_.empty() ? SubmitLater() : absl::OkStatus();
+      // After choice 0's events: a later choice the engine refuses ends the call.
+      absl::Status later = index == 0 ? streams_->SubmitLater() : absl::OkStatus();
       if (finish != FinishReason::kNone) {
         choices_[index].finished = true;
         ++num_finished_;
@@ -244,8 +228,8 @@ void GenerateReactor::Pump() {
       if (finish == FinishReason::kError || finish == FinishReason::kCancelled) {
         finishing_ = true;
         action = Action::kWriteAndFinish;
-        for (size_t i = 0; i < streams_.size(); ++i) {
-          if (!choices_[i].finished) cancel.push_back(streams_[i]);
+        for (size_t i = 0; i < streams_->num_submitted(); ++i) {
+          if (!choices_[i].finished) cancel.push_back(streams_->streams()[i]);
         }
         if (finish == FinishReason::kError) {
           // UNAVAILABLE: the server can serve nothing now (a rank died); RESOURCE_EXHAUSTED: a
@@ -293,8 +277,10 @@ void GenerateReactor::OnWriteDone(bool ok) {
     write_in_flight_ = false;
     if (!ok && !client_gone_) {  // the stream broke under us
       client_gone_ = true;
-      for (Choice& c : choices_) c.tracker.OnClientGone();
-      streams = streams_;
+      if (streams_) {
+        streams_->OnClientGone();
+        streams = streams_->streams();
+      }
     }
   }
   for (const auto& stream : streams) stream->Cancel();
@@ -307,9 +293,12 @@ void GenerateReactor::OnCancel() {
     absl::MutexLock lock(&mu_);
     if (finishing_ || client_gone_) return;
     client_gone_ = true;
-    if (choices_.empty()) tracker_.OnClientGone();  // before Admit: Admit sees client_gone_ instead
-    for (Choice& c : choices_) c.tracker.OnClientGone();
-    streams = streams_;
+    if (!streams_) {
+      tracker_.OnClientGone();  // before Admit: Admit sees client_gone_ instead
+    } else {
+      streams_->OnClientGone();
+      streams = streams_->streams();
+    }
   }
   for (const auto& stream : streams) stream->Cancel();
   Pump();

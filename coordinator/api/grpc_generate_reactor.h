@@ -5,6 +5,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/engine/engine_api.h"
+#include "coordinator/api/choice_streams.h"
 #include "coordinator/api/frontend_metrics.h"
 #include "coordinator/api/request_builder.h"
 #include "coordinator/engine/request.h"
@@ -63,10 +65,8 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse>,
 
  private:
   GenerateReactor(const Tokenizer& tokenizer, FrontendMetrics* metrics, bool logprobs, absl::Time arrival);
-  // One choice's state.
+  // One choice's reading of its output (its stream and tracker are streams_').
   struct Choice {
-    explicit Choice(RequestTracker t) : tracker(std::move(t)) {}
-    RequestTracker tracker;
     std::unique_ptr<StreamingToolCallParser> tool_parser;  // tool_choice "auto"
     std::string constrained;  // tool_choice "required" / named: the output, parsed at the end
     int tool_calls = 0;
@@ -76,9 +76,6 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse>,
   void Admit(const Context& context, absl::StatusOr<Built> built);
   // Watches a choice's stream: its events schedule a Pump on the pump pool.
   void Watch(RequestStream& stream);
-  // Choices 1..n-1, after choice 0's first event; an error is the one a choice the engine
-  // refused ends the call with.
-  absl::Status SubmitLater() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts the next write, or the Finish, when there is something to do and no write is
   // in flight. Called from the reactions and the pump pool; never blocks.
   void Pump();
@@ -94,12 +91,10 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse>,
   std::atomic<bool> pump_scheduled_{false};
 
   absl::Mutex mu_;
-  EngineApi* engine_ = nullptr;      // set by Admit
   std::weak_ptr<TaskPool> pump_pool_;  // set by Admit
-  // Choice i's stream, for the choices submitted so far; set by Admit and SubmitLater.
-  std::vector<std::shared_ptr<RequestStream>> streams_ ABSL_GUARDED_BY(mu_);
-  std::vector<ServeRequest> later_ ABSL_GUARDED_BY(mu_);  // choices not yet submitted
-  std::vector<Choice> choices_ ABSL_GUARDED_BY(mu_);      // every choice, submitted or not
+  // The choices' engine requests, once Admit submitted the first.
+  std::optional<ChoiceStreams> streams_ ABSL_GUARDED_BY(mu_);
+  std::vector<Choice> choices_ ABSL_GUARDED_BY(mu_);  // every choice, submitted or not
   int num_finished_ ABSL_GUARDED_BY(mu_) = 0;
   ToolUse tool_use_;
   ToolCallFormat tool_format_ = ToolCallFormat::kNone;

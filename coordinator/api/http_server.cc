@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/api/choice_streams.h"
 #include "coordinator/api/openai_response.h"
 #include "coordinator/engine/field_error.h"
 #include "nlohmann/json.hpp"
@@ -48,21 +49,18 @@ void Respond(FrontendMetrics& metrics, HttpExchange& exchange, int status, absl:
 
 // Turns one request's engine events into its response, on the connection's strand: woken by
 // the streams (SetNotify) and by the client going away. Keeps itself alive until the
-// response is complete or the client is gone. With n > 1, choice i is engine request i;
-// choices 1.. are submitted once choice 0's first event shows its prompt computed, so that
-// they find it in the prefix cache instead of computing it again.
+// response is complete or the client is gone. With n > 1, choice i is engine request i
+// (ChoiceStreams: choices 1.. follow choice 0's first event).
 class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
  public:
   ResponsePump(std::shared_ptr<HttpExchange> exchange, EngineApi& engine, std::shared_ptr<RequestStream> first,
                std::vector<ServeRequest> later, OpenAiResponseBuilder builder, bool sse, RequestTracker tracker,
                FrontendMetrics& metrics)
       : exchange_(std::move(exchange)),
-        engine_(engine),
-        streams_{std::move(first)},
-        later_(std::move(later)),
+        choices_(engine, std::move(first), std::move(tracker), std::move(later),
+                 [this](RequestStream& stream) { Watch(stream); }),
         builder_(std::move(builder)),
         sse_(sse),
-        trackers_{std::move(tracker)},
         metrics_(metrics) {}
 
   // From any thread: one trip to the connection's strand starts the response (a stream's
@@ -70,7 +68,7 @@ class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
   void Start() {
     self_ = shared_from_this();
     scheduled_.store(true);  // Begin pumps: notifications until then need no Pump of their own
-    Watch(*streams_[0]);
+    Watch(choices_.stream(0));
     exchange_->Post([self = self_] { self->Begin(); });
   }
 
@@ -103,44 +101,25 @@ class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
     });
   }
 
-  // Choices 1..n-1, each its own engine request. One the engine refuses fails the response.
-  void SubmitLater() {
-    for (ServeRequest& request : later_) {
-      const int index = static_cast<int>(streams_.size());
-      RequestTracker tracker = trackers_[0].ForAnotherChoice();
-      tracker.OnSubmitted();
-      absl::StatusOr<std::shared_ptr<RequestStream>> stream = engine_.Submit(std::move(request));
-      if (!stream.ok()) {
-        OutputEvent e;
-        e.finish = FinishReason::kError;
-        e.error = std::string(stream.status().message());
-        e.error_code = stream.status().code();
-        if (sse_) {
-          out_ += builder_.Chunks(e, index);
-        } else {
-          builder_.Accumulate(e, index);
-        }
-        break;
-      }
-      streams_.push_back(*std::move(stream));
-      trackers_.push_back(std::move(tracker));
-      Watch(*streams_.back());
+  void Add(const OutputEvent& e, size_t index) {
+    if (sse_) {
+      out_ += builder_.Chunks(e, static_cast<int>(index));
+    } else {
+      builder_.Accumulate(e, static_cast<int>(index));
     }
-    later_.clear();
   }
 
   void Pump() {
     if (done_) return;
     OutputEvent e;
-    for (size_t i = 0; i < streams_.size() && !builder_.finished(); ++i) {
-      while (!builder_.finished() && streams_[i]->TryNext(&e)) {
-        trackers_[i].OnEvent(e);
-        if (sse_) {
-          out_ += builder_.Chunks(e, static_cast<int>(i));
-        } else {
-          builder_.Accumulate(e, static_cast<int>(i));
+    for (size_t i = 0; i < choices_.num_submitted() && !builder_.finished(); ++i) {
+      while (!builder_.finished() && choices_.Next(i, &e)) {
+        Add(e, i);
+        if (i != 0) continue;
+        // A later choice the engine refuses fails the response.
+        if (absl::Status later = choices_.SubmitLater(); !later.ok()) {
+          Add(RefusedChoiceEvent(later), choices_.num_submitted());
         }
-        if (i == 0 && !later_.empty()) SubmitLater();
       }
     }
     if (!builder_.finished()) {
@@ -159,26 +138,20 @@ class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
 
   void ClientGone() {
     if (done_) return;
-    for (auto& tracker : trackers_) tracker.OnClientGone();
+    choices_.OnClientGone();
     Done();
   }
 
   void Done() {
     done_ = true;
-    for (const auto& stream : streams_) {
-      stream->SetNotify(nullptr);
-      if (!stream->finished()) stream->Cancel();
-    }
+    choices_.CancelUnfinished();
     self_.reset();
   }
 
   const std::shared_ptr<HttpExchange> exchange_;
-  EngineApi& engine_;
-  std::vector<std::shared_ptr<RequestStream>> streams_;  // choice i's
-  std::vector<ServeRequest> later_;                       // choices not yet submitted
+  ChoiceStreams choices_;  // strand-only once Start() returned
   OpenAiResponseBuilder builder_;
   const bool sse_;
-  std::vector<RequestTracker> trackers_;  // choice i's
   FrontendMetrics& metrics_;
   std::atomic<bool> scheduled_{false};
   // Strand-only.

@@ -1,5 +1,5 @@
-// HttpTransport: accepting, reading requests under deadlines, writing responses, noticing
-// disconnects. Tested by tests/http_transport_test.cc.
+// HttpTransport: reading requests under deadlines, writing responses, noticing disconnects;
+// the listening socket is http_acceptor.h's. Tested by tests/http_transport_test.cc.
 #include "coordinator/api/http_transport.h"
 
 #include <pthread.h>
@@ -22,6 +22,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/read_size.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
@@ -30,6 +31,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/api/http_acceptor.h"
 
 namespace tpserve {
 
@@ -107,13 +109,14 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     Fn dropped = std::move(fn);  // destroyed outside the lock: it may hold the last reference to an exchange
   }
 
-  void Start() {
+  // `over_limit`: the acceptor found max_connections open already; answered 503 and closed.
+  void Start(bool over_limit) {
     {
       std::lock_guard<std::mutex> lock(shared_->mu);
       if (shared_->stopping) return Close();
       shared_->live.emplace(this, weak_from_this());
     }
-    if (shared_->open.load() > shared_->options.max_connections) {
+    if (over_limit) {
       keep_alive_ = false;
       return SendError(503, absl::UnavailableError(absl::StrCat("the server has reached its limit of ",
                                                                 shared_->options.max_connections,
@@ -248,12 +251,58 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   void StartHeader() {
     phase_ = Phase::kHeader;
-    SetDeadline(shared_->options.header_timeout);
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(std::min<size_t>(shared_->options.max_header_bytes, UINT32_MAX)));
     parser_->body_limit(shared_->options.max_body_bytes);
+    if (ReadNow()) return;
+    SetDeadline(shared_->options.header_timeout);
     http::async_read_header(socket_, buffer_, *parser_,
                             [self = shared_from_this()](ErrorCode ec, size_t) { self->OnHeader(ec); });
+  }
+
+  // Parses what the buffer and the socket already hold, without waiting. A request usually
+  // arrives whole, right after its connection or the previous response: it is then handled
+  // here, in this turn of the I/O loop, instead of after two more trips through it behind
+  // every other connection's work (the asynchronous read's completion, the composed
+  // operation's). True when the headers are done (OnHeader went on from there) or the bytes
+  // failed to parse (answered by OnHeader as the asynchronous read would); false when more is
+  // needed, the socket had nothing more, or reading failed: the asynchronous read goes on.
+  // Not inside itself: a request answered at once (e.g. /health) starts the next one from
+  // within OnHeader, and pipelined requests would each add a level to the stack; that one
+  // goes through the asynchronous read.
+  bool ReadNow() {
+    if (reading_now_) return false;
+    reading_now_ = true;
+    const bool handled = ParseAvailable();
+    reading_now_ = false;
+    return handled;
+  }
+  bool ParseAvailable() {
+    parser_->eager(true);
+    for (;;) {
+      ErrorCode ec;
+      if (buffer_.size() > 0) {
+        buffer_.consume(parser_->put(buffer_.data(), ec));
+        if (ec && ec != http::error::need_more) {
+          OnHeader(ec);
+          return true;
+        }
+        if (parser_->is_done()) {
+          OnHeader(ErrorCode());
+          return true;
+        }
+      }
+      const size_t size = boost::beast::read_size(buffer_, 65536);
+      if (size == 0) return false;
+      const auto space = buffer_.prepare(size);
+      const ssize_t n = ::recv(socket_.native_handle(), space.data(), space.size(), MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;  // nothing more now, the end of the stream, or an error: the asynchronous read sees it
+      buffer_.commit(static_cast<size_t>(n));
+    }
+    if (!parser_->is_header_done()) return false;
+    OnHeader(ErrorCode());  // the body follows (OnHeader reads it)
+    return true;
   }
 
   void OnHeader(ErrorCode ec) {
@@ -465,6 +514,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   bool watching_ = false;
   char peeked_ = 0;  // WatchReadable's byte, left in the socket
   bool pipelined_ = false;
+  bool reading_now_ = false;  // inside ReadNow
   // The current exchange.
   uint64_t seq_ = 0;
   bool response_started_ = false;
@@ -479,85 +529,6 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   size_t pending_bytes_ = 0;
   bool writing_ = false;  // waiting for the socket to become writable
   int corked_ = 0;        // inside a closure run through Post: Flush when it returns
-};
-
-class HttpAcceptor : public std::enable_shared_from_this<HttpAcceptor> {
- public:
-  explicit HttpAcceptor(std::shared_ptr<HttpTransport::Shared> shared)
-      : shared_(std::move(shared)), acceptor_(asio::make_strand(shared_->ioc)), retry_(acceptor_.get_executor()) {}
-
-  absl::Status Bind(const std::string& host, int port, int* bound_port) {
-    ErrorCode ec;
-    tcp::resolver resolver(shared_->ioc);
-    auto endpoints = resolver.resolve(host, std::to_string(port), tcp::resolver::passive, ec);
-    if (ec || endpoints.empty()) {
-      return absl::UnavailableError(absl::StrCat("HTTP: cannot resolve host \"", host, "\": ", ec.message()));
-    }
-    const tcp::endpoint endpoint = endpoints.begin()->endpoint();
-    acceptor_.open(endpoint.protocol(), ec);
-    if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(endpoint, ec);
-    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-    if (!ec) acceptor_.non_blocking(true, ec);  // Accept's loop must not wait for connections
-    if (ec) {
-      return absl::UnavailableError(absl::StrCat("HTTP: cannot listen on ", host, ":", port, ": ", ec.message(),
-                                                 " (in use, or not an address of this machine)"));
-    }
-    *bound_port = acceptor_.local_endpoint().port();
-    return absl::OkStatus();
-  }
-
-  void Accept() { Accept(asio::make_strand(shared_->ioc)); }
-
-  void Close() {
-    asio::post(acceptor_.get_executor(), [self = shared_from_this()] {
-      ErrorCode ignored;
-      self->acceptor_.close(ignored);
-      self->retry_.cancel();
-    });
-  }
-
- private:
-  // Connections taken per turn of the I/O loop at most (about 20 us each).
-  static constexpr int kAcceptBatch = 256;
-
-  // `strand`: the next connection's.
-  void Accept(Strand strand) {
-    acceptor_.async_accept(strand, [self = shared_from_this(), strand](ErrorCode ec, tcp::socket s) {
-      if (!self->acceptor_.is_open() || ec == asio::error::operation_aborted) return;
-      if (ec) {  // e.g. out of file descriptors: try again shortly instead of spinning
-        self->retry_.expires_after(std::chrono::milliseconds(50));
-        self->retry_.async_wait([self](ErrorCode e) {
-          if (!e) self->Accept();
-        });
-        return;
-      }
-      self->Serve(std::move(s), strand);
-      // This handler runs again only after everything queued on the I/O threads meanwhile
-      // (under load, a pump per stream): take the connections already waiting now instead
-      // of one per round (a burst of 1000 arriving while others stream took seconds).
-      Strand next = asio::make_strand(self->shared_->ioc);
-      for (int i = 1; i < kAcceptBatch; ++i) {
-        tcp::socket more(next);
-        self->acceptor_.accept(more, ec);  // non-blocking: would_block once none wait; errors go to async_accept
-        if (ec) break;
-        self->Serve(std::move(more), next);
-        next = asio::make_strand(self->shared_->ioc);
-      }
-      self->Accept(std::move(next));
-    });
-  }
-
-  void Serve(tcp::socket socket, Strand strand) {
-    ErrorCode ignored;
-    socket.set_option(tcp::no_delay(true), ignored);
-    auto connection = std::make_shared<HttpConnection>(shared_, std::move(socket), std::move(strand));
-    asio::dispatch(connection->executor(), [connection] { connection->Start(); });
-  }
-
-  const std::shared_ptr<HttpTransport::Shared> shared_;
-  tcp::acceptor acceptor_;
-  asio::steady_timer retry_;
 };
 
 HttpExchange::HttpExchange(std::shared_ptr<HttpConnection> connection, uint64_t seq, HttpRequest request)
@@ -602,7 +573,12 @@ HttpTransport::~HttpTransport() { Shutdown(); }
 
 absl::Status HttpTransport::Start() {
   if (started_) return absl::FailedPreconditionError("the HTTP server is already started");
-  acceptor_ = std::make_shared<HttpAcceptor>(shared_);
+  acceptor_ = std::make_shared<HttpAcceptor>(
+      shared_->ioc, shared_->options.max_connections, [shared = shared_.get()] { return shared->open.load(); },
+      [shared = shared_](tcp::socket socket, Strand strand, bool over_limit) {  // holds Shared, as connections do
+        auto connection = std::make_shared<HttpConnection>(shared, std::move(socket), std::move(strand));
+        asio::dispatch(connection->executor(), [connection, over_limit] { connection->Start(over_limit); });
+      });
   absl::Status bound = acceptor_->Bind(shared_->options.host, shared_->options.port, &port_);
   if (!bound.ok()) {
     port_ = 0;

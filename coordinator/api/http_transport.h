@@ -25,7 +25,7 @@
 namespace tpserve {
 
 class HttpConnection;  // http_transport.cc
-class HttpAcceptor;    // http_transport.cc
+class HttpAcceptor;    // http_acceptor.h
 
 struct HttpTransportOptions {
   std::string host = "0.0.0.0";
@@ -128,7 +128,6 @@ class HttpTransport {
 
  private:
   friend class HttpConnection;
-  friend class HttpAcceptor;
   struct Shared;  // what connections share with the transport; outlives it while they live
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<HttpAcceptor> acceptor_;

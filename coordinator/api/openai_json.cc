@@ -40,8 +40,21 @@ bool Present(const Json& body, const char* field, const Json** v) {
   return true;
 }
 
+// A request's top level, as the parser reads it: every field looked up through it is listed
+// in `read` when given (tests compare that with OpenAiRequestFields). Nested objects are
+// read as plain Json.
+struct Body {
+  const Json& json;
+  std::vector<std::string>* read;
+};
+
+bool Present(const Body& body, const char* field, const Json** v) {
+  if (body.read != nullptr) body.read->push_back(field);
+  return Present(body.json, field, v);
+}
+
 // response_format: "text" (nothing), "json_object", or "json_schema" with its schema.
-absl::Status ParseResponseFormat(const Json& body, std::optional<ResponseFormat>* out) {
+absl::Status ParseResponseFormat(const Body& body, std::optional<ResponseFormat>* out) {
   const Json* v;
   if (!Present(body, "response_format", &v)) return absl::OkStatus();
   const Json* type = v->is_object() && v->contains("type") ? &(*v)["type"] : nullptr;
@@ -70,7 +83,7 @@ absl::Status ParseResponseFormat(const Json& body, std::optional<ResponseFormat>
 }
 
 // logit_bias: {"token id": bias}, as OpenAI spells it (ids as strings).
-absl::Status ParseLogitBias(const Json& body, std::vector<std::pair<int32_t, float>>* out) {
+absl::Status ParseLogitBias(const Body& body, std::vector<std::pair<int32_t, float>>* out) {
   const Json* v;
   if (!Present(body, "logit_bias", &v)) return absl::OkStatus();
   if (!v->is_object()) return TypeError("logit_bias", "an object of token id -> bias", *v);
@@ -87,7 +100,7 @@ absl::Status ParseLogitBias(const Json& body, std::vector<std::pair<int32_t, flo
 
 // OpenAI features tpserve does not implement yet (issue 20) are refused by name rather than
 // accepted and ignored. Their neutral values (one candidate, no suffix) pass.
-absl::Status RefuseUnimplemented(OpenAiEndpoint endpoint, const Json& body) {
+absl::Status RefuseUnimplemented(OpenAiEndpoint endpoint, const Body& body) {
   const Json* v;
   if (Present(body, "best_of", &v) && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
     return FieldError("best_of", absl::StrCat("'best_of' must be 1 (one candidate per request), got ", Describe(*v)));
@@ -99,20 +112,15 @@ absl::Status RefuseUnimplemented(OpenAiEndpoint endpoint, const Json& body) {
   return absl::OkStatus();
 }
 
-// Every top-level field is one tpserve reads, or is refused: a field accepted and ignored
-// would leave the client believing it took effect (vLLM's guided_json, say, giving
-// unconstrained output). The OpenAI API itself refuses unknown fields the same way.
+// Every top-level field is one tpserve reads (OpenAiRequestFields), or is refused: a field
+// accepted and ignored would leave the client believing it took effect (vLLM's guided_json,
+// say, giving unconstrained output). The OpenAI API itself refuses unknown fields the same way.
 absl::Status RefuseUnknownFields(OpenAiEndpoint endpoint, const Json& body) {
-  static const auto* common = new absl::flat_hash_set<std::string>{
-      "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "min_p", "top_k",
-      "presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens", "ignore_eos", "stop",
-      "stop_token_ids", "seed", "best_of", "response_format", "logit_bias", "n", "logprobs", "skip_special_tokens",
-      // OpenAI's end-user identifier (for the provider's abuse monitoring): nothing to do here.
-      "user"};
-  static const auto* completions = new absl::flat_hash_set<std::string>{"prompt", "echo", "suffix"};
-  static const auto* chat = new absl::flat_hash_set<std::string>{
-      "messages", "add_generation_prompt", "chat_template_kwargs", "max_completion_tokens", "top_logprobs",
-      "tools", "tool_choice"};
+  auto set_of = [](OpenAiEndpoint e) {
+    return new absl::flat_hash_set<std::string>(OpenAiRequestFields(e).begin(), OpenAiRequestFields(e).end());
+  };
+  static const auto* completions = set_of(OpenAiEndpoint::kCompletions);
+  static const auto* chat = set_of(OpenAiEndpoint::kChatCompletions);
   // Fields whose value here is fixed: that value (or null) passes, any other is refused.
   static const auto* fixed = new absl::flat_hash_map<std::string, Json>{
       {"include_stop_str_in_output", false}, {"spaces_between_special_tokens", true},
@@ -123,7 +131,7 @@ absl::Status RefuseUnknownFields(OpenAiEndpoint endpoint, const Json& body) {
       "guided_whitespace_pattern", "structured_outputs"};
   const auto& own = endpoint == OpenAiEndpoint::kCompletions ? *completions : *chat;
   for (const auto& [key, value] : body.items()) {
-    if (common->contains(key) || own.contains(key) || value.is_null()) continue;
+    if (own.contains(key) || value.is_null()) continue;
     if (auto it = fixed->find(key); it != fixed->end()) {
       if (value == it->second) continue;
       return FieldError(key, absl::StrCat("'", key, "' ", Describe(value), " is not supported (tpserve runs as ", key,
@@ -143,7 +151,8 @@ absl::Status RefuseUnknownFields(OpenAiEndpoint endpoint, const Json& body) {
   return absl::OkStatus();
 }
 
-absl::Status ReadBool(const Json& body, const char* field, bool* out) {
+template <typename BodyOrJson>
+absl::Status ReadBool(const BodyOrJson& body, const char* field, bool* out) {
   const Json* v;
   if (!Present(body, field, &v)) return absl::OkStatus();
   if (!v->is_boolean()) return TypeError(field, "true or false", *v);
@@ -151,7 +160,7 @@ absl::Status ReadBool(const Json& body, const char* field, bool* out) {
   return absl::OkStatus();
 }
 
-absl::Status ReadFloat(const Json& body, const char* field, float* out, bool* present = nullptr) {
+absl::Status ReadFloat(const Body& body, const char* field, float* out, bool* present = nullptr) {
   const Json* v;
   if (!Present(body, field, &v)) return absl::OkStatus();
   if (!v->is_number()) return TypeError(field, "a number", *v);
@@ -181,7 +190,7 @@ absl::StatusOr<int64_t> AsInt(const Json& v, absl::string_view field, int64_t lo
   return x;
 }
 
-absl::Status ReadInt32(const Json& body, const char* field, int32_t* out, bool* present = nullptr) {
+absl::Status ReadInt32(const Body& body, const char* field, int32_t* out, bool* present = nullptr) {
   const Json* v;
   if (!Present(body, field, &v)) return absl::OkStatus();
   absl::StatusOr<int64_t> x =
@@ -211,7 +220,7 @@ bool AllIntegers(const Json& v) {
 }
 
 // A string, a list of token ids, or a batch of one of those.
-absl::StatusOr<Prompt> ParsePrompt(const Json& body) {
+absl::StatusOr<Prompt> ParsePrompt(const Body& body) {
   const Json* v;
   if (!Present(body, "prompt", &v)) return FieldError("prompt", "'prompt' is required");
   if (v->is_string()) return Prompt(v->get<std::string>());
@@ -239,7 +248,7 @@ absl::StatusOr<Prompt> ParsePrompt(const Json& body) {
 // Messages go to the chat template as the client sent them, except that a content list
 // of text parts becomes one string (joined with newlines, as vLLM does for templates that
 // expect string content).
-absl::StatusOr<Json> ParseMessages(const Json& body) {
+absl::StatusOr<Json> ParseMessages(const Body& body) {
   const Json* v;
   if (!Present(body, "messages", &v)) return FieldError("messages", "'messages' is required");
   if (!v->is_array()) return TypeError("messages", "a list of messages", *v);
@@ -290,7 +299,7 @@ absl::StatusOr<Json> ParseMessages(const Json& body) {
   return messages;
 }
 
-absl::Status ParseStop(const Json& body, std::vector<std::string>* stop) {
+absl::Status ParseStop(const Body& body, std::vector<std::string>* stop) {
   const Json* v;
   if (!Present(body, "stop", &v)) return absl::OkStatus();
   if (v->is_string()) {
@@ -305,7 +314,7 @@ absl::Status ParseStop(const Json& body, std::vector<std::string>* stop) {
   return absl::OkStatus();
 }
 
-absl::Status ParseSampling(const Json& body, OpenAiEndpoint endpoint, OpenAiRequest* r) {
+absl::Status ParseSampling(const Body& body, OpenAiEndpoint endpoint, OpenAiRequest* r) {
   SamplingParams& p = r->input.params;
   if (absl::Status s = ReadInt32(body, "max_tokens", &p.max_tokens, &r->input.max_tokens_set); !s.ok()) return s;
   if (endpoint == OpenAiEndpoint::kChatCompletions) {  // the newer name wins
@@ -388,7 +397,30 @@ absl::Status ParseSampling(const Json& body, OpenAiEndpoint endpoint, OpenAiRequ
 
 }  // namespace
 
+const std::vector<std::string>& OpenAiRequestFields(OpenAiEndpoint endpoint) {
+  // [0]: completions, [1]: chat. The parser reads each of these (openai_json_test checks that
+  // it reads these and no others), except kIgnoredRequestFields.
+  static const std::vector<std::string>* const fields = [] {
+    const std::vector<std::string> both = {
+        "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "min_p", "top_k",
+        "presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens", "ignore_eos", "stop",
+        "stop_token_ids", "seed", "best_of", "response_format", "logit_bias", "n", "logprobs", "skip_special_tokens",
+        kIgnoredRequestFields[0]};
+    auto* f = new std::vector<std::string>[2]{both, both};
+    f[0].insert(f[0].end(), {"prompt", "echo", "suffix"});
+    f[1].insert(f[1].end(), {"messages", "add_generation_prompt", "chat_template_kwargs", "max_completion_tokens",
+                             "top_logprobs", "tools", "tool_choice"});
+    return f;
+  }();
+  return fields[endpoint == OpenAiEndpoint::kCompletions ? 0 : 1];
+}
+
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::string_view body_text) {
+  return ParseOpenAiRequest(endpoint, body_text, nullptr);
+}
+
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::string_view body_text,
+                                                 std::vector<std::string>* fields_read) {
   // Values nested deeper than this are discarded while parsing and the body refused:
   // copying the body, the chat template's values and tojson all recurse once per level,
   // so a 4 MB body of brackets would overflow the stack. Real requests (tool schemas
@@ -403,9 +435,9 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
     too_deep = true;
     return false;
   };
-  Json body;
+  Json body_json;
   try {
-    body = Json::parse(body_text.begin(), body_text.end(), limit_depth);
+    body_json = Json::parse(body_text.begin(), body_text.end(), limit_depth);
   } catch (const Json::exception& e) {
     // Not only parse_error: a number out of double's range (1e400) throws out_of_range.
     return absl::InvalidArgumentError(absl::StrCat("request body is not valid JSON: ", e.what()));
@@ -414,7 +446,8 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
     return absl::InvalidArgumentError(
         absl::StrCat("request body nests arrays and objects more than ", kMaxJsonDepth, " levels deep"));
   }
-  if (!body.is_object()) return absl::InvalidArgumentError("request body must be a JSON object");
+  if (!body_json.is_object()) return absl::InvalidArgumentError("request body must be a JSON object");
+  const Body body{body_json, fields_read};
 
   OpenAiRequest r;
   r.endpoint = endpoint;
@@ -459,7 +492,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
     }
   }
   // Last, so that a missing or mistyped field the request needs is what the error names.
-  if (absl::Status s = RefuseUnknownFields(endpoint, body); !s.ok()) return s;
+  if (absl::Status s = RefuseUnknownFields(endpoint, body_json); !s.ok()) return s;
   return r;
 }
 

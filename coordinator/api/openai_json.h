@@ -28,8 +28,20 @@ struct OpenAiRequest {
 
 // Parse and type errors are INVALID_ARGUMENT tagged with the field (api_error.h), e.g.
 // "'temperature' must be a number, got \"hot\"". Range checks of sampling values are the
-// engine's. Unknown fields are ignored, as vLLM does.
+// engine's. A top-level field outside OpenAiRequestFields is refused (INVALID_ARGUMENT naming
+// it), except the few accepted at a fixed value (docs/serving.md).
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::string_view body);
+// The same, also listing in `fields_read` every top-level field the parser looked up
+// (present or not), for the test that keeps OpenAiRequestFields and the parser in step.
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::string_view body,
+                                                 std::vector<std::string>* fields_read);
+
+// The top-level fields a request to `endpoint` may carry (beside the fixed-value ones): the
+// one list both the parser and the refusal of unknown fields go by. Each is read by the
+// parser, except those in kIgnoredRequestFields.
+const std::vector<std::string>& OpenAiRequestFields(OpenAiEndpoint endpoint);
+// Accepted and not read: "user", OpenAI's end-user id (for the provider's abuse monitoring).
+inline constexpr const char* kIgnoredRequestFields[] = {"user"};
 
 // An error response: HTTP status and {"error": {"message", "type", "param", "code"}}.
 struct HttpError {
