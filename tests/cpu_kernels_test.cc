@@ -138,11 +138,36 @@ TEST_P(LinearTest, MatchesReferenceWithLongRows) {
 INSTANTIATE_TEST_SUITE_P(DtypesAndBatches, LinearTest,
                          ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16,
                                                               DType::kF16),
-                                            ::testing::Values(1, 2, 3, 7, 16, 17, 64, 130)),
+                                            ::testing::Values(1, 2, 3, 5, 6, 7, 16, 17, 64, 130)),
                          [](const auto& info) {
                            return std::string(DTypeName(std::get<0>(info.param))) + "_m" +
                                   std::to_string(std::get<1>(info.param));
                          });
+
+// Speculative verification scores K + 1 rows where plain decoding scores one: each row of
+// a batch of up to kMaxStreamingRows must come out bit for bit as that row alone, whatever
+// tile shape the batch size picks, and also where K is long enough to be cut into blocks
+// (20000).
+TEST(Linear, BatchRowsEqualSingleRowsExactly) {
+  for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (const int64_t k : {640, 1536, 8192, 20000}) {
+      std::mt19937 rng(static_cast<uint32_t>(k));
+      const int64_t n = k > 8192 ? 40 : 300;
+      const std::vector<float> x = RandomFloats(kMaxStreamingRows * k, rng);
+      const Stored w = RandomStored(n * k, dtype, rng);
+      std::vector<float> alone(kMaxStreamingRows * n);
+      for (int64_t i = 0; i < kMaxStreamingRows; ++i) {
+        Linear(x.data() + i * k, 1, k, w.bytes.data(), dtype, n, alone.data() + i * n);
+      }
+      for (int64_t m = 2; m <= kMaxStreamingRows; ++m) {
+        std::vector<float> y(m * n, kNaN);
+        Linear(x.data(), m, k, w.bytes.data(), dtype, n, y.data());
+        EXPECT_EQ(0, std::memcmp(y.data(), alone.data(), sizeof(float) * m * n))
+            << DTypeName(dtype) << " k=" << k << " m=" << m;
+      }
+    }
+  }
+}
 
 TEST(Linear, ZeroKGivesZeros) {
   std::vector<float> y(6, kNaN);

@@ -24,9 +24,12 @@ using avx2::F16;
 // Up to kMaxStreamingRows (cpu_kernels.h) rows of x the streaming kernel wins: it reads
 // each weight once from DRAM and is bandwidth-bound, while sgemm pays for packing. Above it
 // the panel sgemm path is faster (kernels_bench --sweep prints the crossover).
-// The streaming kernel keeps this much of x (all rows, one K block) hot in the L2 (512 KiB
-// per core on Zen 3).
-constexpr int64_t kXBlockBytes = int64_t{128} << 10;
+// The streaming kernel cuts K into blocks of at most this many elements, so that x's block
+// (all rows: 32 KiB a row, 192 KiB for a 6-row verification batch) stays in the L2 (512 KiB
+// per core on Zen 3, 1 MiB on Zen 4) while the weight rows stream past it. The cut depends on K alone, never on the row count:
+// a row's sum is then the same whether it is computed alone (decode) or among others
+// (speculative verification), bit for bit.
+constexpr int64_t kMaxKBlock = 8192;
 // Below this many multiply-adds an OpenMP fork costs more than it saves.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 16;
 // fp32 elements per sgemm weight panel (4 MiB): big enough that re-packing x per panel is
@@ -174,8 +177,8 @@ inline void DotTileM(int m, const float* xv, const float* x, int64_t k, int64_t 
 }
 
 // Parallel over blocks of kR weight rows; each block is read from DRAM once and reused
-// from L1/L2 for every chunk of (at most kM) rows of x. When x is too big for the L2, K is
-// cut into blocks so the x block stays cached while all weight rows stream past it (the
+// from L1/L2 for every chunk of (at most kM) rows of x. Long rows are cut into K blocks
+// (kMaxKBlock) so the x block stays cached while all weight rows stream past it (the
 // weights are still read once). Dynamic scheduling in ~8 chunks per thread: a thread that
 // loses its core for a while (another process, a spinning BLAS thread) then delays the call
 // by one chunk, not by its whole static share.
@@ -192,10 +195,9 @@ void StreamingLinear(const float* x, int64_t m, int64_t k, const W* w, int64_t n
   const int64_t chunks = (m + kM - 1) / kM;
   const int64_t chunk_rows = m / chunks;
   const int64_t longer_chunks = m % chunks;
-  int64_t k_block = k;
-  if (m * k * static_cast<int64_t>(sizeof(float)) > kXBlockBytes) {
-    k_block = std::max<int64_t>(64, kXBlockBytes / (m * sizeof(float)) / 64 * 64);
-  }
+  // Equal blocks, a multiple of 64 elements (a line of fp32 x) except the last.
+  const int64_t k_blocks = (k + kMaxKBlock - 1) / kMaxKBlock;
+  const int64_t k_block = k_blocks == 1 ? k : ((k + k_blocks - 1) / k_blocks + 63) / 64 * 64;
   const int64_t blocks = (n + kR - 1) / kR;
   const int64_t sched_chunk = std::max<int64_t>(1, blocks / (8 * omp_get_max_threads()));
 #pragma omp parallel if (m * n * k >= kMinParallelMacs)
@@ -215,10 +217,9 @@ void StreamingLinear(const float* x, int64_t m, int64_t k, const W* w, int64_t n
         float* yc = y + i0 * n + r0;
         if (rows == kR) {
           // Usually this thread's next block (dynamic chunks are runs of blocks); a ragged
-          // last block is not prefetched. A single x row is left to the hardware
-          // prefetchers, which keep up with it (software prefetch measured ~10% slower).
+          // last block is not prefetched.
           NextBlock<W> next;
-          if (m > 1 && r0 + 2 * kR <= n) {
+          if (r0 + 2 * kR <= n) {
             next = {w + (r0 + kR) * k, static_cast<int>(c), static_cast<int>(chunks)};
           }
           DotTileM<W, kM, kR>(mc, xvc, xc, k, k_begin, k_end, w + r0 * k, next, accumulate, yc, n);
@@ -233,13 +234,16 @@ void StreamingLinear(const float* x, int64_t m, int64_t k, const W* w, int64_t n
   }
 }
 
-// Tile shapes (x rows x weight rows), as measured with weights streamed from DRAM: one x
-// row needs many weight rows in flight; batches share each weight vector among 4 x rows
-// (12 accumulators), beating 2x4 and 6x2 for 3-8 rows and tying at 12-16.
+// Tile shapes (x rows x weight rows), as measured with weights streamed from DRAM
+// (docs/cpu_backend.md, "Decode GEMV tiles"): one x row streams 4 weight rows with the next
+// block prefetched; 2-6 rows (speculative verification) share each weight vector among 3 x
+// rows (12 accumulators, chunks of at most 3); larger batches among 4. The tile shape does
+// not change any sum: each output is accumulated in the same order whatever the tile.
 template <typename W>
 void StreamingLinearAnyM(const float* x, int64_t m, int64_t k, const void* w, int64_t n, float* y) {
   const W* wt = static_cast<const W*>(w);
-  if (m == 1) return StreamingLinear<W, 1, 8>(x, m, k, wt, n, y);
+  if (m == 1) return StreamingLinear<W, 1, 4>(x, m, k, wt, n, y);
+  if (m <= 6) return StreamingLinear<W, 3, 4>(x, m, k, wt, n, y);
   return StreamingLinear<W, 4, 3>(x, m, k, wt, n, y);
 }
 
