@@ -61,7 +61,7 @@ ABSL_FLAG(int, throughput_tokens, 400, "(b) tokens per stream of the throughput 
 ABSL_FLAG(int, idle, 2000, "(c) idle keep-alive connections");
 ABSL_FLAG(int, slow, 200, "(d) slow-header connections");
 ABSL_FLAG(int, probes, 200, "(d) plain requests timed, with and without the slow clients");
-ABSL_FLAG(int, io_threads, 1, "HTTP I/O threads (--http-threads)");
+ABSL_FLAG(int, io_threads, 2, "HTTP I/O threads (--http-threads; 2, its default)");
 ABSL_FLAG(std::string, tokenizer, TPSERVE_DEFAULT_TOKENIZER, "tokenizer.json");
 
 namespace tpserve {

@@ -100,7 +100,7 @@ ABSL_FLAG(double, http_header_timeout, 10, "serve: seconds a client has to send 
           "connection: from its accept; a kept-alive one: from the request's first byte); slower clients are "
           "dropped");
 ABSL_FLAG(double, http_body_timeout, 30, "serve: seconds a client has to send a request's body after its headers");
-ABSL_FLAG(int, http_threads, 1, "serve: HTTP I/O threads (event loops); every connection is served by one of them");
+ABSL_FLAG(int, http_threads, 2, "serve: HTTP I/O threads (event loops); every connection is served by one of them");
 ABSL_FLAG(int, render_threads, 2, "serve: threads that parse, render (chat template) and tokenize requests");
 ABSL_FLAG(int, max_pending_renders, 1024, "serve: requests waiting to be rendered at most; more get HTTP 429");
 

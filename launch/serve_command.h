@@ -44,7 +44,7 @@ struct ServeCommandOptions {
   double timeout_keep_alive_s = 5;
   double http_header_timeout_s = 10;
   double http_body_timeout_s = 30;
-  int http_io_threads = 1;
+  int http_io_threads = 2;
   int render_threads = 2;
   int max_pending_renders = 1024;
   std::optional<uint64_t> seed;  // --seed: seeds of requests without one (a run repeats)
