@@ -54,6 +54,8 @@ ABSL_FLAG(int, tp, 1, "Tensor-parallel size (ranks as threads)");
 ABSL_FLAG(int, threads, 0, "CPU threads per rank (0: cores / ranks)");
 ABSL_FLAG(int, rounds, 10, "ngram: rounds, each running every prompt without and with drafts (order alternates); "
           "cost: runs per K with and without drafts, alternated");
+ABSL_FLAG(bool, adaptive_too, false,
+          "ngram: also run the same drafts with \"adaptive\": true, as a third run of each round");
 ABSL_FLAG(int, max_tokens, 96, "ngram: tokens generated per prompt");
 ABSL_FLAG(std::string, speculative_config, R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4})",
           "ngram: the --speculative-config measured");
@@ -95,6 +97,7 @@ struct Decode {
   int64_t steps = 0;
   std::vector<double> step_ms;  // each decode step's
   SpecDecodeStats spec;
+  std::vector<int32_t> output_ids;
 };
 
 absl::StatusOr<Decode> RunOnce(StepExecutor& exec, const Model& model, const std::vector<int32_t>& prompt,
@@ -107,6 +110,7 @@ absl::StatusOr<Decode> RunOnce(StepExecutor& exec, const Model& model, const std
   TP_ASSIGN_OR_RETURN(OfflineResult r, GenerateOffline(core, {prompt}, params));
   Decode d;
   d.tokens = std::max<int64_t>(0, static_cast<int64_t>(r.outputs[0].output_ids.size()) - 1);
+  d.output_ids = r.outputs[0].output_ids;
   for (const StepSummary& s : r.steps) {
     if (s.num_prefill_tokens > 0) continue;
     d.ms += s.forward_ms + s.coordinator_ms + s.draft_ms;
@@ -126,34 +130,58 @@ absl::Status RunNgram(StepExecutor& exec, const Model& model, const std::string&
   p.ignore_eos = true;
   std::printf("model %s, tp %d, %s, batch 1, greedy, %d tokens per prompt\n", model_path.c_str(),
               absl::GetFlag(FLAGS_tp), spec.ToJson().c_str(), p.max_tokens);
-  std::printf("%-8s %6s %10s %10s %8s %10s %8s\n", "prompt", "round", "plain t/s", "spec t/s", "ratio", "accept len",
+  // --adaptive_too: the same drafts with "adaptive": true as a third run of each round.
+  const bool both = absl::GetFlag(FLAGS_adaptive_too) && !spec.adaptive;
+  SpeculativeConfig adaptive = spec;
+  adaptive.adaptive = true;
+  std::printf("%-8s %6s %10s %10s %8s %10s %8s", "prompt", "round", "plain t/s", "spec t/s", "ratio", "accept len",
               "same");
-  std::vector<double> ratios;
-  std::vector<double> plain_all, spec_all, accept_all;
+  if (both) std::printf(" %10s %8s %10s %8s", "adapt t/s", "ratio", "accept len", "same");
+  std::printf("\n");
+  std::vector<double> ratios, adaptive_ratios;
+  std::vector<double> plain_all, spec_all, accept_all, adaptive_all, adaptive_accept_all;
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     for (size_t i = 0; i < std::size(kPassages); ++i) {
       const std::vector<int32_t> prompt =
           text.tokenizer->Encode(absl::StrCat(kPassages[i], "\n\n", kTasks[i]), /*add_special_tokens=*/true);
-      Decode plain, with;
-      // Alternate which goes first so that a drifting machine favours neither.
-      for (int pass = 0; pass < 2; ++pass) {
-        const bool speculative = (pass == 0) == (round % 2 == 1);
-        TP_ASSIGN_OR_RETURN(Decode d, RunOnce(exec, model, prompt, p, speculative ? spec : SpeculativeConfig{}));
-        (speculative ? with : plain) = d;
+      // 0: plain, 1: speculative, 2: adaptive (with --adaptive_too). The order rotates by
+      // round so that a drifting machine favours none.
+      const int runs = both ? 3 : 2;
+      Decode d[3];
+      for (int pass = 0; pass < runs; ++pass) {
+        const int which = (pass + round) % runs;
+        const SpeculativeConfig& c = which == 0 ? SpeculativeConfig{} : which == 1 ? spec : adaptive;
+        TP_ASSIGN_OR_RETURN(d[which], RunOnce(exec, model, prompt, p, c));
       }
-      const double plain_tps = plain.tokens / (plain.ms / 1e3), spec_tps = with.tokens / (with.ms / 1e3);
+      const Decode &plain = d[0], &with = d[1];
+      auto tps = [](const Decode& x) { return x.tokens / (x.ms / 1e3); };
+      const double plain_tps = tps(plain), spec_tps = tps(with);
       ratios.push_back(spec_tps / plain_tps);
       plain_all.push_back(plain_tps);
       spec_all.push_back(spec_tps);
       accept_all.push_back(with.spec.mean_acceptance_length());
-      std::printf("%-8zu %6d %10.1f %10.1f %8.2f %10.2f %8s\n", i, round, plain_tps, spec_tps, spec_tps / plain_tps,
-                  with.spec.mean_acceptance_length(), plain.tokens == with.tokens ? "yes" : "NO");
+      std::printf("%-8zu %6d %10.1f %10.1f %8.2f %10.2f %8s", i, round, plain_tps, spec_tps, spec_tps / plain_tps,
+                  with.spec.mean_acceptance_length(), plain.output_ids == with.output_ids ? "yes" : "NO");
+      if (both) {
+        const double a_tps = tps(d[2]);
+        adaptive_ratios.push_back(a_tps / plain_tps);
+        adaptive_all.push_back(a_tps);
+        adaptive_accept_all.push_back(d[2].spec.mean_acceptance_length());
+        std::printf(" %10.1f %8.2f %10.2f %8s", a_tps, a_tps / plain_tps, d[2].spec.mean_acceptance_length(),
+                    plain.output_ids == d[2].output_ids ? "yes" : "NO");
+      }
+      std::printf("\n");
     }
   }
   std::printf("median over %zu runs: plain %.1f tok/s, speculative %.1f tok/s, ratio %.2f (max %.2f), mean "
               "acceptance length %.2f\n",
               ratios.size(), Median(plain_all), Median(spec_all), Median(ratios),
               *std::max_element(ratios.begin(), ratios.end()), Median(accept_all));
+  if (both) {
+    std::printf("adaptive: speculative %.1f tok/s, ratio %.2f (max %.2f), mean acceptance length %.2f\n",
+                Median(adaptive_all), Median(adaptive_ratios),
+                *std::max_element(adaptive_ratios.begin(), adaptive_ratios.end()), Median(adaptive_accept_all));
+  }
   return absl::OkStatus();
 }
 

@@ -37,6 +37,7 @@ SchedulerConfig SchedulerConfigFor(const Model& model, int32_t max_num_seqs, int
 
 SchedulerConfig WithSpeculation(SchedulerConfig config, const SpeculativeConfig& speculative) {
   config.num_speculative_tokens = speculative.enabled() ? speculative.num_speculative_tokens : 0;
+  config.adaptive_drafts = speculative.enabled() && speculative.adaptive;
   config.sliding_lookback = speculative.method == SpeculativeConfig::Method::kMtp ? kMtpDrafterLookback : 0;
   return config;
 }
@@ -193,6 +194,9 @@ EngineStep EngineCore::Step() {
             step);
   } else {
     // Update.
+    if (step.num_prefill_tokens == 0 && step.steps_in_flight == 1) {
+      draft_policy_.ObserveStep(step.num_tokens, step.forward_ms);
+    }
     Update(scheduled, *out, step);
   }
   // What the engine thread did beside the forwards (scheduling, the plan's message, the
@@ -232,6 +236,11 @@ void EngineCore::Update(const SchedulerOutput& scheduled, const StepOutput& out,
     o.token_ids = so.token_ids;
     step.num_draft_tokens += so.num_draft;
     step.num_accepted_tokens += so.num_accepted;
+    if (so.num_draft > 0) {
+      seq.draft_acceptance().Observe(so.num_draft, so.num_accepted);
+    } else {
+      seq.draft_acceptance().Forget();
+    }
     // A token whose logprobs cannot be given ends its request with an error (the
     // sequence may still be running: it is aborted).
     auto fail = [&](const std::string& message) {
@@ -265,7 +274,11 @@ void EngineCore::Update(const SchedulerOutput& scheduled, const StepOutput& out,
     }
     if (o.finish == FinishReason::kError) o.logits.clear();
     if (proposer_ != nullptr && !seq.is_finished()) {
-      const int32_t max_drafts = scheduler_.MaxDrafts(seq);
+      int32_t max_drafts = scheduler_.MaxDrafts(seq);
+      if (max_drafts > 0 && scheduler_.config().adaptive_drafts) {
+        // The next step's other tokens: at least one per other sequence of this step.
+        max_drafts = draft_policy_.Choose(seq.draft_acceptance().rate(), step.num_seqs - 1, max_drafts);
+      }
       if (max_drafts > 0) drafting.push_back(DraftRequest{&seq, last_row, max_drafts});
     }
     step.outputs.push_back(std::move(o));

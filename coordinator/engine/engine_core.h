@@ -139,6 +139,7 @@ class EngineCore {
   Scheduler scheduler_;
   std::optional<std::mt19937_64> seeds_;  // with a seed: the requests' seeds
   std::unique_ptr<DraftProposer> proposer_;
+  DraftLengthPolicy draft_policy_;  // used with SchedulerConfig::adaptive_drafts
   std::vector<float> edited_row_;  // EditedRow's
   struct Started {
     SchedulerOutput scheduled;

@@ -45,6 +45,9 @@ struct SchedulerConfig {
   // Speculative decoding: a decoding sequence's draft tokens (Sequence::draft_ids) verified
   // per step, at most. 0: drafts are ignored.
   int32_t num_speculative_tokens = 0;
+  // SpeculativeConfig::adaptive: the engine drafts 0 ... num_speculative_tokens per sequence
+  // and step (DraftLengthPolicy) instead of num_speculative_tokens whenever it can.
+  bool adaptive_drafts = false;
   // BlockManagerConfig::sliding_lookback: kMtpDrafterLookback with the MTP drafter (its
   // sliding layers read further back than the target's), else 0.
   int32_t sliding_lookback = 0;

@@ -47,4 +47,17 @@ void Sequence::Finish(FinishReason reason, std::string error_message) {
   error_message_ = std::move(error_message);
 }
 
+void DraftAcceptance::Observe(int32_t drafted, int32_t accepted) {
+  if (drafted <= 0) return;
+  positions_ = kDecay * positions_ + accepted + (accepted < drafted ? 1 : 0);
+  accepted_ = kDecay * accepted_ + accepted;
+}
+
+void DraftAcceptance::Forget() {
+  positions_ *= kForget;
+  accepted_ *= kForget;
+}
+
+double DraftAcceptance::rate() const { return (accepted_ + 1.0) / (positions_ + 2.0); }
+
 }  // namespace tpserve

@@ -64,6 +64,24 @@ struct BatchView {
   std::vector<int32_t> sent_freed; // per group: leading entries sent as freed (-1)
 };
 
+// A sequence's recent acceptance of drafts, per draft position: decayed counts of the
+// positions verified (the accepted ones and the first rejected one) and of those
+// accepted, with a prior of 1/2.
+class DraftAcceptance {
+ public:
+  void Observe(int32_t drafted, int32_t accepted);
+  // A step without drafts: the counts fade towards the prior, so a sequence whose drafts
+  // were refused is tried again after a while.
+  void Forget();
+  double rate() const;
+
+ private:
+  static constexpr double kDecay = 0.8;
+  static constexpr double kForget = 0.9;
+  double positions_ = 0;
+  double accepted_ = 0;
+};
+
 class Sequence {
  public:
   Sequence(SequenceRequest request, int64_t arrival);  // takes the request's vectors
@@ -94,6 +112,8 @@ class Sequence {
   // sequence's next decode step (then cleared). Never part of token_ids().
   const std::vector<int32_t>& draft_ids() const { return draft_ids_; }
   void set_draft_ids(std::vector<int32_t> ids) { draft_ids_ = std::move(ids); }
+  // Its drafts' recent acceptance ("adaptive" speculation; EngineCore keeps it).
+  DraftAcceptance& draft_acceptance() { return draft_acceptance_; }
 
   // Structured output: the grammar's state after the output so far (params().grammar);
   // null for free text. The scheduler masks the sequence's rows with it and advances it by
@@ -132,6 +152,7 @@ class Sequence {
   SequenceTimes times_;
   std::vector<int32_t> token_ids_;
   std::vector<int32_t> draft_ids_;
+  DraftAcceptance draft_acceptance_;
   std::optional<TokenMatcher> grammar_;
   int32_t num_prompt_tokens_;
   SequenceStatus status_ = SequenceStatus::kWaiting;

@@ -26,12 +26,20 @@ absl::StatusOr<int32_t> IntField(const nlohmann::json& j, const char* key, int32
   return static_cast<int32_t>(v);
 }
 
+// "adaptive": true or false (absent: false).
+absl::StatusOr<bool> AdaptiveField(const nlohmann::json& j) {
+  auto it = j.find("adaptive");
+  if (it == j.end() || it->is_null()) return false;
+  if (!it->is_boolean()) return Bad(absl::StrCat("\"adaptive\" must be true or false, got ", it->dump()));
+  return it->get<bool>();
+}
+
 // {"method": "mtp", "model": DIR, "num_speculative_tokens": K}: all three required.
 absl::StatusOr<SpeculativeConfig> ParseMtp(const nlohmann::json& j) {
   for (const auto& [key, value] : j.items()) {
-    if (key != "method" && key != "model" && key != "num_speculative_tokens") {
+    if (key != "method" && key != "model" && key != "num_speculative_tokens" && key != "adaptive") {
       return Bad(absl::StrCat("key \"", key, "\" is not supported with method \"mtp\" (supported: model, "
-                              "num_speculative_tokens)"));
+                              "num_speculative_tokens, adaptive)"));
     }
   }
   auto model = j.find("model");
@@ -45,6 +53,7 @@ absl::StatusOr<SpeculativeConfig> ParseMtp(const nlohmann::json& j) {
   c.method = SpeculativeConfig::Method::kMtp;
   c.model = model->get<std::string>();
   c.num_speculative_tokens = k;
+  TP_ASSIGN_OR_RETURN(c.adaptive, AdaptiveField(j));
   return c;
 }
 
@@ -57,12 +66,14 @@ std::string SpeculativeConfig::ToJson() const {
     j["method"] = "mtp";
     j["model"] = model;
     j["num_speculative_tokens"] = num_speculative_tokens;
+    if (adaptive) j["adaptive"] = true;
     return j.dump();
   }
   j["method"] = "ngram";
   j["num_speculative_tokens"] = num_speculative_tokens;
   j["prompt_lookup_min"] = prompt_lookup_min;
   j["prompt_lookup_max"] = prompt_lookup_max;
+  if (adaptive) j["adaptive"] = true;
   return j.dump();
 }
 
@@ -91,9 +102,9 @@ absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(absl::string_view text)
   }
   for (const auto& [key, value] : j.items()) {
     if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_min" &&
-        key != "prompt_lookup_max") {
+        key != "prompt_lookup_max" && key != "adaptive") {
       return Bad(absl::StrCat("key \"", key, "\" is not supported with method \"ngram\" (supported: "
-                              "num_speculative_tokens, prompt_lookup_min, prompt_lookup_max)"));
+                              "num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, adaptive)"));
     }
   }
   if (!j.contains("num_speculative_tokens")) return Bad("\"num_speculative_tokens\" is required");
@@ -105,6 +116,7 @@ absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(absl::string_view text)
     if (!v->ok()) return v->status();
   }
   c.num_speculative_tokens = *k;
+  TP_ASSIGN_OR_RETURN(c.adaptive, AdaptiveField(j));
   c.prompt_lookup_min = *lo;
   c.prompt_lookup_max = *hi;
   if (c.prompt_lookup_min == 0 && c.prompt_lookup_max == 0) c.prompt_lookup_min = c.prompt_lookup_max = 5;
@@ -147,6 +159,40 @@ std::vector<int32_t> NgramProposer::Propose(absl::Span<const int32_t> tokens, in
     if (best >= 0) return std::vector<int32_t>(tokens.begin() + best + n, tokens.begin() + best + n + best_len);
   }
   return {};
+}
+
+void DraftLengthPolicy::ObserveStep(int32_t num_tokens, double forward_ms) {
+  if (num_tokens < 1 || num_tokens > kMaxWidth || !(forward_ms > 0)) return;
+  double& ms = ms_[num_tokens];
+  ms = ms == 0 ? forward_ms : (1 - kStepWeight) * ms + kStepWeight * forward_ms;
+}
+
+double DraftLengthPolicy::Cost(int32_t width) const {
+  width = std::clamp(width, 1, kMaxWidth);
+  if (ms_[width] > 0) return ms_[width];
+  int32_t below = width - 1, above = width + 1;
+  while (below >= 1 && ms_[below] == 0) --below;
+  while (above <= kMaxWidth && ms_[above] == 0) ++above;
+  if (below >= 1) return ms_[below];  // untried widths look as cheap as the nearest narrower one: tried next
+  if (above <= kMaxWidth) return ms_[above];
+  return 1.0;  // nothing measured yet: all widths alike, so the most drafts
+}
+
+int32_t DraftLengthPolicy::Choose(double acceptance, int32_t other_tokens, int32_t max_drafts) const {
+  int32_t best = 0;
+  double best_rate = 0, expected = 1, p = 1;  // expected tokens of a step with k drafts
+  for (int32_t k = 0; k <= max_drafts; ++k) {
+    if (k > 0) {
+      p *= acceptance;
+      expected += p;
+    }
+    const double rate = expected / Cost(other_tokens + 1 + k);
+    if (rate > best_rate * (1 + 1e-9)) {
+      best = k;
+      best_rate = rate;
+    }
+  }
+  return best;
 }
 
 absl::Status SequenceProposer::ProposeAll(absl::Span<const DraftRequest> requests, Scheduler& scheduler) {

@@ -34,6 +34,11 @@ struct SpeculativeConfig {
   // mtp: the drafter checkpoint's directory (Gemma 4's "assistant", model_type
   // gemma4_assistant; worker/mtp_drafter.h), loaded on every rank beside the target.
   std::string model;
+  // "adaptive": true: each step drafts for each sequence the number of tokens (0 ... K) that
+  // is expected to give the most tokens per second, from its recent acceptance and the
+  // measured time of steps of each width (DraftLengthPolicy). Off (vLLM's behaviour): K
+  // whenever the proposer has them.
+  bool adaptive = false;
 
   bool enabled() const { return method != Method::kNone; }
   // JSON as --speculative-config takes it, with the defaults filled in ("" when off).
@@ -58,6 +63,31 @@ absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(absl::string_view json)
 // kept with probability p(d), and a rejected position emits a token drawn from p
 // conditioned on not d, i.e. from max(p - one_hot(d), 0) renormalized.
 int32_t NumAcceptedDrafts(absl::Span<const int32_t> drafts, absl::Span<const int32_t> samples);
+
+// How many drafts a sequence's next step should verify ("adaptive" speculation): the k
+// in 0 ... max_drafts that maximizes the expected tokens per forward millisecond,
+//   (1 + a + a^2 + ... + a^k) / T(n + 1 + k),
+// a being the sequence's acceptance rate (DraftAcceptance, sequence.h; the accepted run of drafts is a
+// prefix, so position i is reached with probability a^i), T(w) the measured forward time
+// of a decode step of w tokens (an average over recent steps), and n the other sequences'
+// tokens in that step. A width not measured yet costs what the nearest narrower measured
+// one does, so it looks attractive and gets measured; with nothing measured all widths
+// cost alike and k = max_drafts. On a GPU at batch 1 the widths cost about the same and
+// k stays near K; where verification is compute-bound (a CPU, large batches) fewer drafts
+// win.
+class DraftLengthPolicy {
+ public:
+  static constexpr int32_t kMaxWidth = 1024;  // wider steps are not measured (costed as the widest measured)
+
+  // A decode step's forward (no prefill tokens) of num_tokens tokens took forward_ms.
+  void ObserveStep(int32_t num_tokens, double forward_ms);
+  int32_t Choose(double acceptance, int32_t other_tokens, int32_t max_drafts) const;
+  double Cost(int32_t width) const;
+
+ private:
+  static constexpr double kStepWeight = 0.2;  // of the newest step in the average
+  std::vector<double> ms_ = std::vector<double>(kMaxWidth + 1, 0.0);  // 0: not measured
+};
 
 // Guesses the next tokens of the sequences a step just gave tokens, on the engine thread
 // right after the step's Update (the engine core's update stage ends with it).
