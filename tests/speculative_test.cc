@@ -383,6 +383,27 @@ TEST(VerificationDistributionTest, TheSchedulerKeepsTheTargetDistribution) {
 // ---------------------------------------------------------------------------------------
 // The engine core on fixture models.
 
+// One request (a 9-token prompt) decoded plainly, then with drafts (K = 4) from an oracle
+// that knows the plain output, on a fresh engine each.
+struct PlainAndDrafted {
+  OfflineResult plain, drafted;
+};
+absl::StatusOr<PlainAndDrafted> DecodeBothWays(Model& model, StepExecutor& exec, const SamplingParams& p,
+                                               bool adaptive) {
+  std::vector<int32_t> prompt;
+  for (int k = 0; k < 9; ++k) prompt.push_back(3 + k * 17 % 500);
+  PlainAndDrafted r;
+  EngineCore plain(exec, SchedulerConfigFor(model, 8, 256));
+  TP_ASSIGN_OR_RETURN(r.plain, GenerateOffline(plain, {prompt}, p));
+  SchedulerConfig sc = SchedulerConfigFor(model, 8, 256);
+  sc.num_speculative_tokens = 4;
+  sc.adaptive_drafts = adaptive;
+  EngineCore spec(exec, sc, std::nullopt,
+                  std::make_unique<testing::OracleProposer>(prompt, r.plain.outputs[0].output_ids));
+  TP_ASSIGN_OR_RETURN(r.drafted, GenerateOffline(spec, {prompt}, p));
+  return r;
+}
+
 // A seeded request at temperature 1 (top-p, top-k and a repetition penalty on) samples
 // the same tokens with drafts as without: each row draws with its output position's
 // uniform, so whichever step computes a position, it draws the same token.
@@ -399,17 +420,9 @@ TEST(SpeculativeEngineTest, SeededSamplingIsTheSameWithAndWithoutDrafts) {
         p.max_tokens = 16;
         p.ignore_eos = true;
         p.logprobs = 2;
-        std::vector<int32_t> prompt;
-        for (int k = 0; k < 9; ++k) prompt.push_back(3 + k * 17 % 500);
-        EngineCore plain(exec, SchedulerConfigFor(model, 8, 256));
-        auto base = GenerateOffline(plain, {prompt}, p);
-        ASSERT_TRUE(base.ok()) << base.status();
-        SchedulerConfig sc = SchedulerConfigFor(model, 8, 256);
-        sc.num_speculative_tokens = 4;
-        EngineCore spec(exec, sc, std::nullopt,
-                        std::make_unique<testing::OracleProposer>(prompt, base->outputs[0].output_ids));
-        auto with = GenerateOffline(spec, {prompt}, p);
-        ASSERT_TRUE(with.ok()) << with.status();
+        auto both = DecodeBothWays(model, exec, p, /*adaptive=*/false);
+        ASSERT_TRUE(both.ok()) << both.status();
+        const OfflineResult *base = &both->plain, *with = &both->drafted;
         EXPECT_EQ(with->outputs[0].output_ids, base->outputs[0].output_ids) << fixture << " tp " << tp;
         EXPECT_GT(with->spec.num_accepted_tokens, 0);
         // Logprobs are computed from each token's own row: they agree too.
@@ -432,20 +445,10 @@ TEST(SpeculativeEngineTest, AdaptiveDraftLengthKeepsTheGreedyTokens) {
       p.temperature = 0.0f;
       p.max_tokens = 24;
       p.ignore_eos = true;
-      std::vector<int32_t> prompt;
-      for (int k = 0; k < 9; ++k) prompt.push_back(3 + k * 17 % 500);
-      EngineCore plain(exec, SchedulerConfigFor(model, 8, 256));
-      auto base = GenerateOffline(plain, {prompt}, p);
-      ASSERT_TRUE(base.ok()) << base.status();
-      SchedulerConfig sc = SchedulerConfigFor(model, 8, 256);
-      sc.num_speculative_tokens = 4;
-      sc.adaptive_drafts = true;
-      EngineCore spec(exec, sc, std::nullopt,
-                      std::make_unique<testing::OracleProposer>(prompt, base->outputs[0].output_ids));
-      auto with = GenerateOffline(spec, {prompt}, p);
-      ASSERT_TRUE(with.ok()) << with.status();
-      EXPECT_EQ(with->outputs[0].output_ids, base->outputs[0].output_ids) << "tp " << tp;
-      EXPECT_GT(with->spec.num_accepted_tokens, 0) << "tp " << tp;
+      auto both = DecodeBothWays(model, exec, p, /*adaptive=*/true);
+      ASSERT_TRUE(both.ok()) << both.status();
+      EXPECT_EQ(both->drafted.outputs[0].output_ids, both->plain.outputs[0].output_ids) << "tp " << tp;
+      EXPECT_GT(both->drafted.spec.num_accepted_tokens, 0) << "tp " << tp;
     });
   }
 }

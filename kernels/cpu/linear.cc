@@ -26,9 +26,9 @@ using avx2::F16;
 // the panel sgemm path is faster (kernels_bench --sweep prints the crossover).
 // The streaming kernel cuts K into blocks of at most this many elements, so that x's block
 // (all rows: 32 KiB a row, 192 KiB for a 6-row verification batch) stays in the L2 (512 KiB
-// per core on Zen 3, 1 MiB on Zen 4) while the weight rows stream past it. The cut depends on K alone, never on the row count:
-// a row's sum is then the same whether it is computed alone (decode) or among others
-// (speculative verification), bit for bit.
+// per core on Zen 3, 1 MiB on Zen 4) while the weight rows stream past it. The cut depends
+// on K alone, never on the row count: a row's sum is then the same whether it is computed
+// alone (decode) or among others (speculative verification), bit for bit.
 constexpr int64_t kMaxKBlock = 8192;
 // Below this many multiply-adds an OpenMP fork costs more than it saves.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 16;
