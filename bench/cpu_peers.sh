@@ -6,8 +6,11 @@
 # process per run), and every round starts with a STREAM triad, so all numbers share the
 # machine's state. Writes one JSON line per run (and per triad) to OUT/runs.jsonl and a
 # summary (median and max, ratios, triad GB/s, peak RSS against the weights) to OUT/report.md.
+# 10 rounds by default: on a VM a process's decode speed can be bimodal (the memory it is
+# given decides it; docs/cpu_backend.md), and 5 rounds gave medians 0.83-0.97x where 10 gave
+# 1.26-1.35x with the same kernels.
 #
-#   bench/cpu_peers.sh                                    # llama-3.2-1b and gemma-4-1b, 5 rounds
+#   bench/cpu_peers.sh                                    # llama-3.2-1b and gemma-4-1b, 10 rounds
 #   bench/cpu_peers.sh --models llama-3.2-1b --rounds 3 --engines tpserve,torch
 #   PYTHON=/work/tools-venv/bin/python bench/cpu_peers.sh --out /tmp/peers
 #
@@ -29,7 +32,7 @@ LLAMA_CPP_VERSION=0.3.36
 
 MODELS=llama-3.2-1b,gemma-4-1b
 ENGINES=tpserve,torch,llamacpp
-ROUNDS=5
+ROUNDS=10
 THREADS=$(nproc)
 PROMPT_LEN=512
 DECODE=64
