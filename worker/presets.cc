@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/base.h"
 #include "worker/model_config.h"
 #include "worker/mtp_drafter_config.h"
 
@@ -115,36 +116,39 @@ const std::map<std::string, const char*>& Presets() {
   return *m;
 }
 
+using PresetTable = std::map<std::string, const char*>;
+
+std::vector<std::string> Names(const PresetTable& table) {
+  std::vector<std::string> names;
+  for (const auto& [k, v] : table) names.push_back(k);
+  return names;
+}
+
+// The config.json text of `name` in `table`, or NotFound listing the table's names; `kind`
+// ("model", "assistant") names the table in the error.
+absl::StatusOr<const char*> FindPreset(const PresetTable& table, std::string_view name, const char* kind) {
+  auto it = table.find(std::string(name));
+  if (it == table.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown built-in ", kind, " \"", std::string(name), "\"; built-in ",
+                                            kind, "s: ", absl::StrJoin(Names(table), ", ")));
+  }
+  return it->second;
+}
+
 }  // namespace
 
-std::vector<std::string> PresetNames() {
-  std::vector<std::string> names;
-  for (const auto& [k, v] : Presets()) names.push_back(k);
-  return names;
-}
+std::vector<std::string> PresetNames() { return Names(Presets()); }
 
 absl::StatusOr<ModelConfig> PresetModelConfig(std::string_view name) {
-  auto it = Presets().find(std::string(name));
-  if (it == Presets().end()) {
-    return absl::NotFoundError(absl::StrCat("unknown built-in model \"", std::string(name), "\"; built-in models: ",
-                                            absl::StrJoin(PresetNames(), ", ")));
-  }
-  return ParseModelConfig(it->second, absl::StrCat("built-in model ", std::string(name)));
+  TP_ASSIGN_OR_RETURN(const char* text, FindPreset(Presets(), name, "model"));
+  return ParseModelConfig(text, absl::StrCat("built-in model ", std::string(name)));
 }
 
-std::vector<std::string> MtpDrafterPresetNames() {
-  std::vector<std::string> names;
-  for (const auto& [k, v] : AssistantPresets()) names.push_back(k);
-  return names;
-}
+std::vector<std::string> MtpDrafterPresetNames() { return Names(AssistantPresets()); }
 
 absl::StatusOr<MtpDrafterConfig> PresetMtpDrafterConfig(std::string_view name) {
-  auto it = AssistantPresets().find(std::string(name));
-  if (it == AssistantPresets().end()) {
-    return absl::NotFoundError(absl::StrCat("unknown built-in MTP assistant \"", std::string(name),
-                                            "\"; built-in assistants: ", absl::StrJoin(MtpDrafterPresetNames(), ", ")));
-  }
-  return ParseMtpDrafterConfig(it->second, absl::StrCat("built-in assistant ", std::string(name)));
+  TP_ASSIGN_OR_RETURN(const char* text, FindPreset(AssistantPresets(), name, "MTP assistant"));
+  return ParseMtpDrafterConfig(text, absl::StrCat("built-in assistant ", std::string(name)));
 }
 
 }  // namespace tpserve
