@@ -36,6 +36,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/median.h"
 #include "bench/spec_decode_mtp_cost.h"
@@ -138,8 +139,24 @@ absl::Status RunNgram(StepExecutor& exec, const Model& model, const std::string&
               "same");
   if (both) std::printf(" %10s %8s %10s %8s", "adapt t/s", "ratio", "accept len", "same");
   std::printf("\n");
-  std::vector<double> ratios, adaptive_ratios;
-  std::vector<double> plain_all, spec_all, accept_all, adaptive_all, adaptive_accept_all;
+  // One speculative configuration's runs against plain decoding's.
+  struct Series {
+    std::vector<double> tps, ratios, accept;
+    void Add(const Decode& d, const Decode& plain, double plain_tps) {
+      const double t = d.tokens / (d.ms / 1e3);
+      tps.push_back(t);
+      ratios.push_back(t / plain_tps);
+      accept.push_back(d.spec.mean_acceptance_length());
+      std::printf(" %10.1f %8.2f %10.2f %8s", t, t / plain_tps, accept.back(),
+                  plain.output_ids == d.output_ids ? "yes" : "NO");
+    }
+    std::string Summary() const {
+      return absl::StrFormat("speculative %.1f tok/s, ratio %.2f (max %.2f), mean acceptance length %.2f", Median(tps),
+                             Median(ratios), *std::max_element(ratios.begin(), ratios.end()), Median(accept));
+    }
+  };
+  std::vector<double> plain_all;
+  Series fixed, adaptive_series;
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     for (size_t i = 0; i < std::size(kPassages); ++i) {
       const std::vector<int32_t> prompt =
@@ -153,35 +170,17 @@ absl::Status RunNgram(StepExecutor& exec, const Model& model, const std::string&
         const SpeculativeConfig& c = which == 0 ? SpeculativeConfig{} : which == 1 ? spec : adaptive;
         TP_ASSIGN_OR_RETURN(d[which], RunOnce(exec, model, prompt, p, c));
       }
-      const Decode &plain = d[0], &with = d[1];
-      auto tps = [](const Decode& x) { return x.tokens / (x.ms / 1e3); };
-      const double plain_tps = tps(plain), spec_tps = tps(with);
-      ratios.push_back(spec_tps / plain_tps);
+      const double plain_tps = d[0].tokens / (d[0].ms / 1e3);
       plain_all.push_back(plain_tps);
-      spec_all.push_back(spec_tps);
-      accept_all.push_back(with.spec.mean_acceptance_length());
-      std::printf("%-8zu %6d %10.1f %10.1f %8.2f %10.2f %8s", i, round, plain_tps, spec_tps, spec_tps / plain_tps,
-                  with.spec.mean_acceptance_length(), plain.output_ids == with.output_ids ? "yes" : "NO");
-      if (both) {
-        const double a_tps = tps(d[2]);
-        adaptive_ratios.push_back(a_tps / plain_tps);
-        adaptive_all.push_back(a_tps);
-        adaptive_accept_all.push_back(d[2].spec.mean_acceptance_length());
-        std::printf(" %10.1f %8.2f %10.2f %8s", a_tps, a_tps / plain_tps, d[2].spec.mean_acceptance_length(),
-                    plain.output_ids == d[2].output_ids ? "yes" : "NO");
-      }
+      std::printf("%-8zu %6d %10.1f", i, round, plain_tps);
+      fixed.Add(d[1], d[0], plain_tps);
+      if (both) adaptive_series.Add(d[2], d[0], plain_tps);
       std::printf("\n");
     }
   }
-  std::printf("median over %zu runs: plain %.1f tok/s, speculative %.1f tok/s, ratio %.2f (max %.2f), mean "
-              "acceptance length %.2f\n",
-              ratios.size(), Median(plain_all), Median(spec_all), Median(ratios),
-              *std::max_element(ratios.begin(), ratios.end()), Median(accept_all));
-  if (both) {
-    std::printf("adaptive: speculative %.1f tok/s, ratio %.2f (max %.2f), mean acceptance length %.2f\n",
-                Median(adaptive_all), Median(adaptive_ratios),
-                *std::max_element(adaptive_ratios.begin(), adaptive_ratios.end()), Median(adaptive_accept_all));
-  }
+  std::printf("median over %zu runs: plain %.1f tok/s, %s\n", plain_all.size(), Median(plain_all),
+              fixed.Summary().c_str());
+  if (both) std::printf("adaptive: %s\n", adaptive_series.Summary().c_str());
   return absl::OkStatus();
 }
 
