@@ -1,12 +1,14 @@
 // Micro-benchmark of the CPU kernels: decode Linear's weight bandwidth beside the STREAM
 // triad, prefill Linear's GFLOP/s beside OpenBLAS sgemm, and paged-attention decode time.
 // Usage: kernels_bench [--threads N] [--sweep] [--models gemma-4-1b,llama-3.2-1b,gemma-4-31b]
-//                      [--huge-pages-ab ROUNDS]
+//                      [--huge-pages-ab ROUNDS] [--gemv-paths-ab ROUNDS]
 //   --sweep adds Linear over batch sizes; --models replaces the generic shapes with the
 //   named models' weight shapes (bf16 only; bench/cpu_vs_torch.sh runs it beside PyTorch).
 //   --huge-pages-ab (with --models) times only the models' decode GEMVs, on weights held
 //   as the CPU backend holds them with --cpu-huge-pages on and off, the two interleaved
 //   call by call, for ROUNDS rounds: medians and the median of the per-round ratios.
+//   --gemv-paths-ab (with --models) times the models' decode GEMVs at 1, 3 and 5 rows on
+//   the sgemm path (fp32 FMAs) and the onednn-bf16 path (bf16 dot products), interleaved.
 #include <cblas.h>
 #include <omp.h>
 
@@ -105,6 +107,12 @@ const std::vector<ModelShapes>& AllModelShapes() {
         {16384, 2048, "gate_up"},
         {2048, 8192, "down"},
         {128256, 2048, "lm_head"}}},
+      {"gemma-3-270m",  // the real model the serving and speculative benchmarks run
+       {{1536, 640, "qkv"},
+        {640, 1024, "o"},
+        {4096, 640, "gate_up"},
+        {640, 2048, "down"},
+        {262144, 640, "lm_head"}}},
       {"gemma-4-31b",
        {{16384, 5376, "qkv"}, {5376, 8192, "o"}, {43008, 5376, "gate_up"}, {5376, 21504, "down"}},
        false},
@@ -291,16 +299,17 @@ double Median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// The fastest call on `a`'s copies and on `b`'s over `passes` passes, the two interleaved
-// call by call (a's copy i and b's copy i, which first alternating; both sets stream from
-// DRAM), so that load from other processes on this shared machine falls on both alike.
-template <typename Fn>
-std::pair<double, double> BestCallSecondsInterleaved(const WeightCopies& a, const WeightCopies& b, int passes,
-                                                     Fn fn) {
-  for (const uint8_t* c : a.copies) fn(c);  // warm-up
-  for (const uint8_t* c : b.copies) fn(c);
+// The fastest call of fa on `a`'s copies and of fb on `b`'s over `passes` passes, the two
+// interleaved call by call (a's copy i and b's copy i, which first alternating; both sets
+// stream from DRAM), so that load from other processes on this shared machine falls on
+// both alike. a and b may be the same copies.
+template <typename FnA, typename FnB>
+std::pair<double, double> BestCallSecondsInterleaved(const WeightCopies& a, FnA fa, const WeightCopies& b,
+                                                     FnB fb, int passes) {
+  for (const uint8_t* c : a.copies) fa(c);  // warm-up
+  for (const uint8_t* c : b.copies) fb(c);
   double best_a = 1e30, best_b = 1e30;
-  const auto time = [&](const uint8_t* c, double& best) {
+  const auto time = [&](auto& fn, const uint8_t* c, double& best) {
     const auto start = Clock::now();
     fn(c);
     best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
@@ -308,9 +317,9 @@ std::pair<double, double> BestCallSecondsInterleaved(const WeightCopies& a, cons
   for (int p = 0; p < passes; ++p) {
     for (size_t i = 0; i < std::max(a.copies.size(), b.copies.size()); ++i) {
       const bool a_first = (i + p) % 2 == 0;
-      if (a_first && i < a.copies.size()) time(a.copies[i], best_a);
-      if (i < b.copies.size()) time(b.copies[i], best_b);
-      if (!a_first && i < a.copies.size()) time(a.copies[i], best_a);
+      if (a_first && i < a.copies.size()) time(fa, a.copies[i], best_a);
+      if (i < b.copies.size()) time(fb, b.copies[i], best_b);
+      if (!a_first && i < a.copies.size()) time(fa, a.copies[i], best_a);
     }
   }
   return {best_a, best_b};
@@ -336,9 +345,10 @@ void BenchModelDecodeHugePages(const ModelShapes& model, int rounds) {
     std::vector<float> y(s.n);
     std::vector<double> on_gbs, off_gbs, ratios;
     for (int r = 0; r < rounds; ++r) {
-      const auto [on_s, off_s] = BestCallSecondsInterleaved(on, off, 2, [&](const uint8_t* weights) {
+      const auto gemv = [&](const uint8_t* weights) {
         cpu::Linear(x.data(), 1, s.k, weights, DType::kBF16, s.n, y.data());
-      });
+      };
+      const auto [on_s, off_s] = BestCallSecondsInterleaved(on, gemv, off, gemv, 2);
       on_gbs.push_back(on.bytes_per_copy / on_s / 1e9);
       off_gbs.push_back(off.bytes_per_copy / off_s / 1e9);
       ratios.push_back(off_s / on_s);
@@ -351,6 +361,47 @@ void BenchModelDecodeHugePages(const ModelShapes& model, int rounds) {
                 static_cast<long long>(s.k), Median(on_gbs), Median(off_gbs), Median(ratios), range,
                 static_cast<long long>(huge_on >> 20), static_cast<long long>(on_bytes >> 20));
     std::fflush(stdout);
+  }
+}
+
+// The named models' decode GEMVs (bf16 weights) on the two GEMM paths, for batches of 1
+// (decode) and 3 and 5 rows (speculative verification of 2 and 4 drafted tokens): kSgemm's
+// fp32 FMAs against kOneDnnBf16's bf16 dot products, interleaved call by call, each round
+// the fastest call of each over 2 passes. Prints the median time of each over the rounds
+// and the median and range of the per-round ratios sgemm / onednn-bf16 (> 1: bf16 faster).
+void BenchModelDecodeGemvPaths(const ModelShapes& model, int rounds) {
+  std::printf("\n%s, decode GEMVs, bf16 weights from DRAM: sgemm path (fp32 FMAs) vs onednn-bf16 path "
+              "(bf16 dot products), %d rounds interleaved\n",
+              model.model, rounds);
+  std::printf("%-11s %7s %6s %3s  %10s %10s  %7s %11s  %s\n", "product", "N", "K", "M", "fp32 us", "bf16 us",
+              "ratio", "range", "bf16 weight GB/s");
+  for (const Shape& s : model.shapes) {
+    WeightCopies w(s, DType::kBF16);
+    for (const int64_t m : {1, 3, 5}) {
+      const std::vector<float> x = RandomFloats(m * s.k, 7);
+      std::vector<float> y(m * s.n);
+      const auto on = [&](cpu::GemmPath path) {
+        return [&, path](const uint8_t* weights) {
+          cpu::Linear(path, x.data(), m, s.k, weights, DType::kBF16, s.n, y.data());
+        };
+      };
+      std::vector<double> fp32_s, bf16_s, ratios;
+      for (int r = 0; r < rounds; ++r) {
+        const auto [a, b] =
+            BestCallSecondsInterleaved(w, on(cpu::GemmPath::kSgemm), w, on(cpu::GemmPath::kOneDnnBf16), 2);
+        fp32_s.push_back(a);
+        bf16_s.push_back(b);
+        ratios.push_back(a / b);
+      }
+      const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
+      char range[32];
+      std::snprintf(range, sizeof(range), "%.2f-%.2f", *lo, *hi);
+      std::printf("%-11s %7lld %6lld %3lld  %10.1f %10.1f  %6.2fx %11s  %.1f\n", s.name,
+                  static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(m),
+                  Median(fp32_s) * 1e6, Median(bf16_s) * 1e6, Median(ratios), range,
+                  w.bytes_per_copy / Median(bf16_s) / 1e9);
+      std::fflush(stdout);
+    }
   }
 }
 
@@ -469,6 +520,7 @@ int main(int argc, char** argv) {
   int threads = omp_get_max_threads();
   bool sweep = false;
   int huge_pages_rounds = 0;
+  int gemv_paths_rounds = 0;
   std::vector<const tpserve::bench::ModelShapes*> models;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
@@ -481,6 +533,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--huge-pages-ab: rounds must be >= 1\n");
         return 2;
       }
+    } else if (std::strcmp(argv[i], "--gemv-paths-ab") == 0 && i + 1 < argc) {
+      gemv_paths_rounds = std::atoi(argv[++i]);
+      if (gemv_paths_rounds < 1) {
+        std::fprintf(stderr, "--gemv-paths-ab: rounds must be >= 1\n");
+        return 2;
+      }
     } else if (std::strcmp(argv[i], "--models") == 0 && i + 1 < argc) {
       const std::vector<std::string> names = absl::StrSplit(argv[++i], ',');
       for (const std::string& name : names) {
@@ -489,13 +547,15 @@ int main(int argc, char** argv) {
                                      [&](const auto& m) { return name == m.model; });
         if (it == all.end()) {
           std::fprintf(stderr, "--models: unknown model \"%s\"; known: gemma-4-1b, "
-                       "llama-3.2-1b, gemma-4-31b\n", name.c_str());
+                       "llama-3.2-1b, gemma-3-270m, gemma-4-31b\n", name.c_str());
           return 2;
         }
         models.push_back(&*it);
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--sweep] [--models a,b,...] [--huge-pages-ab ROUNDS]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--threads N] [--sweep] [--models a,b,...] [--huge-pages-ab ROUNDS] "
+                   "[--gemv-paths-ab ROUNDS]\n",
                    argv[0]);
       return 2;
     }
@@ -504,8 +564,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--threads must be >= 1\n");
     return 2;
   }
-  if (huge_pages_rounds > 0 && models.empty()) {
-    std::fprintf(stderr, "--huge-pages-ab needs --models\n");
+  if ((huge_pages_rounds > 0 || gemv_paths_rounds > 0) && models.empty()) {
+    std::fprintf(stderr, "--huge-pages-ab and --gemv-paths-ab need --models\n");
     return 2;
   }
   omp_set_num_threads(threads);
@@ -516,6 +576,15 @@ int main(int argc, char** argv) {
   std::printf("STREAM triad (3 x 256 MiB, write-allocate not counted): %.1f GB/s\n", triad_gbs);
   if (huge_pages_rounds > 0) {
     for (const auto* m : models) tpserve::bench::BenchModelDecodeHugePages(*m, huge_pages_rounds);
+    return 0;
+  }
+  if (gemv_paths_rounds > 0) {
+    const std::vector<tpserve::cpu::GemmPath> paths = tpserve::cpu::AvailableGemmPaths();
+    if (std::find(paths.begin(), paths.end(), tpserve::cpu::GemmPath::kOneDnnBf16) == paths.end()) {
+      std::fprintf(stderr, "--gemv-paths-ab: the onednn-bf16 path is not available here\n");
+      return 2;
+    }
+    for (const auto* m : models) tpserve::bench::BenchModelDecodeGemvPaths(*m, gemv_paths_rounds);
     return 0;
   }
   if (!models.empty()) {

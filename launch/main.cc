@@ -31,8 +31,10 @@ ABSL_FLAG(std::string, device, "auto", "auto | cpu | cuda (auto: cuda where tpse
 ABSL_FLAG(double, gpu_memory_utilization, 0.9, "cuda: fraction of each GPU's memory the ranks on it may use "
                                               "(weights, activations, KV cache), in (0, 1]");
 ABSL_FLAG(int, threads, 0, "CPU threads per rank (default: cores / ranks on the node)");
-ABSL_FLAG(std::string, cpu_gemm, "auto", "CPU: prefill GEMMs on sgemm (OpenBLAS fp32) | onednn-bf16 (oneDNN bf16 "
-          "matmul on AMX / AVX512-BF16; bf16 weights) | auto (onednn-bf16 where the CPU has bf16 units, else sgemm)");
+ABSL_FLAG(std::string, cpu_gemm, "auto", "CPU: matmuls with fp32 activations (sgemm: OpenBLAS "
+          "fp32 prefill, fp32-FMA decode) | onednn-bf16 (bf16 weights: activations rounded to bf16, oneDNN's bf16 "
+          "prefill matmul on AMX / AVX512-BF16, AVX512-BF16 dot products in decode) | auto (onednn-bf16 where the CPU "
+          "has bf16 units, else sgemm)");
 ABSL_FLAG(std::string, cpu_huge_pages, "on", "CPU: on | off. on: weights and KV cache buffers of >= 2 MiB are "
           "2 MiB-aligned and madvised for transparent huge pages (no effect where the kernel's THP policy is never; "
           "the start-up log says which)");

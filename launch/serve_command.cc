@@ -355,7 +355,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
                           engine->load_seconds, " s, KV blocks per group ", absl::StrJoin(info.kv_blocks, "/")));
   Log(world, absl::StrCat("memory: ", DescribeLoadMemory(*engine)));
   if (!info.speculative_config.empty()) Log(world, absl::StrCat("speculative decoding: ", info.speculative_config));
-  if (!info.cpu_gemm.empty()) Log(world, absl::StrCat("prefill GEMMs: ", info.cpu_gemm));
+  if (!info.cpu_gemm.empty()) Log(world, absl::StrCat("matmuls: ", info.cpu_gemm));
   if (!engine->cpu_huge_pages.empty()) Log(world, absl::StrCat("huge pages: ", engine->cpu_huge_pages));
   if (!engine->cpu_threads_note.empty()) Log(world, absl::StrCat("CPU threads: ", engine->cpu_threads_note));
   if (const std::string tuning = DescribeTuning(engine->tune_report); !tuning.empty()) {

@@ -147,23 +147,25 @@ INSTANTIATE_TEST_SUITE_P(DtypesAndBatches, LinearTest,
 // Speculative verification scores K + 1 rows where plain decoding scores one: each row of
 // a batch of up to kMaxStreamingRows must come out bit for bit as that row alone, whatever
 // tile shape the batch size picks, and also where K is long enough to be cut into blocks
-// (20000).
+// (20000), on every GEMM path (each has its own decode GEMV for bf16).
 TEST(Linear, BatchRowsEqualSingleRowsExactly) {
-  for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
-    for (const int64_t k : {640, 1536, 8192, 20000}) {
-      std::mt19937 rng(static_cast<uint32_t>(k));
-      const int64_t n = k > 8192 ? 40 : 300;
-      const std::vector<float> x = RandomFloats(kMaxStreamingRows * k, rng);
-      const Stored w = RandomStored(n * k, dtype, rng);
-      std::vector<float> alone(kMaxStreamingRows * n);
-      for (int64_t i = 0; i < kMaxStreamingRows; ++i) {
-        Linear(x.data() + i * k, 1, k, w.bytes.data(), dtype, n, alone.data() + i * n);
-      }
-      for (int64_t m = 2; m <= kMaxStreamingRows; ++m) {
-        std::vector<float> y(m * n, kNaN);
-        Linear(x.data(), m, k, w.bytes.data(), dtype, n, y.data());
-        EXPECT_EQ(0, std::memcmp(y.data(), alone.data(), sizeof(float) * m * n))
-            << DTypeName(dtype) << " k=" << k << " m=" << m;
+  for (const GemmPath path : AvailableGemmPaths()) {
+    for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+      for (const int64_t k : {640, 1000, 1536, 8192, 20000}) {
+        std::mt19937 rng(static_cast<uint32_t>(k));
+        const int64_t n = k > 8192 ? 40 : 300;
+        const std::vector<float> x = RandomFloats(kMaxStreamingRows * k, rng);
+        const Stored w = RandomStored(n * k, dtype, rng);
+        std::vector<float> alone(kMaxStreamingRows * n);
+        for (int64_t i = 0; i < kMaxStreamingRows; ++i) {
+          Linear(path, x.data() + i * k, 1, k, w.bytes.data(), dtype, n, alone.data() + i * n);
+        }
+        for (int64_t m = 2; m <= kMaxStreamingRows; ++m) {
+          std::vector<float> y(m * n, kNaN);
+          Linear(path, x.data(), m, k, w.bytes.data(), dtype, n, y.data());
+          EXPECT_EQ(0, std::memcmp(y.data(), alone.data(), sizeof(float) * m * n))
+              << GemmPathName(path) << " " << DTypeName(dtype) << " k=" << k << " m=" << m;
+        }
       }
     }
   }
@@ -177,10 +179,10 @@ TEST(Linear, ZeroKGivesZeros) {
   EXPECT_TRUE(AllClose(y, std::vector<double>(6, 0.0), {0, 0}));
 }
 
-// Every prefill GEMM path against the reference, forced (the auto choice is one of them).
-// kOneDnnBf16 rounds x to bf16 first (above kMaxStreamingRows rows; fewer stream through
-// the GEMV in fp32 on every path), so its reference does too; the products of bf16 values
-// are exact in fp32 and the sums are fp32, so the tolerance is the fp32 one.
+// Every GEMM path against the reference, forced (the auto choice is one of them), for
+// prefill products and decode batches. kOneDnnBf16 rounds x to bf16 first for bf16
+// weights, so its reference does too; the products of bf16 values are exact in fp32 and the
+// sums are fp32, so the tolerance is the fp32 one.
 // Paths this build or CPU lacks are skipped, saying so (oneDNN 2.x: AVX-512 machines).
 class GemmPathTest : public ::testing::TestWithParam<std::tuple<GemmPath, DType>> {
  protected:
@@ -200,7 +202,7 @@ class GemmPathTest : public ::testing::TestWithParam<std::tuple<GemmPath, DType>
     const Stored w = RandomStored(n * k, dtype, rng);
     std::vector<float> y(m * n, kNaN);
     Linear(path, x.data(), m, k, w.bytes.data(), dtype, n, y.data());
-    if (path == GemmPath::kOneDnnBf16 && dtype == DType::kBF16 && m > kMaxStreamingRows) {
+    if (path == GemmPath::kOneDnnBf16 && dtype == DType::kBF16) {
       for (float& v : x) v = Bf16ToF32(F32ToBf16(v));
     }
     EXPECT_TRUE(AllClose(y, RefLinear(x, m, k, w.values, n), LinearTolerance(k)));
@@ -209,8 +211,8 @@ class GemmPathTest : public ::testing::TestWithParam<std::tuple<GemmPath, DType>
 
 TEST_P(GemmPathTest, MatchesReferenceOverShapes) {
   uint32_t seed = 1;
-  for (const int64_t m : {1, 16, 17, 33, 130}) {
-    for (const int64_t k : {8, 13, 67, 1031}) {
+  for (const int64_t m : {1, 2, 3, 5, 7, 16, 17, 33, 130}) {
+    for (const int64_t k : {1, 8, 13, 31, 32, 33, 67, 1031}) {
       for (const int64_t n : {1, 13, 67, 257}) Check(m, k, n, seed++);
     }
   }
@@ -221,6 +223,10 @@ TEST_P(GemmPathTest, MatchesReferenceOnLargeShapes) {
   Check(512, 1536, 600, 90);
   Check(77, 2048, 1000, 91);
   Check(40, 8192, 96, 92);
+  // Decode batches: threads, the prefetched next block, K blocks with a ragged last one.
+  Check(1, 1536, 1000, 93);
+  Check(5, 20000, 37, 94);
+  Check(16, 2048, 515, 95);
 }
 
 INSTANTIATE_TEST_SUITE_P(PathsAndDtypes, GemmPathTest,

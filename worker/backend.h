@@ -113,8 +113,8 @@ struct TuneReport {
 
 struct BackendOptions {
   int threads = 1;      // CPU: OpenMP threads for kernels
-  // CPU: how Linear computes prefill products (cpu::GemmPath; launch resolves --cpu-gemm
-  // with cpu::ChooseGemmPath). Default: the fp32 sgemm reference.
+  // CPU: how Linear computes products, in what precision of x (cpu::GemmPath; launch
+  // resolves --cpu-gemm with cpu::ChooseGemmPath). Default: the fp32 sgemm reference.
   cpu::GemmPath cpu_gemm = cpu::GemmPath::kSgemm;
   // CPU: buffers of >= 2 MiB (weights, the KV cache) on 2 MiB-aligned mappings madvised
   // for transparent huge pages (worker/host_memory.h; launch turns it off where the

@@ -19,16 +19,21 @@
 
 namespace tpserve::cpu {
 
-// How Linear computes products of more than kMaxStreamingRows rows of x (prefill chunks);
-// smaller ones (decode) stream the weights through the same GEMV on every path.
+// How Linear computes products with bf16 weights: the precision of x, the prefill GEMM
+// (more than kMaxStreamingRows rows of x) and the decode GEMV (fewer: they stream the
+// weights and are bound by memory at one row).
 inline constexpr int64_t kMaxStreamingRows = 16;
 enum class GemmPath : uint8_t {
-  // bf16/fp16 weights widened to fp32 panel by panel, then OpenBLAS sgemm: fp32 x and fp32
-  // FMAs. Every CPU; the reference the other path is tested against.
+  // fp32 x and fp32 FMAs: prefill widens bf16/fp16 weights to fp32 panel by panel for
+  // OpenBLAS sgemm, decode runs the AVX2 GEMV. Every CPU; the reference the other path is
+  // tested against.
   kSgemm,
-  // bf16 weights (other dtypes take kSgemm): x rounded to bf16, then oneDNN's bf16 matmul
-  // on AMX tiles or AVX512-BF16 dot products, fp32 accumulation and output, as PyTorch's
-  // bf16 linear computes. Only where oneDNN is built in and the CPU has AVX-512.
+  // bf16 weights (other dtypes as kSgemm): x rounded to bf16, products summed in fp32, as
+  // PyTorch's bf16 linear computes. Prefill: oneDNN's bf16 matmul (AMX tiles or AVX512-BF16).
+  // Decode: AVX512-BF16 dot products (vdpbf16ps), twice the multiply-adds per instruction
+  // of fp32 FMAs, so speculative verification's 2-6 rows cost little more than one; on a CPU
+  // without them the AVX2 GEMV on the rounded x. Only where oneDNN is built in and the CPU
+  // has AVX-512.
   kOneDnnBf16,
 };
 const char* GemmPathName(GemmPath path);  // "sgemm" | "onednn-bf16"

@@ -1,6 +1,7 @@
-// Linear (y = x · w^T) on the CPU: a weight-streaming AVX2 kernel for decode batches and,
-// for prefill, single-threaded sgemm over fp32 weight panels or oneDNN's bf16 matmul
-// (GemmPath). Tested by tests/cpu_kernels_test.cc; measured by bench/kernels_bench.cc.
+// Linear (y = x · w^T) on the CPU: weight-streaming kernels for decode batches (AVX2 fp32
+// FMAs; AVX512-BF16 dot products on kOneDnnBf16) and, for prefill, single-threaded sgemm
+// over fp32 weight panels or oneDNN's bf16 matmul (GemmPath).
+// Tested by tests/cpu_kernels_test.cc; measured by bench/kernels_bench.cc.
 #include <cblas.h>
 #include <immintrin.h>
 #include <omp.h>
@@ -14,6 +15,8 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/gemm_onednn.h"
+#include "kernels/cpu/gemv_avx512_bf16.h"
+#include "kernels/cpu/gemv_tiles.h"
 
 namespace tpserve::cpu {
 namespace {
@@ -21,17 +24,10 @@ namespace {
 using avx2::Bf16;
 using avx2::F16;
 
-// Up to kMaxStreamingRows (cpu_kernels.h) rows of x the streaming kernel wins: it reads
-// each weight once from DRAM and is bandwidth-bound, while sgemm pays for packing. Above it
-// the panel sgemm path is faster (kernels_bench --sweep prints the crossover).
-// The streaming kernel cuts K into blocks of at most this many elements, so that x's block
-// (all rows: 32 KiB a row, 192 KiB for a 6-row verification batch) stays in the L2 (512 KiB
-// per core on Zen 3, 1 MiB on Zen 4) while the weight rows stream past it. The cut depends
-// on K alone, never on the row count: a row's sum is then the same whether it is computed
-// alone (decode) or among others (speculative verification), bit for bit.
-constexpr int64_t kMaxKBlock = 8192;
-// Below this many multiply-adds an OpenMP fork costs more than it saves.
-constexpr int64_t kMinParallelMacs = int64_t{1} << 16;
+// Up to kMaxStreamingRows (cpu_kernels.h) rows of x the streaming kernels win: they read
+// each weight once from DRAM and are bandwidth-bound, while sgemm pays for packing. Above it
+// the panel sgemm path is faster (kernels_bench --sweep prints the crossover). How they
+// split the work: gemv_tiles.h.
 // fp32 elements per sgemm weight panel (4 MiB): big enough that re-packing x per panel is
 // noise, small enough that the per-thread conversion buffer stays in L3.
 constexpr int64_t kPanelElems = int64_t{1} << 20;
@@ -176,12 +172,7 @@ inline void DotTileM(int m, const float* xv, const float* x, int64_t k, int64_t 
   }
 }
 
-// Parallel over blocks of kR weight rows; each block is read from DRAM once and reused
-// from L1/L2 for every chunk of (at most kM) rows of x. Long rows are cut into K blocks
-// (kMaxKBlock) so the x block stays cached while all weight rows stream past it (the
-// weights are still read once). Dynamic scheduling in ~8 chunks per thread: a thread that
-// loses its core for a while (another process, a spinning BLAS thread) then delays the call
-// by one chunk, not by its whole static share.
+// The AVX2 kernel over gemv::ForEachTile's tiles (fp32 x; bf16 x permuted first).
 template <typename W, int kM, int kR>
 void StreamingLinear(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y) {
   const float* xv = x;
@@ -191,47 +182,22 @@ void StreamingLinear(const float* x, int64_t m, int64_t k, const W* w, int64_t n
     PermuteForBf16(x, m, k, permuted.data());
     xv = permuted.data();
   }
-  // x rows in chunks of at most kM, as even as possible (7 = 4 + 3, 10 = 4 + 3 + 3).
-  const int64_t chunks = (m + kM - 1) / kM;
-  const int64_t chunk_rows = m / chunks;
-  const int64_t longer_chunks = m % chunks;
-  // Equal blocks, a multiple of 64 elements (a line of fp32 x) except the last.
-  const int64_t k_blocks = (k + kMaxKBlock - 1) / kMaxKBlock;
-  const int64_t k_block = k_blocks == 1 ? k : ((k + k_blocks - 1) / k_blocks + 63) / 64 * 64;
-  const int64_t blocks = (n + kR - 1) / kR;
-  const int64_t sched_chunk = std::max<int64_t>(1, blocks / (8 * omp_get_max_threads()));
-#pragma omp parallel if (m * n * k >= kMinParallelMacs)
-  for (int64_t k_begin = 0; k_begin < k; k_begin += k_block) {
-    const int64_t k_end = std::min(k, k_begin + k_block);
-    const bool accumulate = k_begin > 0;
-    // The loop's closing barrier orders the K blocks' read-modify-writes of y.
-#pragma omp for schedule(dynamic, sched_chunk)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t r0 = b * kR;
-      const int64_t rows = std::min<int64_t>(kR, n - r0);
-      for (int64_t c = 0; c < chunks; ++c) {
-        const int64_t i0 = c * chunk_rows + std::min(c, longer_chunks);
-        const int mc = static_cast<int>(chunk_rows + (c < longer_chunks ? 1 : 0));
-        const float* xc = x + i0 * k;
-        const float* xvc = xv + i0 * k;
-        float* yc = y + i0 * n + r0;
-        if (rows == kR) {
-          // Usually this thread's next block (dynamic chunks are runs of blocks); a ragged
-          // last block is not prefetched.
-          NextBlock<W> next;
-          if (r0 + 2 * kR <= n) {
-            next = {w + (r0 + kR) * k, static_cast<int>(c), static_cast<int>(chunks)};
-          }
-          DotTileM<W, kM, kR>(mc, xvc, xc, k, k_begin, k_end, w + r0 * k, next, accumulate, yc, n);
-        } else {
-          for (int64_t r = 0; r < rows; ++r) {
-            DotTileM<W, kM, 1>(mc, xvc, xc, k, k_begin, k_end, w + (r0 + r) * k, NextBlock<W>{},
-                               accumulate, yc + r, n);
-          }
-        }
+  gemv::ForEachTile<kM, kR>(m, k, n, [&](const gemv::Tile& t) {
+    const float* xc = x + t.i0 * k;
+    const float* xvc = xv + t.i0 * k;
+    float* yc = y + t.i0 * n + t.r0;
+    if (t.w_rows == kR) {
+      NextBlock<W> next;
+      if (t.next_r0 >= 0) next = {w + t.next_r0 * k, t.prefetch_phase, t.prefetch_period};
+      DotTileM<W, kM, kR>(t.x_rows, xvc, xc, k, t.k_begin, t.k_end, w + t.r0 * k, next, t.accumulate,
+                          yc, n);
+    } else {
+      for (int64_t r = 0; r < t.w_rows; ++r) {
+        DotTileM<W, kM, 1>(t.x_rows, xvc, xc, k, t.k_begin, t.k_end, w + (t.r0 + r) * k, NextBlock<W>{},
+                           t.accumulate, yc + r, n);
       }
     }
-  }
+  });
 }
 
 // Tile shapes (x rows x weight rows), as measured with weights streamed from DRAM
@@ -245,6 +211,22 @@ void StreamingLinearAnyM(const float* x, int64_t m, int64_t k, const void* w, in
   if (m == 1) return StreamingLinear<W, 1, 4>(x, m, k, wt, n, y);
   if (m <= 6) return StreamingLinear<W, 3, 4>(x, m, k, wt, n, y);
   return StreamingLinear<W, 4, 3>(x, m, k, wt, n, y);
+}
+
+// kOneDnnBf16's decode batches: x rounded to bf16 as for its prefill, then AVX512-BF16 dot
+// products where the CPU has them; elsewhere (oneDNN forced on a CPU with AVX-512 but no
+// bf16 units) the AVX2 kernel on the rounded x, the same products summed in fp32.
+void RoundedBf16StreamingLinear(const float* x, int64_t m, int64_t k, const void* w, int64_t n, float* y) {
+  if (DetectCpuFeatures().avx512_bf16) {
+    thread_local std::vector<uint16_t> xb;
+    if (xb.size() < static_cast<size_t>(m * k)) xb.resize(m * k);
+    RoundToBf16Avx512(x, m * k, xb.data());
+    return StreamingLinearAvx512Bf16(xb.data(), m, k, static_cast<const uint16_t*>(w), n, y);
+  }
+  thread_local std::vector<float> rounded;
+  if (rounded.size() < static_cast<size_t>(m * k)) rounded.resize(m * k);
+  for (int64_t i = 0; i < m * k; ++i) rounded[i] = Bf16ToF32(F32ToBf16(x[i]));
+  StreamingLinearAnyM<Bf16>(rounded.data(), m, k, w, n, y);
 }
 
 template <typename W>
@@ -322,11 +304,13 @@ absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec) {
   const CpuFeatures& cpu = DetectCpuFeatures();
   const std::string cpu_name = absl::StrCat("CPU: ", CpuFeaturesName(cpu));
   const std::string impl = onednn::Bf16Implementation(kProbeM, kProbeK, kProbeN);
-  const std::string sgemm = absl::StrCat("sgemm (OpenBLAS fp32; ", cpu_name, ")");
+  const std::string sgemm = absl::StrCat("sgemm (OpenBLAS fp32 prefill, fp32-FMA decode; ", cpu_name, ")");
   if (spec == "sgemm") return GemmChoice{GemmPath::kSgemm, sgemm};
   const bool jit = !impl.empty() && impl.find("ref") == std::string::npos;
   const bool bf16_units = cpu.amx_bf16 || cpu.avx512_bf16;
-  const std::string onednn = absl::StrCat("onednn-bf16 (", onednn::Describe(), " ", impl, "; ", cpu_name, ")");
+  const std::string onednn =
+      absl::StrCat("onednn-bf16 (prefill: ", onednn::Describe(), " ", impl, "; decode: ",
+                   cpu.avx512_bf16 ? "avx512_bf16 dot products" : "fp32 FMAs on bf16-rounded x", "; ", cpu_name, ")");
   if (spec == "onednn-bf16") {
     if (impl.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -368,6 +352,7 @@ void Linear(GemmPath path, const float* x, int64_t m, int64_t k, const void* w, 
     case DType::kF32:
       return StreamingLinearAnyM<float>(x, m, k, w, n, y);
     case DType::kBF16:
+      if (path == GemmPath::kOneDnnBf16) return RoundedBf16StreamingLinear(x, m, k, w, n, y);
       return StreamingLinearAnyM<Bf16>(x, m, k, w, n, y);
     case DType::kF16:
       return StreamingLinearAnyM<F16>(x, m, k, w, n, y);
