@@ -236,10 +236,12 @@ void EngineCore::Update(const SchedulerOutput& scheduled, const StepOutput& out,
     o.token_ids = so.token_ids;
     step.num_draft_tokens += so.num_draft;
     step.num_accepted_tokens += so.num_accepted;
-    if (so.num_draft > 0) {
-      seq.draft_acceptance().Observe(so.num_draft, so.num_accepted);
-    } else {
-      seq.draft_acceptance().Forget();
+    if (scheduler_.config().adaptive_drafts) {  // the draft length policy's input, kept only where it is used
+      if (so.num_draft > 0) {
+        seq.draft_acceptance().Observe(so.num_draft, so.num_accepted);
+      } else {
+        seq.draft_acceptance().Forget();
+      }
     }
     // A token whose logprobs cannot be given ends its request with an error (the
     // sequence may still be running: it is aborted).
