@@ -37,7 +37,7 @@ struct RunOptions {
   int copies = 1;  // identical prompts in one batch
   int64_t kv_blocks = 0;  // KV blocks per group for generation (0: 64): few force preemption
   int pp = 1;  // pipeline stages, each of `tp` ranks (world tp x pp)
-  cpu::GemmPath gemm = cpu::GemmPath::kSgemm;  // prefill products (the 24-token prompt)
+  cpu::GemmPath gemm = cpu::GemmPath::kSgemm;  // every product's path and precision
 };
 
 // "gguf:NAME" is the GGUF fixture tests/fixtures/gguf/models/NAME.gguf
@@ -262,10 +262,11 @@ TEST(ModelTest, Bf16WeightsKeptInBf16) {
   ExpectMatches("gemma4_multimodal bf16", ref, r, 2e-3, 2e-3);
 }
 
-// The bf16 checkpoints, held in bf16, on every prefill GEMM path this build and CPU have
-// (the 24-token prompt is a GEMM; decode steps are GEMVs on every path); paths not here
-// are skipped, saying so. onednn-bf16 rounds each product's input to bf16, as transformers'
-// own bf16 run would, so its logits get a looser tolerance; the greedy tokens are the same.
+// The bf16 checkpoints, held in bf16, on every GEMM path this build and CPU have (the
+// 24-token prompt is a GEMM, the greedy steps GEMVs: oneDNN and the AVX512-BF16 GEMV on
+// onednn-bf16); paths not here are skipped, saying so. onednn-bf16 rounds each product's
+// input to bf16, as transformers' own bf16 run would, so its logits get a looser tolerance;
+// the greedy tokens are the same.
 // Its first run (2026-12-02, AMD EPYC with AVX512-BF16) was up to 2.03x a 3e-2 tolerance
 // off transformers' fp32 logits (gemma3_attn_bias; 1.8x gemma4_multimodal), hence 1e-1.
 class Bf16GemmPathTest : public ::testing::TestWithParam<std::tuple<std::string, cpu::GemmPath>> {};
