@@ -44,7 +44,7 @@ struct EngineOptions {
   // dot products. auto: onednn-bf16 where the CPU has AMX-BF16 or AVX512-BF16, sgemm elsewhere
   // (on an AVX512-BF16 EPYC: 2.8-3.1x sgemm's prefill, docs/cpu_backend.md).
   std::string cpu_gemm = "auto";
-  // CPU: weights and KV cache on transparent huge pages (BackendOptions::cpu_huge_pages);
+  // CPU: weights (not the KV cache) on transparent huge pages (BackendOptions::cpu_huge_pages);
   // where the kernel's THP policy is "never" it has no effect (Engine::cpu_huge_pages says so).
   bool cpu_huge_pages = true;
   int64_t kv_cache_bytes = int64_t{1} << 30;  // per rank, CPU only (on cuda the planner sizes it)

@@ -35,9 +35,9 @@ ABSL_FLAG(std::string, cpu_gemm, "auto", "CPU: matmuls with fp32 activations (sg
           "fp32 prefill, fp32-FMA decode) | onednn-bf16 (bf16 weights: activations rounded to bf16, oneDNN's bf16 "
           "prefill matmul on AMX / AVX512-BF16, AVX512-BF16 dot products in decode) | auto (onednn-bf16 where the CPU "
           "has bf16 units, else sgemm)");
-ABSL_FLAG(std::string, cpu_huge_pages, "on", "CPU: on | off. on: weights and KV cache buffers of >= 2 MiB are "
-          "2 MiB-aligned and madvised for transparent huge pages (no effect where the kernel's THP policy is never; "
-          "the start-up log says which)");
+ABSL_FLAG(std::string, cpu_huge_pages, "on", "CPU: on | off. on: weight buffers of >= 2 MiB are 2 MiB-aligned "
+          "and madvised for transparent huge pages (no effect where the kernel's THP policy is never; the start-up "
+          "log says which). The KV cache and activations are on 4 KiB pages either way");
 ABSL_FLAG(std::string, kv_cache_memory, "1GiB", "KV cache memory per rank on the CPU, e.g. 512MiB (on cuda the KV "
                                                 "cache takes what --gpu-memory-utilization leaves)");
 ABSL_FLAG(int64_t, max_model_len, 0, "Longest prompt + output, in tokens (default: the model's)");

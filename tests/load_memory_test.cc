@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/base.h"
 #include "nlohmann/json.hpp"
@@ -129,12 +131,15 @@ class LoadMemoryTest : public ::testing::Test {
     delete dir_;
   }
 
-  // `tpserve generate --json` on the checkpoint; its stdout parsed.
-  static json Generate(int tp) {
+  // `tpserve generate --json` on the checkpoint with a prompt of `prompt_tokens` ids; its
+  // stdout parsed.
+  static json Generate(int tp, int prompt_tokens = 4) {
     const std::string err = (*dir_ / "stderr.txt").string();
-    const std::string cmd = std::string(TPSERVE_BINARY) + " generate --model " + dir_->string() +
-                            " --prompt-ids 1,5,9,13 --max-tokens 2 --ignore-eos --json --threads 1" +
-                            " --kv-cache-memory 32MiB --max-model-len 256 --tensor-parallel-size " +
+    std::string ids;
+    for (int i = 0; i < prompt_tokens; ++i) absl::StrAppend(&ids, i > 0 ? "," : "", 1 + (i * 4) % (kVocab - 1));
+    const std::string cmd = std::string(TPSERVE_BINARY) + " generate --model " + dir_->string() + " --prompt-ids " +
+                            ids + " --max-tokens 2 --ignore-eos --json --threads 1" +
+                            " --kv-cache-memory 32MiB --max-model-len 1024 --tensor-parallel-size " +
                             std::to_string(tp) + " 2>" + err;
     FILE* p = popen(cmd.c_str(), "r");
     if (p == nullptr) return json();
@@ -187,6 +192,31 @@ TEST_F(LoadMemoryTest, PeakResidentSetAfterLoadIsTheWeightsOnce) {
         << "peak RSS after load " << load_peak / kMiB << " MiB, " << before / kMiB << " MiB before load, weights "
         << process_weights / kMiB << " MiB";
   }
+}
+
+// After a 512-token prefill (and a decode step) the resident set holds, above the loaded
+// weights, the KV cache the tokens wrote and one step's activations: the residual stream's
+// three [tokens, hidden] buffers and one layer buffer (the attention block's q, k, v and
+// attn, which the MLP's gate_up and act, 128 tokens at a time, reuse). Before issue 21's
+// "memory = model size" fix the KV cache's layer buffers were on huge pages (2 MiB faulted
+// per buffer for 1 MiB written) and every activation had a buffer of its own with the MLP's
+// for all 512 tokens: it grew 42 MiB here, and 16 MiB with the fix.
+TEST_F(LoadMemoryTest, PrefillAddsItsKvCacheAndOneLayersActivations) {
+  constexpr int64_t kPrompt = 512, kTokens = kPrompt + 2, kF32 = 4;
+  const json j = Generate(/*tp=*/1, kPrompt);
+  ASSERT_TRUE(j.is_object());
+  const int64_t kv = kTokens * kLayers * 2 * kKvHeads * kHeadDim * kF32;
+  const int64_t residual = 3 * kPrompt * kHidden * kF32;
+  const int64_t attention = kPrompt * 2 * (kHeads + kKvHeads) * kHeadDim * kF32;
+  const int64_t mlp = 128 * 3 * kInter * kF32;
+  const int64_t activations = residual + std::max(attention, mlp);
+  // The rest: the logits row, the prefill GEMMs' own buffers (bf16 copies of x, oneDNN's
+  // scratchpad) and the allocator's rounding.
+  const int64_t slack = 6 * kMiB;
+  const int64_t grown = j["peak_rss_bytes"].get<int64_t>() - j["load_peak_rss_bytes"].get<int64_t>();
+  EXPECT_LE(grown, kv + activations + slack)
+      << "peak RSS grew " << grown / kMiB << " MiB in the run: KV " << kv / kMiB << " MiB, activations "
+      << activations / kMiB << " MiB";
 }
 
 TEST_F(LoadMemoryTest, SlicesAcrossReleaseChunksReadTheFile) {

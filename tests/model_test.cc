@@ -38,6 +38,7 @@ struct RunOptions {
   int64_t kv_blocks = 0;  // KV blocks per group for generation (0: 64): few force preemption
   int pp = 1;  // pipeline stages, each of `tp` ranks (world tp x pp)
   cpu::GemmPath gemm = cpu::GemmPath::kSgemm;  // every product's path and precision
+  int32_t mlp_chunk_tokens = 0;  // ModelOptions::mlp_chunk_tokens
 };
 
 // "gguf:NAME" is the GGUF fixture tests/fixtures/gguf/models/NAME.gguf
@@ -83,6 +84,7 @@ RunResult RunFixture(const std::string& name, int tp, const Reference& ref, cons
     ModelOptions mo;
     mo.weight_dtype = ro.dtype;
     mo.block_size = ro.block_size;
+    mo.mlp_chunk_tokens = ro.mlp_chunk_tokens;
     // Stage s is world ranks [s * tp, (s + 1) * tp): its own tensor-parallel group.
     std::unique_ptr<Communicator> stage_comm = ro.pp > 1 ? comm.Split(comm.rank() / tp) : nullptr;
     if (ro.pp > 1) {
@@ -250,6 +252,23 @@ TEST(ModelTest, ChunkedPrefillScrambledBlocksAndBatching) {
   const Reference ref = LoadReference("gemma4_text");
   RunResult r = RunFixture("gemma4_text", 2, ref, ChunkedScrambledBatch());
   ExpectMatches("gemma4_text chunked", ref, r, 2e-3, 2e-3);
+}
+
+// The MLP over a step's tokens in chunks (the CPU engine's default, 128 tokens; here 2, so
+// that the 24-token prompt, the 5-token prefill chunks and the 3-sequence decode steps all
+// take several, the last one partial) matches transformers as the whole step does, with the
+// same greedy tokens; at TP 2 the down projection's all-reduce still runs once over every
+// row. Not the same bits: a chunk of at most 16 rows takes the GEMV path, not the GEMM.
+TEST(ModelTest, MlpInTokenChunksMatchesTransformers) {
+  for (const std::string name : {"gemma4_text", "llama3"}) {
+    for (int tp : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << name << " tp " << tp);
+      const Reference ref = LoadReference(name);
+      RunOptions ro = ChunkedScrambledBatch();
+      ro.mlp_chunk_tokens = 2;
+      ExpectMatches(name + " MLP in chunks", ref, RunFixture(name, tp, ref, ro), 2e-3, 2e-3);
+    }
+  }
 }
 
 // bf16 weights held as bf16 (the checkpoint's dtype) compute the same as the fp32 upcast.

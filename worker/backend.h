@@ -116,9 +116,12 @@ struct BackendOptions {
   // CPU: how Linear computes products, in what precision of x (cpu::GemmPath; launch
   // resolves --cpu-gemm with cpu::ChooseGemmPath). Default: the fp32 sgemm reference.
   cpu::GemmPath cpu_gemm = cpu::GemmPath::kSgemm;
-  // CPU: buffers of >= 2 MiB (weights, the KV cache) on 2 MiB-aligned mappings madvised
+  // CPU: weight buffers of >= 2 MiB (AllocateWeights) on 2 MiB-aligned mappings madvised
   // for transparent huge pages (worker/host_memory.h; launch turns it off where the
   // kernel's THP policy is "never"). Off: the C heap, 4 KiB pages under THP "madvise".
+  // The KV cache and activations (Allocate) are on 4 KiB pages either way: decode reads a
+  // few KiB of them per token and layer, so huge pages would buy nothing there, while a
+  // short sequence would fault in 2 MiB per layer buffer (resident set above the weights).
   bool cpu_huge_pages = true;
   int device = 0;       // CUDA: device ordinal
   KernelOptions kernels{};
@@ -148,7 +151,12 @@ class Backend {
   // True when device memory is host memory (weights are read straight into it).
   virtual bool device_is_host() const = 0;
 
+  // Working memory: the KV cache, activations, step inputs.
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) = 0;
+  // Memory for weights, streamed whole by every decode step: a backend may place it
+  // differently (the CPU backend's huge pages, BackendOptions::cpu_huge_pages). Default:
+  // Allocate.
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> AllocateWeights(size_t bytes) { return Allocate(bytes); }
   virtual void CopyFromHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void Synchronize() = 0;

@@ -41,8 +41,10 @@ class CpuBackend : public Backend {
   bool device_is_host() const override { return true; }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
-    TP_ASSIGN_OR_RETURN(HostAllocation memory, HostAllocation::Make(bytes, options_.cpu_huge_pages));
-    return std::unique_ptr<Buffer>(new HostBuffer(std::move(memory), bytes));
+    return Make(bytes, /*huge_pages=*/false);
+  }
+  absl::StatusOr<std::unique_ptr<Buffer>> AllocateWeights(size_t bytes) override {
+    return Make(bytes, options_.cpu_huge_pages);
   }
   void CopyFromHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void CopyToHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
@@ -88,6 +90,11 @@ class CpuBackend : public Backend {
   }
 
  private:
+  static absl::StatusOr<std::unique_ptr<Buffer>> Make(size_t bytes, bool huge_pages) {
+    TP_ASSIGN_OR_RETURN(HostAllocation memory, HostAllocation::Make(bytes, huge_pages));
+    return std::unique_ptr<Buffer>(new HostBuffer(std::move(memory), bytes));
+  }
+
   BackendOptions options_;
 };
 

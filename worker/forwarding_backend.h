@@ -21,6 +21,9 @@ class ForwardingBackend : public Backend {
   DType activation_dtype() const override { return inner_->activation_dtype(); }
   bool device_is_host() const override { return inner_->device_is_host(); }
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override { return inner_->Allocate(bytes); }
+  absl::StatusOr<std::unique_ptr<Buffer>> AllocateWeights(size_t bytes) override {
+    return inner_->AllocateWeights(bytes);
+  }
   void CopyFromHost(void* dst, const void* src, size_t bytes) override { inner_->CopyFromHost(dst, src, bytes); }
   void CopyToHost(void* dst, const void* src, size_t bytes) override { inner_->CopyToHost(dst, src, bytes); }
   void Synchronize() override { inner_->Synchronize(); }

@@ -50,7 +50,7 @@ const char* ThpModeName(ThpMode mode) {
 std::string DescribeHugePages(bool requested, ThpMode mode) {
   if (!requested) return "off (--cpu-huge-pages off)";
   if (!ThpModeAllowsHugePages(mode)) return absl::StrCat("off (THP: ", ThpModeName(mode), " on this kernel)");
-  return absl::StrCat("on (THP: ", ThpModeName(mode), "; buffers >= 2 MiB 2 MiB-aligned and madvised)");
+  return absl::StrCat("on (THP: ", ThpModeName(mode), "; weight buffers >= 2 MiB 2 MiB-aligned and madvised)");
 }
 
 absl::StatusOr<HostAllocation> HostAllocation::Make(size_t bytes, bool huge_pages) {

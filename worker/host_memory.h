@@ -1,7 +1,8 @@
-// Host memory for the CPU backend's buffers: large ones (weights, the KV cache) start on a
-// 2 MiB boundary and are madvise(MADV_HUGEPAGE)'d before first touch, so that the kernel
-// backs them with transparent huge pages where its THP policy is not "never" (decode GEMVs
-// stream the weights; 4 KiB pages cost them TLB misses). Tested by tests/host_memory_test.cc.
+// Host memory for the CPU backend's buffers: large weight buffers start on a 2 MiB boundary
+// and are madvise(MADV_HUGEPAGE)'d before first touch, so that the kernel backs them with
+// transparent huge pages where its THP policy is not "never" (decode GEMVs stream the
+// weights; 4 KiB pages cost them TLB misses). The KV cache and activations take the C heap
+// (CpuBackend::Allocate). Tested by tests/host_memory_test.cc.
 #pragma once
 
 #include <cstddef>

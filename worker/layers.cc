@@ -10,7 +10,7 @@ namespace {
 
 absl::StatusOr<DeviceTensor> AllocMatrix(Backend& b, DType dtype, int64_t rows, int64_t cols) {
   DeviceTensor t;
-  TP_ASSIGN_OR_RETURN(t.buffer, b.Allocate(static_cast<size_t>(rows * cols) * DTypeSize(dtype)));
+  TP_ASSIGN_OR_RETURN(t.buffer, b.AllocateWeights(static_cast<size_t>(rows * cols) * DTypeSize(dtype)));
   t.view = Tensor{t.buffer->data(), dtype, rows, cols};
   return t;
 }
@@ -45,7 +45,7 @@ absl::StatusOr<ColumnParallelLinear> ColumnParallelLinear::Load(const LoadContex
   }
   if (!bias_names.empty()) {
     TP_CHECK(bias_names.size() == parts.size());
-    TP_ASSIGN_OR_RETURN(l.bias_, ctx.backend.Allocate(static_cast<size_t>(rows) * 4));
+    TP_ASSIGN_OR_RETURN(l.bias_, ctx.backend.AllocateWeights(static_cast<size_t>(rows) * 4));
     int64_t off = 0;
     for (size_t i = 0; i < parts.size(); ++i) {
       SliceRequest req{bias_names[i], {parts[i].full_rows}, 0, 1, parts[i].row0, parts[i].rows};
@@ -74,7 +74,7 @@ absl::StatusOr<RowParallelLinear> RowParallelLinear::Load(const LoadContext& ctx
   if (!bias_name.empty()) {
     // Every rank reads it, though only rank 0 adds it: WeightSource::CheckAllUsed counts on
     // every rank reading every tensor, and a few KB per layer cost nothing.
-    TP_ASSIGN_OR_RETURN(l.bias_, ctx.backend.Allocate(static_cast<size_t>(out_features) * 4));
+    TP_ASSIGN_OR_RETURN(l.bias_, ctx.backend.AllocateWeights(static_cast<size_t>(out_features) * 4));
     SliceRequest breq{bias_name, {out_features}, 0, 1, 0, out_features};
     TP_RETURN_IF_ERROR(ReadInto(ctx, breq, DType::kF32, l.bias_->data()));
   }
@@ -83,12 +83,20 @@ absl::StatusOr<RowParallelLinear> RowParallelLinear::Load(const LoadContext& ctx
 
 void RowParallelLinear::Forward(Backend& b, Communicator& comm, const Tensor& x, Tensor y,
                                 SpanTimer& allreduce) const {
+  PartialProduct(b, comm, x, y);
+  AllReduce(comm, y, allreduce);
+}
+
+void RowParallelLinear::PartialProduct(Backend& b, const Communicator& comm, const Tensor& x, Tensor y) const {
   // Rank 0 adds the bias inside its GEMM (Linear's bias epilogue, as q/k/v use), before the
   // all-reduce: the sum then holds it once, with no extra op or pass over y; at TP 1 this
   // is transformers' own x·W^T + b. Adding it after the all-reduce would need every rank
   // to run a separate bias add.
   const float* bias = bias_ != nullptr && comm.rank() == 0 ? static_cast<const float*>(bias_->data()) : nullptr;
   b.Linear(x, weight_.view, bias, y);
+}
+
+void RowParallelLinear::AllReduce(Communicator& comm, Tensor y, SpanTimer& allreduce) {
   if (comm.size() > 1) {
     allreduce.Begin();
     comm.AllReduceSum(y.data, static_cast<size_t>(y.numel()), y.dtype);

@@ -64,6 +64,10 @@ class RowParallelLinear {
                                                 const std::string& bias_name = "");
   // The all-reduce is enqueued behind the product (no synchronize) and timed by `allreduce`.
   void Forward(Backend& b, Communicator& comm, const Tensor& x, Tensor y, SpanTimer& allreduce) const;
+  // Forward in its two halves, for a caller that computes y in row chunks and reduces it
+  // once: this rank's partial product (rank 0 adds the bias), then the all-reduce of y.
+  void PartialProduct(Backend& b, const Communicator& comm, const Tensor& x, Tensor y) const;
+  static void AllReduce(Communicator& comm, Tensor y, SpanTimer& allreduce);
   const Tensor& weight() const { return weight_.view; }
 
  private:

@@ -24,7 +24,14 @@ struct Model::Scratch {
   std::vector<std::unique_ptr<Buffer>> slots, block_tables;
   std::vector<int64_t> table_capacity;
   std::vector<int32_t> table_width;  // this step's block-table columns, per group
-  std::unique_ptr<Buffer> h, x, q, k, v, attn, o, gate_up, act, sel, logits;
+  std::unique_ptr<Buffer> h, x, o, sel, logits;
+  // One buffer for a layer's two blocks, which never need their buffers at once: the
+  // attention block's q, k, v and attn, then the MLP's gate_up and act (of at most
+  // mlp_rows tokens) over the same bytes, at these byte offsets. Separate buffers held
+  // both sets through the whole step.
+  std::unique_ptr<Buffer> layer;
+  size_t k_at = 0, v_at = 0, attn_at = 0, act_at = 0;
+  int64_t mlp_rows = 0;
   std::unique_ptr<Buffer> gathered;  // rank 0 at TP > 1: every rank's logits shard, for sampling
   // Pipeline transfers (SendHidden / ReceiveHidden): the message sent on (this rank's slice
   // of the hidden states, then the work report), and, where received, the message through
@@ -172,13 +179,16 @@ absl::Status Model::EnsureScratch(int64_t tokens, int64_t logit_rows) {
   };
   if (tokens > s.token_capacity || logit_rows > s.logit_capacity) ClearGraphs();  // buffers move
   if (tokens > s.token_capacity) {
+    s.token_capacity = 0;  // until every buffer below has its new size
     const int64_t T = std::max<int64_t>(tokens, 16);
     int64_t max_q = 0, max_kv = 0;
     for (const auto& L : layers_) {
       max_q = std::max<int64_t>(max_q, L->heads.q_heads * L->cfg.head_dim);
       max_kv = std::max<int64_t>(max_kv, L->heads.kv_heads * L->cfg.head_dim);
     }
-    const int64_t H = config_.hidden_size, I = config_.intermediate_size / comm_.size();
+    const int64_t H = config_.hidden_size;
+    int64_t I = config_.intermediate_size / comm_.size();
+    for (const auto& L : layers_) I = std::max(I, L->gate_up_proj.out_features() / 2);
     for (auto* b : {&s.ids, &s.positions, &s.token_seq}) TP_RETURN_IF_ERROR(alloc(*b, T * 4));
     s.slots.resize(config_.kv_group_windows.size());
     for (auto& b : s.slots) TP_RETURN_IF_ERROR(alloc(b, T * 4));
@@ -191,12 +201,17 @@ absl::Status Model::EnsureScratch(int64_t tokens, int64_t logit_rows) {
     }
     TP_RETURN_IF_ERROR(alloc(s.x, T * H * act));
     TP_RETURN_IF_ERROR(alloc(s.o, T * H * act));
-    TP_RETURN_IF_ERROR(alloc(s.q, T * max_q * act));
-    TP_RETURN_IF_ERROR(alloc(s.attn, T * max_q * act));
-    TP_RETURN_IF_ERROR(alloc(s.k, T * max_kv * act));
-    TP_RETURN_IF_ERROR(alloc(s.v, T * max_kv * act));
-    TP_RETURN_IF_ERROR(alloc(s.gate_up, T * 2 * I * act));
-    TP_RETURN_IF_ERROR(alloc(s.act, T * I * act));
+    // Each part on a 256-byte boundary (what a GPU's vector loads and cuBLAS like best).
+    auto round = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+    s.k_at = round(T * max_q * act);
+    s.v_at = s.k_at + round(T * max_kv * act);
+    s.attn_at = s.v_at + round(T * max_kv * act);
+    const size_t attention_bytes = s.attn_at + T * max_q * act;
+    s.mlp_rows = options_.mlp_chunk_tokens > 0 ? std::min<int64_t>(T, options_.mlp_chunk_tokens) : T;
+    s.act_at = round(s.mlp_rows * 2 * I * act);
+    const size_t mlp_bytes = s.act_at + s.mlp_rows * I * act;
+    s.layer.reset();  // before its successor is allocated: never both resident
+    TP_RETURN_IF_ERROR(alloc(s.layer, std::max(attention_bytes, mlp_bytes)));
     s.token_capacity = T;
   }
   if (logit_rows > s.logit_capacity) {
@@ -240,10 +255,11 @@ void Model::RunLayer(Layer& L, const Layer* next, int64_t T, StepTimes* times) {
   const cpu::NormKind nk = config_.norm_kind;
   auto weights = [](const DeviceTensor& t) { return static_cast<const float*>(t.view.data); };
   const Tensor h{s.h->data(), adt, T, H}, x{s.x->data(), adt, T, H}, o{s.o->data(), adt, T, H};
-  const Tensor q{s.q->data(), adt, T, L.heads.q_heads * D};
-  const Tensor k{s.k->data(), adt, T, L.heads.kv_heads * D};
-  const Tensor v{s.v->data(), adt, T, L.heads.kv_heads * D};
-  const Tensor attn{s.attn->data(), adt, T, L.heads.q_heads * D};
+  uint8_t* const layer = static_cast<uint8_t*>(s.layer->data());
+  const Tensor q{layer, adt, T, L.heads.q_heads * D};
+  const Tensor k{layer + s.k_at, adt, T, L.heads.kv_heads * D};
+  const Tensor v{layer + s.v_at, adt, T, L.heads.kv_heads * D};
+  const Tensor attn{layer + s.attn_at, adt, T, L.heads.q_heads * D};
   const int32_t* positions = static_cast<const int32_t*>(s.positions->data());
   const int32_t g = L.cfg.kv_group;
 
@@ -280,12 +296,17 @@ void Model::RunLayer(Layer& L, const Layer* next, int64_t T, StepTimes* times) {
   backend_.ResidualNorm(o, sandwich ? weights(L.post_attn_norm) : nullptr, h, 1.0f, weights(pre_mlp_norm), eps, nk,
                         x);
 
-  // MLP block.
+  // MLP block, over the bytes the attention block is done with, s.mlp_rows tokens at a
+  // time (each row's output depends on that row alone); one all-reduce for all of them.
   const int64_t I = L.gate_up_proj.out_features() / 2;
-  const Tensor gu{s.gate_up->data(), adt, T, 2 * I}, a{s.act->data(), adt, T, I};
-  L.gate_up_proj.Forward(backend_, x, gu);
-  backend_.GatedActivation(gu, config_.activation, a);
-  L.down_proj.Forward(backend_, comm_, a, o, *allreduce_timer_);
+  for (int64_t r0 = 0; r0 < T; r0 += s.mlp_rows) {
+    const int64_t n = std::min(s.mlp_rows, T - r0);
+    const Tensor gu{layer, adt, n, 2 * I}, a{layer + s.act_at, adt, n, I};
+    L.gate_up_proj.Forward(backend_, x.RowSlice(r0, n), gu);
+    backend_.GatedActivation(gu, config_.activation, a);
+    L.down_proj.PartialProduct(backend_, comm_, a, o.RowSlice(r0, n));
+  }
+  RowParallelLinear::AllReduce(comm_, o, *allreduce_timer_);
   backend_.ResidualNorm(o, sandwich ? weights(L.post_ffn_norm) : nullptr, h, L.layer_scalar,
                         next != nullptr ? weights(next->input_norm) : nullptr, eps, nk, x);
 }

@@ -36,6 +36,13 @@ struct ModelOptions {
   // Longest sequence in tokens (0: the config's max_position_embeddings). Replayed steps
   // upload block tables ceil(max_model_len / block_size) wide.
   int32_t max_model_len = 0;
+  // The MLP of a step runs over at most this many tokens at a time (0: the whole step at
+  // once). Its gate_up and activation buffers are the largest of a prefill step's (at 512
+  // tokens of a Gemma 4 1B: 48 MiB, a fifth of what the CPU holds above its weights); in
+  // chunks they take chunk / step of that, and the down projection's all-reduce still runs
+  // once over the whole step. The CPU sets it (EngineOptions), where host memory is the
+  // budget and GEMMs of 128 rows are as fast per row; a GPU runs whole steps.
+  int32_t mlp_chunk_tokens = 0;
   // This rank's pipeline stage (worker/pipeline.h); one stage (the default) holds every
   // layer. With several, Load needs the world communicator for the stage-to-stage
   // transfers, and CUDA graphs are off (a graph cannot hold them).
