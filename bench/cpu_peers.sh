@@ -13,6 +13,7 @@
 #   bench/cpu_peers.sh                                    # llama-3.2-1b and gemma-4-1b, 10 rounds
 #   bench/cpu_peers.sh --models llama-3.2-1b --rounds 3 --engines tpserve,torch
 #   PYTHON=/work/tools-venv/bin/python bench/cpu_peers.sh --out /tmp/peers
+#   bench/cpu_peers.sh --engines tpserve,tpserve-sgemm,llamacpp   # + tpserve with --cpu-gemm sgemm
 #
 # Needs: build/launch/tpserve and build/bench/stream_bench; a Python with torch, transformers
 # and sentencepiece ($PYTHON) to make the checkpoints (tools/make_bench_checkpoints.py, once,

@@ -158,6 +158,7 @@ absl::Status MakeBackend(const EngineOptions& o, const WorldConfig& world, Engin
     TP_ASSIGN_OR_RETURN(const cpu::GemmChoice gemm, cpu::ChooseGemmPath(o.cpu_gemm));
     bo.cpu_gemm = gemm.path;
     e.cpu_gemm = gemm.description;
+    e.cpu_gemm_path = gemm.path;
     const ThpMode thp = ReadThpMode();
     bo.cpu_huge_pages = o.cpu_huge_pages && ThpModeAllowsHugePages(thp);
     e.cpu_huge_pages = DescribeHugePages(o.cpu_huge_pages, thp);
@@ -354,10 +355,15 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
   if (o.dtype != "auto") mo.weight_dtype = ParseDType(o.dtype).value();
   mo.cuda_graph_batch_sizes = EngineCudaGraphBatchSizes(o, e.device);
   mo.max_model_len = static_cast<int32_t>(e.config.max_position_embeddings);
-  // On the CPU the MLP runs 128 tokens at a time: a 512-token prefill of gemma-4-1b then
-  // holds 12 MiB of MLP activations, not 48, at the same prefill speed (median of 5
-  // alternated runs, llama-3.2-1b: 175.7 tok/s against 177.9 whole; docs/cpu_backend.md).
-  mo.mlp_chunk_tokens = e.device == DeviceKind::kCpu ? 128 : 0;
+  // On the CPU the MLP runs a chunk of tokens at a time, which bounds its activations. oneDNN's
+  // bf16 matmul reads the weights as they are: 128 tokens (a 512-token prefill of gemma-4-1b
+  // holds 12 MiB of MLP activations, not 48) cost nothing measurable. The sgemm path widens
+  // every weight panel to fp32 once per call, so a smaller chunk widens the weights more
+  // often: 128 tokens cost 13-15% of its prefill against 512, 256 tokens 5% (gemma-4-1b
+  // 1.10x its weights at 256, 1.11x at 512; docs/cpu_backend.md, "Memory = model size").
+  if (e.device == DeviceKind::kCpu) {
+    mo.mlp_chunk_tokens = e.cpu_gemm_path == cpu::GemmPath::kSgemm ? 256 : 128;
+  }
   auto model = Model::Load(e.config, *e.source, *e.backend, *model_comm, mo, &comm);
   TP_RETURN_IF_ERROR(comm.AgreeOnStatus(model.status()));
   e.model = std::move(model).value();
