@@ -244,6 +244,9 @@ class Backend {
   // A timer for spans of this backend's work (SpanTimer). Default: the wall clock, for
   // backends whose ops complete inside their calls (the CPU).
   virtual std::unique_ptr<SpanTimer> MakeSpanTimer();
+
+ private:
+  std::vector<float> sample_rows_;  // SampleShards' host rows, kept between steps
 };
 
 std::unique_ptr<Backend> MakeCpuBackend(const BackendOptions& options);
