@@ -58,7 +58,7 @@ ABSL_FLAG(int, rounds, 10, "ngram: rounds, each running every prompt without and
 ABSL_FLAG(bool, adaptive_too, false,
           "ngram: also run the same drafts with \"adaptive\": true, as a third run of each round");
 ABSL_FLAG(int, max_tokens, 96, "ngram: tokens generated per prompt");
-ABSL_FLAG(std::string, speculative_config, R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4})",
+ABSL_FLAG(std::string, speculative_config, R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 4})",
           "ngram: the --speculative-config measured");
 ABSL_FLAG(std::string, k, "2,4,8", "cost, mtp-cost: draft lengths K, comma-separated");
 ABSL_FLAG(int, context, 256, "cost, mtp-cost: prompt tokens before decoding");
