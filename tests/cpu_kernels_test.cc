@@ -171,6 +171,31 @@ TEST(Linear, BatchRowsEqualSingleRowsExactly) {
   }
 }
 
+// onednn-bf16's decode GEMV on a CPU without AVX512-BF16 (x rounded to bf16, then the AVX2
+// kernel): Linear takes it only on such CPUs, so it is called directly here, on every CPU.
+TEST(Linear, RoundedBf16FallbackMatchesReferenceAndKeepsRowsExact) {
+  uint32_t seed = 300;
+  for (const int64_t k : {1, 13, 32, 33, 1031, 20000}) {
+    for (const int64_t n : {1, 67, 300}) {
+      std::mt19937 rng(seed++);
+      const Stored w = RandomStored(n * k, DType::kBF16, rng);
+      std::vector<float> x = RandomFloats(kMaxStreamingRows * k, rng);
+      std::vector<float> alone(kMaxStreamingRows * n);
+      for (int64_t i = 0; i < kMaxStreamingRows; ++i) {
+        RoundedBf16LinearAvx2(x.data() + i * k, 1, k, w.bytes.data(), n, alone.data() + i * n);
+      }
+      for (const int64_t m : {int64_t{2}, int64_t{3}, int64_t{5}, int64_t{7}, kMaxStreamingRows}) {
+        std::vector<float> y(m * n, kNaN);
+        RoundedBf16LinearAvx2(x.data(), m, k, w.bytes.data(), n, y.data());
+        EXPECT_EQ(0, std::memcmp(y.data(), alone.data(), sizeof(float) * m * n)) << "k=" << k << " n=" << n << " m=" << m;
+      }
+      for (float& v : x) v = Bf16ToF32(F32ToBf16(v));
+      EXPECT_TRUE(AllClose(alone, RefLinear(x, kMaxStreamingRows, k, w.values, n), LinearTolerance(k)))
+          << "k=" << k << " n=" << n;
+    }
+  }
+}
+
 TEST(Linear, ZeroKGivesZeros) {
   std::vector<float> y(6, kNaN);
   const float x = 0.0f;

@@ -57,6 +57,10 @@ absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec);
 // (which must be available; see AvailableGemmPaths).
 void Linear(GemmPath path, const float* x, int64_t m, int64_t k, const void* w, DType w_dtype,
             int64_t n, float* y);
+// kOneDnnBf16's decode GEMV (m <= kMaxStreamingRows, bf16 w) where the CPU lacks
+// AVX512-BF16: x rounded to bf16, then the AVX2 kernel, the same products summed in fp32.
+// Linear picks it by DetectCpuFeatures(); declared here so that tests run it on every CPU.
+void RoundedBf16LinearAvx2(const float* x, int64_t m, int64_t k, const void* w, int64_t n, float* y);
 // The kSgemm path: the reference the CUDA kernels are tested against.
 inline void Linear(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n,
                    float* y) {

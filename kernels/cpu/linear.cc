@@ -223,10 +223,7 @@ void RoundedBf16StreamingLinear(const float* x, int64_t m, int64_t k, const void
     RoundToBf16Avx512(x, m * k, xb.data());
     return StreamingLinearAvx512Bf16(xb.data(), m, k, static_cast<const uint16_t*>(w), n, y);
   }
-  thread_local std::vector<float> rounded;
-  if (rounded.size() < static_cast<size_t>(m * k)) rounded.resize(m * k);
-  for (int64_t i = 0; i < m * k; ++i) rounded[i] = Bf16ToF32(F32ToBf16(x[i]));
-  StreamingLinearAnyM<Bf16>(rounded.data(), m, k, w, n, y);
+  RoundedBf16LinearAvx2(x, m, k, w, n, y);
 }
 
 template <typename W>
@@ -287,6 +284,13 @@ void PanelSgemm(const float* x, int64_t m, int64_t k, const void* w, DType w_dty
 constexpr int64_t kProbeM = 512, kProbeK = 1536, kProbeN = 4096;
 
 }  // namespace
+
+void RoundedBf16LinearAvx2(const float* x, int64_t m, int64_t k, const void* w, int64_t n, float* y) {
+  thread_local std::vector<float> rounded;
+  if (rounded.size() < static_cast<size_t>(m * k)) rounded.resize(m * k);
+  for (int64_t i = 0; i < m * k; ++i) rounded[i] = Bf16ToF32(F32ToBf16(x[i]));
+  StreamingLinearAnyM<Bf16>(rounded.data(), m, k, w, n, y);
+}
 
 const char* GemmPathName(GemmPath path) {
   return path == GemmPath::kOneDnnBf16 ? "onednn-bf16" : "sgemm";
