@@ -117,7 +117,8 @@ void Backend::SampleShards(const void* shards, int tp, int64_t rows, int64_t sha
   if (rows == 0) return;
   // Kept between steps: a buffer allocated per step (5 MB for a 5-row verification step over
   // a 262,144-token vocabulary) came from fresh pages each time, and faulting them in cost
-  // more than the sampling.
+  // more than the sampling. It stays at the largest step's size, which was that step's peak
+  // before too.
   const size_t n = static_cast<size_t>(rows * vocab);
   if (sample_rows_.size() < n) sample_rows_.resize(n);
   CopyShardsToHost(shards, tp, rows, shard_cols, vocab, sample_rows_.data());
