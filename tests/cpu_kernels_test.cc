@@ -171,6 +171,36 @@ TEST(Linear, BatchRowsEqualSingleRowsExactly) {
   }
 }
 
+// A decode GEMV computes whole tiles of weight rows and the rows past the last whole tile
+// one by one; an output must not depend on which of the two computed it (each tile's sums
+// are reduced together, the tail's alone). Swapping the first and the last of n = 4t + 1
+// rows moves each between a tile and the tail: the outputs swap, bit for bit.
+TEST(Linear, OutputsDoNotDependOnWhereTheTilingPutsTheirRow) {
+  for (const GemmPath path : AvailableGemmPaths()) {
+    for (const int64_t k : {640, 1000, 20000}) {
+      for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{5}}) {
+        std::mt19937 rng(static_cast<uint32_t>(k + m));
+        const int64_t n = 9;
+        const std::vector<float> x = RandomFloats(m * k, rng);
+        const Stored w = RandomStored(n * k, DType::kBF16, rng);
+        std::vector<uint8_t> swapped = w.bytes;
+        const size_t row = static_cast<size_t>(k) * 2;
+        std::copy_n(w.bytes.begin() + (n - 1) * row, row, swapped.begin());
+        std::copy_n(w.bytes.begin(), row, swapped.begin() + (n - 1) * row);
+        std::vector<float> y(m * n, kNaN), ys(m * n, kNaN);
+        Linear(path, x.data(), m, k, w.bytes.data(), DType::kBF16, n, y.data());
+        Linear(path, x.data(), m, k, swapped.data(), DType::kBF16, n, ys.data());
+        for (int64_t i = 0; i < m; ++i) {
+          EXPECT_EQ(0, std::memcmp(&y[i * n], &ys[i * n + n - 1], sizeof(float)))
+              << GemmPathName(path) << " k=" << k << " m=" << m << " row " << i;
+          EXPECT_EQ(0, std::memcmp(&y[i * n + n - 1], &ys[i * n], sizeof(float)))
+              << GemmPathName(path) << " k=" << k << " m=" << m << " row " << i;
+        }
+      }
+    }
+  }
+}
+
 // onednn-bf16's decode GEMV on a CPU without AVX512-BF16 (x rounded to bf16, then the AVX2
 // kernel): Linear takes it only on such CPUs, so it is called directly here, on every CPU.
 TEST(Linear, RoundedBf16FallbackMatchesReferenceAndKeepsRowsExact) {
