@@ -5,7 +5,8 @@
 //   without n-gram drafting on input-grounded prompts (rewrite or correct a given passage),
 //   runs alternated, --rounds rounds; decode tok/s counts every output token after the
 //   first over the decode steps' wall time (forward and the coordinator's work, drafting
-//   included), and the mean acceptance length.
+//   included), and the mean acceptance length; per prompt (the median speed-up and its range
+//   over the rounds) and over all runs.
 // --mode cost (any model, dummy weights for a preset): the time of a decode step that
 //   verifies K drafts (K + 1 tokens of one sequence) over a 1-token step, at each --k, and
 //   the per-user speedup that ratio allows at acceptance lengths 2..4 (a projection: it
@@ -91,6 +92,8 @@ const char* const kTasks[] = {
     "Rewrite the passage above, keeping every sentence:\n\n",
     "Repeat the code above with the same names:\n\n",
 };
+const char* const kTaskNames[] = {"copy", "rewrite", "code"};
+static_assert(std::size(kTaskNames) == std::size(kTasks) && std::size(kTasks) == std::size(kPassages));
 
 struct Decode {
   int64_t tokens = 0;  // output tokens after the first
@@ -142,21 +145,34 @@ absl::Status RunNgram(StepExecutor& exec, const Model& model, const std::string&
   // One speculative configuration's runs against plain decoding's.
   struct Series {
     std::vector<double> tps, ratios, accept;
-    void Add(const Decode& d, const Decode& plain, double plain_tps) {
+    void Record(const Decode& d, double plain_tps) {
       const double t = d.tokens / (d.ms / 1e3);
       tps.push_back(t);
       ratios.push_back(t / plain_tps);
       accept.push_back(d.spec.mean_acceptance_length());
-      std::printf(" %10.1f %8.2f %10.2f %8s", t, t / plain_tps, accept.back(),
+    }
+    // Records the run and prints its part of the round's row.
+    void Add(const Decode& d, const Decode& plain, double plain_tps) {
+      Record(d, plain_tps);
+      std::printf(" %10.1f %8.2f %10.2f %8s", tps.back(), ratios.back(), accept.back(),
                   plain.output_ids == d.output_ids ? "yes" : "NO");
     }
     std::string Summary() const {
       return absl::StrFormat("speculative %.1f tok/s, ratio %.2f (max %.2f), mean acceptance length %.2f", Median(tps),
                              Median(ratios), *std::max_element(ratios.begin(), ratios.end()), Median(accept));
     }
+    // One prompt's runs: the speed-up's median and range, the acceptance length's median.
+    std::string PromptSummary() const {
+      return absl::StrFormat("speculative %.1f tok/s, ratio %.2f (%.2f-%.2f), mean acceptance length %.2f",
+                             Median(tps), Median(ratios), *std::min_element(ratios.begin(), ratios.end()),
+                             *std::max_element(ratios.begin(), ratios.end()), Median(accept));
+    }
   };
   std::vector<double> plain_all;
   Series fixed, adaptive_series;
+  // The same per prompt (the target is per workload).
+  std::vector<Series> fixed_by_prompt(std::size(kPassages)), adaptive_by_prompt(std::size(kPassages));
+  std::vector<std::vector<double>> plain_by_prompt(std::size(kPassages));
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     for (size_t i = 0; i < std::size(kPassages); ++i) {
       const std::vector<int32_t> prompt =
@@ -172,11 +188,19 @@ absl::Status RunNgram(StepExecutor& exec, const Model& model, const std::string&
       }
       const double plain_tps = d[0].tokens / (d[0].ms / 1e3);
       plain_all.push_back(plain_tps);
+      plain_by_prompt[i].push_back(plain_tps);
       std::printf("%-8zu %6d %10.1f", i, round, plain_tps);
       fixed.Add(d[1], d[0], plain_tps);
       if (both) adaptive_series.Add(d[2], d[0], plain_tps);
       std::printf("\n");
+      fixed_by_prompt[i].Record(d[1], plain_tps);
+      if (both) adaptive_by_prompt[i].Record(d[2], plain_tps);
     }
+  }
+  for (size_t i = 0; i < std::size(kPassages); ++i) {
+    std::printf("prompt %zu (%s): plain %.1f tok/s, %s\n", i, kTaskNames[i], Median(plain_by_prompt[i]),
+                fixed_by_prompt[i].PromptSummary().c_str());
+    if (both) std::printf("prompt %zu adaptive: %s\n", i, adaptive_by_prompt[i].PromptSummary().c_str());
   }
   std::printf("median over %zu runs: plain %.1f tok/s, %s\n", plain_all.size(), Median(plain_all),
               fixed.Summary().c_str());
