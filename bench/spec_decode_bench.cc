@@ -142,37 +142,34 @@ absl::Status RunNgram(StepExecutor& exec, const Model& model, const std::string&
               "same");
   if (both) std::printf(" %10s %8s %10s %8s", "adapt t/s", "ratio", "accept len", "same");
   std::printf("\n");
-  // One speculative configuration's runs against plain decoding's.
+  // One speculative configuration's runs against plain decoding's, per prompt (the issue's
+  // target is per workload); the overall line merges the prompts'.
   struct Series {
-    std::vector<double> tps, ratios, accept;
-    void Record(const Decode& d, double plain_tps) {
-      const double t = d.tokens / (d.ms / 1e3);
-      tps.push_back(t);
-      ratios.push_back(t / plain_tps);
-      accept.push_back(d.spec.mean_acceptance_length());
-    }
+    std::vector<double> plain_tps, tps, ratios, accept;
     // Records the run and prints its part of the round's row.
-    void Add(const Decode& d, const Decode& plain, double plain_tps) {
-      Record(d, plain_tps);
-      std::printf(" %10.1f %8.2f %10.2f %8s", tps.back(), ratios.back(), accept.back(),
+    void Add(const Decode& d, const Decode& plain, double plain_run_tps) {
+      const double t = d.tokens / (d.ms / 1e3);
+      plain_tps.push_back(plain_run_tps);
+      tps.push_back(t);
+      ratios.push_back(t / plain_run_tps);
+      accept.push_back(d.spec.mean_acceptance_length());
+      std::printf(" %10.1f %8.2f %10.2f %8s", t, ratios.back(), accept.back(),
                   plain.output_ids == d.output_ids ? "yes" : "NO");
     }
-    std::string Summary() const {
-      return absl::StrFormat("speculative %.1f tok/s, ratio %.2f (max %.2f), mean acceptance length %.2f", Median(tps),
-                             Median(ratios), *std::max_element(ratios.begin(), ratios.end()), Median(accept));
+    void Merge(const Series& o) {
+      for (auto [into, from] : {std::pair{&plain_tps, &o.plain_tps}, {&tps, &o.tps}, {&ratios, &o.ratios},
+                                {&accept, &o.accept}}) {
+        into->insert(into->end(), from->begin(), from->end());
+      }
     }
-    // One prompt's runs: the speed-up's median and range, the acceptance length's median.
-    std::string PromptSummary() const {
+    // The speed-up's median and range, the acceptance length's median.
+    std::string Summary() const {
       return absl::StrFormat("speculative %.1f tok/s, ratio %.2f (%.2f-%.2f), mean acceptance length %.2f",
                              Median(tps), Median(ratios), *std::min_element(ratios.begin(), ratios.end()),
                              *std::max_element(ratios.begin(), ratios.end()), Median(accept));
     }
   };
-  std::vector<double> plain_all;
-  Series fixed, adaptive_series;
-  // The same per prompt (the target is per workload).
-  std::vector<Series> fixed_by_prompt(std::size(kPassages)), adaptive_by_prompt(std::size(kPassages));
-  std::vector<std::vector<double>> plain_by_prompt(std::size(kPassages));
+  std::vector<Series> fixed(std::size(kPassages)), adaptive_series(std::size(kPassages));
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     for (size_t i = 0; i < std::size(kPassages); ++i) {
       const std::vector<int32_t> prompt =
@@ -187,24 +184,23 @@ absl::Status RunNgram(StepExecutor& exec, const Model& model, const std::string&
         TP_ASSIGN_OR_RETURN(d[which], RunOnce(exec, model, prompt, p, c));
       }
       const double plain_tps = d[0].tokens / (d[0].ms / 1e3);
-      plain_all.push_back(plain_tps);
-      plain_by_prompt[i].push_back(plain_tps);
       std::printf("%-8zu %6d %10.1f", i, round, plain_tps);
-      fixed.Add(d[1], d[0], plain_tps);
-      if (both) adaptive_series.Add(d[2], d[0], plain_tps);
+      fixed[i].Add(d[1], d[0], plain_tps);
+      if (both) adaptive_series[i].Add(d[2], d[0], plain_tps);
       std::printf("\n");
-      fixed_by_prompt[i].Record(d[1], plain_tps);
-      if (both) adaptive_by_prompt[i].Record(d[2], plain_tps);
     }
   }
+  Series fixed_all, adaptive_all;
   for (size_t i = 0; i < std::size(kPassages); ++i) {
-    std::printf("prompt %zu (%s): plain %.1f tok/s, %s\n", i, kTaskNames[i], Median(plain_by_prompt[i]),
-                fixed_by_prompt[i].PromptSummary().c_str());
-    if (both) std::printf("prompt %zu adaptive: %s\n", i, adaptive_by_prompt[i].PromptSummary().c_str());
+    std::printf("prompt %zu (%s): plain %.1f tok/s, %s\n", i, kTaskNames[i], Median(fixed[i].plain_tps),
+                fixed[i].Summary().c_str());
+    if (both) std::printf("prompt %zu adaptive: %s\n", i, adaptive_series[i].Summary().c_str());
+    fixed_all.Merge(fixed[i]);
+    adaptive_all.Merge(adaptive_series[i]);
   }
-  std::printf("median over %zu runs: plain %.1f tok/s, %s\n", plain_all.size(), Median(plain_all),
-              fixed.Summary().c_str());
-  if (both) std::printf("adaptive: %s\n", adaptive_series.Summary().c_str());
+  std::printf("median over %zu runs: plain %.1f tok/s, %s\n", fixed_all.plain_tps.size(),
+              Median(fixed_all.plain_tps), fixed_all.Summary().c_str());
+  if (both) std::printf("adaptive: %s\n", adaptive_all.Summary().c_str());
   return absl::OkStatus();
 }
 

@@ -157,8 +157,7 @@ absl::Status MakeBackend(const EngineOptions& o, const WorldConfig& world, Engin
     BackendOptions bo;
     TP_ASSIGN_OR_RETURN(const cpu::GemmChoice gemm, cpu::ChooseGemmPath(o.cpu_gemm));
     bo.cpu_gemm = gemm.path;
-    e.cpu_gemm = gemm.description;
-    e.cpu_gemm_path = gemm.path;
+    e.cpu_gemm = gemm;
     const ThpMode thp = ReadThpMode();
     bo.cpu_huge_pages = o.cpu_huge_pages && ThpModeAllowsHugePages(thp);
     e.cpu_huge_pages = DescribeHugePages(o.cpu_huge_pages, thp);
@@ -359,10 +358,11 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
   // bf16 matmul reads the weights as they are: 128 tokens (a 512-token prefill of gemma-4-1b
   // holds 12 MiB of MLP activations, not 48) cost nothing measurable. The sgemm path widens
   // every weight panel to fp32 once per call, so a smaller chunk widens the weights more
-  // often: 128 tokens cost 13-15% of its prefill against 512, 256 tokens 5% (gemma-4-1b
-  // 1.10x its weights at 256, 1.11x at 512; docs/cpu_backend.md, "Memory = model size").
+  // often: 128 tokens cost 13-15% of its prefill against 512, 256 tokens 5% (gemma-4-1b's
+  // peak RSS 1.103x its weights at 256 after a 512-token prompt and 64 decode steps, 1.10x at
+  // 128; docs/cpu_backend.md, "Memory = model size" and "An AVX2-only CPU, emulated").
   if (e.device == DeviceKind::kCpu) {
-    mo.mlp_chunk_tokens = e.cpu_gemm_path == cpu::GemmPath::kSgemm ? 256 : 128;
+    mo.mlp_chunk_tokens = e.cpu_gemm.path == cpu::GemmPath::kSgemm ? 256 : 128;
   }
   auto model = Model::Load(e.config, *e.source, *e.backend, *model_comm, mo, &comm);
   TP_RETURN_IF_ERROR(comm.AgreeOnStatus(model.status()));

@@ -131,8 +131,7 @@ struct Engine {
   int64_t kv_budget_bytes = 0;  // this rank's KV cache budget before the split between groups
   std::vector<RankMemory> rank_memory;  // every rank's, in rank order (on every rank)
   TuneReport tune_report;       // cuda: what start-up's kernel tuning measured on this rank
-  std::string cpu_gemm;         // cpu: the prefill GEMM path and why (cpu::GemmChoice); "" on cuda
-  cpu::GemmPath cpu_gemm_path = cpu::GemmPath::kSgemm;  // cpu: that path
+  cpu::GemmChoice cpu_gemm;     // cpu: the matmul path and why; description "" on cuda
   std::string cpu_huge_pages;   // cpu: whether large buffers are on huge pages and why (DescribeHugePages); "" on cuda
   std::string cpu_threads_note;  // cpu: why the threads differ from the default (ChooseCpuThreads); usually ""
 };

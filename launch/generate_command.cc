@@ -200,7 +200,9 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     if (const std::string tuning = DescribeTuning(engine.tune_report); !tuning.empty()) {
       std::fprintf(stderr, "tpserve: %s\n", tuning.c_str());
     }
-    if (!engine.cpu_gemm.empty()) std::fprintf(stderr, "tpserve: matmuls: %s\n", engine.cpu_gemm.c_str());
+    if (!engine.cpu_gemm.description.empty()) {
+      std::fprintf(stderr, "tpserve: matmuls: %s\n", engine.cpu_gemm.description.c_str());
+    }
     if (!engine.cpu_huge_pages.empty()) {
       std::fprintf(stderr, "tpserve: huge pages: %s\n", engine.cpu_huge_pages.c_str());
     }

@@ -315,7 +315,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   } else {
     info.device = CpuDeviceName();
     info.device_count = 0;
-    info.cpu_gemm = engine->cpu_gemm;
+    info.cpu_gemm = engine->cpu_gemm.description;
   }
   info.max_num_seqs = o.max_num_seqs;
   info.speculative_config = loading.speculative_config;
