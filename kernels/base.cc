@@ -13,8 +13,57 @@ std::string_view DTypeName(DType t) {
     case DType::kF32: return "float32";
     case DType::kF16: return "float16";
     case DType::kBF16: return "bfloat16";
+    case DType::kQ4_0: return "q4_0";
+    case DType::kQ4_1: return "q4_1";
+    case DType::kQ5_0: return "q5_0";
+    case DType::kQ5_1: return "q5_1";
+    case DType::kQ8_0: return "q8_0";
+    case DType::kQ2_K: return "q2_k";
+    case DType::kQ3_K: return "q3_k";
+    case DType::kQ4_K: return "q4_k";
+    case DType::kQ5_K: return "q5_k";
+    case DType::kQ6_K: return "q6_k";
   }
   return "?";
+}
+
+int64_t BlockElems(DType t) {
+  switch (t) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16: return 1;
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ8_0: return 32;
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K: return 256;
+  }
+  return 1;
+}
+
+// ggml-common.h's block sizes.
+size_t BlockBytes(DType t) {
+  switch (t) {
+    case DType::kF32: return 4;
+    case DType::kF16:
+    case DType::kBF16: return 2;
+    case DType::kQ4_0: return 18;
+    case DType::kQ4_1: return 20;
+    case DType::kQ5_0: return 22;
+    case DType::kQ5_1: return 24;
+    case DType::kQ8_0: return 34;
+    case DType::kQ2_K: return 84;
+    case DType::kQ3_K: return 110;
+    case DType::kQ4_K: return 144;
+    case DType::kQ5_K: return 176;
+    case DType::kQ6_K: return 210;
+  }
+  return 0;
 }
 
 absl::StatusOr<DType> ParseDType(std::string_view name) {
@@ -88,6 +137,8 @@ void ToF32(const void* src, DType t, size_t n, float* dst) {
       for (size_t i = 0; i < n; ++i) dst[i] = F16ToF32(s[i]);
       return;
     }
+    default:
+      TP_CHECK(false && "ToF32 of a block-quantized dtype (kernels/cpu/dequantize.h)");
   }
 }
 

@@ -14,12 +14,46 @@
 
 namespace tpserve {
 
-// The only dtype enum in the project.
-enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+// The only dtype enum in the project. Activations and the KV cache are float types; weights
+// may also be one of ggml's block-quantized types (kernels/cpu/quant.h): a row of such a
+// tensor is cols / BlockElems blocks of BlockBytes bytes, as GGUF files store them.
+enum class DType : uint8_t {
+  kF32 = 0,
+  kF16 = 1,
+  kBF16 = 2,
+  // ggml's legacy quants (32-element blocks) and K-quants (256-element super-blocks).
+  kQ4_0 = 3,
+  kQ4_1 = 4,
+  kQ5_0 = 5,
+  kQ5_1 = 6,
+  kQ8_0 = 7,
+  kQ2_K = 8,
+  kQ3_K = 9,
+  kQ4_K = 10,
+  kQ5_K = 11,
+  kQ6_K = 12,
+};
 
-inline constexpr size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
-std::string_view DTypeName(DType t);
-// Parses "float32"/"fp32"/"F32", "bfloat16"/"bf16"/"BF16", "float16"/"fp16"/"F16".
+inline constexpr bool IsQuantized(DType t) { return t >= DType::kQ4_0; }
+// Bytes of one element of a float type (a broken invariant for a block type: use RowBytes).
+inline constexpr size_t DTypeSize(DType t) {
+  if (IsQuantized(t)) {
+    std::fprintf(stderr, "DTypeSize of a block-quantized dtype %d\n", static_cast<int>(t));
+    std::abort();
+  }
+  return t == DType::kF32 ? 4 : 2;
+}
+// Elements per block (1 for the float types) and bytes per block (DTypeSize for them).
+int64_t BlockElems(DType t);
+size_t BlockBytes(DType t);
+// Bytes of a row of `cols` elements; cols must be a multiple of BlockElems(t).
+inline size_t RowBytes(DType t, int64_t cols) {
+  return IsQuantized(t) ? static_cast<size_t>(cols / BlockElems(t)) * BlockBytes(t)
+                        : static_cast<size_t>(cols) * DTypeSize(t);
+}
+std::string_view DTypeName(DType t);  // "float32", ..., "q4_k"
+// Parses "float32"/"fp32"/"F32", "bfloat16"/"bf16"/"BF16", "float16"/"fp16"/"F16" (the
+// float types only: --dtype and config.json's torch_dtype name these).
 absl::StatusOr<DType> ParseDType(std::string_view name);
 
 inline float Bf16ToF32(uint16_t h) {

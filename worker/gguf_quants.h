@@ -1,15 +1,21 @@
 // Turning GGUF tensor blocks into fp32: ggml's float types and its legacy (Q4_0..Q8_0) and
-// K-quant (Q2_K..Q6_K) block layouts, giving exactly the numbers of the `gguf` Python
-// package's gguf.quants.dequantize. Tested by tests/gguf_quants_test.cc against fixtures from
-// tools/make_gguf_fixtures.py; speed in bench/gguf_dequant_bench.cc.
+// K-quant (Q2_K..Q6_K) block layouts (kernels/cpu/dequantize.h), giving exactly the numbers of
+// the `gguf` Python package's gguf.quants.dequantize. Tested by tests/gguf_quants_test.cc
+// against fixtures from tools/make_gguf_fixtures.py; speed in bench/gguf_dequant_bench.cc.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
+#include "kernels/base.h"
 #include "worker/gguf_file.h"
 
 namespace tpserve {
+
+// The engine dtype that holds a GGUF tensor type's blocks as they are; nullopt for types
+// tpserve cannot read (IQ*, TQ*, MXFP4, ...).
+std::optional<DType> DTypeOfGgml(GgmlType t);
 
 // F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
 bool GgmlDequantSupported(GgmlType t);

@@ -68,6 +68,7 @@ class MpiCommunicator : public Communicator {
         case DType::kF32: TP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, ptr, n, MPI_FLOAT, MPI_SUM, comm_)); break;
         case DType::kBF16: TP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, ptr, n, MPI_UINT16_T, bf16_sum_, comm_)); break;
         case DType::kF16: TP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, ptr, n, MPI_UINT16_T, f16_sum_, comm_)); break;
+        default: TP_CHECK(false && "all-reduce of a block-quantized dtype");
       }
     }
   }

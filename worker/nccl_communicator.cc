@@ -33,6 +33,8 @@ ncclDataType_t NcclType(DType t) {
       return ncclFloat16;
     case DType::kBF16:
       return ncclBfloat16;
+    default:
+      TP_CHECK(false && "all-reduce of a block-quantized dtype");
   }
   return ncclFloat32;
 }

@@ -32,6 +32,7 @@ CpuFeatures Probe() {
   f.avx512 = os_zmm && avx512f && avx512bw && avx512vl;
   const bool amx_bf16 = d & (1u << 22), amx_tile = d & (1u << 24);
   f.amx_bf16 = f.avx512 && os_tiles && amx_bf16 && amx_tile;
+  f.avx512_vnni = f.avx512 && (c & (1u << 11));
   __cpuid_count(7, 1, a, b, c, d);
   f.avx512_bf16 = f.avx512 && (a & (1u << 5));
   return f;
@@ -53,6 +54,7 @@ std::string CpuFeaturesName(const CpuFeatures& f) {
   };
   add(f.avx2, "avx2");
   add(f.avx512, "avx512");
+  add(f.avx512_vnni, "avx512_vnni");
   add(f.avx512_bf16, "avx512_bf16");
   add(f.amx_bf16, "amx_bf16");
   return s.empty() ? "no avx2" : s;

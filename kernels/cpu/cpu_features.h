@@ -9,6 +9,7 @@ namespace tpserve::cpu {
 struct CpuFeatures {
   bool avx2 = false;  // with FMA and F16C, which the kernels' AVX2 paths assume
   bool avx512 = false;       // F, BW, VL, and the OS saves the ZMM state
+  bool avx512_vnni = false;  // vpdpbusd: int8 dot products (Cascade Lake, Ice Lake, Zen 4)
   bool avx512_bf16 = false;  // vdpbf16ps (Cooper Lake, Sapphire Rapids, Zen 4)
   bool amx_bf16 = false;     // AMX tiles with bf16 (Sapphire Rapids); the OS state is asked for on use
 };

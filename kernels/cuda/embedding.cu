@@ -41,6 +41,8 @@ void Embedding(const int32_t* ids, int64_t tokens, const void* table, DType tabl
       EmbeddingKernel<<<tokens, threads, 0, stream>>>(ids, static_cast<const float*>(table), vocab_start,
                                                       vocab_rows, dim, scale, out);
       break;
+    default:
+      TP_CHECK(false && "block-quantized embedding on CUDA (the loader widens it)");
   }
   TP_CUDA_CHECK_LAUNCH();
 }

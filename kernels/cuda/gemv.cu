@@ -319,6 +319,8 @@ void GemvSplit(const bf16* x, int64_t m, int64_t k, const void* w, DType w_dtype
     case DType::kF32:
       LaunchGemv(x, m, k, static_cast<const float*>(w), n, y, launch, stream);
       break;
+    default:
+      TP_CHECK(false && "block-quantized weights on CUDA (the loader widens them)");
   }
 }
 
