@@ -52,9 +52,11 @@ struct GemmChoice {
 // an error says what this build and CPU offer where it is not available.
 absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec);
 
-// y[M, N] = x[M, K] · w[N, K]^T, w in dtype `w_dtype` (dense rows of K elements).
-// M = 1 (decode) must run at memory bandwidth; large M (prefill) at GEMM speed, on `path`
-// (which must be available; see AvailableGemmPaths).
+// y[M, N] = x[M, K] · w[N, K]^T, w in dtype `w_dtype` (dense rows of K elements; for a
+// block-quantized dtype, rows of K / BlockElems blocks, a type with kernels/cpu/quant.h's dot
+// kernels: decode rows run them on int8-quantized x, prefill widens panels of blocks to the
+// path's precision). M = 1 (decode) must run at memory bandwidth; large M (prefill) at GEMM
+// speed, on `path` (which must be available; see AvailableGemmPaths).
 void Linear(GemmPath path, const float* x, int64_t m, int64_t k, const void* w, DType w_dtype,
             int64_t n, float* y);
 // kOneDnnBf16's decode GEMV (m <= kMaxStreamingRows, bf16 w) where the CPU lacks

@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/avx2.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/dequantize.h"
 
 namespace tpserve::cpu {
 namespace {
@@ -197,6 +198,10 @@ void Embedding(const int32_t* ids, int64_t tokens, const void* table, DType tabl
         break;
       case DType::kF16:
         EmbeddingRow(static_cast<const F16*>(table) + row * dim, dim, scale, o);
+        break;
+      default:  // block-quantized: the row's blocks widened, then scaled as the float types
+        DequantizeRow(table_dtype, static_cast<const uint8_t*>(table) + row * RowBytes(table_dtype, dim), dim, o);
+        EmbeddingRow(static_cast<const float*>(o), dim, scale, o);
         break;
     }
   }

@@ -38,11 +38,12 @@ const dnnl::engine& Engine() {
 
 struct Shape {
   int64_t m, k, n;
+  int64_t ldy = 0;  // 0: n
   bool operator==(const Shape&) const = default;
 };
 struct ShapeHash {
   size_t operator()(const Shape& s) const {
-    return std::hash<int64_t>()(s.m * 1000003 + s.k * 7919 + s.n);
+    return std::hash<int64_t>()(s.m * 1000003 + s.k * 7919 + s.n + s.ldy * 104729);
   }
 };
 
@@ -59,7 +60,8 @@ Product MakeProduct(const Shape& s) {
   p.x_f32 = memory::desc({s.m, s.k}, Dt::f32, Tag::ab);
   p.x_bf16 = memory::desc({s.m, s.k}, Dt::bf16, Tag::ab);
   p.w = memory::desc({s.k, s.n}, Dt::bf16, Tag::ba);  // element (kk, r) at r * k + kk
-  p.y = memory::desc({s.m, s.n}, Dt::f32, Tag::ab);
+  p.y = s.ldy == 0 ? memory::desc({s.m, s.n}, Dt::f32, Tag::ab)
+                   : memory::desc({s.m, s.n}, Dt::f32, memory::dims{s.ldy, 1});
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.x_bf16, p.w, p.y), Engine());
   p.impl = pd.impl_info_str();
   p.matmul = dnnl::matmul(pd);
@@ -106,8 +108,8 @@ std::string Describe() {
                       IsaName(dnnl::get_effective_cpu_isa()), ")");
 }
 
-void LinearBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y) {
-  const Product& p = CachedProduct({m, k, n});
+void LinearBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, int64_t ldy) {
+  const Product& p = CachedProduct({m, k, n, ldy == n ? 0 : ldy});
   thread_local std::vector<uint16_t> x_bf16;
   if (x_bf16.size() < static_cast<size_t>(m * k)) x_bf16.resize(m * k);
   dnnl::stream stream(Engine());

@@ -19,8 +19,8 @@ std::string Bf16Implementation(int64_t m, int64_t k, int64_t n);
 // e.g. "oneDNN 2.6.3 (avx512_core_amx)": the library and the instruction set it runs on.
 std::string Describe();
 
-// y[m, n] = bf16(x)[m, k] · w[n, k]^T with fp32 accumulation and output; w: bf16 bits.
-// Only where Bf16Implementation is not empty.
-void LinearBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y);
+// y[m, n] = bf16(x)[m, k] · w[n, k]^T with fp32 accumulation and output; w: bf16 bits; rows
+// of y ldy floats apart (ldy >= n; 0: n). Only where Bf16Implementation is not empty.
+void LinearBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, int64_t ldy = 0);
 
 }  // namespace tpserve::cpu::onednn

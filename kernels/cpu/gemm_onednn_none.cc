@@ -8,7 +8,7 @@ namespace tpserve::cpu::onednn {
 bool Linked() { return false; }
 std::string Bf16Implementation(int64_t, int64_t, int64_t) { return ""; }
 std::string Describe() { return "oneDNN not built in"; }
-void LinearBf16(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*) {
+void LinearBf16(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t) {
   TP_CHECK(false && "built without oneDNN");
 }
 

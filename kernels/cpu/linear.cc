@@ -14,9 +14,11 @@
 #include "kernels/cpu/avx2.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/gemm_onednn.h"
 #include "kernels/cpu/gemv_avx512_bf16.h"
 #include "kernels/cpu/gemv_tiles.h"
+#include "kernels/cpu/quant.h"
 
 namespace tpserve::cpu {
 namespace {
@@ -265,7 +267,11 @@ void PanelSgemm(const float* x, int64_t m, int64_t k, const void* w, DType w_dty
     } else {
       thread_local std::vector<float> buffer;
       if (buffer.size() < static_cast<size_t>(rows * k)) buffer.resize(rows * k);
-      if (w_dtype == DType::kBF16) {
+      if (IsQuantized(w_dtype)) {
+        const size_t row_bytes = RowBytes(w_dtype, k);
+        const uint8_t* src = static_cast<const uint8_t*>(w) + n0 * row_bytes;
+        for (int64_t r = 0; r < rows; ++r) DequantizeRow(w_dtype, src + r * row_bytes, k, buffer.data() + r * k);
+      } else if (w_dtype == DType::kBF16) {
         ConvertToF32(static_cast<const Bf16*>(w) + n0 * k, rows * k, buffer.data());
       } else {
         ConvertToF32(static_cast<const F16*>(w) + n0 * k, rows * k, buffer.data());
@@ -276,6 +282,38 @@ void PanelSgemm(const float* x, int64_t m, int64_t k, const void* w, DType w_dty
                 static_cast<blasint>(rows), static_cast<blasint>(k), 1.0f, x,
                 static_cast<blasint>(k), panel, static_cast<blasint>(k), 0.0f, y + n0,
                 static_cast<blasint>(n));
+  }
+}
+
+// kOneDnnBf16's prefill for block-quantized weights: panels of weight rows widened to bf16
+// (all threads), then oneDNN's bf16 matmul of x with the panel into y's columns. A panel of
+// ~1 MiB of bf16 stays in cache between its widening and its product. The weights the
+// product sees are those the GGUF loader used to widen to bf16 at load: the same numbers.
+void QuantPrefillBf16(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, float* y) {
+  const int64_t panel_rows = std::max<int64_t>(64, (int64_t{1} << 19) / k / 16 * 16);
+  const size_t row_bytes = RowBytes(w_dtype, k);
+  const bool avx512_bf16 = DetectCpuFeatures().avx512_bf16;
+  thread_local std::vector<uint16_t> panel;
+  if (panel.size() < static_cast<size_t>(panel_rows * k)) panel.resize(panel_rows * k);
+  uint16_t* out = panel.data();
+  for (int64_t n0 = 0; n0 < n; n0 += panel_rows) {
+    const int64_t rows = std::min(panel_rows, n - n0);
+    const uint8_t* src = static_cast<const uint8_t*>(w) + n0 * row_bytes;
+#pragma omp parallel
+    {
+      thread_local std::vector<float> row;
+      if (row.size() < static_cast<size_t>(k)) row.resize(k);
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        DequantizeRow(w_dtype, src + r * row_bytes, k, row.data());
+        if (avx512_bf16) {
+          RoundToBf16Avx512(row.data(), k, out + r * k);
+        } else {
+          for (int64_t j = 0; j < k; ++j) out[r * k + j] = F32ToBf16(row[j]);
+        }
+      }
+    }
+    onednn::LinearBf16(x, m, k, out, rows, y + n0, n);
   }
 }
 
@@ -350,8 +388,10 @@ void Linear(GemmPath path, const float* x, int64_t m, int64_t k, const void* w, 
     if (path == GemmPath::kOneDnnBf16 && w_dtype == DType::kBF16) {
       return onednn::LinearBf16(x, m, k, static_cast<const uint16_t*>(w), n, y);
     }
+    if (path == GemmPath::kOneDnnBf16 && IsQuantized(w_dtype)) return QuantPrefillBf16(x, m, k, w, w_dtype, n, y);
     return PanelSgemm(x, m, k, w, w_dtype, n, y);
   }
+  if (IsQuantized(w_dtype)) return QuantGemv(x, m, k, w, w_dtype, n, y);
   switch (w_dtype) {
     case DType::kF32:
       return StreamingLinearAnyM<float>(x, m, k, w, n, y);
@@ -360,6 +400,8 @@ void Linear(GemmPath path, const float* x, int64_t m, int64_t k, const void* w, 
       return StreamingLinearAnyM<Bf16>(x, m, k, w, n, y);
     case DType::kF16:
       return StreamingLinearAnyM<F16>(x, m, k, w, n, y);
+    default:
+      TP_CHECK(false);  // quantized: above
   }
 }
 

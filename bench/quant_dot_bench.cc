@@ -1,0 +1,152 @@
+// Decode GEMV on ggml block-quantized weights (kernels/cpu/quant.h): y[m, n] = x[m, k] .
+// w[n, k]^T with the weights far beyond the L3, per weight type, dot-kernel path and number
+// of x rows, in GB/s of weight bytes beside the STREAM triad measured in the same run.
+// Usage: quant_dot_bench [--threads 1,2] [--k 4096] [--mib 256]
+//   --mib 1 keeps the weights in L2: the kernels' compute rate, not the memory's.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/stream.h"
+#include "kernels/base.h"
+#include "kernels/cpu/quant.h"
+
+namespace tpserve::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using cpu::QuantIsa;
+
+// Random quant bytes (fast: the weights are hundreds of MiB) with every fp16 scale of a block
+// set to a finite value, so the kernels see the data they would in a model.
+std::vector<uint8_t> RandomBlocks(DType w, size_t bytes) {
+  std::vector<uint8_t> v(bytes);
+  uint64_t s = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i + 8 <= bytes; i += 8) {
+    s += 0x9e3779b97f4a7c15ull;
+    uint64_t z = (s ^ (s >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    std::memcpy(&v[i], &z, 8);
+  }
+  const uint16_t h = F32ToF16(0.004f);
+  const size_t scale_at = w == DType::kQ6_K ? 208 : 0;
+  const bool two_scales = w == DType::kQ4_K || w == DType::kQ5_K;
+  for (size_t b = 0; b + BlockBytes(w) <= bytes; b += BlockBytes(w)) {
+    std::memcpy(&v[b + scale_at], &h, 2);
+    if (two_scales) std::memcpy(&v[b + 2], &h, 2);
+  }
+  return v;
+}
+
+template <typename Fn>
+double BestSeconds(int reps, Fn fn) {
+  fn();
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto start = Clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return best;
+}
+
+std::vector<int> ParseInts(const char* s) {
+  std::vector<int> out;
+  for (const char* p = s; *p;) {
+    out.push_back(std::atoi(p));
+    while (*p && *p != ',') ++p;
+    if (*p == ',') ++p;
+  }
+  return out;
+}
+
+int Main(int argc, char** argv) {
+  std::vector<int> thread_counts = {1, 2};
+  int64_t k = 4096;
+  int64_t mib = 256;
+  for (int a = 1; a + 1 < argc; a += 2) {
+    const std::string flag = argv[a];
+    if (flag == "--threads") thread_counts = ParseInts(argv[a + 1]);
+    else if (flag == "--k") k = std::atoll(argv[a + 1]);
+    else if (flag == "--mib") mib = std::atoll(argv[a + 1]);
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  const DType types[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+  const QuantIsa isas[] = {QuantIsa::kScalar, QuantIsa::kAvx2, QuantIsa::kAvx512Vnni};
+  for (int threads : thread_counts) {
+    omp_set_num_threads(threads);
+    // The triad before and after the kernels, the better one as the yardstick: on a shared
+    // machine one of them may have run beside someone else's work.
+    const double triad_before = MeasureTriadBandwidthGBs(threads);
+    struct Result {
+      std::string label;  // type, path, m
+      double gbs;
+    };
+    std::vector<Result> results;
+    for (DType w : types) {
+      const size_t row_bytes = RowBytes(w, k);
+      const int64_t n = std::max<int64_t>(64, (mib << 20) / static_cast<int64_t>(row_bytes));
+      const std::vector<uint8_t> weights = RandomBlocks(w, n * row_bytes);
+      for (int m : {1, 4}) {
+        std::vector<float> x(m * k);
+        for (int64_t j = 0; j < m * k; ++j) x[j] = static_cast<float>((j * 7919) % 2001 - 1000) / 1000.0f;
+        const size_t xq_bytes = cpu::QuantizedXRowBytes(w, k);
+        std::vector<uint8_t> xq(m * xq_bytes);
+        cpu::QuantizeX(w, x.data(), m, k, xq.data());
+        std::vector<float> y(m * n);
+        for (QuantIsa isa : isas) {
+          const cpu::QuantDotFn dot = cpu::FindQuantDot(w, isa);
+          if (dot == nullptr) continue;
+          // Scalar is the reference, not a decode path: one row is enough to show its rate.
+          if (isa == QuantIsa::kScalar && m > 1) continue;
+          constexpr int64_t kChunk = 64;
+          const double s = BestSeconds(5, [&] {
+#pragma omp parallel for schedule(static)
+            for (int64_t r0 = 0; r0 < n; r0 += kChunk) {
+              const int64_t r1 = std::min(n, r0 + kChunk);
+              for (int64_t r = r0; r < r1; ++r) {
+                dot(weights.data() + r * row_bytes, xq.data(), xq_bytes, m, k, y.data() + r, n);
+              }
+            }
+          });
+          char label[64];
+          std::snprintf(label, sizeof(label), "%-6s %-12s %2d", std::string(DTypeName(w)).c_str(),
+                        cpu::QuantIsaName(isa), m);
+          results.push_back({label, static_cast<double>(n * row_bytes) / s / 1e9});
+        }
+      }
+    }
+    const double triad_after = MeasureTriadBandwidthGBs(threads);
+    const double triad = std::max(triad_before, triad_after);
+    std::printf("threads %d: STREAM triad %.1f GB/s (%.1f before, %.1f after); k %lld, ~%lld MiB of weights per type\n",
+                threads, triad, triad_before, triad_after, static_cast<long long>(k), static_cast<long long>(mib));
+    std::printf("%-6s %-12s %2s %9s %7s\n", "type", "path", "m", "GB/s", "triad");
+    for (const Result& r : results) std::printf("%s %9.1f %6.0f%%\n", r.label.c_str(), r.gbs, 100 * r.gbs / triad);
+    std::fflush(stdout);
+  }
+  // QuantizeX alone: one 4096-element row, per activation kind.
+  for (DType w : {DType::kQ8_0, DType::kQ4_K}) {
+    std::vector<float> x(k);
+    for (int64_t j = 0; j < k; ++j) x[j] = static_cast<float>((j * 7919) % 2001 - 1000) / 1000.0f;
+    std::vector<uint8_t> xq(cpu::QuantizedXRowBytes(w, k));
+    const double s = BestSeconds(200, [&] { cpu::QuantizeX(w, x.data(), 1, k, xq.data()); });
+    std::printf("QuantizeX %s activations, k %lld: %.2f us\n", w == DType::kQ8_0 ? "q8 (32)" : "q8_K (256)",
+                static_cast<long long>(k), s * 1e6);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tpserve::bench
+
+int main(int argc, char** argv) { return tpserve::bench::Main(argc, argv); }

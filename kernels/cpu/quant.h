@@ -1,0 +1,77 @@
+// CPU kernels that read ggml block-quantized weights (kernels/base.h's quantized DTypes) as
+// they are stored, instead of widening them at load: the activation row is quantized per block
+// to int8 (as llama.cpp's Q8_0 / Q8_K activations), each weight block's integer dot product
+// with it is exact, and the blocks' scales are applied in fp32. Decode GEMVs stream the blocks
+// (1 byte per element for Q8_0, ~0.56 for Q4_K: the bytes per token decide decode speed);
+// prefill widens panels of blocks (Linear, linear.cc).
+//
+// Exactness: a dot kernel's result is dequant(w) · dequant(quantize(x)) computed in exact
+// integer arithmetic per block (per sub-block for the K-quants), then summed in fp32, so every
+// instruction-set path agrees with the scalar one up to the order of the fp32 sums of block
+// results. The error against fp32 x is x's int8 rounding (|dx| <= d / 2 per element, d the
+// block's amax / 127). Tested by tests/quant_kernels_test.cc per type and per path against
+// the dequantize-then-dot reference (kernels/cpu/dequantize.h); measured by
+// bench/quant_dot_bench.cc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/base.h"
+
+namespace tpserve::cpu {
+
+// An activation block for the 32-element weight blocks (Q4_0, Q5_0, Q8_0): x[j] ~= d * qs[j],
+// d = amax / 127 (fp32: finer than ggml's fp16 scale, and free for an activation).
+struct BlockQ8 {
+  float d;
+  int8_t qs[32];
+};
+static_assert(sizeof(BlockQ8) == 36);
+
+// An activation super-block for the K-quants (Q4_K, Q5_K, Q6_K), as ggml's block_q8_K:
+// x[j] ~= d * qs[j]; bsums[g] = sum of qs[16g .. 16g + 16) (the K-quants' mins and Q6_K's
+// offset of 32 multiply these).
+struct BlockQ8K {
+  float d;
+  int8_t qs[256];
+  int16_t bsums[16];
+};
+static_assert(sizeof(BlockQ8K) == 292);
+
+// The instruction-set paths of the dot kernels. kScalar runs everywhere (the reference);
+// kAvx2 needs AVX2 + FMA; kAvx512Vnni needs AVX-512 F/BW/VL + VNNI.
+enum class QuantIsa : uint8_t { kScalar, kAvx2, kAvx512Vnni };
+const char* QuantIsaName(QuantIsa isa);  // "scalar" | "avx2" | "avx512_vnni"
+// Whether this CPU can run `isa` (CPUID).
+bool QuantIsaAvailable(QuantIsa isa);
+// The fastest available path.
+QuantIsa BestQuantIsa();
+
+// Whether the weight type has dot kernels: Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K. Weights of the
+// other quantized types are widened at load (the loader says so).
+bool HasQuantDot(DType w);
+
+// Bytes of one quantized activation row of k elements for weight type `w`
+// (k / 32 BlockQ8 or k / 256 BlockQ8K); k is a multiple of BlockElems(w).
+size_t QuantizedXRowBytes(DType w, int64_t k);
+// Quantizes x [m, k] fp32 for weight type w: row i at xq + i * QuantizedXRowBytes(w, k).
+// Round to nearest (ties away from zero, as ggml's roundf); an all-zero block gets d = 0.
+void QuantizeX(DType w, const float* x, int64_t m, int64_t k, void* xq);
+
+// y[i * ldy] = w_row · x_i for i < m, where w_row is one weight row of k elements of type w
+// and x_i is row i of a QuantizeX output (rows xq_row_bytes apart). A kernel may share each
+// unpacked weight block among the m rows.
+using QuantDotFn = void (*)(const void* w_row, const void* xq, size_t xq_row_bytes, int m, int64_t k, float* y,
+                            int64_t ldy);
+// The kernel for (w, isa); null where the type has no kernels or the path is not available
+// on this CPU.
+QuantDotFn FindQuantDot(DType w, QuantIsa isa);
+
+// Linear's decode rows (kernels/cpu/cpu_kernels.h; m <= kMaxStreamingRows) for a weight type
+// that HasQuantDot: x quantized once (QuantizeX), then the best dot kernel over the weight
+// rows, split among the OpenMP threads in contiguous ranges. Defined in quant_linear.cc;
+// Linear widens panels of blocks for prefill instead.
+void QuantGemv(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, float* y);
+
+}  // namespace tpserve::cpu

@@ -1,0 +1,124 @@
+// quant.h's AVX2 path (AVX2 + FMA + F16C): the dot kernels of quant_dot_kernels.inc on
+// vpmaddubsw + vpmaddwd, and QuantizeX's blocks. Tested by tests/quant_kernels_test.cc.
+//
+// Only the code below the target pragma uses AVX2, and it has internal linkage (the anonymous
+// namespace) or is called through quant_dot_paths.h after a CPUID check; nothing inside the
+// pragma uses the standard library.
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/base.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_dot_paths.h"
+
+// GCC's target pragma; clang's equivalent (it ignores GCC's) for builds with clang.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+namespace tpserve::cpu::quant_paths {
+namespace {
+
+// 16 registers: 4 rows' fp32 and int32 accumulators beside the unpacked weights.
+constexpr int kMaxRows = 4;
+
+inline __m256i DotBytes(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+}
+inline __m256i DotPairs(__m256i acc, __m256i u, __m256i s, __m256i sc16) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc16));
+}
+
+// Byte j of a vector of 32 copies of the bits' 4 bytes (byte j/8), tested for bit j%8.
+inline __m256i BitsToBytes(uint32_t bits) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+}
+
+#include "kernels/cpu/quant_dot_kernels.inc"
+
+inline float HorizontalMax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256 Abs(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+
+// round(x * id) to int32 with roundf's ties away from zero: trunc(v + copysign(0.5 - 2^-25, v))
+// is exact for |v| < 2^23. The empty asm keeps the product rounded on its own (GCC would
+// otherwise contract the multiply and the add into an FMA, unlike the scalar path).
+inline __m256i RoundScaled(__m256 x, __m256 id) {
+  __m256 v = _mm256_mul_ps(x, id);
+  __asm__("" : "+x"(v));
+  const __m256 half = _mm256_or_ps(_mm256_and_ps(v, _mm256_set1_ps(-0.0f)),
+                                   _mm256_castsi256_ps(_mm256_set1_epi32(0x3effffff)));
+  return _mm256_cvttps_epi32(_mm256_add_ps(v, half));
+}
+
+// Four vectors of int32 (each within int8) as 32 int8 in order.
+inline __m256i PackBytes(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+  return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+}  // namespace
+
+QuantDotFn FindAvx2(DType w) { return FindKernel(w); }
+
+void QuantizeQ8Avx2(const float* x, int64_t blocks, BlockQ8* out) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* xb = x + 32 * b;
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu_ps(xb + 8 * j);
+      amax = _mm256_max_ps(amax, Abs(v[j]));
+    }
+    const float a = HorizontalMax(amax);
+    const __m256 id = _mm256_set1_ps(a > 0.0f ? 127.0f / a : 0.0f);
+    out[b].d = a / 127.0f;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs),
+                        PackBytes(RoundScaled(v[0], id), RoundScaled(v[1], id), RoundScaled(v[2], id),
+                                  RoundScaled(v[3], id)));
+  }
+}
+
+void QuantizeQ8KAvx2(const float* x, int64_t blocks, BlockQ8K* out) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* xb = x + 256 * b;
+    __m256 amax = _mm256_setzero_ps();
+    for (int j = 0; j < 32; ++j) amax = _mm256_max_ps(amax, Abs(_mm256_loadu_ps(xb + 8 * j)));
+    const float a = HorizontalMax(amax);
+    const __m256 id = _mm256_set1_ps(a > 0.0f ? 127.0f / a : 0.0f);
+    out[b].d = a / 127.0f;
+    for (int c = 0; c < 8; ++c) {
+      __m256i q[4];
+      for (int j = 0; j < 4; ++j) q[j] = RoundScaled(_mm256_loadu_ps(xb + 32 * c + 8 * j), id);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs + 32 * c), PackBytes(q[0], q[1], q[2], q[3]));
+      // The sums of elements [0, 16) and [16, 32) of the chunk in lanes 0 and 1.
+      __m256i s = _mm256_hadd_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+      s = _mm256_hadd_epi32(s, s);
+      const __m128i s2 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+      out[b].bsums[2 * c] = static_cast<int16_t>(_mm_cvtsi128_si32(s2));
+      out[b].bsums[2 * c + 1] = static_cast<int16_t>(_mm_extract_epi32(s2, 1));
+    }
+  }
+}
+
+}  // namespace tpserve::cpu::quant_paths
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif

@@ -1,0 +1,159 @@
+// cpu::Linear and cpu::Embedding over block-quantized weights (kernels/cpu/quant.h): decode
+// rows against the dequantize-then-dot reference on int8-rounded x, prefill against the same
+// product on the widened weights (bit for bit on sgemm), for every type with dot kernels.
+// The dot kernels themselves, per instruction set: tests/quant_kernels_test.cc.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/base.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/quant.h"
+
+namespace tpserve::cpu {
+namespace {
+
+constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+// Random blocks whose fp16 scales are small finite numbers (random bytes elsewhere).
+std::vector<uint8_t> RandomBlocks(DType t, int64_t rows, int64_t k, std::mt19937& rng) {
+  std::vector<uint8_t> w(rows * RowBytes(t, k));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
+  std::uniform_real_distribution<float> scale(1e-3f, 1e-2f);
+  const size_t bb = BlockBytes(t);
+  const auto put = [&](size_t at, float v) {
+    const uint16_t h = F32ToF16(v);
+    std::memcpy(w.data() + at, &h, 2);
+  };
+  for (size_t b = 0; b < w.size() / bb; ++b) {
+    const size_t at = b * bb;
+    switch (t) {
+      case DType::kQ4_K:
+      case DType::kQ5_K:
+        put(at, scale(rng));
+        put(at + 2, scale(rng));
+        break;
+      case DType::kQ6_K: put(at + 208, scale(rng)); break;
+      default: put(at, scale(rng)); break;
+    }
+  }
+  return w;
+}
+
+std::vector<float> Widen(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t k) {
+  std::vector<float> out(rows * k);
+  for (int64_t r = 0; r < rows; ++r) DequantizeRow(t, w.data() + r * RowBytes(t, k), k, out.data() + r * k);
+  return out;
+}
+
+std::vector<float> RandomX(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> x(n);
+  for (float& v : x) v = d(rng);
+  return x;
+}
+
+// x as the dot kernels see it: QuantizeX's blocks, widened.
+std::vector<double> RoundedX(DType t, const std::vector<float>& x, int64_t m, int64_t k) {
+  std::vector<uint8_t> xq(m * QuantizedXRowBytes(t, k));
+  QuantizeX(t, x.data(), m, k, xq.data());
+  std::vector<double> out(m * k);
+  const bool k_quant = BlockElems(t) == 256;
+  for (int64_t i = 0; i < m; ++i) {
+    const uint8_t* row = xq.data() + i * QuantizedXRowBytes(t, k);
+    for (int64_t j = 0; j < k; ++j) {
+      if (k_quant) {
+        const BlockQ8K& b = reinterpret_cast<const BlockQ8K*>(row)[j / 256];
+        out[i * k + j] = static_cast<double>(b.d) * b.qs[j % 256];
+      } else {
+        const BlockQ8& b = reinterpret_cast<const BlockQ8*>(row)[j / 32];
+        out[i * k + j] = static_cast<double>(b.d) * b.qs[j % 32];
+      }
+    }
+  }
+  return out;
+}
+
+TEST(QuantLinear, DecodeRowsMatchTheDequantizedProductOnRoundedX) {
+  std::mt19937 rng(7);
+  const int64_t k = 512, n = 37;  // n: uneven among threads
+  for (DType t : kTypes) {
+    ASSERT_TRUE(HasQuantDot(t)) << DTypeName(t);
+    const std::vector<uint8_t> w = RandomBlocks(t, n, k, rng);
+    const std::vector<float> wf = Widen(t, w, n, k);
+    for (int64_t m : {1, 3, 16}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(t) << " m " << m);
+      const std::vector<float> x = RandomX(m * k, rng);
+      const std::vector<double> xr = RoundedX(t, x, m, k);
+      for (GemmPath path : AvailableGemmPaths()) {
+        std::vector<float> y(m * n, NAN);
+        Linear(path, x.data(), m, k, w.data(), t, n, y.data());
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t r = 0; r < n; ++r) {
+            double want = 0, mag = 0;
+            for (int64_t j = 0; j < k; ++j) {
+              want += wf[r * k + j] * xr[i * k + j];
+              mag += std::abs(wf[r * k + j] * xr[i * k + j]);
+            }
+            EXPECT_NEAR(y[i * n + r], want, 1e-5 * mag + 1e-6) << GemmPathName(path) << " row " << i << " col " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Prefill (more than kMaxStreamingRows rows) widens panels of blocks: on sgemm exactly the
+// product of the widened weights; on onednn-bf16 that of the widened weights rounded to bf16.
+TEST(QuantLinear, PrefillIsTheProductOfTheWidenedWeights) {
+  std::mt19937 rng(11);
+  const int64_t k = 768, n = 300, m = 40;
+  for (DType t : kTypes) {
+    SCOPED_TRACE(DTypeName(t));
+    const std::vector<uint8_t> w = RandomBlocks(t, n, k, rng);
+    const std::vector<float> wf = Widen(t, w, n, k);
+    const std::vector<float> x = RandomX(m * k, rng);
+    std::vector<float> got(m * n), want(m * n);
+    Linear(GemmPath::kSgemm, x.data(), m, k, w.data(), t, n, got.data());
+    Linear(GemmPath::kSgemm, x.data(), m, k, wf.data(), DType::kF32, n, want.data());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << "sgemm: not the widened product's bits";
+    const std::vector<GemmPath> paths = AvailableGemmPaths();
+    if (std::find(paths.begin(), paths.end(), GemmPath::kOneDnnBf16) == paths.end()) continue;
+    std::vector<uint16_t> wb(n * k);
+    for (size_t i = 0; i < wb.size(); ++i) wb[i] = F32ToBf16(wf[i]);
+    Linear(GemmPath::kOneDnnBf16, x.data(), m, k, w.data(), t, n, got.data());
+    Linear(GemmPath::kOneDnnBf16, x.data(), m, k, wb.data(), DType::kBF16, n, want.data());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << "onednn-bf16 element " << i;
+    }
+  }
+}
+
+TEST(QuantLinear, EmbeddingRowsAreTheWidenedRowsScaled) {
+  std::mt19937 rng(3);
+  const int64_t dim = 512, rows = 9, vocab_start = 100;
+  for (DType t : kTypes) {
+    SCOPED_TRACE(DTypeName(t));
+    const std::vector<uint8_t> table = RandomBlocks(t, rows, dim, rng);
+    const std::vector<float> wide = Widen(t, table, rows, dim);
+    const std::vector<int32_t> ids = {104, 3, 100, 108};  // 3: another rank's (zeros)
+    std::vector<float> out(ids.size() * dim, NAN);
+    Embedding(ids.data(), static_cast<int64_t>(ids.size()), table.data(), t, vocab_start, rows, dim, 0.5f,
+              out.data());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int64_t row = ids[i] - vocab_start;
+      for (int64_t j = 0; j < dim; ++j) {
+        const float want = row < 0 ? 0.f : wide[row * dim + j] * 0.5f;
+        ASSERT_EQ(out[i * dim + j], want) << "token " << ids[i] << " element " << j;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tpserve::cpu
