@@ -352,6 +352,7 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
   mo.pipeline = e.stage;
   mo.block_size = o.block_size;
   if (o.dtype != "auto") mo.weight_dtype = ParseDType(o.dtype).value();
+  mo.keep_quantized = !o.dequantize_weights;
   mo.cuda_graph_batch_sizes = EngineCudaGraphBatchSizes(o, e.device);
   mo.max_model_len = static_cast<int32_t>(e.config.max_position_embeddings);
   // On the CPU the MLP runs a chunk of tokens at a time, which bounds its activations. oneDNN's

@@ -35,6 +35,10 @@ struct EngineOptions {
   // tokenizer and defaults; null: start-up opens it itself where the model is GGUF.
   std::shared_ptr<const GgufFile> gguf;
   std::string dtype = "auto";        // auto (checkpoint's) | bfloat16 | float16 | float32
+  // A GGUF file's block-quantized matrices stay quantized in memory where the backend has
+  // kernels for their type (ModelOptions::keep_quantized); true widens them all to `dtype`
+  // at load (3-4x the memory of a Q4_K_M file; for A/B runs).
+  bool dequantize_weights = false;
   // auto | cpu | cuda. auto: cuda where tpserve is built with CUDA and a GPU is visible.
   // On cuda, the rank with node-local index i runs on GPU i % (GPUs on the node).
   std::string device = "auto";

@@ -118,6 +118,8 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     j["weights"] = engine.weights_description;
     j["architecture"] = std::string(ArchName(engine.config.arch));
     j["weight_dtype"] = std::string(DTypeName(engine.model->weight_dtype()));
+    j["quantization"] = engine.model->weight_formats().Summary();
+    j["weight_formats"] = engine.model->weight_formats().Describe(engine.model->weight_dtype());
     j["tensor_parallel_size"] = world.tp_size;
     j["pipeline_parallel_size"] = world.pp_size;
     j["pipeline_stages"] = DescribeStages(engine.stage_bounds);
@@ -200,6 +202,8 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     if (const std::string tuning = DescribeTuning(engine.tune_report); !tuning.empty()) {
       std::fprintf(stderr, "tpserve: %s\n", tuning.c_str());
     }
+    std::fprintf(stderr, "tpserve: weights in memory (rank 0): %s\n",
+                 engine.model->weight_formats().Describe(engine.model->weight_dtype()).c_str());
     if (!engine.cpu_gemm.description.empty()) {
       std::fprintf(stderr, "tpserve: matmuls: %s\n", engine.cpu_gemm.description.c_str());
     }

@@ -22,6 +22,9 @@ ABSL_FLAG(std::string, model, "", "Checkpoint directory (Hugging Face layout), a
                                   "(gemma-4-31b, gemma-4-1b, gemma-4-tiny; needs --load-format dummy)");
 ABSL_FLAG(std::string, load_format, "auto", "auto | safetensors | gguf | dummy (deterministic random weights); auto: gguf for a *.gguf --model");
 ABSL_FLAG(std::string, dtype, "auto", "Weight dtype: auto (the checkpoint's) | bfloat16 | float16 | float32");
+ABSL_FLAG(bool, dequantize_weights, false,
+          "Widen a GGUF file's quantized weights to --dtype at load instead of keeping its blocks (Q8_0, Q4_0, "
+          "Q5_0, Q4_K, Q5_K, Q6_K stay quantized on the CPU by default; the start-up log says what did)");
 ABSL_FLAG(int, tensor_parallel_size, 0, "Ranks each layer is split over, one pipeline stage's (default: the ranks "
                                         "per node under MPI, 1 without; without mpirun, ranks run as threads)");
 ABSL_FLAG(int, pipeline_parallel_size, 0, "Pipeline stages, each a contiguous range of layers on tensor-parallel-size "
@@ -158,6 +161,7 @@ int EngineOptionsFromFlags(tpserve::EngineOptions& e) {
   e.model = absl::GetFlag(FLAGS_model);
   e.load_format = absl::GetFlag(FLAGS_load_format);
   e.dtype = absl::GetFlag(FLAGS_dtype);
+  e.dequantize_weights = absl::GetFlag(FLAGS_dequantize_weights);
   e.device = absl::GetFlag(FLAGS_device);
   e.gpu_memory_utilization = absl::GetFlag(FLAGS_gpu_memory_utilization);
   e.threads = absl::GetFlag(FLAGS_threads);

@@ -27,6 +27,8 @@ struct RunResult {
   std::vector<GenerationOutput> outputs;
   int64_t preemptions = 0;
   int32_t most_in_flight = 0;  // steps in flight at once (pipeline stages: up to one each)
+  WeightFormats formats;       // rank 0's
+  int64_t weight_bytes = 0;    // rank 0's
 };
 
 struct RunOptions {
@@ -39,6 +41,7 @@ struct RunOptions {
   int pp = 1;  // pipeline stages, each of `tp` ranks (world tp x pp)
   cpu::GemmPath gemm = cpu::GemmPath::kSgemm;  // every product's path and precision
   int32_t mlp_chunk_tokens = 0;  // ModelOptions::mlp_chunk_tokens
+  bool keep_quantized = true;    // ModelOptions::keep_quantized
 };
 
 // "gguf:NAME" is the GGUF fixture tests/fixtures/gguf/models/NAME.gguf
@@ -85,6 +88,7 @@ RunResult RunFixture(const std::string& name, int tp, const Reference& ref, cons
     mo.weight_dtype = ro.dtype;
     mo.block_size = ro.block_size;
     mo.mlp_chunk_tokens = ro.mlp_chunk_tokens;
+    mo.keep_quantized = ro.keep_quantized;
     // Stage s is world ranks [s * tp, (s + 1) * tp): its own tensor-parallel group.
     std::unique_ptr<Communicator> stage_comm = ro.pp > 1 ? comm.Split(comm.rank() / tp) : nullptr;
     if (ro.pp > 1) {
@@ -95,6 +99,10 @@ RunResult RunFixture(const std::string& name, int tp, const Reference& ref, cons
     auto model = Model::Load(*config, **source, *backend, stage_comm ? *stage_comm : comm, mo, &comm);
     ASSERT_TRUE(model.ok()) << model.status();
     ASSERT_TRUE((*model)->AllocateKvCache(64).ok());
+    if (comm.rank() == 0) {
+      result.formats = (*model)->weight_formats();
+      result.weight_bytes = (*model)->weight_bytes();
+    }
     if (comm.rank() != 0) {
       ASSERT_TRUE(RunWorkerLoop(**model, comm).ok());
       return;
@@ -245,6 +253,63 @@ INSTANTIATE_TEST_SUITE_P(Gguf, FixtureTest,
                          [](const auto& info) {
                            return std::get<0>(info.param).substr(5) + "_tp" + std::to_string(std::get<1>(info.param));
                          });
+
+// A GGUF file's block-quantized matrices kept as they are stored (llama3_quant.gguf: Q8_0,
+// Q4_0 and Q5_0 read by the quantized kernels; a Q4_1 down projection and a layer's Q4_0/Q5_0
+// gate/up pair widened; a Q4_0 q/k with a Q8_0 v kept as two segments) compute what the same
+// file widened to fp32 at load computes, up to the int8 rounding of the decode rows'
+// activations (the 24-token prompt is a prefill GEMM over widened panels: on sgemm the same
+// numbers), with the same greedy tokens, at TP 1 and 2, on every GEMM path here; the loader
+// says what it kept, what it widened and why.
+TEST(ModelTest, QuantizedGgufMatchesTheFileWidened) {
+  const Reference ref = LoadReference("llama3");  // its prompt and greedy length
+  for (cpu::GemmPath path : cpu::AvailableGemmPaths()) {
+    for (int tp : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << cpu::GemmPathName(path) << " tp " << tp);
+      RunOptions ro;
+      ro.gemm = path;
+      // Widened to what the prefill GEMM's panels are widened to on this path.
+      ro.dtype = path == cpu::GemmPath::kSgemm ? DType::kF32 : DType::kBF16;
+      ro.keep_quantized = false;
+      const RunResult widened = RunFixture("gguf:llama3_quant", tp, ref, ro);
+      ro.keep_quantized = true;
+      const RunResult kept = RunFixture("gguf:llama3_quant", tp, ref, ro);
+      ASSERT_EQ(widened.formats.bytes.size(), 1u);  // all widened
+      EXPECT_EQ(widened.formats.bytes.count(*ro.dtype), 1u);
+      for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0}) EXPECT_GT(kept.formats.bytes.count(t), 0u);
+      EXPECT_EQ(kept.formats.bytes.count(DType::kQ4_1), 0u);
+      const std::string described = kept.formats.Describe(*ro.dtype);
+      EXPECT_TRUE(absl::StrContains(described, "q4_1: no kernels for it")) << described;
+      EXPECT_TRUE(absl::StrContains(described, "with a part of another dtype into one output")) << described;
+      EXPECT_LT(kept.weight_bytes * (path == cpu::GemmPath::kSgemm ? 3 : 1.5), widened.weight_bytes);
+      // Prompt logits: the prefill GEMM reads the widened panels; on sgemm, the fp32 numbers of
+      // the widened file. On onednn-bf16 the widened file's embedding table is bf16 too while
+      // the kept one is widened exactly (Q8_0 to fp32), which moves every later value by
+      // bf16's rounding: the bf16 checkpoints' tolerance (Bf16GemmPathTest).
+      const double prompt_tol = path == cpu::GemmPath::kSgemm ? 1e-3 : 1e-1;
+      ASSERT_EQ(kept.prompt_logits.size(), widened.prompt_logits.size());
+      for (size_t p = 0; p < kept.prompt_logits.size(); ++p) {
+        EXPECT_LE(testing::ToleranceRatio(kept.prompt_logits[p], widened.prompt_logits[p], prompt_tol, prompt_tol),
+                  1.0)
+            << "prompt position " << p;
+      }
+      ASSERT_EQ(kept.outputs.size(), 1u);
+      ASSERT_EQ(widened.outputs.size(), 1u);
+      EXPECT_EQ(kept.outputs[0].output_ids, widened.outputs[0].output_ids);
+      // Decode steps: every product's x rounded to int8 per block. Their first run (2026-12-06,
+      // Zen 4) differed from the widened file's by at most 0.21 (sgemm) and 0.31 (onednn-bf16)
+      // on logits up to 10.3 in magnitude; a wrong block or scale moves them by whole units.
+      double max_diff = 0;
+      for (size_t st = 1; st < kept.outputs[0].logits.size(); ++st) {  // step 0's row is the prefill's
+        const std::vector<float>& a = kept.outputs[0].logits[st];
+        const std::vector<float>& b = widened.outputs[0].logits[st];
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t v = 0; v < a.size(); ++v) max_diff = std::max<double>(max_diff, std::abs(a[v] - b[v]));
+      }
+      EXPECT_LE(max_diff, 0.4) << "decode logits (int8 activations) against the widened file's";
+    }
+  }
+}
 
 // Chunked prefill, scrambled physical blocks, a small block size and a batch of
 // identical prompts give the same tokens and logits.

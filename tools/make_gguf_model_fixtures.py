@@ -7,6 +7,9 @@ For every fixture this writes tests/fixtures/gguf/models/<name>.gguf:
   * llama3, qwen2, qwen3: the weights of tests/fixtures/models/<name>/ (the safetensors
     fixture) in the checkpoint's own float type (F32, or F16 for qwen2). Their reference is
     that fixture's reference.json (transformers' logits on the same numbers).
+  * llama3_quant: llama3's weights block-quantized to a mix of Q8_0/Q4_0/Q5_0/Q4_1
+    (llama3_quant_types); tests/model_test.cc compares it kept quantized with the same file
+    widened at load.
   * gemma4: the weights of tests/fixtures/models/gemma4_text/ (F32, as the checkpoint), laid
     out as llama.cpp's Gemma 4 converter lays them out (conversion/gemma.py Gemma4Model at
     ggml-org/llama.cpp 061b8c5f; see write_gemma4_gguf). Its reference is gemma4_text's.
@@ -138,7 +141,11 @@ def add_vocab(w: gguf.GGUFWriter, arch: str, vocab_size: int, bos: int, eos: int
     w.add_unk_token_id(tokens.index("<unk>"))
 
 
-def write_gguf(path: Path, arch: str, config: dict, tensors: dict[str, np.ndarray]) -> None:
+def write_gguf(path: Path, arch: str, config: dict, tensors: dict[str, np.ndarray],
+               quant: dict[str, gguf.GGMLQuantizationType] | None = None) -> None:
+    """quant: GGUF tensor names to store block-quantized (gguf.quants.quantize), the rest as
+    they are."""
+    quant = quant or {}
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"tpserve tiny {arch}")
@@ -186,6 +193,10 @@ def write_gguf(path: Path, arch: str, config: dict, tensors: dict[str, np.ndarra
             t = permute_llama(t, n_head if ".attn_q." in name else n_kv)
         if t.ndim == 1 and t.dtype == np.float16:
             t = t.astype(np.float32)  # llama.cpp keeps 1-D tensors in F32
+        if name in quant:
+            q = gguf.quants.quantize(np.ascontiguousarray(t, dtype=np.float32), quant[name])
+            w.add_tensor(name, q, raw_dtype=quant[name])
+            continue
         w.add_tensor(name, np.ascontiguousarray(t))
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -193,13 +204,32 @@ def write_gguf(path: Path, arch: str, config: dict, tensors: dict[str, np.ndarra
     w.close()
 
 
-def from_safetensors_fixture(name: str, arch: str, out: Path) -> None:
+def from_safetensors_fixture(name: str, arch: str, out: Path, file_name: str | None = None,
+                             quant: dict[str, gguf.GGMLQuantizationType] | None = None) -> None:
     src = MODELS / name
     config = json.loads((src / "config.json").read_text())
     tensors = {}
     for f in sorted(src.glob("*.safetensors")):
         tensors.update(load_file(str(f)))
-    write_gguf(out / f"{name}.gguf", arch, config, tensors)
+    write_gguf(out / (file_name or f"{name}.gguf"), arch, config, tensors, quant)
+
+
+def llama3_quant_types() -> dict[str, gguf.GGMLQuantizationType]:
+    """llama3_quant.gguf: the llama3 fixture with its matrices in the block types that have
+    CPU kernels (Q8_0, Q4_0, Q5_0: the tiny model's 64/128-wide rows fit no K-quant), mixed as
+    a quantizer mixes them, so that tests/model_test.cc meets each loader case: a QKV projection
+    whose v differs (kept as two segments), a gate/up pair of two types (widened: one dense
+    output), a type without kernels (Q4_1: widened), F32 norms."""
+    Q = gguf.GGMLQuantizationType
+    types = {"token_embd.weight": Q.Q8_0, "output.weight": Q.Q5_0}
+    for i in range(4):
+        layer = {
+            "attn_q": Q.Q4_0, "attn_k": Q.Q4_0, "attn_v": Q.Q8_0 if i % 2 == 0 else Q.Q4_0,
+            "attn_output": Q.Q5_0, "ffn_gate": Q.Q4_0, "ffn_up": Q.Q5_0 if i == 1 else Q.Q4_0,
+            "ffn_down": Q.Q4_1 if i == 2 else Q.Q8_0,
+        }
+        types.update({f"blk.{i}.{k}.weight": v for k, v in layer.items()})
+    return types
 
 
 def gemma3_fixture(out: Path) -> None:
@@ -341,6 +371,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for name, arch in [("llama3", "llama"), ("qwen2", "qwen2"), ("qwen3", "qwen3")]:
         from_safetensors_fixture(name, arch, args.out)
+    from_safetensors_fixture("llama3", "llama", args.out, "llama3_quant.gguf", llama3_quant_types())
     gemma3_fixture(args.out)
     gemma4_fixture(args.out)
     for p in sorted(args.out.iterdir()):

@@ -27,7 +27,9 @@ class Buffer {
   virtual size_t bytes() const = 0;
 };
 
-// A dense row-major [rows, cols] view.
+// A dense row-major [rows, cols] view. A weight may be of a block-quantized dtype: each row is
+// then cols / BlockElems(dtype) blocks (RowBytes); only a backend that says
+// SupportsQuantizedWeights(dtype) is handed one.
 struct Tensor {
   void* data = nullptr;
   DType dtype = DType::kF32;
@@ -35,10 +37,11 @@ struct Tensor {
   int64_t cols = 0;
 
   int64_t numel() const { return rows * cols; }
-  size_t bytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype); }
+  size_t row_bytes() const { return RowBytes(dtype, cols); }
+  size_t bytes() const { return static_cast<size_t>(rows) * row_bytes(); }
   // Rows [r0, r0 + n).
   Tensor RowSlice(int64_t r0, int64_t n) const {
-    return Tensor{static_cast<uint8_t*>(data) + r0 * cols * DTypeSize(dtype), dtype, n, cols};
+    return Tensor{static_cast<uint8_t*>(data) + r0 * row_bytes(), dtype, n, cols};
   }
   // The same bytes seen as [rows * cols / new_cols, new_cols].
   Tensor Reshape(int64_t new_cols) const { return Tensor{data, dtype, numel() / new_cols, new_cols}; }
@@ -150,6 +153,11 @@ class Backend {
   virtual DType activation_dtype() const = 0;
   // True when device memory is host memory (weights are read straight into it).
   virtual bool device_is_host() const = 0;
+
+  // Whether Linear and Embedding read weights of block-quantized dtype `t` as they are
+  // stored (the loader keeps such weights quantized only then; otherwise it widens them to
+  // the model's float dtype at load). Default: none.
+  virtual bool SupportsQuantizedWeights(DType /*t*/) const { return false; }
 
   // Working memory: the KV cache, activations, step inputs.
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) = 0;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/quant.h"
 #include "worker/backend.h"
 #include "worker/host_memory.h"
 
@@ -38,6 +39,7 @@ class CpuBackend : public Backend {
                         ", huge_pages=", options_.cpu_huge_pages ? "on" : "off", ")");
   }
   DType activation_dtype() const override { return DType::kF32; }
+  bool SupportsQuantizedWeights(DType t) const override { return cpu::HasQuantDot(t); }
   bool device_is_host() const override { return true; }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {

@@ -195,6 +195,14 @@ class GgufSource : public WeightSource {
 
   bool Has(const std::string& name) const override { return by_engine_name_.count(name) > 0; }
 
+  std::optional<DType> QuantizedDType(const std::string& name) const override {
+    auto it = by_engine_name_.find(name);
+    if (it == by_engine_name_.end()) return std::nullopt;
+    const std::optional<DType> t = DTypeOfGgml(it->second->type);
+    if (!t || !IsQuantized(*t)) return std::nullopt;
+    return t;
+  }
+
   std::string Describe() const override { return absl::StrCat("gguf:", file_->path()); }
 
   absl::Status Read(const SliceRequest& r, DType dtype, void* dst) const override {
@@ -220,6 +228,17 @@ class GgufSource : public WeightSource {
                                                      ", a type tpserve cannot dequantize"));
     }
     TP_RETURN_IF_ERROR(CheckSlice(r, where));
+    // A quantized dtype asks for the blocks as stored (QuantizedDType): whole blocks of the
+    // file's own type, copied.
+    const bool raw = IsQuantized(dtype);
+    if (raw) {
+      const std::optional<DType> stored = DTypeOfGgml(t.type);
+      const int64_t block = BlockElems(dtype);
+      if (stored != dtype || r.col0 % block != 0 || r.cols % block != 0) {
+        return absl::InternalError(absl::StrCat(where, " cannot be read as ", std::string(DTypeName(dtype)), " columns [", r.col0,
+                                                ", ", r.col0 + r.cols, ")"));
+      }
+    }
     const int64_t full_rows = r.shape.size() == 1 ? 1 : r.shape[0];
     const int64_t full_cols = r.shape.size() == 1 ? r.shape[0] : r.shape[1];
     // llama.cpp stores Llama's q/k rows of each head interleaved (pairs (i, i + d/2) next to
@@ -237,7 +256,7 @@ class GgufSource : public WeightSource {
     // stored as is (its converter's norm_shift is 0).
     const bool gemma_norm = arch_ == GgufArch::kGemma3 && absl::EndsWith(t.name, "norm.weight");
     const size_t row_bytes = t.row_bytes();
-    const size_t out_elem = DTypeSize(dtype);
+    const size_t out_row_bytes = RowBytes(dtype, r.cols);
     // A chunk of rows at a time, its source pages released after it (ReleaseMappedPages). A
     // permuted chunk is whole heads, so that its rows come from its own stretch of the file.
     int64_t chunk_rows = static_cast<int64_t>(std::max<size_t>(1, kReleaseChunkBytes / row_bytes));
@@ -253,6 +272,11 @@ class GgufSource : public WeightSource {
           const int64_t src_row = permuted && r.shape.size() == 2 ? stored_at(r.row0 + i) : r.row0 + i;
           src_lo = std::min(src_lo, src_row);
           src_hi = std::max(src_hi, src_row + 1);
+          if (raw) {
+            std::memcpy(static_cast<uint8_t*>(dst) + i * out_row_bytes,
+                        t.data + src_row * row_bytes + RowBytes(dtype, r.col0), out_row_bytes);
+            continue;
+          }
           // The type is supported (above) and rows are whole blocks (checked on open).
           TP_CHECK(DequantizeRow(t.type, t.data + src_row * row_bytes, full_cols, row.data()).ok());
           if (gemma_norm) {
@@ -265,7 +289,7 @@ class GgufSource : public WeightSource {
             values = unpermuted.data();
           }
           ConvertRow(reinterpret_cast<const uint8_t*>(values + r.col0), DType::kF32, r.cols, dtype,
-                     static_cast<uint8_t*>(dst) + i * r.cols * out_elem);
+                     static_cast<uint8_t*>(dst) + i * out_row_bytes);
         }
       }
       ReleaseMappedPages(t.data + src_lo * row_bytes, static_cast<size_t>(src_hi - src_lo) * row_bytes);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -16,10 +17,31 @@
 
 namespace tpserve {
 
+// What a rank's loaded matrices take, per dtype, and which of the source's quantized tensors
+// were widened at load and why: for the start-up log, ModelInfo and the run record.
+struct WeightFormats {
+  std::map<DType, int64_t> bytes;    // this rank's matrix bytes per storage dtype
+  std::map<DType, int64_t> tensors;  // matrices (or fused parts) per storage dtype
+  std::map<std::string, int64_t> widened;  // reason -> tensors, e.g. "q4_1: no CPU kernels"
+
+  int64_t total_bytes() const;
+  // e.g. "q4_k 98.2 MiB (109), q6_k 21.1 MiB (19), bfloat16 1.3 MiB (1); widened to bfloat16
+  // at load: q4_1: no kernels for it on this backend (1)".
+  std::string Describe(DType widened_to) const;
+  // The storage dtypes, most bytes first, e.g. "q4_k+q6_k+q8_0"; the float dtype alone when
+  // nothing stayed quantized.
+  std::string Summary() const;
+};
+
 struct LoadContext {
   const WeightSource& source;
   Backend& backend;
-  DType weight_dtype;  // dtype matrices are stored in on the device
+  DType weight_dtype;  // dtype matrices are stored in on the device, unless kept quantized
+  // Keep the source's block-quantized matrices as they are stored where the backend reads
+  // that dtype (Backend::SupportsQuantizedWeights) and the rank's slice is whole blocks;
+  // false: widen every matrix to weight_dtype.
+  bool keep_quantized = true;
+  WeightFormats* formats = nullptr;  // tallied where not null
 };
 
 // Rows [row0, row0 + rows) of tensor `name` with full shape [full_rows, cols].
@@ -40,16 +62,29 @@ struct DeviceTensor {
 // features; several ranges fuse e.g. gate and up into one GEMM). No collective.
 class ColumnParallelLinear {
  public:
+  // split_outputs: the layer is only used through ForwardSplit with one output per part, so
+  // parts stored in different quantized dtypes (a Q4_K_M file's Q4_K q/k with a Q6_K v) may
+  // stay quantized as separate segments; otherwise such parts are widened to
+  // ctx.weight_dtype, so that Forward writes one dense y.
   static absl::StatusOr<ColumnParallelLinear> Load(const LoadContext& ctx, const std::vector<RowRange>& parts,
-                                                   int64_t in_features, const std::vector<std::string>& bias_names);
+                                                   int64_t in_features, const std::vector<std::string>& bias_names,
+                                                   bool split_outputs = false);
   void Forward(Backend& b, const Tensor& x, Tensor y) const;
   // The same product with y split by columns across `outs` (Backend::LinearSplit).
   void ForwardSplit(Backend& b, const Tensor& x, std::span<const Tensor> outs) const;
-  int64_t out_features() const { return weight_.view.rows; }
-  const Tensor& weight() const { return weight_.view; }
+  int64_t out_features() const { return out_features_; }
+  // The weight where it is one segment (always, on backends that keep nothing quantized);
+  // else the first segment.
+  const Tensor& weight() const { return segments_.front().weight.view; }
 
  private:
-  DeviceTensor weight_;
+  // Output rows [row0, row0 + weight rows) in one storage dtype.
+  struct Segment {
+    DeviceTensor weight;
+    int64_t row0 = 0;
+  };
+  std::vector<Segment> segments_;
+  int64_t out_features_ = 0;
   std::unique_ptr<Buffer> bias_;  // fp32 [out_features] or null
 };
 

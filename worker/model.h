@@ -27,6 +27,9 @@ namespace tpserve {
 struct ModelOptions {
   // Dtype of weight matrices on the device; nullopt = the checkpoint's torch_dtype.
   std::optional<DType> weight_dtype;
+  // Keep a GGUF file's block-quantized matrices as they are stored where the backend has
+  // kernels for their type (LoadContext::keep_quantized); false: widen all to weight_dtype.
+  bool keep_quantized = true;
   int32_t block_size = 16;  // KV cache block size in tokens
   // CUDA graphs for decode steps: the batch sizes to capture (empty: every step eager).
   // Used where the backend captures (CUDA) and the collectives can be captured (one rank,
@@ -109,6 +112,8 @@ class Model {
   const std::vector<int64_t>& num_kv_blocks() const { return num_blocks_; }
   int64_t weight_bytes() const { return weight_bytes_; }  // this rank's
   DType weight_dtype() const { return weight_dtype_; }
+  // This rank's matrices by storage dtype (what stayed quantized, what was widened and why).
+  const WeightFormats& weight_formats() const { return weight_formats_; }
 
   // Runs one step on every rank (all ranks call it with the same plan). Rank 0 gets the
   // logits [plan.logit_rows.size(), vocab] in fp32, or, when the plan has sampling rows,
@@ -258,6 +263,7 @@ class Model {
   ModelOptions options_;
   DType weight_dtype_ = DType::kF32;
   int64_t weight_bytes_ = 0;
+  WeightFormats weight_formats_;
   float embed_scale_ = 1.0f;
 
   VocabParallelEmbedding embed_;

@@ -50,7 +50,7 @@ absl::Status Model::LoadWeights(const WeightSource& source) {
   const ModelConfig& c = config_;
   const int rank = comm_.rank(), tp = comm_.size();
   weight_dtype_ = options_.weight_dtype.value_or(c.torch_dtype);
-  LoadContext ctx{source, backend_, weight_dtype_};
+  LoadContext ctx{source, backend_, weight_dtype_, options_.keep_quantized, &weight_formats_};
   const int64_t H = c.hidden_size;
 
   // transformers multiplies by the scale cast to the weight dtype (sqrt(5376) -> 73.5 in bf16).
@@ -63,7 +63,6 @@ absl::Status Model::LoadWeights(const WeightSource& source) {
   const PipelineStage& stage = options_.pipeline;
   if (OwnsTensor(c, stage, "embed_tokens.weight")) {
     TP_ASSIGN_OR_RETURN(embed_, VocabParallelEmbedding::Load(ctx, "embed_tokens.weight", c.vocab_size, H, rank, tp));
-    weight_bytes_ += embed_.rows() * H * static_cast<int64_t>(DTypeSize(weight_dtype_));
   }
   if (stage.last() && !c.tie_word_embeddings) {
     if (!source.Has("lm_head.weight")) {
@@ -72,7 +71,6 @@ absl::Status Model::LoadWeights(const WeightSource& source) {
     }
     TP_ASSIGN_OR_RETURN(auto head, VocabParallelEmbedding::Load(ctx, "lm_head.weight", c.vocab_size, H, rank, tp));
     lm_head_.emplace(std::move(head));
-    weight_bytes_ += lm_head_->rows() * H * static_cast<int64_t>(DTypeSize(weight_dtype_));
   }
   if (stage.last()) {
     TP_ASSIGN_OR_RETURN(final_norm_, LoadVector(ctx, "norm.weight", H));
@@ -110,7 +108,7 @@ absl::Status Model::LoadWeights(const WeightSource& source) {
       qkv.push_back({a + "v_proj.weight", kv_rows, L->heads.kv_head0 * D, L->heads.kv_heads * D});
       qkv_bias.insert(qkv_bias.end(), v_bias.begin(), v_bias.end());
     }
-    TP_ASSIGN_OR_RETURN(L->qkv_proj, ColumnParallelLinear::Load(ctx, qkv, H, qkv_bias));
+    TP_ASSIGN_OR_RETURN(L->qkv_proj, ColumnParallelLinear::Load(ctx, qkv, H, qkv_bias, /*split_outputs=*/true));
     TP_ASSIGN_OR_RETURN(L->o_proj,
                         RowParallelLinear::Load(ctx, a + "o_proj.weight", H, q_rows, L->heads.q_head0 * D,
                                                 L->heads.q_heads * D, c.o_proj_bias ? a + "o_proj.bias" : ""));
@@ -125,10 +123,9 @@ absl::Status Model::LoadWeights(const WeightSource& source) {
       TP_RETURN_IF_ERROR(source.Read(SliceRequest{p + "layer_scalar", {1}, 0, 1, 0, 1}, DType::kF32, &L->layer_scalar));
     }
     TP_ASSIGN_OR_RETURN(L->inv_freq, UploadF32(backend_, RopeInvFreq(L->cfg.rope, D)));
-    weight_bytes_ += (L->heads.q_heads * D * H * 2 + L->heads.kv_heads * D * H * (L->cfg.k_eq_v ? 1 : 2) + 3 * I * H) *
-                     static_cast<int64_t>(DTypeSize(weight_dtype_));
     layers_.push_back(std::move(L));
   }
+  weight_bytes_ = weight_formats_.total_bytes();
   return absl::OkStatus();
 }
 

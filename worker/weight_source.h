@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,11 @@ class WeightSource {
   virtual absl::Status Read(const SliceRequest& req, DType dtype, void* dst) const = 0;
   // Whether the (unprefixed) tensor exists.
   virtual bool Has(const std::string& name) const = 0;
+  // The block-quantized dtype (kernels/base.h) the tensor is stored in, where the source can
+  // hand its blocks over as they are: Read with that dtype then copies whole blocks (the
+  // slice's columns must start and end on block boundaries). nullopt for float tensors and
+  // for sources that only convert. Default: nullopt.
+  virtual std::optional<DType> QuantizedDType(const std::string& /*name*/) const { return std::nullopt; }
   virtual std::string Describe() const = 0;  // for logs and run records
 
   // Called once the whole model has been loaded from this source (Model::Load does).

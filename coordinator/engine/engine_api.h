@@ -23,7 +23,9 @@ struct ModelInfo {
   std::string served_model_name;  // what clients put in "model"
   std::string architecture;       // e.g. gemma4
   int64_t parameter_count = 0;
-  std::string dtype;              // weight dtype
+  std::string dtype;              // weight dtype (of the matrices not kept quantized)
+  std::string quantization;       // storage dtypes, most bytes first (ModelInfoResponse.quantization)
+  std::string weight_formats;     // ModelInfoResponse.weight_formats
   int32_t tensor_parallel_size = 1;
   int32_t pipeline_parallel_size = 1;
   std::string pipeline_stages;  // each stage's layers, e.g. "layers 0-29 | 30-59"
