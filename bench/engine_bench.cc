@@ -41,6 +41,10 @@ ABSL_FLAG(int, decode_steps, 16, "Decode steps measured per configuration");
 ABSL_FLAG(int, threads, 0, "Total CPU threads, split across ranks (default: all cores)");
 ABSL_FLAG(std::string, dtype, "bfloat16", "Weight dtype");
 ABSL_FLAG(bool, json, false, "Also print one JSON object per configuration");
+ABSL_FLAG(bool, dequantize_weights, false,
+          "cpu: widen a GGUF file's quantized weights to --dtype at load (as tpserve --dequantize-weights) instead "
+          "of keeping the blocks");
+ABSL_FLAG(std::string, cpu_gemm, "sgemm", "cpu: the matmul path, auto | sgemm | onednn-bf16 (tpserve --cpu-gemm)");
 ABSL_FLAG(std::string, backend, "cpu", "cpu | cuda (the GPU measurements: copy bandwidth, cuBLAS GEMM, prefill "
                                        "TFLOP/s, decode roofline, peak memory, KV blocks)");
 ABSL_FLAG(double, gpu_memory_utilization, 0.9, "cuda: fraction of the GPU's memory the engine may use");
@@ -98,7 +102,8 @@ absl::StatusOr<std::unique_ptr<WeightSource>> OpenSource(const std::string& mode
 }
 
 Result RunOne(const std::string& model_name, const ModelConfig& config, DType dtype, int tp, int threads_per_rank,
-              int batch, int context, int decode_steps) {
+              int batch, int context, int decode_steps, cpu::GemmPath gemm, bool keep_quantized,
+              std::string* formats) {
   Result r;
   r.tp = tp;
   r.threads_per_rank = threads_per_rank;
@@ -116,9 +121,10 @@ Result RunOne(const std::string& model_name, const ModelConfig& config, DType dt
         if (rank == 0) std::fprintf(stderr, "engine_bench: %s\n", std::string(st.message()).c_str());
         return;
       }
-      auto backend = MakeCpuBackend(BackendOptions{.threads = threads_per_rank});
+      auto backend = MakeCpuBackend(BackendOptions{.threads = threads_per_rank, .cpu_gemm = gemm});
       ModelOptions mo;
       mo.weight_dtype = dtype;
+      mo.keep_quantized = keep_quantized;
       auto model = Model::Load(config, **source, *backend, *comm, mo);
       st = comm->AgreeOnStatus(model.status());
       if (!st.ok()) {
@@ -129,6 +135,7 @@ Result RunOne(const std::string& model_name, const ModelConfig& config, DType dt
       st = comm->AgreeOnStatus((*model)->AllocateKvCache(per_seq_blocks * batch + 1));
       if (!st.ok()) return;
       rank_weight_bytes[rank] = (*model)->weight_bytes();
+      if (rank == 0) *formats = (*model)->weight_formats().Describe(dtype);
       if (rank != 0) {
         (void)RunWorkerLoop(**model, *comm);
         return;
@@ -229,6 +236,12 @@ int Main() {
     std::fprintf(stderr, "engine_bench: %s\n", std::string(dtype.status().message()).c_str());
     return 2;
   }
+  auto gemm = cpu::ChooseGemmPath(absl::GetFlag(FLAGS_cpu_gemm));
+  if (!gemm.ok()) {
+    std::fprintf(stderr, "engine_bench: %s\n", std::string(gemm.status().message()).c_str());
+    return 2;
+  }
+  const bool keep_quantized = !absl::GetFlag(FLAGS_dequantize_weights);
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int context = absl::GetFlag(FLAGS_context);
@@ -237,6 +250,7 @@ int Main() {
   std::printf("engine_bench: %s (%.2fB params, %s weights, %s), %d CPU threads in all, context %d, %d decode steps\n",
               eo.model.c_str(), config->ParameterCount() / 1e9, eo.load_format == "dummy" ? "dummy" : "real",
               std::string(DTypeName(*dtype)).c_str(), threads, context, steps);
+  std::printf("matmuls: %s\n", gemm->description.c_str());
   const double triad_gbs = bench::MeasureTriadBandwidthGBs(threads);
   std::printf("STREAM triad bandwidth (%d threads): %.2f GB/s\n\n", threads, triad_gbs);
   std::printf("%4s %7s %6s %9s %11s %11s %10s %12s %9s %10s %9s %8s\n", "tp", "thr/rk", "batch", "load s",
@@ -245,8 +259,11 @@ int Main() {
   for (int batch : ParseList(absl::GetFlag(FLAGS_batch))) {
     for (int tp : ParseList(absl::GetFlag(FLAGS_tp))) {
       const int per_rank = std::max(1, threads / tp);
-      Result r = RunOne(eo.model, *config, *dtype, tp, per_rank, batch, context, steps);
+      std::string formats;
+      Result r = RunOne(eo.model, *config, *dtype, tp, per_rank, batch, context, steps, gemm->path, keep_quantized,
+                        &formats);
       if (!r.ok) return 1;
+      if (results.empty()) std::printf("weights in memory (rank 0): %s\n", formats.c_str());
       // Each decode step streams every weight once (the tied embedding as the LM head).
       const double weight_gbs = r.weight_bytes / (r.decode_step_ms / 1e3) / 1e9;
       std::printf("%4d %7d %6d %9.2f %11.1f %11.2f %10.1f %12.2f %8.0f%% %9.1f%% %9.3f %7.2f%%\n", r.tp,
@@ -258,7 +275,9 @@ int Main() {
                             {"batch", batch}, {"context", context}, {"load_s", r.load_s}, {"prefill_ms", r.prefill_ms},
                             {"decode_step_ms", r.decode_step_ms}, {"decode_step_max_ms", r.decode_step_max_ms},
                             {"weight_gbs", weight_gbs}, {"triad_gbs", triad_gbs}, {"allreduce_share", r.allreduce_share},
-                            {"coordinator_ms", r.coordinator_ms}, {"coordinator_share", r.coordinator_share}};
+                            {"coordinator_ms", r.coordinator_ms}, {"coordinator_share", r.coordinator_share},
+                            {"weight_bytes", r.weight_bytes}, {"weight_formats", formats},
+                            {"cpu_gemm", gemm->description}};
         std::printf("%s\n", j.dump().c_str());
       }
       results.push_back(r);

@@ -102,3 +102,7 @@ tp_add_test(speculative_test SOURCES speculative_test.cc LIBS tpserve_engine_cor
 # schemas, seeded sampling, TP 1 and 2, n-gram drafts: every output validates.
 tp_add_test(structured_generation_test SOURCES structured_generation_test.cc
             LIBS tpserve_engine_core tpserve_structured_output)
+# The quality benchmark's math on hand-computed distributions, and its model side on fixture
+# checkpoints: a model against itself (KL 0), a bf16-rounded copy and another model (KL > 0).
+tp_add_test(quality_metrics_test SOURCES quality_metrics_test.cc LIBS tpserve_quality)
+tp_add_test(quality_eval_test SOURCES quality_eval_test.cc LIBS tpserve_quality)
