@@ -45,6 +45,8 @@ absl::Status ApplyEngineSettings(absl::string_view settings, EngineOptions& o) {
         return absl::InvalidArgumentError(absl::StrCat("cpu_huge_pages=", value, ": use true or false"));
       }
       o.cpu_huge_pages = value == "true";
+    } else if (key == "quantization") {
+      o.quantization = value;
     } else if (key == "dequantize_weights") {
       if (value != "true" && value != "false") {
         return absl::InvalidArgumentError(absl::StrCat("dequantize_weights=", value, ": use true or false"));
@@ -56,7 +58,7 @@ absl::Status ApplyEngineSettings(absl::string_view settings, EngineOptions& o) {
       }
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown engine setting \"", key,
-                                                     "\"; known: dtype, load_format, cpu_gemm, cpu_huge_pages, dequantize_weights, threads"));
+                                                     "\"; known: dtype, load_format, cpu_gemm, cpu_huge_pages, quantization, dequantize_weights, threads"));
     }
   }
   return absl::OkStatus();

@@ -94,6 +94,7 @@ int Main(int argc, char** argv) {
     };
     std::vector<Result> results;
     for (DType w : types) {
+      if (k % BlockElems(w) != 0) continue;  // e.g. --k 640 (Gemma 3 270M's hidden size): no K-quants
       const size_t row_bytes = RowBytes(w, k);
       const int64_t n = std::max<int64_t>(64, (mib << 20) / static_cast<int64_t>(row_bytes));
       const std::vector<uint8_t> weights = RandomBlocks(w, n * row_bytes);
@@ -136,6 +137,7 @@ int Main(int argc, char** argv) {
   }
   // QuantizeX alone: one 4096-element row, per activation kind.
   for (DType w : {DType::kQ8_0, DType::kQ4_K}) {
+    if (k % BlockElems(w) != 0) continue;
     std::vector<float> x(k);
     for (int64_t j = 0; j < k; ++j) x[j] = static_cast<float>((j * 7919) % 2001 - 1000) / 1000.0f;
     std::vector<uint8_t> xq(cpu::QuantizedXRowBytes(w, k));

@@ -144,6 +144,23 @@ absl::Status PrepareLocal(absl::StatusOr<ModelConfig> config, const EngineOption
     return absl::InvalidArgumentError(absl::StrCat("--load-format \"", o.load_format,
                                                    "\" is not one of auto, safetensors, gguf, dummy"));
   }
+  if (o.quantization == "int8") {
+    if (o.dequantize_weights) {
+      return absl::InvalidArgumentError("--quantization int8 and --dequantize-weights contradict each other");
+    }
+    if (e.device != DeviceKind::kCpu) {
+      return absl::InvalidArgumentError(
+          "--quantization int8 runs on the CPU backend only: the CUDA backend has no quantized kernels yet");
+    }
+    e.source = QuantizeAtLoad(std::move(e.source), DType::kQ8_0);
+  } else if (o.quantization == "fp8") {
+    return absl::UnimplementedError(
+        "--quantization fp8 is not implemented yet; use --quantization int8 (Q8_0 blocks: int8 weights with an "
+        "fp16 scale per 32, about half of bf16's bytes) or a quantized GGUF file");
+  } else if (!o.quantization.empty() && o.quantization != "none") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--quantization \"", o.quantization, "\" is not one of none, int8 (fp8: not yet)"));
+  }
   e.weights_description = e.source->Describe();
   return absl::OkStatus();
 }

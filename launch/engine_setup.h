@@ -39,6 +39,10 @@ struct EngineOptions {
   // kernels for their type (ModelOptions::keep_quantized); true widens them all to `dtype`
   // at load (3-4x the memory of a Q4_K_M file; for A/B runs).
   bool dequantize_weights = false;
+  // vLLM's --quantization: "" / "none" (the weights as the model holds them) | "int8": float
+  // matrices quantized at load to int8 Q8_0 blocks (an fp16 scale per 32 weights, ~1.06 bytes a
+  // weight; CPU backend). fp8 is refused until it has kernels.
+  std::string quantization;
   // auto | cpu | cuda. auto: cuda where tpserve is built with CUDA and a GPU is visible.
   // On cuda, the rank with node-local index i runs on GPU i % (GPUs on the node).
   std::string device = "auto";

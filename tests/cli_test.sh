@@ -214,6 +214,19 @@ expect_error "generation_config.json with a wrong type" \
 expect_error "unknown --generation-config" "--generation-config must be auto, vllm or a folder" \
   "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --generation-config model
 
+copy_model qwen3
+expect_error "--quantization fp8 (no kernels yet)" "--quantization fp8 is not implemented yet" \
+  "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --quantization fp8
+expect_error "unknown --quantization" 'is not one of none, int8' \
+  "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --quantization awq
+expect_error "--quantization int8 with --dequantize-weights" "contradict each other" \
+  "${MPIRUN[@]}" -np 2 "$TPSERVE" "${GEN[@]}" --quantization int8 --dequantize-weights
+# --quantization int8 on 2 ranks: the start-up log says what the matrices became.
+"${MPIRUN[@]}" -np 2 "$TPSERVE" generate --model "$FIX/models/qwen3" --prompt-ids 5,6,7 --max-tokens 2 \
+  --quantization int8 >/dev/null 2>"$WORK/int8.err"
+grep -q "weights in memory (rank 0): q8_0 [0-9.]* MiB (30)$" "$WORK/int8.err" \
+  && ok "--quantization int8: the matrices held as Q8_0 blocks, logged" \
+  || bad "--quantization int8: $(grep -i weights "$WORK/int8.err" | head -2) $(tail -2 "$WORK/int8.err")"
 
 # A GGUF file's own sampling defaults (general.sampling.*, as llama.cpp's converter writes them):
 # the tiny gemma3 fixture carries top_k 40, top_p 0.9; --generation-config vllm ignores them.

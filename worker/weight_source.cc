@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "kernels/cpu/dequantize.h"
 
 namespace tpserve {
 namespace {
@@ -292,6 +293,51 @@ absl::StatusOr<std::unique_ptr<WeightSource>> OpenCheckpointSourceWithPrefix(con
                                                                             const std::string& prefix) {
   TP_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
   return std::unique_ptr<WeightSource>(new CheckpointSource(std::move(ckpt), prefix));
+}
+
+namespace {
+
+class QuantizingSource : public WeightSource {
+ public:
+  QuantizingSource(std::unique_ptr<WeightSource> inner, DType target) : inner_(std::move(inner)), target_(target) {}
+  bool Has(const std::string& name) const override { return inner_->Has(name); }
+  std::optional<DType> QuantizedDType(const std::string& name) const override {
+    if (std::optional<DType> own = inner_->QuantizedDType(name)) return own;
+    if (!inner_->Has(name)) return std::nullopt;
+    return target_;
+  }
+  std::string Describe() const override {
+    return absl::StrCat(inner_->Describe(), " (matrices quantized at load to ", std::string(DTypeName(target_)), ")");
+  }
+  absl::Status Read(const SliceRequest& req, DType dtype, void* dst) const override {
+    if (dtype != target_ || inner_->QuantizedDType(req.name)) return inner_->Read(req, dtype, dst);
+    if (req.cols % BlockElems(target_) != 0) {
+      return absl::InternalError(absl::StrCat(req.name, ": ", req.cols, " columns are not whole ",
+                                              std::string(DTypeName(target_)), " blocks"));
+    }
+    std::vector<float> rows(static_cast<size_t>(req.rows * req.cols));
+    TP_RETURN_IF_ERROR(inner_->Read(req, DType::kF32, rows.data()));
+    const size_t row_bytes = RowBytes(target_, req.cols);
+    for (int64_t r = 0; r < req.rows; ++r) {
+      cpu::QuantizeRowQ8_0(rows.data() + r * req.cols, req.cols, static_cast<uint8_t*>(dst) + r * row_bytes);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status CheckAllUsed(const TensorFilter& elsewhere) const override { return inner_->CheckAllUsed(elsewhere); }
+  absl::StatusOr<std::vector<int64_t>> ReadInt64(const std::string& name, int64_t n) const override {
+    return inner_->ReadInt64(name, n);
+  }
+
+ private:
+  std::unique_ptr<WeightSource> inner_;
+  DType target_;
+};
+
+}  // namespace
+
+std::unique_ptr<WeightSource> QuantizeAtLoad(std::unique_ptr<WeightSource> inner, DType target) {
+  TP_CHECK(target == DType::kQ8_0);
+  return std::make_unique<QuantizingSource>(std::move(inner), target);
 }
 
 std::unique_ptr<WeightSource> MakeDummySource(const ModelConfig& config, uint64_t seed) {

@@ -11,7 +11,9 @@
 // it with the multiply rounds the same.
 #include "kernels/cpu/dequantize.h"
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/base.h"
@@ -339,6 +341,22 @@ void DequantizeRow(DType t, const void* src, int64_t n, float* dst) {
   const int64_t block = BlockElems(t);
   TP_CHECK(n >= 0 && n % block == 0);
   if (n > 0) FindDecoder(t)(static_cast<const uint8_t*>(src), n / block, dst);
+}
+
+void QuantizeRowQ8_0(const float* x, int64_t n, void* dst) {
+  TP_CHECK(n % 32 == 0);
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + 32 * b;
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t dh = F32ToF16(d);
+    std::memcpy(out + 34 * b, &dh, 2);
+    int8_t* q = reinterpret_cast<int8_t*>(out + 34 * b + 2);
+    for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(std::round(xb[j] * id));
+  }
 }
 
 }  // namespace tpserve::cpu

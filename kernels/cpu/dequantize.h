@@ -15,4 +15,9 @@ namespace tpserve::cpu {
 // over rows.
 void DequantizeRow(DType t, const void* src, int64_t n, float* dst);
 
+// The other way, for weights quantized at load (--quantization int8): n elements (a multiple
+// of 32) of x into n / 32 Q8_0 blocks, as ggml's quantizer writes them: d = amax / 127 stored
+// as fp16, q = round(x / d) (ties away from zero), an all-zero block d = 0.
+void QuantizeRowQ8_0(const float* x, int64_t n, void* dst);
+
 }  // namespace tpserve::cpu
