@@ -1,4 +1,4 @@
-// Decode GEMV on ggml block-quantized weights (kernels/cpu/quant.h): y[m, n] = x[m, k] .
+// Decode GEMV on ggml block-quantized and FP8 weights (kernels/cpu/quant.h): y[m, n] = x[m, k] .
 // w[n, k]^T with the weights far beyond the L3, per weight type, dot-kernel path and number
 // of x rows, in GB/s of weight bytes beside the STREAM triad measured in the same run.
 // Usage: quant_dot_bench [--threads 1,2] [--k 4096] [--mib 256]
@@ -24,8 +24,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using cpu::QuantIsa;
 
-// Random quant bytes (fast: the weights are hundreds of MiB) with every fp16 scale of a block
-// set to a finite value, so the kernels see the data they would in a model.
+// Random quant bytes (fast: the weights are hundreds of MiB) with every scale of a block set to
+// a finite value (fp16; FP8's fp32, and no NaN codes), so the kernels see the data they would
+// in a model.
 std::vector<uint8_t> RandomBlocks(DType w, size_t bytes) {
   std::vector<uint8_t> v(bytes);
   uint64_t s = 0x9e3779b97f4a7c15ull;
@@ -34,6 +35,12 @@ std::vector<uint8_t> RandomBlocks(DType w, size_t bytes) {
     uint64_t z = (s ^ (s >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     std::memcpy(&v[i], &z, 8);
+  }
+  if (w == DType::kF8_E4M3) {
+    const float scale = 0.004f;
+    for (uint8_t& q : v) q = (q & 0x7f) == 0x7f ? q ^ 1 : q;
+    for (size_t b = 0; b + BlockBytes(w) <= bytes; b += BlockBytes(w)) std::memcpy(&v[b], &scale, 4);
+    return v;
   }
   const uint16_t h = F32ToF16(0.004f);
   const size_t scale_at = w == DType::kQ6_K ? 208 : 0;
@@ -81,7 +88,8 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
-  const DType types[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+  const DType types[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0,   DType::kQ4_K,
+                         DType::kQ5_K, DType::kQ6_K, DType::kF8_E4M3};
   const QuantIsa isas[] = {QuantIsa::kScalar, QuantIsa::kAvx2, QuantIsa::kAvx512Vnni};
   for (int threads : thread_counts) {
     omp_set_num_threads(threads);
@@ -121,7 +129,7 @@ int Main(int argc, char** argv) {
             }
           });
           char label[64];
-          std::snprintf(label, sizeof(label), "%-6s %-12s %2d", std::string(DTypeName(w)).c_str(),
+          std::snprintf(label, sizeof(label), "%-8s %-12s %2d", std::string(DTypeName(w)).c_str(),
                         cpu::QuantIsaName(isa), m);
           results.push_back({label, static_cast<double>(n * row_bytes) / s / 1e9});
         }
@@ -131,7 +139,7 @@ int Main(int argc, char** argv) {
     const double triad = std::max(triad_before, triad_after);
     std::printf("threads %d: STREAM triad %.1f GB/s (%.1f before, %.1f after); k %lld, ~%lld MiB of weights per type\n",
                 threads, triad, triad_before, triad_after, static_cast<long long>(k), static_cast<long long>(mib));
-    std::printf("%-6s %-12s %2s %9s %7s\n", "type", "path", "m", "GB/s", "triad");
+    std::printf("%-8s %-12s %2s %9s %7s\n", "type", "path", "m", "GB/s", "triad");
     for (const Result& r : results) std::printf("%s %9.1f %6.0f%%\n", r.label.c_str(), r.gbs, 100 * r.gbs / triad);
     std::fflush(stdout);
   }

@@ -23,6 +23,7 @@ std::string_view DTypeName(DType t) {
     case DType::kQ4_K: return "q4_k";
     case DType::kQ5_K: return "q5_k";
     case DType::kQ6_K: return "q6_k";
+    case DType::kF8_E4M3: return "fp8_e4m3";
   }
   return "?";
 }
@@ -42,6 +43,7 @@ int64_t BlockElems(DType t) {
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K: return 256;
+    case DType::kF8_E4M3: return 128;
   }
   return 1;
 }
@@ -62,6 +64,7 @@ size_t BlockBytes(DType t) {
     case DType::kQ4_K: return 144;
     case DType::kQ5_K: return 176;
     case DType::kQ6_K: return 210;
+    case DType::kF8_E4M3: return 132;
   }
   return 0;
 }

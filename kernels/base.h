@@ -32,6 +32,10 @@ enum class DType : uint8_t {
   kQ4_K = 10,
   kQ5_K = 11,
   kQ6_K = 12,
+  // FP8 E4M3 (OCP: bias 7, no infinities, 0x7f/0xff NaN, max 448) in blocks of 128 with an fp32
+  // scale: {float scale; uint8_t q[128]}, value = scale * e4m3(q). One scale per block holds
+  // a per-channel scale (the same in every block of a row) and a 128x128 block scale alike.
+  kF8_E4M3 = 13,
 };
 
 inline constexpr bool IsQuantized(DType t) { return t >= DType::kQ4_0; }

@@ -1,9 +1,11 @@
 // Tests for kernels/cpu/quant.h: QuantizeX's rounding and bsums, and every dot kernel (per
 // weight type and per instruction-set path) against the dequantize-then-dot reference
-// (kernels/cpu/dequantize.h) computed in double.
+// (kernels/cpu/dequantize.h) computed in double; and dequantize.h's FP8 E4M3 conversions (all
+// 256 codes, rounding against a brute-force search) and QuantizeRowF8E4M3.
 #include "kernels/cpu/quant.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -25,10 +27,15 @@ void PrintTo(QuantIsa isa, std::ostream* os) { *os << QuantIsaName(isa); }
 
 namespace {
 
-constexpr DType kDotTypes[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+constexpr DType kDotTypes[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0,   DType::kQ4_K,
+                               DType::kQ5_K, DType::kQ6_K, DType::kF8_E4M3};
 constexpr QuantIsa kIsas[] = {QuantIsa::kScalar, QuantIsa::kAvx2, QuantIsa::kAvx512Vnni};
 
 bool IsKQuant(DType w) { return BlockElems(w) == 256; }
+bool IsF8(DType w) { return w == DType::kF8_E4M3; }
+// A row length of a few blocks that is an odd number of them (odd block counts end the
+// two-block loops with one left over).
+int64_t OddK(DType w) { return IsKQuant(w) ? 2304 : IsF8(w) ? 128 * 9 : 32 * 7; }
 
 std::vector<float> RandomFloats(size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
   std::uniform_real_distribution<float> dist(lo, hi);
@@ -48,14 +55,23 @@ std::vector<size_t> ScaleOffsets(DType w) {
 }
 
 // `rows` weight rows of k elements: random quant bytes (every nibble, bit and 6-bit scale
-// pattern), with fp16 scales in [1e-3, 1e-2] so that no block holds NaN or Inf. With `fill`
+// pattern; for FP8 every code but the NaNs 0x7f / 0xff, which become 0x7e / 0xfe), with
+// scales in [1e-3, 1e-2] (fp16; FP8's fp32) so that no block holds NaN or Inf. With `fill`
 // >= 0 every quant byte is that value instead.
 std::vector<uint8_t> RandomWeights(DType w, int64_t rows, int64_t k, std::mt19937& rng, int fill = -1) {
   std::vector<uint8_t> bytes(rows * RowBytes(w, k));
   std::uniform_int_distribution<int> byte(0, 255);
-  for (uint8_t& b : bytes) b = static_cast<uint8_t>(fill >= 0 ? fill : byte(rng));
+  for (uint8_t& b : bytes) {
+    b = static_cast<uint8_t>(fill >= 0 ? fill : byte(rng));
+    if (IsF8(w) && fill < 0 && (b & 0x7f) == 0x7f) b ^= 1;
+  }
   std::uniform_real_distribution<float> scale(1e-3f, 1e-2f);
   for (size_t blk = 0; blk < bytes.size(); blk += BlockBytes(w)) {
+    if (IsF8(w)) {
+      const float f = scale(rng);
+      std::memcpy(&bytes[blk], &f, 4);
+      continue;
+    }
     for (size_t off : ScaleOffsets(w)) {
       const uint16_t h = F32ToF16(scale(rng));
       std::memcpy(&bytes[blk + off], &h, 2);
@@ -64,7 +80,8 @@ std::vector<uint8_t> RandomWeights(DType w, int64_t rows, int64_t k, std::mt1993
   return bytes;
 }
 
-// The activation x_i exactly as the kernels see it, and each element's block scale d.
+// The activation x_i exactly as the kernels see it, and each element's block scale d (0 for
+// FP8's fp32 x: no rounding).
 struct DequantizedX {
   std::vector<double> x;
   std::vector<double> d;
@@ -72,7 +89,10 @@ struct DequantizedX {
 
 DequantizedX DequantizeX(DType w, const uint8_t* row, int64_t k) {
   DequantizedX out{std::vector<double>(k), std::vector<double>(k)};
-  if (IsKQuant(w)) {
+  if (IsF8(w)) {
+    const auto* x = reinterpret_cast<const float*>(row);
+    for (int64_t j = 0; j < k; ++j) out.x[j] = x[j];
+  } else if (IsKQuant(w)) {
     const auto* blocks = reinterpret_cast<const BlockQ8K*>(row);
     for (int64_t j = 0; j < k; ++j) {
       out.d[j] = blocks[j / 256].d;
@@ -163,6 +183,16 @@ TEST(QuantizeXTest, TiesRoundAwayFromZero) {
   }
 }
 
+TEST(QuantizeXTest, F8ActivationsAreCopied) {
+  std::mt19937 rng(2);
+  const int64_t k = 384, m = 3;
+  const std::vector<float> x = RandomFloats(m * k, rng, -5.0f, 5.0f);
+  ASSERT_EQ(QuantizedXRowBytes(DType::kF8_E4M3, k), static_cast<size_t>(4 * k));
+  std::vector<float> xq(m * k, NAN);
+  QuantizeX(DType::kF8_E4M3, x.data(), m, k, xq.data());
+  EXPECT_EQ(0, std::memcmp(xq.data(), x.data(), x.size() * 4));
+}
+
 // ---- Dot kernels ----
 
 class QuantDotTest : public ::testing::TestWithParam<std::tuple<DType, QuantIsa>> {
@@ -176,7 +206,8 @@ class QuantDotTest : public ::testing::TestWithParam<std::tuple<DType, QuantIsa>
 
   // Runs the kernel on each of `rows` weight rows against m rows of x and checks y against
   // the references: per row of w and x, |y - w . dequant(xq)| <= 1e-5 sum |w x| + 1e-6 (the
-  // fp32 sums of exact block results), and |y - w . x| within x's int8 rounding on top.
+  // fp32 sums of exact block results; FP8 2e-6), and |y - w . x| within x's int8 rounding on
+  // top (none for FP8).
   // `pad` extra bytes between x rows and `ldy` > 1 must be respected.
   void Check(const std::vector<uint8_t>& weights, int64_t rows, const std::vector<float>& x, int m, int64_t k,
              size_t pad = 0, int64_t ldy = 1) {
@@ -201,7 +232,8 @@ class QuantDotTest : public ::testing::TestWithParam<std::tuple<DType, QuantIsa>
           abs_sum += std::abs(static_cast<double>(wf[j]) * dx[i].x[j]);
           rounding += std::abs(static_cast<double>(wf[j])) * dx[i].d[j] / 2;
         }
-        const double tol = 1e-5 * abs_sum + 1e-6;
+        // FP8: the same fp32 weights and fp32 x as the reference; only the fp32 sums round.
+        const double tol = (IsF8(w) ? 2e-6 : 1e-5) * abs_sum + 1e-6;
         const double got = y[i * ldy];
         ASSERT_LE(std::abs(got - want), tol) << "w row " << r << ", x row " << i << " of " << m << ", k " << k
                                              << ": got " << got << " want " << want;
@@ -218,8 +250,7 @@ class QuantDotTest : public ::testing::TestWithParam<std::tuple<DType, QuantIsa>
 TEST_P(QuantDotTest, MatchesDequantizedReference) {
   const DType w = std::get<0>(GetParam());
   std::mt19937 rng(7 + static_cast<int>(w));
-  const std::vector<int64_t> ks = IsKQuant(w) ? std::vector<int64_t>{256, 512, 2304}
-                                              : std::vector<int64_t>{256, 512, 32 * 7};
+  const std::vector<int64_t> ks = {IsF8(w) ? 128 : 256, 512, OddK(w)};
   for (int64_t k : ks) {
     for (int m : {1, 2, 3, 5, 16}) {
       SCOPED_TRACE("k " + std::to_string(k) + ", m " + std::to_string(m));
@@ -237,11 +268,14 @@ TEST_P(QuantDotTest, MatchesDequantizedReference) {
 
 // The integer extremes of each format (every quant byte 0x00, 0xff, 0x80 or 0x7f) against x at
 // +-amax: the largest products that vpmaddubsw's int16 pair sums and the int32 lanes must hold.
+// For FP8 (whose 0x7f / 0xff are NaN): +-0, +-448 and the smallest subnormals.
 TEST_P(QuantDotTest, ExtremeQuantsDoNotOverflow) {
   const DType w = std::get<0>(GetParam());
   std::mt19937 rng(3);
-  const int64_t k = IsKQuant(w) ? 512 : 64;
-  for (int fill : {0x00, 0xff, 0x80, 0x7f}) {
+  const int64_t k = IsKQuant(w) ? 512 : IsF8(w) ? 256 : 64;
+  const std::vector<int> fills = IsF8(w) ? std::vector<int>{0x00, 0x80, 0x7e, 0xfe, 0x01, 0x81}
+                                         : std::vector<int>{0x00, 0xff, 0x80, 0x7f};
+  for (int fill : fills) {
     SCOPED_TRACE("fill " + std::to_string(fill));
     const std::vector<uint8_t> weights = RandomWeights(w, 1, k, rng, fill);
     for (float sign : {1.0f, -1.0f}) {
@@ -260,7 +294,7 @@ TEST_P(QuantDotTest, ExtremeQuantsDoNotOverflow) {
 TEST_P(QuantDotTest, RespectsStridesOfXAndY) {
   const DType w = std::get<0>(GetParam());
   std::mt19937 rng(11);
-  const int64_t k = IsKQuant(w) ? 512 : 96;
+  const int64_t k = IsKQuant(w) ? 512 : IsF8(w) ? 256 : 96;
   const std::vector<uint8_t> weights = RandomWeights(w, 2, k, rng);
   for (int m : {1, 3, 6, 9}) {
     SCOPED_TRACE("m " + std::to_string(m));
@@ -274,7 +308,7 @@ TEST_P(QuantDotTest, RespectsStridesOfXAndY) {
 TEST_P(QuantDotTest, AgreesWithScalar) {
   const DType w = std::get<0>(GetParam());
   std::mt19937 rng(5);
-  const int64_t k = 2304 - (IsKQuant(w) ? 0 : 32);
+  const int64_t k = IsF8(w) ? 2304 : 2304 - (IsKQuant(w) ? 0 : 32);
   const int m = 4;
   const std::vector<uint8_t> weights = RandomWeights(w, 1, k, rng);
   const std::vector<float> x = RandomFloats(m * k, rng);
@@ -293,7 +327,220 @@ INSTANTIATE_TEST_SUITE_P(TypesAndPaths, QuantDotTest,
                                   QuantIsaName(std::get<1>(info.param));
                          });
 
-TEST(QuantDotLookupTest, OnlyTheSixTypesHaveKernels) {
+// ---- FP8 E4M3 ----
+
+// The independent definition: (-1)^s 2^(e-7) (1 + m/8), or 2^-6 m/8 for e = 0; NaN for
+// S.1111.111.
+double E4M3Value(int code) {
+  const int e = (code >> 3) & 15, m = code & 7;
+  if ((code & 0x7f) == 0x7f) return NAN;
+  const double mag = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1 + m / 8.0, e - 7);
+  return code & 0x80 ? -mag : mag;
+}
+
+TEST(F8E4M3Test, EveryCodeDecodesExactly) {
+  for (int c = 0; c < 256; ++c) {
+    const float f = F8E4M3ToF32(static_cast<uint8_t>(c));
+    const double want = E4M3Value(c);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(f)) << "code " << c;
+    } else {
+      EXPECT_EQ(static_cast<double>(f), want) << "code " << c;
+    }
+    EXPECT_EQ(std::signbit(f), (c & 0x80) != 0) << "code " << c;  // -0 and -NaN too
+  }
+  EXPECT_EQ(F8E4M3ToF32(0x7e), 448.0f);
+  EXPECT_EQ(F8E4M3ToF32(0x01), 0x1p-9f);
+  EXPECT_EQ(F8E4M3ToF32(0x08), 0x1p-6f);
+}
+
+// Decode then encode is the identity on all 256 codes, -0 (0x80) and both NaNs included.
+TEST(F8E4M3Test, EveryCodeRoundTrips) {
+  for (int c = 0; c < 256; ++c) {
+    EXPECT_EQ(F32ToF8E4M3(F8E4M3ToF32(static_cast<uint8_t>(c))), c) << "code " << c;
+  }
+}
+
+// The code nearest to f among the 127 finite codes of f's sign, ties to the even code: the
+// rounding F32ToF8E4M3 promises (saturation included: past 448 the nearest is 448).
+int BruteForceE4M3(float f) {
+  const int sign = std::signbit(f) ? 0x80 : 0;
+  const double a = std::fabs(static_cast<double>(f));
+  int best = 0;
+  double best_dist = INFINITY;
+  for (int c = 0; c < 0x7f; ++c) {
+    const double dist = std::fabs(std::fabs(E4M3Value(c)) - a);
+    if (dist < best_dist || (dist == best_dist && c % 2 == 0)) {
+      best = c;
+      best_dist = dist;
+    }
+  }
+  return sign | best;
+}
+
+TEST(F8E4M3Test, RoundsToTheNearestEvenAgainstBruteForce) {
+  std::vector<float> fs;
+  // Every midpoint between neighbouring codes (the ties), and the floats either side of it.
+  for (int c = 0; c + 1 < 0x7f; ++c) {
+    const double mid = (E4M3Value(c) + E4M3Value(c + 1)) / 2;
+    ASSERT_EQ(static_cast<double>(static_cast<float>(mid)), mid);  // exact in fp32
+    const float f = static_cast<float>(mid);
+    for (float g : {f, std::nextafter(f, 0.0f), std::nextafter(f, INFINITY)}) {
+      fs.push_back(g);
+      fs.push_back(-g);
+    }
+  }
+  // Around the top: 448, the midpoint to the missing 480 (464) and past it; fp32 extremes.
+  for (float f : {448.0f, 463.99997f, 464.0f, 464.00003f, 479.99997f, 480.0f, 512.0f, 1e30f, 3.4028235e38f, INFINITY,
+                  0.0f, 0x1p-10f, 0x1p-149f, 0x1p-126f, 0x1.8p-10f}) {
+    fs.push_back(f);
+    fs.push_back(-f);
+  }
+  // Random floats: exponents around E4M3's range (2^-12 .. 2^10), and any bit pattern.
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<uint32_t> bits(0, 0xffffffffu);
+  std::uniform_int_distribution<uint32_t> exponent(127 - 12, 127 + 10);
+  for (int i = 0; i < 200000; ++i) {
+    const uint32_t r = bits(rng);
+    fs.push_back(std::bit_cast<float>((r & 0x807fffffu) | (exponent(rng) << 23)));
+    if (!std::isnan(std::bit_cast<float>(r))) fs.push_back(std::bit_cast<float>(r));
+  }
+  for (float f : fs) {
+    ASSERT_EQ(static_cast<int>(F32ToF8E4M3(f)), BruteForceE4M3(f))
+        << "f = " << f << " (bits 0x" << std::hex << std::bit_cast<uint32_t>(f) << ")";
+  }
+}
+
+TEST(F8E4M3Test, SaturatesAndKeepsNaN) {
+  EXPECT_EQ(F32ToF8E4M3(464.0f), 0x7e);  // the tie with 480, which would be NaN
+  EXPECT_EQ(F32ToF8E4M3(1e30f), 0x7e);
+  EXPECT_EQ(F32ToF8E4M3(INFINITY), 0x7e);
+  EXPECT_EQ(F32ToF8E4M3(-INFINITY), 0xfe);
+  EXPECT_EQ(F32ToF8E4M3(NAN), 0x7f);
+  EXPECT_EQ(F32ToF8E4M3(-NAN), 0xff);
+  EXPECT_EQ(F32ToF8E4M3(-0.0f), 0x80);
+  EXPECT_EQ(F32ToF8E4M3(0x1p-10f), 0x00);   // the tie between 0 and 2^-9: even
+  EXPECT_EQ(F32ToF8E4M3(0x1.8p-9f), 0x02);  // 1.5 * 2^-9, the tie between codes 1 and 2: even
+  EXPECT_EQ(F32ToF8E4M3(0x1.4p-8f), 0x02);  // 2.5 * 2^-9, the tie between codes 2 and 3: even
+  EXPECT_EQ(F32ToF8E4M3(0x1.ep-7f), 0x08);  // 7.5 * 2^-9: rounds up into the first normal binade
+  EXPECT_EQ(F32ToF8E4M3(0x1.fp0f), 0x40);   // 1.9375: carries into the exponent (2.0)
+}
+
+TEST(F8E4M3Test, QuantizeRowScalesByAmaxAndRoundsEachElement) {
+  std::mt19937 rng(23);
+  constexpr int64_t kBlocks = 8, n = 128 * kBlocks;
+  std::vector<float> x = RandomFloats(n, rng, -1.0f, 1.0f);
+  const float magnitudes[kBlocks] = {1.0f, 3e38f / 2, 1e-3f, 1e-37f, 1e-42f, 0.0f, 448.0f, -7.0f};
+  for (int64_t b = 0; b < kBlocks; ++b) {
+    for (int j = 0; j < 128; ++j) x[128 * b + j] *= magnitudes[b];
+  }
+  x[128 * 7 + 5] = 7.0f;  // a block whose amax is a single element
+  std::vector<uint8_t> q(RowBytes(DType::kF8_E4M3, n));
+  QuantizeRowF8E4M3(x.data(), n, q.data());
+  std::vector<float> back(n);
+  DequantizeRow(DType::kF8_E4M3, q.data(), n, back.data());
+  for (int64_t b = 0; b < kBlocks; ++b) {
+    const float* xb = &x[128 * b];
+    const uint8_t* blk = &q[132 * b];
+    float amax = 0.0f;
+    for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    float scale;
+    std::memcpy(&scale, blk, 4);
+    ASSERT_EQ(scale, amax / 448.0f) << "block " << b;
+    for (int j = 0; j < 128; ++j) {
+      const uint8_t code = blk[4 + j];
+      ASSERT_NE(code & 0x7f, 0x7f) << "NaN code, block " << b << " element " << j;
+      if (scale == 0.0f) {
+        ASSERT_EQ(code, 0) << "block " << b;
+        continue;
+      }
+      ASSERT_EQ(code, F32ToF8E4M3(xb[j] / scale)) << "block " << b << " element " << j;
+      if (std::fabs(xb[j]) == amax && scale >= 0x1p-126f) {
+        ASSERT_EQ(code & 0x7f, 0x7e) << "block " << b;
+      }
+      ASSERT_EQ(back[128 * b + j], scale * F8E4M3ToF32(code));
+    }
+  }
+}
+
+// The FP8 kernels per path, beyond the shared tests above.
+class F8DotTest : public ::testing::TestWithParam<QuantIsa> {
+ protected:
+  void SetUp() override {
+    if (!QuantIsaAvailable(GetParam())) GTEST_SKIP() << QuantIsaName(GetParam()) << " is not available on this CPU";
+    dot_ = FindQuantDot(DType::kF8_E4M3, GetParam());
+    ASSERT_NE(dot_, nullptr);
+  }
+  QuantDotFn dot_ = nullptr;
+};
+
+// Against unit vectors x = e_j each output is one product w_j * 1 (the other terms are +-0):
+// the kernels' weights are DequantizeRow's (scale * e4m3, rounded once) bit for bit, for every
+// finite code, at scales from fp32 subnormals to 2^118, in every lane of a block.
+TEST_P(F8DotTest, WeightsAreDequantizeRowsBitForBit) {
+  std::vector<uint8_t> finite;
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7f) != 0x7f) finite.push_back(static_cast<uint8_t>(c));
+  }
+  const int64_t k = 512;  // 4 blocks: the 254 finite codes in order, then in another order
+  std::vector<uint8_t> w(RowBytes(DType::kF8_E4M3, k));
+  for (int64_t j = 0; j < k; ++j) w[132 * (j / 128) + 4 + j % 128] = finite[(j < 256 ? j : 101 * j) % 254];
+  for (float scale : {1.0f, 3.0f / 7.0f, 1e-3f, 0x1p-140f, 0x1.234p-127f, 0x1p118f, 1e-41f}) {
+    SCOPED_TRACE("scale " + std::to_string(scale));
+    for (int64_t b = 0; b < k / 128; ++b) std::memcpy(&w[132 * b], &scale, 4);
+    std::vector<float> want(k);
+    DequantizeRow(DType::kF8_E4M3, w.data(), k, want.data());
+    // m rows of x per call, each a unit vector: 1 and 3 rows scale the block sums, 16 the
+    // weights (DotF8Rows).
+    for (int m : {1, 3, 16}) {
+      for (int64_t j0 = 0; j0 + m <= k; j0 += m) {
+        std::vector<float> x(m * k, 0.0f);
+        for (int i = 0; i < m; ++i) x[i * k + j0 + i] = 1.0f;
+        std::vector<float> y(m);
+        dot_(w.data(), x.data(), 4 * k, m, k, y.data(), 1);
+        for (int i = 0; i < m; ++i) {
+          // The sign of a zero product may be lost to the +0 terms around it.
+          ASSERT_EQ(std::bit_cast<uint32_t>(std::fabs(y[i])), std::bit_cast<uint32_t>(std::fabs(want[j0 + i])))
+              << "m " << m << ", element " << j0 + i << ": got " << y[i] << " want " << want[j0 + i];
+          if (want[j0 + i] != 0.0f) {
+            ASSERT_EQ(y[i], want[j0 + i]) << "m " << m;
+          }
+        }
+      }
+    }
+  }
+}
+
+// A NaN code gives NaN, as the math says (even against x = 0); the other weight row does not.
+TEST_P(F8DotTest, NaNCodesGiveNaN) {
+  const int64_t k = 384;
+  std::mt19937 rng(29);
+  for (uint8_t nan_code : {0x7f, 0xff}) {
+    for (int64_t at : {int64_t{0}, int64_t{131}, k - 1}) {
+      std::vector<uint8_t> w = RandomWeights(DType::kF8_E4M3, 2, k, rng);
+      w[132 * (at / 128) + 4 + at % 128] = nan_code;  // row 0 only
+      const std::vector<float> x = RandomFloats(3 * k, rng);
+      std::vector<float> xz = x;
+      xz[at] = 0.0f;
+      for (const std::vector<float>* xs : {&x, const_cast<const std::vector<float>*>(&xz)}) {
+        for (int m : {1, 3}) {
+          std::vector<float> y(2 * m);
+          dot_(w.data(), xs->data(), 4 * k, m, k, y.data(), 2);
+          dot_(w.data() + RowBytes(DType::kF8_E4M3, k), xs->data(), 4 * k, m, k, y.data() + 1, 2);
+          for (int i = 0; i < m; ++i) {
+            EXPECT_TRUE(std::isnan(y[2 * i])) << "code " << int{nan_code} << " at " << at << ", m " << m;
+            EXPECT_FALSE(std::isnan(y[2 * i + 1])) << "row without NaN";
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, F8DotTest, ::testing::ValuesIn(kIsas),
+                         [](const ::testing::TestParamInfo<QuantIsa>& info) { return QuantIsaName(info.param); });
+
+TEST(QuantDotLookupTest, OnlyTheDotTypesHaveKernels) {
   for (DType w : kDotTypes) {
     EXPECT_TRUE(HasQuantDot(w)) << DTypeName(w);
     EXPECT_NE(FindQuantDot(w, QuantIsa::kScalar), nullptr) << DTypeName(w);

@@ -1,5 +1,5 @@
 // cpu::Linear and cpu::Embedding over block-quantized weights (kernels/cpu/quant.h): decode
-// rows against the dequantize-then-dot reference on int8-rounded x, prefill against the same
+// rows against the dequantize-then-dot reference on int8-rounded x (fp32 x for FP8), prefill against the same
 // product on the widened weights (bit for bit on sgemm), for every type with dot kernels.
 // The dot kernels themselves, per instruction set: tests/quant_kernels_test.cc.
 #include <algorithm>
@@ -17,9 +17,11 @@
 namespace tpserve::cpu {
 namespace {
 
-constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0,   DType::kQ4_K,
+                            DType::kQ5_K, DType::kQ6_K, DType::kF8_E4M3};
 
-// Random blocks whose fp16 scales are small finite numbers (random bytes elsewhere).
+// Random blocks whose scales are small finite numbers (random bytes elsewhere; for FP8, whose
+// scale is an fp32, random codes other than the NaNs 0x7f / 0xff).
 std::vector<uint8_t> RandomBlocks(DType t, int64_t rows, int64_t k, std::mt19937& rng) {
   std::vector<uint8_t> w(rows * RowBytes(t, k));
   std::uniform_int_distribution<int> byte(0, 255);
@@ -33,6 +35,14 @@ std::vector<uint8_t> RandomBlocks(DType t, int64_t rows, int64_t k, std::mt19937
   for (size_t b = 0; b < w.size() / bb; ++b) {
     const size_t at = b * bb;
     switch (t) {
+      case DType::kF8_E4M3: {
+        const float s = scale(rng);
+        std::memcpy(w.data() + at, &s, 4);
+        for (size_t j = at + 4; j < at + bb; ++j) {
+          if ((w[j] & 0x7f) == 0x7f) w[j] ^= 1;
+        }
+        break;
+      }
       case DType::kQ4_K:
       case DType::kQ5_K:
         put(at, scale(rng));
@@ -58,8 +68,9 @@ std::vector<float> RandomX(int64_t n, std::mt19937& rng) {
   return x;
 }
 
-// x as the dot kernels see it: QuantizeX's blocks, widened.
+// x as the dot kernels see it: QuantizeX's blocks, widened (FP8's kernels take x as it is).
 std::vector<double> RoundedX(DType t, const std::vector<float>& x, int64_t m, int64_t k) {
+  if (t == DType::kF8_E4M3) return std::vector<double>(x.begin(), x.end());
   std::vector<uint8_t> xq(m * QuantizedXRowBytes(t, k));
   QuantizeX(t, x.data(), m, k, xq.data());
   std::vector<double> out(m * k);

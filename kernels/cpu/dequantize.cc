@@ -316,6 +316,20 @@ void DecodeQ6_K(const uint8_t* __restrict src, int64_t blocks, float* __restrict
   }
 }
 
+// F8_E4M3, 132 bytes: fp32 scale; q[128] E4M3 codes. x = scale * e4m3(q): one rounding, the
+// multiply (every E4M3 value is exact in fp32). The dot kernels (quant_dot*.cc) form the same
+// products, so decode and prefill see bit-identical weights.
+void DecodeF8E4M3(const uint8_t* __restrict src, int64_t blocks, float* __restrict dst) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* __restrict blk = src + b * 132;
+    float* __restrict y = dst + b * 128;
+    float scale;
+    std::memcpy(&scale, blk, 4);
+    const uint8_t* __restrict q = blk + 4;
+    for (int j = 0; j < 128; ++j) y[j] = scale * F8E4M3ToF32(q[j]);
+  }
+}
+
 DecodeFn FindDecoder(DType t) {
   switch (t) {
     case DType::kF32: return DecodeF32;
@@ -331,6 +345,7 @@ DecodeFn FindDecoder(DType t) {
     case DType::kQ4_K: return DecodeQ4_K;
     case DType::kQ5_K: return DecodeQ5_K;
     case DType::kQ6_K: return DecodeQ6_K;
+    case DType::kF8_E4M3: return DecodeF8E4M3;
   }
   return nullptr;
 }
@@ -356,6 +371,49 @@ void QuantizeRowQ8_0(const float* x, int64_t n, void* dst) {
     std::memcpy(out + 34 * b, &dh, 2);
     int8_t* q = reinterpret_cast<int8_t*>(out + 34 * b + 2);
     for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(std::round(xb[j] * id));
+  }
+}
+
+uint8_t F32ToF8E4M3(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7f;  // NaN
+  if (a >= 0x43e00000u) return sign | 0x7e;  // >= 448 or inf: saturate (no code above 448)
+  if (a >= 0x3c800000u) {
+    // [2^-6, 448): a normal code. Round the 20 mantissa bits E4M3 drops to nearest even; a
+    // carry out of the 3 kept bits moves to the next binade (mantissa 0), as it should, and
+    // stops at 448 (the largest finite code, which nothing below 448 rounds past).
+    const uint32_t r = a + 0x7ffffu + ((a >> 20) & 1u);
+    return sign | static_cast<uint8_t>((r >> 20) - (120u << 3));
+  }
+  // Below 2^-6: the multiples of 2^-9 (subnormal codes m = 0..7; m = 8 is 2^-6, code 0x08, so
+  // rounding up from 7 lands on the right code). |f| < 2^-10 (exponent < 117, fp32 subnormals
+  // included) is under half of 2^-9: 0.
+  const uint32_t e = a >> 23;
+  if (e < 117u) return sign;
+  // |f| * 2^9 = mant * 2^(e - 141); shift = 141 - e is 21..24.
+  const uint32_t mant = (a & 0x7fffffu) | 0x800000u;
+  const uint32_t shift = 141u - e;
+  const uint32_t q = mant >> shift;
+  const uint32_t rem = mant & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1u);
+  return sign | static_cast<uint8_t>(q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u));
+}
+
+void QuantizeRowF8E4M3(const float* x, int64_t n, void* dst) {
+  TP_CHECK(n % 128 == 0);
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  for (int64_t b = 0; b < n / 128; ++b) {
+    const float* xb = x + 128 * b;
+    uint8_t* blk = out + 132 * b;
+    float amax = 0.0f;
+    for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float scale = amax / 448.0f;
+    std::memcpy(blk, &scale, 4);
+    // Division, not a multiply by 1 / scale: x / scale is then the one rounding before the
+    // code's, and the block's amax lands on 448 (or just past it, and saturates).
+    for (int j = 0; j < 128; ++j) blk[4 + j] = scale > 0.0f ? F32ToF8E4M3(xb[j] / scale) : 0;
   }
 }
 

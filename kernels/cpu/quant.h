@@ -12,6 +12,16 @@
 // block's amax / 127). Tested by tests/quant_kernels_test.cc per type and per path against
 // the dequantize-then-dot reference (kernels/cpu/dequantize.h); measured by
 // bench/quant_dot_bench.cc.
+//
+// FP8 E4M3 weights (kF8_E4M3, 128-element blocks with an fp32 scale) are the exception: fp8 is
+// chosen for accuracy, so x stays fp32 (QuantizeX copies it) and a kernel computes
+// sum over blocks of scale * sum_j e4m3(q_j) * x_j in fp32 FMAs (the scalar path, and the vector
+// paths beyond 4 rows of x, multiply the weights by the scale first: DequantizeRow's weights bit
+// for bit). Each product is exact in the FMAs; only the rounding of the fp32 sums differs from
+// the reference. A NaN code (0x7f, 0xff) gives NaN, as the math says; QuantizeRowF8E4M3 never
+// writes one. The vector paths convert a code b to the fp16 bits (b & 0x80) << 8 |
+// (b & 0x7f) << 7, which is e4m3(b) * 2^-8 exactly (subnormals included), and fold 2^8 into the
+// scale (exact for scales below 2^119).
 #pragma once
 
 #include <cstddef>
@@ -40,7 +50,8 @@ struct BlockQ8K {
 static_assert(sizeof(BlockQ8K) == 292);
 
 // The instruction-set paths of the dot kernels. kScalar runs everywhere (the reference);
-// kAvx2 needs AVX2 + FMA; kAvx512Vnni needs AVX-512 F/BW/VL + VNNI.
+// kAvx2 needs AVX2 + FMA (+ F16C for FP8); kAvx512Vnni needs AVX-512 F/BW/VL + VNNI (its
+// FP8 kernel uses only F/BW and the 512-bit vcvtph2ps, but sits in the same slot).
 enum class QuantIsa : uint8_t { kScalar, kAvx2, kAvx512Vnni };
 const char* QuantIsaName(QuantIsa isa);  // "scalar" | "avx2" | "avx512_vnni"
 // Whether this CPU can run `isa` (CPUID).
@@ -48,15 +59,17 @@ bool QuantIsaAvailable(QuantIsa isa);
 // The fastest available path.
 QuantIsa BestQuantIsa();
 
-// Whether the weight type has dot kernels: Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K. Weights of the
+// Whether the weight type has dot kernels: Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, F8_E4M3. Weights of the
 // other quantized types are widened at load (the loader says so).
 bool HasQuantDot(DType w);
 
 // Bytes of one quantized activation row of k elements for weight type `w`
-// (k / 32 BlockQ8 or k / 256 BlockQ8K); k is a multiple of BlockElems(w).
+// (k / 32 BlockQ8 or k / 256 BlockQ8K; 4 k for F8_E4M3: fp32); k is a multiple of
+// BlockElems(w).
 size_t QuantizedXRowBytes(DType w, int64_t k);
 // Quantizes x [m, k] fp32 for weight type w: row i at xq + i * QuantizedXRowBytes(w, k).
 // Round to nearest (ties away from zero, as ggml's roundf); an all-zero block gets d = 0.
+// For F8_E4M3 the rows are copied unchanged.
 void QuantizeX(DType w, const float* x, int64_t m, int64_t k, void* xq);
 
 // y[i * ldy] = w_row · x_i for i < m, where w_row is one weight row of k elements of type w

@@ -7,12 +7,14 @@
 // in int32: at most ~2^28, no overflow) and scales them in fp32 by d_w * d_x; only the order of
 // the fp32 sums over blocks differs between paths. The integer work may be vectorized by the
 // compiler for the build's ISA: integers are exact, and the fp32 sums are not reordered
-// without -ffast-math.
+// without -ffast-math. F8_E4M3 is fp32 arithmetic throughout (see quant.h, and DotF8Rows in
+// quant_dot_kernels.inc): the paths differ only in how their fp32 sums round.
 #include <cmath>
 #include <cstring>
 
 #include "kernels/base.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_dot_paths.h"
 
@@ -206,6 +208,23 @@ void DotQ6_KScalar(const void* w_row, const void* xq, size_t xs, int m, int64_t 
   }
 }
 
+// F8_E4M3, 132 bytes: fp32 scale; q[128] E4M3 codes; x is fp32 (QuantizeX copies it). The
+// weights as DequantizeRow widens them (scale * e4m3, one rounding), then multiply-adds in fp32.
+void DotF8E4M3Scalar(const void* w_row, const void* xq, size_t xs, int m, int64_t k, float* y, int64_t ldy) {
+  const uint8_t* w = static_cast<const uint8_t*>(w_row);
+  for (int i = 0; i < m; ++i) {
+    const float* x = reinterpret_cast<const float*>(static_cast<const uint8_t*>(xq) + i * xs);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < k / 128; ++b) {
+      float scale;
+      std::memcpy(&scale, w + 132 * b, 4);
+      const uint8_t* q = w + 132 * b + 4;
+      for (int j = 0; j < 128; ++j) sum += (scale * F8E4M3ToF32(q[j])) * x[128 * b + j];
+    }
+    y[i * ldy] = sum;
+  }
+}
+
 QuantDotFn FindScalar(DType w) {
   switch (w) {
     case DType::kQ4_0: return DotQ4_0Scalar;
@@ -214,6 +233,7 @@ QuantDotFn FindScalar(DType w) {
     case DType::kQ4_K: return DotQ45KScalar<false>;
     case DType::kQ5_K: return DotQ45KScalar<true>;
     case DType::kQ6_K: return DotQ6_KScalar;
+    case DType::kF8_E4M3: return DotF8E4M3Scalar;
     default: return nullptr;
   }
 }
@@ -251,11 +271,16 @@ bool HasQuantDot(DType w) { return FindScalar(w) != nullptr; }
 
 size_t QuantizedXRowBytes(DType w, int64_t k) {
   TP_CHECK(HasQuantDot(w) && k % BlockElems(w) == 0);
+  if (w == DType::kF8_E4M3) return static_cast<size_t>(k) * sizeof(float);
   return UsesQ8K(w) ? static_cast<size_t>(k / 256) * sizeof(BlockQ8K) : static_cast<size_t>(k / 32) * sizeof(BlockQ8);
 }
 
 void QuantizeX(DType w, const float* x, int64_t m, int64_t k, void* xq) {
   const size_t row_bytes = QuantizedXRowBytes(w, k);
+  if (w == DType::kF8_E4M3) {  // x as it is: row i at i * 4k bytes
+    std::memcpy(xq, x, static_cast<size_t>(m) * row_bytes);
+    return;
+  }
   const bool avx2 = QuantIsaAvailable(QuantIsa::kAvx2);
   for (int64_t i = 0; i < m; ++i) {
     const float* xi = x + i * k;

@@ -43,6 +43,44 @@ inline __m256i BitsToBytes(uint32_t bits) {
   return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
 }
 
+inline float HorizontalSum(__m256 v);  // quant_dot_kernels.inc
+inline __m256i LoadBytes(const void* p);
+
+// FP8: 8 rows' accumulators beside one step's weights and the constants; 4 rows' block sums
+// beside their accumulators.
+constexpr int kMaxF8Rows = 8;
+constexpr int kFoldRows = 4;
+
+// DotF8Rows' vectors (quant_dot_kernels.inc): 16 codes per step, widened to 16-bit words and
+// converted by F16C.
+struct F8Vec {
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  static constexpr int kStep = 16;
+  static V Set1(float f) { return _mm256_set1_ps(f); }
+  static V Zero() { return _mm256_setzero_ps(); }
+  static V Load(const float* p) { return _mm256_loadu_ps(p); }
+  static V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V Add(V a, V b) { return _mm256_add_ps(a, b); }
+  static float Sum(V v) { return HorizontalSum(v); }
+  static void Weights(const uint8_t* q, V* w) {
+    // The sign-extended code shifted left by 7: the sign in bits 15 and 14, exponent and
+    // mantissa in bits 13..7; clearing bit 14 leaves the fp16 bits.
+    const __m256i t = _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))), 7);
+    const __m256i h = _mm256_and_si256(t, _mm256_set1_epi16(static_cast<short>(0xbfff)));
+    w[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    w[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+  }
+  // A NaN code is 0xff once its sign bit is set, the largest byte.
+  static bool HasNaN(const uint8_t* q) {
+    const __m256i sign = _mm256_set1_epi8(static_cast<char>(0x80));
+    __m256i m = _mm256_or_si256(LoadBytes(q), sign);
+    for (int j = 1; j < 4; ++j) m = _mm256_max_epu8(m, _mm256_or_si256(LoadBytes(q + 32 * j), sign));
+    return !_mm256_testz_si256(_mm256_cmpeq_epi8(m, _mm256_set1_epi8(-1)), _mm256_set1_epi8(-1));
+  }
+};
+
 #include "kernels/cpu/quant_dot_kernels.inc"
 
 inline float HorizontalMax(__m256 v) {

@@ -1,7 +1,8 @@
 // quant.h's AVX-512 VNNI path: the dot kernels of quant_dot_kernels.inc on the 256-bit (VL)
 // forms of vpdpbusd (legacy blocks: u8 x s8 summed into int32 in one instruction) and
 // vpdpwssd (K-quants: vpmaddubsw's pair sums times the 16-bit sub-block scales, accumulated),
-// with 32 registers for 8 rows of x per weight block. Tested by tests/quant_kernels_test.cc.
+// with 32 registers for 8 rows of x per weight block; and FP8 E4M3's fp32 kernel on AVX-512 F/BW
+// (512-bit vcvtph2ps and FMAs, 16 rows per block). Tested by tests/quant_kernels_test.cc.
 //
 // 256-bit rather than 512-bit vectors: a legacy block is 32 bytes and a K-quant sub-block 32
 // elements, so ymm needs no shuffles to pair blocks, and Zen 4 splits zmm operations in two.
@@ -35,6 +36,49 @@ inline __m256i DotPairs(__m256i acc, __m256i u, __m256i s, __m256i sc16) {
 }
 
 inline __m256i BitsToBytes(uint32_t bits) { return _mm256_movm_epi8(bits); }  // vpmovm2b
+
+inline float HorizontalSum(__m256 v);  // quant_dot_kernels.inc
+
+// FP8: 16 rows' zmm accumulators beside one step's weights and the constants; block sums for
+// up to 4 rows (beyond, the weights' multiply by the scale is the cheaper share).
+constexpr int kMaxF8Rows = 16;
+constexpr int kFoldRows = 4;
+
+// DotF8Rows' vectors (quant_dot_kernels.inc): fp32 in zmm, since FP8 needs no shuffles to pair
+// blocks. 16 codes per step, widened to 16-bit words in a ymm (Zen 4 splits zmm integer work
+// in two anyway) and converted by the 512-bit vcvtph2ps.
+// The masked forms of vcvtph2ps and of the 256-bit extracts below keep GCC 12 from its
+// -Wuninitialized false alarm in the unmasked intrinsics (their undefined pass-through); with
+// an all-ones mask they are the plain instructions.
+struct F8Vec {
+  using V = __m512;
+  static constexpr int kLanes = 16;
+  static constexpr int kStep = 16;
+  static V Set1(float f) { return _mm512_set1_ps(f); }
+  static V Zero() { return _mm512_setzero_ps(); }
+  static V Load(const float* p) { return _mm512_loadu_ps(p); }
+  static V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V Add(V a, V b) { return _mm512_add_ps(a, b); }
+  static float Sum(V v) {
+    const __m512d d = _mm512_castps_pd(v);
+    return HorizontalSum(_mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, d, 0)),
+                                       _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, d, 1))));
+  }
+  static void Weights(const uint8_t* q, V* w) {
+    // As the AVX2 path's (quant_dot_avx2.cc): sign-extend, shift left by 7, clear bit 14.
+    const __m256i t = _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))), 7);
+    const __m256i h = _mm256_and_si256(t, _mm256_set1_epi16(static_cast<short>(0xbfff)));
+    w[0] = _mm512_maskz_cvtph_ps(static_cast<__mmask16>(0xffff), h);
+  }
+  // A NaN code is 0xff once its sign bit is set: vpternlogd's A | B, then a compare per 64 bytes.
+  static bool HasNaN(const uint8_t* q) {
+    const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80)), ones = _mm512_set1_epi8(-1);
+    const __m512i a = _mm512_or_si512(_mm512_loadu_si512(q), sign);
+    const __m512i b = _mm512_or_si512(_mm512_loadu_si512(q + 64), sign);
+    return (_mm512_cmpeq_epi8_mask(a, ones) | _mm512_cmpeq_epi8_mask(b, ones)) != 0;
+  }
+};
 
 #include "kernels/cpu/quant_dot_kernels.inc"
 
