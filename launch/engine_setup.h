@@ -41,7 +41,8 @@ struct EngineOptions {
   bool dequantize_weights = false;
   // vLLM's --quantization: "" / "none" (the weights as the model holds them) | "int8": float
   // matrices quantized at load to int8 Q8_0 blocks (an fp16 scale per 32 weights, ~1.06 bytes a
-  // weight; CPU backend). fp8 is refused until it has kernels.
+  // weight) | "fp8": to FP8 E4M3 with an fp32 scale per 128 weights (~1.03 bytes a weight,
+  // fp32 activations); CPU backend.
   std::string quantization;
   // auto | cpu | cuda. auto: cuda where tpserve is built with CUDA and a GPU is visible.
   // On cuda, the rank with node-local index i runs on GPU i % (GPUs on the node).

@@ -24,7 +24,8 @@ ABSL_FLAG(std::string, load_format, "auto", "auto | safetensors | gguf | dummy (
 ABSL_FLAG(std::string, dtype, "auto", "Weight dtype: auto (the checkpoint's) | bfloat16 | float16 | float32");
 ABSL_FLAG(std::string, quantization, "none",
           "Quantize a float model's matrices at load (vLLM's flag): none | int8 (int8 Q8_0 blocks, an fp16 scale "
-          "per 32 weights: about half of bf16's memory; CPU backend). fp8: not yet (refused)");
+          "per 32 weights, int8 activations in decode) | fp8 (FP8 E4M3, an fp32 scale per 128 weights, fp32 "
+          "activations): about half of bf16's memory; CPU backend");
 ABSL_FLAG(bool, dequantize_weights, false,
           "Widen a GGUF file's quantized weights to --dtype at load instead of keeping its blocks (Q8_0, Q4_0, "
           "Q5_0, Q4_K, Q5_K, Q6_K stay quantized on the CPU by default; the start-up log says what did)");

@@ -319,7 +319,12 @@ class QuantizingSource : public WeightSource {
     TP_RETURN_IF_ERROR(inner_->Read(req, DType::kF32, rows.data()));
     const size_t row_bytes = RowBytes(target_, req.cols);
     for (int64_t r = 0; r < req.rows; ++r) {
-      cpu::QuantizeRowQ8_0(rows.data() + r * req.cols, req.cols, static_cast<uint8_t*>(dst) + r * row_bytes);
+      uint8_t* out = static_cast<uint8_t*>(dst) + r * row_bytes;
+      if (target_ == DType::kQ8_0) {
+        cpu::QuantizeRowQ8_0(rows.data() + r * req.cols, req.cols, out);
+      } else {
+        cpu::QuantizeRowF8E4M3(rows.data() + r * req.cols, req.cols, out);
+      }
     }
     return absl::OkStatus();
   }
@@ -336,7 +341,7 @@ class QuantizingSource : public WeightSource {
 }  // namespace
 
 std::unique_ptr<WeightSource> QuantizeAtLoad(std::unique_ptr<WeightSource> inner, DType target) {
-  TP_CHECK(target == DType::kQ8_0);
+  TP_CHECK(target == DType::kQ8_0 || target == DType::kF8_E4M3);
   return std::make_unique<QuantizingSource>(std::move(inner), target);
 }
 

@@ -97,11 +97,13 @@ bool IsIgnorableCheckpointTensor(std::string_view name);
 // InvalidArgument naming the first five and counting the rest.
 absl::Status UnreadTensorsStatus(const std::string& where, const std::vector<std::string>& unread);
 
-// `inner` with its float matrices quantized at load to `target` (DType::kQ8_0 only: int8 with
-// an fp16 scale per 32 weights, tpserve's --quantization int8): QuantizedDType names `target`
-// for every tensor inner holds whose own QuantizedDType is empty, and Read with `target` reads
-// the slice in fp32 and quantizes each row (kernels/cpu/dequantize.h QuantizeRowQ8_0). The
-// layers ask only for their matrices that way; norms and everything else pass through.
+// `inner` with its float matrices quantized at load to `target`: DType::kQ8_0 (int8 with an
+// fp16 scale per 32 weights, tpserve's --quantization int8) or DType::kF8_E4M3 (FP8 E4M3 with
+// an fp32 scale per 128 weights, --quantization fp8). QuantizedDType names `target` for every
+// tensor inner holds whose own QuantizedDType is empty, and Read with `target` reads the slice
+// in fp32 and quantizes each row (kernels/cpu/dequantize.h QuantizeRowQ8_0 /
+// QuantizeRowF8E4M3). The layers ask only for their matrices that way; norms and everything
+// else pass through.
 std::unique_ptr<WeightSource> QuantizeAtLoad(std::unique_ptr<WeightSource> inner, DType target);
 
 // Deterministic random weights with the real shapes: a tensor element's value depends only
