@@ -87,6 +87,7 @@ nlohmann::json Describe(const std::string& path, const Loaded& l) {
   return {{"model", path},
           {"weights", l.engine.weights_description},
           {"weight_dtype", std::string(DTypeName(l.engine.model->weight_dtype()))},
+          {"quantization", l.engine.model->weight_formats().Summary()},
           {"weight_bytes", l.engine.model->weight_bytes()},
           {"cpu_gemm", l.engine.cpu_gemm.description},
           {"load_s", l.load_seconds},
@@ -162,7 +163,7 @@ int Main() {
     Loaded l{std::move(e).value(), SecondsSince(t0), 0};
     std::fprintf(stderr, "quality_bench: %s %s loaded in %.1f s: %s, weights %s (%s)\n", role, o.model.c_str(),
                  l.load_seconds, l.engine.weights_description.c_str(),
-                 std::string(DTypeName(l.engine.model->weight_dtype())).c_str(), l.engine.cpu_gemm.description.c_str());
+                 l.engine.model->weight_formats().Summary().c_str(), l.engine.cpu_gemm.description.c_str());
     return l;
   };
   absl::StatusOr<Loaded> ref = load(*ref_o, "reference");
@@ -193,9 +194,9 @@ int Main() {
   }
   const QualityStats s = bench::Summarize(scores);
   std::printf("reference %s: %s, weights %s\n", ref_path.c_str(), ref->engine.weights_description.c_str(),
-              std::string(DTypeName(ref->engine.model->weight_dtype())).c_str());
+              ref->engine.model->weight_formats().Describe(ref->engine.model->weight_dtype()).c_str());
   std::printf("candidate %s: %s, weights %s\n", cand_path.c_str(), cand->engine.weights_description.c_str(),
-              std::string(DTypeName(cand->engine.model->weight_dtype())).c_str());
+              cand->engine.model->weight_formats().Describe(cand->engine.model->weight_dtype()).c_str());
   PrintTable(s);
   if (absl::GetFlag(FLAGS_json)) {
     nlohmann::json j = {{"bench", "quality"},
