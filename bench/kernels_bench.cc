@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "bench/best_seconds.h"
 #include "bench/stream.h"
 #include "kernels/base.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -64,19 +65,6 @@ std::vector<float> RandomFloats(int64_t count, uint32_t seed) {
   std::vector<float> v(count);
   for (float& f : v) f = dist(rng);
   return v;
-}
-
-// Best wall time in seconds of `fn` over `reps` runs after one warm-up run.
-template <typename Fn>
-double BestSeconds(int reps, Fn fn) {
-  fn();
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = Clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  return best;
 }
 
 struct Shape {

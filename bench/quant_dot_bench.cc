@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/best_seconds.h"
 #include "bench/stream.h"
 #include "kernels/base.h"
 #include "kernels/cpu/quant.h"
@@ -21,7 +22,6 @@
 namespace tpserve::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using cpu::QuantIsa;
 
 // Random quant bytes (fast: the weights are hundreds of MiB) with every scale of a block set to
@@ -50,18 +50,6 @@ std::vector<uint8_t> RandomBlocks(DType w, size_t bytes) {
     if (two_scales) std::memcpy(&v[b + 2], &h, 2);
   }
   return v;
-}
-
-template <typename Fn>
-double BestSeconds(int reps, Fn fn) {
-  fn();
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = Clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  return best;
 }
 
 std::vector<int> ParseInts(const char* s) {
