@@ -122,4 +122,15 @@ void LinearBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t
   stream.wait();
 }
 
+void LinearBf16RoundedX(const uint16_t* xb, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
+                        int64_t ldy) {
+  const Product& p = CachedProduct({m, k, n, ldy == n ? 0 : ldy});
+  dnnl::stream stream(Engine());
+  memory x_bf16_mem(p.x_bf16, Engine(), const_cast<uint16_t*>(xb));
+  memory w_mem(p.w, Engine(), const_cast<uint16_t*>(w));
+  memory y_mem(p.y, Engine(), y);
+  p.matmul.execute(stream, {{DNNL_ARG_SRC, x_bf16_mem}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, y_mem}});
+  stream.wait();
+}
+
 }  // namespace tpserve::cpu::onednn

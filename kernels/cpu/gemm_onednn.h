@@ -22,5 +22,9 @@ std::string Describe();
 // y[m, n] = bf16(x)[m, k] · w[n, k]^T with fp32 accumulation and output; w: bf16 bits; rows
 // of y ldy floats apart (ldy >= n; 0: n). Only where Bf16Implementation is not empty.
 void LinearBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, int64_t ldy = 0);
+// The same product of an x already rounded to bf16 (xb: bf16 bits [m, k]), for callers that
+// run several products of one x (Linear's panels of widened quantized weights).
+void LinearBf16RoundedX(const uint16_t* xb, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
+                        int64_t ldy = 0);
 
 }  // namespace tpserve::cpu::onednn

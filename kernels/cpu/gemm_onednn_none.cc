@@ -11,5 +11,8 @@ std::string Describe() { return "oneDNN not built in"; }
 void LinearBf16(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t) {
   TP_CHECK(false && "built without oneDNN");
 }
+void LinearBf16RoundedX(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t) {
+  TP_CHECK(false && "built without oneDNN");
+}
 
 }  // namespace tpserve::cpu::onednn

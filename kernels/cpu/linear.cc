@@ -293,9 +293,16 @@ void QuantPrefillBf16(const float* x, int64_t m, int64_t k, const void* w, DType
   const int64_t panel_rows = std::max<int64_t>(64, (int64_t{1} << 19) / k / 16 * 16);
   const size_t row_bytes = RowBytes(w_dtype, k);
   const bool avx512_bf16 = DetectCpuFeatures().avx512_bf16;
-  thread_local std::vector<uint16_t> panel;
+  thread_local std::vector<uint16_t> panel, xb;
   if (panel.size() < static_cast<size_t>(panel_rows * k)) panel.resize(panel_rows * k);
   uint16_t* out = panel.data();
+  // x rounded to bf16 once for all panels (as LinearBf16 rounds it: to nearest even).
+  if (xb.size() < static_cast<size_t>(m * k)) xb.resize(m * k);
+  if (avx512_bf16) {
+    RoundToBf16Avx512(x, m * k, xb.data());
+  } else {
+    for (int64_t i = 0; i < m * k; ++i) xb[i] = F32ToBf16(x[i]);
+  }
   for (int64_t n0 = 0; n0 < n; n0 += panel_rows) {
     const int64_t rows = std::min(panel_rows, n - n0);
     const uint8_t* src = static_cast<const uint8_t*>(w) + n0 * row_bytes;
@@ -313,7 +320,7 @@ void QuantPrefillBf16(const float* x, int64_t m, int64_t k, const void* w, DType
         }
       }
     }
-    onednn::LinearBf16(x, m, k, out, rows, y + n0, n);
+    onednn::LinearBf16RoundedX(xb.data(), m, k, out, rows, y + n0, n);
   }
 }
 
