@@ -26,6 +26,15 @@ std::vector<std::vector<int32_t>> SplitIntoChunks(const std::vector<int32_t>& to
   return chunks;
 }
 
+namespace {
+
+absl::StatusOr<bool> ParseBool(const std::string& key, const std::string& value) {
+  if (value == "true" || value == "false") return value == "true";
+  return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": use true or false"));
+}
+
+}  // namespace
+
 absl::Status ApplyEngineSettings(absl::string_view settings, EngineOptions& o) {
   for (absl::string_view item : absl::StrSplit(settings, ',', absl::SkipWhitespace())) {
     const std::vector<absl::string_view> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
@@ -41,17 +50,11 @@ absl::Status ApplyEngineSettings(absl::string_view settings, EngineOptions& o) {
     } else if (key == "cpu_gemm") {
       o.cpu_gemm = value;
     } else if (key == "cpu_huge_pages") {
-      if (value != "true" && value != "false") {
-        return absl::InvalidArgumentError(absl::StrCat("cpu_huge_pages=", value, ": use true or false"));
-      }
-      o.cpu_huge_pages = value == "true";
+      TP_ASSIGN_OR_RETURN(o.cpu_huge_pages, ParseBool(key, value));
     } else if (key == "quantization") {
       o.quantization = value;
     } else if (key == "dequantize_weights") {
-      if (value != "true" && value != "false") {
-        return absl::InvalidArgumentError(absl::StrCat("dequantize_weights=", value, ": use true or false"));
-      }
-      o.dequantize_weights = value == "true";
+      TP_ASSIGN_OR_RETURN(o.dequantize_weights, ParseBool(key, value));
     } else if (key == "threads") {
       if (!absl::SimpleAtoi(value, &o.threads) || o.threads < 0) {
         return absl::InvalidArgumentError(absl::StrCat("threads=", value, ": use a count (0: all cores)"));

@@ -381,7 +381,7 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
     mo.mlp_chunk_tokens = e.cpu_gemm.path == cpu::GemmPath::kSgemm ? 256 : 128;
     // Block-quantized weights are widened panel by panel inside every GEMM: a 512-token
     // prompt in 128-token chunks widened the MLP's blocks 4 times (Llama-3.2-1B Q4_K_M
-    // prefill 107 tok/s against 180 for the file widened at load, docs/quantization.md).
+    // prefill 103-108 tok/s against 176 for the file widened at load, docs/quantization.md).
     mo.quantized_mlp_chunk_tokens = 512;
   }
   auto model = Model::Load(e.config, *e.source, *e.backend, *model_comm, mo, &comm);

@@ -72,12 +72,25 @@ int64_t WeightFormats::total_bytes() const {
   return total;
 }
 
-std::string WeightFormats::Describe(DType widened_to) const {
+bool WeightFormats::any_quantized() const {
+  return std::any_of(bytes.begin(), bytes.end(), [](const auto& e) { return IsQuantized(e.first); });
+}
+
+namespace {
+
+// (bytes, dtype) pairs, most bytes first.
+std::vector<std::pair<int64_t, DType>> BySize(const std::map<DType, int64_t>& bytes) {
   std::vector<std::pair<int64_t, DType>> by_size;
   for (const auto& [dtype, b] : bytes) by_size.push_back({b, dtype});
   std::sort(by_size.rbegin(), by_size.rend());
+  return by_size;
+}
+
+}  // namespace
+
+std::string WeightFormats::Describe(DType widened_to) const {
   std::string out;
-  for (const auto& [b, dtype] : by_size) {
+  for (const auto& [b, dtype] : BySize(bytes)) {
     absl::StrAppend(&out, out.empty() ? "" : ", ", std::string(DTypeName(dtype)), " ", MiB(b), " (", tensors.at(dtype), ")");
   }
   if (!widened.empty()) {
@@ -92,11 +105,8 @@ std::string WeightFormats::Describe(DType widened_to) const {
 }
 
 std::string WeightFormats::Summary() const {
-  std::vector<std::pair<int64_t, DType>> by_size;
-  for (const auto& [dtype, b] : bytes) by_size.push_back({b, dtype});
-  std::sort(by_size.rbegin(), by_size.rend());
   std::string out;
-  for (const auto& [b, dtype] : by_size) absl::StrAppend(&out, out.empty() ? "" : "+", std::string(DTypeName(dtype)));
+  for (const auto& [b, dtype] : BySize(bytes)) absl::StrAppend(&out, out.empty() ? "" : "+", std::string(DTypeName(dtype)));
   return out;
 }
 

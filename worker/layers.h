@@ -25,6 +25,8 @@ struct WeightFormats {
   std::map<std::string, int64_t> widened;  // reason -> tensors, e.g. "q4_1: no CPU kernels"
 
   int64_t total_bytes() const;
+  // Whether any matrix stayed block-quantized.
+  bool any_quantized() const;
   // e.g. "q4_k 98.2 MiB (109), q6_k 21.1 MiB (19), bfloat16 1.3 MiB (1); widened to bfloat16
   // at load: q4_1: no kernels for it on this backend (1)".
   std::string Describe(DType widened_to) const;

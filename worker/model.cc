@@ -207,9 +207,7 @@ absl::Status Model::EnsureScratch(int64_t tokens, int64_t logit_rows) {
     s.v_at = s.k_at + round(T * max_kv * act);
     s.attn_at = s.v_at + round(T * max_kv * act);
     const size_t attention_bytes = s.attn_at + T * max_q * act;
-    bool quantized = false;
-    for (const auto& [dtype, bytes] : weight_formats_.bytes) quantized = quantized || IsQuantized(dtype);
-    const int32_t chunk = quantized && options_.quantized_mlp_chunk_tokens > 0 ? options_.quantized_mlp_chunk_tokens
+    const int32_t chunk = weight_formats_.any_quantized() && options_.quantized_mlp_chunk_tokens > 0 ? options_.quantized_mlp_chunk_tokens
                                                                                 : options_.mlp_chunk_tokens;
     s.mlp_rows = chunk > 0 ? std::min<int64_t>(T, chunk) : T;
     s.act_at = round(s.mlp_rows * 2 * I * act);

@@ -289,20 +289,21 @@ void PanelSgemm(const float* x, int64_t m, int64_t k, const void* w, DType w_dty
 // (all threads), then oneDNN's bf16 matmul of x with the panel into y's columns. A panel of
 // ~1 MiB of bf16 stays in cache between its widening and its product. The weights the
 // product sees are those the GGUF loader used to widen to bf16 at load: the same numbers.
+// count values of x rounded to bf16, to nearest even (vectorized where the CPU has AVX512-BF16).
+void RoundToBf16(const float* x, int64_t count, uint16_t* out) {
+  if (DetectCpuFeatures().avx512_bf16) return RoundToBf16Avx512(x, count, out);
+  for (int64_t i = 0; i < count; ++i) out[i] = F32ToBf16(x[i]);
+}
+
 void QuantPrefillBf16(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, float* y) {
   const int64_t panel_rows = std::max<int64_t>(64, (int64_t{1} << 19) / k / 16 * 16);
   const size_t row_bytes = RowBytes(w_dtype, k);
-  const bool avx512_bf16 = DetectCpuFeatures().avx512_bf16;
   thread_local std::vector<uint16_t> panel, xb;
   if (panel.size() < static_cast<size_t>(panel_rows * k)) panel.resize(panel_rows * k);
   uint16_t* out = panel.data();
-  // x rounded to bf16 once for all panels (as LinearBf16 rounds it: to nearest even).
+  // x rounded to bf16 once for all panels (as LinearBf16 rounds it).
   if (xb.size() < static_cast<size_t>(m * k)) xb.resize(m * k);
-  if (avx512_bf16) {
-    RoundToBf16Avx512(x, m * k, xb.data());
-  } else {
-    for (int64_t i = 0; i < m * k; ++i) xb[i] = F32ToBf16(x[i]);
-  }
+  RoundToBf16(x, m * k, xb.data());
   for (int64_t n0 = 0; n0 < n; n0 += panel_rows) {
     const int64_t rows = std::min(panel_rows, n - n0);
     const uint8_t* src = static_cast<const uint8_t*>(w) + n0 * row_bytes;
@@ -313,11 +314,7 @@ void QuantPrefillBf16(const float* x, int64_t m, int64_t k, const void* w, DType
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {
         DequantizeRow(w_dtype, src + r * row_bytes, k, row.data());
-        if (avx512_bf16) {
-          RoundToBf16Avx512(row.data(), k, out + r * k);
-        } else {
-          for (int64_t j = 0; j < k; ++j) out[r * k + j] = F32ToBf16(row[j]);
-        }
+        RoundToBf16(row.data(), k, out + r * k);
       }
     }
     onednn::LinearBf16RoundedX(xb.data(), m, k, out, rows, y + n0, n);

@@ -1,4 +1,5 @@
-// Linear's decode rows over block-quantized weights (see quant.h): x quantized once per call,
+// Linear's decode rows over block-quantized weights (see quant.h): x quantized once per call
+// (FP8 reads fp32 x in place: QuantizeX would only copy it),
 // then one dot kernel call per weight row, the rows split among the OpenMP threads in
 // contiguous ranges so that each thread streams its own stretch of the weight.
 // Tested by tests/quant_kernels_test.cc; measured by bench/quant_dot_bench.cc.
@@ -16,11 +17,14 @@ void QuantGemv(const float* x, int64_t m, int64_t k, const void* w, DType w_dtyp
   TP_CHECK(dot != nullptr);
   const size_t x_row_bytes = QuantizedXRowBytes(w_dtype, k);
   const size_t w_row_bytes = RowBytes(w_dtype, k);
-  thread_local std::vector<uint8_t> xq;
-  if (xq.size() < m * x_row_bytes) xq.resize(m * x_row_bytes);
-  QuantizeX(w_dtype, x, m, k, xq.data());
+  const uint8_t* xb = reinterpret_cast<const uint8_t*>(x);  // FP8's kernels read fp32 x as it is
+  if (w_dtype != DType::kF8_E4M3) {
+    thread_local std::vector<uint8_t> xq;
+    if (xq.size() < m * x_row_bytes) xq.resize(m * x_row_bytes);
+    QuantizeX(w_dtype, x, m, k, xq.data());
+    xb = xq.data();
+  }
   const uint8_t* wb = static_cast<const uint8_t*>(w);
-  const uint8_t* xb = xq.data();
   const int mi = static_cast<int>(m);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < n; ++r) dot(wb + r * w_row_bytes, xb, x_row_bytes, mi, k, y + r, n);
