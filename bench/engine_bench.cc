@@ -44,7 +44,7 @@ ABSL_FLAG(bool, json, false, "Also print one JSON object per configuration");
 ABSL_FLAG(bool, dequantize_weights, false,
           "cpu: widen a GGUF file's quantized weights to --dtype at load (as tpserve --dequantize-weights) instead "
           "of keeping the blocks");
-ABSL_FLAG(std::string, cpu_gemm, "sgemm", "cpu: the matmul path, auto | sgemm | onednn-bf16 (tpserve --cpu-gemm)");
+ABSL_FLAG(std::string, cpu_gemm, "sgemm", "cpu: the matmul path, auto | sgemm | onednn-bf16 | amx-bf16 (tpserve --cpu-gemm)");
 ABSL_FLAG(std::string, backend, "cpu", "cpu | cuda (the GPU measurements: copy bandwidth, cuBLAS GEMM, prefill "
                                        "TFLOP/s, decode roofline, peak memory, KV blocks)");
 ABSL_FLAG(double, gpu_memory_utilization, 0.9, "cuda: fraction of the GPU's memory the engine may use");

@@ -405,7 +405,7 @@ void BenchModelPrefill(const ModelShapes& model, int threads) {
   const auto has = [&](cpu::GemmPath p) { return std::find(paths.begin(), paths.end(), p) != paths.end(); };
   std::printf("\n%s, Linear M=%lld (prefill), bf16 weights: GFLOP/s per GEMM path\n", model.model,
               static_cast<long long>(kM));
-  std::printf("%-11s %7s %6s  %9s %12s  %s\n", "product", "N", "K", "sgemm", "onednn-bf16",
+  std::printf("%-11s %7s %6s  %9s %12s %9s  %s\n", "product", "N", "K", "sgemm", "onednn-bf16", "amx-bf16",
               "fp32 sgemm on fp32 weights");
   for (const Shape& s : model.shapes) {
     if (std::string(s.name) == "lm_head") continue;
@@ -422,6 +422,8 @@ void BenchModelPrefill(const ModelShapes& model, int threads) {
     const double sgemm = gflops(cpu::GemmPath::kSgemm);
     char onednn[32] = "-";
     if (has(cpu::GemmPath::kOneDnnBf16)) std::snprintf(onednn, sizeof(onednn), "%.1f", gflops(cpu::GemmPath::kOneDnnBf16));
+    char amx[32] = "-";
+    if (has(cpu::GemmPath::kAmxBf16)) std::snprintf(amx, sizeof(amx), "%.1f", gflops(cpu::GemmPath::kAmxBf16));
     const std::vector<uint8_t> w32 = RandomWeights(s.n * s.k, DType::kF32, 5);
     openblas_set_num_threads(threads);
     const double blas_s = BestSeconds(3, [&] {
@@ -431,8 +433,8 @@ void BenchModelPrefill(const ModelShapes& model, int threads) {
                   static_cast<blasint>(s.k), 0.0f, y.data(), static_cast<blasint>(s.n));
     });
     LetBlasThreadsSleep();
-    std::printf("%-11s %7lld %6lld  %9.1f %12s  %.1f\n", s.name, static_cast<long long>(s.n),
-                static_cast<long long>(s.k), sgemm, onednn, flop / blas_s / 1e9);
+    std::printf("%-11s %7lld %6lld  %9.1f %12s %9s  %.1f\n", s.name, static_cast<long long>(s.n),
+                static_cast<long long>(s.k), sgemm, onednn, amx, flop / blas_s / 1e9);
     std::fflush(stdout);
   }
 }

@@ -48,9 +48,9 @@ struct EngineOptions {
   // On cuda, the rank with node-local index i runs on GPU i % (GPUs on the node).
   std::string device = "auto";
   int threads = 0;                   // CPU threads per rank; 0 = cores / local ranks
-  // CPU: the matmul path, auto | sgemm | onednn-bf16 (cpu::ChooseGemmPath): fp32 activations,
-  // or activations rounded to bf16 for oneDNN's bf16 prefill matmul and AVX512-BF16 decode
-  // dot products. auto: onednn-bf16 where the CPU has AMX-BF16 or AVX512-BF16, sgemm elsewhere
+  // CPU: the matmul path, auto | sgemm | onednn-bf16 | amx-bf16 (cpu::ChooseGemmPath): fp32
+  // activations, or activations rounded to bf16 for oneDNN's (or, amx-bf16, our own AMX) bf16
+  // prefill matmul and AVX512-BF16 decode dot products. auto: onednn-bf16 where the CPU has AMX-BF16 or AVX512-BF16, sgemm elsewhere
   // (on an AVX512-BF16 EPYC: 2.8-3.1x sgemm's prefill, docs/cpu_backend.md).
   std::string cpu_gemm = "auto";
   // CPU: weights (not the KV cache) on transparent huge pages (BackendOptions::cpu_huge_pages);

@@ -40,7 +40,8 @@ ABSL_FLAG(double, gpu_memory_utilization, 0.9, "cuda: fraction of each GPU's mem
 ABSL_FLAG(int, threads, 0, "CPU threads per rank (default: cores / ranks on the node)");
 ABSL_FLAG(std::string, cpu_gemm, "auto", "CPU: matmuls with fp32 activations (sgemm: OpenBLAS "
           "fp32 prefill, fp32-FMA decode) | onednn-bf16 (bf16 weights: activations rounded to bf16, oneDNN's bf16 "
-          "prefill matmul on AMX / AVX512-BF16, AVX512-BF16 dot products in decode) | auto (onednn-bf16 where the CPU "
+          "prefill matmul on AMX / AVX512-BF16, AVX512-BF16 dot products in decode) | amx-bf16 (onednn-bf16's "
+          "numbers with tpserve's own AMX-BF16 prefill tiles; CPUs with AMX) | auto (onednn-bf16 where the CPU "
           "has bf16 units, else sgemm)");
 ABSL_FLAG(std::string, cpu_huge_pages, "on", "CPU: on | off. on: weight buffers of >= 2 MiB are 2 MiB-aligned "
           "and madvised for transparent huge pages (no effect where the kernel's THP policy is never; the start-up "

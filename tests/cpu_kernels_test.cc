@@ -235,7 +235,7 @@ TEST(Linear, ZeroKGivesZeros) {
 }
 
 // Every GEMM path against the reference, forced (the auto choice is one of them), for
-// prefill products and decode batches. kOneDnnBf16 rounds x to bf16 first for bf16
+// prefill products and decode batches. kOneDnnBf16 and kAmxBf16 round x to bf16 first for bf16
 // weights, so its reference does too; the products of bf16 values are exact in fp32 and the
 // sums are fp32, so the tolerance is the fp32 one.
 // Paths this build or CPU lacks are skipped, saying so (oneDNN 2.x: AVX-512 machines).
@@ -257,7 +257,7 @@ class GemmPathTest : public ::testing::TestWithParam<std::tuple<GemmPath, DType>
     const Stored w = RandomStored(n * k, dtype, rng);
     std::vector<float> y(m * n, kNaN);
     Linear(path, x.data(), m, k, w.bytes.data(), dtype, n, y.data());
-    if (path == GemmPath::kOneDnnBf16 && dtype == DType::kBF16) {
+    if (RoundsXToBf16(path) && dtype == DType::kBF16) {
       for (float& v : x) v = Bf16ToF32(F32ToBf16(v));
     }
     EXPECT_TRUE(AllClose(y, RefLinear(x, m, k, w.values, n), LinearTolerance(k)));
@@ -269,6 +269,18 @@ TEST_P(GemmPathTest, MatchesReferenceOverShapes) {
   for (const int64_t m : {1, 2, 3, 5, 7, 16, 17, 33, 130}) {
     for (const int64_t k : {1, 8, 13, 31, 32, 33, 67, 1031}) {
       for (const int64_t n : {1, 13, 67, 257}) Check(m, k, n, seed++);
+    }
+  }
+}
+
+// Shapes around amx-bf16's tiles (16 x 32 steps, blocks of 32 x rows by 32 weight rows):
+// k whole steps, x rows and weight rows on both sides of 16 and 32 (padded tiles, the
+// zero-padded last weight block, masked stores).
+TEST_P(GemmPathTest, MatchesReferenceAroundTileEdges) {
+  uint32_t seed = 500;
+  for (const int64_t m : {17, 31, 32, 33, 48, 63, 130}) {
+    for (const int64_t k : {32, 64, 1056}) {
+      for (const int64_t n : {1, 15, 16, 17, 31, 32, 33, 67, 257}) Check(m, k, n, seed++);
     }
   }
 }
@@ -285,7 +297,8 @@ TEST_P(GemmPathTest, MatchesReferenceOnLargeShapes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PathsAndDtypes, GemmPathTest,
-                         ::testing::Combine(::testing::Values(GemmPath::kSgemm, GemmPath::kOneDnnBf16),
+                         ::testing::Combine(::testing::Values(GemmPath::kSgemm, GemmPath::kOneDnnBf16,
+                                                              GemmPath::kAmxBf16),
                                             ::testing::Values(DType::kBF16, DType::kF16, DType::kF32)),
                          [](const auto& info) {
                            std::string path(GemmPathName(std::get<0>(info.param)));
@@ -321,9 +334,17 @@ TEST(GemmChoice, ForcedPathsAndErrors) {
     EXPECT_EQ(onednn.status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_NE(onednn.status().message().find("--cpu-gemm auto or sgemm"), std::string::npos);
   }
+  const bool have_amx = std::find(paths.begin(), paths.end(), GemmPath::kAmxBf16) != paths.end();
+  EXPECT_EQ(have_amx, DetectCpuFeatures().amx_bf16);
+  const auto amx = ChooseGemmPath("amx-bf16");
+  EXPECT_EQ(amx.ok(), have_amx) << amx.status();
+  if (!amx.ok()) {
+    EXPECT_EQ(amx.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(amx.status().message().find("--cpu-gemm auto or sgemm"), std::string::npos);
+  }
   const auto bad = ChooseGemmPath("amx");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("auto, sgemm, onednn-bf16"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("auto, sgemm, onednn-bf16, amx-bf16"), std::string::npos);
 }
 
 // ---------------------------------------------------------------------------------------

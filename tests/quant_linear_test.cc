@@ -120,7 +120,7 @@ TEST(QuantLinear, DecodeRowsMatchTheDequantizedProductOnRoundedX) {
 }
 
 // Prefill (more than kMaxStreamingRows rows) widens panels of blocks: on sgemm exactly the
-// product of the widened weights; on onednn-bf16 that of the widened weights rounded to bf16.
+// product of the widened weights; on onednn-bf16 and amx-bf16 that of the widened weights rounded to bf16.
 TEST(QuantLinear, PrefillIsTheProductOfTheWidenedWeights) {
   std::mt19937 rng(11);
   const int64_t k = 768, n = 300, m = 40;
@@ -133,14 +133,17 @@ TEST(QuantLinear, PrefillIsTheProductOfTheWidenedWeights) {
     Linear(GemmPath::kSgemm, x.data(), m, k, w.data(), t, n, got.data());
     Linear(GemmPath::kSgemm, x.data(), m, k, wf.data(), DType::kF32, n, want.data());
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << "sgemm: not the widened product's bits";
-    const std::vector<GemmPath> paths = AvailableGemmPaths();
-    if (std::find(paths.begin(), paths.end(), GemmPath::kOneDnnBf16) == paths.end()) continue;
     std::vector<uint16_t> wb(n * k);
     for (size_t i = 0; i < wb.size(); ++i) wb[i] = F32ToBf16(wf[i]);
-    Linear(GemmPath::kOneDnnBf16, x.data(), m, k, w.data(), t, n, got.data());
-    Linear(GemmPath::kOneDnnBf16, x.data(), m, k, wb.data(), DType::kBF16, n, want.data());
-    for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << "onednn-bf16 element " << i;
+    // The bf16 paths (where this CPU and build have them): the product of the widened weights
+    // rounded to bf16 (amx-bf16 widens 32 rows at a time into its tiles).
+    for (const GemmPath path : AvailableGemmPaths()) {
+      if (path == GemmPath::kSgemm) continue;
+      Linear(path, x.data(), m, k, w.data(), t, n, got.data());
+      Linear(path, x.data(), m, k, wb.data(), DType::kBF16, n, want.data());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << GemmPathName(path) << " element " << i;
+      }
     }
   }
 }

@@ -35,8 +35,16 @@ enum class GemmPath : uint8_t {
   // without them the AVX2 GEMV on the rounded x. Only where oneDNN is built in and the CPU
   // has AVX-512.
   kOneDnnBf16,
+  // kOneDnnBf16's numbers (x rounded to bf16, fp32 sums) with the prefill on AMX tiles
+  // (kernels/cpu/gemm_amx.h: weights read as held, no per-call repacking); decode as
+  // kOneDnnBf16. Only where the CPU has AMX-BF16; needs no oneDNN. Forced only
+  // (--cpu-gemm amx-bf16): on 2026-12-06 it matched oneDNN on k <= 2048 and trailed it on
+  // larger k (docs/cpu_backend.md, "AMX").
+  kAmxBf16,
 };
-const char* GemmPathName(GemmPath path);  // "sgemm" | "onednn-bf16"
+const char* GemmPathName(GemmPath path);  // "sgemm" | "onednn-bf16" | "amx-bf16"
+// Whether the path rounds x to bf16 before products with bf16 weights (every path but kSgemm).
+inline bool RoundsXToBf16(GemmPath path) { return path != GemmPath::kSgemm; }
 
 // The paths this build can run on this CPU, kSgemm first.
 std::vector<GemmPath> AvailableGemmPaths();
@@ -48,7 +56,8 @@ struct GemmChoice {
   std::string description;
 };
 // "auto": kOneDnnBf16 where the CPU has AMX-BF16 or AVX512-BF16 and oneDNN has a JIT
-// kernel for it (not its reference loop), else kSgemm. "sgemm" / "onednn-bf16": that path;
+// kernel for it (not its reference loop), else kSgemm (kAmxBf16 measured no faster than
+// oneDNN 2.6.3 on AMX, so only forced). "sgemm" / "onednn-bf16" / "amx-bf16": that path;
 // an error says what this build and CPU offer where it is not available.
 absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec);
 

@@ -15,6 +15,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/gemm_amx.h"
 #include "kernels/cpu/gemm_onednn.h"
 #include "kernels/cpu/gemv_avx512_bf16.h"
 #include "kernels/cpu/gemv_tiles.h"
@@ -295,6 +296,43 @@ void RoundToBf16(const float* x, int64_t count, uint16_t* out) {
   for (int64_t i = 0; i < count; ++i) out[i] = F32ToBf16(x[i]);
 }
 
+// amx::WidenRows over a quantized weight matrix.
+struct QuantRows {
+  const uint8_t* w;
+  DType dtype;
+  size_t row_bytes;
+};
+void WidenQuantRows(const void* ctx, int64_t n0, int64_t rows, int64_t k, uint16_t* out) {
+  const QuantRows& q = *static_cast<const QuantRows*>(ctx);
+  thread_local std::vector<float> row;
+  if (row.size() < static_cast<size_t>(k)) row.resize(k);
+  for (int64_t r = 0; r < rows; ++r) {
+    DequantizeRow(q.dtype, q.w + (n0 + r) * q.row_bytes, k, row.data());
+    RoundToBf16(row.data(), k, out + r * k);
+  }
+}
+
+// Prefill with bf16 weights on kAmxBf16: the tiles where k is whole tile steps; else (no
+// model seen so far) the streaming kernel on the same rounded x, the same numbers.
+void AmxLinearBf16(const float* x, int64_t m, int64_t k, const void* w, int64_t n, float* y) {
+  if (k % amx::kBf16StepK != 0) return RoundedBf16StreamingLinear(x, m, k, w, n, y);
+  thread_local std::vector<uint16_t> xb;
+  if (xb.size() < static_cast<size_t>(m * k)) xb.resize(m * k);
+  RoundToBf16(x, m * k, xb.data());
+  amx::LinearBf16(xb.data(), m, k, static_cast<const uint16_t*>(w), n, y, n);
+}
+
+// Quantized prefill on kAmxBf16: each thread widens 32 weight rows to bf16 right before its
+// tiles read them. Every block type holds a multiple of 32 elements, so k is whole steps.
+void AmxQuantPrefill(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, float* y) {
+  TP_CHECK(k % amx::kBf16StepK == 0);
+  thread_local std::vector<uint16_t> xb;
+  if (xb.size() < static_cast<size_t>(m * k)) xb.resize(m * k);
+  RoundToBf16(x, m * k, xb.data());
+  const QuantRows rows{static_cast<const uint8_t*>(w), w_dtype, RowBytes(w_dtype, k)};
+  amx::LinearBf16Widened(xb.data(), m, k, WidenQuantRows, &rows, n, y, n);
+}
+
 void QuantPrefillBf16(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, float* y) {
   const int64_t panel_rows = std::max<int64_t>(64, (int64_t{1} << 19) / k / 16 * 16);
   const size_t row_bytes = RowBytes(w_dtype, k);
@@ -335,7 +373,11 @@ void RoundedBf16LinearAvx2(const float* x, int64_t m, int64_t k, const void* w, 
 }
 
 const char* GemmPathName(GemmPath path) {
-  return path == GemmPath::kOneDnnBf16 ? "onednn-bf16" : "sgemm";
+  switch (path) {
+    case GemmPath::kOneDnnBf16: return "onednn-bf16";
+    case GemmPath::kAmxBf16: return "amx-bf16";
+    default: return "sgemm";
+  }
 }
 
 std::vector<GemmPath> AvailableGemmPaths() {
@@ -343,6 +385,7 @@ std::vector<GemmPath> AvailableGemmPaths() {
   if (!onednn::Bf16Implementation(kProbeM, kProbeK, kProbeN).empty()) {
     paths.push_back(GemmPath::kOneDnnBf16);
   }
+  if (amx::Bf16Available()) paths.push_back(GemmPath::kAmxBf16);
   return paths;
 }
 
@@ -357,6 +400,16 @@ absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec) {
   const std::string onednn =
       absl::StrCat("onednn-bf16 (prefill: ", onednn::Describe(), " ", impl, "; decode: ",
                    cpu.avx512_bf16 ? "avx512_bf16 dot products" : "fp32 FMAs on bf16-rounded x", "; ", cpu_name, ")");
+  const std::string amx_name = absl::StrCat("amx-bf16 (prefill: AMX-BF16 tiles on the weights as held; decode: ",
+                                            "avx512_bf16 dot products; ", cpu_name, ")");
+  if (spec == "amx-bf16") {
+    const std::string why = amx::Bf16Unavailable();
+    if (!why.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat("--cpu-gemm amx-bf16 is not available here: ", why, " (",
+                                                        cpu_name, "); use --cpu-gemm auto or sgemm"));
+    }
+    return GemmChoice{GemmPath::kAmxBf16, amx_name};
+  }
   if (spec == "onednn-bf16") {
     if (impl.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -369,7 +422,7 @@ absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec) {
   }
   if (spec != "auto") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--cpu-gemm \"", std::string(spec), "\" is not one of auto, sgemm, onednn-bf16"));
+        absl::StrCat("--cpu-gemm \"", std::string(spec), "\" is not one of auto, sgemm, onednn-bf16, amx-bf16"));
   }
   if (bf16_units && jit) return GemmChoice{GemmPath::kOneDnnBf16, onednn};
   if (!bf16_units) return GemmChoice{GemmPath::kSgemm, sgemm};
@@ -393,6 +446,8 @@ void Linear(GemmPath path, const float* x, int64_t m, int64_t k, const void* w, 
       return onednn::LinearBf16(x, m, k, static_cast<const uint16_t*>(w), n, y);
     }
     if (path == GemmPath::kOneDnnBf16 && IsQuantized(w_dtype)) return QuantPrefillBf16(x, m, k, w, w_dtype, n, y);
+    if (path == GemmPath::kAmxBf16 && w_dtype == DType::kBF16) return AmxLinearBf16(x, m, k, w, n, y);
+    if (path == GemmPath::kAmxBf16 && IsQuantized(w_dtype)) return AmxQuantPrefill(x, m, k, w, w_dtype, n, y);
     return PanelSgemm(x, m, k, w, w_dtype, n, y);
   }
   if (IsQuantized(w_dtype)) return QuantGemv(x, m, k, w, w_dtype, n, y);
@@ -400,7 +455,7 @@ void Linear(GemmPath path, const float* x, int64_t m, int64_t k, const void* w, 
     case DType::kF32:
       return StreamingLinearAnyM<float>(x, m, k, w, n, y);
     case DType::kBF16:
-      if (path == GemmPath::kOneDnnBf16) return RoundedBf16StreamingLinear(x, m, k, w, n, y);
+      if (RoundsXToBf16(path)) return RoundedBf16StreamingLinear(x, m, k, w, n, y);
       return StreamingLinearAnyM<Bf16>(x, m, k, w, n, y);
     case DType::kF16:
       return StreamingLinearAnyM<F16>(x, m, k, w, n, y);
