@@ -1,6 +1,9 @@
 # Engine tests: config, checkpoints, the whole model against transformers.
 tp_add_test(model_config_test SOURCES model_config_test.cc LIBS tpserve_engine)
 tp_add_test(safetensors_test SOURCES safetensors_test.cc LIBS tpserve_engine)
+# compressed-tensors quantization_configs, their FP8 / int4 tensors as blocks (fixtures:
+# tools/make_compressed_tensors_fixtures.py).
+tp_add_test(compressed_tensors_test SOURCES compressed_tensors_test.cc LIBS tpserve_engine)
 # GGUF blocks -> fp32, bit for bit against gguf-py (fixtures: tools/make_gguf_fixtures.py).
 tp_add_test(gguf_quants_test SOURCES gguf_quants_test.cc LIBS tpserve_engine)
 # The GGUF container and GGUF model configs (fixtures: tools/make_gguf_model_fixtures.py).

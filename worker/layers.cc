@@ -37,7 +37,10 @@ DType StorageDType(const LoadContext& ctx, const std::string& name, int64_t col0
                    std::string* widened) {
   widened->clear();
   const std::optional<DType> q = ctx.source.QuantizedDType(name);
-  if (!q) return ctx.weight_dtype;
+  if (!q) {
+    *widened = ctx.source.WidenedReason(name);
+    return ctx.weight_dtype;
+  }
   const int64_t block = BlockElems(*q);
   if (!ctx.keep_quantized) {
     *widened = absl::StrCat(std::string(DTypeName(*q)), ": widened as asked (--dequantize-weights)");

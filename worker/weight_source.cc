@@ -10,7 +10,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <set>
+#include <sstream>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
@@ -18,22 +22,61 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/cpu/dequantize.h"
+#include "worker/compressed_tensors.h"
 
 namespace tpserve {
 namespace {
 
 std::string ShapeStr(const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); }
 
+// A matrix stored by compressed-tensors (worker/compressed_tensors.h): its quantized values,
+// their scales as fp32, and the layout of both.
+struct CompressedMatrix {
+  bool int4 = false;         // packed int4 (else FP8 E4M3)
+  const TensorInfo* values;  // F8_E4M3 [n, k], or I32 [n, ceil(k / 8)] for int4
+  std::vector<int64_t> shape;  // [n, k]
+  std::vector<float> scale;  // the weight_scale tensor as fp32, row-major
+  int64_t scale_cols = 1;
+  int64_t block_rows = 1;    // weight rows per scale row (fp8)
+  int64_t group = 0;         // int4: elements per scale
+  std::vector<uint16_t> scale16;  // int4: the scales as fp16, where every one is exact (else empty)
+  std::vector<std::string> names;  // the checkpoint tensors it is made of (all count as read)
+};
+
 class CheckpointSource : public WeightSource {
  public:
-  CheckpointSource(std::unique_ptr<Checkpoint> ckpt, std::string prefix)
-      : ckpt_(std::move(ckpt)), prefix_(std::move(prefix)) {}
+  CheckpointSource(std::unique_ptr<Checkpoint> ckpt, std::string prefix, CompressedTensorsScheme scheme)
+      : ckpt_(std::move(ckpt)), prefix_(std::move(prefix)), scheme_(std::move(scheme)) {}
 
-  bool Has(const std::string& name) const override { return Lookup(name) != nullptr; }
+  bool Has(const std::string& name) const override {
+    return Lookup(name) != nullptr || (scheme_.int4 && name.ends_with(".weight") && Lookup(name + "_packed"));
+  }
 
-  std::string Describe() const override { return absl::StrCat("safetensors:", ckpt_->dir()); }
+  std::string Describe() const override {
+    return absl::StrCat("safetensors:", ckpt_->dir(), scheme_.present ? absl::StrCat(" (", scheme_.description, ")") : "");
+  }
+
+  std::optional<DType> QuantizedDType(const std::string& name) const override {
+    if (!scheme_.present) return std::nullopt;
+    absl::StatusOr<const CompressedMatrix*> m = Compressed(name);
+    if (!m.ok() || *m == nullptr) return std::nullopt;
+    if (!(*m)->int4) return DType::kF8_E4M3;
+    if ((*m)->scale16.empty()) return std::nullopt;  // read widened (Describe says why)
+    return DType::kQ4_0;
+  }
+
+  std::string WidenedReason(const std::string& name) const override {
+    if (!scheme_.present) return "";
+    absl::StatusOr<const CompressedMatrix*> m = Compressed(name);
+    if (!m.ok() || *m == nullptr || !(*m)->int4 || !(*m)->scale16.empty()) return "";
+    return "int4 (compressed-tensors): group scales that are not all fp16 values (Q4_0 holds fp16 scales)";
+  }
 
   absl::Status Read(const SliceRequest& r, DType dtype, void* dst) const override {
+    if (scheme_.present) {
+      TP_ASSIGN_OR_RETURN(const CompressedMatrix* m, Compressed(r.name));
+      if (m != nullptr) return ReadCompressed(*m, r, dtype, dst);
+    }
     const TensorInfo* t = Lookup(r.name);
     if (t == nullptr) {
       return absl::NotFoundError(absl::StrCat(ckpt_->dir(), ": missing tensor \"", prefix_, r.name, "\""));
@@ -121,10 +164,184 @@ class CheckpointSource : public WeightSource {
   }
 
  private:
+  // The compressed matrix stored for `name` ("....weight"), built once; nullptr where the
+  // tensor is stored as a float; an error where its parts disagree.
+  absl::StatusOr<const CompressedMatrix*> Compressed(const std::string& name) const {
+    absl::MutexLock lock(&mu_);
+    auto it = compressed_.find(name);
+    if (it != compressed_.end()) {
+      if (!it->second.ok()) return it->second.status();
+      return it->second->get();
+    }
+    absl::StatusOr<std::unique_ptr<CompressedMatrix>> m = BuildCompressed(name);
+    const auto& slot = compressed_.emplace(name, std::move(m)).first->second;
+    if (!slot.ok()) return slot.status();
+    return slot->get();
+  }
+
+  absl::StatusOr<std::unique_ptr<CompressedMatrix>> BuildCompressed(const std::string& name) const {
+    if (!name.ends_with(".weight")) return nullptr;
+    auto m = std::make_unique<CompressedMatrix>();
+    const TensorInfo* scale = Lookup(name + "_scale");
+    if (const TensorInfo* packed = scheme_.int4 ? Lookup(name + "_packed") : nullptr) {
+      const TensorInfo* shape = Lookup(name + "_shape");
+      const std::string where = absl::StrCat(packed->file, ": tensor \"", packed->name, "\"");
+      if (shape == nullptr || scale == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": packed int4 weights without their ", prefix_, name,
+                                                       shape == nullptr ? "_shape" : "_scale", " tensor"));
+      }
+      for (const char* extra : {"_zero_point", "_g_idx"}) {
+        if (Lookup(name + extra) != nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat(where, ": ", name, extra,
+                                                         " (asymmetric or activation-ordered int4) is not supported"));
+        }
+      }
+      TP_ASSIGN_OR_RETURN(m->shape, ReadShapeTensor(*shape));
+      m->int4 = true;
+      m->values = packed;
+      const int64_t n = m->shape[0], k = m->shape[1];
+      if (packed->dtype_name != "I32" || packed->shape != std::vector<int64_t>{n, (k + 7) / 8}) {
+        return absl::InvalidArgumentError(absl::StrCat(where, " is ", packed->dtype_name, " ", ShapeStr(packed->shape),
+                                                       "; int4 weights of shape ", ShapeStr(m->shape),
+                                                       " pack into I32 [", n, ", ", (k + 7) / 8, "]"));
+      }
+      if (scale->shape.size() != 2 || scale->shape[0] != n || scale->shape[1] <= 0 || k % scale->shape[1] != 0 ||
+          (k / scale->shape[1]) % 32 != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(scale->file, ": tensor \"", scale->name, "\" has shape ",
+                                                       ShapeStr(scale->shape), "; int4 weights of shape ",
+                                                       ShapeStr(m->shape), " want [", n, ", k / group] with a group of 32j"));
+      }
+      m->group = k / scale->shape[1];
+      m->scale_cols = scale->shape[1];
+    } else {
+      const TensorInfo* values = Lookup(name);
+      if (values == nullptr || values->dtype_name != "F8_E4M3") return nullptr;
+      const std::string where = absl::StrCat(values->file, ": tensor \"", values->name, "\"");
+      if (!scheme_.fp8) {
+        return absl::InvalidArgumentError(absl::StrCat(where, " is F8_E4M3 but quantization_config has no fp8 group"));
+      }
+      if (scale == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(where, " is F8_E4M3 without its ", prefix_, name, "_scale tensor"));
+      }
+      if (Lookup(name.substr(0, name.size() - 6) + "input_scale") != nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": static activation scales (input_scale) are not supported"));
+      }
+      if (values->shape.size() != 2) return absl::InvalidArgumentError(absl::StrCat(where, " is not a matrix"));
+      m->values = values;
+      m->shape = values->shape;
+      const int64_t n = m->shape[0], k = m->shape[1];
+      const std::vector<int64_t>& ss = scale->shape;
+      int64_t numel = 1;
+      for (int64_t d : ss) numel *= d;
+      if (numel == 1) {
+        m->block_rows = n;  // one scale for the whole tensor
+      } else if (ss == std::vector<int64_t>{n, 1}) {
+        m->block_rows = 1;
+      } else if (ss == std::vector<int64_t>{(n + 127) / 128, (k + 127) / 128}) {
+        m->block_rows = 128;
+        m->scale_cols = ss[1];
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(scale->file, ": tensor \"", scale->name, "\" has shape ",
+                                                       ShapeStr(ss), "; fp8 weights of shape ", ShapeStr(m->shape),
+                                                       " want [1], [", n, ", 1] or 128x128 blocks [", (n + 127) / 128,
+                                                       ", ", (k + 127) / 128, "]"));
+      }
+    }
+    if (!scale->dtype_supported) {
+      return absl::InvalidArgumentError(absl::StrCat(scale->file, ": tensor \"", scale->name, "\" has dtype ",
+                                                     scale->dtype_name, "; supported: F32, BF16, F16"));
+    }
+    int64_t count = 1;
+    for (int64_t d : scale->shape) count *= d;
+    m->scale.resize(count);
+    ToF32(scale->data, scale->dtype, count, m->scale.data());
+    if (m->int4) {
+      m->scale16.resize(count);
+      for (int64_t i = 0; i < count; ++i) {
+        m->scale16[i] = F32ToF16(m->scale[i]);
+        if (F16ToF32(m->scale16[i]) != m->scale[i]) {
+          m->scale16.clear();
+          break;
+        }
+      }
+    }
+    for (const TensorInfo* t : {m->values, scale, m->int4 ? Lookup(name + "_shape") : nullptr}) {
+      if (t != nullptr) m->names.push_back(t->name);
+    }
+    return m;
+  }
+
+  absl::StatusOr<std::vector<int64_t>> ReadShapeTensor(const TensorInfo& t) const {
+    std::vector<int64_t> shape(2);
+    const size_t elem = t.dtype_name == "I64" ? 8 : t.dtype_name == "I32" ? 4 : 0;
+    if (elem == 0 || t.shape != std::vector<int64_t>{2} || t.nbytes != 2 * elem) {
+      return absl::InvalidArgumentError(absl::StrCat(t.file, ": tensor \"", t.name, "\" is ", t.dtype_name, " ",
+                                                     ShapeStr(t.shape), "; expected I64 or I32 [2]"));
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (elem == 8) {
+        std::memcpy(&shape[i], t.data + 8 * i, 8);
+      } else {
+        int32_t v;
+        std::memcpy(&v, t.data + 4 * i, 4);
+        shape[i] = v;
+      }
+    }
+    return shape;
+  }
+
+  absl::Status ReadCompressed(const CompressedMatrix& m, const SliceRequest& r, DType dtype, void* dst) const {
+    {
+      absl::MutexLock lock(&mu_);
+      read_.insert(m.names.begin(), m.names.end());
+    }
+    const std::string where = absl::StrCat(m.values->file, ": tensor \"", m.values->name, "\"");
+    if (m.shape != r.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " holds a matrix of shape ", ShapeStr(m.shape),
+                                                     ", expected ", ShapeStr(r.shape), " from config.json"));
+    }
+    TP_RETURN_IF_ERROR(CheckSlice(r, where));
+    const bool blocks = IsQuantized(dtype);
+    if (blocks && (dtype != (m.int4 ? DType::kQ4_0 : DType::kF8_E4M3) || r.col0 % BlockElems(dtype) != 0 ||
+                   r.cols % BlockElems(dtype) != 0 || (m.int4 && m.scale16.empty()))) {
+      return absl::InternalError(absl::StrCat(where, ": cannot be read as ", std::string(DTypeName(dtype)),
+                                              " columns [", r.col0, ", ", r.col0 + r.cols, ")"));
+    }
+    const size_t src_row_bytes = m.int4 ? static_cast<size_t>((m.shape[1] + 7) / 8) * 4 : m.shape[1];
+    const size_t out_row_bytes = RowBytes(dtype, r.cols);
+    const int64_t chunk_rows = static_cast<int64_t>(std::max<size_t>(1, kReleaseChunkBytes / src_row_bytes));
+    uint8_t* out = static_cast<uint8_t*>(dst);
+    for (int64_t c0 = 0; c0 < r.rows; c0 += chunk_rows) {
+      const int64_t c1 = std::min(r.rows, c0 + chunk_rows);
+#pragma omp parallel for schedule(static) if (c1 - c0 > 64)
+      for (int64_t i = c0; i < c1; ++i) {
+        const int64_t row = r.row0 + i;
+        const uint8_t* src = m.values->data + row * src_row_bytes;
+        uint8_t* o = out + i * out_row_bytes;
+        if (blocks && m.int4) {
+          Int4RowToQ4_0(src, m.scale16.data() + row * m.scale_cols, m.group, r.col0, r.cols, o);
+        } else if (blocks) {
+          Fp8RowToBlocks(src, m.scale.data(), m.scale_cols, m.block_rows, row, r.col0, r.cols, o);
+        } else {
+          thread_local std::vector<float> wide;
+          wide.resize(r.cols);
+          if (m.int4) {
+            Int4RowToF32(src, m.scale.data() + row * m.scale_cols, m.group, r.col0, r.cols, wide.data());
+          } else {
+            Fp8RowToF32(src, m.scale.data(), m.scale_cols, m.block_rows, row, r.col0, r.cols, wide.data());
+          }
+          ConvertRow(reinterpret_cast<const uint8_t*>(wide.data()), DType::kF32, r.cols, dtype, o);
+        }
+      }
+      ReleaseMappedPages(m.values->data + (r.row0 + c0) * src_row_bytes, (c1 - c0) * src_row_bytes);
+    }
+    return absl::OkStatus();
+  }
+
   const TensorInfo* Lookup(const std::string& name) const {
-    if (name == "lm_head.weight") {
-      for (const char* p : {"lm_head.weight", "language_model.lm_head.weight"}) {
-        if (const TensorInfo* t = ckpt_->Find(p)) return t;
+    if (name.starts_with("lm_head.")) {  // lm_head.weight and, quantized, its parts
+      for (const char* p : {"", "language_model."}) {
+        if (const TensorInfo* t = ckpt_->Find(p + name)) return t;
       }
       return nullptr;
     }
@@ -133,8 +350,10 @@ class CheckpointSource : public WeightSource {
 
   std::unique_ptr<Checkpoint> ckpt_;
   std::string prefix_;
+  CompressedTensorsScheme scheme_;
   mutable absl::Mutex mu_;
   mutable std::set<std::string> read_ ABSL_GUARDED_BY(mu_);  // full names of tensors read
+  mutable std::map<std::string, absl::StatusOr<std::unique_ptr<CompressedMatrix>>> compressed_ ABSL_GUARDED_BY(mu_);
 };
 
 uint64_t SplitMix64(uint64_t x) {
@@ -277,11 +496,26 @@ bool IsIgnorableCheckpointTensor(std::string_view name) {
   return false;
 }
 
+namespace {
+
+// DIR/config.json's compressed-tensors scheme (none where there is no config.json).
+absl::StatusOr<CompressedTensorsScheme> CheckpointScheme(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "config.json").string();
+  std::ifstream in(path);
+  if (!in) return CompressedTensorsScheme{};
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseCompressedTensorsConfig(text.str(), path);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<WeightSource>> OpenCheckpointSource(const std::string& dir) {
+  TP_ASSIGN_OR_RETURN(CompressedTensorsScheme scheme, CheckpointScheme(dir));
   TP_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
   for (const char* prefix : {"model.", "model.language_model.", "language_model.model.", ""}) {
     if (ckpt->Find(std::string(prefix) + "embed_tokens.weight") != nullptr) {
-      return std::unique_ptr<WeightSource>(new CheckpointSource(std::move(ckpt), prefix));
+      return std::unique_ptr<WeightSource>(new CheckpointSource(std::move(ckpt), prefix, std::move(scheme)));
     }
   }
   return absl::NotFoundError(absl::StrCat(
@@ -291,8 +525,9 @@ absl::StatusOr<std::unique_ptr<WeightSource>> OpenCheckpointSource(const std::st
 
 absl::StatusOr<std::unique_ptr<WeightSource>> OpenCheckpointSourceWithPrefix(const std::string& dir,
                                                                             const std::string& prefix) {
+  TP_ASSIGN_OR_RETURN(CompressedTensorsScheme scheme, CheckpointScheme(dir));
   TP_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
-  return std::unique_ptr<WeightSource>(new CheckpointSource(std::move(ckpt), prefix));
+  return std::unique_ptr<WeightSource>(new CheckpointSource(std::move(ckpt), prefix, std::move(scheme)));
 }
 
 namespace {

@@ -39,6 +39,9 @@ class WeightSource {
   // slice's columns must start and end on block boundaries). nullopt for float tensors and
   // for sources that only convert. Default: nullopt.
   virtual std::optional<DType> QuantizedDType(const std::string& /*name*/) const { return std::nullopt; }
+  // Where the tensor is stored quantized but QuantizedDType is empty (the source can only hand
+  // it over widened), why: for the start-up log's tally. Default: empty.
+  virtual std::string WidenedReason(const std::string& /*name*/) const { return ""; }
   virtual std::string Describe() const = 0;  // for logs and run records
 
   // Called once the whole model has been loaded from this source (Model::Load does).
