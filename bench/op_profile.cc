@@ -108,9 +108,9 @@ void OpProfileBackend::GatherRows(const Tensor& x, const int32_t* rows, int64_t 
   Timed([&] { return std::string("gather_rows"); }, [&] { inner().GatherRows(x, rows, n, out); });
 }
 void OpProfileBackend::WriteKv(const Tensor& k, const Tensor& v, const int32_t* slot_mapping, int64_t head_dim,
-                               void* k_cache, void* v_cache) {
+                               cpu::KvCacheDType kv_dtype, void* k_cache, void* v_cache) {
   Timed([&] { return std::string("write_kv"); },
-        [&] { inner().WriteKv(k, v, slot_mapping, head_dim, k_cache, v_cache); });
+        [&] { inner().WriteKv(k, v, slot_mapping, head_dim, kv_dtype, k_cache, v_cache); });
 }
 void OpProfileBackend::PagedAttention(const Tensor& q, const void* k_cache, const void* v_cache,
                                       const int32_t* token_seq, const int32_t* token_pos, const int32_t* block_tables,

@@ -50,8 +50,8 @@ class OpProfileBackend : public ForwardingBackend {
   void Scale(Tensor x, float s) override;
   void Copy(const Tensor& src, Tensor dst) override;
   void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, Tensor out) override;
-  void WriteKv(const Tensor& k, const Tensor& v, const int32_t* slot_mapping, int64_t head_dim, void* k_cache,
-               void* v_cache) override;
+  void WriteKv(const Tensor& k, const Tensor& v, const int32_t* slot_mapping, int64_t head_dim,
+               cpu::KvCacheDType kv_dtype, void* k_cache, void* v_cache) override;
   void PagedAttention(const Tensor& q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
                       const int32_t* token_pos, const int32_t* block_tables, const cpu::PagedAttentionParams& p,
                       Tensor out) override;

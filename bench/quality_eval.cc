@@ -53,6 +53,8 @@ absl::Status ApplyEngineSettings(absl::string_view settings, EngineOptions& o) {
       TP_ASSIGN_OR_RETURN(o.cpu_huge_pages, ParseBool(key, value));
     } else if (key == "quantization") {
       o.quantization = value;
+    } else if (key == "kv_cache_dtype") {
+      o.kv_cache_dtype = value;
     } else if (key == "dequantize_weights") {
       TP_ASSIGN_OR_RETURN(o.dequantize_weights, ParseBool(key, value));
     } else if (key == "threads") {
@@ -61,7 +63,8 @@ absl::Status ApplyEngineSettings(absl::string_view settings, EngineOptions& o) {
       }
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown engine setting \"", key,
-                                                     "\"; known: dtype, load_format, cpu_gemm, cpu_huge_pages, quantization, dequantize_weights, threads"));
+                                                     "\"; known: dtype, load_format, cpu_gemm, cpu_huge_pages, quantization, kv_cache_dtype, dequantize_weights, "
+                                                     "threads"));
     }
   }
   return absl::OkStatus();

@@ -14,6 +14,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "coordinator/api/process_info.h"
 #include "coordinator/engine/block_manager.h"
@@ -120,6 +121,24 @@ std::vector<int32_t> EngineCudaGraphBatchSizes(const EngineOptions& o, DeviceKin
 
 namespace {
 
+// --kv-cache-dtype on `device`: how the model's KV cache holds K and V.
+absl::StatusOr<cpu::KvCacheDType> KvCacheDTypeFor(const std::string& spec, DeviceKind device) {
+  const bool cuda = device == DeviceKind::kCuda;
+  if (spec == "auto" || spec.empty()) return cpu::KvCacheDType::kF32;  // as the activations
+  if (spec == "bfloat16") return cuda ? cpu::KvCacheDType::kF32 : cpu::KvCacheDType::kBf16;  // cuda's is bf16
+  if (spec == "fp8" || spec == "fp8_e4m3") {
+    if (cuda) {
+      return absl::InvalidArgumentError(absl::StrCat("--kv-cache-dtype ", spec,
+                                                     " runs on the CPU backend only: the CUDA attention kernels read "
+                                                     "a bf16 cache (use auto or bfloat16 there)"));
+    }
+    return cpu::KvCacheDType::kFp8E4M3;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--kv-cache-dtype \"", spec,
+                                                 "\" is not supported: auto, bfloat16, fp8, fp8_e4m3 (fp8_e5m2 and "
+                                                 "the other fp8 variants are not implemented)"));
+}
+
 // Options, model config, device and weight source on this rank; no collectives.
 absl::Status PrepareLocal(absl::StatusOr<ModelConfig> config, const EngineOptions& o, Engine& e) {
   TP_ASSIGN_OR_RETURN(e.config, std::move(config));
@@ -133,6 +152,7 @@ absl::Status PrepareLocal(absl::StatusOr<ModelConfig> config, const EngineOption
   if (o.dtype != "auto") TP_RETURN_IF_ERROR(ParseDType(o.dtype).status());
   TP_RETURN_IF_ERROR(ValidateGpuMemoryUtilization(o.gpu_memory_utilization));
   TP_ASSIGN_OR_RETURN(e.device, ChooseDevice(o.device, BuiltWithCuda(), CudaDeviceCount()));
+  TP_RETURN_IF_ERROR(KvCacheDTypeFor(o.kv_cache_dtype, e.device).status());
   if (o.load_format == "dummy") {
     e.source = MakeDummySource(e.config, o.dummy_seed);
   } else if (o.load_format == "gguf" || (o.load_format == "auto" && IsGgufModelPath(o.model))) {
@@ -368,6 +388,7 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
   mo.block_size = o.block_size;
   if (o.dtype != "auto") mo.weight_dtype = ParseDType(o.dtype).value();
   mo.keep_quantized = !o.dequantize_weights;
+  mo.kv_cache_dtype = KvCacheDTypeFor(o.kv_cache_dtype, e.device).value();  // checked in PrepareLocal
   mo.cuda_graph_batch_sizes = EngineCudaGraphBatchSizes(o, e.device);
   mo.max_model_len = static_cast<int32_t>(e.config.max_position_embeddings);
   // On the CPU the MLP runs a chunk of tokens at a time, which bounds its activations. oneDNN's
@@ -449,6 +470,28 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
   }
   if (kv.ok()) kv = e.model->AllocateKvCache(blocks);
   TP_RETURN_IF_ERROR(comm.AgreeOnStatus(kv));
+  e.kv_cache_dtype = mo.kv_cache_dtype != cpu::KvCacheDType::kF32 ? cpu::KvCacheDTypeName(mo.kv_cache_dtype)
+                     : gpu                                         ? "bf16"
+                                                                   : "fp32";
+  {
+    // Rank 0's: the blocks per group, their bytes, and what fp32 would fit in those bytes.
+    int64_t bytes = 0;
+    for (size_t g = 0; g < blocks.size(); ++g) {
+      if (per_block[g] > 0) bytes += blocks[g] * per_block[g];
+    }
+    e.kv_cache_note = absl::StrCat(e.kv_cache_dtype, mo.kv_cache_dtype == cpu::KvCacheDType::kFp8E4M3
+                                                         ? " (E4M3 codes, an fp32 scale per token and KV head)" : "",
+                                   ", blocks per group ", absl::StrJoin(blocks, "/"), ", ",
+                                   absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / 1048576.0), " on rank 0");
+    if (mo.kv_cache_dtype != cpu::KvCacheDType::kF32) {
+      const std::vector<int64_t> fp32 = e.model->KvBytesPerBlock(cpu::KvCacheDType::kF32);
+      std::vector<int64_t> as_fp32;
+      for (size_t g = 0; g < blocks.size(); ++g) {
+        if (per_block[g] > 0) as_fp32.push_back(blocks[g] * per_block[g] / fp32[g]);
+      }
+      absl::StrAppend(&e.kv_cache_note, "; as fp32 the same memory holds ", absl::StrJoin(as_fp32, "/"), " blocks");
+    }
+  }
   e.model->FitGraphsToKvCache();  // same blocks on every rank: same width
   // The graphs' buffers at that width, now rather than at the first decode step: the
   // attention workspace is not monotonic in the width, and growing it mid-serving, after

@@ -57,6 +57,9 @@ struct EngineOptions {
   // where the kernel's THP policy is "never" it has no effect (Engine::cpu_huge_pages says so).
   bool cpu_huge_pages = true;
   int64_t kv_cache_bytes = int64_t{1} << 30;  // per rank, CPU only (on cuda the planner sizes it)
+  // vLLM's --kv-cache-dtype: auto (as the activations: fp32 on the CPU, bf16 on cuda) |
+  // bfloat16 | fp8 / fp8_e4m3 (FP8 E4M3 with a scale per slot and KV head; CPU only).
+  std::string kv_cache_dtype = "auto";
   // cuda: the fraction of each GPU's memory that the ranks on it may hold in all (weights,
   // activations, KV cache), in (0, 1]; the KV cache gets what the rest leaves.
   double gpu_memory_utilization = 0.9;
@@ -143,6 +146,10 @@ struct Engine {
   cpu::GemmChoice cpu_gemm;     // cpu: the matmul path and why; description "" on cuda
   std::string cpu_huge_pages;   // cpu: whether large buffers are on huge pages and why (DescribeHugePages); "" on cuda
   std::string cpu_threads_note;  // cpu: why the threads differ from the default (ChooseCpuThreads); usually ""
+  // How the KV cache holds K and V, for ModelInfo and records: "fp32", "bf16" or "fp8_e4m3"
+  // (ModelOptions::kv_cache_dtype), and the start-up log's line on what it bought.
+  std::string kv_cache_dtype;
+  std::string kv_cache_note;
 };
 
 // One line on start-up's kernel tuning ("" where it did not run): how many products were

@@ -120,6 +120,7 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     j["weight_dtype"] = std::string(DTypeName(engine.model->weight_dtype()));
     j["quantization"] = engine.model->weight_formats().Summary();
     j["weight_formats"] = engine.model->weight_formats().Describe(engine.model->weight_dtype());
+    j["kv_cache_dtype"] = engine.kv_cache_dtype;
     j["tensor_parallel_size"] = world.tp_size;
     j["pipeline_parallel_size"] = world.pp_size;
     j["pipeline_stages"] = DescribeStages(engine.stage_bounds);
@@ -204,6 +205,7 @@ absl::Status Coordinate(const GenerateCommandOptions& o, const GenerationDefault
     }
     std::fprintf(stderr, "tpserve: weights in memory (rank 0): %s\n",
                  engine.model->weight_formats().Describe(engine.model->weight_dtype()).c_str());
+    std::fprintf(stderr, "tpserve: KV cache: %s\n", engine.kv_cache_note.c_str());
     if (!engine.cpu_gemm.description.empty()) {
       std::fprintf(stderr, "tpserve: matmuls: %s\n", engine.cpu_gemm.description.c_str());
     }

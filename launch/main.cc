@@ -48,6 +48,10 @@ ABSL_FLAG(std::string, cpu_huge_pages, "on", "CPU: on | off. on: weight buffers 
           "log says which). The KV cache and activations are on 4 KiB pages either way");
 ABSL_FLAG(std::string, kv_cache_memory, "1GiB", "KV cache memory per rank on the CPU, e.g. 512MiB (on cuda the KV "
                                                 "cache takes what --gpu-memory-utilization leaves)");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto",
+          "How the KV cache holds keys and values (vLLM's flag): auto (as the activations: fp32 on the CPU, "
+          "bfloat16 on cuda) | bfloat16 | fp8 (= fp8_e4m3: FP8 E4M3 with an fp32 scale per token and KV head, about "
+          "a quarter of fp32's bytes; CPU backend). The start-up log says how many KV blocks it bought");
 ABSL_FLAG(int64_t, max_model_len, 0, "Longest prompt + output, in tokens (default: the model's)");
 ABSL_FLAG(int64_t, max_num_batched_tokens, 2048, "Most tokens per step (prefill chunk size)");
 ABSL_FLAG(int, block_size, 16, "KV cache block size in tokens");
@@ -189,6 +193,7 @@ int EngineOptionsFromFlags(tpserve::EngineOptions& e) {
   auto kv = tpserve::ParseByteSize(absl::GetFlag(FLAGS_kv_cache_memory));
   if (!kv.ok()) return Fail("--kv-cache-memory: " + std::string(kv.status().message()));
   e.kv_cache_bytes = *kv;
+  e.kv_cache_dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
   auto speculative = tpserve::ParseSpeculativeConfig(absl::GetFlag(FLAGS_speculative_config));
   if (!speculative.ok()) return Fail(std::string(speculative.status().message()));
   e.speculative = *speculative;

@@ -296,6 +296,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   info.dtype = std::string(DTypeName(engine->model->weight_dtype()));
   info.quantization = engine->model->weight_formats().Summary();
   info.weight_formats = engine->model->weight_formats().Describe(engine->model->weight_dtype());
+  info.kv_cache_dtype = engine->kv_cache_dtype;
   info.tensor_parallel_size = world.tp_size;
   info.pipeline_parallel_size = world.pp_size;
   info.pipeline_stages = DescribeStages(engine->stage_bounds);
@@ -359,6 +360,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   if (!info.speculative_config.empty()) Log(world, absl::StrCat("speculative decoding: ", info.speculative_config));
   if (!info.cpu_gemm.empty()) Log(world, absl::StrCat("matmuls: ", info.cpu_gemm));
   Log(world, absl::StrCat("weights in memory (rank 0): ", info.weight_formats));
+  Log(world, absl::StrCat("KV cache: ", engine->kv_cache_note));
   if (!engine->cpu_huge_pages.empty()) Log(world, absl::StrCat("huge pages: ", engine->cpu_huge_pages));
   if (!engine->cpu_threads_note.empty()) Log(world, absl::StrCat("CPU threads: ", engine->cpu_threads_note));
   if (const std::string tuning = DescribeTuning(engine->tune_report); !tuning.empty()) {

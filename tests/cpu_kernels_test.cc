@@ -587,10 +587,62 @@ TEST(WriteKv, WritesSlotsAndSkipsPadding) {
         want_v[slots[t] * row + i] = v[t * row + i];
       }
     }
-    WriteKv(k.data(), v.data(), slots.data(), tokens, kv_heads, head_dim, k_cache.data(),
+    WriteKv(k.data(), v.data(), slots.data(), tokens, kv_heads, head_dim, KvCacheDType::kF32, k_cache.data(),
             v_cache.data());
     EXPECT_TRUE(AllClose(k_cache, want_k, {0, 0}));
     EXPECT_TRUE(AllClose(v_cache, want_v, {0, 0}));
+  }
+}
+
+// bf16 and FP8 caches: each written head is StoreKvHead's record at its slot (others
+// untouched), and LoadKvHead gives the values back within the format's rounding: bf16 to
+// 2^-8 relative; FP8 to 2^-4 of each value plus the smallest subnormal step (scale * 2^-9) of
+// its head, with one scale per (slot, head) = amax / 448, so the largest value comes back to
+// fp32 rounding.
+TEST(WriteKv, Bf16AndFp8HeadsRoundTrip) {
+  std::mt19937 rng(19);
+  for (const KvCacheDType t : {KvCacheDType::kBf16, KvCacheDType::kFp8E4M3}) {
+    for (const int64_t head_dim : {64, 256}) {
+      SCOPED_TRACE(::testing::Message() << KvCacheDTypeName(t) << " head_dim " << head_dim);
+      const int64_t kv_heads = 3, row = kv_heads * head_dim;
+      const std::vector<int32_t> slots = {4, -1, 0, 2};
+      const int64_t tokens = 4, num_slots = 6;
+      std::vector<float> k = RandomFloats(tokens * row, rng, -4.0f, 4.0f);
+      std::vector<float> v = RandomFloats(tokens * row, rng, -0.01f, 0.01f);
+      std::fill_n(k.begin() + 3 * row, head_dim, 0.0f);  // token 3 head 0: all zero
+      const int64_t slot_bytes = KvSlotBytes(t, kv_heads, head_dim), head_bytes = slot_bytes / kv_heads;
+      EXPECT_EQ(head_bytes, t == KvCacheDType::kBf16 ? 2 * head_dim : 4 + head_dim);
+      std::vector<uint8_t> kc(num_slots * slot_bytes, 0xab), vc(num_slots * slot_bytes, 0xcd);
+      WriteKv(k.data(), v.data(), slots.data(), tokens, kv_heads, head_dim, t, kc.data(), vc.data());
+      std::vector<uint8_t> want(head_bytes);
+      std::vector<float> back(head_dim);
+      for (int64_t tok = 0; tok < tokens; ++tok) {
+        for (int64_t h = 0; h < kv_heads; ++h) {
+          for (const auto& [x, cache] : {std::pair{&k, &kc}, std::pair{&v, &vc}}) {
+            const float* src = x->data() + tok * row + h * head_dim;
+            if (slots[tok] < 0) continue;
+            const uint8_t* rec = cache->data() + slots[tok] * slot_bytes + h * head_bytes;
+            StoreKvHead(t, src, head_dim, want.data());
+            ASSERT_EQ(0, std::memcmp(rec, want.data(), head_bytes)) << "token " << tok << " head " << h;
+            LoadKvHead(t, rec, head_dim, back.data());
+            float amax = 0;
+            for (int64_t d = 0; d < head_dim; ++d) amax = std::max(amax, std::fabs(src[d]));
+            for (int64_t d = 0; d < head_dim; ++d) {
+              const double tol = t == KvCacheDType::kBf16 ? std::ldexp(std::fabs(src[d]), -8)
+                                                          : std::ldexp(std::fabs(src[d]), -4) + amax / 448 * 0x1p-9;
+              ASSERT_LE(std::fabs(back[d] - src[d]), tol) << "token " << tok << " head " << h << " d " << d;
+              if (std::fabs(src[d]) == amax && t == KvCacheDType::kFp8E4M3) {
+                ASSERT_LE(std::fabs(back[d] - src[d]), std::ldexp(amax, -21));  // 448 * (amax / 448)
+              }
+            }
+          }
+        }
+      }
+      // Slots 1, 3 and 5 were not written.
+      for (const int64_t s : {1, 3, 5}) {
+        for (int64_t b = 0; b < slot_bytes; ++b) ASSERT_EQ(kc[s * slot_bytes + b], 0xab);
+      }
+    }
   }
 }
 
@@ -738,6 +790,45 @@ TEST_P(PagedAttentionTest, SingleDecodeTokenLongContext) {
   std::mt19937 rng(20 + head_dim + group);
   AttentionCase c = MakeAttentionCase(head_dim, group, 16, {1000}, {{0, 999}}, rng);
   EXPECT_TRUE(AllClose(RunAttention(c), RefAttention(c), kAttentionTol));
+}
+
+// Caches held as bf16 / FP8: the same outputs, bit for bit, as the fp32 kernel on the caches'
+// stored values (every head written with WriteKv, then widened back with LoadKvHead); NaN
+// slots (no key) stay NaN through both, so a wrong slot still shows.
+TEST_P(PagedAttentionTest, Bf16AndFp8CachesAreTheFp32KernelOnTheStoredValues) {
+  const auto [head_dim, group] = GetParam();
+  std::mt19937 rng(30 + head_dim + group);
+  const std::vector<int32_t> seq_lens = {37, 100};
+  // 9 queries (decode-sized: each task widens the keys it reads) and 33 (a prefill chunk: the
+  // step's visible blocks widened once).
+  for (const auto& [chunk, t] : {std::pair{7, KvCacheDType::kBf16}, std::pair{7, KvCacheDType::kFp8E4M3},
+                                 std::pair{31, KvCacheDType::kBf16}, std::pair{31, KvCacheDType::kFp8E4M3}}) {
+    SCOPED_TRACE(::testing::Message() << KvCacheDTypeName(t) << ", " << chunk + 2 << " queries");
+    std::vector<std::pair<int32_t, int32_t>> queries = {{1, 99}, {1, 5}};
+    for (int32_t pos = 37 - chunk; pos < 37; ++pos) queries.push_back({0, pos});
+    AttentionCase c = MakeAttentionCase(head_dim, group, 7, seq_lens, queries, rng);
+    c.p.sliding_window = 40;
+    const int64_t kv_heads = c.p.num_kv_heads, slots = static_cast<int64_t>(c.k_cache.size()) / (kv_heads * head_dim);
+    const int64_t slot_bytes = KvSlotBytes(t, kv_heads, head_dim), head_bytes = slot_bytes / kv_heads;
+    std::vector<uint8_t> kc(slots * slot_bytes), vc(slots * slot_bytes);
+    std::vector<int32_t> all(slots);
+    std::iota(all.begin(), all.end(), 0);
+    WriteKv(c.k_cache.data(), c.v_cache.data(), all.data(), slots, kv_heads, head_dim, t, kc.data(), vc.data());
+    for (int64_t s = 0; s < slots; ++s) {
+      for (int64_t h = 0; h < kv_heads; ++h) {
+        LoadKvHead(t, kc.data() + s * slot_bytes + h * head_bytes, head_dim, c.k_cache.data() + (s * kv_heads + h) * head_dim);
+        LoadKvHead(t, vc.data() + s * slot_bytes + h * head_bytes, head_dim, c.v_cache.data() + (s * kv_heads + h) * head_dim);
+      }
+    }
+    const std::vector<float> want = RunAttention(c);  // fp32 caches of the stored values
+    std::vector<float> got(c.q.size(), kNaN);
+    PagedAttentionParams p = c.p;
+    p.kv_dtype = t;
+    PagedAttention(c.q.data(), kc.data(), vc.data(), c.token_seq.data(), c.token_pos.data(), c.tokens,
+                   c.block_tables.data(), p, got.data());
+    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4));
+    EXPECT_TRUE(AllClose(got, RefAttention(c), kAttentionTol));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(HeadDimsAndGroups, PagedAttentionTest,

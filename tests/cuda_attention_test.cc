@@ -248,7 +248,8 @@ TEST(CudaKvCacheTest, WriteKvMatchesCpuAndSkipsPadding) {
     const std::vector<float> v = RoundBf16(RandomVector(tokens * row, 2));
     const std::vector<int32_t> slot_mapping = {3, 31, -1, 0, 17};
     std::vector<float> k_want(slots * row, 0.0f), v_want(slots * row, 0.0f);
-    cpu::WriteKv(k.data(), v.data(), slot_mapping.data(), tokens, kv_heads, hd, k_want.data(), v_want.data());
+    cpu::WriteKv(k.data(), v.data(), slot_mapping.data(), tokens, kv_heads, hd, cpu::KvCacheDType::kF32, k_want.data(),
+                 v_want.data());
     DeviceArray<uint16_t> dk(ToBf16(k)), dv(ToBf16(v)), kc(std::vector<uint16_t>(slots * row, 0)),
         vc(std::vector<uint16_t>(slots * row, 0));
     DeviceArray<int32_t> sm(slot_mapping);

@@ -237,7 +237,7 @@ TEST_P(CudaAttentionPrologueTest, IsTheOpByOpSequence) {
   }
   cpu::Rope(rq.data(), T, c.q_heads, D, pos.data(), inv_freq.data(), 1.0f);
   cpu::Rope(rk.data(), T, c.kv_heads, D, pos.data(), inv_freq.data(), 1.0f);
-  cpu::WriteKv(rk.data(), rv.data(), slots.data(), T, c.kv_heads, D, rkc.data(), rvc.data());
+  cpu::WriteKv(rk.data(), rv.data(), slots.data(), T, c.kv_heads, D, cpu::KvCacheDType::kF32, rkc.data(), rvc.data());
   EXPECT_TRUE(AllClose(FromBf16(q2.Download()), rq, testing::kBf16Reduction)) << "q vs cpu";
   EXPECT_TRUE(AllClose(FromBf16(kc2.Download()), rkc, testing::kBf16Reduction)) << "k cache vs cpu";
   EXPECT_TRUE(AllClose(FromBf16(vc2.Download()), rvc, testing::kBf16Reduction)) << "v cache vs cpu";

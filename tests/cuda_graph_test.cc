@@ -97,7 +97,8 @@ struct TinyDecoder {
     backend.Linear(tx, Tensor{wv->data(), bf, kKvHeads * kHeadDim, kHidden}, nullptr, tv);
     backend.Rope(tq, kHeadDim, pos, static_cast<const float*>(inv_freq->data()), 1.0f);
     backend.Rope(tk, kHeadDim, pos, static_cast<const float*>(inv_freq->data()), 1.0f);
-    backend.WriteKv(tk, tv, static_cast<const int32_t*>(slots->data()), kHeadDim, k_cache->data(), v_cache->data());
+    backend.WriteKv(tk, tv, static_cast<const int32_t*>(slots->data()), kHeadDim, cpu::KvCacheDType::kF32,
+                    k_cache->data(), v_cache->data());
     cpu::PagedAttentionParams ap;
     ap.num_q_heads = kHeads;
     ap.num_kv_heads = kKvHeads;

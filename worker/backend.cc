@@ -79,7 +79,7 @@ void Backend::AttentionPrologue(Tensor q, Tensor k, Tensor v, const AttentionPro
   if (p.v_norm) RmsNorm(v.Reshape(D), nullptr, p.eps, cpu::NormKind::kNoScale, v.Reshape(D));
   Rope(q, D, p.positions, p.inv_freq, 1.0f);
   Rope(k, D, p.positions, p.inv_freq, 1.0f);
-  WriteKv(k, v, p.slot_mapping, D, p.k_cache, p.v_cache);
+  WriteKv(k, v, p.slot_mapping, D, p.kv_dtype, p.k_cache, p.v_cache);
 }
 
 void Backend::ResidualNorm(Tensor o, const float* post_w, Tensor h, float scale, const float* next_w, float eps,

@@ -58,6 +58,7 @@ struct AttentionPrologueParams {
   const int32_t* positions = nullptr;               // [tokens]
   const float* inv_freq = nullptr;                  // [head_dim / 2], see Rope
   const int32_t* slot_mapping = nullptr;            // [tokens], see WriteKv
+  cpu::KvCacheDType kv_dtype = cpu::KvCacheDType::kF32;  // see WriteKv
   void* k_cache = nullptr;
   void* v_cache = nullptr;
 };
@@ -204,8 +205,12 @@ class Backend {
   // out[i, :] = x[rows[i], :].
   virtual void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, Tensor out) = 0;
   // k, v: [tokens, kv_heads * head_dim]; caches: [num_slots, kv_heads * head_dim].
+  // kv_dtype: how the caches hold K and V (cpu::KvCacheDType); kF32 means "as the activations"
+  // (fp32 on the CPU, bf16 on CUDA), the only one a backend without SupportsKvCacheDType takes.
   virtual void WriteKv(const Tensor& k, const Tensor& v, const int32_t* slot_mapping, int64_t head_dim,
-                       void* k_cache, void* v_cache) = 0;
+                       cpu::KvCacheDType kv_dtype, void* k_cache, void* v_cache) = 0;
+  // Whether WriteKv and PagedAttention (PagedAttentionParams::kv_dtype) take caches held as t.
+  virtual bool SupportsKvCacheDType(cpu::KvCacheDType t) const { return t == cpu::KvCacheDType::kF32; }
   // q, out: [tokens, q_heads * head_dim]; see cpu::PagedAttention.
   virtual void PagedAttention(const Tensor& q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
                               const int32_t* token_pos, const int32_t* block_tables,

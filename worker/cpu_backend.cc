@@ -79,15 +79,15 @@ class CpuBackend : public Backend {
   void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, Tensor out) override {
     for (int64_t i = 0; i < n; ++i) std::memcpy(F32(out) + i * x.cols, F32(x) + rows[i] * x.cols, x.cols * 4);
   }
-  void WriteKv(const Tensor& k, const Tensor& v, const int32_t* slot_mapping, int64_t head_dim, void* k_cache,
-               void* v_cache) override {
-    cpu::WriteKv(F32(k), F32(v), slot_mapping, k.rows, k.cols / head_dim, head_dim, static_cast<float*>(k_cache),
-                 static_cast<float*>(v_cache));
+  void WriteKv(const Tensor& k, const Tensor& v, const int32_t* slot_mapping, int64_t head_dim,
+               cpu::KvCacheDType kv_dtype, void* k_cache, void* v_cache) override {
+    cpu::WriteKv(F32(k), F32(v), slot_mapping, k.rows, k.cols / head_dim, head_dim, kv_dtype, k_cache, v_cache);
   }
+  bool SupportsKvCacheDType(cpu::KvCacheDType) const override { return true; }
   void PagedAttention(const Tensor& q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
                       const int32_t* token_pos, const int32_t* block_tables, const cpu::PagedAttentionParams& p,
                       Tensor out) override {
-    cpu::PagedAttention(F32(q), static_cast<const float*>(k_cache), static_cast<const float*>(v_cache), token_seq,
+    cpu::PagedAttention(F32(q), k_cache, v_cache, token_seq,
                         token_pos, q.rows, block_tables, p, F32(out));
   }
 

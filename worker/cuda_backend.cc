@@ -299,8 +299,9 @@ class CudaBackendImpl : public CudaBackend {
     TP_CHECK(x.dtype == out.dtype && x.cols == out.cols);
     cuda::GatherRows(x.data, x.cols * static_cast<int64_t>(DTypeSize(x.dtype)), rows, n, out.data, stream_);
   }
-  void WriteKv(const Tensor& k, const Tensor& v, const int32_t* slot_mapping, int64_t head_dim, void* k_cache,
-               void* v_cache) override {
+  void WriteKv(const Tensor& k, const Tensor& v, const int32_t* slot_mapping, int64_t head_dim,
+               cpu::KvCacheDType kv_dtype, void* k_cache, void* v_cache) override {
+    TP_CHECK(kv_dtype == cpu::KvCacheDType::kF32);  // bf16 as the activations; Model::Load refuses others
     cuda::WriteKv(Bf16(k), Bf16(v), slot_mapping, k.rows, k.cols / head_dim, head_dim, static_cast<bf16*>(k_cache),
                   static_cast<bf16*>(v_cache), stream_);
   }

@@ -55,10 +55,11 @@ class ForwardingBackend : public Backend {
   void GatherRows(const Tensor& x, const int32_t* rows, int64_t n, Tensor out) override {
     inner_->GatherRows(x, rows, n, out);
   }
-  void WriteKv(const Tensor& k, const Tensor& v, const int32_t* slot_mapping, int64_t head_dim, void* k_cache,
-               void* v_cache) override {
-    inner_->WriteKv(k, v, slot_mapping, head_dim, k_cache, v_cache);
+  void WriteKv(const Tensor& k, const Tensor& v, const int32_t* slot_mapping, int64_t head_dim,
+               cpu::KvCacheDType kv_dtype, void* k_cache, void* v_cache) override {
+    inner_->WriteKv(k, v, slot_mapping, head_dim, kv_dtype, k_cache, v_cache);
   }
+  bool SupportsKvCacheDType(cpu::KvCacheDType t) const override { return inner_->SupportsKvCacheDType(t); }
   void PagedAttention(const Tensor& q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
                       const int32_t* token_pos, const int32_t* block_tables, const cpu::PagedAttentionParams& p,
                       Tensor out) override {

@@ -94,6 +94,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, co
     }
   }
   if (options.block_size <= 0) return absl::InvalidArgumentError("block size must be positive");
+  if (!backend.SupportsKvCacheDType(options.kv_cache_dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("a KV cache of ", cpu::KvCacheDTypeName(options.kv_cache_dtype),
+                                                   " is not supported on the ", backend.name(),
+                                                   " backend (it holds the cache as its activations; --kv-cache-dtype auto)"));
+  }
   for (int32_t b : options.cuda_graph_batch_sizes) {
     if (b <= 0) return absl::InvalidArgumentError(absl::StrCat("CUDA graph batch size ", b, " is not positive"));
   }
@@ -125,11 +130,18 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, co
   return m;
 }
 
-std::vector<int64_t> Model::KvBytesPerBlock() const {
+int64_t Model::KvSlotBytes(const Layer& L, cpu::KvCacheDType t) const {
+  if (t == cpu::KvCacheDType::kF32) {  // as the activations
+    return static_cast<int64_t>(L.heads.kv_heads) * L.cfg.head_dim *
+           static_cast<int64_t>(DTypeSize(backend_.activation_dtype()));
+  }
+  return cpu::KvSlotBytes(t, L.heads.kv_heads, L.cfg.head_dim);
+}
+
+std::vector<int64_t> Model::KvBytesPerBlock(cpu::KvCacheDType t) const {
   std::vector<int64_t> bytes(config_.kv_group_windows.size(), 0);
   for (const auto& L : layers_) {
-    bytes[L->cfg.kv_group] += 2 * static_cast<int64_t>(options_.block_size) * L->heads.kv_heads * L->cfg.head_dim *
-                              static_cast<int64_t>(DTypeSize(backend_.activation_dtype()));
+    bytes[L->cfg.kv_group] += 2 * static_cast<int64_t>(options_.block_size) * KvSlotBytes(*L, t);
   }
   return bytes;
 }
@@ -148,8 +160,7 @@ absl::Status Model::AllocateKvCache(const std::vector<int64_t>& num_blocks) {
   }
   FreeKvCache();
   for (auto& L : layers_) {
-    const size_t bytes = static_cast<size_t>(num_blocks[L->cfg.kv_group] * options_.block_size) * L->heads.kv_heads *
-                         L->cfg.head_dim * DTypeSize(backend_.activation_dtype());
+    const size_t bytes = static_cast<size_t>(num_blocks[L->cfg.kv_group] * options_.block_size * KvSlotBytes(*L, options_.kv_cache_dtype));
     TP_ASSIGN_OR_RETURN(L->k_cache, backend_.Allocate(bytes));
     TP_ASSIGN_OR_RETURN(L->v_cache, backend_.Allocate(bytes));
   }
@@ -243,6 +254,7 @@ cpu::PagedAttentionParams Model::AttentionParams(const Layer& L, int32_t table_w
   ap.scale = config_.attn_scale;
   ap.sliding_window = L.cfg.sliding_window;
   ap.softcap = config_.attn_softcap;
+  ap.kv_dtype = options_.kv_cache_dtype;
   return ap;
 }
 
@@ -286,6 +298,7 @@ void Model::RunLayer(Layer& L, const Layer* next, int64_t T, StepTimes* times) {
   pp.positions = positions;
   pp.inv_freq = weights(L.inv_freq);
   pp.slot_mapping = static_cast<const int32_t*>(s.slots[g]->data());
+  pp.kv_dtype = options_.kv_cache_dtype;
   pp.k_cache = L.k_cache->data();
   pp.v_cache = L.v_cache->data();
   backend_.AttentionPrologue(q, k, v, pp);
@@ -701,7 +714,8 @@ Model::LayerKvCache Model::layer_kv_cache(int layer) const {
   layer -= options_.pipeline.layer_begin;
   TP_CHECK(layer >= 0 && layer < static_cast<int>(layers_.size()));
   const Layer& L = *layers_[layer];
-  return LayerKvCache{L.k_cache ? L.k_cache->data() : nullptr, L.v_cache ? L.v_cache->data() : nullptr, L.heads};
+  return LayerKvCache{L.k_cache ? L.k_cache->data() : nullptr, L.v_cache ? L.v_cache->data() : nullptr, L.heads,
+                      options_.kv_cache_dtype};
 }
 
 absl::Status Model::RunStage(const StepPlan& plan, StepTimes* times) {

@@ -31,6 +31,10 @@ struct ModelOptions {
   // kernels for their type (LoadContext::keep_quantized); false: widen all to weight_dtype.
   bool keep_quantized = true;
   int32_t block_size = 16;  // KV cache block size in tokens
+  // How the KV cache holds K and V (--kv-cache-dtype): kF32 = as the activations (fp32 on the
+  // CPU, bf16 on CUDA); kBf16 / kFp8E4M3 where the backend supports them (the CPU), on every
+  // layer. See cpu::KvCacheDType.
+  cpu::KvCacheDType kv_cache_dtype = cpu::KvCacheDType::kF32;
   // CUDA graphs for decode steps: the batch sizes to capture (empty: every step eager).
   // Used where the backend captures (CUDA) and the collectives can be captured (one rank,
   // or NCCL); elsewhere, e.g. ranks sharing a GPU through the staged communicator, every
@@ -102,7 +106,9 @@ class Model {
 
   // Bytes one block of KV group g takes on this rank (all of the group's layers it holds:
   // 0 for a group none of its stage's layers is in), per group.
-  std::vector<int64_t> KvBytesPerBlock() const;
+  std::vector<int64_t> KvBytesPerBlock() const { return KvBytesPerBlock(options_.kv_cache_dtype); }
+  // The same for a cache held as `t` (what another --kv-cache-dtype would take).
+  std::vector<int64_t> KvBytesPerBlock(cpu::KvCacheDType t) const;
   // (Re)allocates the paged KV cache: num_blocks[g] blocks for group g.
   absl::Status AllocateKvCache(const std::vector<int64_t>& num_blocks);
   // The same number of blocks for every group.
@@ -204,6 +210,7 @@ class Model {
     void* k_cache = nullptr;
     void* v_cache = nullptr;
     HeadShard heads;
+    cpu::KvCacheDType kv_dtype = cpu::KvCacheDType::kF32;  // how they hold K and V
   };
   LayerKvCache layer_kv_cache(int layer) const;
 
@@ -212,6 +219,8 @@ class Model {
   Model(const ModelConfig& c, Backend& b, Communicator& comm, const ModelOptions& o, Communicator* world);
   absl::Status LoadWeights(const WeightSource& source);
   absl::Status EnsureScratch(int64_t tokens, int64_t logit_rows);
+  // Bytes one slot of layer L's K (or V) cache takes on this rank, held as t.
+  int64_t KvSlotBytes(const Layer& L, cpu::KvCacheDType t) const;
   // Forward's three stages. UploadStep: every host-to-device copy of the step (ids,
   // positions, token_seq, per-group slots and block tables, logit rows). RunDevice: the
   // device work and collectives only (embedding, layers, row gather, final norm, LM head,

@@ -320,6 +320,7 @@ void MtpDrafter::RunLayer(const Layer& L, const Layer* next, int64_t n, StepTime
   ap.scale = c.attn_scale;  // 1 for Gemma 4
   ap.sliding_window = L.cfg.sliding_window > 0 ? L.cfg.sliding_window + 1 : 0;
   ap.softcap = 0.0f;
+  ap.kv_dtype = kv.kv_dtype;
   backend_.PagedAttention(q, kv.k_cache, kv.v_cache, static_cast<const int32_t*>(s.token_seq->data()),
                           static_cast<const int32_t*>(s.mask_pos->data()),
                           static_cast<const int32_t*>(s.tables[g]->data()), ap, attn);

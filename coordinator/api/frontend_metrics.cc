@@ -174,9 +174,10 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
                                                  Labels(model_name, {{"position", absl::StrCat(i)}})));
   }
   // What the weights are stored as (vLLM's *_info gauges: constant 1, the facts in labels).
-  registry_.AddGauge("tpserve_model_info", "The served model's weight storage: constant 1.",
+  registry_.AddGauge("tpserve_model_info", "The served model's weight and KV cache storage: constant 1.",
                      Labels(model_name, {{"quantization", engine.Info().quantization},
-                                         {"dtype", engine.Info().dtype}}))
+                                         {"dtype", engine.Info().dtype},
+                                         {"kv_cache_dtype", engine.Info().kv_cache_dtype}}))
       .Set(1);
   // The process collector's standard name (no labels), and our peak beside it.
   Gauge* rss = &registry_.AddGauge("process_resident_memory_bytes", "Resident memory of rank 0's process.");

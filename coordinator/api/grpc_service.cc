@@ -182,6 +182,7 @@ grpc::ServerUnaryReactor* TpServeService::ModelInfo(grpc::CallbackServerContext*
   response->set_cpu_gemm(info.cpu_gemm);
   response->set_quantization(info.quantization);
   response->set_weight_formats(info.weight_formats);
+  response->set_kv_cache_dtype(info.kv_cache_dtype);
   response->set_speculative_config(info.speculative_config);
   response->set_max_num_seqs(info.max_num_seqs);
   response->set_max_num_batched_tokens(info.max_num_batched_tokens);

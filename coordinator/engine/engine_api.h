@@ -26,6 +26,7 @@ struct ModelInfo {
   std::string dtype;              // weight dtype (of the matrices not kept quantized)
   std::string quantization;       // storage dtypes, most bytes first (ModelInfoResponse.quantization)
   std::string weight_formats;     // ModelInfoResponse.weight_formats
+  std::string kv_cache_dtype;     // ModelInfoResponse.kv_cache_dtype
   int32_t tensor_parallel_size = 1;
   int32_t pipeline_parallel_size = 1;
   std::string pipeline_stages;  // each stage's layers, e.g. "layers 0-29 | 30-59"

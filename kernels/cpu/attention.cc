@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/cpu/avx2.h"
@@ -78,27 +80,36 @@ void AccumulateRows(const float* p, int count, const float* base, const int64_t*
 
 // Per-thread working set for one (token, KV head, run of query heads) task.
 struct Scratch {
-  explicit Scratch(int max_heads, int head_dim)
+  explicit Scratch(int max_heads, int head_dim, bool widen_kv)
       : acc(static_cast<size_t>(max_heads) * head_dim),
         scores(static_cast<size_t>(max_heads) * kKeyChunk),
         row_max(max_heads),
         row_sum(max_heads),
-        key_offsets(kKeyChunk) {}
+        key_offsets(kKeyChunk),
+        k_rows(widen_kv ? static_cast<size_t>(kKeyChunk) * head_dim : 0),
+        v_rows(widen_kv ? static_cast<size_t>(kKeyChunk) * head_dim : 0) {}
   std::vector<float> acc;     // [heads, head_dim] unnormalized output
   std::vector<float> scores;  // [heads, kKeyChunk] scores, then probabilities
   std::vector<float> row_max;
   std::vector<float> row_sum;
-  std::vector<int64_t> key_offsets;  // cache offsets of the chunk's keys for this KV head
+  std::vector<int64_t> key_offsets;  // offsets of the chunk's K/V rows (in the fp32 cache, or in k_rows/v_rows)
+  std::vector<float> k_rows, v_rows;  // the chunk's K and V rows widened to fp32 (caches not held as fp32)
 };
 
 // Attention of query heads [q_begin, q_end) of one token, all reading KV head `kv_head`.
 // Sharing the loop over keys lets every K and V row be loaded once for the whole group.
-void AttendGroup(const float* q, const float* k_cache, const float* v_cache,
+void AttendGroup(const float* q, const void* k_cache, const void* v_cache,
                  const int32_t* block_table, int32_t pos, int32_t kv_head, int32_t q_begin,
                  int32_t q_end, const PagedAttentionParams& p, float* out, Scratch& s) {
   const int heads = q_end - q_begin;
   const int64_t hd = p.head_dim;
   const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * hd;
+  const bool f32 = p.kv_dtype == KvCacheDType::kF32;
+  const int64_t slot_bytes = KvSlotBytes(p.kv_dtype, p.num_kv_heads, hd);
+  const int64_t head_bytes = slot_bytes / p.num_kv_heads;
+  // The rows the loops below read: the fp32 caches themselves, or the chunk's widened rows.
+  const float* const k_base = f32 ? static_cast<const float*>(k_cache) : s.k_rows.data();
+  const float* const v_base = f32 ? static_cast<const float*>(v_cache) : s.v_rows.data();
   std::fill_n(s.acc.begin(), heads * hd, 0.0f);
   std::fill_n(s.row_max.begin(), heads, -INFINITY);
   std::fill_n(s.row_sum.begin(), heads, 0.0f);
@@ -111,7 +122,14 @@ void AttendGroup(const float* q, const float* k_cache, const float* v_cache,
     int32_t offset = j0 % p.block_size;
     for (int c = 0; c < count; ++c) {
       const int64_t slot = static_cast<int64_t>(block_table[block]) * p.block_size + offset;
-      s.key_offsets[c] = slot * kv_row + kv_head * hd;
+      if (f32) {
+        s.key_offsets[c] = slot * kv_row + kv_head * hd;
+      } else {
+        const int64_t at = slot * slot_bytes + kv_head * head_bytes;
+        LoadKvHead(p.kv_dtype, static_cast<const uint8_t*>(k_cache) + at, hd, s.k_rows.data() + c * hd);
+        LoadKvHead(p.kv_dtype, static_cast<const uint8_t*>(v_cache) + at, hd, s.v_rows.data() + c * hd);
+        s.key_offsets[c] = c * hd;
+      }
       if (++offset == p.block_size) {
         offset = 0;
         ++block;
@@ -120,8 +138,8 @@ void AttendGroup(const float* q, const float* k_cache, const float* v_cache,
     // Scores are padded with -inf to a multiple of 8 so the tail lanes get probability 0.
     const int padded = (count + 7) & ~7;
     for (int c = 0; c < count; ++c) {
-      const float* key = k_cache + s.key_offsets[c];
-      if (c + kPrefetchKeys < count) PrefetchRow(k_cache + s.key_offsets[c + kPrefetchKeys], hd);
+      const float* key = k_base + s.key_offsets[c];
+      if (f32 && c + kPrefetchKeys < count) PrefetchRow(k_base + s.key_offsets[c + kPrefetchKeys], hd);
       for (int h = 0; h < heads; ++h) {
         s.scores[h * kKeyChunk + c] = Dot(q + (q_begin + h) * hd, key, hd) * p.scale;
       }
@@ -159,7 +177,7 @@ void AttendGroup(const float* q, const float* k_cache, const float* v_cache,
       }
     }
     for (int h = 0; h < heads; ++h) {
-      AccumulateRows(s.scores.data() + h * kKeyChunk, count, v_cache, s.key_offsets.data(), hd,
+      AccumulateRows(s.scores.data() + h * kKeyChunk, count, v_base, s.key_offsets.data(), hd,
                      s.acc.data() + h * hd);
     }
   }
@@ -173,11 +191,81 @@ void AttendGroup(const float* q, const float* k_cache, const float* v_cache,
 
 }  // namespace
 
-void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
+namespace {
+
+// Caches not held as fp32, over a step with more query tokens than kWidenOnceTokens (a prefill
+// chunk): every key is read by many queries, so the blocks the step reads are widened to fp32
+// once, in a compact copy (at most kWidenOnceBytes), and the fp32 kernel runs on it; decoding
+// tasks instead widen each chunk of keys as they read it (AttendGroup). Returns false where the
+// step's blocks exceed the cap (then the caller widens per task).
+constexpr int64_t kWidenOnceTokens = 16;
+constexpr int64_t kWidenOnceBytes = int64_t{32} << 20;
+
+bool AttendOnWidenedBlocks(const float* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+                           const int32_t* token_pos, int64_t tokens, const int32_t* block_tables,
+                           const PagedAttentionParams& p, float* out) {
+  // The blocks a sequence's queries can see: from the first visible position's (the sliding
+  // window's start: earlier blocks may have been freed) to the last query's, per table row.
+  std::vector<int32_t> rows_first, rows_last;  // per table row (rows_last -1: none)
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (token_pos[t] < 0) continue;
+    const int32_t row = token_seq[t];
+    if (row >= static_cast<int32_t>(rows_last.size())) {
+      rows_last.resize(row + 1, -1);
+      rows_first.resize(row + 1, std::numeric_limits<int32_t>::max());
+    }
+    const int32_t first = p.sliding_window > 0 ? std::max(0, token_pos[t] - p.sliding_window + 1) : 0;
+    rows_first[row] = std::min(rows_first[row], first / p.block_size);
+    rows_last[row] = std::max(rows_last[row], token_pos[t] / p.block_size);
+  }
+  std::vector<int32_t> physical;  // compact id -> physical block
+  std::vector<int32_t> tables(rows_last.size() * p.max_blocks_per_seq, 0);
+  std::unordered_map<int32_t, int32_t> compact;
+  for (size_t row = 0; row < rows_last.size(); ++row) {
+    for (int32_t b = rows_last[row] < 0 ? 0 : rows_first[row]; b <= rows_last[row]; ++b) {
+      const int32_t phys = block_tables[row * p.max_blocks_per_seq + b];
+      auto [it, added] = compact.emplace(phys, static_cast<int32_t>(physical.size()));
+      if (added) physical.push_back(phys);
+      tables[row * p.max_blocks_per_seq + b] = it->second;
+    }
+  }
+  const int64_t hd = p.head_dim;
+  const int64_t row_floats = static_cast<int64_t>(p.num_kv_heads) * hd;
+  const int64_t block_floats = p.block_size * row_floats;
+  if (2 * static_cast<int64_t>(physical.size()) * block_floats * 4 > kWidenOnceBytes) return false;
+  thread_local std::vector<float> k32, v32;
+  k32.resize(std::max<size_t>(1, physical.size() * block_floats));
+  v32.resize(k32.size());
+  const int64_t slot_bytes = KvSlotBytes(p.kv_dtype, p.num_kv_heads, hd), head_bytes = slot_bytes / p.num_kv_heads;
+  const int64_t slots = static_cast<int64_t>(physical.size()) * p.block_size;
+  float* const kw = k32.data();
+  float* const vw = v32.data();
+#pragma omp parallel for schedule(static) if (slots * row_floats >= (int64_t{1} << 15))
+  for (int64_t i = 0; i < slots; ++i) {
+    const int64_t src = static_cast<int64_t>(physical[i / p.block_size]) * p.block_size + i % p.block_size;
+    for (int64_t h = 0; h < p.num_kv_heads; ++h) {
+      const int64_t at = src * slot_bytes + h * head_bytes;
+      LoadKvHead(p.kv_dtype, static_cast<const uint8_t*>(k_cache) + at, hd, kw + i * row_floats + h * hd);
+      LoadKvHead(p.kv_dtype, static_cast<const uint8_t*>(v_cache) + at, hd, vw + i * row_floats + h * hd);
+    }
+  }
+  PagedAttentionParams fp32 = p;
+  fp32.kv_dtype = KvCacheDType::kF32;
+  PagedAttention(q, kw, vw, token_seq, token_pos, tokens, tables.data(), fp32, out);
+  return true;
+}
+
+}  // namespace
+
+void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
                     const int32_t* token_seq, const int32_t* token_pos, int64_t tokens,
                     const int32_t* block_tables, const PagedAttentionParams& p, float* out) {
   TP_CHECK(p.num_kv_heads > 0 && p.num_q_heads % p.num_kv_heads == 0);
   TP_CHECK(p.head_dim > 0 && p.block_size > 0);
+  if (p.kv_dtype != KvCacheDType::kF32 && tokens > kWidenOnceTokens &&
+      AttendOnWidenedBlocks(q, k_cache, v_cache, token_seq, token_pos, tokens, block_tables, p, out)) {
+    return;
+  }
   const int32_t group = p.num_q_heads / p.num_kv_heads;
   // A task is (token, KV head, run of that head's query heads). Whole groups share K/V
   // loads; a decode step with few tokens and KV heads splits groups to occupy every thread.
@@ -192,7 +280,7 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
 
 #pragma omp parallel if (tasks > 1)
   {
-    Scratch scratch(heads_per_task, p.head_dim);
+    Scratch scratch(heads_per_task, p.head_dim, p.kv_dtype != KvCacheDType::kF32);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t t = task / (p.num_kv_heads * splits);

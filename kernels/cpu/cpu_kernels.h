@@ -117,12 +117,27 @@ void Scale(float* x, int64_t n, float s);
 void Embedding(const int32_t* ids, int64_t tokens, const void* table, DType table_dtype,
                int64_t vocab_start, int64_t vocab_rows, int64_t dim, float scale, float* out);
 
-// Paged KV cache, one layer: cache[num_slots, kv_heads, head_dim] for K and for V,
-// slot = physical_block * block_size + offset_in_block.
+// How the CPU's paged KV cache holds K and V (--kv-cache-dtype): fp32 (the activations'
+// dtype, the default), bf16 (each value rounded to nearest even), or FP8 E4M3 with one fp32
+// scale per (slot, KV head): a head's record is {float scale; uint8 q[head_dim]}, scale =
+// amax / 448 over the head's head_dim values, q = F32ToF8E4M3(x / scale) (kernels/cpu/
+// dequantize.h), as the kF8_E4M3 weight blocks; no calibration needed, and a head of small
+// values keeps its relative precision.
+enum class KvCacheDType : uint8_t { kF32, kBf16, kFp8E4M3 };
+const char* KvCacheDTypeName(KvCacheDType t);  // "fp32" | "bf16" | "fp8_e4m3"
+// Bytes one slot of one layer's K (or V) takes: kv_heads heads of head_dim values.
+int64_t KvSlotBytes(KvCacheDType t, int64_t kv_heads, int64_t head_dim);
+// One head's head_dim values as the cache stores them, and back (exactly the values
+// PagedAttention reads).
+void StoreKvHead(KvCacheDType t, const float* x, int64_t head_dim, uint8_t* out);
+void LoadKvHead(KvCacheDType t, const uint8_t* in, int64_t head_dim, float* out);
+
+// Paged KV cache, one layer: cache[num_slots, kv_heads, head_dim] for K and for V (each slot
+// KvSlotBytes bytes), slot = physical_block * block_size + offset_in_block.
 // Writes token t's k/v ([tokens, kv_heads, head_dim]) to slot_mapping[t]; a slot < 0 is
 // skipped (padding).
 void WriteKv(const float* k, const float* v, const int32_t* slot_mapping, int64_t tokens,
-             int64_t kv_heads, int64_t head_dim, float* k_cache, float* v_cache);
+             int64_t kv_heads, int64_t head_dim, KvCacheDType kv_dtype, void* k_cache, void* v_cache);
 
 struct PagedAttentionParams {
   int32_t num_q_heads = 0;   // local (this rank's) query heads
@@ -136,6 +151,7 @@ struct PagedAttentionParams {
   // Round each softmax weight to bf16 before it multiplies V (the sum stays fp32), as the
   // CUDA kernels' tensor-core P·V does: for the bf16 test reference of the GPU backend.
   bool bf16_probabilities = false;
+  KvCacheDType kv_dtype = KvCacheDType::kF32;  // how the caches hold K and V (WriteKv)
 };
 // Causal attention of a flat batch of query tokens over the paged cache (which already
 // holds every visible key, the query tokens' own included).
@@ -143,7 +159,9 @@ struct PagedAttentionParams {
 // token_pos[t]: its position; it sees keys at positions [max(0, pos - window + 1), pos].
 // block_tables: [num_seqs, max_blocks_per_seq] physical block ids.
 // Query head h reads KV head h / (num_q_heads / num_kv_heads).
-void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
+// Caches held as p.kv_dtype: the chunk's K and V rows are widened to fp32 (LoadKvHead) before
+// the same fp32 arithmetic, so the result equals the fp32 path on the stored values.
+void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
                     const int32_t* token_seq, const int32_t* token_pos, int64_t tokens,
                     const int32_t* block_tables, const PagedAttentionParams& p, float* out);
 

@@ -242,15 +242,91 @@ int64_t Argmax(const float* x, int64_t n) {
   return 0;  // unreachable: max is one of the elements
 }
 
+const char* KvCacheDTypeName(KvCacheDType t) {
+  switch (t) {
+    case KvCacheDType::kBf16: return "bf16";
+    case KvCacheDType::kFp8E4M3: return "fp8_e4m3";
+    default: return "fp32";
+  }
+}
+
+namespace {
+// Bytes of one head's record in the cache.
+int64_t KvHeadBytes(KvCacheDType t, int64_t head_dim) {
+  switch (t) {
+    case KvCacheDType::kBf16: return 2 * head_dim;
+    case KvCacheDType::kFp8E4M3: return 4 + head_dim;
+    default: return 4 * head_dim;
+  }
+}
+}  // namespace
+
+int64_t KvSlotBytes(KvCacheDType t, int64_t kv_heads, int64_t head_dim) { return kv_heads * KvHeadBytes(t, head_dim); }
+
+void StoreKvHead(KvCacheDType t, const float* x, int64_t head_dim, uint8_t* out) {
+  switch (t) {
+    case KvCacheDType::kF32:
+      std::memcpy(out, x, 4 * head_dim);
+      return;
+    case KvCacheDType::kBf16:
+      for (int64_t i = 0; i < head_dim; ++i) {
+        const uint16_t b = F32ToBf16(x[i]);
+        std::memcpy(out + 2 * i, &b, 2);
+      }
+      return;
+    case KvCacheDType::kFp8E4M3: {
+      float amax = 0.0f;
+      for (int64_t i = 0; i < head_dim; ++i) amax = std::max(amax, std::fabs(x[i]));
+      const float scale = amax / 448.0f;
+      std::memcpy(out, &scale, 4);
+      const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+      for (int64_t i = 0; i < head_dim; ++i) out[4 + i] = F32ToF8E4M3(x[i] * inv);
+      return;
+    }
+  }
+}
+
+void LoadKvHead(KvCacheDType t, const uint8_t* in, int64_t head_dim, float* out) {
+  switch (t) {
+    case KvCacheDType::kF32:
+      std::memcpy(out, in, 4 * head_dim);
+      return;
+    case KvCacheDType::kBf16:
+      for (int64_t i = 0; i < head_dim; ++i) {
+        uint16_t b;
+        std::memcpy(&b, in + 2 * i, 2);
+        out[i] = Bf16ToF32(b);
+      }
+      return;
+    case KvCacheDType::kFp8E4M3: {
+      float scale;
+      std::memcpy(&scale, in, 4);
+      for (int64_t i = 0; i < head_dim; ++i) out[i] = scale * F8E4M3ToF32(in[4 + i]);
+      return;
+    }
+  }
+}
+
 void WriteKv(const float* k, const float* v, const int32_t* slot_mapping, int64_t tokens,
-             int64_t kv_heads, int64_t head_dim, float* k_cache, float* v_cache) {
+             int64_t kv_heads, int64_t head_dim, KvCacheDType kv_dtype, void* k_cache, void* v_cache) {
   const int64_t row = kv_heads * head_dim;
+  const int64_t slot_bytes = KvSlotBytes(kv_dtype, kv_heads, head_dim);
+  const int64_t head_bytes = KvHeadBytes(kv_dtype, head_dim);
+  uint8_t* const kc = static_cast<uint8_t*>(k_cache);
+  uint8_t* const vc = static_cast<uint8_t*>(v_cache);
 #pragma omp parallel for schedule(static) if (tokens * row >= kMinParallelElems)
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     if (slot < 0) continue;
-    std::memcpy(k_cache + slot * row, k + t * row, sizeof(float) * row);
-    std::memcpy(v_cache + slot * row, v + t * row, sizeof(float) * row);
+    if (kv_dtype == KvCacheDType::kF32) {
+      std::memcpy(kc + slot * slot_bytes, k + t * row, sizeof(float) * row);
+      std::memcpy(vc + slot * slot_bytes, v + t * row, sizeof(float) * row);
+      continue;
+    }
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      StoreKvHead(kv_dtype, k + t * row + h * head_dim, head_dim, kc + slot * slot_bytes + h * head_bytes);
+      StoreKvHead(kv_dtype, v + t * row + h * head_dim, head_dim, vc + slot * slot_bytes + h * head_bytes);
+    }
   }
 }
 
