@@ -336,6 +336,36 @@ TEST_F(FrontendTest, HttpModelIdIsPercentDecoded) {
   EXPECT_EQ(Get("/v1/models/%zz").status, 404);  // a malformed escape is the text itself
 }
 
+// A chat message's role must be one the chat templates are written for: an unknown one is a
+// 400 naming the message and the roles allowed, before the template runs.
+TEST_F(FrontendTest, HttpChatRefusesUnknownRoles) {
+  StartServers();
+  HttpResult r = Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "Hi"},
+      {"role": "wizard", "content": "abracadabra"}], "max_tokens": 2})");
+  ASSERT_EQ(r.status, 400) << r.body;
+  Json error = Json::parse(r.body)["error"];
+  EXPECT_EQ(error["param"], "messages[1].role");
+  EXPECT_EQ(error["type"], "invalid_request_error");
+  EXPECT_THAT(error["message"].get<std::string>(), HasSubstr("\"wizard\""));
+  EXPECT_THAT(error["message"].get<std::string>(), HasSubstr("system, user, assistant, tool"));
+  r = Post("/v1/chat/completions", R"({"messages": [{"role": "developer", "content": "Be brief"}], "max_tokens": 2})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(Json::parse(r.body)["error"]["message"].get<std::string>(), HasSubstr("as \"system\""));
+  r = Post("/v1/chat/completions", R"({"messages": [{"role": "", "content": "x"}], "max_tokens": 2})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(engine_->submitted(), 0);
+
+  // Every allowed role, in one conversation.
+  r = Post("/v1/chat/completions", R"({"messages": [{"role": "system", "content": "Be brief"},
+      {"role": "user", "content": "Weather?"},
+      {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                                            "function": {"name": "get", "arguments": "{}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+      {"role": "user", "content": "Thanks"}], "max_tokens": 2})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(engine_->submitted(), 1);
+}
+
 TEST_F(FrontendTest, HttpHealthAndModels) {
   StartServers({}, {"alias-a", "alias-b"});
   EXPECT_EQ(Get("/health").status, 200);

@@ -269,6 +269,16 @@ TEST_F(FrontendTest, GrpcErrors) {
   status = Generate(TextRequest(std::string(5 << 20, 'a'), 2), &responses);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
 
+  // A chat role no template is written for (frontend_http_test: HttpChatRefusesUnknownRoles).
+  v1::GenerateRequest wizard;
+  v1::ChatMessage* m = wizard.mutable_chat()->add_messages();
+  m->set_role("wizard");
+  m->set_content("abracadabra");
+  status = Generate(wizard, &responses);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("messages[0].role \"wizard\" is not a role"));
+  EXPECT_THAT(status.error_message(), HasSubstr("system, user, assistant, tool"));
+
   engine_->SetSubmitError(absl::ResourceExhaustedError("waiting queue is full"));
   status = Generate(TextRequest("Hi", 2), &responses);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
