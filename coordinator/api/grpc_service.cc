@@ -10,6 +10,7 @@
 #include "coordinator/api/grpc_generate_reactor.h"
 #include "coordinator/api/grpc_status.h"
 #include "coordinator/api/process_info.h"
+#include "coordinator/api/proto_utf8.h"
 #include "coordinator/engine/field_error.h"
 
 namespace tpserve {
@@ -85,6 +86,15 @@ absl::Status CopyTools(const v1::GenerateRequest& request, GenerateInput* input)
 
 }  // namespace
 
+absl::StatusOr<v1::GenerateRequest> ParseGenerateRequest(absl::string_view wire) {
+  if (absl::Status s = CheckStringFieldsAreUtf8(wire, *v1::GenerateRequest::descriptor()); !s.ok()) return s;
+  v1::GenerateRequest request;
+  if (!request.ParseFromArray(wire.data(), static_cast<int>(wire.size()))) {
+    return absl::InvalidArgumentError("the request is not a serialized tpserve.v1.GenerateRequest");
+  }
+  return request;
+}
+
 absl::StatusOr<GenerateInput> GenerateInputFromProto(const v1::GenerateRequest& request) {
   GenerateInput input;
   input.model = request.model();
@@ -126,14 +136,23 @@ TpServeService::TpServeService(EngineApi& engine, const RequestBuilder& builder,
       pump_pool_(std::move(pump_pool)),
       render_pool_(std::move(render_pool)) {}
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* TpServeService::Generate(grpc::CallbackServerContext* context,
-                                                                         const v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* TpServeService::Generate(grpc::CallbackServerContext* context,
+                                                                     const grpc::ByteBuffer* request) {
   const absl::Time arrival = absl::Now();
-  // Built on the render pool, not on gRPC's callback thread: a long chat waits its turn there.
-  auto build = [this, proto = *request]() -> absl::StatusOr<GenerateReactor::Built> {
-    absl::StatusOr<GenerateInput> input = GenerateInputFromProto(proto);
+  std::vector<grpc::Slice> slices;
+  std::string wire;
+  if (request->Dump(&slices).ok()) {
+    for (const grpc::Slice& slice : slices) wire.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  // Parsed and built on the render pool, not on gRPC's callback thread: a long chat waits its
+  // turn there.
+  auto build = [this, wire = std::move(wire)]() -> absl::StatusOr<GenerateReactor::Built> {
+    absl::StatusOr<v1::GenerateRequest> proto = ParseGenerateRequest(wire);
+    if (!proto.ok()) return proto.status();
+    absl::StatusOr<GenerateInput> input = GenerateInputFromProto(*proto);
     if (!input.ok()) return input.status();
     GenerateReactor::Built built;
+    built.logprobs = proto->sampling().has_logprobs();
     built.tool_use = input->tool_use;
     built.tool_format = builder_.tool_call_format();
     const int32_t n = input->n;
@@ -144,7 +163,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* TpServeService::Generate(grpc::C
     return built;
   };
   return GenerateReactor::Start({engine_, builder_.tokenizer(), metrics_, pump_pool_, render_pool_}, std::move(build),
-                                request->sampling().has_logprobs(), arrival);
+                                arrival);
 }
 
 grpc::ServerUnaryReactor* TpServeService::ModelInfo(grpc::CallbackServerContext* context,
