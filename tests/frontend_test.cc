@@ -398,6 +398,77 @@ TEST_F(FrontendTest, GrpcRefusesStringsThatAreNotUtf8) {
   EXPECT_EQ(engine_->submitted(), 1);
 }
 
+// --api-key: every tpserve.v1 call needs the metadata "authorization: Bearer KEY", else
+// UNAUTHENTICATED before any work; grpc.health.v1 stays open.
+TEST_F(FrontendTest, GrpcApiKeys) {
+  grpc_options_.api_keys = {"key-one", "key-two"};
+  StartServers();
+  auto with_key = [](grpc::ClientContext& context, const std::string& authorization) {
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+  };
+  auto generate = [&](const std::string& authorization) {
+    grpc::ClientContext context;
+    with_key(context, authorization);
+    auto reader = stub_->Generate(&context, TextRequest("Hello", 2));
+    v1::GenerateResponse r;
+    while (reader->Read(&r)) {
+    }
+    return reader->Finish();
+  };
+  auto model_info = [&](const std::string& authorization) {
+    grpc::ClientContext context;
+    with_key(context, authorization);
+    v1::ModelInfoResponse info;
+    return stub_->ModelInfo(&context, v1::ModelInfoRequest(), &info);
+  };
+  auto stats = [&](const std::string& authorization) {
+    grpc::ClientContext context;
+    with_key(context, authorization);
+    v1::StatsResponse response;
+    return stub_->Stats(&context, v1::StatsRequest(), &response);
+  };
+  for (const std::string& authorization : {std::string(), std::string("Bearer key-three"), std::string("key-one")}) {
+    for (const grpc::Status& s : {generate(authorization), model_info(authorization), stats(authorization)}) {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << authorization << ": " << s.error_message();
+      EXPECT_THAT(s.error_message(), ::testing::Not(HasSubstr("key-one")));
+    }
+  }
+  EXPECT_THAT(generate("").error_message(), HasSubstr("authorization: Bearer <key>"));
+  EXPECT_EQ(engine_->submitted(), 0);
+  for (const char* authorization : {"Bearer key-one", "Bearer key-two"}) {
+    EXPECT_TRUE(generate(authorization).ok());
+    EXPECT_TRUE(model_info(authorization).ok());
+    EXPECT_TRUE(stats(authorization).ok());
+  }
+  EXPECT_EQ(engine_->submitted(), 2);
+  EXPECT_EQ(HealthStatus(""), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+// `tpserve client --api-key` against both servers with keys; without one it says why it failed.
+TEST_F(FrontendTest, ClientCommandSendsTheApiKey) {
+  grpc_options_.api_keys = {"key-one"};
+  http_options_.api_keys = {"key-one"};
+  StartServers();
+  for (bool grpc : {true, false}) {
+    ClientCommandOptions o;
+    if (grpc) {
+      o.grpc_target = absl::StrCat("127.0.0.1:", grpc_->port());
+    } else {
+      o.http_url = absl::StrCat("http://127.0.0.1:", http_->port());
+    }
+    o.prompt = "Hello world";
+    o.max_tokens = 3;
+    std::ostringstream streamed;
+    absl::StatusOr<ClientResult> refused = RunClientRequest(o, streamed);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated) << refused.status();
+    o.api_key = "key-one";
+    absl::StatusOr<ClientResult> r = RunClientRequest(o, streamed);
+    ASSERT_TRUE(r.ok()) << r.status() << " grpc=" << grpc;
+    EXPECT_EQ(r->completion_tokens, 3);
+  }
+}
+
 TEST_F(FrontendTest, GrpcModelInfoAndStats) {
   StartServers({}, {"alias-a", "alias-b"});
   grpc::ClientContext c1;

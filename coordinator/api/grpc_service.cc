@@ -84,6 +84,21 @@ absl::Status CopyTools(const v1::GenerateRequest& request, GenerateInput* input)
   return absl::OkStatus();
 }
 
+// The call's "authorization" metadata against the server's keys.
+absl::Status Authorize(const ApiKeys& keys, const grpc::CallbackServerContext& context) {
+  if (!keys.enabled()) return absl::OkStatus();
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find("authorization");
+  return keys.Check(it == metadata.end() ? absl::string_view() : absl::string_view(it->second.data(), it->second.size()));
+}
+
+// A Generate call refused before it started: finishes at once with `status`.
+class RefusedGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit RefusedGenerate(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
 absl::StatusOr<v1::GenerateRequest> ParseGenerateRequest(absl::string_view wire) {
@@ -129,16 +144,19 @@ absl::StatusOr<GenerateInput> GenerateInputFromProto(const v1::GenerateRequest& 
 }
 
 TpServeService::TpServeService(EngineApi& engine, const RequestBuilder& builder, FrontendMetrics* metrics,
-                               std::weak_ptr<TaskPool> pump_pool, std::weak_ptr<TaskPool> render_pool)
+                               std::weak_ptr<TaskPool> pump_pool, std::weak_ptr<TaskPool> render_pool,
+                               ApiKeys api_keys)
     : engine_(engine),
       builder_(builder),
       metrics_(metrics),
       pump_pool_(std::move(pump_pool)),
-      render_pool_(std::move(render_pool)) {}
+      render_pool_(std::move(render_pool)),
+      api_keys_(std::move(api_keys)) {}
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* TpServeService::Generate(grpc::CallbackServerContext* context,
                                                                      const grpc::ByteBuffer* request) {
   const absl::Time arrival = absl::Now();
+  if (absl::Status key = Authorize(api_keys_, *context); !key.ok()) return new RefusedGenerate(key);
   std::vector<grpc::Slice> slices;
   std::string wire;
   if (request->Dump(&slices).ok()) {
@@ -170,7 +188,9 @@ grpc::ServerUnaryReactor* TpServeService::ModelInfo(grpc::CallbackServerContext*
                                                     const v1::ModelInfoRequest* request,
                                                     v1::ModelInfoResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status s = builder_.CheckModel(request->model()); !s.ok()) {
+  absl::Status s = Authorize(api_keys_, *context);
+  if (s.ok()) s = builder_.CheckModel(request->model());
+  if (!s.ok()) {
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
   }
@@ -218,6 +238,11 @@ grpc::ServerUnaryReactor* TpServeService::ModelInfo(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* TpServeService::Stats(grpc::CallbackServerContext* context,
                                                 const v1::StatsRequest* request, v1::StatsResponse* response) {
+  if (absl::Status key = Authorize(api_keys_, *context); !key.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(key));
+    return reactor;
+  }
   const EngineStats s = engine_.Stats();
   response->set_running(s.running);
   response->set_waiting(s.waiting);

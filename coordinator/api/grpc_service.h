@@ -1,10 +1,13 @@
 // tpserve.v1.TpServe implemented with gRPC's callback API: Generate streams through a
-// GenerateReactor; ModelInfo and Stats answer at once. Tested by tests/frontend_test.cc.
+// GenerateReactor; ModelInfo and Stats answer at once. With API keys set, every method needs
+// the metadata "authorization: Bearer KEY", else UNAUTHENTICATED. Tested by
+// tests/frontend_test.cc.
 #pragma once
 
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "coordinator/api/api_keys.h"
 #include "coordinator/engine/engine_api.h"
 #include "coordinator/api/frontend_metrics.h"
 #include "coordinator/api/request_builder.h"
@@ -31,9 +34,10 @@ using TpServeServiceBase = v1::TpServe::WithRawCallbackMethod_Generate<
 class TpServeService final : public TpServeServiceBase {
  public:
   // All references must outlive the service; `metrics` may be null. `pump_pool` runs the
-  // response writing that engine events trigger; `render_pool` builds requests.
+  // response writing that engine events trigger; `render_pool` builds requests. `api_keys`:
+  // what every call must present (none: no key needed).
   TpServeService(EngineApi& engine, const RequestBuilder& builder, FrontendMetrics* metrics,
-                 std::weak_ptr<TaskPool> pump_pool, std::weak_ptr<TaskPool> render_pool);
+                 std::weak_ptr<TaskPool> pump_pool, std::weak_ptr<TaskPool> render_pool, ApiKeys api_keys);
 
   // `request`: a serialized v1::GenerateRequest; the responses are serialized v1::GenerateResponses.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
@@ -49,6 +53,7 @@ class TpServeService final : public TpServeServiceBase {
   FrontendMetrics* const metrics_;
   const std::weak_ptr<TaskPool> pump_pool_;
   const std::weak_ptr<TaskPool> render_pool_;
+  const ApiKeys api_keys_;
 };
 
 }  // namespace tpserve
