@@ -72,6 +72,7 @@ absl::StatusOr<ClientResult> RunGrpc(const ClientCommandOptions& o, std::ostream
 
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(o.timeout));
+  if (!o.api_key.empty()) context.AddMetadata("authorization", absl::StrCat("Bearer ", o.api_key));
   Clock clock;
   ClientResult result;
   auto reader = stub->Generate(&context, request);
@@ -135,6 +136,7 @@ absl::StatusOr<ClientResult> RunHttp(const ClientCommandOptions& o, std::ostream
   req.method = "POST";
   req.path = path;
   req.headers = {{"Content-Type", "application/json"}, {"Accept", "text/event-stream"}};
+  if (!o.api_key.empty()) req.headers.emplace("Authorization", absl::StrCat("Bearer ", o.api_key));
   req.body = body.dump();
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
     buffer.append(data, n);
@@ -184,7 +186,9 @@ absl::StatusOr<ClientResult> RunHttp(const ClientCommandOptions& o, std::ostream
   if (res.status != 200) {
     Json e = Json::parse(buffer, nullptr, false);
     const std::string message = e.is_object() && e.contains("error") ? e["error"].value("message", buffer) : buffer;
-    return absl::UnknownError(absl::StrCat("HTTP ", res.status, ": ", message));
+    const std::string what = absl::StrCat("HTTP ", res.status, ": ", message);
+    if (res.status == 401) return absl::UnauthenticatedError(absl::StrCat(what, " (pass --api-key)"));
+    return absl::UnknownError(what);
   }
   if (!stream_error.ok()) return stream_error;
   clock.SetTotalTokens(result.completion_tokens);

@@ -20,6 +20,7 @@ struct ClientCommandOptions {
   bool chat = false;  // send the prompt as one user message (the chat template applies)
   int32_t max_tokens = 16;
   std::optional<float> temperature;  // unset: the server's default
+  std::string api_key;  // sent as "Authorization: Bearer <api_key>" (gRPC: metadata); empty: none
   absl::Duration timeout = absl::Minutes(10);
 };
 
@@ -35,7 +36,7 @@ struct ClientResult {
 };
 
 // Sends the request, writing text to `text_out` as it arrives. Errors carry the server's
-// status and message (INVALID_ARGUMENT for bad options).
+// status and message (INVALID_ARGUMENT for bad options; HTTP 401: UNAUTHENTICATED).
 absl::StatusOr<ClientResult> RunClientRequest(const ClientCommandOptions& options, std::ostream& text_out);
 
 // The command: text to stdout, the summary to stderr. Returns the exit code (0 ok,

@@ -3,14 +3,17 @@
 // tests/cli_test.sh and tests/serve_test.sh.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "launch/generate_command.h"
 #include "worker/communicator.h"
 #if TPSERVE_HAVE_SERVING
@@ -117,6 +120,11 @@ ABSL_FLAG(double, http_body_timeout, 30, "serve: seconds a client has to send a 
 ABSL_FLAG(int, http_threads, 2, "serve: HTTP I/O threads (event loops); every connection is served by one of them");
 ABSL_FLAG(int, render_threads, 2, "serve: threads that parse, render (chat template) and tokenize requests");
 ABSL_FLAG(int, max_pending_renders, 1024, "serve: requests waiting to be rendered at most; more get HTTP 429");
+ABSL_FLAG(std::string, api_key, "",
+          "serve: API keys (vLLM's flag), comma-separated: every HTTP route but /health answers 401 and every "
+          "tpserve.v1 gRPC call UNAUTHENTICATED unless the request sends \"Authorization: Bearer KEY\" (gRPC: that "
+          "metadata) with one of them. Unset: $TPSERVE_API_KEY, else $VLLM_API_KEY (the environment keeps the key out "
+          "of `ps`); none: no key needed. client: the key to send (unset: $TPSERVE_API_KEY)");
 
 // `tpserve client` (also --model: the served model name, --prompt, --max-tokens).
 ABSL_FLAG(std::string, grpc, "", "client: the server's gRPC address, HOST:PORT");
@@ -140,7 +148,8 @@ constexpr char kUsage[] =
     "      '{\"method\": \"mtp\", \"model\": ASSISTANT_DIR, \"num_speculative_tokens\": 4}' for Gemma 4's drafter),\n"
     "      --device auto|cpu|cuda, --gpu-memory-utilization F and --enforce-eager (cuda).\n"
     "  tpserve client (--grpc HOST:PORT | --http URL) --prompt TEXT [--chat] [--model NAME]\n"
-    "      [--max-tokens N] [--temperature T]\n\n"
+    "      [--max-tokens N] [--temperature T] [--api-key KEY]\n"
+    "  serve --api-key KEY[,KEY...] (or $TPSERVE_API_KEY): requests need \"Authorization: Bearer KEY\".\n\n"
     "Run `tpserve --helpfull` for every flag.";
 
 // Accepts vLLM-style --max-model-len as well as absl's --max_model_len.
@@ -158,6 +167,31 @@ void NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& storage
       argv[i] = storage.back().data();
     }
   }
+}
+
+// The API keys: --api-key, else $TPSERVE_API_KEY, else (`serve`, as vLLM) $VLLM_API_KEY; each a
+// comma-separated list. Only main reads the environment. INVALID_ARGUMENT when the one that is
+// set holds no key (only commas or spaces): the server would run open while its operator meant
+// it to be closed.
+absl::StatusOr<std::vector<std::string>> ApiKeysFromFlagOrEnvironment(bool accept_vllm_variable) {
+  std::string keys = absl::GetFlag(FLAGS_api_key);
+  std::string source = "--api-key";
+  for (const char* variable : {"TPSERVE_API_KEY", "VLLM_API_KEY"}) {
+    const char* value = std::getenv(variable);
+    if (!keys.empty() || value == nullptr) continue;
+    if (std::string(variable) == "VLLM_API_KEY" && !accept_vllm_variable) continue;
+    keys = value;
+    source = std::string("$") + variable;
+  }
+  std::vector<std::string> out;
+  for (absl::string_view key : absl::StrSplit(keys, ',')) {
+    key = absl::StripAsciiWhitespace(key);
+    if (!key.empty()) out.emplace_back(key);
+  }
+  if (out.empty() && !keys.empty()) {
+    return absl::InvalidArgumentError(source + " holds no key (only commas and spaces); give one or unset it");
+  }
+  return out;
 }
 
 int Fail(const std::string& msg) {
@@ -210,6 +244,10 @@ int RunClientFromFlags() {
   o.chat = absl::GetFlag(FLAGS_chat);
   o.max_tokens = absl::GetFlag(FLAGS_max_tokens);
   if (absl::GetFlag(FLAGS_temperature) >= 0) o.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
+  absl::StatusOr<std::vector<std::string>> keys = ApiKeysFromFlagOrEnvironment(/*accept_vllm_variable=*/false);
+  if (!keys.ok()) return Fail(std::string(keys.status().message()));
+  if (keys->size() > 1) return Fail("client: --api-key: give one key (the server accepts any of its keys)");
+  if (!keys->empty()) o.api_key = (*keys)[0];
   return tpserve::RunClient(o);
 #else
   return Fail("this tpserve was built without gRPC and cpp-httplib, so `client` is not available");
@@ -289,6 +327,12 @@ int main(int argc, char** argv) {
     if (absl::GetFlag(FLAGS_seed) >= 0) o.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
     o.generation_config = absl::GetFlag(FLAGS_generation_config);
     o.tool_call_parser = absl::GetFlag(FLAGS_tool_call_parser);
+    if (absl::StatusOr<std::vector<std::string>> keys = ApiKeysFromFlagOrEnvironment(/*accept_vllm_variable=*/true);
+        !keys.ok()) {
+      if (code == 0) code = Fail(std::string(keys.status().message()));
+    } else {
+      o.api_keys = *std::move(keys);
+    }
     if (code == 0) code = tpserve::RunServe(o, world);
 #else
     code = Fail("this tpserve was built without gRPC, Boost and cpp-httplib, so `serve` is not available");

@@ -218,6 +218,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
         go.render_pool = render_pool;
         go.generation_defaults = generation_defaults;
         go.tool_call_parser = tool_call_parser;
+        go.api_keys = o.api_keys;
         grpc = std::make_unique<GrpcServer>(deferred, *tokenizer, chat.get(), go);
         front = grpc->Start();
       }
@@ -236,6 +237,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
         ho.metrics = &metrics;
         ho.generation_defaults = generation_defaults;
         ho.tool_call_parser = tool_call_parser;
+        ho.api_keys = o.api_keys;
         if (absl::Status fds = RaiseOpenFileLimit(o.max_connections); !fds.ok()) Log(world, std::string(fds.message()));
         if (front.ok()) {
           http = std::make_unique<HttpServer>(deferred, *tokenizer, chat.get(), ho);
@@ -245,6 +247,11 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
       if (front.ok()) {
         Log(world, absl::StrCat("listening: gRPC ", grpc ? absl::StrCat(o.host, ":", grpc->port()) : "off", ", HTTP ",
                                 http ? absl::StrCat(o.host, ":", http->port()) : "off", " (loading the model)"));
+        // How many keys, never what they are.
+        if (!o.api_keys.empty()) {
+          Log(world, absl::StrCat("API keys: ", o.api_keys.size(), " set; requests need \"Authorization: Bearer <key>\" "
+                                  "(HTTP /health and gRPC health and reflection stay open)"));
+        }
         // The bound ports (--http-port 0 / --grpc-port 0: the kernel's choice), for scripts.
         const ListeningPorts ports{http ? http->port() : -1, grpc ? grpc->port() : -1};
         std::fputs(ListeningLines(o.host, ports).c_str(), stderr);

@@ -54,6 +54,10 @@ struct ServeCommandOptions {
   // --tool-call-parser: a ToolCallFormat name (coordinator/text/tool_calls.h); empty: the chat
   // template's.
   std::string tool_call_parser;
+  // --api-key (or TPSERVE_API_KEY, or VLLM_API_KEY: main reads them): with any set, HTTP routes
+  // but /health answer 401 and tpserve.v1 calls UNAUTHENTICATED unless the request presents
+  // "Bearer K" with K one of them. Never logged.
+  std::vector<std::string> api_keys;
 };
 
 // The signals on which `serve` drains: SIGTERM, SIGINT, and SIGUSR1, which Open MPI's mpirun

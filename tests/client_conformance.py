@@ -6,7 +6,8 @@
 # Except on text completion streams: the SDK types their chunks as a whole Completion, whose
 # finish_reason may not be null, yet null is what OpenAI itself sends until the last chunk;
 # those go through a client with the SDK's default (lenient) parsing.
-# Usage: python client_conformance.py HTTP_PORT MODEL   (run by client_conformance_test.sh)
+# The server needs API_KEY (serve --api-key): every client sends it, and one check sends a wrong one.
+# Usage: python client_conformance.py HTTP_PORT MODEL API_KEY   (run by client_conformance_test.sh)
 import asyncio
 import math
 import sys
@@ -20,7 +21,7 @@ import openai
 from openai import AsyncOpenAI, OpenAI
 from pydantic import BaseModel, Field
 
-PORT, MODEL = sys.argv[1], sys.argv[2]
+PORT, MODEL, API_KEY = sys.argv[1], sys.argv[2], sys.argv[3]
 BASE_URL = f"http://127.0.0.1:{PORT}/v1"
 MESSAGES = [{"role": "user", "content": "Hello there"}]
 PROMPT = "The capital of France is"
@@ -266,6 +267,26 @@ def sync_checks(client, lenient):
     run("errors: unknown model -> NotFoundError; max_tokens -1, temperature -1 -> BadRequestError naming the field",
         errors)
 
+    def api_key():
+        # --api-key: a wrong key is the SDK's AuthenticationError (401, OpenAI's error shape);
+        # /health needs no key.
+        with OpenAI(**{**CLIENT, "api_key": "not-" + API_KEY}) as wrong:
+            try:
+                wrong.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2)
+                raise AssertionError("no error for a wrong API key")
+            except openai.AuthenticationError as e:
+                expect(e.status_code == 401, f"status {e.status_code}")
+                expect(e.code == "invalid_api_key", f"code {e.code!r}")
+            try:
+                wrong.models.list()
+                raise AssertionError("no error for a wrong API key (models)")
+            except openai.AuthenticationError:
+                pass
+        health = urllib.request.urlopen(BASE_URL.removesuffix("/v1") + "/health")
+        expect(health.status == 200, f"/health {health.status}")
+
+    run("a wrong API key -> AuthenticationError; /health is open", api_key)
+
     def several_choices():
         # A high temperature: the random weights' distributions are peaked.
         r = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=N, n=3, seed=7, temperature=5,
@@ -293,7 +314,9 @@ def sync_checks(client, lenient):
     def choices_share_the_prompt():
         # Choices 1..n-1 start once choice 0 computed the prompt: they find it in the prefix cache.
         def hits():
-            text = urllib.request.urlopen(BASE_URL.removesuffix("/v1") + "/metrics").read().decode()
+            request = urllib.request.Request(BASE_URL.removesuffix("/v1") + "/metrics",
+                                             headers={"Authorization": f"Bearer {API_KEY}"})
+            text = urllib.request.urlopen(request).read().decode()
             return sum(float(line.split()[-1]) for line in text.splitlines()
                        if line.startswith("vllm:prefix_cache_hits_total"))
         prompt = " ".join(f"word{i}" for i in range(120))
@@ -464,7 +487,7 @@ async def async_checks(client, lenient):
     await arun("16 concurrent async streams all complete with usage", concurrent())
 
 
-CLIENT = dict(base_url=BASE_URL, api_key="unused", max_retries=0, timeout=120)
+CLIENT = dict(base_url=BASE_URL, api_key=API_KEY, max_retries=0, timeout=120)
 
 
 async def async_main():

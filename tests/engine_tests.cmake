@@ -104,7 +104,7 @@ tp_add_test(speculative_test SOURCES speculative_test.cc LIBS tpserve_engine_cor
 # Structured output and logit_bias through the engine core: random weights, a suite of
 # schemas, seeded sampling, TP 1 and 2, n-gram drafts: every output validates.
 tp_add_test(structured_generation_test SOURCES structured_generation_test.cc
-            LIBS tpserve_engine_core tpserve_structured_output)
+            LIBS tpserve_engine_core tpserve_structured_output tpserve_tool_calls)
 # The quality benchmark's math on hand-computed distributions, and its model side on fixture
 # checkpoints: a model against itself (KL 0), a bf16-rounded copy and another model (KL > 0).
 tp_add_test(quality_metrics_test SOURCES quality_metrics_test.cc LIBS tpserve_quality)

@@ -336,6 +336,91 @@ TEST_F(FrontendTest, HttpModelIdIsPercentDecoded) {
   EXPECT_EQ(Get("/v1/models/%zz").status, 404);  // a malformed escape is the text itself
 }
 
+// --api-key: every route but /health needs "Authorization: Bearer KEY" with one of the keys; a
+// missing or wrong key is a 401 in OpenAI's error shape (code "invalid_api_key") with
+// WWW-Authenticate, and no request reaches the engine.
+TEST_F(FrontendTest, HttpApiKeys) {
+  http_options_.api_keys = {"key-one", "key-two"};
+  StartServers();
+  struct Reply {
+    int status = -1;
+    std::string body;
+    std::string www_authenticate;
+  };
+  auto send = [&](const std::string& method, const std::string& path, const std::string& authorization,
+                  const std::string& body = "") {
+    httplib::Client client("127.0.0.1", http_->port());
+    client.set_read_timeout(60, 0);
+    httplib::Headers headers;
+    if (!authorization.empty()) headers.emplace("Authorization", authorization);
+    httplib::Result res = method == "GET" ? client.Get(path.c_str(), headers)
+                                          : client.Post(path.c_str(), headers, body, "application/json");
+    if (!res) return Reply{-1, httplib::to_string(res.error()), ""};
+    return Reply{res->status, res->body, res->get_header_value("WWW-Authenticate")};
+  };
+  const std::string completion = R"({"prompt": "Hello", "max_tokens": 2})";
+  const std::string chat = R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})";
+
+  for (const std::string& authorization :
+       {std::string(), std::string("Bearer key-three"), std::string("Bearer key-on"), std::string("Bearer key-one2"),
+        std::string("Basic a2V5LW9uZQ=="), std::string("key-one")}) {
+    Reply r = send("POST", "/v1/completions", authorization, completion);
+    EXPECT_EQ(r.status, 401) << "Authorization: " << authorization;
+    EXPECT_EQ(r.www_authenticate, "Bearer");
+    Json error = Json::parse(r.body)["error"];
+    EXPECT_EQ(error["type"], "invalid_request_error");
+    EXPECT_EQ(error["code"], "invalid_api_key");
+    EXPECT_THAT(error["message"].get<std::string>(), ::testing::Not(HasSubstr("key-one")));
+  }
+  EXPECT_THAT(Json::parse(send("POST", "/v1/completions", "", completion).body)["error"]["message"].get<std::string>(),
+              HasSubstr("Authorization: Bearer <key>"));
+  EXPECT_EQ(send("POST", "/v1/chat/completions", "", chat).status, 401);
+  EXPECT_EQ(engine_->submitted(), 0);
+
+  EXPECT_EQ(send("POST", "/v1/completions", "Bearer key-one", completion).status, 200);
+  EXPECT_EQ(send("POST", "/v1/chat/completions", "bearer key-two", chat).status, 200);
+  EXPECT_EQ(engine_->submitted(), 2);
+
+  // /health is open; every other route, unknown ones included, needs the key.
+  EXPECT_EQ(send("GET", "/health", "").status, 200);
+  EXPECT_EQ(send("GET", "/health", "Bearer wrong").status, 200);
+  for (const char* path : {"/metrics", "/v1/models", "/v1/models/fake-model", "/version", "/v1/nothing"}) {
+    EXPECT_EQ(send("GET", path, "").status, 401) << path;
+    EXPECT_EQ(send("GET", path, "Bearer nope").status, 401) << path;
+    EXPECT_EQ(send("GET", path, "Bearer key-two").status, std::string(path) == "/v1/nothing" ? 404 : 200) << path;
+  }
+}
+
+// A chat message's role must be one the chat templates are written for: an unknown one is a
+// 400 naming the message and the roles allowed, before the template runs.
+TEST_F(FrontendTest, HttpChatRefusesUnknownRoles) {
+  StartServers();
+  HttpResult r = Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "Hi"},
+      {"role": "wizard", "content": "abracadabra"}], "max_tokens": 2})");
+  ASSERT_EQ(r.status, 400) << r.body;
+  Json error = Json::parse(r.body)["error"];
+  EXPECT_EQ(error["param"], "messages[1].role");
+  EXPECT_EQ(error["type"], "invalid_request_error");
+  EXPECT_THAT(error["message"].get<std::string>(), HasSubstr("\"wizard\""));
+  EXPECT_THAT(error["message"].get<std::string>(), HasSubstr("system, user, assistant, tool"));
+  r = Post("/v1/chat/completions", R"({"messages": [{"role": "developer", "content": "Be brief"}], "max_tokens": 2})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(Json::parse(r.body)["error"]["message"].get<std::string>(), HasSubstr("as \"system\""));
+  r = Post("/v1/chat/completions", R"({"messages": [{"role": "", "content": "x"}], "max_tokens": 2})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(engine_->submitted(), 0);
+
+  // Every allowed role, in one conversation.
+  r = Post("/v1/chat/completions", R"({"messages": [{"role": "system", "content": "Be brief"},
+      {"role": "user", "content": "Weather?"},
+      {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                                            "function": {"name": "get", "arguments": "{}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+      {"role": "user", "content": "Thanks"}], "max_tokens": 2})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(engine_->submitted(), 1);
+}
+
 TEST_F(FrontendTest, HttpHealthAndModels) {
   StartServers({}, {"alias-a", "alias-b"});
   EXPECT_EQ(Get("/health").status, 200);

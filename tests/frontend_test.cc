@@ -12,6 +12,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "google/protobuf/descriptor.pb.h"
+#include "google/protobuf/stubs/logging.h"
+#include "grpc/support/log.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "coordinator/api/request_builder.h"
 #include "coordinator/engine/field_error.h"
 #include "coordinator/structured/token_matcher.h"
@@ -269,11 +272,201 @@ TEST_F(FrontendTest, GrpcErrors) {
   status = Generate(TextRequest(std::string(5 << 20, 'a'), 2), &responses);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
 
+  // A chat role no template is written for (frontend_http_test: HttpChatRefusesUnknownRoles).
+  v1::GenerateRequest wizard;
+  v1::ChatMessage* m = wizard.mutable_chat()->add_messages();
+  m->set_role("wizard");
+  m->set_content("abracadabra");
+  status = Generate(wizard, &responses);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("messages[0].role \"wizard\" is not a role"));
+  EXPECT_THAT(status.error_message(), HasSubstr("system, user, assistant, tool"));
+
   engine_->SetSubmitError(absl::ResourceExhaustedError("waiting queue is full"));
   status = Generate(TextRequest("Hi", 2), &responses);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(status.error_message(), HasSubstr("waiting queue is full"));
   EXPECT_TRUE(responses.empty());
+}
+
+// Generate sent as bytes (a generic call), so a test can send what the typed stub would not
+// serialize as is. The call's status; `responses`: how many messages came back.
+grpc::Status RawGenerate(const std::shared_ptr<grpc::Channel>& channel, const std::string& wire,
+                         int* responses = nullptr) {
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  // One operation at a time: each Next() returns the one just started.
+  auto done = [&cq] {
+    void* tag = nullptr;
+    bool ok = false;
+    EXPECT_TRUE(cq.Next(&tag, &ok));
+    return ok;
+  };
+  void* const tag = reinterpret_cast<void*>(1);
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+      stub.PrepareCall(&context, "/tpserve.v1.TpServe/Generate", &cq);
+  call->StartCall(tag);
+  done();
+  grpc::Slice slice(wire);
+  call->WriteLast(grpc::ByteBuffer(&slice, 1), grpc::WriteOptions(), tag);
+  done();
+  grpc::ByteBuffer response;
+  int n = 0;
+  for (call->Read(&response, tag); done(); call->Read(&response, tag)) ++n;
+  grpc::Status status;
+  call->Finish(&status, tag);
+  done();
+  if (responses != nullptr) *responses = n;
+  return status;
+}
+
+// The ERROR lines protobuf and gRPC log while it lives.
+class ErrorLogRecorder {
+ public:
+  ErrorLogRecorder() {
+    lines().clear();
+    previous_ = google::protobuf::SetLogHandler(&OnProtobuf);
+    gpr_set_log_function(&OnGrpc);
+  }
+  ~ErrorLogRecorder() {
+    google::protobuf::SetLogHandler(previous_);
+    gpr_set_log_function(nullptr);
+  }
+  static std::vector<std::string>& lines() {
+    static auto* recorded = new std::vector<std::string>;
+    return *recorded;
+  }
+
+ private:
+  static void OnProtobuf(google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
+    if (level >= google::protobuf::LOGLEVEL_ERROR) lines().push_back(absl::StrCat("protobuf: ", message));
+  }
+  static void OnGrpc(gpr_log_func_args* args) {
+    if (args->severity == GPR_LOG_SEVERITY_ERROR) lines().push_back(absl::StrCat("grpc: ", args->message));
+  }
+  google::protobuf::LogHandler* previous_;
+};
+
+// A string field that is not UTF-8 (proto3 strings must be) is INVALID_ARGUMENT naming the
+// field, not the UNIMPLEMENTED gRPC answers when its parser refuses a request, and nothing is
+// logged as an ERROR.
+TEST_F(FrontendTest, GrpcRefusesStringsThatAreNotUtf8) {
+  StartServers();
+  // Serialized with placeholders, which are then replaced by bytes that are not UTF-8 (the
+  // typed stub would log an ERROR of its own serializing them).
+  auto with_bad_bytes = [](const v1::GenerateRequest& request) {
+    std::string wire = request.SerializeAsString();
+    for (size_t at; (at = wire.find("@@")) != std::string::npos;) wire.replace(at, 2, "\xff\xc3");
+    return wire;
+  };
+  ErrorLogRecorder errors;
+  grpc::Status status = RawGenerate(channel_, with_bad_bytes(TextRequest("Hi @@ there", 2)));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("text is not valid UTF-8"));
+
+  v1::GenerateRequest chat;
+  for (const char* content : {"fine", "bad @@"}) {
+    v1::ChatMessage* m = chat.mutable_chat()->add_messages();
+    m->set_role("user");
+    m->set_content(content);
+  }
+  status = RawGenerate(channel_, with_bad_bytes(chat));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("chat.messages[1].content is not valid UTF-8"));
+
+  v1::GenerateRequest stop = TextRequest("Hi", 2);
+  stop.mutable_sampling()->add_stop("ok");
+  stop.mutable_sampling()->add_stop("@@");
+  status = RawGenerate(channel_, with_bad_bytes(stop));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("sampling.stop[1] is not valid UTF-8"));
+
+  // Bytes that are no GenerateRequest at all (a length past the end).
+  status = RawGenerate(channel_, std::string("\x12\x09Hi", 4));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("not a serialized tpserve.v1.GenerateRequest"));
+  EXPECT_EQ(engine_->submitted(), 0);
+  EXPECT_THAT(ErrorLogRecorder::lines(), ::testing::IsEmpty());
+
+  // The same path with valid text streams as the typed stub's call does.
+  int responses = 0;
+  status = RawGenerate(channel_, TextRequest("Hi \u00e9 there", 3).SerializeAsString(), &responses);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_GT(responses, 0);
+  EXPECT_EQ(engine_->submitted(), 1);
+}
+
+// --api-key: every tpserve.v1 call needs the metadata "authorization: Bearer KEY", else
+// UNAUTHENTICATED before any work; grpc.health.v1 stays open.
+TEST_F(FrontendTest, GrpcApiKeys) {
+  grpc_options_.api_keys = {"key-one", "key-two"};
+  StartServers();
+  auto with_key = [](grpc::ClientContext& context, const std::string& authorization) {
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+  };
+  auto generate = [&](const std::string& authorization) {
+    grpc::ClientContext context;
+    with_key(context, authorization);
+    auto reader = stub_->Generate(&context, TextRequest("Hello", 2));
+    v1::GenerateResponse r;
+    while (reader->Read(&r)) {
+    }
+    return reader->Finish();
+  };
+  auto model_info = [&](const std::string& authorization) {
+    grpc::ClientContext context;
+    with_key(context, authorization);
+    v1::ModelInfoResponse info;
+    return stub_->ModelInfo(&context, v1::ModelInfoRequest(), &info);
+  };
+  auto stats = [&](const std::string& authorization) {
+    grpc::ClientContext context;
+    with_key(context, authorization);
+    v1::StatsResponse response;
+    return stub_->Stats(&context, v1::StatsRequest(), &response);
+  };
+  for (const std::string& authorization : {std::string(), std::string("Bearer key-three"), std::string("key-one")}) {
+    for (const grpc::Status& s : {generate(authorization), model_info(authorization), stats(authorization)}) {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << authorization << ": " << s.error_message();
+      EXPECT_THAT(s.error_message(), ::testing::Not(HasSubstr("key-one")));
+    }
+  }
+  EXPECT_THAT(generate("").error_message(), HasSubstr("authorization: Bearer <key>"));
+  EXPECT_EQ(engine_->submitted(), 0);
+  for (const char* authorization : {"Bearer key-one", "Bearer key-two"}) {
+    EXPECT_TRUE(generate(authorization).ok());
+    EXPECT_TRUE(model_info(authorization).ok());
+    EXPECT_TRUE(stats(authorization).ok());
+  }
+  EXPECT_EQ(engine_->submitted(), 2);
+  EXPECT_EQ(HealthStatus(""), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+// `tpserve client --api-key` against both servers with keys; without one it says why it failed.
+TEST_F(FrontendTest, ClientCommandSendsTheApiKey) {
+  grpc_options_.api_keys = {"key-one"};
+  http_options_.api_keys = {"key-one"};
+  StartServers();
+  for (bool grpc : {true, false}) {
+    ClientCommandOptions o;
+    if (grpc) {
+      o.grpc_target = absl::StrCat("127.0.0.1:", grpc_->port());
+    } else {
+      o.http_url = absl::StrCat("http://127.0.0.1:", http_->port());
+    }
+    o.prompt = "Hello world";
+    o.max_tokens = 3;
+    std::ostringstream streamed;
+    absl::StatusOr<ClientResult> refused = RunClientRequest(o, streamed);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated) << refused.status();
+    o.api_key = "key-one";
+    absl::StatusOr<ClientResult> r = RunClientRequest(o, streamed);
+    ASSERT_TRUE(r.ok()) << r.status() << " grpc=" << grpc;
+    EXPECT_EQ(r->completion_tokens, 3);
+  }
 }
 
 TEST_F(FrontendTest, GrpcModelInfoAndStats) {

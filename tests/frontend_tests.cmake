@@ -5,6 +5,7 @@ tp_add_test(request_stream_test SOURCES request_stream_test.cc LIBS tpserve_requ
 if(TPSERVE_HAVE_SERVING)
   tp_add_test(http_transport_test SOURCES http_transport_test.cc LIBS tpserve_frontend GTest::gmock)
   tp_add_test(task_pool_test SOURCES task_pool_test.cc LIBS tpserve_frontend)
+  tp_add_test(api_keys_test SOURCES api_keys_test.cc LIBS tpserve_frontend GTest::gmock)
   tp_add_test(choice_streams_test SOURCES choice_streams_test.cc LIBS tpserve_frontend GTest::gmock)
   tp_add_test(metrics_test SOURCES metrics_test.cc LIBS tpserve_frontend GTest::gmock)
   tp_add_test(openai_json_test SOURCES openai_json_test.cc LIBS tpserve_frontend GTest::gmock)

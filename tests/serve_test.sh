@@ -5,7 +5,10 @@
 # 400/404; /health, /metrics; the gRPC path through `tpserve client`; SIGTERM drains and
 # every rank exits 0. The server binds free ports (port 0) and names them in --port-file.
 # Then a second server with --generation-config DIR: requests that leave temperature unset
-# take the file's, explicit ones (0 included) keep theirs, and rank 0 logs the defaults.
+# take the file's, explicit ones (0 included) keep theirs, and rank 0 logs the defaults; it
+# also takes its API key from VLLM_API_KEY. A third with --api-key: 401 without a key or with
+# a wrong one, 200 with either key, /health open, gRPC UNAUTHENTICATED without the key, and
+# the keys nowhere in the log.
 # Usage: serve_test.sh TPSERVE_BINARY FIXTURES_DIR   (run by ctest)
 set -u
 TPSERVE=$1
@@ -83,14 +86,17 @@ wait $SERVER || rc=$?
 mkdir -p "$WORK/gencfg"
 echo '{"do_sample": true, "temperature": 5.0, "transformers_version": "5.24.0"}' >"$WORK/gencfg/generation_config.json"
 rm -f "$WORK/ports.json"
-setsid timeout -k 10 120 "${MPIRUN[@]}" -np 2 "$TPSERVE" serve "${MODEL[@]}" --host 127.0.0.1 --http-port 0 \
-  --grpc-port 0 --port-file "$WORK/ports.json" --kv-cache-memory 128MiB --generation-config "$WORK/gencfg" \
+VLLM_KEY=vllm-env-key-$$
+VLLM_API_KEY=$VLLM_KEY setsid timeout -k 10 120 "${MPIRUN[@]}" -np 2 "$TPSERVE" serve "${MODEL[@]}" --host 127.0.0.1 \
+  --http-port 0 --grpc-port 0 --port-file "$WORK/ports.json" --kv-cache-memory 128MiB --generation-config "$WORK/gencfg" \
   >"$WORK/server2.log" 2>&1 &
 SERVER=$!
 SESSIONS+=("$SERVER")
 if wait_ports "$WORK/ports.json" $SERVER && wait_healthy $HTTP; then
+  code=$(curl -s -o /dev/null -w '%{http_code}' -m 60 "http://127.0.0.1:$HTTP/v1/completions" -d '{"prompt":"x"}')
+  [ "$code" = 401 ] && ok "VLLM_API_KEY alone sets the API key (no key: 401)" || bad "VLLM_API_KEY: no key -> $code"
   complete() {
-    curl -s -m 60 "http://127.0.0.1:$HTTP/v1/completions" \
+    curl -s -m 60 "http://127.0.0.1:$HTTP/v1/completions" -H "Authorization: Bearer $VLLM_KEY" \
       -d "{\"prompt\":\"${PROMPTS[0]}\",\"max_tokens\":12,\"ignore_eos\":true,\"seed\":3$1}"
   }
   complete "" >"$WORK/unset"
@@ -110,5 +116,55 @@ else
 fi
 kill_session TERM "$SERVER"
 wait $SERVER 2>/dev/null
+
+# --api-key with two keys; TPSERVE_API_KEY in the environment too, which the flag overrides.
+KEY1=flag-key-one-$$ KEY2=flag-key-two-$$ ENV_KEY=env-key-$$
+rm -f "$WORK/ports.json"
+TPSERVE_API_KEY=$ENV_KEY setsid timeout -k 10 120 "${MPIRUN[@]}" -np 2 "$TPSERVE" serve "${MODEL[@]}" --host 127.0.0.1 \
+  --http-port 0 --grpc-port 0 --port-file "$WORK/ports.json" --kv-cache-memory 128MiB --api-key "$KEY1,$KEY2" \
+  >"$WORK/server3.log" 2>&1 &
+SERVER=$!
+SESSIONS+=("$SERVER")
+if wait_ports "$WORK/ports.json" $SERVER && wait_healthy $HTTP; then
+  ok "/health answers 200 without a key"
+  completion() {  # completion AUTHORIZATION_HEADER_OR_EMPTY -> the HTTP status; the body in $WORK/keyed
+    curl -s -m 60 -o "$WORK/keyed" -w '%{http_code}' "http://127.0.0.1:$HTTP/v1/completions" ${1:+-H "Authorization: $1"} \
+      -d '{"prompt":"Hello there","max_tokens":4}'
+  }
+  code=$(completion "")
+  [ "$code" = 401 ] && grep -q '"code":"invalid_api_key"' "$WORK/keyed" && ok "no key -> 401 invalid_api_key" \
+    || bad "no key -> $code $(cat "$WORK/keyed")"
+  code=$(completion "Bearer wrong-$KEY1")
+  [ "$code" = 401 ] && ok "a wrong key -> 401" || bad "a wrong key -> $code"
+  code=$(completion "Bearer $ENV_KEY")
+  [ "$code" = 401 ] && ok "--api-key wins over TPSERVE_API_KEY" || bad "the environment's key -> $code"
+  c1=$(completion "Bearer $KEY1")
+  c2=$(completion "Bearer $KEY2")
+  [ "$c1" = 200 ] && [ "$c2" = 200 ] && ok "either key -> 200" || bad "keys -> $c1 $c2: $(cat "$WORK/keyed")"
+  code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HTTP/metrics")
+  [ "$code" = 401 ] && ok "/metrics needs the key too" || bad "/metrics without a key -> $code"
+  timeout 60 "$TPSERVE" client --grpc "127.0.0.1:$GRPC" --prompt "Hello there" --max-tokens 4 >"$WORK/nokey.out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "needs an API key" "$WORK/nokey.out" && ok "gRPC without the key: refused (UNAUTHENTICATED)" \
+    || bad "gRPC without a key: rc $rc $(cat "$WORK/nokey.out")"
+  TPSERVE_API_KEY=$KEY2 timeout 60 "$TPSERVE" client --grpc "127.0.0.1:$GRPC" --prompt "Hello there" --max-tokens 4 \
+    >"$WORK/key.out" 2>&1 && grep -q "finish_reason length" "$WORK/key.out" \
+    && ok "tpserve client with TPSERVE_API_KEY over gRPC" || bad "gRPC with the key: $(cat "$WORK/key.out")"
+  timeout 60 "$TPSERVE" client --http "http://127.0.0.1:$HTTP" --api-key "$KEY1" --prompt "Hello there" --max-tokens 4 \
+    >"$WORK/key.out" 2>&1 && grep -q "finish_reason length" "$WORK/key.out" \
+    && ok "tpserve client --api-key over HTTP" || bad "HTTP with the key: $(cat "$WORK/key.out")"
+  grep -q "API keys: 2 set" "$WORK/server3.log" && ! grep -qe "$KEY1" -e "$KEY2" -e "$ENV_KEY" "$WORK/server3.log" \
+    && ok "the log counts the keys and shows none" || bad "keys in the log: $(cat "$WORK/server3.log")"
+else
+  bad "server with --api-key not ready: $(tail -5 "$WORK/server3.log")"
+fi
+kill_session TERM "$SERVER"
+wait $SERVER 2>/dev/null
+! grep -qe "$VLLM_KEY" "$WORK/server2.log" || bad "VLLM_API_KEY's key in the log"
+# A key setting that holds no key would leave the server open: refused before anything starts.
+TPSERVE_API_KEY=" , " timeout 60 "$TPSERVE" serve "${MODEL[@]}" >"$WORK/nokeys.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q 'TPSERVE_API_KEY holds no key' "$WORK/nokeys.out" && ok "an API key setting with no key is refused" \
+  || bad "TPSERVE_API_KEY=' , ': rc $rc $(cat "$WORK/nokeys.out")"
 
 finish

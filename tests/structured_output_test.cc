@@ -54,9 +54,11 @@ void CheckCase(const Case& c) {
 TEST(JsonSchemaTest, JsonObjectMode) {
   CheckCase({R"({"type": "json_object"})",
              {"{}", R"({"a": [1, -2.5e3, "x\n\u00e9\ud83d\ude00", true, false, null, {"b": {}}]})", " {\"k\":{}} \n",
-              "{\n  \"a\": 1,\n  \"b\": [\n    2\n  ]\n}"},
+              "{\n \"a\": 1,\r\n\"b\": [\n 2\n ]\n}"},
              {"[]", "\"s\"", "1", "{\"a\" 1}", "{\"a\":1,}", "{} {}", "{'a':1}", "{\"a\":01}", "{\"a\":\"\\ud83d\"}",
-              "{\"a\":\"\x01\"}", "{\"a\":tru}", "{", ""}});
+              "{\"a\":\"\x01\"}", "{\"a\":tru}", "{", "",
+              // Indented deeper than the default whitespace bound (2 bytes a gap) allows.
+              "{\n  \"a\": 1\n}"}});
   // The same from the dedicated entry point.
   auto grammar = GrammarForAnyJsonObject();
   ASSERT_TRUE(grammar.ok());
@@ -73,10 +75,12 @@ TEST(JsonSchemaTest, WhitespaceRunsAreBounded) {
   EXPECT_FALSE(Matches(grammar, "{\"a\":\n\n\n\n1}"));
   EXPECT_TRUE(Matches(grammar, "   {}   "));
   EXPECT_FALSE(Matches(grammar, "{}    "));
-  // The default bound is 8.
+  // The default bound is 2: separators with a space, CRLF, one space after a newline.
   const auto defaults = Compile(R"({"type": "json_object"})");
-  EXPECT_TRUE(Matches(defaults, "{" + std::string(8, ' ') + "}"));
-  EXPECT_FALSE(Matches(defaults, "{" + std::string(9, ' ') + "}"));
+  EXPECT_TRUE(Matches(defaults, "{" + std::string(2, ' ') + "}"));
+  EXPECT_FALSE(Matches(defaults, "{" + std::string(3, ' ') + "}"));
+  EXPECT_TRUE(Matches(defaults, "{\"a\": [1, 2],\r\n\"b\":\n {}} "));
+  EXPECT_FALSE(Matches(defaults, "{\"a\":\n\n\n1}"));
 }
 
 TEST(JsonSchemaTest, ObjectsWithRequiredAndOptionalProperties) {

@@ -28,13 +28,13 @@ v1::FinishReason ToProto(FinishReason r) {
 
 }  // namespace
 
-GenerateReactor::GenerateReactor(const Tokenizer& tokenizer, FrontendMetrics* metrics, bool logprobs,
-                                 absl::Time arrival)
-    : tokenizer_(tokenizer), logprobs_(logprobs), tracker_(metrics, arrival) {}
+GenerateReactor::GenerateReactor(const Tokenizer& tokenizer, FrontendMetrics* metrics, absl::Time arrival)
+    : tokenizer_(tokenizer), tracker_(metrics, arrival) {}
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* GenerateReactor::Start(
-    const Context& context, std::function<absl::StatusOr<Built>()> build, bool logprobs, absl::Time arrival) {
-  std::shared_ptr<GenerateReactor> reactor(new GenerateReactor(context.tokenizer, context.metrics, logprobs, arrival));
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerateReactor::Start(const Context& context,
+                                                                   std::function<absl::StatusOr<Built>()> build,
+                                                                   absl::Time arrival) {
+  std::shared_ptr<GenerateReactor> reactor(new GenerateReactor(context.tokenizer, context.metrics, arrival));
   reactor->self_ = reactor;
   std::shared_ptr<TaskPool> render = context.render_pool.lock();
   const bool posted = render != nullptr && render->Post([reactor, context, build = std::move(build)] {
@@ -65,6 +65,7 @@ void GenerateReactor::Admit(const Context& context, absl::StatusOr<Built> built)
   pump_pool_ = context.pump_pool;
   tool_use_ = built->tool_use;
   tool_format_ = built->tool_format;
+  logprobs_ = built->logprobs;
   bool gone;
   {
     absl::MutexLock lock(&mu_);
@@ -255,14 +256,20 @@ void GenerateReactor::Pump() {
     }
   }
   for (const auto& stream : cancel) stream->Cancel();
+  if (action != Action::kFinish) {
+    // No write in flight, and none starts before the one below: wire_ is free.
+    const std::string bytes = response_.SerializeAsString();
+    grpc::Slice slice(bytes);
+    wire_ = grpc::ByteBuffer(&slice, 1);
+  }
   // Outside the lock: reactions may run on other threads as soon as these are called.
-  // response_ stays untouched until OnWriteDone (or, after the last write, forever).
+  // wire_ stays untouched until OnWriteDone (or, after the last write, forever).
   switch (action) {
     case Action::kWrite:
-      StartWrite(&response_);
+      StartWrite(&wire_);
       break;
     case Action::kWriteAndFinish:
-      StartWriteAndFinish(&response_, grpc::WriteOptions(), status);
+      StartWriteAndFinish(&wire_, grpc::WriteOptions(), status);
       break;
     case Action::kFinish:
       Finish(status);

@@ -1,5 +1,6 @@
 // One streaming Generate call on gRPC's callback API: StartWrite -> OnWriteDone as engine
-// events arrive; client cancel or deadline cancels the request. Tested by tests/frontend_test.cc.
+// events arrive; client cancel or deadline cancels the request. Messages go out serialized
+// (the service's Generate is a raw method: grpc_service.h). Tested by tests/frontend_test.cc.
 #pragma once
 
 #include <atomic>
@@ -28,7 +29,7 @@ namespace tpserve {
 
 // Owns itself until gRPC's OnDone; a pump queued or running then holds it a little longer.
 // The engine's notify hook holds only a weak reference, so a late event finds it gone.
-class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse>,
+class GenerateReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
                         public std::enable_shared_from_this<GenerateReactor> {
  public:
   struct Context {
@@ -43,28 +44,28 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse>,
   };
   // What the render pool hands the reactor: choice 0's request, the other choices' (sent
   // once choice 0's first event shows its prompt computed, so that they find it in the
-  // prefix cache), and how to read tool calls back.
+  // prefix cache), how to read tool calls back, and whether responses carry logprobs.
   struct Built {
     ServeRequest first;
     std::vector<ServeRequest> later;
     ToolUse tool_use;
     ToolCallFormat tool_format = ToolCallFormat::kNone;
+    bool logprobs = false;
   };
   // Returns the reactor for gRPC to drive at once; `build` runs on the render pool, then the
   // request is submitted (or the call finishes with build's error, or Submit's).
-  // `logprobs`: put the engine's logprobs in responses. `arrival`: when the call came in.
-  // Each message carries one choice's events; the call ends once every choice finished, or
-  // with the first choice's failure (the others are cancelled).
-  static grpc::ServerWriteReactor<v1::GenerateResponse>* Start(const Context& context,
-                                                               std::function<absl::StatusOr<Built>()> build,
-                                                               bool logprobs, absl::Time arrival);
+  // `arrival`: when the call came in. Each message carries one choice's events; the call ends
+  // once every choice finished, or with the first choice's failure (the others are cancelled).
+  static grpc::ServerWriteReactor<grpc::ByteBuffer>* Start(const Context& context,
+                                                           std::function<absl::StatusOr<Built>()> build,
+                                                           absl::Time arrival);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
   void OnDone() override;
 
  private:
-  GenerateReactor(const Tokenizer& tokenizer, FrontendMetrics* metrics, bool logprobs, absl::Time arrival);
+  GenerateReactor(const Tokenizer& tokenizer, FrontendMetrics* metrics, absl::Time arrival);
   // One choice's reading of its output (its stream and tracker are streams_').
   struct Choice {
     std::unique_ptr<StreamingToolCallParser> tool_parser;  // tool_choice "auto"
@@ -86,7 +87,6 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse>,
   void AppendText(const std::string& text, bool final, Choice& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Tokenizer& tokenizer_;
-  const bool logprobs_;
   std::shared_ptr<GenerateReactor> self_;  // released in OnDone
   std::atomic<bool> pump_scheduled_{false};
 
@@ -98,14 +98,16 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse>,
   int num_finished_ ABSL_GUARDED_BY(mu_) = 0;
   ToolUse tool_use_;
   ToolCallFormat tool_format_ = ToolCallFormat::kNone;
+  bool logprobs_ = false;  // set by Admit, like tool_use_
   bool admitted_ ABSL_GUARDED_BY(mu_) = false;
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;  // Finish or StartWriteAndFinish issued
   bool client_gone_ ABSL_GUARDED_BY(mu_) = false;
   RequestTracker tracker_ ABSL_GUARDED_BY(mu_);  // until Admit: the call's own
-  // The message of the write in flight. Filled under mu_ while no write is in flight;
-  // gRPC reads it until OnWriteDone.
+  // The message of the write in flight, built under mu_ while no write is in flight, and its
+  // bytes, which gRPC reads until OnWriteDone.
   v1::GenerateResponse response_;
+  grpc::ByteBuffer wire_;
 };
 
 }  // namespace tpserve

@@ -31,7 +31,8 @@ GrpcServer::GrpcServer(EngineApi& engine, const Tokenizer& tokenizer, const Mode
                        : std::make_shared<TaskPool>(options_.render_threads,
                                                     static_cast<size_t>(std::max(1, options_.max_pending_renders)),
                                                     "tpserve-render")),
-      service_(std::make_unique<TpServeService>(engine, builder_, options_.metrics, pump_pool_, render_pool_)) {}
+      service_(std::make_unique<TpServeService>(engine, builder_, options_.metrics, pump_pool_, render_pool_,
+                                                ApiKeys(options_.api_keys))) {}
 
 GrpcServer::~GrpcServer() { Shutdown(); }
 

@@ -1,5 +1,5 @@
 // The gRPC front end: tpserve.v1.TpServe on the callback API, plus grpc.health.v1 (NOT_SERVING
-// while the engine is not Ready()). Tested by tests/frontend_test.cc.
+// while the engine is not Ready()) and server reflection. Tested by tests/frontend_test.cc.
 #pragma once
 
 #include <memory>
@@ -52,6 +52,10 @@ struct GrpcServerOptions {
   GenerationDefaults generation_defaults;
   // How the model writes tool calls (--tool-call-parser); unset: the chat template's syntax.
   std::optional<ToolCallFormat> tool_call_parser;
+  // --api-key: tpserve.v1.TpServe's methods need the metadata "authorization: Bearer K" with K
+  // one of these, else UNAUTHENTICATED. grpc.health.v1 and server reflection stay open (as
+  // HTTP /health does). Empty: no key needed.
+  std::vector<std::string> api_keys;
 };
 
 class GrpcServer {

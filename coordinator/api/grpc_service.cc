@@ -10,6 +10,7 @@
 #include "coordinator/api/grpc_generate_reactor.h"
 #include "coordinator/api/grpc_status.h"
 #include "coordinator/api/process_info.h"
+#include "coordinator/api/proto_utf8.h"
 #include "coordinator/engine/field_error.h"
 
 namespace tpserve {
@@ -83,7 +84,31 @@ absl::Status CopyTools(const v1::GenerateRequest& request, GenerateInput* input)
   return absl::OkStatus();
 }
 
+// The call's "authorization" metadata against the server's keys.
+absl::Status Authorize(const ApiKeys& keys, const grpc::CallbackServerContext& context) {
+  if (!keys.enabled()) return absl::OkStatus();
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find("authorization");
+  return keys.Check(it == metadata.end() ? absl::string_view() : absl::string_view(it->second.data(), it->second.size()));
+}
+
+// A Generate call refused before it started: finishes at once with `status`.
+class RefusedGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit RefusedGenerate(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
+
+absl::StatusOr<v1::GenerateRequest> ParseGenerateRequest(absl::string_view wire) {
+  if (absl::Status s = CheckStringFieldsAreUtf8(wire, *v1::GenerateRequest::descriptor()); !s.ok()) return s;
+  v1::GenerateRequest request;
+  if (!request.ParseFromArray(wire.data(), static_cast<int>(wire.size()))) {
+    return absl::InvalidArgumentError("the request is not a serialized tpserve.v1.GenerateRequest");
+  }
+  return request;
+}
 
 absl::StatusOr<GenerateInput> GenerateInputFromProto(const v1::GenerateRequest& request) {
   GenerateInput input;
@@ -119,21 +144,33 @@ absl::StatusOr<GenerateInput> GenerateInputFromProto(const v1::GenerateRequest& 
 }
 
 TpServeService::TpServeService(EngineApi& engine, const RequestBuilder& builder, FrontendMetrics* metrics,
-                               std::weak_ptr<TaskPool> pump_pool, std::weak_ptr<TaskPool> render_pool)
+                               std::weak_ptr<TaskPool> pump_pool, std::weak_ptr<TaskPool> render_pool,
+                               ApiKeys api_keys)
     : engine_(engine),
       builder_(builder),
       metrics_(metrics),
       pump_pool_(std::move(pump_pool)),
-      render_pool_(std::move(render_pool)) {}
+      render_pool_(std::move(render_pool)),
+      api_keys_(std::move(api_keys)) {}
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* TpServeService::Generate(grpc::CallbackServerContext* context,
-                                                                         const v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* TpServeService::Generate(grpc::CallbackServerContext* context,
+                                                                     const grpc::ByteBuffer* request) {
   const absl::Time arrival = absl::Now();
-  // Built on the render pool, not on gRPC's callback thread: a long chat waits its turn there.
-  auto build = [this, proto = *request]() -> absl::StatusOr<GenerateReactor::Built> {
-    absl::StatusOr<GenerateInput> input = GenerateInputFromProto(proto);
+  if (absl::Status key = Authorize(api_keys_, *context); !key.ok()) return new RefusedGenerate(key);
+  std::vector<grpc::Slice> slices;
+  std::string wire;
+  if (request->Dump(&slices).ok()) {
+    for (const grpc::Slice& slice : slices) wire.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  // Parsed and built on the render pool, not on gRPC's callback thread: a long chat waits its
+  // turn there.
+  auto build = [this, wire = std::move(wire)]() -> absl::StatusOr<GenerateReactor::Built> {
+    absl::StatusOr<v1::GenerateRequest> proto = ParseGenerateRequest(wire);
+    if (!proto.ok()) return proto.status();
+    absl::StatusOr<GenerateInput> input = GenerateInputFromProto(*proto);
     if (!input.ok()) return input.status();
     GenerateReactor::Built built;
+    built.logprobs = proto->sampling().has_logprobs();
     built.tool_use = input->tool_use;
     built.tool_format = builder_.tool_call_format();
     const int32_t n = input->n;
@@ -144,14 +181,16 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* TpServeService::Generate(grpc::C
     return built;
   };
   return GenerateReactor::Start({engine_, builder_.tokenizer(), metrics_, pump_pool_, render_pool_}, std::move(build),
-                                request->sampling().has_logprobs(), arrival);
+                                arrival);
 }
 
 grpc::ServerUnaryReactor* TpServeService::ModelInfo(grpc::CallbackServerContext* context,
                                                     const v1::ModelInfoRequest* request,
                                                     v1::ModelInfoResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status s = builder_.CheckModel(request->model()); !s.ok()) {
+  absl::Status s = Authorize(api_keys_, *context);
+  if (s.ok()) s = builder_.CheckModel(request->model());
+  if (!s.ok()) {
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
   }
@@ -200,6 +239,11 @@ grpc::ServerUnaryReactor* TpServeService::ModelInfo(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* TpServeService::Stats(grpc::CallbackServerContext* context,
                                                 const v1::StatsRequest* request, v1::StatsResponse* response) {
+  if (absl::Status key = Authorize(api_keys_, *context); !key.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(key));
+    return reactor;
+  }
   const EngineStats s = engine_.Stats();
   response->set_running(s.running);
   response->set_waiting(s.waiting);

@@ -168,6 +168,7 @@ HttpServer::HttpServer(EngineApi& engine, const Tokenizer& tokenizer, const Mode
       options_(std::move(options)),
       builder_(engine, tokenizer, chat_template, options_.served_model_names,
                options_.generation_defaults, options_.tool_call_parser),
+      api_keys_(options_.api_keys),
       own_metrics_(options_.metrics != nullptr
                        ? nullptr
                        : std::make_unique<FrontendMetrics>(engine, builder_.served_model_names().front())),
@@ -200,6 +201,13 @@ void HttpServer::Reply(HttpExchange& exchange, const absl::Status& error) {
 // On an I/O thread: cheap routes are answered here, generation goes to the render pool.
 void HttpServer::Handle(std::shared_ptr<HttpExchange> exchange) {
   const HttpRequest& req = exchange->request();
+  // /health stays open (load balancers and probes send no key), as vLLM's does.
+  if (req.path != "/health") {
+    if (absl::Status key = api_keys_.Check(req.authorization); !key.ok()) {
+      HttpError e = ToHttpError(key);
+      return Respond(*metrics_, *exchange, e.status, kJson, std::move(e.body), {{"WWW-Authenticate", "Bearer"}});
+    }
+  }
   const bool get = req.method == "GET", post = req.method == "POST";
   if (post && (req.path == "/v1/completions" || req.path == "/v1/chat/completions")) {
     const OpenAiEndpoint endpoint =

@@ -1,6 +1,6 @@
 // The OpenAI-compatible HTTP front end over the event-driven transport (http_transport.h):
 // completions and chat completions (JSON or SSE), /v1/models[/{id}], /version, /health,
-// /metrics. Requests are parsed, rendered and tokenized on a bounded pool (a full queue is
+// /metrics; with API keys set, every route but /health needs one. Requests are parsed, rendered and tokenized on a bounded pool (a full queue is
 // a 429), never on the I/O threads; responses are written as the engine's events arrive.
 // Tested by tests/frontend_http_test.cc.
 #pragma once
@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "coordinator/api/api_keys.h"
 #include "coordinator/api/frontend_metrics.h"
 #include "coordinator/api/http_transport.h"
 #include "coordinator/api/openai_json.h"
@@ -49,6 +50,9 @@ struct HttpServerOptions {
   // template (DetectToolCallFormat). Chat requests with tools and tool_choice "auto" need
   // one other than kNone.
   std::optional<ToolCallFormat> tool_call_parser;
+  // --api-key: every route but /health needs "Authorization: Bearer K" with K one of these,
+  // else 401. Empty: no key needed.
+  std::vector<std::string> api_keys;
 };
 
 class HttpServer {
@@ -77,6 +81,7 @@ class HttpServer {
   EngineApi& engine_;
   const HttpServerOptions options_;
   const RequestBuilder builder_;
+  const ApiKeys api_keys_;
   std::unique_ptr<FrontendMetrics> own_metrics_;
   FrontendMetrics* const metrics_;
   const int64_t started_unix_s_;

@@ -360,6 +360,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     if (auto type = message.find(http::field::content_type); type != message.end()) {
       request.content_type = std::string(type->value());
     }
+    if (auto auth = message.find(http::field::authorization); auth != message.end()) {
+      request.authorization = std::string(auth->value());
+    }
     request.body = std::move(message.body());
     request.arrival = arrival_;
     keep_alive_ = message.keep_alive();

@@ -57,6 +57,7 @@ struct HttpRequest {
   std::string path;    // target without the query
   std::string body;
   std::string content_type;
+  std::string authorization;  // the Authorization header's value; empty when absent
   // When the request's first byte arrived (a new connection: when it was accepted).
   absl::Time arrival;
 };

@@ -507,6 +507,10 @@ Json ErrorJson(const absl::Status& status) {
       type = "invalid_request_error";
       code = "model_not_found";
       break;
+    case absl::StatusCode::kUnauthenticated:  // as OpenAI's API answers a missing or wrong key
+      type = "invalid_request_error";
+      code = "invalid_api_key";
+      break;
     case absl::StatusCode::kResourceExhausted:
       type = "rate_limit_error";
       code = "rate_limit_exceeded";
@@ -534,6 +538,9 @@ HttpError ToHttpError(const absl::Status& status) {
       break;
     case absl::StatusCode::kNotFound:
       e.status = 404;
+      break;
+    case absl::StatusCode::kUnauthenticated:
+      e.status = 401;
       break;
     case absl::StatusCode::kResourceExhausted:
       e.status = 429;

@@ -48,8 +48,9 @@ struct HttpError {
   int status = 500;
   std::string body;
 };
-// INVALID_ARGUMENT -> 400, NOT_FOUND -> 404 (code "model_not_found"), RESOURCE_EXHAUSTED
-// -> 429, UNAVAILABLE -> 503, anything else -> 500. "param" is the FieldError's field.
+// INVALID_ARGUMENT -> 400, UNAUTHENTICATED -> 401 (code "invalid_api_key"), NOT_FOUND -> 404
+// (code "model_not_found"), RESOURCE_EXHAUSTED -> 429, UNAVAILABLE -> 503, anything else
+// -> 500. "param" is the FieldError's field.
 HttpError ToHttpError(const absl::Status& status);
 nlohmann::ordered_json ErrorJson(const absl::Status& status);
 

@@ -58,6 +58,36 @@ int64_t ChatContentBytes(const nlohmann::ordered_json& messages) {
   return bytes;
 }
 
+// The roles a chat message may have: OpenAI's, which chat templates are written for, less
+// "developer" (tpserve does not map it to "system") and the deprecated "function" ("tool").
+constexpr const char* kChatRoles[] = {"system", "user", "assistant", "tool"};
+
+// INVALID_ARGUMENT naming the first message whose role is not one of kChatRoles: templates
+// render an unknown role as text (or fail on it), so the model would see a turn it was never
+// trained on.
+absl::Status CheckChatRoles(const nlohmann::ordered_json& messages) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const nlohmann::ordered_json* role = nullptr;
+    if (messages[i].is_object()) {
+      if (const auto it = messages[i].find("role"); it != messages[i].end()) role = &*it;
+    }
+    if (role != nullptr && role->is_string() &&
+        std::find(std::begin(kChatRoles), std::end(kChatRoles), role->get_ref<const std::string&>()) !=
+            std::end(kChatRoles)) {
+      continue;
+    }
+    const std::string field = absl::StrCat("messages[", i, "].role");
+    if (role == nullptr || !role->is_string()) return FieldError(field, absl::StrCat(field, " must be a string"));
+    const std::string& name = role->get_ref<const std::string&>();
+    return FieldError(field, absl::StrCat(field, " \"", name, "\" is not a role this server renders; use one of ",
+                                          absl::StrJoin(kChatRoles, ", "),
+                                          name == "developer" ? " (send developer instructions as \"system\")"
+                                          : name == "function" ? " (send function results as \"tool\")"
+                                                               : ""));
+  }
+  return absl::OkStatus();
+}
+
 // The tool-call syntax of the template that renders requests with tools.
 ToolCallFormat TemplateToolCallFormat(const ModelChatTemplate* chat_template) {
   if (chat_template == nullptr) return ToolCallFormat::kNone;
@@ -202,6 +232,7 @@ absl::StatusOr<std::vector<int32_t>> RequestBuilder::Tokenize(const Prompt& prom
   if (!chat.messages.is_array() || chat.messages.empty()) {
     return FieldError("messages", "messages must be a non-empty list of messages");
   }
+  if (absl::Status roles = CheckChatRoles(chat.messages); !roles.ok()) return roles;
   if (chat_template_ == nullptr) {
     return FieldError("messages",
                       "messages: this model has no chat template (chat_template.jinja or tokenizer_config.json's "

@@ -38,7 +38,13 @@ void AnyEncodedCharInto(GrammarBuilder& b, GrammarBuilder::Node from, GrammarBui
 
 // Limits on JSON text that keep a model from looping and keep every number a finite double.
 struct JsonTextLimits {
-  int max_whitespace_bytes = 8;  // JSON whitespace bytes in a row
+  // JSON whitespace bytes in a row. 2 fits compact JSON, json.dumps's ", " and ": ", CRLF line
+  // ends and one leading space (SentencePiece), and keeps a model that favours whitespace (as
+  // random weights do) from spending its tokens between JSON tokens: each gap costs at most 2.
+  // Pretty-printed indentation is cut to one space after a newline. (xgrammar's
+  // any_whitespace=False allows only the ", " and ": " separators; vLLM exposes it as
+  // disable_any_whitespace.)
+  int max_whitespace_bytes = 2;
   int max_integer_digits = 20;   // digits before the decimal point
   int max_fraction_digits = 20;  // digits after it
   int max_exponent_digits = 2;   // so the largest number is below 1e120
