@@ -2,6 +2,8 @@
 // reference written here, over sweeps of shapes and dtypes.
 #include "kernels/cpu/cpu_kernels.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -783,12 +785,20 @@ TEST_P(PagedAttentionTest, MixedPrefillAndDecodeBatch) {
   }
 }
 
-// One decode token over a long context: the case where query groups are split across
-// threads and the online softmax runs over many chunks.
+// One decode token over a long context: the case where its keys are split among tasks (and
+// their partial softmaxes merged) and the online softmax runs over many chunks; at one
+// thread too.
 TEST_P(PagedAttentionTest, SingleDecodeTokenLongContext) {
   const auto [head_dim, group] = GetParam();
   std::mt19937 rng(20 + head_dim + group);
   AttentionCase c = MakeAttentionCase(head_dim, group, 16, {1000}, {{0, 999}}, rng);
+  EXPECT_TRUE(AllClose(RunAttention(c), RefAttention(c), kAttentionTol));
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  EXPECT_TRUE(AllClose(RunAttention(c), RefAttention(c), kAttentionTol));
+  c.p.sliding_window = 300;  // keys 700..999: ranges start mid-block
+  EXPECT_TRUE(AllClose(RunAttention(c), RefAttention(c), kAttentionTol));
+  omp_set_num_threads(threads);
   EXPECT_TRUE(AllClose(RunAttention(c), RefAttention(c), kAttentionTol));
 }
 
@@ -799,15 +809,17 @@ TEST_P(PagedAttentionTest, Bf16AndFp8CachesAreTheFp32KernelOnTheStoredValues) {
   const auto [head_dim, group] = GetParam();
   std::mt19937 rng(30 + head_dim + group);
   const std::vector<int32_t> seq_lens = {37, 100};
-  // 9 queries (decode-sized: each task widens the keys it reads) and 33 (a prefill chunk: the
-  // step's visible blocks widened once).
-  for (const auto& [chunk, t] : {std::pair{7, KvCacheDType::kBf16}, std::pair{7, KvCacheDType::kFp8E4M3},
+  // 1 query (a decode step: its keys split among tasks), 9 (each task widens the keys it
+  // reads) and 33 (a prefill chunk: the step's visible blocks widened once).
+  for (const auto& [chunk, t] : {std::pair{-1, KvCacheDType::kBf16}, std::pair{-1, KvCacheDType::kFp8E4M3},
+                                 std::pair{7, KvCacheDType::kBf16}, std::pair{7, KvCacheDType::kFp8E4M3},
                                  std::pair{31, KvCacheDType::kBf16}, std::pair{31, KvCacheDType::kFp8E4M3}}) {
     SCOPED_TRACE(::testing::Message() << KvCacheDTypeName(t) << ", " << chunk + 2 << " queries");
-    std::vector<std::pair<int32_t, int32_t>> queries = {{1, 99}, {1, 5}};
-    for (int32_t pos = 37 - chunk; pos < 37; ++pos) queries.push_back({0, pos});
+    std::vector<std::pair<int32_t, int32_t>> queries = {{1, 99}};
+    if (chunk > 0) queries.push_back({1, 5});
+    for (int32_t pos = 37 - chunk; pos < 37 && chunk > 0; ++pos) queries.push_back({0, pos});
     AttentionCase c = MakeAttentionCase(head_dim, group, 7, seq_lens, queries, rng);
-    c.p.sliding_window = 40;
+    c.p.sliding_window = chunk < 0 ? 0 : 40;  // the decode step: all 100 keys, in two ranges
     const int64_t kv_heads = c.p.num_kv_heads, slots = static_cast<int64_t>(c.k_cache.size()) / (kv_heads * head_dim);
     const int64_t slot_bytes = KvSlotBytes(t, kv_heads, head_dim), head_bytes = slot_bytes / kv_heads;
     std::vector<uint8_t> kc(slots * slot_bytes), vc(slots * slot_bytes);

@@ -98,9 +98,13 @@ struct Scratch {
 
 // Attention of query heads [q_begin, q_end) of one token, all reading KV head `kv_head`.
 // Sharing the loop over keys lets every K and V row be loaded once for the whole group.
-void AttendGroup(const float* q, const void* k_cache, const void* v_cache,
-                 const int32_t* block_table, int32_t pos, int32_t kv_head, int32_t q_begin,
-                 int32_t q_end, const PagedAttentionParams& p, float* out, Scratch& s) {
+// Keys [key_first, key_last] of one token's query heads [q_begin, q_end), all reading KV head
+// `kv_head`: leaves the unnormalized output in s.acc and the softmax's running max and sum in
+// s.row_max / s.row_sum (an empty range: -inf and 0). Sharing the loop over keys lets every K
+// and V row be loaded once for the whole group.
+void AttendKeys(const float* q, const void* k_cache, const void* v_cache, const int32_t* block_table,
+                int32_t key_first, int32_t key_last, int32_t kv_head, int32_t q_begin, int32_t q_end,
+                const PagedAttentionParams& p, Scratch& s) {
   const int heads = q_end - q_begin;
   const int64_t hd = p.head_dim;
   const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * hd;
@@ -113,11 +117,10 @@ void AttendGroup(const float* q, const void* k_cache, const void* v_cache,
   std::fill_n(s.acc.begin(), heads * hd, 0.0f);
   std::fill_n(s.row_max.begin(), heads, -INFINITY);
   std::fill_n(s.row_sum.begin(), heads, 0.0f);
-  const int32_t first = p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
   const __m256 cap = _mm256_set1_ps(p.softcap);
 
-  for (int32_t j0 = first; j0 <= pos; j0 += kKeyChunk) {
-    const int count = std::min(kKeyChunk, pos + 1 - j0);
+  for (int32_t j0 = key_first; j0 <= key_last; j0 += kKeyChunk) {
+    const int count = std::min(kKeyChunk, key_last + 1 - j0);
     int32_t block = j0 / p.block_size;
     int32_t offset = j0 % p.block_size;
     for (int c = 0; c < count; ++c) {
@@ -181,7 +184,20 @@ void AttendGroup(const float* q, const void* k_cache, const void* v_cache,
                      s.acc.data() + h * hd);
     }
   }
-  for (int h = 0; h < heads; ++h) {
+}
+
+// The first key a query at `pos` sees.
+inline int32_t FirstKey(const PagedAttentionParams& p, int32_t pos) {
+  return p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
+}
+
+// Every key a query at `pos` sees, normalized into out (its heads [q_begin, q_end)).
+void AttendGroup(const float* q, const void* k_cache, const void* v_cache,
+                 const int32_t* block_table, int32_t pos, int32_t kv_head, int32_t q_begin,
+                 int32_t q_end, const PagedAttentionParams& p, float* out, Scratch& s) {
+  AttendKeys(q, k_cache, v_cache, block_table, FirstKey(p, pos), pos, kv_head, q_begin, q_end, p, s);
+  const int64_t hd = p.head_dim;
+  for (int h = 0; h < q_end - q_begin; ++h) {
     const float inv_sum = 1.0f / s.row_sum[h];
     const float* acc = s.acc.data() + h * hd;
     float* o = out + (q_begin + h) * hd;
@@ -271,16 +287,86 @@ void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
   // loads; a decode step with few tokens and KV heads splits groups to occupy every thread.
   const int64_t threads = omp_get_max_threads();
   const int64_t groups = tokens * p.num_kv_heads;
+  const int64_t hd = p.head_dim;
+  const int64_t q_stride = static_cast<int64_t>(p.num_q_heads) * hd;
+  const bool widen = p.kv_dtype != KvCacheDType::kF32;
+  // Few (token, KV head) groups, as in decoding: each group's keys are split into `ranges` runs
+  // of whole key chunks, a task each (every K and V row is read, and widened, once), and the
+  // runs' partial softmaxes are merged. Splitting the group's query heads instead (below) has
+  // every task read all the keys.
+  int32_t longest = 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (token_pos[t] >= 0) longest = std::max(longest, token_pos[t] - FirstKey(p, token_pos[t]) + 1);
+  }
+  const int64_t ranges =
+      std::min<int64_t>((2 * threads + groups - 1) / groups, (longest + kKeyChunk - 1) / kKeyChunk);
+  if (ranges > 1) {
+    const int64_t part_floats = group * (hd + 2);  // acc [group, hd], then row_max [group], row_sum [group]
+    std::vector<float> partial(static_cast<size_t>(groups * ranges * part_floats));
+#pragma omp parallel
+    {
+      Scratch scratch(group, p.head_dim, widen);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < groups * ranges; ++task) {
+        const int64_t g = task / ranges, t = g / p.num_kv_heads;
+        const int32_t kv_head = static_cast<int32_t>(g % p.num_kv_heads), r = static_cast<int32_t>(task % ranges);
+        const int32_t pos = token_pos[t];
+        int32_t key_first = 0, key_last = -1;  // empty for padding and for ranges past the keys
+        if (pos >= 0) {
+          const int32_t first = FirstKey(p, pos);
+          const int32_t chunks = (pos - first + kKeyChunk) / kKeyChunk;
+          const int32_t per = static_cast<int32_t>((chunks + ranges - 1) / ranges) * kKeyChunk;
+          key_first = first + r * per;
+          key_last = std::min(pos, key_first + per - 1);
+        }
+        AttendKeys(q + t * q_stride, k_cache, v_cache,
+                   block_tables + static_cast<int64_t>(token_seq[t]) * p.max_blocks_per_seq, key_first, key_last,
+                   kv_head, kv_head * group, (kv_head + 1) * group, p, scratch);
+        float* part = partial.data() + task * part_floats;
+        std::copy_n(scratch.acc.begin(), group * hd, part);
+        std::copy_n(scratch.row_max.begin(), group, part + group * hd);
+        std::copy_n(scratch.row_sum.begin(), group, part + group * hd + group);
+      }
+    }
+#pragma omp parallel for schedule(static) if (groups > 1)
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t t = g / p.num_kv_heads;
+      const int32_t kv_head = static_cast<int32_t>(g % p.num_kv_heads);
+      float* o = out + t * q_stride + static_cast<int64_t>(kv_head) * group * hd;
+      if (token_pos[t] < 0) {  // a padding query: nothing to attend to
+        std::fill_n(o, group * hd, 0.0f);
+        continue;
+      }
+      const float* parts = partial.data() + g * ranges * part_floats;
+      for (int32_t h = 0; h < group; ++h) {
+        float m = -INFINITY;
+        for (int64_t r = 0; r < ranges; ++r) m = std::max(m, parts[r * part_floats + group * hd + h]);
+        float sum = 0.0f;
+        float* oh = o + h * hd;
+        std::fill_n(oh, hd, 0.0f);
+        for (int64_t r = 0; r < ranges; ++r) {
+          const float* part = parts + r * part_floats;
+          const float rm = part[group * hd + h];
+          if (rm == -INFINITY) continue;  // an empty range
+          const float w = std::exp(rm - m);
+          sum += part[group * hd + group + h] * w;
+          for (int64_t d = 0; d < hd; ++d) oh[d] += part[h * hd + d] * w;
+        }
+        const float inv_sum = 1.0f / sum;
+        for (int64_t d = 0; d < hd; ++d) oh[d] *= inv_sum;
+      }
+    }
+    return;
+  }
   int32_t splits = 1;
   while (splits < group && groups * splits < 2 * threads) splits *= 2;
   splits = std::min(splits, group);
   const int32_t heads_per_task = (group + splits - 1) / splits;
   const int64_t tasks = groups * splits;
-  const int64_t q_stride = static_cast<int64_t>(p.num_q_heads) * p.head_dim;
 
 #pragma omp parallel if (tasks > 1)
   {
-    Scratch scratch(heads_per_task, p.head_dim, p.kv_dtype != KvCacheDType::kF32);
+    Scratch scratch(heads_per_task, p.head_dim, widen);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t t = task / (p.num_kv_heads * splits);
