@@ -3,7 +3,7 @@
 # rank each): two replicas of one model, one of another model name, and a third "cloud"
 # replica behind its own --api-key as the fallback model. /v1/models lists the configured
 # names; round_robin alternates the replicas (x-tpserve-backend); a streamed chat passes
-# through as SSE; an unknown model is a 404 naming the available ones; with one replica killed
+# through as SSE; a client gone mid-stream cancels the backend request; an unknown model is a 404 naming the available ones; with one replica killed
 # requests still succeed, with both the fallback answers; the router's --api-key; the request
 # log; config errors exit non-zero naming the field before listening.
 # Usage: router_test.sh TPSERVE_BINARY FIXTURES_DIR   (run by ctest)
@@ -109,6 +109,15 @@ chunks=$(grep -c '^data: {' "$WORK/sse")
 [ "$chunks" -ge 3 ] && tail -2 "$WORK/sse" | grep -q '^data: \[DONE\]' && grep -qi '^x-tpserve-backend: http' "$WORK/sh" \
   && grep -qi '^content-type: text/event-stream' "$WORK/sh" && ok "streamed chat passes through ($chunks data chunks, [DONE])" \
   || bad "stream: $(head -c 600 "$WORK/sse") $(cat "$WORK/sh")"
+
+# A client that disconnects mid-stream: the router closes the backend connection, the backend
+# cancels its request (no request left running there), and the log records it.
+curl -s -N -m 0.5 "${AUTH[@]}" "$R/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"other-model","prompt":"Hi","max_tokens":4000,"ignore_eos":true,"stream":true}' >"$WORK/cut" 2>/dev/null
+running() { curl -s "http://127.0.0.1:$PORT_B/metrics" | grep -q '^vllm:num_requests_running{[^}]*} 0'; }
+grep -q '^data: {' "$WORK/cut" && poll 10 grep -q '"model":"other-model".*"status":200,"success":false,"error":"the client disconnected' \
+  "$WORK/requests.jsonl" && poll 3 running && ok "a client gone mid-stream cancels the backend request" \
+  || bad "client gone: $(head -c 300 "$WORK/cut") $(tail -2 "$WORK/requests.jsonl")"
 
 # One replica gone: every request still succeeds, on the other.
 kill_session KILL "$SID_A1"
