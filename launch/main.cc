@@ -1,9 +1,11 @@
 // The tpserve binary: `tpserve generate` (offline generation), `tpserve serve` (gRPC and
-// OpenAI HTTP APIs), `tpserve client`. Flags are parsed here and only here. Tested by
-// tests/cli_test.sh and tests/serve_test.sh.
+// OpenAI HTTP APIs), `tpserve router` (one HTTP door for many deployments), `tpserve client`.
+// Flags are parsed here and only here. Tested by tests/cli_test.sh, tests/serve_test.sh and
+// tests/router_test.sh.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "worker/communicator.h"
 #if TPSERVE_HAVE_SERVING
 #include "launch/client_command.h"
+#include "launch/router_command.h"
 #include "launch/serve_command.h"
 #endif
 
@@ -126,6 +129,10 @@ ABSL_FLAG(std::string, api_key, "",
           "metadata) with one of them. Unset: $TPSERVE_API_KEY, else $VLLM_API_KEY (the environment keeps the key out "
           "of `ps`); none: no key needed. client: the key to send (unset: $TPSERVE_API_KEY)");
 
+// `tpserve router` (also --host, --http-port, --port-file, --api-key and the HTTP server's flags).
+ABSL_FLAG(std::string, config, "", "router: the JSON file naming the models and their backends (docs/router.md)");
+ABSL_FLAG(std::string, request_log, "", "router: append one JSON line per proxied request to this file (empty: off)");
+
 // `tpserve client` (also --model: the served model name, --prompt, --max-tokens).
 ABSL_FLAG(std::string, grpc, "", "client: the server's gRPC address, HOST:PORT");
 ABSL_FLAG(std::string, http, "", "client: the server's HTTP URL, e.g. http://127.0.0.1:8000");
@@ -149,6 +156,8 @@ constexpr char kUsage[] =
     "      --device auto|cpu|cuda, --gpu-memory-utilization F and --enforce-eager (cuda).\n"
     "  tpserve client (--grpc HOST:PORT | --http URL) --prompt TEXT [--chat] [--model NAME]\n"
     "      [--max-tokens N] [--temperature T] [--api-key KEY]\n"
+    "  tpserve router --config FILE [--http-port 8000] [--host H] [--api-key KEY] [--request-log FILE]\n"
+    "      one OpenAI HTTP door routing by model name to many backends (docs/router.md)\n"
     "  serve --api-key KEY[,KEY...] (or $TPSERVE_API_KEY): requests need \"Authorization: Bearer KEY\".\n\n"
     "Run `tpserve --helpfull` for every flag.";
 
@@ -234,6 +243,44 @@ int EngineOptionsFromFlags(tpserve::EngineOptions& e) {
   return 0;
 }
 
+// `grpc_port_given`: --grpc-port was on the command line (its default is serve's 50051).
+int RunRouterFromFlags(bool grpc_port_given) {
+#if TPSERVE_HAVE_SERVING
+  if (grpc_port_given && absl::GetFlag(FLAGS_grpc_port) >= 0) {
+    return Fail("router: --grpc-port: the router has no gRPC front end yet; clients use its HTTP port (--http-port)");
+  }
+  absl::StatusOr<tpserve::RouterConfig> config = tpserve::LoadRouterConfig(absl::GetFlag(FLAGS_config));
+  if (!config.ok()) return Fail(std::string(config.status().message()));
+  // The backends' keys come from the environment variables the config names; only main reads them.
+  if (absl::Status keys = tpserve::ResolveBackendApiKeys(*config, [](const std::string& name) {
+        const char* value = std::getenv(name.c_str());
+        return value == nullptr ? std::nullopt : std::optional<std::string>(value);
+      });
+      !keys.ok()) {
+    return Fail(std::string(keys.message()));
+  }
+  tpserve::RouterCommandOptions o;
+  o.config = *std::move(config);
+  o.host = absl::GetFlag(FLAGS_host);
+  o.http_port = absl::GetFlag(FLAGS_http_port);
+  if (o.http_port < 0) return Fail("router: --http-port must be a port (0: any free one); the router has no other API");
+  o.port_file = absl::GetFlag(FLAGS_port_file);
+  o.request_log = absl::GetFlag(FLAGS_request_log);
+  o.http_io_threads = absl::GetFlag(FLAGS_http_threads);
+  o.max_connections = absl::GetFlag(FLAGS_max_connections);
+  o.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
+  o.timeout_keep_alive_s = absl::GetFlag(FLAGS_timeout_keep_alive);
+  o.http_header_timeout_s = absl::GetFlag(FLAGS_http_header_timeout);
+  o.http_body_timeout_s = absl::GetFlag(FLAGS_http_body_timeout);
+  absl::StatusOr<std::vector<std::string>> keys = ApiKeysFromFlagOrEnvironment(/*accept_vllm_variable=*/false);
+  if (!keys.ok()) return Fail(std::string(keys.status().message()));
+  o.api_keys = *std::move(keys);
+  return tpserve::RunRouter(o);
+#else
+  return Fail("this tpserve was built without gRPC, Boost and cpp-httplib, so `router` is not available");
+#endif
+}
+
 int RunClientFromFlags() {
 #if TPSERVE_HAVE_SERVING
   tpserve::ClientCommandOptions o;
@@ -260,7 +307,9 @@ int main(int argc, char** argv) {
 #if TPSERVE_HAVE_SERVING
   // `serve` drains on SIGTERM/SIGINT/SIGUSR1 from one watcher thread (serve_command.cc):
   // block them before MPI or anything else starts threads, so every thread inherits the mask.
-  if (argc > 1 && std::string(argv[1]) == "serve") tpserve::BlockDrainSignals();
+  if (argc > 1 && (std::string(argv[1]) == "serve" || std::string(argv[1]) == "router")) {
+    tpserve::BlockDrainSignals();
+  }
 #endif
   tpserve::WorldConfig world = tpserve::MpiInit(&argc, &argv);
   absl::SetProgramUsageMessage(kUsage);
@@ -337,6 +386,11 @@ int main(int argc, char** argv) {
 #else
     code = Fail("this tpserve was built without gRPC, Boost and cpp-httplib, so `serve` is not available");
 #endif
+  } else if (std::string(args[1]) == "router") {
+    const bool grpc_port_given = std::any_of(flag_storage.begin(), flag_storage.end(), [](const std::string& f) {
+      return f == "--grpc_port" || f.rfind("--grpc_port=", 0) == 0;
+    });
+    if (world.rank == 0) code = RunRouterFromFlags(grpc_port_given);
   } else if (std::string(args[1]) == "client") {
     if (world.rank == 0) code = RunClientFromFlags();
   } else {

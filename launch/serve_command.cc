@@ -405,10 +405,9 @@ std::atomic<int> stray_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 void CatchStraySignal(int sig) { stray_signal.store(sig); }
 
-// The signal a handler caught since the last call, or 0.
-int TakeStraySignal() { return stray_signal.exchange(0); }
-
 }  // namespace
+
+int TakeStraySignal() { return stray_signal.exchange(0); }
 
 void BlockDrainSignals() {
   const sigset_t set = DrainSignals();

@@ -70,6 +70,9 @@ sigset_t DrainSignals();
 // started before main() do not block them: a handler installed here catches what lands
 // there, for the watcher to take.
 void BlockDrainSignals();
+// A drain signal that BlockDrainSignals' handler caught (delivered to a thread that did not
+// block it) since the last call, or 0. A signal watcher polls it beside sigtimedwait.
+int TakeStraySignal();
 
 // INVALID_ARGUMENT naming the flag for a value out of range.
 absl::Status ValidateServeOptions(const ServeCommandOptions& options);

@@ -13,3 +13,12 @@ if(TPSERVE_HAVE_SERVING)
               LIBS tpserve_frontend tpserve_client_command tpserve_health_proto tpserve_reflection_client_proto PkgConfig::HTTPLIB
                    GTest::gmock)
 endif()
+
+# `tpserve router`: its config and routing policies (no sockets), always; the router in front
+# of real `tpserve serve` processes, with serving built.
+tp_add_test(router_config_test SOURCES router_config_test.cc LIBS tpserve_router_config GTest::gmock)
+if(TPSERVE_HAVE_SERVING)
+  add_test(NAME router_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_test.sh $<TARGET_FILE:tpserve>
+           ${TPSERVE_FIXTURES})
+  set_tests_properties(router_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+endif()

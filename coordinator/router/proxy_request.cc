@@ -1,0 +1,188 @@
+// ProxyRequest: failover and pass-through. Tested by tests/router_test.sh.
+#include "coordinator/router/proxy_request.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "boost/asio/post.hpp"
+#include "coordinator/api/openai_json.h"
+
+namespace tpserve {
+namespace {
+
+constexpr char kBackendHeader[] = "x-tpserve-backend";
+
+nlohmann::ordered_json RouterError(absl::string_view message, absl::string_view type) {
+  return {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}}}};
+}
+
+}  // namespace
+
+ProxyRequest::ProxyRequest(Strand strand, std::shared_ptr<HttpExchange> exchange, nlohmann::json body,
+                           std::string model, std::string path_suffix, std::vector<ProxyCandidate> candidates,
+                           ProxyTimeouts timeouts, RequestLog* log)
+    : strand_(std::move(strand)),
+      exchange_(std::move(exchange)),
+      body_(std::move(body)),
+      model_(std::move(model)),
+      path_suffix_(std::move(path_suffix)),
+      candidates_(std::move(candidates)),
+      timeouts_(timeouts),
+      log_(log),
+      stream_(body_.contains("stream") && body_["stream"].is_boolean() && body_["stream"].get<bool>()) {}
+
+void ProxyRequest::Start() {
+  boost::asio::post(strand_, [self = shared_from_this()] { self->Begin(); });
+}
+
+void ProxyRequest::Begin() {
+  self_ = shared_from_this();
+  std::weak_ptr<ProxyRequest> weak = self_;
+  exchange_->OnClientGone([weak, strand = strand_] {
+    boost::asio::post(strand, [weak] {
+      if (auto self = weak.lock()) self->OnClientGone();
+    });
+  });
+  TryNext();
+}
+
+void ProxyRequest::TryNext() {
+  if (finished_) return;
+  if (next_ >= candidates_.size()) {
+    const std::string message =
+        absl::StrCat("every backend of model \"", model_, "\" (and its fallbacks) failed: ", absl::StrJoin(errors_, "; "));
+    exchange_->Respond(502, "application/json", RouterError(message, "server_error").dump());
+    return Finish(502, false, message);
+  }
+  current_ = &candidates_[next_++];
+  const RouterBackend& b = current_->pool->backend(current_->index);
+  nlohmann::json body = body_;
+  body["model"] = b.remote_model.empty() ? current_->pool->model().name : b.remote_model;
+  UpstreamRequest request;
+  request.host = b.host;
+  request.port = b.port;
+  request.target = b.base_path + path_suffix_;
+  request.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (!b.api_key.empty()) request.authorization = "Bearer " + b.api_key;
+  request.connect_timeout = timeouts_.connect;
+  request.response_timeout = timeouts_.response;
+  status_ = 0;
+  whole_.clear();
+  current_->pool->Begin(current_->index);
+  // The callbacks hold the request alive while the call runs; Cancel() ends them.
+  auto self = shared_from_this();
+  call_ = UpstreamCall::Start(
+      strand_, std::move(request),
+      {[self](int status, std::string content_type) { self->OnHead(status, std::move(content_type)); },
+       [self](std::string piece) { self->OnData(std::move(piece)); },
+       [self](absl::Status status) { self->OnEnd(std::move(status)); }});
+}
+
+void ProxyRequest::OnHead(int status, std::string content_type) {
+  status_ = status;
+  content_type_ = std::move(content_type);
+  if (status_ >= 500) {
+    call_->Cancel();
+    current_->pool->End(current_->index);
+    FailOver(absl::StrCat("HTTP ", status_));
+  }
+}
+
+void ProxyRequest::OnData(std::string piece) {
+  const std::string& url = current_->pool->backend(current_->index).url;
+  if (stream_ && status_ == 200) {
+    if (!streaming_) {
+      streaming_ = true;
+      exchange_->StartStream(200, content_type_.empty() ? "text/event-stream" : content_type_,
+                             {{"Cache-Control", "no-cache"}, {kBackendHeader, url}});
+    }
+    exchange_->Write(std::move(piece));
+    return;
+  }
+  whole_ += piece;
+}
+
+void ProxyRequest::OnEnd(absl::Status status) {
+  current_->pool->End(current_->index);
+  call_.reset();
+  const std::string& url = current_->pool->backend(current_->index).url;
+  if (!status.ok()) {
+    if (!streaming_) return FailOver(std::string(status.message()));
+    // Part of the stream reached the client: end it with an error event, never silently.
+    current_->pool->Eject(current_->index, absl::Now());
+    const std::string message =
+        absl::StrCat("the backend ", url, " failed in the middle of the stream: ", status.message());
+    exchange_->End(absl::StrCat(SseEvent(RouterError(message, "server_error").dump()), kSseDone));
+    return Finish(200, false, message);
+  }
+  if (streaming_) {
+    exchange_->End();
+    return Finish(200, true, "");
+  }
+  std::vector<HttpHeader> headers = {{kBackendHeader, url}};
+  const int status_code = status_;
+  std::string body = std::move(whole_);
+  RequestRecord partial;
+  if (status_code < 400) {
+    nlohmann::json parsed = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_object() && parsed.contains("usage") && parsed["usage"].is_object()) {
+      const nlohmann::json& usage = parsed["usage"];
+      if (usage.contains("prompt_tokens") && usage["prompt_tokens"].is_number_integer()) {
+        partial.prompt_tokens = usage["prompt_tokens"].get<int64_t>();
+      }
+      if (usage.contains("completion_tokens") && usage["completion_tokens"].is_number_integer()) {
+        partial.completion_tokens = usage["completion_tokens"].get<int64_t>();
+      }
+    }
+  }
+  exchange_->Respond(status_code, content_type_.empty() ? "application/json" : content_type_, std::move(body),
+                     std::move(headers));
+  if (finished_) return;
+  finished_ = true;
+  if (log_ != nullptr) {
+    partial.model = model_;
+    partial.backend = url;
+    partial.latency_ms = absl::ToDoubleMilliseconds(absl::Now() - exchange_->request().arrival);
+    partial.status = status_code;
+    partial.success = status_code < 400;
+    if (!partial.success) partial.error = absl::StrCat("the backend answered HTTP ", status_code);
+    log_->Append(partial, absl::Now());
+  }
+  self_.reset();
+}
+
+void ProxyRequest::FailOver(const std::string& error) {
+  current_->pool->Eject(current_->index, absl::Now());
+  errors_.push_back(absl::StrCat(current_->pool->backend(current_->index).url, ": ", error));
+  TryNext();
+}
+
+void ProxyRequest::OnClientGone() {
+  if (finished_) return;
+  if (call_ != nullptr) {
+    call_->Cancel();
+    call_.reset();
+    current_->pool->End(current_->index);
+  }
+  Finish(streaming_ ? 200 : 499, false, "the client disconnected; the backend request was cancelled");
+}
+
+void ProxyRequest::Finish(int status, bool success, std::string error) {
+  if (finished_) return;
+  finished_ = true;
+  if (log_ != nullptr) {
+    RequestRecord r;
+    r.model = model_;
+    if (streaming_ || success) r.backend = current_->pool->backend(current_->index).url;
+    r.latency_ms = absl::ToDoubleMilliseconds(absl::Now() - exchange_->request().arrival);
+    r.status = status;
+    r.success = success;
+    r.error = std::move(error);
+    log_->Append(r, absl::Now());
+  }
+  self_.reset();
+}
+
+}  // namespace tpserve

@@ -1,0 +1,204 @@
+// ParseRouterConfig: JSON -> RouterConfig, each error naming its field. Tested by
+// tests/router_config_test.cc.
+#include "coordinator/router/router_config.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace tpserve {
+namespace {
+
+using Json = nlohmann::json;
+
+absl::Status Invalid(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("router config: ", field, ": ", what));
+}
+
+// INVALID_ARGUMENT for the first key of `object` not in `known`.
+absl::Status CheckKeys(const Json& object, const std::set<std::string>& known, absl::string_view field) {
+  for (const auto& [key, value] : object.items()) {
+    if (known.count(key) == 0) {
+      return Invalid(field, absl::StrCat("unknown key \"", key, "\" (known: ", absl::StrJoin(known, ", "), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseUrl(const std::string& url, absl::string_view field, RouterBackend& b) {
+  b.url = url;
+  if (absl::StartsWith(url, "grpc://") || absl::StartsWith(url, "https://")) {
+    return Invalid(field, absl::StrCat("\"", url, "\": ", url.substr(0, url.find(':')),
+                                       ":// backends are not supported by the router yet; use the backend's "
+                                       "OpenAI HTTP port, http://HOST:PORT/v1"));
+  }
+  constexpr absl::string_view kHttp = "http://";
+  if (!absl::StartsWith(url, kHttp)) {
+    return Invalid(field, absl::StrCat("\"", url, "\" is not an http://HOST:PORT/v1 URL"));
+  }
+  const std::string rest = url.substr(kHttp.size());
+  const size_t slash = rest.find('/');
+  const std::string authority = rest.substr(0, slash);
+  b.base_path = slash == std::string::npos ? "" : rest.substr(slash);
+  while (absl::EndsWith(b.base_path, "/")) b.base_path.pop_back();
+  if (!absl::EndsWith(b.base_path, "/v1")) {
+    return Invalid(field, absl::StrCat("\"", url, "\": the URL must be the OpenAI API root, ending in /v1 (e.g. ",
+                                       "http://HOST:8000/v1)"));
+  }
+  const size_t colon = authority.rfind(':');
+  b.host = authority.substr(0, colon);
+  if (colon != std::string::npos) {
+    if (!absl::SimpleAtoi(authority.substr(colon + 1), &b.port) || b.port <= 0 || b.port > 65535) {
+      return Invalid(field, absl::StrCat("\"", url, "\": the port is not a number in 1..65535"));
+    }
+  }
+  if (b.host.empty()) return Invalid(field, absl::StrCat("\"", url, "\" names no host"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RouterBackend> ParseBackend(const Json& j, const std::string& field) {
+  RouterBackend b;
+  if (j.is_string()) {
+    if (absl::Status s = ParseUrl(j.get<std::string>(), field, b); !s.ok()) return s;
+    return b;
+  }
+  if (!j.is_object()) return Invalid(field, "must be a URL string or an object with \"url\"");
+  if (absl::Status s = CheckKeys(j, {"url", "model", "api_key_env", "price_per_mtok"}, field); !s.ok()) return s;
+  if (!j.contains("url") || !j["url"].is_string()) return Invalid(field + ".url", "a URL string is required");
+  if (absl::Status s = ParseUrl(j["url"].get<std::string>(), field + ".url", b); !s.ok()) return s;
+  if (j.contains("model")) {
+    if (!j["model"].is_string() || j["model"].get<std::string>().empty()) {
+      return Invalid(field + ".model", "must be a non-empty string (the backend's own model name)");
+    }
+    b.remote_model = j["model"].get<std::string>();
+  }
+  if (j.contains("api_key_env")) {
+    if (!j["api_key_env"].is_string() || j["api_key_env"].get<std::string>().empty()) {
+      return Invalid(field + ".api_key_env", "must be the name of an environment variable holding the key");
+    }
+    b.api_key_env = j["api_key_env"].get<std::string>();
+  }
+  if (j.contains("price_per_mtok")) {
+    const Json& p = j["price_per_mtok"];
+    const std::string pf = field + ".price_per_mtok";
+    if (!p.is_object()) return Invalid(pf, "must be an object {\"input\": USD, \"output\": USD}");
+    if (absl::Status s = CheckKeys(p, {"input", "output"}, pf); !s.ok()) return s;
+    for (const char* key : {"input", "output"}) {
+      if (!p.contains(key)) continue;
+      if (!p[key].is_number() || p[key].get<double>() < 0) {
+        return Invalid(absl::StrCat(pf, ".", key), "must be a number >= 0 (USD per million tokens)");
+      }
+      (std::string(key) == "input" ? b.price_input_per_mtok : b.price_output_per_mtok) = p[key].get<double>();
+    }
+  }
+  return b;
+}
+
+absl::StatusOr<RouterModel> ParseModel(const std::string& name, const Json& j) {
+  const std::string field = absl::StrCat("models[\"", name, "\"]");
+  RouterModel m;
+  m.name = name;
+  if (!j.is_object()) return Invalid(field, "must be an object with \"backends\"");
+  if (absl::Status s = CheckKeys(j, {"backends", "policy", "fallback"}, field); !s.ok()) return s;
+  if (j.contains("policy")) {
+    const Json& p = j["policy"];
+    const std::string policy = p.is_string() ? p.get<std::string>() : p.dump();
+    if (policy == "round_robin") {
+      m.policy = RoutingPolicyKind::kRoundRobin;
+    } else if (policy == "least_load") {
+      m.policy = RoutingPolicyKind::kLeastLoad;
+    } else if (policy == "cache_aware") {
+      return Invalid(field + ".policy",
+                     "\"cache_aware\" is not implemented by the router yet; use \"round_robin\" or \"least_load\"");
+    } else {
+      return Invalid(field + ".policy", absl::StrCat(policy, " is not one of \"round_robin\", \"least_load\""));
+    }
+  }
+  if (j.contains("fallback")) {
+    if (!j["fallback"].is_string() || j["fallback"].get<std::string>().empty()) {
+      return Invalid(field + ".fallback", "must be the name of another configured model");
+    }
+    m.fallback = j["fallback"].get<std::string>();
+  }
+  if (!j.contains("backends") || !j["backends"].is_array() || j["backends"].empty()) {
+    return Invalid(field + ".backends", "a non-empty list of backends is required");
+  }
+  for (size_t i = 0; i < j["backends"].size(); ++i) {
+    absl::StatusOr<RouterBackend> b = ParseBackend(j["backends"][i], absl::StrCat(field, ".backends[", i, "]"));
+    if (!b.ok()) return b.status();
+    m.backends.push_back(*std::move(b));
+  }
+  return m;
+}
+
+}  // namespace
+
+std::vector<std::string> RouterConfig::model_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, model] : models) names.push_back(name);
+  return names;
+}
+
+absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view json_text) {
+  Json root = Json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) return absl::InvalidArgumentError("router config: not valid JSON");
+  if (!root.is_object()) return Invalid("(top level)", "must be an object {\"models\": {...}}");
+  if (absl::Status s = CheckKeys(root, {"models"}, "(top level)"); !s.ok()) return s;
+  if (!root.contains("models") || !root["models"].is_object() || root["models"].empty()) {
+    return Invalid("models", "an object mapping at least one model name to its backends is required");
+  }
+  RouterConfig config;
+  for (const auto& [name, value] : root["models"].items()) {
+    if (name.empty()) return Invalid("models", "a model name is empty");
+    absl::StatusOr<RouterModel> m = ParseModel(name, value);
+    if (!m.ok()) return m.status();
+    config.models.emplace(name, *std::move(m));
+  }
+  for (const auto& [name, model] : config.models) {
+    if (!model.fallback.empty() && config.models.count(model.fallback) == 0) {
+      return Invalid(absl::StrCat("models[\"", name, "\"].fallback"),
+                     absl::StrCat("\"", model.fallback, "\" is not a configured model (configured: ",
+                                  absl::StrJoin(config.model_names(), ", "), ")"));
+    }
+  }
+  for (const auto& [name, model] : config.models) {
+    if (model.fallback.empty()) continue;
+    const std::string field = absl::StrCat("models[\"", name, "\"].fallback");
+    std::vector<std::string> chain = {name};
+    for (std::string next = model.fallback; !next.empty(); next = config.models.at(next).fallback) {
+      const bool seen = std::find(chain.begin(), chain.end(), next) != chain.end();
+      chain.push_back(next);
+      if (seen) {
+        return Invalid(field, absl::StrCat("the fallbacks form a cycle: ", absl::StrJoin(chain, " -> ")));
+      }
+    }
+  }
+  return config;
+}
+
+absl::Status ResolveBackendApiKeys(RouterConfig& config,
+                                   const std::function<std::optional<std::string>(const std::string&)>& lookup) {
+  for (auto& [name, model] : config.models) {
+    for (size_t i = 0; i < model.backends.size(); ++i) {
+      RouterBackend& b = model.backends[i];
+      if (b.api_key_env.empty()) continue;
+      std::optional<std::string> key = lookup(b.api_key_env);
+      if (!key.has_value() || key->empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("router config: models[\"", name, "\"].backends[", i,
+                                                       "].api_key_env: $", b.api_key_env,
+                                                       " is not set (or empty); export the backend's API key in it"));
+      }
+      b.api_key = *std::move(key);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tpserve

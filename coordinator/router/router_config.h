@@ -1,0 +1,67 @@
+// The router's configuration (`tpserve router --config FILE`): which model names it serves,
+// each one's backends (OpenAI-compatible HTTP APIs), routing policy and fallback model,
+// parsed from JSON and validated whole before the router listens. Tested by
+// tests/router_config_test.cc.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace tpserve {
+
+// How a model's requests pick one of its backends (coordinator/router/routing_policy.h).
+enum class RoutingPolicyKind {
+  kRoundRobin,  // "round_robin" (the default): each healthy backend in turn
+  kLeastLoad,   // "least_load": the healthy backend with the fewest requests in flight at the router
+};
+
+struct RouterBackend {
+  std::string url;   // as configured, e.g. "http://node2:8000/v1"; what responses and the log name
+  std::string host;  // "node2"
+  int port = 80;
+  std::string base_path;  // the URL's path, ending in "/v1" ("/v1" itself for http://h:p/v1)
+  // The "model" sent to this backend; empty: the router's model name, as the client sent it.
+  std::string remote_model;
+  // The environment variable holding the backend's API key (sent as "Authorization: Bearer"),
+  // empty: none. main resolves it into api_key (ResolveBackendApiKeys); nothing below main
+  // reads the environment.
+  std::string api_key_env;
+  std::string api_key;
+  // USD per million tokens, where configured (recorded for cost accounting; not used to route).
+  std::optional<double> price_input_per_mtok;
+  std::optional<double> price_output_per_mtok;
+};
+
+struct RouterModel {
+  std::string name;
+  RoutingPolicyKind policy = RoutingPolicyKind::kRoundRobin;
+  // Another configured model whose backends take the request when every backend of this one
+  // failed or is ejected; empty: none. The chain has no cycles (validated).
+  std::string fallback;
+  std::vector<RouterBackend> backends;  // at least one
+};
+
+struct RouterConfig {
+  std::map<std::string, RouterModel> models;  // by name; at least one
+  std::vector<std::string> model_names() const;
+};
+
+// Parses and validates the config's JSON text. INVALID_ARGUMENT naming the field (e.g.
+// models["gemma"].backends[1].url) and saying what to change: unknown keys, a backend URL that
+// is not http://HOST[:PORT]/.../v1 (grpc:// and https:// are refused: not supported by the
+// router yet), an unknown policy or cache_aware (not implemented yet), a fallback that is not
+// a configured model or that leads back to the model.
+absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view json_text);
+
+// Fills every backend's api_key from its api_key_env through `lookup` (main passes getenv).
+// INVALID_ARGUMENT naming the backend and the variable when one is unset or empty.
+absl::Status ResolveBackendApiKeys(RouterConfig& config,
+                                   const std::function<std::optional<std::string>(const std::string&)>& lookup);
+
+}  // namespace tpserve

@@ -1,0 +1,152 @@
+// RouterServer: routes, model lookup and the candidates of each request. Tested by
+// tests/router_test.sh.
+#include "coordinator/router/router_server.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "boost/asio/post.hpp"
+#include "boost/asio/strand.hpp"
+#include "coordinator/api/openai_json.h"
+#include "nlohmann/json.hpp"
+
+namespace tpserve {
+namespace {
+
+constexpr char kJson[] = "application/json";
+
+void Reply(HttpExchange& exchange, const absl::Status& error, std::vector<HttpHeader> headers = {}) {
+  HttpError e = ToHttpError(error);
+  exchange.Respond(e.status, kJson, std::move(e.body), std::move(headers));
+}
+
+}  // namespace
+
+RouterServer::RouterServer(RouterConfig config, RouterOptions options)
+    : options_(std::move(options)),
+      model_names_(config.model_names()),
+      api_keys_(options_.api_keys),
+      started_unix_s_(absl::ToUnixSeconds(absl::Now())),
+      proxy_work_(boost::asio::make_work_guard(proxy_io_)),
+      transport_(
+          options_.transport, [this](std::shared_ptr<HttpExchange> e) { Handle(std::move(e)); },
+          [](int, const absl::Status& error) { return ToHttpError(error).body; }) {
+  for (auto& [name, model] : config.models) {
+    pools_.emplace(name, std::make_unique<BackendPool>(std::move(model), options_.cooldown));
+  }
+}
+
+RouterServer::~RouterServer() { Shutdown(); }
+
+absl::Status RouterServer::Start() {
+  if (!options_.request_log.empty()) {
+    absl::StatusOr<std::unique_ptr<RequestLog>> log = RequestLog::Open(options_.request_log);
+    if (!log.ok()) return log.status();
+    log_ = *std::move(log);
+  }
+  for (int i = 0; i < std::max(1, options_.proxy_threads); ++i) {
+    proxy_threads_.emplace_back([this] { proxy_io_.run(); });
+  }
+  return transport_.Start();
+}
+
+void RouterServer::Shutdown() {
+  if (stopped_) return;
+  stopped_ = true;
+  transport_.Shutdown();  // exchanges see their client gone: their backend calls are cancelled
+  proxy_work_.reset();
+  proxy_io_.stop();
+  for (std::thread& t : proxy_threads_) t.join();
+}
+
+// On an I/O thread: cheap routes are answered here; proxied requests go to the proxy loop.
+void RouterServer::Handle(std::shared_ptr<HttpExchange> exchange) {
+  const HttpRequest& req = exchange->request();
+  if (req.path != "/health") {  // /health stays open, as serve's does
+    if (absl::Status key = api_keys_.Check(req.authorization); !key.ok()) {
+      return Reply(*exchange, key, {{"WWW-Authenticate", "Bearer"}});
+    }
+  }
+  const bool get = req.method == "GET", post = req.method == "POST";
+  const bool post_route = req.path == "/v1/completions" || req.path == "/v1/chat/completions";
+  const bool get_route = req.path == "/health" || req.path == "/v1/models";
+  if (post && post_route) {
+    boost::asio::post(proxy_io_, [this, exchange, suffix = req.path.substr(3)]() mutable {
+      Proxy(exchange, std::move(suffix));
+    });
+    return;
+  }
+  if (get && req.path == "/health") return exchange->Respond(200, kJson, "{}");
+  if (get && req.path == "/v1/models") {
+    nlohmann::ordered_json data = nlohmann::ordered_json::array();
+    for (const std::string& name : model_names_) {
+      data.push_back({{"id", name}, {"object", "model"}, {"created", started_unix_s_}, {"owned_by", "tpserve-router"}});
+    }
+    return exchange->Respond(200, kJson, nlohmann::ordered_json{{"object", "list"}, {"data", data}}.dump());
+  }
+  if (post_route || get_route) {
+    const char* allowed = post_route ? "POST" : "GET";
+    nlohmann::ordered_json body = ErrorJson(absl::InvalidArgumentError(
+        absl::StrCat("method ", req.method, " is not allowed for ", req.path, "; use ", allowed)));
+    return exchange->Respond(405, kJson, body.dump(), {{"Allow", allowed}});
+  }
+  nlohmann::ordered_json body = ErrorJson(absl::NotFoundError(absl::StrCat("no route for ", req.method, " ", req.path)));
+  body["error"]["code"] = nullptr;
+  exchange->Respond(404, kJson, body.dump());
+}
+
+// On a proxy thread: parse the body's model, list the candidates, start the ProxyRequest.
+void RouterServer::Proxy(const std::shared_ptr<HttpExchange>& exchange, std::string path_suffix) {
+  std::string model;
+  // A request refused before any backend is tried: answered and logged here.
+  auto refuse = [&](const absl::Status& error) {
+    HttpError e = ToHttpError(error);
+    if (log_ != nullptr) {
+      RequestRecord r;
+      r.model = model;
+      r.latency_ms = absl::ToDoubleMilliseconds(absl::Now() - exchange->request().arrival);
+      r.status = e.status;
+      r.error = std::string(error.message());
+      log_->Append(r, absl::Now());
+    }
+    exchange->Respond(e.status, kJson, std::move(e.body));
+  };
+  nlohmann::json body = nlohmann::json::parse(exchange->request().body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object()) {
+    return refuse(absl::InvalidArgumentError("the request body is not a JSON object"));
+  }
+  const std::string available = absl::StrJoin(model_names_, ", ");
+  if (!body.contains("model") || !body["model"].is_string()) {
+    return refuse(absl::InvalidArgumentError(absl::StrCat("\"model\" is required: the router serves ", available)));
+  }
+  model = body["model"].get<std::string>();
+  auto it = pools_.find(model);
+  if (it == pools_.end()) {
+    return refuse(absl::NotFoundError(absl::StrCat("The model `", model, "` does not exist. Available models: ",
+                                                   available)));
+  }
+  // The model's healthy backends in its policy's order, then each fallback's.
+  const absl::Time now = absl::Now();
+  std::vector<ProxyCandidate> candidates;
+  std::vector<std::string> ejected;
+  for (BackendPool* pool = it->second.get(); pool != nullptr;) {
+    for (size_t i : pool->Order(now)) candidates.push_back({pool, i});
+    for (std::string& url : pool->Ejected(now)) ejected.push_back(std::move(url));
+    const std::string& fallback = pool->model().fallback;
+    pool = fallback.empty() ? nullptr : pools_.at(fallback).get();
+  }
+  if (candidates.empty()) {
+    return refuse(absl::UnavailableError(absl::StrCat(
+                                "every backend of model \"", model, "\" (and its fallbacks) failed recently and is ",
+                                "ejected for up to ", absl::FormatDuration(options_.cooldown), ": ",
+                                absl::StrJoin(ejected, ", "), "; retry shortly")));
+  }
+  auto request = std::make_shared<ProxyRequest>(boost::asio::make_strand(proxy_io_), exchange, std::move(body), model,
+                                                std::move(path_suffix), std::move(candidates), options_.timeouts,
+                                                log_.get());
+  request->Start();
+}
+
+}  // namespace tpserve

@@ -1,0 +1,74 @@
+// `tpserve router`'s HTTP front end: one OpenAI-compatible door for the models of a
+// RouterConfig, on the same event-driven transport as `serve` (coordinator/api/http_transport.h).
+// /health (open), /v1/models (the configured names), and /v1/chat/completions and
+// /v1/completions proxied by model name to a backend the model's policy picks, failing over
+// to its other backends and its fallback model (proxy_request.h). With API keys set, every
+// route but /health needs one. Tested by tests/router_test.sh.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "boost/asio/executor_work_guard.hpp"
+#include "boost/asio/io_context.hpp"
+#include "coordinator/api/api_keys.h"
+#include "coordinator/api/http_transport.h"
+#include "coordinator/router/backend_pool.h"
+#include "coordinator/router/proxy_request.h"
+#include "coordinator/router/request_log.h"
+#include "coordinator/router/router_config.h"
+
+namespace tpserve {
+
+struct RouterOptions {
+  // host, port (0: a free one), I/O threads, connection limit, deadlines, body limit.
+  HttpTransportOptions transport;
+  // --api-key: every route but /health needs "Authorization: Bearer K" with K one of these,
+  // else 401. Empty: no key needed. (Backends' own keys are in the config.)
+  std::vector<std::string> api_keys;
+  // Threads running the outbound (backend) connections' event loop.
+  int proxy_threads = 1;
+  // A backend that failed (connection, timeout, 5xx) is skipped this long (passive ejection).
+  absl::Duration cooldown = absl::Seconds(5);
+  ProxyTimeouts timeouts;
+  // --request-log: JSON lines, one per proxied request; empty: off.
+  std::string request_log;
+};
+
+class RouterServer {
+ public:
+  RouterServer(RouterConfig config, RouterOptions options);
+  ~RouterServer();  // Shutdown()
+  RouterServer(const RouterServer&) = delete;
+  RouterServer& operator=(const RouterServer&) = delete;
+
+  // Opens the request log, binds and starts serving. UNAVAILABLE when it cannot bind or open.
+  absl::Status Start();
+  int port() const { return transport_.port(); }
+  // Stops accepting, closes every connection (cancelling backend requests) and joins the
+  // threads. Idempotent.
+  void Shutdown();
+
+ private:
+  void Handle(std::shared_ptr<HttpExchange> exchange);
+  void Proxy(const std::shared_ptr<HttpExchange>& exchange, std::string path_suffix);
+
+  const RouterOptions options_;
+  const std::vector<std::string> model_names_;
+  const ApiKeys api_keys_;
+  const int64_t started_unix_s_;
+  std::map<std::string, std::unique_ptr<BackendPool>> pools_;  // by model name; fixed after construction
+  std::unique_ptr<RequestLog> log_;
+  boost::asio::io_context proxy_io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> proxy_work_;
+  std::vector<std::thread> proxy_threads_;
+  bool stopped_ = false;
+  HttpTransport transport_;  // last: its threads call into the members above
+};
+
+}  // namespace tpserve

@@ -1,0 +1,49 @@
+// One HTTP/1.1 request from the router to a backend over Boost.Beast's asynchronous client on
+// an Asio io_context: no thread waits on it. The response's head is reported once, then each
+// piece of the body as it arrives (chunked or not, decoded), then the end, so a streamed
+// response is forwarded as it is produced. Tested through the router by tests/router_test.sh.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/strand.hpp"
+
+namespace tpserve {
+
+struct UpstreamRequest {
+  std::string host;
+  int port = 80;
+  std::string target;         // e.g. "/v1/chat/completions"
+  std::string body;           // sent as application/json
+  std::string authorization;  // the Authorization header's value; empty: none
+  // Until the TCP connection is up; then until the response's head, and between body pieces.
+  absl::Duration connect_timeout = absl::Seconds(5);
+  absl::Duration response_timeout = absl::Seconds(600);
+};
+
+// Called on the call's strand, in this order: head once (unless the call failed before it),
+// data for each body piece, end once (OK: the whole response was read; else UNAVAILABLE or
+// DEADLINE_EXCEEDED saying what failed). None after Cancel().
+struct UpstreamCallbacks {
+  std::function<void(int status, std::string content_type)> head;
+  std::function<void(std::string piece)> data;
+  std::function<void(absl::Status status)> end;
+};
+
+using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
+
+class UpstreamCall {
+ public:
+  // Starts the request; its I/O and callbacks run on `strand`.
+  static std::shared_ptr<UpstreamCall> Start(Strand strand, UpstreamRequest request, UpstreamCallbacks callbacks);
+  virtual ~UpstreamCall() = default;
+  // Closes the connection; no callback runs afterwards. Must be called on the strand.
+  virtual void Cancel() = 0;
+};
+
+}  // namespace tpserve

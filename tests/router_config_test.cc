@@ -1,0 +1,167 @@
+// `tpserve router`'s config (coordinator/router/router_config.h): the example config parses to
+// what it says, and every config error is INVALID_ARGUMENT naming its field; BackendPool's
+// policies (round_robin, least_load) and passive ejection.
+#include "coordinator/router/router_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "coordinator/router/backend_pool.h"
+
+namespace tpserve {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr char kExample[] = R"({"models": {
+   "gemma-4-31b": {"policy": "least_load", "fallback": "cloud-llama",
+                   "backends": ["http://node1:8001/v1", "http://node2:8000/v1/"]},
+   "cloud-llama": {"backends": [{"url": "http://cloud:9000/openai/v1", "model": "llama-3.3-70b-versatile",
+                                 "api_key_env": "GROQ_API_KEY", "price_per_mtok": {"input": 0.59, "output": 0.79}}]}}})";
+
+TEST(RouterConfigTest, ParsesTheExample) {
+  absl::StatusOr<RouterConfig> c = ParseRouterConfig(kExample);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->model_names(), ElementsAre("cloud-llama", "gemma-4-31b"));
+  const RouterModel& g = c->models.at("gemma-4-31b");
+  EXPECT_EQ(g.policy, RoutingPolicyKind::kLeastLoad);
+  EXPECT_EQ(g.fallback, "cloud-llama");
+  ASSERT_EQ(g.backends.size(), 2u);
+  EXPECT_EQ(g.backends[0].host, "node1");
+  EXPECT_EQ(g.backends[0].port, 8001);
+  EXPECT_EQ(g.backends[0].base_path, "/v1");
+  EXPECT_EQ(g.backends[1].base_path, "/v1");  // the trailing slash dropped
+  EXPECT_TRUE(g.backends[0].remote_model.empty());
+  const RouterModel& l = c->models.at("cloud-llama");
+  EXPECT_EQ(l.policy, RoutingPolicyKind::kRoundRobin);
+  const RouterBackend& b = l.backends[0];
+  EXPECT_EQ(b.port, 9000);
+  EXPECT_EQ(b.base_path, "/openai/v1");
+  EXPECT_EQ(b.remote_model, "llama-3.3-70b-versatile");
+  EXPECT_EQ(b.api_key_env, "GROQ_API_KEY");
+  EXPECT_EQ(b.price_input_per_mtok, 0.59);
+  EXPECT_EQ(b.price_output_per_mtok, 0.79);
+  EXPECT_EQ(ParseRouterConfig(R"({"models": {"m": {"backends": ["http://h/v1"]}}})")->models.at("m").backends[0].port,
+            80);
+}
+
+TEST(RouterConfigTest, ResolvesBackendKeysFromTheLookup) {
+  RouterConfig c = *ParseRouterConfig(kExample);
+  absl::Status unset = ResolveBackendApiKeys(c, [](const std::string&) { return std::nullopt; });
+  EXPECT_EQ(unset.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unset.message(), HasSubstr("models[\"cloud-llama\"].backends[0].api_key_env: $GROQ_API_KEY is not set"));
+  ASSERT_TRUE(ResolveBackendApiKeys(c, [](const std::string& name) {
+                return name == "GROQ_API_KEY" ? std::optional<std::string>("k1") : std::nullopt;
+              }).ok());
+  EXPECT_EQ(c.models.at("cloud-llama").backends[0].api_key, "k1");
+  EXPECT_TRUE(c.models.at("gemma-4-31b").backends[0].api_key.empty());
+}
+
+struct BadConfig {
+  const char* json;
+  const char* message;  // a substring of the error
+};
+
+class RouterConfigErrorTest : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(RouterConfigErrorTest, IsInvalidArgumentNamingTheField) {
+  absl::StatusOr<RouterConfig> c = ParseRouterConfig(GetParam().json);
+  ASSERT_FALSE(c.ok()) << GetParam().json;
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr(GetParam().message));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Errors, RouterConfigErrorTest,
+    ::testing::Values(
+        BadConfig{"{", "not valid JSON"},
+        BadConfig{"[]", "must be an object"},
+        BadConfig{R"({"model": {}})", "unknown key \"model\""},
+        BadConfig{R"({})", "models: an object mapping at least one model name"},
+        BadConfig{R"({"models": {}})", "models: an object mapping at least one model name"},
+        BadConfig{R"({"models": {"m": []}})", "models[\"m\"]: must be an object"},
+        BadConfig{R"({"models": {"m": {}}})", "models[\"m\"].backends: a non-empty list"},
+        BadConfig{R"({"models": {"m": {"backends": []}}})", "models[\"m\"].backends: a non-empty list"},
+        BadConfig{R"({"models": {"m": {"backends": ["http://h/v1"], "weights": 1}}})", "unknown key \"weights\""},
+        BadConfig{R"({"models": {"m": {"backends": ["grpc://h:50051"]}}})",
+                  "models[\"m\"].backends[0]: \"grpc://h:50051\": grpc:// backends are not supported by the router yet"},
+        BadConfig{R"({"models": {"m": {"backends": ["http://h:1/v1", {"url": "https://h/v1"}]}}})",
+                  "models[\"m\"].backends[1].url: \"https://h/v1\": https:// backends are not supported"},
+        BadConfig{R"({"models": {"m": {"backends": ["h:8000/v1"]}}})", "is not an http://HOST:PORT/v1 URL"},
+        BadConfig{R"({"models": {"m": {"backends": ["http://h:8000"]}}})", "must be the OpenAI API root, ending in /v1"},
+        BadConfig{R"({"models": {"m": {"backends": ["http://h:80x/v1"]}}})", "the port is not a number"},
+        BadConfig{R"({"models": {"m": {"backends": ["http://h:0/v1"]}}})", "the port is not a number"},
+        BadConfig{R"({"models": {"m": {"backends": ["http://:80/v1"]}}})", "names no host"},
+        BadConfig{R"({"models": {"m": {"backends": [7]}}})", "backends[0]: must be a URL string or an object"},
+        BadConfig{R"({"models": {"m": {"backends": [{"model": "x"}]}}})", "backends[0].url: a URL string is required"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "key": "x"}]}}})",
+                  "backends[0]: unknown key \"key\""},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "model": ""}]}}})",
+                  "backends[0].model: must be a non-empty string"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "api_key_env": 3}]}}})",
+                  "backends[0].api_key_env: must be the name of an environment variable"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "price_per_mtok": 1}]}}})",
+                  "backends[0].price_per_mtok: must be an object"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "price_per_mtok": {"input": -1}}]}}})",
+                  "backends[0].price_per_mtok.input: must be a number >= 0"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "price_per_mtok": {"cached": 1}}]}}})",
+                  "price_per_mtok: unknown key \"cached\""},
+        BadConfig{R"({"models": {"m": {"policy": "cache_aware", "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].policy: \"cache_aware\" is not implemented by the router yet"},
+        BadConfig{R"({"models": {"m": {"policy": "random", "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].policy: random is not one of"},
+        BadConfig{R"({"models": {"m": {"fallback": "x", "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].fallback: \"x\" is not a configured model (configured: m)"},
+        BadConfig{R"({"models": {"m": {"fallback": "", "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].fallback: must be the name of another configured model"},
+        BadConfig{R"({"models": {"m": {"fallback": "m", "backends": ["http://h/v1"]}}})",
+                  "the fallbacks form a cycle: m -> m"},
+        BadConfig{R"({"models": {"a": {"fallback": "b", "backends": ["http://h/v1"]},
+                                  "b": {"fallback": "c", "backends": ["http://h/v1"]},
+                                  "c": {"fallback": "b", "backends": ["http://h/v1"]}}})",
+                  "the fallbacks form a cycle: a -> b -> c -> b"}));
+
+RouterModel ThreeBackends(RoutingPolicyKind policy) {
+  RouterConfig c = *ParseRouterConfig(
+      R"({"models": {"m": {"backends": ["http://a:1/v1", "http://b:1/v1", "http://c:1/v1"]}}})");
+  RouterModel m = c.models.at("m");
+  m.policy = policy;
+  return m;
+}
+
+TEST(BackendPoolTest, RoundRobinStartsOneFurtherEachRequest) {
+  BackendPool pool(ThreeBackends(RoutingPolicyKind::kRoundRobin), absl::Seconds(5));
+  const absl::Time now = absl::Now();
+  EXPECT_THAT(pool.Order(now), ElementsAre(0, 1, 2));
+  EXPECT_THAT(pool.Order(now), ElementsAre(1, 2, 0));
+  EXPECT_THAT(pool.Order(now), ElementsAre(2, 0, 1));
+  EXPECT_THAT(pool.Order(now), ElementsAre(0, 1, 2));
+}
+
+TEST(BackendPoolTest, LeastLoadPutsTheFewestInFlightFirst) {
+  BackendPool pool(ThreeBackends(RoutingPolicyKind::kLeastLoad), absl::Seconds(5));
+  const absl::Time now = absl::Now();
+  pool.Begin(0);
+  pool.Begin(0);
+  pool.Begin(1);
+  EXPECT_THAT(pool.Order(now), ElementsAre(2, 1, 0));
+  pool.End(0);
+  pool.End(0);
+  EXPECT_EQ(pool.in_flight(0), 0);
+  EXPECT_THAT(pool.Order(now), ElementsAre(2, 0, 1));  // ties (0, 2) in round-robin order from 1
+}
+
+TEST(BackendPoolTest, EjectedBackendsAreSkippedForTheCooldown) {
+  BackendPool pool(ThreeBackends(RoutingPolicyKind::kRoundRobin), absl::Seconds(5));
+  const absl::Time now = absl::Now();
+  pool.Eject(1, now);
+  EXPECT_THAT(pool.Order(now), ElementsAre(0, 2));
+  EXPECT_THAT(pool.Ejected(now + absl::Seconds(4)), ElementsAre("http://b:1/v1"));
+  EXPECT_THAT(pool.Order(now + absl::Seconds(4)), ElementsAre(2, 0));
+  EXPECT_THAT(pool.Order(now + absl::Seconds(5)), ElementsAre(2, 0, 1));
+  EXPECT_TRUE(pool.Ejected(now + absl::Seconds(5)).empty());
+}
+
+}  // namespace
+}  // namespace tpserve

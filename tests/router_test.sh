@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# `tpserve router` in front of real `tpserve serve` processes (gemma-4-tiny, dummy weights, one
+# rank each): two replicas of one model, one of another model name, and a third "cloud"
+# replica behind its own --api-key as the fallback model. /v1/models lists the configured
+# names; round_robin alternates the replicas (x-tpserve-backend); a streamed chat passes
+# through as SSE; a client gone mid-stream cancels the backend request; an unknown model is a 404 naming the available ones; with one replica killed
+# requests still succeed, with both the fallback answers; the router's --api-key; the request
+# log; config errors exit non-zero naming the field before listening.
+# Usage: router_test.sh TPSERVE_BINARY FIXTURES_DIR   (run by ctest)
+set -u
+TPSERVE=$1
+FIX=$2
+source "$(dirname "$0")/harness.sh"
+TOK="$FIX/tokenizers/gemma/tokenizer.json"
+MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu --kv-cache-memory 64MiB --threads 1)
+
+# Config errors: non-zero exit and the field, before listening.
+echo '{"models": {"m": {"backends": ["grpc://127.0.0.1:50051"]}}}' >"$WORK/bad1.json"
+timeout 30 "$TPSERVE" router --config "$WORK/bad1.json" --http-port 0 >"$WORK/bad1.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q 'models\["m"\].backends\[0\]: "grpc://127.0.0.1:50051": grpc:// backends are not supported by the router yet' \
+  "$WORK/bad1.out" && ! grep -q "listening" "$WORK/bad1.out" \
+  && ok "grpc:// backend refused at start (exit $rc)" || bad "grpc:// backend: rc $rc $(cat "$WORK/bad1.out")"
+echo '{"models": {"m": {"policy": "cache_aware", "backends": ["http://127.0.0.1:1/v1"]}}}' >"$WORK/bad2.json"
+timeout 30 "$TPSERVE" router --config "$WORK/bad2.json" --http-port 0 >"$WORK/bad2.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q 'policy: "cache_aware" is not implemented' "$WORK/bad2.out" \
+  && ok "cache_aware refused at start (exit $rc)" || bad "cache_aware: rc $rc $(cat "$WORK/bad2.out")"
+echo '{"models": {"m": {"backends": [{"url": "http://127.0.0.1:1/v1", "api_key_env": "TPSERVE_ROUTER_TEST_UNSET"}]}}}' \
+  >"$WORK/bad3.json"
+timeout 30 "$TPSERVE" router --config "$WORK/bad3.json" --http-port 0 >"$WORK/bad3.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q 'api_key_env: \$TPSERVE_ROUTER_TEST_UNSET is not set' "$WORK/bad3.out" \
+  && ok "an unset api_key_env refused at start (exit $rc)" || bad "api_key_env: rc $rc $(cat "$WORK/bad3.out")"
+
+# start_http NAME ARGS...: `tpserve serve` (one rank) or `tpserve router` on a free HTTP port,
+# in a session of its own; sets PORT_<NAME> and SID_<NAME>.
+start_http() {
+  local name=$1
+  shift
+  setsid timeout -k 5 240 "$TPSERVE" "$@" --host 127.0.0.1 --http-port 0 --port-file "$WORK/$name.port" \
+    >"$WORK/$name.log" 2>&1 &
+  local sid=$!
+  SESSIONS+=("$sid")
+  eval "SID_$name=$sid"
+  for _ in $(seq 1 240); do
+    if [ -f "$WORK/$name.port" ]; then
+      eval "PORT_$name=$(sed -n 's/.*"http": *\([0-9][0-9]*\).*/\1/p' "$WORK/$name.port")"
+      return 0
+    fi
+    kill -0 $sid 2>/dev/null || break
+    sleep 0.25
+  done
+  bad "$name did not start: $(cat "$WORK/$name.log")"
+  finish
+  exit 1
+}
+start_http A1 serve "${MODEL[@]}" --grpc-port -1
+start_http A2 serve "${MODEL[@]}" --grpc-port -1
+start_http B serve "${MODEL[@]}" --grpc-port -1 --served-model-name other-model
+start_http C serve "${MODEL[@]}" --grpc-port -1 --served-model-name cloud-model --api-key cloud-secret
+for p in $PORT_A1 $PORT_A2 $PORT_B; do wait_healthy $p || bad "replica on $p not healthy"; done
+A1="http://127.0.0.1:$PORT_A1/v1"
+A2="http://127.0.0.1:$PORT_A2/v1"
+B="http://127.0.0.1:$PORT_B/v1"
+C="http://127.0.0.1:$PORT_C/v1"
+cat >"$WORK/router.json" <<JSON
+{"models": {
+  "gemma-4-tiny": {"policy": "round_robin", "fallback": "cloud", "backends": ["$A1", "$A2"]},
+  "other-model": {"backends": ["$B"]},
+  "cloud": {"backends": [{"url": "$C", "model": "cloud-model", "api_key_env": "ROUTER_TEST_CLOUD_KEY",
+                          "price_per_mtok": {"input": 0.5, "output": 1}}]}}}
+JSON
+ROUTER_TEST_CLOUD_KEY=cloud-secret start_http R router --config "$WORK/router.json" --api-key router-key \
+  --request-log "$WORK/requests.jsonl"
+R="http://127.0.0.1:$PORT_R"
+AUTH=(-H "Authorization: Bearer router-key")
+
+code=$(curl -s -o /dev/null -w '%{http_code}' "$R/v1/models")
+[ "$code" = 401 ] && ok "no key -> 401" || bad "no key -> $code"
+code=$(curl -s -o /dev/null -w '%{http_code}' "$R/health")
+[ "$code" = 200 ] && ok "/health open" || bad "/health -> $code"
+models=$(curl -s "${AUTH[@]}" "$R/v1/models")
+echo "$models" | grep -q '"object":"list"' && echo "$models" | grep -q '"id":"gemma-4-tiny"' \
+  && echo "$models" | grep -q '"id":"other-model"' && echo "$models" | grep -q '"id":"cloud"' \
+  && ok "/v1/models lists the configured names" || bad "/v1/models: $models"
+
+# complete MODEL: a completion through the router; prints "STATUS BACKEND".
+complete() {
+  curl -s -m 60 -D "$WORK/h" -o "$WORK/body" -w '%{http_code}' "${AUTH[@]}" "$R/v1/completions" \
+    -H 'Content-Type: application/json' -d "{\"model\":\"$1\",\"prompt\":\"Hello\",\"max_tokens\":4}" >"$WORK/code"
+  echo "$(cat "$WORK/code") $(sed -n 's/^x-tpserve-backend: *\([^[:space:]]*\).*/\1/ip' "$WORK/h")"
+}
+seen=""
+for i in 1 2 3 4; do seen="$seen|$(complete gemma-4-tiny)"; done
+{ [ "$seen" = "|200 $A1|200 $A2|200 $A1|200 $A2" ] || [ "$seen" = "|200 $A2|200 $A1|200 $A2|200 $A1" ]; } \
+  && grep -q '"text"' "$WORK/body" && ok "round_robin alternates the replicas" || bad "round robin: $seen $(cat "$WORK/body")"
+got=$(complete other-model)
+[ "$got" = "200 $B" ] && grep -q '"model":"other-model"' "$WORK/body" && ok "other-model routed to its backend" \
+  || bad "other-model: $got $(cat "$WORK/body")"
+got=$(complete nope)
+[ "${got%% *}" = 404 ] && grep -q 'model_not_found' "$WORK/body" \
+  && grep -q 'Available models: cloud, gemma-4-tiny, other-model' "$WORK/body" \
+  && ok "unknown model -> 404 naming the available ones" || bad "unknown model: $got $(cat "$WORK/body")"
+
+curl -s -N -m 60 -D "$WORK/sh" "${AUTH[@]}" "$R/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"gemma-4-tiny","messages":[{"role":"user","content":"Hi"}],"max_tokens":6,"stream":true}' >"$WORK/sse"
+chunks=$(grep -c '^data: {' "$WORK/sse")
+[ "$chunks" -ge 3 ] && tail -2 "$WORK/sse" | grep -q '^data: \[DONE\]' && grep -qi '^x-tpserve-backend: http' "$WORK/sh" \
+  && grep -qi '^content-type: text/event-stream' "$WORK/sh" && ok "streamed chat passes through ($chunks data chunks, [DONE])" \
+  || bad "stream: $(head -c 600 "$WORK/sse") $(cat "$WORK/sh")"
+
+# A client that disconnects mid-stream: the router closes the backend connection, the backend
+# cancels its request (no request left running there), and the log records it.
+curl -s -N -m 0.5 "${AUTH[@]}" "$R/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"other-model","prompt":"Hi","max_tokens":4000,"ignore_eos":true,"stream":true}' >"$WORK/cut" 2>/dev/null
+running() { curl -s "http://127.0.0.1:$PORT_B/metrics" | grep -q '^vllm:num_requests_running{[^}]*} 0'; }
+grep -q '^data: {' "$WORK/cut" && poll 10 grep -q '"model":"other-model".*"status":200,"success":false,"error":"the client disconnected' \
+  "$WORK/requests.jsonl" && poll 3 running && ok "a client gone mid-stream cancels the backend request" \
+  || bad "client gone: $(head -c 300 "$WORK/cut") $(tail -2 "$WORK/requests.jsonl")"
+
+# One replica gone: every request still succeeds, on the other.
+kill_session KILL "$SID_A1"
+poll 10 session_gone "$SID_A1"
+seen=""
+for i in 1 2 3; do seen="$seen|$(complete gemma-4-tiny)"; done
+[ "$seen" = "|200 $A2|200 $A2|200 $A2" ] && ok "A1 killed: requests fail over to A2" || bad "A1 killed: $seen"
+# Both gone: the fallback model's backend (behind its own key) answers.
+kill_session KILL "$SID_A2"
+poll 10 session_gone "$SID_A2"
+got=$(complete gemma-4-tiny)
+[ "$got" = "200 $C" ] && grep -q '"model":"cloud-model"' "$WORK/body" && ok "both replicas killed: the fallback answers" \
+  || bad "fallback: $got $(cat "$WORK/body")"
+# The cloud backend without the router's forwarded key would refuse: check it does.
+code=$(curl -s -o /dev/null -w '%{http_code}' "$C/models")
+[ "$code" = 401 ] && ok "the fallback backend needs its key (the router sent it)" || bad "cloud without key -> $code"
+
+lines=$(wc -l <"$WORK/requests.jsonl")
+grep -q "\"model\":\"gemma-4-tiny\",\"backend\":\"$C\",.*\"status\":200,\"success\":true,\"error\":null,\"prompt_tokens\":[0-9]" \
+  "$WORK/requests.jsonl" && grep -q '"seq":1,' "$WORK/requests.jsonl" \
+  && ok "the request log has a line per request ($lines), with the backend and usage" \
+  || bad "request log: $(cat "$WORK/requests.jsonl")"
+
+kill_session TERM "$SID_R"
+poll 10 session_gone "$SID_R" && grep -q "router: stopping" "$WORK/R.log" && ok "SIGTERM stops the router" \
+  || bad "router stop: $(cat "$WORK/R.log")"
+finish
