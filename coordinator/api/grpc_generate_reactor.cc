@@ -33,13 +33,15 @@ GenerateReactor::GenerateReactor(const Tokenizer& tokenizer, FrontendMetrics* me
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerateReactor::Start(const Context& context,
                                                                    std::function<absl::StatusOr<Built>()> build,
-                                                                   absl::Time arrival) {
+                                                                   absl::Time arrival, bool heavy) {
   std::shared_ptr<GenerateReactor> reactor(new GenerateReactor(context.tokenizer, context.metrics, arrival));
   reactor->self_ = reactor;
   std::shared_ptr<TaskPool> render = context.render_pool.lock();
-  const bool posted = render != nullptr && render->Post([reactor, context, build = std::move(build)] {
-    reactor->Admit(context, build());
-  });
+  const bool posted = render != nullptr && render->Post(
+                                                [reactor, context, build = std::move(build)] {
+                                                  reactor->Admit(context, build());
+                                                },
+                                                heavy);
   if (!posted) {
     {
       absl::MutexLock lock(&reactor->mu_);

@@ -54,11 +54,12 @@ class GenerateReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   };
   // Returns the reactor for gRPC to drive at once; `build` runs on the render pool, then the
   // request is submitted (or the call finishes with build's error, or Submit's).
-  // `arrival`: when the call came in. Each message carries one choice's events; the call ends
-  // once every choice finished, or with the first choice's failure (the others are cancelled).
+  // `arrival`: when the call came in; `heavy`: post `build` as a heavy task (TaskPool::Post).
+  // Each message carries one choice's events; the call ends once every choice finished, or
+  // with the first choice's failure (the others are cancelled).
   static grpc::ServerWriteReactor<grpc::ByteBuffer>* Start(const Context& context,
                                                            std::function<absl::StatusOr<Built>()> build,
-                                                           absl::Time arrival);
+                                                           absl::Time arrival, bool heavy = false);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;

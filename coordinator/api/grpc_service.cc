@@ -163,7 +163,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* TpServeService::Generate(grpc::Callb
     for (const grpc::Slice& slice : slices) wire.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   }
   // Parsed and built on the render pool, not on gRPC's callback thread: a long chat waits its
-  // turn there.
+  // turn there, as a heavy task (at most all render threads but one).
+  const bool heavy = wire.size() >= kHeavyRenderBytes;
   auto build = [this, wire = std::move(wire)]() -> absl::StatusOr<GenerateReactor::Built> {
     absl::StatusOr<v1::GenerateRequest> proto = ParseGenerateRequest(wire);
     if (!proto.ok()) return proto.status();
@@ -181,7 +182,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* TpServeService::Generate(grpc::Callb
     return built;
   };
   return GenerateReactor::Start({engine_, builder_.tokenizer(), metrics_, pump_pool_, render_pool_}, std::move(build),
-                                arrival);
+                                arrival, heavy);
 }
 
 grpc::ServerUnaryReactor* TpServeService::ModelInfo(grpc::CallbackServerContext* context,

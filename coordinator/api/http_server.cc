@@ -213,7 +213,8 @@ void HttpServer::Handle(std::shared_ptr<HttpExchange> exchange) {
     const OpenAiEndpoint endpoint =
         req.path == "/v1/completions" ? OpenAiEndpoint::kCompletions : OpenAiEndpoint::kChatCompletions;
     if (stopping_.load()) return Reply(*exchange, absl::UnavailableError("the server is shutting down"));
-    if (!render_pool_->Post([this, endpoint, exchange] { Generate(endpoint, exchange); })) {
+    const bool heavy = req.body.size() >= kHeavyRenderBytes;
+    if (!render_pool_->Post([this, endpoint, exchange] { Generate(endpoint, exchange); }, heavy)) {
       return Reply(*exchange,
                    absl::ResourceExhaustedError(
                        "the server is busy: as many requests as --max-pending-renders already wait to be rendered "
