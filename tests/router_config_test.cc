@@ -107,8 +107,16 @@ INSTANTIATE_TEST_SUITE_P(
                   "backends[0].price_per_mtok.input: must be a number >= 0"},
         BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "price_per_mtok": {"cached": 1}}]}}})",
                   "price_per_mtok: unknown key \"cached\""},
-        BadConfig{R"({"models": {"m": {"policy": "cache_aware", "backends": ["http://h/v1"]}}})",
-                  "models[\"m\"].policy: \"cache_aware\" is not implemented by the router yet"},
+        BadConfig{R"({"models": {"m": {"cache_threshold": 0.5, "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].cache_threshold: applies to \"policy\": \"cache_aware\" only"},
+        BadConfig{R"({"models": {"m": {"policy": "cache_aware", "cache_threshold": 1.5, "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].cache_threshold: must be in [0, 1]"},
+        BadConfig{R"({"models": {"m": {"policy": "cache_aware", "balance_abs_threshold": 2.5,
+                                        "backends": ["http://h/v1"]}}})",
+                  "balance_abs_threshold: must be a whole number >= 0"},
+        BadConfig{R"({"models": {"m": {"policy": "cache_aware", "balance_rel_threshold": 0.5,
+                                        "backends": ["http://h/v1"]}}})",
+                  "balance_rel_threshold: must be >= 1"},
         BadConfig{R"({"models": {"m": {"policy": "random", "backends": ["http://h/v1"]}}})",
                   "models[\"m\"].policy: random is not one of"},
         BadConfig{R"({"models": {"m": {"fallback": "x", "backends": ["http://h/v1"]}}})",
@@ -161,6 +169,70 @@ TEST(BackendPoolTest, EjectedBackendsAreSkippedForTheCooldown) {
   EXPECT_THAT(pool.Order(now + absl::Seconds(4)), ElementsAre(2, 0));
   EXPECT_THAT(pool.Order(now + absl::Seconds(5)), ElementsAre(2, 0, 1));
   EXPECT_TRUE(pool.Ejected(now + absl::Seconds(5)).empty());
+}
+
+}  // namespace
+}  // namespace tpserve
+
+namespace tpserve {
+namespace {
+
+// A chat body with a shared system prompt of `system_bytes` and a user turn of its own.
+nlohmann::json Chat(size_t system_bytes, const std::string& user) {
+  return {{"model", "m"},
+          {"messages", {{{"role", "system"}, {"content", std::string(system_bytes, 's')}},
+                        {{"role", "user"}, {"content", user}}}}};
+}
+
+TEST(BackendPoolTest, PromptTextCoversChatsAndPrompts) {
+  EXPECT_EQ(PromptText(Chat(3, "hi")), "system\nsss\nuser\nhi\n");
+  EXPECT_EQ(PromptText({{"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}},
+                                                                         {{"type", "text"}, {"text", "b"}}}}}}}}),
+            "user\nab\n");
+  EXPECT_EQ(PromptText({{"prompt", "once upon"}}), "once upon");
+  EXPECT_EQ(PromptText({{"prompt", {"first", "second"}}}), "first");
+  EXPECT_EQ(PromptText({{"prompt", {1, 22, 333}}}), "1 22 333 ");
+}
+
+// Requests sharing a long prefix (a system prompt) stick to the backend that took the first
+// of them; a prompt that shares too little goes by load; an ejected holder is passed over;
+// out-of-balance load overrides the match.
+TEST(BackendPoolTest, CacheAwareFollowsSharedPrefixesWithinTheBalanceBounds) {
+  const absl::Time now = absl::Now();
+  RouterModel m = ThreeBackends(RoutingPolicyKind::kCacheAware);
+  m.cache_aware.balance_abs_threshold = 2;
+  BackendPool pool(m, absl::Seconds(5));
+  // Two different long system prompts, first seen while everything is idle: least_load's order
+  // (round-robin among ties) puts them on different backends.
+  const std::string a = PromptText(Chat(4000, "question 1")), b = PromptText(Chat(4000, "q"));
+  std::string b_prompt = b;
+  b_prompt[10] = 'x';  // a different system prompt from byte 10 on
+  const size_t first_a = pool.Order(now, a).front();
+  const size_t first_b = pool.Order(now, b_prompt).front();
+  EXPECT_NE(first_a, first_b);
+  // The same system prompt with other user turns: the same backend, whatever the rotation.
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(pool.Order(now, PromptText(Chat(4000, "question " + std::to_string(i + 2)))).front(), first_a) << i;
+  }
+  // A 4,100-byte prompt that shares no whole 128-byte step with the others (below the 30%
+  // threshold) goes by load.
+  std::string mostly_new = PromptText(Chat(100, std::string(4000, 'u')));
+  pool.Begin(first_a);  // first_a is now the busiest, but within the balance bounds
+  const size_t by_load = pool.Order(now, mostly_new).front();
+  EXPECT_NE(by_load, first_a) << "a 3% match must not pull a request to a busier backend";
+  EXPECT_EQ(pool.Order(now, a).front(), first_a) << "within the bounds, the match wins over load";
+  // Out of balance (3 more in flight than the idlest, and more than 1.5x): least_load decides.
+  pool.Begin(first_a);
+  pool.Begin(first_a);
+  EXPECT_NE(pool.Order(now, a).front(), first_a);
+  pool.End(first_a);
+  pool.End(first_a);
+  pool.End(first_a);
+  // The holder ejected: another backend, then (after the cooldown) the new holder keeps it.
+  pool.Eject(first_a, now);
+  const size_t moved = pool.Order(now, a).front();
+  EXPECT_NE(moved, first_a);
+  EXPECT_EQ(pool.Order(now + absl::Seconds(6), a).front(), moved);
 }
 
 }  // namespace

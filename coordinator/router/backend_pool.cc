@@ -3,7 +3,11 @@
 #include "coordinator/router/backend_pool.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
+
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
 
 namespace tpserve {
 
@@ -15,7 +19,93 @@ BackendPool::BackendPool(RouterModel model, absl::Duration cooldown)
   for (size_t i = 0; i < model_.backends.size(); ++i) in_flight_[i].store(0);
 }
 
-std::vector<size_t> BackendPool::Order(absl::Time now) {
+std::string PromptText(const nlohmann::json& body) {
+  constexpr size_t kMaxBytes = kPrefixStep * (kPrefixIndexEntries / 4);
+  std::string text;
+  auto add = [&](const nlohmann::json& v) {
+    if (text.size() >= kMaxBytes) return;
+    if (v.is_string()) {
+      text += v.get_ref<const std::string&>();
+    } else if (v.is_number_integer()) {
+      absl::StrAppend(&text, v.get<int64_t>(), " ");
+    }
+  };
+  if (body.contains("messages") && body["messages"].is_array()) {
+    for (const nlohmann::json& m : body["messages"]) {
+      if (!m.is_object()) continue;
+      if (m.contains("role")) add(m["role"]);
+      text += '\n';
+      if (!m.contains("content")) continue;
+      const nlohmann::json& c = m["content"];
+      if (c.is_array()) {
+        for (const nlohmann::json& part : c) {
+          if (part.is_object() && part.contains("text")) add(part["text"]);
+        }
+      } else {
+        add(c);
+      }
+      text += '\n';
+    }
+  } else if (body.contains("prompt")) {
+    const nlohmann::json& p = body["prompt"];
+    if (p.is_array() && !p.empty() && !p[0].is_number()) {
+      add(p[0]);  // a list of prompts: the first
+    } else if (p.is_array()) {
+      for (const nlohmann::json& id : p) add(id);  // token ids
+    } else {
+      add(p);
+    }
+  }
+  if (text.size() > kMaxBytes) text.resize(kMaxBytes);
+  return text;
+}
+
+std::vector<size_t> BackendPool::CacheAwareOrder(std::vector<size_t> healthy, absl::string_view prompt) {
+  // least_load's order first: what a request without a usable prefix match takes.
+  std::vector<int64_t> load(model_.backends.size());
+  for (size_t i : healthy) load[i] = in_flight_[i].load();
+  std::stable_sort(healthy.begin(), healthy.end(), [&](size_t a, size_t b) { return load[a] < load[b]; });
+  if (healthy.empty()) return healthy;
+  const CacheAwareOptions& o = model_.cache_aware;
+  const int64_t idlest = load[healthy.front()], busiest = load[healthy.back()];
+  const bool balanced = !(busiest - idlest > o.balance_abs_threshold &&
+                          static_cast<double>(busiest) > o.balance_rel_threshold * static_cast<double>(idlest));
+  // The prompt's step hashes: hashes[k] covers bytes [0, (k + 1) * kPrefixStep), the last step
+  // possibly shorter.
+  std::vector<uint64_t> hashes;
+  uint64_t h = 0;
+  for (size_t at = 0; at < prompt.size(); at += kPrefixStep) {
+    h = absl::HashOf(h, prompt.substr(at, kPrefixStep));
+    hashes.push_back(h);
+  }
+  absl::MutexLock lock(&mu_);
+  if (balanced) {
+    for (size_t k = hashes.size(); k-- > 0;) {
+      auto it = prefixes_.find(hashes[k]);
+      if (it == prefixes_.end()) {
+        it = older_prefixes_.find(hashes[k]);
+        if (it == older_prefixes_.end()) continue;
+      }
+      const size_t matched = std::min(prompt.size(), (k + 1) * kPrefixStep);
+      const auto pos = std::find(healthy.begin(), healthy.end(), static_cast<size_t>(it->second));
+      if (pos != healthy.end() &&
+          static_cast<double>(matched) > o.cache_threshold * static_cast<double>(prompt.size())) {
+        std::rotate(healthy.begin(), pos, pos + 1);  // it first, the rest in least_load's order
+      }
+      break;  // the longest indexed prefix decides (an ejected holder: least_load's order)
+    }
+  }
+  for (uint64_t step : hashes) {
+    if (prefixes_.size() >= kPrefixIndexEntries / 2) {
+      older_prefixes_ = std::move(prefixes_);
+      prefixes_.clear();
+    }
+    prefixes_[step] = static_cast<uint32_t>(healthy.front());
+  }
+  return healthy;
+}
+
+std::vector<size_t> BackendPool::Order(absl::Time now, absl::string_view prompt) {
   const size_t n = model_.backends.size();
   const size_t start = next_.fetch_add(1) % n;
   std::vector<size_t> order;
@@ -26,6 +116,7 @@ std::vector<size_t> BackendPool::Order(absl::Time now) {
       if (ejected_until_[i] <= now) order.push_back(i);
     }
   }
+  if (model_.policy == RoutingPolicyKind::kCacheAware) return CacheAwareOrder(std::move(order), prompt);
   if (model_.policy == RoutingPolicyKind::kLeastLoad) {
     std::vector<int64_t> load(n);
     for (size_t i : order) load[i] = in_flight_[i].load();

@@ -106,7 +106,12 @@ absl::StatusOr<RouterModel> ParseModel(const std::string& name, const Json& j) {
   RouterModel m;
   m.name = name;
   if (!j.is_object()) return Invalid(field, "must be an object with \"backends\"");
-  if (absl::Status s = CheckKeys(j, {"backends", "policy", "fallback"}, field); !s.ok()) return s;
+  if (absl::Status s = CheckKeys(j, {"backends", "policy", "fallback", "cache_threshold", "balance_abs_threshold",
+                                     "balance_rel_threshold"},
+                                 field);
+      !s.ok()) {
+    return s;
+  }
   if (j.contains("policy")) {
     const Json& p = j["policy"];
     const std::string policy = p.is_string() ? p.get<std::string>() : p.dump();
@@ -115,10 +120,29 @@ absl::StatusOr<RouterModel> ParseModel(const std::string& name, const Json& j) {
     } else if (policy == "least_load") {
       m.policy = RoutingPolicyKind::kLeastLoad;
     } else if (policy == "cache_aware") {
-      return Invalid(field + ".policy",
-                     "\"cache_aware\" is not implemented by the router yet; use \"round_robin\" or \"least_load\"");
+      m.policy = RoutingPolicyKind::kCacheAware;
     } else {
-      return Invalid(field + ".policy", absl::StrCat(policy, " is not one of \"round_robin\", \"least_load\""));
+      return Invalid(field + ".policy",
+                     absl::StrCat(policy, " is not one of \"round_robin\", \"least_load\", \"cache_aware\""));
+    }
+  }
+  for (const char* key : {"cache_threshold", "balance_abs_threshold", "balance_rel_threshold"}) {
+    if (!j.contains(key)) continue;
+    const std::string f = absl::StrCat(field, ".", key);
+    if (m.policy != RoutingPolicyKind::kCacheAware) return Invalid(f, "applies to \"policy\": \"cache_aware\" only");
+    if (!j[key].is_number()) return Invalid(f, "must be a number");
+    const double v = j[key].get<double>();
+    if (std::string(key) == "cache_threshold") {
+      if (!(v >= 0.0 && v <= 1.0)) return Invalid(f, "must be in [0, 1]");
+      m.cache_aware.cache_threshold = v;
+    } else if (std::string(key) == "balance_abs_threshold") {
+      if (!(v >= 0.0) || v != static_cast<double>(static_cast<int64_t>(v))) {
+        return Invalid(f, "must be a whole number >= 0");
+      }
+      m.cache_aware.balance_abs_threshold = static_cast<int64_t>(v);
+    } else {
+      if (!(v >= 1.0)) return Invalid(f, "must be >= 1");
+      m.cache_aware.balance_rel_threshold = v;
     }
   }
   if (j.contains("fallback")) {

@@ -19,6 +19,21 @@ namespace tpserve {
 enum class RoutingPolicyKind {
   kRoundRobin,  // "round_robin" (the default): each healthy backend in turn
   kLeastLoad,   // "least_load": the healthy backend with the fewest requests in flight at the router
+  // "cache_aware": a request whose prompt shares a long enough prefix with an earlier one goes
+  // to the backend that served that one (its prefix cache holds it), unless the load is out of
+  // balance; otherwise least_load (BackendPool::Order).
+  kCacheAware,
+};
+
+// cache_aware's thresholds (SGLang's router's names and defaults).
+struct CacheAwareOptions {
+  // Route by prefix only where the matched share of the prompt is above this, in [0, 1].
+  double cache_threshold = 0.3;
+  // The load is out of balance (then least_load decides) when the busiest healthy backend has
+  // more than balance_abs_threshold requests in flight beyond the idlest AND more than
+  // balance_rel_threshold times its count.
+  int64_t balance_abs_threshold = 64;
+  double balance_rel_threshold = 1.5;
 };
 
 struct RouterBackend {
@@ -41,6 +56,7 @@ struct RouterBackend {
 struct RouterModel {
   std::string name;
   RoutingPolicyKind policy = RoutingPolicyKind::kRoundRobin;
+  CacheAwareOptions cache_aware;  // with policy kCacheAware
   // Another configured model whose backends take the request when every backend of this one
   // failed or is ejected; empty: none. The chain has no cycles (validated).
   std::string fallback;

@@ -131,8 +131,9 @@ void RouterServer::Proxy(const std::shared_ptr<HttpExchange>& exchange, std::str
   const absl::Time now = absl::Now();
   std::vector<ProxyCandidate> candidates;
   std::vector<std::string> ejected;
+  const std::string prompt = PromptText(body);  // cache_aware's key
   for (BackendPool* pool = it->second.get(); pool != nullptr;) {
-    for (size_t i : pool->Order(now)) candidates.push_back({pool, i});
+    for (size_t i : pool->Order(now, prompt)) candidates.push_back({pool, i});
     for (std::string& url : pool->Ejected(now)) ejected.push_back(std::move(url));
     const std::string& fallback = pool->model().fallback;
     pool = fallback.empty() ? nullptr : pools_.at(fallback).get();
