@@ -21,11 +21,11 @@ rc=$?
 [ $rc -ne 0 ] && grep -q 'models\["m"\].backends\[0\]: "grpc://127.0.0.1:50051": grpc:// backends are not supported by the router yet' \
   "$WORK/bad1.out" && ! grep -q "listening" "$WORK/bad1.out" \
   && ok "grpc:// backend refused at start (exit $rc)" || bad "grpc:// backend: rc $rc $(cat "$WORK/bad1.out")"
-echo '{"models": {"m": {"policy": "cache_aware", "backends": ["http://127.0.0.1:1/v1"]}}}' >"$WORK/bad2.json"
+echo '{"models": {"m": {"policy": "cache_aware", "cache_threshold": 2, "backends": ["http://127.0.0.1:1/v1"]}}}' >"$WORK/bad2.json"
 timeout 30 "$TPSERVE" router --config "$WORK/bad2.json" --http-port 0 >"$WORK/bad2.out" 2>&1
 rc=$?
-[ $rc -ne 0 ] && grep -q 'policy: "cache_aware" is not implemented' "$WORK/bad2.out" \
-  && ok "cache_aware refused at start (exit $rc)" || bad "cache_aware: rc $rc $(cat "$WORK/bad2.out")"
+[ $rc -ne 0 ] && grep -q 'cache_threshold: must be in \[0, 1\]' "$WORK/bad2.out" \
+  && ok "a cache_threshold out of range refused at start (exit $rc)" || bad "cache_threshold: rc $rc $(cat "$WORK/bad2.out")"
 echo '{"models": {"m": {"backends": [{"url": "http://127.0.0.1:1/v1", "api_key_env": "TPSERVE_ROUTER_TEST_UNSET"}]}}}' \
   >"$WORK/bad3.json"
 timeout 30 "$TPSERVE" router --config "$WORK/bad3.json" --http-port 0 >"$WORK/bad3.out" 2>&1
