@@ -53,7 +53,12 @@ ABSL_FLAG(std::string, cpu_huge_pages, "on", "CPU: on | off. on: weight buffers 
           "and madvised for transparent huge pages (no effect where the kernel's THP policy is never; the start-up "
           "log says which). The KV cache and activations are on 4 KiB pages either way");
 ABSL_FLAG(std::string, kv_cache_memory, "1GiB", "KV cache memory per rank on the CPU, e.g. 512MiB (on cuda the KV "
-                                                "cache takes what --gpu-memory-utilization leaves)");
+                                                "cache takes what --gpu-memory-utilization leaves). Reserved at "
+                                                "start, resident as blocks are first used: free blocks are taken "
+                                                "before cached ones are evicted, so a prefix-caching server's RSS "
+                                                "grows towards the whole reservation (Stats kv_bytes_touched, "
+                                                "/metrics tpserve_kv_cache_touched_bytes); size it to the memory "
+                                                "the cache may hold");
 ABSL_FLAG(std::string, kv_cache_dtype, "auto",
           "How the KV cache holds keys and values (vLLM's flag): auto (as the activations: fp32 on the CPU, "
           "bfloat16 on cuda) | bfloat16 | fp8 (= fp8_e4m3: FP8 E4M3 with an fp32 scale per token and KV head, about "

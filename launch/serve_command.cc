@@ -312,6 +312,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
   info.max_model_len = mc.max_position_embeddings;
   info.block_size = engine->model->block_size();
   info.kv_blocks = engine->model->num_kv_blocks();
+  info.kv_bytes_per_block = engine->model->KvBytesPerBlock();
   info.weights = engine->weights_description;
   info.engine_version = absl::StrCat("tpserve ", EngineVersion());
   if (engine->device == DeviceKind::kCuda) {

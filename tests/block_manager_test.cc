@@ -61,6 +61,28 @@ TEST(BlockManagerConfigTest, RejectsBadConfigs) {
   EXPECT_FALSE(Config({}, {}, 16, true).Validate().ok());
 }
 
+// num_touched counts distinct blocks ever handed out (the KV memory written so far): freed and
+// re-allocated blocks once; with caching, free blocks are taken before cached ones are evicted,
+// so distinct prompts touch every block before any is reused.
+TEST(BlockPoolTest, CountsEachBlockTouchedOnce) {
+  BlockPool pool(/*num_blocks=*/4, /*block_size=*/2, /*enable_caching=*/true);
+  EXPECT_EQ(pool.num_touched(), 0);
+  const int32_t a = pool.Allocate();
+  EXPECT_EQ(pool.num_touched(), 1);
+  pool.Unref(a);
+  EXPECT_EQ(pool.Allocate(), a);  // the same block again (a stack): nothing new touched
+  EXPECT_EQ(pool.num_touched(), 1);
+  const std::vector<int32_t> tokens = {1, 2};
+  pool.Register(a, /*hash=*/42, tokens);
+  pool.Unref(a);  // cached, unreferenced: on the LRU list
+  std::vector<int32_t> held;
+  for (int i = 0; i < 3; ++i) held.push_back(pool.Allocate());  // free blocks before evicting a
+  EXPECT_EQ(pool.num_touched(), 4);
+  EXPECT_EQ(std::count(held.begin(), held.end(), a), 0);
+  EXPECT_EQ(pool.Allocate(), a);  // now the cached one is evicted
+  EXPECT_EQ(pool.num_touched(), 4);
+}
+
 TEST(BlockManagerTest, AllocatesBlocksForNewTokensAndFreesThem) {
   BlockManager bm(Config({8}, {0}, 4, false));
   Sequence s = Seq(Range(1, 11));  // 10 tokens: 3 blocks

@@ -128,6 +128,11 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
   Gauge* gpu_cache_usage = &registry_.AddGauge(
       "vllm:gpu_cache_usage_perc",
       "vllm:kv_cache_usage_perc under vLLM's older (deprecated) name that vLLM's example Grafana dashboard reads.", l);
+  Gauge* kv_touched = &registry_.AddGauge(
+      "tpserve_kv_cache_touched_bytes",
+      "Bytes of rank 0's KV cache reservation that the blocks used so far cover (resident); free blocks are used "
+      "before cached ones are evicted, so with prefix caching it grows towards the whole reservation.",
+      l);
   Counter* prefix_queries = &registry_.AddCounter("vllm:prefix_cache_queries_total",
                                                   "Prompt tokens looked up in the prefix cache.", l);
   Counter* prefix_hits = &registry_.AddCounter("vllm:prefix_cache_hits_total",
@@ -183,7 +188,7 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
   Gauge* rss = &registry_.AddGauge("process_resident_memory_bytes", "Resident memory of rank 0's process.");
   Gauge* peak_rss = &registry_.AddGauge("tpserve_process_peak_resident_memory_bytes",
                                         "Peak resident memory of rank 0's process since start.");
-  registry_.AddCollector([&engine, running, waiting, kv_usage, gpu_cache_usage, prefix_queries, prefix_hits,
+  registry_.AddCollector([&engine, running, waiting, kv_usage, gpu_cache_usage, kv_touched, prefix_queries, prefix_hits,
                           preemptions, prompt_tokens, generation_tokens, steps, aborts, abort_delay, abort_delay_max,
                           compute_s, allreduce_s, scheduling_s, pipeline_s, draft_s, stages_busy_s, rss, peak_rss,
                           spec_drafts, spec_draft_tokens, spec_accepted, spec_per_pos] {
@@ -195,6 +200,7 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
     waiting->Set(s.waiting);
     kv_usage->Set(s.kv_usage);
     gpu_cache_usage->Set(s.kv_usage);
+    kv_touched->Set(static_cast<double>(s.kv_bytes_touched));
     prefix_queries->Set(static_cast<double>(s.prefix_cache_queries));
     prefix_hits->Set(static_cast<double>(s.prefix_cache_hits));
     preemptions->Set(static_cast<double>(s.preemptions));

@@ -249,6 +249,7 @@ grpc::ServerUnaryReactor* TpServeService::Stats(grpc::CallbackServerContext* con
   response->set_running(s.running);
   response->set_waiting(s.waiting);
   response->set_kv_usage(s.kv_usage);
+  response->set_kv_bytes_touched(s.kv_bytes_touched);
   response->set_preemptions(s.preemptions);
   response->set_prefix_cache_hit_rate(s.prefix_cache_hit_rate);
   response->set_prompt_tokens(s.prompt_tokens);

@@ -33,6 +33,7 @@ BlockPool::BlockPool(int32_t num_blocks, int32_t block_size, bool enable_caching
     for (size_t i = 0; i < free_.size(); ++i) std::swap(free_[i], free_[(i * 7919 + 13) % free_.size()]);
   }
   if (enable_caching) tokens_.resize(static_cast<size_t>(num_blocks) * block_size);
+  touched_.assign(num_blocks, false);
 }
 
 int32_t BlockPool::Allocate() {
@@ -47,6 +48,10 @@ int32_t BlockPool::Allocate() {
     Evict(b);
   }
   ref_count_[b] = 1;
+  if (!touched_[b]) {
+    touched_[b] = true;
+    ++num_touched_;
+  }
   return b;
 }
 

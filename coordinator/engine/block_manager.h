@@ -34,6 +34,10 @@ class BlockPool {
   int32_t num_cached() const { return static_cast<int32_t>(cache_.size()); }
   int32_t ref_count(int32_t block) const { return ref_count_[block]; }
   int64_t num_evictions() const { return num_evictions_; }
+  // Distinct blocks ever handed out: the share of the KV reservation whose memory the workers
+  // have written (and so hold resident), since free blocks are used before cached ones are
+  // evicted.
+  int32_t num_touched() const { return num_touched_; }
 
   // A fresh block with reference count 1: a never-cached free block if there is one,
   // else the least recently freed cached block, evicted from the cache. Needs num_free() > 0.
@@ -69,6 +73,8 @@ class BlockPool {
   std::vector<bool> cached_;
   std::vector<int32_t> tokens_;                   // [num_blocks, block_size] when caching
   int64_t num_evictions_ = 0;
+  std::vector<bool> touched_;
+  int32_t num_touched_ = 0;
 };
 
 // Blocks a sequence holds at most in a sliding group of window `window` (> 0) while it

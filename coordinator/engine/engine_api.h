@@ -35,6 +35,7 @@ struct ModelInfo {
   int64_t max_model_len = 0;
   int32_t block_size = 16;
   std::vector<int64_t> kv_blocks;  // per KV cache group
+  std::vector<int64_t> kv_bytes_per_block;  // per KV cache group, rank 0's (Model::KvBytesPerBlock)
   std::string weights;             // source description
   std::string engine_version;     // version and git hash
   std::string device;             // rank 0's device, e.g. "NVIDIA H200" or "CPU: <model>"
@@ -57,6 +58,11 @@ struct EngineStats {
   int32_t running = 0;
   int32_t waiting = 0;
   double kv_usage = 0;  // fraction of KV blocks in use (the fullest group)
+  // Bytes of rank 0's KV cache that blocks ever used cover (ModelInfo::kv_bytes_per_block x
+  // distinct blocks touched, summed over groups): what the cache holds resident so far. Free
+  // blocks are used before cached ones are evicted, so with prefix caching it grows towards
+  // the whole reservation.
+  int64_t kv_bytes_touched = 0;
   int64_t preemptions = 0;
   double prefix_cache_hit_rate = 0;  // prefix_cache_hits / prefix_cache_queries
   int64_t prefix_cache_queries = 0;  // prompt tokens looked up in the prefix cache, since start

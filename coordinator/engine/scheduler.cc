@@ -441,6 +441,7 @@ SchedulerStats Scheduler::stats() const {
   for (int32_t g = 0; g < block_manager_.num_groups(); ++g) {
     s.kv_usage.push_back(block_manager_.usage(g));
     s.kv_blocks_used.push_back(block_manager_.num_used(g));
+    s.kv_blocks_touched.push_back(block_manager_.pool(g).num_touched());
   }
   s.num_preemptions = num_preemptions_;
   s.prefix_query_tokens = block_manager_.prefix_query_tokens();

@@ -138,6 +138,8 @@ struct SchedulerStats {
   std::vector<double> kv_usage;   // per KV group, fraction of blocks in use
   // Per KV group, between steps: blocks referenced.
   std::vector<int64_t> kv_blocks_used;
+  // Per KV group: distinct blocks ever used (BlockPool::num_touched).
+  std::vector<int64_t> kv_blocks_touched;
   int64_t num_preemptions = 0;    // since start
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;

@@ -141,6 +141,10 @@ void ServingEngine::PublishStats(const EngineStep* step) {
   stats_.waiting = s.num_waiting;
   stats_.kv_usage = 0;
   for (double u : s.kv_usage) stats_.kv_usage = std::max(stats_.kv_usage, u);
+  stats_.kv_bytes_touched = 0;
+  for (size_t g = 0; g < s.kv_blocks_touched.size() && g < info_.kv_bytes_per_block.size(); ++g) {
+    stats_.kv_bytes_touched += s.kv_blocks_touched[g] * info_.kv_bytes_per_block[g];
+  }
   stats_.preemptions = s.num_preemptions;
   stats_.prefix_cache_hit_rate = s.prefix_cache_hit_rate();
   stats_.prefix_cache_queries = s.prefix_query_tokens;
