@@ -5,7 +5,9 @@
 # names; round_robin alternates the replicas (x-tpserve-backend); a streamed chat passes
 # through as SSE; a client gone mid-stream cancels the backend request; an unknown model is a 404 naming the available ones; with one replica killed
 # requests still succeed, with both the fallback answers; the router's --api-key; the request
-# log; config errors exit non-zero naming the field before listening.
+# log; the router's /metrics after all that (tries per backend add up to the requests sent, the
+# killed replicas are unhealthy with connect errors, nothing left in flight, the fallback
+# counted); config errors exit non-zero naming the field before listening.
 # Usage: router_test.sh TPSERVE_BINARY FIXTURES_DIR   (run by ctest)
 set -u
 TPSERVE=$1
@@ -131,6 +133,42 @@ poll 10 session_gone "$SID_A2"
 got=$(complete gemma-4-tiny)
 [ "$got" = "200 $C" ] && grep -q '"model":"cloud-model"' "$WORK/body" && ok "both replicas killed: the fallback answers" \
   || bad "fallback: $got $(cat "$WORK/body")"
+# Scraped at once: the replicas' 5 s ejection (the last by the request above) is still on.
+curl -s "${AUTH[@]}" "$R/metrics" >"$WORK/metrics"
+code=$(curl -s -o /dev/null -w '%{http_code}' "$R/metrics")
+[ "$code" = 401 ] && ok "/metrics needs the router's key" || bad "/metrics without key -> $code"
+# The requests that reached a configured model: 4 + 1 + 1 streamed + 1 cut + 3 + 1 (the 404 for
+# an unknown model did not).
+SENT=11
+# metric SERIES: its value in the scrape (the exact name{labels}); sum PREFIX: the sum of every
+# series whose name{labels} starts with PREFIX.
+metric() { awk -v s="$1" 'index($0, s " ") == 1 { print $2 }' "$WORK/metrics"; }
+sum() { awk -v p="$1" 'index($0, p) == 1 { t += $2 } END { print t + 0 }' "$WORK/metrics"; }
+tries=$(sum 'tpserve_router_backend_requests_total{')
+retries=$(sum 'tpserve_router_backend_retries_total{')
+outcomes=$(sum 'tpserve_router_requests_total{')
+[ $((tries - retries)) -eq $SENT ] && [ "$retries" -ge 1 ] && [ "$outcomes" -eq $SENT ] \
+  && [ "$(metric 'tpserve_router_requests_total{model="other-model",outcome="client_gone"}')" = 1 ] \
+  && ok "/metrics: tries per backend ($tries) less retries ($retries), and outcomes, add up to the $SENT requests" \
+  || bad "/metrics counts: tries $tries retries $retries outcomes $outcomes, sent $SENT: $(grep '^tpserve_router_\(backend_requests\|backend_retries\|requests\)_total' "$WORK/metrics")"
+killed_ok=1
+for b in "$A1" "$A2"; do
+  l="model=\"gemma-4-tiny\",backend=\"$b\""
+  [ "$(metric "tpserve_router_backend_healthy{$l}")" = 0 ] \
+    && [ "$(metric "tpserve_router_backend_errors_total{$l,kind=\"connect\"}")" -ge 1 ] 2>/dev/null || killed_ok=0
+done
+[ $killed_ok = 1 ] && [ "$(metric "tpserve_router_backend_healthy{model=\"cloud\",backend=\"$C\"}")" = 1 ] \
+  && ok "/metrics: the killed replicas are unhealthy (0) with connect errors, the fallback's backend healthy" \
+  || bad "/metrics health: $(grep '^tpserve_router_backend_\(healthy\|errors_total\)' "$WORK/metrics")"
+in_flight=$(grep -c '^tpserve_router_backend_requests_in_flight{' "$WORK/metrics")
+busy=$(grep '^tpserve_router_backend_requests_in_flight{' "$WORK/metrics" | grep -vc ' 0$')
+[ "$in_flight" -eq 4 ] && [ "$busy" -eq 0 ] && ok "/metrics: no request in flight on any of the 4 backends" \
+  || bad "/metrics in flight: $(grep '^tpserve_router_backend_requests_in_flight' "$WORK/metrics")"
+fallbacks=$(metric 'tpserve_router_fallbacks_total{model="gemma-4-tiny",fallback="cloud"}')
+answered=$(metric "tpserve_router_backend_request_latency_seconds_count{model=\"cloud\",backend=\"$C\"}")
+[ "${fallbacks:-0}" -ge 1 ] && [ "${answered:-0}" -ge 1 ] \
+  && ok "/metrics: the fallback counted ($fallbacks) and its backend's latency observed" \
+  || bad "/metrics fallback: $fallbacks, answered $answered: $(grep '^tpserve_router_fallbacks' "$WORK/metrics")"
 # The cloud backend without the router's forwarded key would refuse: check it does.
 code=$(curl -s -o /dev/null -w '%{http_code}' "$C/models")
 [ "$code" = 401 ] && ok "the fallback backend needs its key (the router sent it)" || bad "cloud without key -> $code"

@@ -18,11 +18,19 @@ nlohmann::ordered_json RouterError(absl::string_view message, absl::string_view 
   return {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}}}};
 }
 
+// A try that ended in `status` (not OK): before its connection was up (a connect timeout
+// included), after it past a deadline, or broken.
+BackendErrorKind FailureKind(bool connected, const absl::Status& status) {
+  if (!connected) return BackendErrorKind::kConnect;
+  if (status.code() == absl::StatusCode::kDeadlineExceeded) return BackendErrorKind::kTimeout;
+  return BackendErrorKind::kStreamBroken;
+}
+
 }  // namespace
 
 ProxyRequest::ProxyRequest(Strand strand, std::shared_ptr<HttpExchange> exchange, nlohmann::json body,
                            std::string model, std::string path_suffix, std::vector<ProxyCandidate> candidates,
-                           ProxyTimeouts timeouts, RequestLog* log)
+                           ProxyTimeouts timeouts, RequestLog* log, RouterMetrics& metrics)
     : strand_(std::move(strand)),
       exchange_(std::move(exchange)),
       body_(std::move(body)),
@@ -31,6 +39,7 @@ ProxyRequest::ProxyRequest(Strand strand, std::shared_ptr<HttpExchange> exchange
       candidates_(std::move(candidates)),
       timeouts_(timeouts),
       log_(log),
+      metrics_(metrics),
       stream_(body_.contains("stream") && body_["stream"].is_boolean() && body_["stream"].get<bool>()) {}
 
 void ProxyRequest::Start() {
@@ -54,7 +63,7 @@ void ProxyRequest::TryNext() {
     const std::string message =
         absl::StrCat("every backend of model \"", model_, "\" (and its fallbacks) failed: ", absl::StrJoin(errors_, "; "));
     exchange_->Respond(502, "application/json", RouterError(message, "server_error").dump());
-    return Finish(502, false, message);
+    return Finish(502, RequestOutcome::kError, message);
   }
   current_ = &candidates_[next_++];
   const RouterBackend& b = current_->pool->backend(current_->index);
@@ -70,12 +79,16 @@ void ProxyRequest::TryNext() {
   request.response_timeout = timeouts_.response;
   status_ = 0;
   whole_.clear();
+  connected_ = false;
+  try_start_ = absl::Now();
   current_->pool->Begin(current_->index);
+  metrics_.BackendStarted(*current_->pool, current_->index);
   // The callbacks hold the request alive while the call runs; Cancel() ends them.
   auto self = shared_from_this();
   call_ = UpstreamCall::Start(
       strand_, std::move(request),
-      {[self](int status, std::string content_type) { self->OnHead(status, std::move(content_type)); },
+      {[self] { self->connected_ = true; },
+       [self](int status, std::string content_type) { self->OnHead(status, std::move(content_type)); },
        [self](std::string piece) { self->OnData(std::move(piece)); },
        [self](absl::Status status) { self->OnEnd(std::move(status)); }});
 }
@@ -83,10 +96,11 @@ void ProxyRequest::TryNext() {
 void ProxyRequest::OnHead(int status, std::string content_type) {
   status_ = status;
   content_type_ = std::move(content_type);
+  metrics_.BackendFirstByte(*current_->pool, current_->index, absl::Now() - try_start_);
   if (status_ >= 500) {
     call_->Cancel();
     current_->pool->End(current_->index);
-    FailOver(absl::StrCat("HTTP ", status_));
+    FailOver(absl::StrCat("HTTP ", status_), BackendErrorKind::kHttp5xx);
   }
 }
 
@@ -95,6 +109,7 @@ void ProxyRequest::OnData(std::string piece) {
   if (stream_ && status_ == 200) {
     if (!streaming_) {
       streaming_ = true;
+      Answering();
       exchange_->StartStream(200, content_type_.empty() ? "text/event-stream" : content_type_,
                              {{"Cache-Control", "no-cache"}, {kBackendHeader, url}});
     }
@@ -109,17 +124,20 @@ void ProxyRequest::OnEnd(absl::Status status) {
   call_.reset();
   const std::string& url = current_->pool->backend(current_->index).url;
   if (!status.ok()) {
-    if (!streaming_) return FailOver(std::string(status.message()));
+    const BackendErrorKind kind = FailureKind(connected_, status);
+    if (!streaming_) return FailOver(std::string(status.message()), kind);
     // Part of the stream reached the client: end it with an error event, never silently.
     current_->pool->Eject(current_->index, absl::Now());
+    metrics_.BackendFailed(*current_->pool, current_->index, kind, /*moved_on=*/false);
     const std::string message =
         absl::StrCat("the backend ", url, " failed in the middle of the stream: ", status.message());
     exchange_->End(absl::StrCat(SseEvent(RouterError(message, "server_error").dump()), kSseDone));
-    return Finish(200, false, message);
+    return Finish(200, RequestOutcome::kError, message);
   }
   if (streaming_) {
     exchange_->End();
-    return Finish(200, true, "");
+    metrics_.BackendAnswered(*current_->pool, current_->index, absl::Now() - exchange_->request().arrival);
+    return Finish(200, RequestOutcome::kSuccess, "");
   }
   std::vector<HttpHeader> headers = {{kBackendHeader, url}};
   const int status_code = status_;
@@ -141,6 +159,9 @@ void ProxyRequest::OnEnd(absl::Status status) {
                      std::move(headers));
   if (finished_) return;
   finished_ = true;
+  Answering();
+  metrics_.BackendAnswered(*current_->pool, current_->index, absl::Now() - exchange_->request().arrival);
+  metrics_.RequestFinished(model_, status_code < 400 ? RequestOutcome::kSuccess : RequestOutcome::kError);
   if (log_ != nullptr) {
     partial.model = model_;
     partial.backend = url;
@@ -153,8 +174,9 @@ void ProxyRequest::OnEnd(absl::Status status) {
   self_.reset();
 }
 
-void ProxyRequest::FailOver(const std::string& error) {
+void ProxyRequest::FailOver(const std::string& error, BackendErrorKind kind) {
   current_->pool->Eject(current_->index, absl::Now());
+  metrics_.BackendFailed(*current_->pool, current_->index, kind, /*moved_on=*/next_ < candidates_.size());
   errors_.push_back(absl::StrCat(current_->pool->backend(current_->index).url, ": ", error));
   TryNext();
 }
@@ -166,12 +188,20 @@ void ProxyRequest::OnClientGone() {
     call_.reset();
     current_->pool->End(current_->index);
   }
-  Finish(streaming_ ? 200 : 499, false, "the client disconnected; the backend request was cancelled");
+  Finish(streaming_ ? 200 : 499, RequestOutcome::kClientGone,
+         "the client disconnected; the backend request was cancelled");
 }
 
-void ProxyRequest::Finish(int status, bool success, std::string error) {
+void ProxyRequest::Answering() {
+  const std::string& answering = current_->pool->model().name;
+  if (answering != model_) metrics_.FallbackTaken(model_, answering);
+}
+
+void ProxyRequest::Finish(int status, RequestOutcome outcome, std::string error) {
   if (finished_) return;
   finished_ = true;
+  metrics_.RequestFinished(model_, outcome);
+  const bool success = outcome == RequestOutcome::kSuccess;
   if (log_ != nullptr) {
     RequestRecord r;
     r.model = model_;

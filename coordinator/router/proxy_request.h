@@ -12,6 +12,7 @@
 #include "coordinator/api/http_transport.h"
 #include "coordinator/router/backend_pool.h"
 #include "coordinator/router/request_log.h"
+#include "coordinator/router/router_metrics.h"
 #include "coordinator/router/upstream_call.h"
 #include "nlohmann/json.hpp"
 
@@ -32,10 +33,11 @@ struct ProxyCandidate {
 class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
  public:
   // `body`: the client's parsed JSON body; `path_suffix`: the route after "/v1" (e.g.
-  // "/chat/completions"); `log` may be null. `candidates` is not empty.
+  // "/chat/completions"); `log` may be null; `metrics` (covering the candidates' pools) outlives
+  // the request. `candidates` is not empty.
   ProxyRequest(Strand strand, std::shared_ptr<HttpExchange> exchange, nlohmann::json body, std::string model,
                std::string path_suffix, std::vector<ProxyCandidate> candidates, ProxyTimeouts timeouts,
-               RequestLog* log);
+               RequestLog* log, RouterMetrics& metrics);
   // Tries the first candidate (on the strand) and watches for the client going away. Keeps
   // itself alive until the response ended or the client is gone.
   void Start();
@@ -48,8 +50,10 @@ class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
   void OnEnd(absl::Status status);
   void OnClientGone();
   // The current backend failed before anything reached the client: eject it, try the next.
-  void FailOver(const std::string& error);
-  void Finish(int status, bool success, std::string error);
+  void FailOver(const std::string& error, BackendErrorKind kind);
+  // The current backend's response starts reaching the client: counts a fallback taken.
+  void Answering();
+  void Finish(int status, RequestOutcome outcome, std::string error);
 
   const Strand strand_;
   const std::shared_ptr<HttpExchange> exchange_;
@@ -59,11 +63,14 @@ class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
   const std::vector<ProxyCandidate> candidates_;
   const ProxyTimeouts timeouts_;
   RequestLog* const log_;
+  RouterMetrics& metrics_;
   const bool stream_;
   // Strand-only state.
   size_t next_ = 0;  // the next candidate to try
   std::shared_ptr<UpstreamCall> call_;
   const ProxyCandidate* current_ = nullptr;
+  absl::Time try_start_;    // the current try's start (time to first byte)
+  bool connected_ = false;  // the current try's connection is up (a failure is not "connect")
   int status_ = 0;
   std::string content_type_;
   bool streaming_ = false;  // the SSE response started: no failover any more

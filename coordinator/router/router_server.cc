@@ -36,6 +36,7 @@ RouterServer::RouterServer(RouterConfig config, RouterOptions options)
   for (auto& [name, model] : config.models) {
     pools_.emplace(name, std::make_unique<BackendPool>(std::move(model), options_.cooldown));
   }
+  metrics_ = std::make_unique<RouterMetrics>(pools_);
 }
 
 RouterServer::~RouterServer() { Shutdown(); }
@@ -71,7 +72,7 @@ void RouterServer::Handle(std::shared_ptr<HttpExchange> exchange) {
   }
   const bool get = req.method == "GET", post = req.method == "POST";
   const bool post_route = req.path == "/v1/completions" || req.path == "/v1/chat/completions";
-  const bool get_route = req.path == "/health" || req.path == "/v1/models";
+  const bool get_route = req.path == "/health" || req.path == "/v1/models" || req.path == "/metrics";
   if (post && post_route) {
     boost::asio::post(proxy_io_, [this, exchange, suffix = req.path.substr(3)]() mutable {
       Proxy(exchange, std::move(suffix));
@@ -79,6 +80,9 @@ void RouterServer::Handle(std::shared_ptr<HttpExchange> exchange) {
     return;
   }
   if (get && req.path == "/health") return exchange->Respond(200, kJson, "{}");
+  if (get && req.path == "/metrics") {
+    return exchange->Respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics_->RenderPrometheus());
+  }
   if (get && req.path == "/v1/models") {
     nlohmann::ordered_json data = nlohmann::ordered_json::array();
     for (const std::string& name : model_names_) {
@@ -139,6 +143,7 @@ void RouterServer::Proxy(const std::shared_ptr<HttpExchange>& exchange, std::str
     pool = fallback.empty() ? nullptr : pools_.at(fallback).get();
   }
   if (candidates.empty()) {
+    metrics_->RequestFinished(model, RequestOutcome::kError);
     return refuse(absl::UnavailableError(absl::StrCat(
                                 "every backend of model \"", model, "\" (and its fallbacks) failed recently and is ",
                                 "ejected for up to ", absl::FormatDuration(options_.cooldown), ": ",
@@ -146,7 +151,7 @@ void RouterServer::Proxy(const std::shared_ptr<HttpExchange>& exchange, std::str
   }
   auto request = std::make_shared<ProxyRequest>(boost::asio::make_strand(proxy_io_), exchange, std::move(body), model,
                                                 std::move(path_suffix), std::move(candidates), options_.timeouts,
-                                                log_.get());
+                                                log_.get(), *metrics_);
   request->Start();
 }
 

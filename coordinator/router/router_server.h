@@ -1,6 +1,6 @@
 // `tpserve router`'s HTTP front end: one OpenAI-compatible door for the models of a
 // RouterConfig, on the same event-driven transport as `serve` (coordinator/api/http_transport.h).
-// /health (open), /v1/models (the configured names), and /v1/chat/completions and
+// /health (open), /v1/models (the configured names), /metrics (router_metrics.h), and /v1/chat/completions and
 // /v1/completions proxied by model name to a backend the model's policy picks, failing over
 // to its other backends and its fallback model (proxy_request.h). With API keys set, every
 // route but /health needs one. Tested by tests/router_test.sh.
@@ -22,6 +22,7 @@
 #include "coordinator/router/proxy_request.h"
 #include "coordinator/router/request_log.h"
 #include "coordinator/router/router_config.h"
+#include "coordinator/router/router_metrics.h"
 
 namespace tpserve {
 
@@ -63,6 +64,7 @@ class RouterServer {
   const ApiKeys api_keys_;
   const int64_t started_unix_s_;
   std::map<std::string, std::unique_ptr<BackendPool>> pools_;  // by model name; fixed after construction
+  std::unique_ptr<RouterMetrics> metrics_;                      // over pools_
   std::unique_ptr<RequestLog> log_;
   boost::asio::io_context proxy_io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> proxy_work_;

@@ -75,6 +75,10 @@ class BeastUpstreamCall : public UpstreamCall, public std::enable_shared_from_th
   void OnConnect(beast::error_code ec) {
     if (done_) return;
     if (ec) return Fail("connecting", ec);
+    if (callbacks_.connected) {
+      callbacks_.connected();
+      if (done_) return;
+    }
     stream_.expires_after(ToChrono(request_.response_timeout));
     http::async_write(stream_, req_, [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
   }

@@ -26,10 +26,12 @@ struct UpstreamRequest {
   absl::Duration response_timeout = absl::Seconds(600);
 };
 
-// Called on the call's strand, in this order: head once (unless the call failed before it),
-// data for each body piece, end once (OK: the whole response was read; else UNAVAILABLE or
+// Called on the call's strand, in this order: connected once the TCP connection is up (may be
+// empty; tells a failure to connect from a connection that broke later), head once (unless the
+// call failed before it), data for each body piece, end once (OK: the whole response was read; else UNAVAILABLE or
 // DEADLINE_EXCEEDED saying what failed). None after Cancel().
 struct UpstreamCallbacks {
+  std::function<void()> connected;
   std::function<void(int status, std::string content_type)> head;
   std::function<void(std::string piece)> data;
   std::function<void(absl::Status status)> end;

@@ -1,0 +1,152 @@
+// RouterMetrics: the series, registered up front for every configured backend and model so a
+// scrape shows zeros rather than nothing. Tested by tests/router_metrics_test.cc.
+#include "coordinator/router/router_metrics.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/time/clock.h"
+#include "kernels/base.h"
+
+namespace tpserve {
+namespace {
+
+// Seconds: vLLM's time-to-first-token buckets (vllm/v1/metrics/loggers.py), 1 ms to 2560 s, for
+// both histograms: a router's requests range from a cached 404 to a 600 s stream.
+std::vector<double> LatencyBuckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+          1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+}
+
+constexpr char kRequests[] = "tpserve_router_backend_requests_total";
+constexpr char kErrors[] = "tpserve_router_backend_errors_total";
+constexpr char kRetries[] = "tpserve_router_backend_retries_total";
+constexpr char kInFlight[] = "tpserve_router_backend_requests_in_flight";
+constexpr char kHealthy[] = "tpserve_router_backend_healthy";
+constexpr char kFirstByte[] = "tpserve_router_backend_time_to_first_byte_seconds";
+constexpr char kLatency[] = "tpserve_router_backend_request_latency_seconds";
+constexpr char kOutcomes[] = "tpserve_router_requests_total";
+constexpr char kFallbacks[] = "tpserve_router_fallbacks_total";
+
+constexpr const char* kErrorKinds[] = {"connect", "timeout", "http_5xx", "stream_broken"};
+constexpr const char* kOutcomeNames[] = {"success", "error", "client_gone"};
+
+}  // namespace
+
+RouterMetrics::RouterMetrics(const std::map<std::string, std::unique_ptr<BackendPool>>& pools) {
+  // (pool, series, the backend indices it covers) for the collector.
+  struct Watched {
+    const BackendPool* pool;
+    BackendSeries* series;
+    std::vector<size_t> indices;
+  };
+  std::vector<Watched> watched;
+  for (const auto& [name, pool] : pools) {
+    std::map<std::string, BackendSeries*> by_url;
+    std::vector<BackendSeries*>& by_index = backends_[pool.get()];
+    for (size_t i = 0; i < pool->model().backends.size(); ++i) {
+      const std::string& url = pool->backend(i).url;
+      BackendSeries*& s = by_url[url];
+      if (s == nullptr) {
+        const MetricLabels l = {{"model", name}, {"backend", url}};
+        auto series = std::make_unique<BackendSeries>();
+        series->requests = &registry_.AddCounter(kRequests, "Tries of this backend (a request's first or a retry's).", l);
+        for (size_t k = 0; k < series->errors.size(); ++k) {
+          MetricLabels lk = l;
+          lk.emplace_back("kind", kErrorKinds[k]);
+          series->errors[k] = &registry_.AddCounter(
+              kErrors,
+              "Failed tries of this backend, by kind: connect (no connection within 5 s), timeout (no response head "
+              "or next body piece in time), http_5xx, stream_broken (the connection broke after it was made).",
+              lk);
+        }
+        series->retries = &registry_.AddCounter(
+            kRetries, "Requests that failed on this backend and went on to another (of the model or a fallback).", l);
+        series->first_byte_s = &registry_.AddHistogram(
+            kFirstByte, "Start of a try of this backend (connecting) to its response head.", LatencyBuckets(), l);
+        series->latency_s = &registry_.AddHistogram(
+            kLatency,
+            "Arrival of a request at the router to the end of this backend's whole response to it (answered "
+            "requests only: failed, cut or abandoned ones are not observed).",
+            LatencyBuckets(), l);
+        series->in_flight = &registry_.AddGauge(kInFlight, "The router's requests to this backend in flight now.", l);
+        series->healthy =
+            &registry_.AddGauge(kHealthy, "1: routable; 0: ejected now (failed within the cooldown).", l);
+        series->healthy->Set(1);
+        s = series.get();
+        backend_series_.push_back(std::move(series));
+        watched.push_back({pool.get(), s, {}});
+      }
+      by_index.push_back(s);
+      for (Watched& w : watched) {
+        if (w.series == s) w.indices.push_back(i);
+      }
+    }
+    ModelSeries& m = models_[name];
+    for (size_t k = 0; k < m.outcomes.size(); ++k) {
+      m.outcomes[k] = &registry_.AddCounter(
+          kOutcomes,
+          "Requests to a configured model by final outcome: success (a response below 400 passed through whole), "
+          "error (a 4xx passed through, every backend failed or was ejected, or a stream broke), client_gone.",
+          {{"model", name}, {"outcome", kOutcomeNames[k]}});
+    }
+    // Every model of the fallback chain (validated: no cycles, every name configured).
+    for (std::string f = pool->model().fallback; !f.empty(); f = pools.at(f)->model().fallback) {
+      m.fallbacks[f] = &registry_.AddCounter(
+          kFallbacks, "Requests to model answered by a backend of the fallback model (its own or further down the chain).",
+          {{"model", name}, {"fallback", f}});
+    }
+  }
+  registry_.AddCollector([watched = std::move(watched)] {
+    const absl::Time now = absl::Now();
+    std::map<const BackendPool*, std::vector<std::string>> ejected;
+    for (const Watched& w : watched) {
+      auto it = ejected.find(w.pool);
+      if (it == ejected.end()) it = ejected.emplace(w.pool, w.pool->Ejected(now)).first;
+      const std::string& url = w.pool->backend(w.indices.front()).url;
+      const bool is_ejected = std::find(it->second.begin(), it->second.end(), url) != it->second.end();
+      w.series->healthy->Set(is_ejected ? 0 : 1);
+      int64_t in_flight = 0;
+      for (size_t i : w.indices) in_flight += w.pool->in_flight(i);
+      w.series->in_flight->Set(static_cast<double>(in_flight));
+    }
+  });
+}
+
+RouterMetrics::BackendSeries& RouterMetrics::Series(const BackendPool& pool, size_t index) {
+  auto it = backends_.find(&pool);
+  TP_CHECK(it != backends_.end() && index < it->second.size());
+  return *it->second[index];
+}
+
+void RouterMetrics::BackendStarted(const BackendPool& pool, size_t index) { Series(pool, index).requests->Increment(); }
+
+void RouterMetrics::BackendFirstByte(const BackendPool& pool, size_t index, absl::Duration since_start) {
+  Series(pool, index).first_byte_s->Observe(absl::ToDoubleSeconds(since_start));
+}
+
+void RouterMetrics::BackendFailed(const BackendPool& pool, size_t index, BackendErrorKind kind, bool moved_on) {
+  BackendSeries& s = Series(pool, index);
+  s.errors[static_cast<size_t>(kind)]->Increment();
+  if (moved_on) s.retries->Increment();
+}
+
+void RouterMetrics::BackendAnswered(const BackendPool& pool, size_t index, absl::Duration latency) {
+  Series(pool, index).latency_s->Observe(absl::ToDoubleSeconds(latency));
+}
+
+void RouterMetrics::RequestFinished(const std::string& model, RequestOutcome outcome) {
+  auto it = models_.find(model);
+  TP_CHECK(it != models_.end());
+  it->second.outcomes[static_cast<size_t>(outcome)]->Increment();
+}
+
+void RouterMetrics::FallbackTaken(const std::string& model, const std::string& answering) {
+  auto it = models_.find(model);
+  TP_CHECK(it != models_.end());
+  auto f = it->second.fallbacks.find(answering);
+  TP_CHECK(f != it->second.fallbacks.end());
+  f->second->Increment();
+}
+
+}  // namespace tpserve

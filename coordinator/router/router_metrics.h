@@ -1,0 +1,84 @@
+// `tpserve router`'s own Prometheus metrics (GET /metrics, docs/router.md "Metrics"), on the
+// registry of coordinator/api/metrics.h: per backend (model, backend) requests started, errors
+// by kind, retries, requests in flight, health, time to first byte and latency; per model the
+// requests' final outcomes and the fallbacks taken. Thread-safe. Tested by
+// tests/router_metrics_test.cc and tests/router_test.sh.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "coordinator/api/metrics.h"
+#include "coordinator/router/backend_pool.h"
+
+namespace tpserve {
+
+// Why one try of a backend failed (the label kind of tpserve_router_backend_errors_total).
+enum class BackendErrorKind {
+  kConnect,       // "connect": no connection within the connect timeout, or refused
+  kTimeout,       // "timeout": connected, but no response head (or next body piece) in time
+  kHttp5xx,       // "http_5xx": the backend answered 5xx
+  kStreamBroken,  // "stream_broken": the connection broke after it was made
+};
+
+// How a request to a configured model ended (the label outcome of tpserve_router_requests_total).
+enum class RequestOutcome {
+  kSuccess,     // "success": a response below 400 passed through whole
+  kError,       // "error": 4xx passed through, every backend failed or was ejected, a stream broke
+  kClientGone,  // "client_gone": the client disconnected first
+};
+
+class RouterMetrics {
+ public:
+  // `pools`: the router's models by name; they must outlive this object (their in-flight counts
+  // and ejections are read at every scrape). A URL listed twice in one model is one series.
+  explicit RouterMetrics(const std::map<std::string, std::unique_ptr<BackendPool>>& pools);
+  RouterMetrics(const RouterMetrics&) = delete;
+  RouterMetrics& operator=(const RouterMetrics&) = delete;
+
+  std::string RenderPrometheus() const { return registry_.Render(); }
+
+  // Backend `index` of `pool` (one of the pools given at construction): a try started; its
+  // response head came `since_start` after the try started; the try failed (`moved_on`: the
+  // request went on to another backend); its response reached the client whole, `latency`
+  // after the request's arrival at the router.
+  void BackendStarted(const BackendPool& pool, size_t index);
+  void BackendFirstByte(const BackendPool& pool, size_t index, absl::Duration since_start);
+  void BackendFailed(const BackendPool& pool, size_t index, BackendErrorKind kind, bool moved_on);
+  void BackendAnswered(const BackendPool& pool, size_t index, absl::Duration latency);
+
+  // A request for `model` (configured) ended.
+  void RequestFinished(const std::string& model, RequestOutcome outcome);
+  // A request for `model` is answered by a backend of `answering` (another model in its
+  // fallback chain).
+  void FallbackTaken(const std::string& model, const std::string& answering);
+
+ private:
+  struct BackendSeries {
+    Counter* requests;
+    std::array<Counter*, 4> errors;  // by BackendErrorKind
+    Counter* retries;
+    Histogram* first_byte_s;
+    Histogram* latency_s;
+    Gauge* in_flight;
+    Gauge* healthy;
+  };
+  struct ModelSeries {
+    std::array<Counter*, 3> outcomes;    // by RequestOutcome
+    std::map<std::string, Counter*> fallbacks;  // by the answering model
+  };
+  BackendSeries& Series(const BackendPool& pool, size_t index);
+
+  MetricsRegistry registry_;
+  // Fixed after construction: read without a lock.
+  std::map<const BackendPool*, std::vector<BackendSeries*>> backends_;  // by pool, then backend index
+  std::vector<std::unique_ptr<BackendSeries>> backend_series_;
+  std::map<std::string, ModelSeries> models_;
+};
+
+}  // namespace tpserve

@@ -1,0 +1,157 @@
+// RouterMetrics (coordinator/router/router_metrics.h): every configured backend and model has
+// its series at zero before traffic; each event moves exactly its series; the in-flight and
+// health gauges follow the pools at scrape time. The proxy's calls into it are checked end to
+// end by tests/router_test.sh.
+#include "coordinator/router/router_metrics.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "coordinator/router/backend_pool.h"
+#include "coordinator/router/router_config.h"
+
+namespace tpserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kConfig[] = R"({"models": {
+   "gemma": {"fallback": "mid", "backends": ["http://a:1/v1", "http://b:2/v1", "http://a:1/v1"]},
+   "mid": {"fallback": "cloud", "backends": ["http://m:3/v1"]},
+   "cloud": {"backends": ["http://c:4/v1"]}}})";
+
+class RouterMetricsTest : public ::testing::Test {
+ protected:
+  RouterMetricsTest() {
+    RouterConfig config = *ParseRouterConfig(kConfig);
+    for (auto& [name, model] : config.models) {
+      pools_.emplace(name, std::make_unique<BackendPool>(std::move(model), absl::Seconds(60)));
+    }
+    metrics_ = std::make_unique<RouterMetrics>(pools_);
+  }
+  BackendPool& pool(const std::string& name) { return *pools_.at(name); }
+
+  // The value of the series `name{labels}` in a fresh scrape; "absent" when there is none,
+  // "duplicate" when there are several.
+  std::string Value(const std::string& series) const {
+    std::istringstream text(metrics_->RenderPrometheus());
+    std::string line, found = "absent";
+    while (std::getline(text, line)) {
+      if (line.rfind(series + " ", 0) == 0) found = found == "absent" ? line.substr(series.size() + 1) : "duplicate";
+    }
+    return found;
+  }
+
+  std::map<std::string, std::unique_ptr<BackendPool>> pools_;
+  std::unique_ptr<RouterMetrics> metrics_;
+};
+
+constexpr char kA[] = R"(model="gemma",backend="http://a:1/v1")";
+constexpr char kB[] = R"(model="gemma",backend="http://b:2/v1")";
+
+TEST_F(RouterMetricsTest, EverySeriesStartsAtZeroAndHealthy) {
+  for (const char* backend : {kA, kB}) {
+    const std::string l = backend;
+    EXPECT_EQ(Value("tpserve_router_backend_requests_total{" + l + "}"), "0");
+    for (const char* kind : {"connect", "timeout", "http_5xx", "stream_broken"}) {
+      EXPECT_EQ(Value("tpserve_router_backend_errors_total{" + l + ",kind=\"" + kind + "\"}"), "0") << kind;
+    }
+    EXPECT_EQ(Value("tpserve_router_backend_retries_total{" + l + "}"), "0");
+    EXPECT_EQ(Value("tpserve_router_backend_requests_in_flight{" + l + "}"), "0");
+    EXPECT_EQ(Value("tpserve_router_backend_healthy{" + l + "}"), "1");
+    EXPECT_EQ(Value("tpserve_router_backend_time_to_first_byte_seconds_count{" + l + "}"), "0");
+    EXPECT_EQ(Value("tpserve_router_backend_request_latency_seconds_count{" + l + "}"), "0");
+  }
+  EXPECT_EQ(Value(R"(tpserve_router_backend_requests_total{model="cloud",backend="http://c:4/v1"})"), "0");
+  for (const char* outcome : {"success", "error", "client_gone"}) {
+    EXPECT_EQ(Value(std::string(R"(tpserve_router_requests_total{model="gemma",outcome=")") + outcome + "\"}"), "0");
+  }
+  // The whole fallback chain, and only it.
+  EXPECT_EQ(Value(R"(tpserve_router_fallbacks_total{model="gemma",fallback="mid"})"), "0");
+  EXPECT_EQ(Value(R"(tpserve_router_fallbacks_total{model="gemma",fallback="cloud"})"), "0");
+  EXPECT_EQ(Value(R"(tpserve_router_fallbacks_total{model="mid",fallback="cloud"})"), "0");
+  EXPECT_EQ(Value(R"(tpserve_router_fallbacks_total{model="cloud",fallback="gemma"})"), "absent");
+  EXPECT_THAT(metrics_->RenderPrometheus(), HasSubstr("# TYPE tpserve_router_backend_time_to_first_byte_seconds histogram"));
+}
+
+TEST_F(RouterMetricsTest, EventsMoveTheirSeries) {
+  BackendPool& g = pool("gemma");
+  metrics_->BackendStarted(g, 1);
+  metrics_->BackendFailed(g, 1, BackendErrorKind::kConnect, /*moved_on=*/true);
+  metrics_->BackendStarted(g, 1);
+  metrics_->BackendFailed(g, 1, BackendErrorKind::kHttp5xx, /*moved_on=*/false);
+  metrics_->BackendStarted(g, 1);
+  metrics_->BackendFailed(g, 1, BackendErrorKind::kStreamBroken, /*moved_on=*/true);
+  metrics_->BackendFailed(g, 1, BackendErrorKind::kTimeout, /*moved_on=*/false);
+  const std::string b = kB;
+  EXPECT_EQ(Value("tpserve_router_backend_requests_total{" + b + "}"), "3");
+  EXPECT_EQ(Value("tpserve_router_backend_errors_total{" + b + ",kind=\"connect\"}"), "1");
+  EXPECT_EQ(Value("tpserve_router_backend_errors_total{" + b + ",kind=\"http_5xx\"}"), "1");
+  EXPECT_EQ(Value("tpserve_router_backend_errors_total{" + b + ",kind=\"stream_broken\"}"), "1");
+  EXPECT_EQ(Value("tpserve_router_backend_errors_total{" + b + ",kind=\"timeout\"}"), "1");
+  EXPECT_EQ(Value("tpserve_router_backend_retries_total{" + b + "}"), "2");
+  EXPECT_EQ(Value("tpserve_router_backend_requests_total{" + std::string(kA) + "}"), "0");
+
+  metrics_->BackendFirstByte(g, 1, absl::Milliseconds(30));
+  metrics_->BackendAnswered(g, 1, absl::Milliseconds(700));
+  EXPECT_EQ(Value("tpserve_router_backend_time_to_first_byte_seconds_count{" + b + "}"), "1");
+  EXPECT_EQ(Value("tpserve_router_backend_time_to_first_byte_seconds_sum{" + b + "}"), "0.03");
+  EXPECT_EQ(Value("tpserve_router_backend_time_to_first_byte_seconds_bucket{" + b + ",le=\"0.02\"}"), "0");
+  EXPECT_EQ(Value("tpserve_router_backend_time_to_first_byte_seconds_bucket{" + b + ",le=\"0.04\"}"), "1");
+  EXPECT_EQ(Value("tpserve_router_backend_request_latency_seconds_sum{" + b + "}"), "0.7");
+  EXPECT_EQ(Value("tpserve_router_backend_request_latency_seconds_bucket{" + b + ",le=\"0.5\"}"), "0");
+  EXPECT_EQ(Value("tpserve_router_backend_request_latency_seconds_bucket{" + b + ",le=\"0.75\"}"), "1");
+
+  metrics_->RequestFinished("gemma", RequestOutcome::kSuccess);
+  metrics_->RequestFinished("gemma", RequestOutcome::kSuccess);
+  metrics_->RequestFinished("gemma", RequestOutcome::kClientGone);
+  metrics_->RequestFinished("mid", RequestOutcome::kError);
+  EXPECT_EQ(Value(R"(tpserve_router_requests_total{model="gemma",outcome="success"})"), "2");
+  EXPECT_EQ(Value(R"(tpserve_router_requests_total{model="gemma",outcome="client_gone"})"), "1");
+  EXPECT_EQ(Value(R"(tpserve_router_requests_total{model="gemma",outcome="error"})"), "0");
+  EXPECT_EQ(Value(R"(tpserve_router_requests_total{model="mid",outcome="error"})"), "1");
+
+  metrics_->FallbackTaken("gemma", "cloud");
+  EXPECT_EQ(Value(R"(tpserve_router_fallbacks_total{model="gemma",fallback="cloud"})"), "1");
+  EXPECT_EQ(Value(R"(tpserve_router_fallbacks_total{model="gemma",fallback="mid"})"), "0");
+  EXPECT_EQ(Value(R"(tpserve_router_fallbacks_total{model="mid",fallback="cloud"})"), "0");
+}
+
+TEST_F(RouterMetricsTest, GaugesFollowThePoolsAtScrapeTime) {
+  BackendPool& g = pool("gemma");
+  const std::string b = kB;
+  g.Begin(1);
+  g.Begin(1);
+  EXPECT_EQ(Value("tpserve_router_backend_requests_in_flight{" + b + "}"), "2");
+  g.End(1);
+  EXPECT_EQ(Value("tpserve_router_backend_requests_in_flight{" + b + "}"), "1");
+  g.End(1);
+  EXPECT_EQ(Value("tpserve_router_backend_requests_in_flight{" + b + "}"), "0");
+  g.Eject(1, absl::Now());  // for the pool's 60 s cooldown
+  EXPECT_EQ(Value("tpserve_router_backend_healthy{" + b + "}"), "0");
+  EXPECT_EQ(Value("tpserve_router_backend_healthy{" + std::string(kA) + "}"), "1");
+  g.Eject(1, absl::Now() - absl::Seconds(61));  // the cooldown is over
+  EXPECT_EQ(Value("tpserve_router_backend_healthy{" + b + "}"), "1");
+}
+
+// A URL listed twice in one model is one series (not two with the same labels): its tries and
+// in-flight requests add up over both entries.
+TEST_F(RouterMetricsTest, ARepeatedUrlIsOneSeries) {
+  BackendPool& g = pool("gemma");
+  const std::string a = kA;
+  metrics_->BackendStarted(g, 0);
+  metrics_->BackendStarted(g, 2);
+  g.Begin(0);
+  g.Begin(2);
+  EXPECT_EQ(Value("tpserve_router_backend_requests_total{" + a + "}"), "2");
+  EXPECT_EQ(Value("tpserve_router_backend_requests_in_flight{" + a + "}"), "2");
+}
+
+}  // namespace
+}  // namespace tpserve
