@@ -266,17 +266,19 @@ int RunRouterFromFlags(bool grpc_port_given) {
   }
   tpserve::RouterCommandOptions o;
   o.config = *std::move(config);
-  o.host = absl::GetFlag(FLAGS_host);
-  o.http_port = absl::GetFlag(FLAGS_http_port);
-  if (o.http_port < 0) return Fail("router: --http-port must be a port (0: any free one); the router has no other API");
+  o.transport.host = absl::GetFlag(FLAGS_host);
+  o.transport.port = absl::GetFlag(FLAGS_http_port);
+  if (o.transport.port < 0) {
+    return Fail("router: --http-port must be a port (0: any free one); the router has no other API");
+  }
+  o.transport.io_threads = absl::GetFlag(FLAGS_http_threads);
+  o.transport.max_connections = absl::GetFlag(FLAGS_max_connections);
+  o.transport.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
+  o.transport.keep_alive_timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_keep_alive));
+  o.transport.header_timeout = absl::Seconds(absl::GetFlag(FLAGS_http_header_timeout));
+  o.transport.body_timeout = absl::Seconds(absl::GetFlag(FLAGS_http_body_timeout));
   o.port_file = absl::GetFlag(FLAGS_port_file);
   o.request_log = absl::GetFlag(FLAGS_request_log);
-  o.http_io_threads = absl::GetFlag(FLAGS_http_threads);
-  o.max_connections = absl::GetFlag(FLAGS_max_connections);
-  o.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
-  o.timeout_keep_alive_s = absl::GetFlag(FLAGS_timeout_keep_alive);
-  o.http_header_timeout_s = absl::GetFlag(FLAGS_http_header_timeout);
-  o.http_body_timeout_s = absl::GetFlag(FLAGS_http_body_timeout);
   absl::StatusOr<std::vector<std::string>> keys = ApiKeysFromFlagOrEnvironment(/*accept_vllm_variable=*/false);
   if (!keys.ok()) return Fail(std::string(keys.status().message()));
   o.api_keys = *std::move(keys);

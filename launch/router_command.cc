@@ -32,14 +32,7 @@ absl::StatusOr<RouterConfig> LoadRouterConfig(const std::string& path) {
 int RunRouter(const RouterCommandOptions& o) {
   BlockDrainSignals();  // main did, before any thread; again for callers that did not
   RouterOptions options;
-  options.transport.host = o.host;
-  options.transport.port = o.http_port;
-  options.transport.io_threads = o.http_io_threads;
-  options.transport.max_connections = o.max_connections;
-  options.transport.max_body_bytes = o.max_body_bytes;
-  options.transport.keep_alive_timeout = absl::Seconds(o.timeout_keep_alive_s);
-  options.transport.header_timeout = absl::Seconds(o.http_header_timeout_s);
-  options.transport.body_timeout = absl::Seconds(o.http_body_timeout_s);
+  options.transport = o.transport;
   options.api_keys = o.api_keys;
   options.request_log = o.request_log;
   const std::vector<std::string> names = o.config.model_names();
@@ -50,7 +43,7 @@ int RunRouter(const RouterCommandOptions& o) {
   }
   const ListeningPorts ports{server.port(), -1};
   std::fprintf(stderr, "tpserve: router serving %s\n%s", absl::StrJoin(names, ", ").c_str(),
-               ListeningLines(o.host, ports).c_str());
+               ListeningLines(o.transport.host, ports).c_str());
   if (!o.port_file.empty()) {
     if (absl::Status written = WritePortFile(o.port_file, ports); !written.ok()) {
       std::fprintf(stderr, "tpserve: router: %s\n", std::string(written.message()).c_str());

@@ -7,24 +7,20 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/api/http_transport.h"
 #include "coordinator/router/router_config.h"
 
 namespace tpserve {
 
 struct RouterCommandOptions {
   RouterConfig config;  // parsed, validated, backend keys resolved (main)
-  std::string host = "0.0.0.0";
-  int http_port = 8000;  // 0: a free port, logged and written to port_file
+  // Where and how it listens (--host, --http-port: 0 a free port, logged and written to
+  // port_file; serve's --http-threads, --max-connections, --max-body-bytes and timeouts).
+  HttpTransportOptions transport;
   // Where the router listens, as serve's --port-file: {"http": P, "grpc": null}; empty: off.
   std::string port_file;
   std::vector<std::string> api_keys;  // the router's own (--api-key); empty: open
   std::string request_log;            // JSON lines; empty: off
-  int http_io_threads = 2;
-  int max_connections = 4096;
-  size_t max_body_bytes = size_t{4} << 20;
-  double timeout_keep_alive_s = 5;
-  double http_header_timeout_s = 10;
-  double http_body_timeout_s = 30;
 };
 
 // Reads and parses the config file (ParseRouterConfig); the error names the file.

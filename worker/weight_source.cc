@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <set>
@@ -29,6 +30,43 @@ namespace {
 
 std::string ShapeStr(const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); }
 
+// A whole 1-D integer tensor of n entries (I64 or I32) as int64.
+absl::StatusOr<std::vector<int64_t>> ReadInts(const TensorInfo& t, int64_t n) {
+  const std::string where = absl::StrCat(t.file, ": tensor \"", t.name, "\"");
+  if (t.shape != std::vector<int64_t>{n}) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " has shape ", ShapeStr(t.shape), ", expected [", n, "]"));
+  }
+  const size_t elem = t.dtype_name == "I64" ? 8 : t.dtype_name == "I32" ? 4 : 0;
+  if (elem == 0 || t.nbytes != elem * static_cast<size_t>(n)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " has dtype ", t.dtype_name, "; expected I64 or I32"));
+  }
+  std::vector<int64_t> out(n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (elem == 8) {
+      std::memcpy(&out[i], t.data + i * 8, 8);
+    } else {
+      int32_t v;
+      std::memcpy(&v, t.data + i * 4, 4);
+      out[i] = v;
+    }
+  }
+  return out;
+}
+
+// Calls row(i) for i in [0, rows) (in parallel), kReleaseChunkBytes of the source at a time,
+// then drops each chunk's source rows (rows0 + i, src_row_bytes each) from the resident set.
+void ForEachRowReleasing(int64_t rows, const uint8_t* rows0, size_t src_row_bytes,
+                         const std::function<void(int64_t)>& row) {
+  const int64_t chunk_rows = static_cast<int64_t>(std::max<size_t>(1, kReleaseChunkBytes / src_row_bytes));
+  for (int64_t c0 = 0; c0 < rows; c0 += chunk_rows) {
+    const int64_t c1 = std::min(rows, c0 + chunk_rows);
+#pragma omp parallel for schedule(static) if (c1 - c0 > 64)
+    for (int64_t i = c0; i < c1; ++i) row(i);
+    // Whole rows: a column slice (row-parallel layers) touched pages across all of them.
+    ReleaseMappedPages(rows0 + c0 * src_row_bytes, (c1 - c0) * src_row_bytes);
+  }
+}
+
 // A matrix stored by compressed-tensors (worker/compressed_tensors.h): its quantized values,
 // their scales as fp32, and the layout of both.
 struct CompressedMatrix {
@@ -40,6 +78,10 @@ struct CompressedMatrix {
   int64_t block_rows = 1;    // weight rows per scale row (fp8)
   int64_t group = 0;         // int4: elements per scale
   std::vector<uint16_t> scale16;  // int4: the scales as fp16, where every one is exact (else empty)
+  // The block type it is handed over as (QuantizedDType): kF8_E4M3, kQ4_0, or none (int4 with
+  // scales that are not all fp16 values: read widened, `widened` says why).
+  std::optional<DType> kept;
+  std::string widened;
   std::vector<std::string> names;  // the checkpoint tensors it is made of (all count as read)
 };
 
@@ -59,17 +101,13 @@ class CheckpointSource : public WeightSource {
   std::optional<DType> QuantizedDType(const std::string& name) const override {
     if (!scheme_.present) return std::nullopt;
     absl::StatusOr<const CompressedMatrix*> m = Compressed(name);
-    if (!m.ok() || *m == nullptr) return std::nullopt;
-    if (!(*m)->int4) return DType::kF8_E4M3;
-    if ((*m)->scale16.empty()) return std::nullopt;  // read widened (Describe says why)
-    return DType::kQ4_0;
+    return m.ok() && *m != nullptr ? (*m)->kept : std::nullopt;
   }
 
   std::string WidenedReason(const std::string& name) const override {
     if (!scheme_.present) return "";
     absl::StatusOr<const CompressedMatrix*> m = Compressed(name);
-    if (!m.ok() || *m == nullptr || !(*m)->int4 || !(*m)->scale16.empty()) return "";
-    return "int4 (compressed-tensors): group scales that are not all fp16 values (Q4_0 holds fp16 scales)";
+    return m.ok() && *m != nullptr ? (*m)->widened : "";
   }
 
   absl::Status Read(const SliceRequest& r, DType dtype, void* dst) const override {
@@ -101,18 +139,11 @@ class CheckpointSource : public WeightSource {
     const int64_t full_cols = shape.size() == 1 ? shape[0] : shape[1];
     const size_t src_elem = DTypeSize(t->dtype), dst_elem = DTypeSize(dtype);
     const size_t src_row_bytes = static_cast<size_t>(full_cols) * src_elem;
-    const int64_t chunk_rows = static_cast<int64_t>(std::max<size_t>(1, kReleaseChunkBytes / src_row_bytes));
     uint8_t* out = static_cast<uint8_t*>(dst);
-    for (int64_t c0 = 0; c0 < r.rows; c0 += chunk_rows) {
-      const int64_t c1 = std::min(r.rows, c0 + chunk_rows);
-#pragma omp parallel for schedule(static) if (c1 - c0 > 64)
-      for (int64_t i = c0; i < c1; ++i) {
-        const uint8_t* src = t->data + ((r.row0 + i) * full_cols + r.col0) * src_elem;
-        ConvertRow(src, t->dtype, r.cols, dtype, out + i * r.cols * dst_elem);
-      }
-      // Whole rows: a column slice (row-parallel layers) touched pages across all of them.
-      ReleaseMappedPages(t->data + (r.row0 + c0) * src_row_bytes, (c1 - c0) * src_row_bytes);
-    }
+    ForEachRowReleasing(r.rows, t->data + r.row0 * src_row_bytes, src_row_bytes, [&](int64_t i) {
+      const uint8_t* src = t->data + ((r.row0 + i) * full_cols + r.col0) * src_elem;
+      ConvertRow(src, t->dtype, r.cols, dtype, out + i * r.cols * dst_elem);
+    });
     return absl::OkStatus();
   }
 
@@ -121,24 +152,7 @@ class CheckpointSource : public WeightSource {
     if (t == nullptr) {
       return absl::NotFoundError(absl::StrCat(ckpt_->dir(), ": missing tensor \"", prefix_, name, "\""));
     }
-    const std::string where = absl::StrCat(t->file, ": tensor \"", t->name, "\"");
-    if (t->shape != std::vector<int64_t>{n}) {
-      return absl::InvalidArgumentError(absl::StrCat(where, " has shape ", ShapeStr(t->shape), ", expected [", n, "]"));
-    }
-    const size_t elem = t->dtype_name == "I64" ? 8 : t->dtype_name == "I32" ? 4 : 0;
-    if (elem == 0 || t->nbytes != elem * static_cast<size_t>(n)) {
-      return absl::InvalidArgumentError(absl::StrCat(where, " has dtype ", t->dtype_name, "; expected I64 or I32"));
-    }
-    std::vector<int64_t> out(n);
-    for (int64_t i = 0; i < n; ++i) {
-      if (elem == 8) {
-        std::memcpy(&out[i], t->data + i * 8, 8);
-      } else {
-        int32_t v;
-        std::memcpy(&v, t->data + i * 4, 4);
-        out[i] = v;
-      }
-    }
+    TP_ASSIGN_OR_RETURN(std::vector<int64_t> out, ReadInts(*t, n));
     absl::MutexLock lock(&mu_);
     read_.insert(t->name);
     return out;
@@ -196,7 +210,7 @@ class CheckpointSource : public WeightSource {
                                                          " (asymmetric or activation-ordered int4) is not supported"));
         }
       }
-      TP_ASSIGN_OR_RETURN(m->shape, ReadShapeTensor(*shape));
+      TP_ASSIGN_OR_RETURN(m->shape, ReadInts(*shape, 2));
       m->int4 = true;
       m->values = packed;
       const int64_t n = m->shape[0], k = m->shape[1];
@@ -265,30 +279,19 @@ class CheckpointSource : public WeightSource {
         }
       }
     }
+    if (!m->int4) {
+      m->kept = DType::kF8_E4M3;
+    } else if (!m->scale16.empty()) {
+      m->kept = DType::kQ4_0;
+    } else {
+      m->widened = "int4 (compressed-tensors): group scales that are not all fp16 values (Q4_0 holds fp16 scales)";
+    }
     for (const TensorInfo* t : {m->values, scale, m->int4 ? Lookup(name + "_shape") : nullptr}) {
       if (t != nullptr) m->names.push_back(t->name);
     }
     return m;
   }
 
-  absl::StatusOr<std::vector<int64_t>> ReadShapeTensor(const TensorInfo& t) const {
-    std::vector<int64_t> shape(2);
-    const size_t elem = t.dtype_name == "I64" ? 8 : t.dtype_name == "I32" ? 4 : 0;
-    if (elem == 0 || t.shape != std::vector<int64_t>{2} || t.nbytes != 2 * elem) {
-      return absl::InvalidArgumentError(absl::StrCat(t.file, ": tensor \"", t.name, "\" is ", t.dtype_name, " ",
-                                                     ShapeStr(t.shape), "; expected I64 or I32 [2]"));
-    }
-    for (int i = 0; i < 2; ++i) {
-      if (elem == 8) {
-        std::memcpy(&shape[i], t.data + 8 * i, 8);
-      } else {
-        int32_t v;
-        std::memcpy(&v, t.data + 4 * i, 4);
-        shape[i] = v;
-      }
-    }
-    return shape;
-  }
 
   absl::Status ReadCompressed(const CompressedMatrix& m, const SliceRequest& r, DType dtype, void* dst) const {
     {
@@ -302,39 +305,32 @@ class CheckpointSource : public WeightSource {
     }
     TP_RETURN_IF_ERROR(CheckSlice(r, where));
     const bool blocks = IsQuantized(dtype);
-    if (blocks && (dtype != (m.int4 ? DType::kQ4_0 : DType::kF8_E4M3) || r.col0 % BlockElems(dtype) != 0 ||
-                   r.cols % BlockElems(dtype) != 0 || (m.int4 && m.scale16.empty()))) {
+    if (blocks && (dtype != m.kept || r.col0 % BlockElems(dtype) != 0 || r.cols % BlockElems(dtype) != 0)) {
       return absl::InternalError(absl::StrCat(where, ": cannot be read as ", std::string(DTypeName(dtype)),
                                               " columns [", r.col0, ", ", r.col0 + r.cols, ")"));
     }
     const size_t src_row_bytes = m.int4 ? static_cast<size_t>((m.shape[1] + 7) / 8) * 4 : m.shape[1];
     const size_t out_row_bytes = RowBytes(dtype, r.cols);
-    const int64_t chunk_rows = static_cast<int64_t>(std::max<size_t>(1, kReleaseChunkBytes / src_row_bytes));
     uint8_t* out = static_cast<uint8_t*>(dst);
-    for (int64_t c0 = 0; c0 < r.rows; c0 += chunk_rows) {
-      const int64_t c1 = std::min(r.rows, c0 + chunk_rows);
-#pragma omp parallel for schedule(static) if (c1 - c0 > 64)
-      for (int64_t i = c0; i < c1; ++i) {
-        const int64_t row = r.row0 + i;
-        const uint8_t* src = m.values->data + row * src_row_bytes;
-        uint8_t* o = out + i * out_row_bytes;
-        if (blocks && m.int4) {
-          Int4RowToQ4_0(src, m.scale16.data() + row * m.scale_cols, m.group, r.col0, r.cols, o);
-        } else if (blocks) {
-          Fp8RowToBlocks(src, m.scale.data(), m.scale_cols, m.block_rows, row, r.col0, r.cols, o);
+    ForEachRowReleasing(r.rows, m.values->data + r.row0 * src_row_bytes, src_row_bytes, [&](int64_t i) {
+      const int64_t row = r.row0 + i;
+      const uint8_t* src = m.values->data + row * src_row_bytes;
+      uint8_t* o = out + i * out_row_bytes;
+      if (blocks && m.int4) {
+        Int4RowToQ4_0(src, m.scale16.data() + row * m.scale_cols, m.group, r.col0, r.cols, o);
+      } else if (blocks) {
+        Fp8RowToBlocks(src, m.scale.data(), m.scale_cols, m.block_rows, row, r.col0, r.cols, o);
+      } else {
+        thread_local std::vector<float> wide;
+        wide.resize(r.cols);
+        if (m.int4) {
+          Int4RowToF32(src, m.scale.data() + row * m.scale_cols, m.group, r.col0, r.cols, wide.data());
         } else {
-          thread_local std::vector<float> wide;
-          wide.resize(r.cols);
-          if (m.int4) {
-            Int4RowToF32(src, m.scale.data() + row * m.scale_cols, m.group, r.col0, r.cols, wide.data());
-          } else {
-            Fp8RowToF32(src, m.scale.data(), m.scale_cols, m.block_rows, row, r.col0, r.cols, wide.data());
-          }
-          ConvertRow(reinterpret_cast<const uint8_t*>(wide.data()), DType::kF32, r.cols, dtype, o);
+          Fp8RowToF32(src, m.scale.data(), m.scale_cols, m.block_rows, row, r.col0, r.cols, wide.data());
         }
+        ConvertRow(reinterpret_cast<const uint8_t*>(wide.data()), DType::kF32, r.cols, dtype, o);
       }
-      ReleaseMappedPages(m.values->data + (r.row0 + c0) * src_row_bytes, (c1 - c0) * src_row_bytes);
-    }
+    });
     return absl::OkStatus();
   }
 

@@ -302,7 +302,11 @@ void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
       std::min<int64_t>((2 * threads + groups - 1) / groups, (longest + kKeyChunk - 1) / kKeyChunk);
   if (ranges > 1) {
     const int64_t part_floats = group * (hd + 2);  // acc [group, hd], then row_max [group], row_sum [group]
-    std::vector<float> partial(static_cast<size_t>(groups * ranges * part_floats));
+    // The calling thread's, kept between decode steps and layers; the OpenMP threads below
+    // reach it through `partials` (a thread_local named inside would be their own).
+    thread_local std::vector<float> partial;
+    partial.resize(static_cast<size_t>(groups * ranges * part_floats));
+    float* const partials = partial.data();
 #pragma omp parallel
     {
       Scratch scratch(group, p.head_dim, widen);
@@ -322,7 +326,7 @@ void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
         AttendKeys(q + t * q_stride, k_cache, v_cache,
                    block_tables + static_cast<int64_t>(token_seq[t]) * p.max_blocks_per_seq, key_first, key_last,
                    kv_head, kv_head * group, (kv_head + 1) * group, p, scratch);
-        float* part = partial.data() + task * part_floats;
+        float* part = partials + task * part_floats;
         std::copy_n(scratch.acc.begin(), group * hd, part);
         std::copy_n(scratch.row_max.begin(), group, part + group * hd);
         std::copy_n(scratch.row_sum.begin(), group, part + group * hd + group);
@@ -337,7 +341,7 @@ void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
         std::fill_n(o, group * hd, 0.0f);
         continue;
       }
-      const float* parts = partial.data() + g * ranges * part_floats;
+      const float* parts = partials + g * ranges * part_floats;
       for (int32_t h = 0; h < group; ++h) {
         float m = -INFINITY;
         for (int64_t r = 0; r < ranges; ++r) m = std::max(m, parts[r * part_floats + group * hd + h]);

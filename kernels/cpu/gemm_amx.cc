@@ -48,7 +48,7 @@ struct alignas(64) TileConfig {
 
 }  // namespace
 
-std::string Bf16Unavailable() {
+const std::string& Bf16Unavailable() {
   static const std::string reason = [] {
     if (!DetectCpuFeatures().amx_bf16) return std::string("the CPU has no AMX-BF16 (or the OS does not enable its tiles)");
     // Linux hands out the 8 KiB of tile data state only to a process that asks for it.

@@ -12,7 +12,7 @@ namespace tpserve::cpu::amx {
 // Whether this CPU has AMX-BF16 and the kernel granted this process the tile data state
 // (Linux asks each process to request it: arch_prctl ARCH_REQ_XCOMP_PERM). The first call
 // makes the request; "" when available, else why not (for the path choice's error).
-std::string Bf16Unavailable();
+const std::string& Bf16Unavailable();
 inline bool Bf16Available() { return Bf16Unavailable().empty(); }
 
 // The K step of one tile product: k must be a multiple of it.

@@ -312,36 +312,36 @@ void WidenQuantRows(const void* ctx, int64_t n0, int64_t rows, int64_t k, uint16
   }
 }
 
+// x [count] rounded to bf16 in this thread's buffer (reused by the next product on it).
+const uint16_t* RoundedX(const float* x, int64_t count) {
+  thread_local std::vector<uint16_t> xb;
+  if (xb.size() < static_cast<size_t>(count)) xb.resize(count);
+  RoundToBf16(x, count, xb.data());
+  return xb.data();
+}
+
 // Prefill with bf16 weights on kAmxBf16: the tiles where k is whole tile steps; else (no
 // model seen so far) the streaming kernel on the same rounded x, the same numbers.
 void AmxLinearBf16(const float* x, int64_t m, int64_t k, const void* w, int64_t n, float* y) {
   if (k % amx::kBf16StepK != 0) return RoundedBf16StreamingLinear(x, m, k, w, n, y);
-  thread_local std::vector<uint16_t> xb;
-  if (xb.size() < static_cast<size_t>(m * k)) xb.resize(m * k);
-  RoundToBf16(x, m * k, xb.data());
-  amx::LinearBf16(xb.data(), m, k, static_cast<const uint16_t*>(w), n, y, n);
+  amx::LinearBf16(RoundedX(x, m * k), m, k, static_cast<const uint16_t*>(w), n, y, n);
 }
 
 // Quantized prefill on kAmxBf16: each thread widens 32 weight rows to bf16 right before its
 // tiles read them. Every block type holds a multiple of 32 elements, so k is whole steps.
 void AmxQuantPrefill(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, float* y) {
   TP_CHECK(k % amx::kBf16StepK == 0);
-  thread_local std::vector<uint16_t> xb;
-  if (xb.size() < static_cast<size_t>(m * k)) xb.resize(m * k);
-  RoundToBf16(x, m * k, xb.data());
   const QuantRows rows{static_cast<const uint8_t*>(w), w_dtype, RowBytes(w_dtype, k)};
-  amx::LinearBf16Widened(xb.data(), m, k, WidenQuantRows, &rows, n, y, n);
+  amx::LinearBf16Widened(RoundedX(x, m * k), m, k, WidenQuantRows, &rows, n, y, n);
 }
 
 void QuantPrefillBf16(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, float* y) {
   const int64_t panel_rows = std::max<int64_t>(64, (int64_t{1} << 19) / k / 16 * 16);
   const size_t row_bytes = RowBytes(w_dtype, k);
-  thread_local std::vector<uint16_t> panel, xb;
+  thread_local std::vector<uint16_t> panel;
   if (panel.size() < static_cast<size_t>(panel_rows * k)) panel.resize(panel_rows * k);
   uint16_t* out = panel.data();
-  // x rounded to bf16 once for all panels (as LinearBf16 rounds it).
-  if (xb.size() < static_cast<size_t>(m * k)) xb.resize(m * k);
-  RoundToBf16(x, m * k, xb.data());
+  const uint16_t* xb = RoundedX(x, m * k);  // once for all panels (as LinearBf16 rounds it)
   for (int64_t n0 = 0; n0 < n; n0 += panel_rows) {
     const int64_t rows = std::min(panel_rows, n - n0);
     const uint8_t* src = static_cast<const uint8_t*>(w) + n0 * row_bytes;
@@ -355,7 +355,7 @@ void QuantPrefillBf16(const float* x, int64_t m, int64_t k, const void* w, DType
         RoundToBf16(row.data(), k, out + r * k);
       }
     }
-    onednn::LinearBf16RoundedX(xb.data(), m, k, out, rows, y + n0, n);
+    onednn::LinearBf16RoundedX(xb, m, k, out, rows, y + n0, n);
   }
 }
 
