@@ -320,6 +320,9 @@ output_ids() {
   python3 -c 'import json,sys; print(",".join(map(str, json.loads(sys.stdin.readline())["output_ids"])))' 2> /dev/null
 }
 if [[ -x $tpserve_bin ]]; then
+  # The binary loads its CUDA side as a module (worker/cuda_device_loader.cc): say what it found.
+  timeout -k 5 30 "$tpserve_bin" devices > "$out/devices.txt" 2>&1 || true
+  sed 's/^/  /' "$out/devices.txt"
   prompt=$(python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["prompt_ids"])))' \
            "$fixture/reference.json")
   gen=(generate --model "$fixture" --prompt-ids "$prompt" --max-tokens 8 --ignore-eos --json)

@@ -16,8 +16,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "kernels/cpu/cpu_features.h"
+#include "launch/device_choice.h"
 #include "launch/generate_command.h"
 #include "worker/communicator.h"
+#include "worker/device.h"
 #if TPSERVE_HAVE_SERVING
 #include "launch/client_command.h"
 #include "launch/router_command.h"
@@ -163,7 +166,8 @@ constexpr char kUsage[] =
     "      [--max-tokens N] [--temperature T] [--api-key KEY]\n"
     "  tpserve router --config FILE [--http-port 8000] [--host H] [--api-key KEY] [--request-log FILE]\n"
     "      one OpenAI HTTP door routing by model name to many backends (docs/router.md)\n"
-    "  serve --api-key KEY[,KEY...] (or $TPSERVE_API_KEY): requests need \"Authorization: Bearer KEY\".\n\n"
+    "  serve --api-key KEY[,KEY...] (or $TPSERVE_API_KEY): requests need \"Authorization: Bearer KEY\".\n"
+    "  tpserve devices: what this binary and machine offer (the CUDA backend and GPUs, the CPU's units)\n\n"
     "Run `tpserve --helpfull` for every flag.";
 
 // Accepts vLLM-style --max-model-len as well as absl's --max_model_len.
@@ -308,6 +312,29 @@ int RunClientFromFlags() {
 #endif
 }
 
+// `tpserve devices`: the CUDA backend as this binary has it (loading the module where it is
+// one: a missing symbol or library shows here), the GPUs it sees and the CPU's units.
+int RunDevices() {
+  absl::StatusOr<std::string> cuda = tpserve::DescribeCudaBuild();
+  std::printf("cuda: %s\n", cuda.ok() ? cuda->c_str() : std::string(cuda.status().message()).c_str());
+  int code = cuda.ok() ? 0 : 1;
+  const int gpus = cuda.ok() ? tpserve::CudaDeviceCount() : 0;
+  std::printf("cuda devices: %d\n", gpus);
+  for (int d = 0; d < gpus; ++d) {
+    absl::StatusOr<tpserve::CudaDeviceFacts> f = tpserve::DescribeCudaDevice(d);
+    if (!f.ok()) {
+      std::printf("  %d: %s\n", d, std::string(f.status().message()).c_str());
+      code = 1;
+      continue;
+    }
+    std::printf("  %d: %s, %.1f GiB, driver CUDA %s, runtime CUDA %s\n", d, f->name.c_str(),
+                static_cast<double>(f->total_bytes) / (1 << 30), tpserve::CudaVersionString(f->driver_version).c_str(),
+                tpserve::CudaVersionString(f->runtime_version).c_str());
+  }
+  std::printf("cpu: %s\n", tpserve::cpu::CpuFeaturesName(tpserve::cpu::DetectCpuFeatures()).c_str());
+  return code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -400,6 +427,8 @@ int main(int argc, char** argv) {
     if (world.rank == 0) code = RunRouterFromFlags(grpc_port_given);
   } else if (std::string(args[1]) == "client") {
     if (world.rank == 0) code = RunClientFromFlags();
+  } else if (std::string(args[1]) == "devices") {
+    if (world.rank == 0) code = RunDevices();
   } else {
     if (world.rank == 0) std::fprintf(stderr, "tpserve: unknown command \"%s\"\n\n%s\n", args[1], kUsage);
     code = 2;

@@ -498,8 +498,8 @@ TEST(CudaModelGraphTest, TwoRanksReplayOnlyWithNccl) {
   });
   ASSERT_FALSE(eager.rows.empty());
   EXPECT_EQ(asked.rows, eager.rows);  // the very same eager steps
-  if (CudaDeviceCount() < 2 || !HaveNccl()) {
-    GTEST_SKIP() << "graphs across ranks need NCCL and 2 GPUs (" << CudaDeviceCount() << " visible)";
+  if (CudaVisibleDevices() < 2 || !HaveNccl()) {
+    GTEST_SKIP() << "graphs across ranks need NCCL and 2 GPUs (" << CudaVisibleDevices() << " visible)";
   }
   GraphRun nccl_eager, nccl_graphs;
   testing::RunThreads(2, [&](Communicator& host) {

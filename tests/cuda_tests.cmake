@@ -10,6 +10,8 @@ tp_add_test(memory_planner_test SOURCES memory_planner_test.cc LIBS tpserve_memo
 if(TPSERVE_HAVE_CUDA)
   # No device needed, never skipped.
   tp_add_test(cuda_host_test SOURCES cuda_host_test.cc LIBS tpserve_cuda)
+  add_test(NAME cuda_module_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cuda_module_test.sh $<TARGET_FILE:tpserve>)
+  set_tests_properties(cuda_module_test PROPERTIES TIMEOUT 120)
 
   set(gpu_main ${CMAKE_CURRENT_SOURCE_DIR}/cuda_test_main.cc)
   tp_add_test(cuda_elementwise_test SOURCES cuda_elementwise_test.cc

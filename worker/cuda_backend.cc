@@ -501,7 +501,7 @@ std::unique_ptr<StepGraphs> CudaBackendImpl::MakeStepGraphs(const std::vector<in
 
 }  // namespace
 
-int CudaDeviceCount() {
+int CudaVisibleDevices() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     cudaGetLastError();
@@ -511,7 +511,7 @@ int CudaDeviceCount() {
 }
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(const BackendOptions& options) {
-  const int count = CudaDeviceCount();
+  const int count = CudaVisibleDevices();
   if (options.device < 0 || options.device >= count) {
     return absl::InvalidArgumentError(absl::StrCat("CUDA device ", options.device, " requested but ", count,
                                                    " device(s) are visible"));

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/backend.h"
-#include "worker/device.h"  // DeviceMemoryInfo, CudaDeviceCount
+#include "worker/device.h"  // DeviceMemoryInfo
 
 namespace tpserve {
 
@@ -32,6 +32,10 @@ class CudaBackend : public Backend {
   virtual bool capturing() const = 0;
   // (ReserveAttentionWorkspace and MakeStepGraphs are Backend's.)
 };
+
+// cudaGetDeviceCount; 0 when there is no device or no driver. (worker/device.h's
+// CudaDeviceCount reaches it through the CUDA device functions, worker/cuda_device_api.h.)
+int CudaVisibleDevices();
 
 // Selects BackendOptions::device and creates the stream, cuBLASLt handle and workspaces.
 absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(const BackendOptions& options);

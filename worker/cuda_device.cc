@@ -1,10 +1,11 @@
 // worker/device.h where CUDA is built: device facts, memory, the engine's backend and its
-// tensor-parallel communicator. Tested by tests/cuda_engine_test.cc (GPU).
+// tensor-parallel communicator, as the table of worker/cuda_device_api.h. Tested by
+// tests/cuda_engine_test.cc (GPU) and tests/cuda_module_test.sh.
 #include <cuda_runtime_api.h>
 
 #include "absl/strings/str_cat.h"
 #include "worker/cuda_backend.h"
-#include "worker/device.h"
+#include "worker/cuda_device_api.h"
 #include "worker/nccl_communicator.h"
 #include "worker/staged_communicator.h"
 
@@ -16,12 +17,7 @@ absl::Status CudaError(const char* what, cudaError_t err) {
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
 }
 
-}  // namespace
-
-bool BuiltWithCuda() { return true; }
-bool BuiltWithNccl() { return HaveNccl(); }
-
-absl::StatusOr<DeviceMemoryInfo> CudaDeviceMemory(int device) {
+absl::StatusOr<DeviceMemoryInfo> DeviceMemory(int device) {
   cudaError_t err = cudaSetDevice(device);
   if (err != cudaSuccess) return CudaError("cudaSetDevice", err);
   size_t free_bytes = 0, total_bytes = 0;
@@ -30,7 +26,7 @@ absl::StatusOr<DeviceMemoryInfo> CudaDeviceMemory(int device) {
   return DeviceMemoryInfo{static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
 }
 
-absl::StatusOr<CudaDeviceFacts> DescribeCudaDevice(int device) {
+absl::StatusOr<CudaDeviceFacts> DescribeDevice(int device) {
   cudaDeviceProp prop{};
   cudaError_t err = cudaGetDeviceProperties(&prop, device);
   if (err != cudaSuccess) return CudaError("cudaGetDeviceProperties", err);
@@ -45,17 +41,32 @@ absl::StatusOr<CudaDeviceFacts> DescribeCudaDevice(int device) {
   return f;
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> MakeCudaEngineBackend(const BackendOptions& options) {
+absl::StatusOr<std::unique_ptr<Backend>> MakeEngineBackend(const BackendOptions& options) {
   TP_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, MakeCudaBackend(options));
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> MakeCudaTpCommunicator(bool nccl, Communicator& host,
-                                                                     Backend& backend) {
+absl::StatusOr<std::unique_ptr<Communicator>> MakeTpCommunicator(bool nccl, Communicator& host, Backend& backend) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   TP_CHECK(cuda != nullptr);  // only the engine calls this, with its CUDA backend
   if (nccl) return MakeNcclCommunicator(host, cuda->device(), cuda->stream());
   return std::unique_ptr<Communicator>(new StagedCommunicator(host, cuda->stream()));
+}
+
+}  // namespace
+
+const CudaDeviceApi& CudaDeviceFunctions() {
+  static const CudaDeviceApi api = [] {
+    CudaDeviceApi a;
+    a.built_with_nccl = HaveNccl;
+    a.device_count = CudaVisibleDevices;
+    a.device_memory = DeviceMemory;
+    a.describe_device = DescribeDevice;
+    a.make_engine_backend = MakeEngineBackend;
+    a.make_tp_communicator = MakeTpCommunicator;
+    return a;
+  }();
+  return api;
 }
 
 }  // namespace tpserve

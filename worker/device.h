@@ -15,11 +15,17 @@
 
 namespace tpserve {
 
-// Whether this binary has the CUDA backend, and NCCL in it.
+// Whether this binary has the CUDA backend, and NCCL in it. (The tpserve binary has it as a
+// module beside it, loaded on first need: worker/cuda_device_api.h.)
 bool BuiltWithCuda();
 bool BuiltWithNccl();
 
-// Number of CUDA devices; 0 when there is no device or no driver, and without CUDA.
+// How this binary reaches CUDA, for `tpserve devices`: linked in, built without it, or the
+// module's path (this loads it where it is a module); an error where the module does not load.
+absl::StatusOr<std::string> DescribeCudaBuild();
+
+// Number of CUDA devices; 0 when there is no device or no driver, and without CUDA. Where
+// the CUDA side is a module and no NVIDIA driver is installed, 0 without loading it.
 int CudaDeviceCount();
 
 struct DeviceMemoryInfo {

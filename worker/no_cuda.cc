@@ -18,6 +18,7 @@ absl::Status NoCuda(const char* what) {
 bool BuiltWithCuda() { return false; }
 bool BuiltWithNccl() { return false; }
 int CudaDeviceCount() { return 0; }
+absl::StatusOr<std::string> DescribeCudaBuild() { return std::string("built without CUDA"); }
 
 absl::StatusOr<DeviceMemoryInfo> CudaDeviceMemory(int) { return NoCuda("GPU memory"); }
 absl::StatusOr<CudaDeviceFacts> DescribeCudaDevice(int) { return NoCuda("GPU properties"); }
