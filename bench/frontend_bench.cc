@@ -375,8 +375,8 @@ int Run() {
   o.transport.io_threads = absl::GetFlag(FLAGS_io_threads);
   o.transport.max_connections = 100000;
   o.transport.keep_alive_timeout = absl::Minutes(10);
-  o.render_threads = 1;
-  o.max_pending_renders = 100000;
+  o.frontend.render_threads = 1;
+  o.frontend.max_pending_renders = 100000;
   HttpServer server(engine, **tokenizer, nullptr, o);
   if (absl::Status st = server.Start(); !st.ok()) {
     std::fprintf(stderr, "frontend_bench: %s\n", std::string(st.message()).c_str());

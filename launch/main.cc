@@ -252,6 +252,22 @@ int EngineOptionsFromFlags(tpserve::EngineOptions& e) {
   return 0;
 }
 
+#if TPSERVE_HAVE_SERVING
+// The HTTP transport flags, as `serve` and `router` both take them.
+tpserve::HttpTransportOptions HttpTransportFromFlags() {
+  tpserve::HttpTransportOptions t;
+  t.host = absl::GetFlag(FLAGS_host);
+  t.port = absl::GetFlag(FLAGS_http_port);
+  t.io_threads = absl::GetFlag(FLAGS_http_threads);
+  t.max_connections = absl::GetFlag(FLAGS_max_connections);
+  t.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
+  t.keep_alive_timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_keep_alive));
+  t.header_timeout = absl::Seconds(absl::GetFlag(FLAGS_http_header_timeout));
+  t.body_timeout = absl::Seconds(absl::GetFlag(FLAGS_http_body_timeout));
+  return t;
+}
+#endif
+
 // `grpc_port_given`: --grpc-port was on the command line (its default is serve's 50051).
 int RunRouterFromFlags(bool grpc_port_given) {
 #if TPSERVE_HAVE_SERVING
@@ -270,17 +286,13 @@ int RunRouterFromFlags(bool grpc_port_given) {
   }
   tpserve::RouterCommandOptions o;
   o.config = *std::move(config);
-  o.transport.host = absl::GetFlag(FLAGS_host);
-  o.transport.port = absl::GetFlag(FLAGS_http_port);
+  o.transport = HttpTransportFromFlags();
   if (o.transport.port < 0) {
     return Fail("router: --http-port must be a port (0: any free one); the router has no other API");
   }
-  o.transport.io_threads = absl::GetFlag(FLAGS_http_threads);
-  o.transport.max_connections = absl::GetFlag(FLAGS_max_connections);
-  o.transport.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
-  o.transport.keep_alive_timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_keep_alive));
-  o.transport.header_timeout = absl::Seconds(absl::GetFlag(FLAGS_http_header_timeout));
-  o.transport.body_timeout = absl::Seconds(absl::GetFlag(FLAGS_http_body_timeout));
+  if (absl::Status valid = tpserve::ValidateHttpTransportFlags(o.transport); !valid.ok()) {
+    return Fail(absl::StrCat("router: ", valid.message()));
+  }
   o.port_file = absl::GetFlag(FLAGS_port_file);
   o.request_log = absl::GetFlag(FLAGS_request_log);
   absl::StatusOr<std::vector<std::string>> keys = ApiKeysFromFlagOrEnvironment(/*accept_vllm_variable=*/false);
@@ -386,9 +398,8 @@ int main(int argc, char** argv) {
     code = EngineOptionsFromFlags(o.engine);
     o.parallel = {absl::GetFlag(FLAGS_tensor_parallel_size), absl::GetFlag(FLAGS_pipeline_parallel_size)};
     o.tokenizer = absl::GetFlag(FLAGS_tokenizer);
-    o.host = absl::GetFlag(FLAGS_host);
+    o.http = HttpTransportFromFlags();
     o.grpc_port = absl::GetFlag(FLAGS_grpc_port);
-    o.http_port = absl::GetFlag(FLAGS_http_port);
     o.port_file = absl::GetFlag(FLAGS_port_file);
     for (absl::string_view n : absl::StrSplit(absl::GetFlag(FLAGS_served_model_name), ',', absl::SkipWhitespace())) {
       o.served_model_names.emplace_back(n);
@@ -399,12 +410,6 @@ int main(int argc, char** argv) {
     o.pipeline_micro_batches = absl::GetFlag(FLAGS_pipeline_micro_batches);
     o.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
     o.shutdown_timeout_s = absl::GetFlag(FLAGS_shutdown_timeout);
-    o.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
-    o.max_connections = absl::GetFlag(FLAGS_max_connections);
-    o.timeout_keep_alive_s = absl::GetFlag(FLAGS_timeout_keep_alive);
-    o.http_header_timeout_s = absl::GetFlag(FLAGS_http_header_timeout);
-    o.http_body_timeout_s = absl::GetFlag(FLAGS_http_body_timeout);
-    o.http_io_threads = absl::GetFlag(FLAGS_http_threads);
     o.render_threads = absl::GetFlag(FLAGS_render_threads);
     o.max_pending_renders = absl::GetFlag(FLAGS_max_pending_renders);
     if (absl::GetFlag(FLAGS_seed) >= 0) o.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));

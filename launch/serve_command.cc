@@ -209,44 +209,35 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
       if (chat == nullptr) {
         Log(world, absl::StrCat("no chat template (chat requests will fail): ", text->chat_status.message()));
       }
+      // One block for both front ends.
+      FrontendOptions shared;
+      shared.served_model_names = names;
+      shared.render_pool = render_pool;
+      shared.metrics = &metrics;
+      shared.generation_defaults = generation_defaults;
+      shared.tool_call_parser = tool_call_parser;
+      shared.api_keys = o.api_keys;
       if (o.grpc_port >= 0) {
         GrpcServerOptions go;
-        go.address = absl::StrCat(o.host, ":", o.grpc_port);
-        go.served_model_names = names;
-        go.metrics = &metrics;
-        go.max_receive_message_bytes = static_cast<int>(o.max_body_bytes);
-        go.render_pool = render_pool;
-        go.generation_defaults = generation_defaults;
-        go.tool_call_parser = tool_call_parser;
-        go.api_keys = o.api_keys;
+        go.address = absl::StrCat(o.http.host, ":", o.grpc_port);
+        go.max_receive_message_bytes = static_cast<int>(o.http.max_body_bytes);
+        go.frontend = shared;
         grpc = std::make_unique<GrpcServer>(deferred, *tokenizer, chat.get(), go);
         front = grpc->Start();
       }
-      if (front.ok() && o.http_port >= 0) {
+      if (front.ok() && o.http.port >= 0) {
         HttpServerOptions ho;
-        ho.transport.host = o.host;
-        ho.transport.port = o.http_port;
-        ho.transport.max_body_bytes = o.max_body_bytes;
-        ho.transport.max_connections = o.max_connections;
-        ho.transport.keep_alive_timeout = absl::Seconds(o.timeout_keep_alive_s);
-        ho.transport.header_timeout = absl::Seconds(o.http_header_timeout_s);
-        ho.transport.body_timeout = absl::Seconds(o.http_body_timeout_s);
-        ho.transport.io_threads = o.http_io_threads;
-        ho.served_model_names = names;
-        ho.render_pool = render_pool;
-        ho.metrics = &metrics;
-        ho.generation_defaults = generation_defaults;
-        ho.tool_call_parser = tool_call_parser;
-        ho.api_keys = o.api_keys;
-        if (absl::Status fds = RaiseOpenFileLimit(o.max_connections); !fds.ok()) Log(world, std::string(fds.message()));
+        ho.transport = o.http;
+        ho.frontend = shared;
+        if (absl::Status fds = RaiseOpenFileLimit(o.http.max_connections); !fds.ok()) Log(world, std::string(fds.message()));
         if (front.ok()) {
           http = std::make_unique<HttpServer>(deferred, *tokenizer, chat.get(), ho);
           front = http->Start();
         }
       }
       if (front.ok()) {
-        Log(world, absl::StrCat("listening: gRPC ", grpc ? absl::StrCat(o.host, ":", grpc->port()) : "off", ", HTTP ",
-                                http ? absl::StrCat(o.host, ":", http->port()) : "off", " (loading the model)"));
+        Log(world, absl::StrCat("listening: gRPC ", grpc ? absl::StrCat(o.http.host, ":", grpc->port()) : "off", ", HTTP ",
+                                http ? absl::StrCat(o.http.host, ":", http->port()) : "off", " (loading the model)"));
         // How many keys, never what they are.
         if (!o.api_keys.empty()) {
           Log(world, absl::StrCat("API keys: ", o.api_keys.size(), " set; requests need \"Authorization: Bearer <key>\" "
@@ -254,7 +245,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
         }
         // The bound ports (--http-port 0 / --grpc-port 0: the kernel's choice), for scripts.
         const ListeningPorts ports{http ? http->port() : -1, grpc ? grpc->port() : -1};
-        std::fputs(ListeningLines(o.host, ports).c_str(), stderr);
+        std::fputs(ListeningLines(o.http.host, ports).c_str(), stderr);
         std::fflush(stderr);
         if (!o.port_file.empty()) front = WritePortFile(o.port_file, ports);
       }
@@ -420,19 +411,30 @@ void BlockDrainSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
+namespace {
+
+absl::Status Positive(absl::string_view flag, double v) {
+  return v > 0 ? absl::OkStatus() : absl::InvalidArgumentError(absl::StrCat("--", flag, " must be positive, got ", v));
+}
+
+}  // namespace
+
+absl::Status ValidateHttpTransportFlags(const HttpTransportOptions& http) {
+  for (const absl::Status& s : {Positive("max-connections", http.max_connections),
+                                Positive("timeout-keep-alive", absl::ToDoubleSeconds(http.keep_alive_timeout)),
+                                Positive("http-header-timeout", absl::ToDoubleSeconds(http.header_timeout)),
+                                Positive("http-body-timeout", absl::ToDoubleSeconds(http.body_timeout)),
+                                Positive("http-threads", http.io_threads),
+                                Positive("max-body-bytes", static_cast<double>(http.max_body_bytes))}) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateServeOptions(const ServeCommandOptions& o) {
-  auto positive = [](absl::string_view flag, double v) {
-    return v > 0 ? absl::OkStatus()
-                 : absl::InvalidArgumentError(absl::StrCat("--", flag, " must be positive, got ", v));
-  };
-  for (const absl::Status& s : {positive("max-connections", o.max_connections),
-                                positive("timeout-keep-alive", o.timeout_keep_alive_s),
-                                positive("http-header-timeout", o.http_header_timeout_s),
-                                positive("http-body-timeout", o.http_body_timeout_s),
-                                positive("http-threads", o.http_io_threads),
-                                positive("render-threads", o.render_threads),
-                                positive("max-pending-renders", o.max_pending_renders),
-                                positive("max-body-bytes", static_cast<double>(o.max_body_bytes))}) {
+  TP_RETURN_IF_ERROR(ValidateHttpTransportFlags(o.http));
+  for (const absl::Status& s :
+       {Positive("render-threads", o.render_threads), Positive("max-pending-renders", o.max_pending_renders)}) {
     if (!s.ok()) return s;
   }
   return absl::OkStatus();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "coordinator/api/http_transport.h"
 #include "launch/engine_setup.h"
 #include "launch/ranks.h"
 #include "worker/communicator.h"
@@ -21,9 +22,11 @@ struct ServeCommandOptions {
   EngineOptions engine;
   ParallelSizes parallel;  // --tensor-parallel-size, --pipeline-parallel-size (launch/ranks.h)
   std::string tokenizer;         // tokenizer.json; default MODEL/tokenizer.json
-  std::string host = "0.0.0.0";
+  // The HTTP server's transport (coordinator/api/http_transport.h): host (the gRPC server's
+  // too), port (< 0: no HTTP server), connections open at most, deadlines, I/O threads, the
+  // body limit (gRPC's message limit too). main fills it from the flags `router` reads too.
+  HttpTransportOptions http;
   int grpc_port = 50051;         // < 0: no gRPC server
-  int http_port = 8000;          // < 0: no HTTP server
   // Ports 0: the kernel picks free ones. Both are logged ("tpserve: HTTP listening on
   // HOST:PORT") and, where port_file is set, written there as {"http": P, "grpc": Q} once
   // both listen (launch/port_file.h).
@@ -37,14 +40,7 @@ struct ServeCommandOptions {
   int32_t pipeline_micro_batches = 0;
   bool enable_prefix_caching = true;
   double shutdown_timeout_s = 30;
-  size_t max_body_bytes = size_t{4} << 20;
-  // The HTTP server (coordinator/api/http_server.h): connections open at most, deadlines,
-  // I/O threads, and the pool that renders and tokenizes requests.
-  int max_connections = 4096;
-  double timeout_keep_alive_s = 5;
-  double http_header_timeout_s = 10;
-  double http_body_timeout_s = 30;
-  int http_io_threads = 2;
+  // The pool that renders and tokenizes requests (coordinator/api/frontend_options.h).
   int render_threads = 2;
   int max_pending_renders = 1024;
   std::optional<uint64_t> seed;  // --seed: seeds of requests without one (a run repeats)
@@ -76,6 +72,9 @@ int TakeStraySignal();
 
 // INVALID_ARGUMENT naming the flag for a value out of range.
 absl::Status ValidateServeOptions(const ServeCommandOptions& options);
+// The same for the HTTP transport flags `serve` and `router` share (--http-threads,
+// --max-connections, --max-body-bytes and the timeouts).
+absl::Status ValidateHttpTransportFlags(const HttpTransportOptions& http);
 
 // Runs on every rank; returns the process exit code.
 int RunServe(const ServeCommandOptions& options, const WorldConfig& mpi_world);

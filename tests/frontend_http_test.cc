@@ -267,8 +267,8 @@ TEST_F(FrontendTest, HttpFailureAfterAdmission) {
 // Rendering and tokenizing run on a bounded pool: one request more than it holds is a 429,
 // and the I/O thread keeps answering meanwhile.
 TEST_F(FrontendTest, HttpRenderQueueLimit) {
-  http_options_.render_threads = 1;
-  http_options_.max_pending_renders = 1;
+  http_options_.frontend.render_threads = 1;
+  http_options_.frontend.max_pending_renders = 1;
   StartServers();
   absl::Notification gate;
   engine_->SetSubmitGate(&gate);
@@ -340,7 +340,7 @@ TEST_F(FrontendTest, HttpModelIdIsPercentDecoded) {
 // missing or wrong key is a 401 in OpenAI's error shape (code "invalid_api_key") with
 // WWW-Authenticate, and no request reaches the engine.
 TEST_F(FrontendTest, HttpApiKeys) {
-  http_options_.api_keys = {"key-one", "key-two"};
+  http_options_.frontend.api_keys = {"key-one", "key-two"};
   StartServers();
   struct Reply {
     int status = -1;

@@ -401,7 +401,7 @@ TEST_F(FrontendTest, GrpcRefusesStringsThatAreNotUtf8) {
 // --api-key: every tpserve.v1 call needs the metadata "authorization: Bearer KEY", else
 // UNAUTHENTICATED before any work; grpc.health.v1 stays open.
 TEST_F(FrontendTest, GrpcApiKeys) {
-  grpc_options_.api_keys = {"key-one", "key-two"};
+  grpc_options_.frontend.api_keys = {"key-one", "key-two"};
   StartServers();
   auto with_key = [](grpc::ClientContext& context, const std::string& authorization) {
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
@@ -447,8 +447,8 @@ TEST_F(FrontendTest, GrpcApiKeys) {
 
 // `tpserve client --api-key` against both servers with keys; without one it says why it failed.
 TEST_F(FrontendTest, ClientCommandSendsTheApiKey) {
-  grpc_options_.api_keys = {"key-one"};
-  http_options_.api_keys = {"key-one"};
+  grpc_options_.frontend.api_keys = {"key-one"};
+  http_options_.frontend.api_keys = {"key-one"};
   StartServers();
   for (bool grpc : {true, false}) {
     ClientCommandOptions o;
@@ -527,8 +527,8 @@ TEST_F(FrontendTest, ModelGenerationDefaultsFillUnsetSamplingFields) {
   defaults.top_k = 20;
   defaults.top_p = 0.95f;
   defaults.source = "/models/m/generation_config.json";
-  grpc_options_.generation_defaults = defaults;
-  http_options_.generation_defaults = defaults;
+  grpc_options_.frontend.generation_defaults = defaults;
+  http_options_.frontend.generation_defaults = defaults;
   StartServers();
 
   std::vector<v1::GenerateResponse> responses;
@@ -680,8 +680,8 @@ TEST_F(FrontendTest, GrpcFailureAfterAdmission) {
 // Generate builds its request on the render pool (not gRPC's callback thread): a full pool
 // is RESOURCE_EXHAUSTED, and a call cancelled while it waits there ends CANCELLED.
 TEST_F(FrontendTest, GrpcRendersOnTheBoundedPool) {
-  grpc_options_.render_threads = 1;
-  grpc_options_.max_pending_renders = 1;
+  grpc_options_.frontend.render_threads = 1;
+  grpc_options_.frontend.max_pending_renders = 1;
   StartServers();
   absl::Notification gate;
   engine_->SetSubmitGate(&gate);

@@ -7,6 +7,7 @@ if(TPSERVE_HAVE_SERVING)
   tp_add_test(task_pool_test SOURCES task_pool_test.cc LIBS tpserve_frontend)
   tp_add_test(api_keys_test SOURCES api_keys_test.cc LIBS tpserve_frontend GTest::gmock)
   tp_add_test(choice_streams_test SOURCES choice_streams_test.cc LIBS tpserve_frontend GTest::gmock)
+  tp_add_test(choice_tool_calls_test SOURCES choice_tool_calls_test.cc LIBS tpserve_frontend)
   tp_add_test(metrics_test SOURCES metrics_test.cc LIBS tpserve_frontend GTest::gmock)
   tp_add_test(openai_json_test SOURCES openai_json_test.cc LIBS tpserve_frontend GTest::gmock)
   tp_add_test(frontend_test SOURCES frontend_test.cc frontend_http_test.cc

@@ -34,6 +34,12 @@ timeout 30 "$TPSERVE" router --config "$WORK/bad3.json" --http-port 0 >"$WORK/ba
 rc=$?
 [ $rc -ne 0 ] && grep -q 'api_key_env: \$TPSERVE_ROUTER_TEST_UNSET is not set' "$WORK/bad3.out" \
   && ok "an unset api_key_env refused at start (exit $rc)" || bad "api_key_env: rc $rc $(cat "$WORK/bad3.out")"
+# The HTTP flags the router shares with serve are checked the same way.
+echo '{"models": {"m": {"backends": ["http://127.0.0.1:1/v1"]}}}' >"$WORK/good.json"
+timeout 30 "$TPSERVE" router --config "$WORK/good.json" --http-port 0 --http-threads 0 >"$WORK/bad4.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q 'router: --http-threads must be positive, got 0' "$WORK/bad4.out" \
+  && ok "--http-threads 0 refused at start (exit $rc)" || bad "--http-threads 0: rc $rc $(cat "$WORK/bad4.out")"
 
 # start_http NAME ARGS...: `tpserve serve` (one rank) or `tpserve router` on a free HTTP port,
 # in a session of its own; sets PORT_<NAME> and SID_<NAME>.

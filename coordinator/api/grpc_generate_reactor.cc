@@ -82,11 +82,8 @@ void GenerateReactor::Admit(const Context& context, absl::StatusOr<Built> built)
   {
     absl::MutexLock lock(&mu_);
     for (size_t i = 0; i <= built->later.size(); ++i) {
-      choices_.emplace_back();
-      if (tool_use_.choice == ToolUse::Choice::kAuto) {
-        const ToolCallContext tool_context{.id_seed = std::hash<std::string>()(first_id) + i, .tools = tool_use_.tools};
-        choices_.back().tool_parser = std::make_unique<StreamingToolCallParser>(tool_format_, tool_context);
-      }
+      choices_.emplace_back(
+          ChoiceToolCalls(tool_use_, tool_format_, first_id, static_cast<int>(i), ChoiceToolCalls::Delivery::kWhole));
     }
     streams_.emplace(context.engine, *stream, tracker_, std::move(built->later),
                      [this](RequestStream& later) { Watch(later); });
@@ -116,39 +113,13 @@ void GenerateReactor::SchedulePump(const std::shared_ptr<GenerateReactor>& self,
 }
 
 void GenerateReactor::AppendText(const std::string& text, bool final, Choice& c) {
-  auto add_call = [this, &c](const ToolCall& call) {
+  const ToolStreamDelta d = c.tools.Feed(text, final);
+  response_.mutable_text()->append(d.content);
+  for (const ToolCallDelta& t : d.tool_calls) {  // whole: one delta a call
     v1::ToolCall* out = response_.add_tool_calls();
-    out->set_id(call.id);
-    out->set_name(call.name);
-    out->set_arguments(call.arguments);
-    ++c.tool_calls;
-  };
-  switch (tool_use_.choice) {
-    case ToolUse::Choice::kNone:
-      response_.mutable_text()->append(text);
-      return;
-    case ToolUse::Choice::kAuto: {
-      const ToolStreamDelta d = c.tool_parser->FeedAndMaybeFinish(text, final);
-      response_.mutable_text()->append(d.content);
-      for (const ToolCallDelta& t : d.tool_calls) add_call({t.id, t.name, t.arguments});  // calls arrive whole
-      return;
-    }
-    case ToolUse::Choice::kRequired:
-    case ToolUse::Choice::kNamed: {
-      // The constrained JSON is the calls: read at the end (cut short, it is text).
-      c.constrained += text;
-      if (!final) return;
-      const size_t index = static_cast<size_t>(&c - choices_.data());
-      absl::StatusOr<std::vector<ToolCall>> calls = ToolCallsFromConstrainedOutput(
-          c.constrained, tool_use_.choice == ToolUse::Choice::kNamed ? tool_use_.function : "",
-          std::hash<std::string>()(streams_->stream(index).request_id()));
-      if (!calls.ok()) {
-        response_.mutable_text()->append(c.constrained);
-        return;
-      }
-      for (const ToolCall& call : *calls) add_call(call);
-      return;
-    }
+    out->set_id(t.id);
+    out->set_name(t.name);
+    out->set_arguments(t.arguments);
   }
 }
 
@@ -172,7 +143,7 @@ void GenerateReactor::AppendEvent(const OutputEvent& e, Choice& c) {
   response_.mutable_usage()->set_prompt_tokens(e.prompt_tokens);
   response_.mutable_usage()->set_completion_tokens(e.completion_tokens);
   if (e.finish != FinishReason::kNone) {
-    response_.set_finish_reason(e.finish == FinishReason::kStop && c.tool_calls > 0 ? v1::FINISH_REASON_TOOL_CALLS
+    response_.set_finish_reason(e.finish == FinishReason::kStop && c.tools.calls() > 0 ? v1::FINISH_REASON_TOOL_CALLS
                                                                                      : ToProto(e.finish));
     v1::Timings* t = response_.mutable_timings();
     t->set_queue_ms(e.timings.queue_ms);

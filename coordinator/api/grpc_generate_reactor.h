@@ -21,6 +21,7 @@
 #include "coordinator/engine/request.h"
 #include "coordinator/api/task_pool.h"
 #include "coordinator/text/tokenizer.h"
+#include "coordinator/api/choice_tool_calls.h"
 #include "coordinator/text/tool_calls.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/tpserve.grpc.pb.h"
@@ -69,9 +70,8 @@ class GenerateReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   GenerateReactor(const Tokenizer& tokenizer, FrontendMetrics* metrics, absl::Time arrival);
   // One choice's reading of its output (its stream and tracker are streams_').
   struct Choice {
-    std::unique_ptr<StreamingToolCallParser> tool_parser;  // tool_choice "auto"
-    std::string constrained;  // tool_choice "required" / named: the output, parsed at the end
-    int tool_calls = 0;
+    explicit Choice(ChoiceToolCalls tool_calls) : tools(std::move(tool_calls)) {}
+    ChoiceToolCalls tools;  // the text through tool_choice, calls whole
     bool finished = false;
   };
   // On the render pool: submits the built request and starts streaming, or finishes.

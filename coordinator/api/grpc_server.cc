@@ -23,16 +23,16 @@ GrpcServer::GrpcServer(EngineApi& engine, const Tokenizer& tokenizer, const Mode
                        GrpcServerOptions options)
     : engine_(engine),
       options_(std::move(options)),
-      builder_(engine, tokenizer, chat_template, options_.served_model_names,
-               options_.generation_defaults, options_.tool_call_parser),
+      builder_(engine, tokenizer, chat_template, options_.frontend.served_model_names,
+               options_.frontend.generation_defaults, options_.frontend.tool_call_parser),
       pump_pool_(std::make_shared<TaskPool>(options_.pump_threads)),
-      render_pool_(options_.render_pool != nullptr
-                       ? options_.render_pool
-                       : std::make_shared<TaskPool>(options_.render_threads,
-                                                    static_cast<size_t>(std::max(1, options_.max_pending_renders)),
+      render_pool_(options_.frontend.render_pool != nullptr
+                       ? options_.frontend.render_pool
+                       : std::make_shared<TaskPool>(options_.frontend.render_threads,
+                                                    static_cast<size_t>(std::max(1, options_.frontend.max_pending_renders)),
                                                     "tpserve-render")),
-      service_(std::make_unique<TpServeService>(engine, builder_, options_.metrics, pump_pool_, render_pool_,
-                                                ApiKeys(options_.api_keys))) {}
+      service_(std::make_unique<TpServeService>(engine, builder_, options_.frontend.metrics, pump_pool_, render_pool_,
+                                                ApiKeys(options_.frontend.api_keys))) {}
 
 GrpcServer::~GrpcServer() { Shutdown(); }
 

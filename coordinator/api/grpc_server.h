@@ -15,6 +15,7 @@
 #include "coordinator/text/chat_template_loader.h"
 #include "coordinator/engine/engine_api.h"
 #include "coordinator/api/frontend_metrics.h"
+#include "coordinator/api/frontend_options.h"
 #include "coordinator/api/request_builder.h"
 #include "coordinator/api/task_pool.h"
 #include "coordinator/text/tokenizer.h"
@@ -29,9 +30,6 @@ class TpServeService;
 
 struct GrpcServerOptions {
   std::string address = "0.0.0.0:50051";  // host:port; port 0 picks a free port (see port())
-  // Names clients may put in "model"; the first is the default. Empty: the engine's
-  // Info().served_model_name.
-  std::vector<std::string> served_model_names;
   // Larger requests fail with RESOURCE_EXHAUSTED (gRPC's own check).
   int max_receive_message_bytes = 4 << 20;
   // How often Ready() is polled for the health service.
@@ -39,23 +37,9 @@ struct GrpcServerOptions {
   // Threads that build and write responses as the engine produces tokens (the engine's
   // thread only posts to them).
   int pump_threads = 2;
-  // Where Generate requests are parsed, rendered and tokenized before submission; share the
-  // HTTP server's (one budget for both). Null: the server makes its own of render_threads
-  // threads and max_pending_renders waiting requests.
-  std::shared_ptr<TaskPool> render_pool;
-  int render_threads = 2;
-  int max_pending_renders = 1024;
-  // Request latencies are recorded here (shared with the HTTP server, which exports them);
-  // null: not recorded. Must outlive the server.
-  FrontendMetrics* metrics = nullptr;  // What requests that leave a sampling field unset get (--generation-config); empty: the
-  // neutral SamplingParams defaults.
-  GenerationDefaults generation_defaults;
-  // How the model writes tool calls (--tool-call-parser); unset: the chat template's syntax.
-  std::optional<ToolCallFormat> tool_call_parser;
-  // --api-key: tpserve.v1.TpServe's methods need the metadata "authorization: Bearer K" with K
-  // one of these, else UNAUTHENTICATED. grpc.health.v1 and server reflection stay open (as
-  // HTTP /health does). Empty: no key needed.
-  std::vector<std::string> api_keys;
+  // What the HTTP server shares (served names, render pool, metrics, defaults, tool-call
+  // syntax, API keys): the same block for both.
+  FrontendOptions frontend;
 };
 
 class GrpcServer {

@@ -166,18 +166,18 @@ HttpServer::HttpServer(EngineApi& engine, const Tokenizer& tokenizer, const Mode
                        HttpServerOptions options)
     : engine_(engine),
       options_(std::move(options)),
-      builder_(engine, tokenizer, chat_template, options_.served_model_names,
-               options_.generation_defaults, options_.tool_call_parser),
-      api_keys_(options_.api_keys),
-      own_metrics_(options_.metrics != nullptr
+      builder_(engine, tokenizer, chat_template, options_.frontend.served_model_names,
+               options_.frontend.generation_defaults, options_.frontend.tool_call_parser),
+      api_keys_(options_.frontend.api_keys),
+      own_metrics_(options_.frontend.metrics != nullptr
                        ? nullptr
                        : std::make_unique<FrontendMetrics>(engine, builder_.served_model_names().front())),
-      metrics_(options_.metrics != nullptr ? options_.metrics : own_metrics_.get()),
+      metrics_(options_.frontend.metrics != nullptr ? options_.frontend.metrics : own_metrics_.get()),
       started_unix_s_(absl::ToUnixSeconds(absl::Now())),
-      render_pool_(options_.render_pool != nullptr
-                       ? options_.render_pool
-                       : std::make_shared<TaskPool>(options_.render_threads,
-                                                    static_cast<size_t>(std::max(1, options_.max_pending_renders)),
+      render_pool_(options_.frontend.render_pool != nullptr
+                       ? options_.frontend.render_pool
+                       : std::make_shared<TaskPool>(options_.frontend.render_threads,
+                                                    static_cast<size_t>(std::max(1, options_.frontend.max_pending_renders)),
                                                     "tpserve-render")),
       transport_(
           options_.transport, [this](std::shared_ptr<HttpExchange> e) { Handle(std::move(e)); },

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "coordinator/api/api_keys.h"
 #include "coordinator/api/frontend_metrics.h"
+#include "coordinator/api/frontend_options.h"
 #include "coordinator/api/http_transport.h"
 #include "coordinator/api/openai_json.h"
 #include "coordinator/api/request_builder.h"
@@ -31,28 +32,9 @@ namespace tpserve {
 struct HttpServerOptions {
   // host, port (0: a free one), I/O threads, connection limit, deadlines, body limit.
   HttpTransportOptions transport;
-  // Names clients may put in "model"; the first is the default and the one responses
-  // name. Empty: the engine's Info().served_model_name.
-  std::vector<std::string> served_model_names;
-  // Threads that parse, render (chat template) and tokenize requests, and how many requests
-  // may wait for them; one more is answered 429. `render_pool`: share one (e.g. the gRPC
-  // server's budget too); null: the server makes its own of render_threads threads and
-  // max_pending_renders waiting requests.
-  std::shared_ptr<TaskPool> render_pool;
-  int render_threads = 2;
-  int max_pending_renders = 1024;
-  // Where request latencies are recorded and /metrics reads from. Null: the server keeps
-  // its own. Must outlive the server.
-  FrontendMetrics* metrics = nullptr;  // What requests that leave a sampling field unset get (--generation-config); empty: the
-  // neutral SamplingParams defaults.
-  GenerationDefaults generation_defaults;
-  // How the model writes tool calls (vLLM's --tool-call-parser); unset: read off the chat
-  // template (DetectToolCallFormat). Chat requests with tools and tool_choice "auto" need
-  // one other than kNone.
-  std::optional<ToolCallFormat> tool_call_parser;
-  // --api-key: every route but /health needs "Authorization: Bearer K" with K one of these,
-  // else 401. Empty: no key needed.
-  std::vector<std::string> api_keys;
+  // What the gRPC server shares (served names, render pool, metrics, defaults, tool-call
+  // syntax, API keys): the same block for both.
+  FrontendOptions frontend;
 };
 
 class HttpServer {

@@ -32,23 +32,17 @@ OpenAiResponseBuilder::OpenAiResponseBuilder(const OpenAiRequest& request, std::
       model_(std::move(model)),
       created_(created),
       tokenizer_(tokenizer),
-      tool_choice_(request.input.tool_use.choice),
-      tool_function_(request.input.tool_use.function),
+      tool_use_(request.input.tool_use),
       tool_format_(tool_format),
-      tools_(request.input.tool_use.tools),
       choices_(std::max(1, request.input.n)) {
   // Every chunk's envelope is the same: dumped once, up to its choices.
   std::string envelope = Dump(Envelope(/*chunk=*/true));
   envelope.pop_back();  // the closing brace
   chunk_prefix_ = absl::StrCat("data: ", envelope, ",\"choices\":[");
-  if (tool_choice_ != ToolUse::Choice::kAuto) return;
+  if (endpoint_ != OpenAiEndpoint::kChatCompletions) return;
   for (int i = 0; i < num_choices(); ++i) {
-    choices_[i].tool_parser = std::make_unique<StreamingToolCallParser>(tool_format_, ToolContext(i));
+    choices_[i].tools.emplace(tool_use_, tool_format_, id_, i, ChoiceToolCalls::Delivery::kStreamed);
   }
-}
-
-ToolCallContext OpenAiResponseBuilder::ToolContext(int index) const {
-  return ToolCallContext{.id_seed = std::hash<std::string>()(id_) + static_cast<uint64_t>(index), .tools = tools_};
 }
 
 void OpenAiResponseBuilder::Record(const OutputEvent& e, Choice& c) {
@@ -151,48 +145,19 @@ Json OpenAiResponseBuilder::FinishJson(FinishReason finish, int tool_calls) {
   return FinishReasonJson(finish);
 }
 
-Json OpenAiResponseBuilder::ChatDelta(Choice& c, int index, const std::string& text, bool final) const {
+Json OpenAiResponseBuilder::ChatDelta(Choice& c, int /*index*/, const std::string& text, bool final) const {
   Json delta = Json::object();
-  Json calls = Json::array();
-  switch (tool_choice_) {
-    case ToolUse::Choice::kNone:
-      if (!text.empty() || !final) delta["content"] = text;
-      break;
-    case ToolUse::Choice::kAuto: {
-      const ToolStreamDelta d = c.tool_parser->FeedAndMaybeFinish(text, final);
-      if (!d.content.empty()) delta["content"] = d.content;
-      for (const ToolCallDelta& t : d.tool_calls) {
-        calls.push_back(ToolCallJson({t.id, t.name, t.arguments}, t.index, !t.id.empty()));
-        if (!t.id.empty()) ++c.tool_calls;
-      }
-      break;
+  const ToolStreamDelta d = c.tools->Feed(text, final);
+  // Without tools every chunk but the last carries "content", even empty (as OpenAI's).
+  if (!d.content.empty() || (tool_use_.choice == ToolUse::Choice::kNone && !final)) delta["content"] = d.content;
+  if (!d.tool_calls.empty()) {
+    Json calls = Json::array();
+    for (const ToolCallDelta& t : d.tool_calls) {
+      calls.push_back(ToolCallJson({t.id, t.name, t.arguments}, t.index, !t.id.empty()));
     }
-    case ToolUse::Choice::kNamed:
-      // The output is the function's arguments: streamed as they come.
-      if (!text.empty()) {
-        const bool first = c.tool_calls == 0;
-        const ToolCall call{first ? ToolCallIdGenerator(ToolContext(index).id_seed).Next() : "",
-                            first ? tool_function_ : "", text};
-        calls.push_back(ToolCallJson(call, 0, first));
-        c.tool_calls = 1;
-      }
-      break;
-    case ToolUse::Choice::kRequired: {
-      // A list of calls: parsed whole at the end (cut short, it stays text).
-      c.constrained += text;
-      if (!final) break;
-      absl::StatusOr<std::vector<ToolCall>> parsed =
-          ToolCallsFromConstrainedOutput(c.constrained, "", ToolContext(index).id_seed);
-      if (!parsed.ok()) {
-        if (!c.constrained.empty()) delta["content"] = c.constrained;
-        break;
-      }
-      for (size_t i = 0; i < parsed->size(); ++i) calls.push_back(ToolCallJson((*parsed)[i], static_cast<int>(i), true));
-      c.tool_calls = static_cast<int>(parsed->size());
-      break;
-    }
+    delta["tool_calls"] = calls;
   }
-  if (!calls.empty()) delta["tool_calls"] = calls;
+  c.tool_calls = c.tools->calls();
   return delta;
 }
 
@@ -265,25 +230,15 @@ Json OpenAiResponseBuilder::BodyChoice(int index) const {
   if (endpoint_ == OpenAiEndpoint::kCompletions) {
     choice["text"] = echo_ + c.text;
   } else {
-    Json message = Json{{"role", "assistant"}, {"content", c.text}};
-    std::vector<ToolCall> calls;
-    if (tool_choice_ == ToolUse::Choice::kAuto) {
-      ParsedToolOutput parsed = ParseToolCalls(tool_format_, c.text, ToolContext(index));
-      message["content"] = parsed.content;
-      calls = std::move(parsed.calls);
-    } else if (tool_choice_ != ToolUse::Choice::kNone) {
-      absl::StatusOr<std::vector<ToolCall>> parsed =
-          ToolCallsFromConstrainedOutput(c.text, tool_function_, ToolContext(index).id_seed);
-      if (parsed.ok()) {
-        calls = *std::move(parsed);
-        message["content"] = "";  // the text was the calls' arguments, now in tool_calls (as streamed)
-      }  // else cut short (max_tokens): the text as it is
-    }
-    tool_calls = static_cast<int>(calls.size());
-    if (!calls.empty()) {
-      if (message["content"] == "") message["content"] = nullptr;
+    // The whole text at once, the calls whole (the same ids as when streamed).
+    const ToolStreamDelta d =
+        ChoiceToolCalls(tool_use_, tool_format_, id_, index, ChoiceToolCalls::Delivery::kWhole).Feed(c.text, true);
+    Json message = Json{{"role", "assistant"}, {"content", d.content}};
+    tool_calls = static_cast<int>(d.tool_calls.size());
+    if (!d.tool_calls.empty()) {
+      if (d.content.empty()) message["content"] = nullptr;
       Json list = Json::array();
-      for (const ToolCall& call : calls) list.push_back(ToolCallJson(call, -1, true));
+      for (const ToolCallDelta& t : d.tool_calls) list.push_back(ToolCallJson({t.id, t.name, t.arguments}, -1, true));
       message["tool_calls"] = list;
     }
     choice["message"] = message;

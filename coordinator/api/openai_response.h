@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "coordinator/api/openai_json.h"
 #include "coordinator/engine/request.h"
 #include "coordinator/text/tokenizer.h"
+#include "coordinator/api/choice_tool_calls.h"
 #include "coordinator/text/tool_calls.h"
 #include "nlohmann/json.hpp"
 
@@ -56,9 +58,8 @@ class OpenAiResponseBuilder {
     FinishReason finish = FinishReason::kNone;
     nlohmann::ordered_json stop_reason;  // the stop string or stop token id that ended it, else null
     int32_t completion_tokens = 0;
-    std::unique_ptr<StreamingToolCallParser> tool_parser;  // streaming, tool_choice "auto"
-    std::string constrained;  // streaming, tool_choice "required": the output, parsed at the end
-    int tool_calls = 0;       // calls sent (streaming) or found (Body)
+    std::optional<ChoiceToolCalls> tools;  // streaming chat: the text through tool_choice
+    int tool_calls = 0;                    // calls sent (streaming)
   };
 
   void Record(const OutputEvent& e, Choice& c);
@@ -81,7 +82,6 @@ class OpenAiResponseBuilder {
   // {"content": [...]}; `text_offset` advances over the tokens' text.
   nlohmann::ordered_json LogprobsJson(const std::vector<TokenLogprob>& logprobs, size_t* text_offset) const;
   std::string TokenText(int32_t id) const;
-  ToolCallContext ToolContext(int index) const;
 
   const OpenAiEndpoint endpoint_;
   const bool logprobs_;
@@ -91,10 +91,8 @@ class OpenAiResponseBuilder {
   const int64_t created_;
   const Tokenizer& tokenizer_;
   // Tools (chat).
-  const ToolUse::Choice tool_choice_;
-  const std::string tool_function_;
+  const ToolUse tool_use_;
   const ToolCallFormat tool_format_;
-  const nlohmann::ordered_json tools_;
   std::string chunk_prefix_;  // "data: " and a chunk's JSON up to its choices' first
   std::vector<Choice> choices_;
   int num_finished_ = 0;
