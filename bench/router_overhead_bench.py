@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""What `tpserve router` adds to time to first token: tpbench against a backend that answers at
+once (bench/mock_openai_server.py), directly and through the router, alternated round by
+round, at each concurrency (issue 32's bound: < 1 ms p50 and < 5 ms p99 added at 256
+concurrent streams; 1,000 held). Reports per level and path the medians over rounds of TTFT
+p50 / p99 and errors, and the router's additions (router - direct).
+
+Usage: python3 bench/router_overhead_bench.py [--tpserve build/launch/tpserve]
+           [--tpbench build/bench/tpbench/tpbench] [--concurrency 16,256,1000] [--rounds 5]
+           [--requests-per-client 4] [--output-len 8] [--chunk-delay-ms 0] [--out DIR]
+Everything runs on this machine's loopback: the client, the router and the stand-in share its
+cores, so the additions include the router's CPU taken from the other two.
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def wait_port(proc, port_file, log):
+    for _ in range(200):
+        if os.path.exists(port_file):
+            m = re.search(r'"http":\s*(\d+)', open(port_file).read())
+            if m:
+                return int(m.group(1))
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    sys.exit(f"did not start: {open(log).read()[-2000:]}")
+
+
+def run_tpbench(args, url, concurrency, out):
+    cmd = [args.tpbench, "run", "--target", url, "--api", "chat", "--model", "mock", "--concurrency",
+           str(concurrency), "--rounds", str(args.requests_per_client), "--input_len", "64", "--output_len",
+           str(args.output_len), "--warmup", "1", "--progress=false", "--timeout", "60", "--out", out]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"tpbench failed: {r.stderr[-2000:]}")
+    level = json.load(open(os.path.join(out, "summary.json")))[0]  # one level per run
+    return {"ttft_p50": level["ttft_ms"]["median"], "ttft_p99": level["ttft_ms"]["p99"], "errors": level["errors"],
+            "requests": level["successes"] + level["errors"]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tpserve", default=os.path.join(ROOT, "build/launch/tpserve"))
+    ap.add_argument("--tpbench", default=os.path.join(ROOT, "build/bench/tpbench/tpbench"))
+    ap.add_argument("--concurrency", default="16,256,1000")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--requests-per-client", type=int, default=4)
+    ap.add_argument("--output-len", type=int, default=8)
+    ap.add_argument("--chunk-delay-ms", type=float, default=0)
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="router-overhead-")
+    procs = []
+    try:
+        mock_log = os.path.join(work, "mock.log")
+        mock = subprocess.Popen([sys.executable, os.path.join(ROOT, "bench/mock_openai_server.py"), "--port-file",
+                                 os.path.join(work, "mock.port"), "--chunk-delay-ms", str(args.chunk_delay_ms)],
+                                stdout=open(mock_log, "w"), stderr=subprocess.STDOUT)
+        procs.append(mock)
+        mock_port = wait_port(mock, os.path.join(work, "mock.port"), mock_log)
+        config = os.path.join(work, "router.json")
+        json.dump({"models": {"mock": {"backends": [f"http://127.0.0.1:{mock_port}/v1"]}}}, open(config, "w"))
+        router_log = os.path.join(work, "router.log")
+        router = subprocess.Popen([args.tpserve, "router", "--config", config, "--host", "127.0.0.1", "--http-port", "0",
+                                   "--port-file", os.path.join(work, "router.port"), "--max-connections", "8192"],
+                                  stdout=open(router_log, "w"), stderr=subprocess.STDOUT)
+        procs.append(router)
+        router_port = wait_port(router, os.path.join(work, "router.port"), router_log)
+        paths = {"direct": f"http://127.0.0.1:{mock_port}/v1", "router": f"http://127.0.0.1:{router_port}/v1"}
+        rows = []
+        for c in [int(x) for x in args.concurrency.split(",")]:
+            per = {"direct": [], "router": []}
+            for r in range(args.rounds):
+                for name in (("direct", "router") if r % 2 == 0 else ("router", "direct")):
+                    res = run_tpbench(args, paths[name], c, os.path.join(work, f"{name}-c{c}-r{r}"))
+                    per[name].append(res)
+                    print(json.dumps({"concurrency": c, "round": r, "path": name, **res}), flush=True)
+            med = {n: {k: statistics.median(x[k] for x in v) for k in ("ttft_p50", "ttft_p99")} for n, v in per.items()}
+            errors = {n: sum(x["errors"] for x in v) for n, v in per.items()}
+            rows.append((c, med, errors))
+        print(f"\nTTFT in ms, medians over {args.rounds} rounds (each {args.requests_per_client} requests per client); "
+              f"stand-in: {args.output_len} chunks, {args.chunk_delay_ms} ms apart")
+        print(f"{'streams':>8} {'direct p50':>11} {'router p50':>11} {'added p50':>10} {'direct p99':>11} "
+              f"{'router p99':>11} {'added p99':>10} {'errors d/r':>11}")
+        for c, med, errors in rows:
+            d, r = med["direct"], med["router"]
+            print(f"{c:>8} {d['ttft_p50']:>11.2f} {r['ttft_p50']:>11.2f} {r['ttft_p50'] - d['ttft_p50']:>10.2f} "
+                  f"{d['ttft_p99']:>11.2f} {r['ttft_p99']:>11.2f} {r['ttft_p99'] - d['ttft_p99']:>10.2f} "
+                  f"{errors['direct']:>5}/{errors['router']:<5}")
+        if args.out:
+            os.makedirs(args.out, exist_ok=True)
+            json.dump([{"concurrency": c, "median": med, "errors": errors} for c, med, errors in rows],
+                      open(os.path.join(args.out, "router_overhead.json"), "w"), indent=1)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+if __name__ == "__main__":
+    main()
