@@ -23,35 +23,9 @@ import tempfile
 import time
 import urllib.request
 
+from processes import start, wait_healthy
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def start(cmd, work, name):
-    port_file = os.path.join(work, name + ".port")
-    log = os.path.join(work, name + ".log")
-    p = subprocess.Popen(cmd + ["--host", "127.0.0.1", "--http-port", "0", "--port-file", port_file],
-                         stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-    for _ in range(1200):
-        if os.path.exists(port_file):
-            m = re.search(r'"http":\s*(\d+)', open(port_file).read())
-            if m:
-                return p, int(m.group(1))
-        if p.poll() is not None:
-            break
-        time.sleep(0.1)
-    sys.exit(f"{name} did not start: {open(log).read()[-2000:]}")
-
-
-def wait_healthy(port):
-    for _ in range(1200):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    sys.exit(f"port {port} never became healthy")
 
 
 def routed(port):

@@ -15,26 +15,14 @@ cores, so the additions include the router's CPU taken from the other two.
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+from processes import start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def wait_port(proc, port_file, log):
-    for _ in range(200):
-        if os.path.exists(port_file):
-            m = re.search(r'"http":\s*(\d+)', open(port_file).read())
-            if m:
-                return int(m.group(1))
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    sys.exit(f"did not start: {open(log).read()[-2000:]}")
 
 
 def run_tpbench(args, url, concurrency, out):
@@ -63,20 +51,15 @@ def main():
     work = tempfile.mkdtemp(prefix="router-overhead-")
     procs = []
     try:
-        mock_log = os.path.join(work, "mock.log")
-        mock = subprocess.Popen([sys.executable, os.path.join(ROOT, "bench/mock_openai_server.py"), "--port-file",
+        mock, mock_port = start([sys.executable, os.path.join(ROOT, "bench/mock_openai_server.py"), "--port-file",
                                  os.path.join(work, "mock.port"), "--chunk-delay-ms", str(args.chunk_delay_ms)],
-                                stdout=open(mock_log, "w"), stderr=subprocess.STDOUT)
+                                work, "mock", port_flags=False)
         procs.append(mock)
-        mock_port = wait_port(mock, os.path.join(work, "mock.port"), mock_log)
         config = os.path.join(work, "router.json")
         json.dump({"models": {"mock": {"backends": [f"http://127.0.0.1:{mock_port}/v1"]}}}, open(config, "w"))
-        router_log = os.path.join(work, "router.log")
-        router = subprocess.Popen([args.tpserve, "router", "--config", config, "--host", "127.0.0.1", "--http-port", "0",
-                                   "--port-file", os.path.join(work, "router.port"), "--max-connections", "8192"],
-                                  stdout=open(router_log, "w"), stderr=subprocess.STDOUT)
+        router, router_port = start([args.tpserve, "router", "--config", config, "--max-connections", "8192"], work,
+                                    "router")
         procs.append(router)
-        router_port = wait_port(router, os.path.join(work, "router.port"), router_log)
         paths = {"direct": f"http://127.0.0.1:{mock_port}/v1", "router": f"http://127.0.0.1:{router_port}/v1"}
         rows = []
         for c in [int(x) for x in args.concurrency.split(",")]:

@@ -23,38 +23,9 @@ import tempfile
 import time
 import urllib.request
 
+from processes import start, wait_healthy
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def start(tpserve, args, work, name):
-    port_file = os.path.join(work, name + ".port")
-    if os.path.exists(port_file):
-        os.remove(port_file)  # a previous setting's
-    log = open(os.path.join(work, name + ".log"), "w")
-    p = subprocess.Popen([tpserve] + args + ["--host", "127.0.0.1", "--http-port", "0", "--port-file", port_file],
-                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    for _ in range(400):
-        if os.path.exists(port_file):
-            text = open(port_file).read()
-            m = re.search(r'"http":\s*(\d+)', text)
-            if m:
-                return p, int(m.group(1))
-        if p.poll() is not None:
-            break
-        time.sleep(0.25)
-    sys.exit(f"{name} did not start: {open(os.path.join(work, name + '.log')).read()[-2000:]}")
-
-
-def wait_healthy(port):
-    for _ in range(400):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.25)
-    sys.exit(f"port {port} never became healthy")
 
 
 def prefix_counts(port):
@@ -133,7 +104,7 @@ def main():
                 procs = []
                 replicas = []
                 for i in range(1 if policy is None else 2):
-                    p, port = start(args.tpserve, serve, work, f"r{i}")
+                    p, port = start([args.tpserve] + serve, work, f"r{i}")
                     procs.append(p)
                     wait_healthy(port)
                     replicas.append(port)
@@ -142,7 +113,7 @@ def main():
                     cfg = os.path.join(work, "router.json")
                     json.dump({"models": {name: {"policy": policy, "backends": [
                         f"http://127.0.0.1:{p}/v1" for p in replicas]}}}, open(cfg, "w"))
-                    p, front = start(args.tpserve, ["router", "--config", cfg], work, "router")
+                    p, front = start([args.tpserve, "router", "--config", cfg], work, "router")
                     procs.append(p)
                     wait_healthy(front)
                 ttfts = run(front, name, args)
