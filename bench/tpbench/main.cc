@@ -281,10 +281,24 @@ int RunCommand() {
   if (!status.ok()) return Fail(std::string(status.message()), 1);
 
   const std::vector<LevelSummary> levels = SummarizeLevels(run, records, SloFromFlags());
+  // Behind a router that spread the requests over several backends: each level's share per backend.
+  const bool split = AnsweringBackends(records).size() > 1;
+  const std::vector<LevelSummary> by_backend =
+      split ? SummarizeByBackend(run, records, SloFromFlags()) : std::vector<LevelSummary>();
   nlohmann::json summary = nlohmann::json::array();
-  for (const LevelSummary& l : levels) summary.push_back(ToJson(l));
+  for (const LevelSummary& l : levels) {
+    nlohmann::json j = ToJson(l);
+    if (split) {
+      j["by_backend"] = nlohmann::json::array();
+      for (const LevelSummary& b : by_backend) {
+        if (b.concurrency == l.concurrency && b.request_rate == l.request_rate) j["by_backend"].push_back(ToJson(b));
+      }
+    }
+    summary.push_back(std::move(j));
+  }
   std::ofstream(absl::StrCat(out_dir, "/summary.json"), std::ios::trunc) << summary.dump(2) << "\n";
   std::printf("%s", FormatLevelTable(levels).c_str());
+  if (split) std::printf("\nby backend (x-tpserve-backend):\n%s", FormatBackendTable(by_backend).c_str());
   std::printf("records: %s/requests.jsonl, %s/run.json\n", out_dir.c_str(), out_dir.c_str());
 
   bool any_failed = false;

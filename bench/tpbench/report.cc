@@ -257,6 +257,19 @@ std::string ErrorTable(const std::vector<LevelSummary>& levels) {
                       Table({"Level", "Reason", "Count"}, rows, /*numeric=*/false));
 }
 
+std::string BackendTable(const std::vector<LevelSummary>& by_backend) {
+  std::vector<std::vector<std::string>> rows;
+  for (const LevelSummary& l : by_backend) {
+    rows.push_back({LevelName(l.concurrency, l.request_rate), l.backend, absl::StrCat(l.requests),
+                    absl::StrCat(l.errors + l.timeouts), Stat(l.ttft_ms, &Distribution::median, 1),
+                    Stat(l.ttft_ms, &Distribution::p95, 1), Stat(l.tpot_ms, &Distribution::median, 2),
+                    Fmt(l.output_throughput, 1)});
+  }
+  return Table({"Level", "Backend", "Requests", "Errors", "TTFT median ms", "TTFT P95 ms", "TPOT median ms",
+                "Output tok/s"},
+               rows, /*numeric=*/false);
+}
+
 struct ChartFile {
   std::string name, svg;
 };
@@ -614,6 +627,10 @@ absl::StatusOr<std::string> WriteReport(const std::vector<ReportRun>& runs,
                     LatencyTable(v.levels), "\n");
     if (std::string errors = ErrorTable(v.levels); !errors.empty())
       absl::StrAppend(&md, errors, "\n");
+    if (AnsweringBackends(v.in->requests).size() > 1) {
+      absl::StrAppend(&md, "By backend (as the router named it in x-tpserve-backend; output tok/s is the backend's "
+                      "share of the level's):\n\n", BackendTable(SummarizeByBackend(v.in->run, v.in->requests, slo)), "\n");
+    }
   }
 
   std::vector<ChartFile> files = LevelCharts(views);

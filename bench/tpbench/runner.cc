@@ -67,6 +67,7 @@ RequestRecord Runner::SendOne(const BenchRequest& request, int concurrency, doub
                                  ? request.expected_prompt_tokens
                                  : static_cast<int>(request.token_ids.size());
   r.max_tokens = request.max_tokens;
+  r.prompt_index = static_cast<int>(request.seq);
   r.outcome = target_.Send(request, options_.timeout);
   return r;
 }
