@@ -20,7 +20,13 @@ endif()
 tp_add_test(router_config_test SOURCES router_config_test.cc LIBS tpserve_router_config GTest::gmock)
 if(TPSERVE_HAVE_SERVING)
   tp_add_test(router_metrics_test SOURCES router_metrics_test.cc LIBS tpserve_router GTest::gmock)
+  # With tpbench built (it needs libcurl), the test also benchmarks through a router: tpbench run's
+  # per-backend split and tpbench compare of two models.
+  set(ROUTER_TEST_TPBENCH "")
+  if(TARGET tpbench)
+    set(ROUTER_TEST_TPBENCH $<TARGET_FILE:tpbench>)
+  endif()
   add_test(NAME router_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_test.sh $<TARGET_FILE:tpserve>
-           ${TPSERVE_FIXTURES})
+           ${TPSERVE_FIXTURES} ${ROUTER_TEST_TPBENCH})
   set_tests_properties(router_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
 endif()

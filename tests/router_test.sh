@@ -7,11 +7,15 @@
 # requests still succeed, with both the fallback answers; the router's --api-key; the request
 # log; the router's /metrics after all that (tries per backend add up to the requests sent, the
 # killed replicas are unhealthy with connect errors, nothing left in flight, the fallback
-# counted); config errors exit non-zero naming the field before listening.
-# Usage: router_test.sh TPSERVE_BINARY FIXTURES_DIR   (run by ctest)
+# counted); config errors exit non-zero naming the field before listening. With TPBENCH, through
+# a second router: `tpbench run` over two backends records each request's backend and splits the
+# summary by backend; `tpbench compare` of two model names (replicas with the same weights) with
+# prices reports no errors, the cost the prices imply and 100% greedy agreement.
+# Usage: router_test.sh TPSERVE_BINARY FIXTURES_DIR [TPBENCH_BINARY]   (run by ctest)
 set -u
 TPSERVE=$1
 FIX=$2
+TPBENCH=${3:-}
 source "$(dirname "$0")/harness.sh"
 TOK="$FIX/tokenizers/gemma/tokenizer.json"
 MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu --kv-cache-memory 64MiB --threads 1)
@@ -83,6 +87,73 @@ ROUTER_TEST_CLOUD_KEY=cloud-secret start_http R router --config "$WORK/router.js
   --request-log "$WORK/requests.jsonl"
 R="http://127.0.0.1:$PORT_R"
 AUTH=(-H "Authorization: Bearer router-key")
+
+# tpbench through a second router of its own (so that R's metrics below count only what was sent
+# to R): A1 and B are replicas of the same dummy weights under two names.
+if [ -n "$TPBENCH" ]; then
+  cat >"$WORK/bench_router.json" <<JSON
+{"models": {
+  "tiny-a": {"backends": [{"url": "$A1", "model": "gemma-4-tiny", "price_per_mtok": {"input": 0.25, "output": 1.5}}]},
+  "tiny-b": {"backends": [{"url": "$B", "model": "other-model", "price_per_mtok": {"input": 2, "output": 8}}]},
+  "tiny-rr": {"policy": "round_robin", "backends": [{"url": "$A1", "model": "gemma-4-tiny"},
+                                                    {"url": "$B", "model": "other-model"}]}}}
+JSON
+  start_http R2 router --config "$WORK/bench_router.json"
+  R2="http://127.0.0.1:$PORT_R2/v1"
+  "$TPBENCH" run --target "$R2" --model tiny-rr --input-len 8 --output-len 4 --concurrency 2 --rounds 2 --warmup 1 \
+    --num-prompts 4 --progress=false --fail-on-error --out "$WORK/rr" >"$WORK/rr.out" 2>&1
+  rc=$?
+  n_a=$(grep -c "\"backend\":\"$A1\"" "$WORK/rr/requests.jsonl")
+  n_b=$(grep -c "\"backend\":\"$B\"" "$WORK/rr/requests.jsonl")
+  [ $rc -eq 0 ] && [ $((n_a + n_b)) -eq 5 ] && [ "$n_a" -ge 2 ] && [ "$n_b" -ge 2 ] \
+    && grep -q '"by_backend"' "$WORK/rr/summary.json" && grep -q "by backend" "$WORK/rr.out" && grep -q "$B" "$WORK/rr.out" \
+    && ok "tpbench run through the router: each record names its backend ($n_a + $n_b), the summary split by backend" \
+    || bad "tpbench run by backend: rc $rc, $n_a + $n_b: $(cat "$WORK/rr.out") $(head -2 "$WORK/rr/requests.jsonl")"
+
+  "$TPBENCH" compare --target "$R2" --models tiny-a,tiny-b --router-config "$WORK/bench_router.json" \
+    --tokenizer "$TOK" --input-len 16 --output-len 12 --ignore-eos --num-prompts 6 --concurrency 2 --warmup 1 \
+    --progress=false --out "$WORK/cmp" >"$WORK/cmp.out" 2>&1
+  rc=$?
+  # The checks, one line each on failure: the summary's numbers against the records and the prices.
+  check=$(python3 - "$WORK/cmp" "$A1" "$B" <<'PY'
+import json, sys
+out, a1, b = sys.argv[1], sys.argv[2], sys.argv[3]
+s = json.load(open(out + "/compare.json"))
+problems = []
+for side, url, price_in, price_out in ((s["sides"][0], a1, 0.25, 1.5), (s["sides"][1], b, 2, 8)):
+    recs = [json.loads(l) for l in open(out + "/" + side["name"].lower() + "/requests.jsonl")]
+    recs = [r for r in recs if r["round"] >= 0]
+    if side["errors"] != 0 or side["timeouts"] != 0 or side["requests"] != 6:
+        problems.append("side %s: %d requests, %d errors, %d timeouts" % (side["name"], side["requests"], side["errors"], side["timeouts"]))
+    if side["backends"] != {url: 6}:
+        problems.append("side %s backends %s, want %s" % (side["name"], side["backends"], url))
+    usd = sum(r["prompt_tokens"] * price_in + r["completion_tokens"] * price_out for r in recs) / 1e6
+    out_tokens = sum(r["completion_tokens"] for r in recs)
+    if out_tokens != 6 * 12 or sum(r["prompt_tokens"] for r in recs) != 6 * 16:
+        problems.append("side %s token counts %s" % (side["name"], [(r["prompt_tokens"], r["completion_tokens"]) for r in recs]))
+    cost = side["cost"]
+    if cost["usd"] is None or abs(cost["usd"] - usd) > 1e-12 or abs(cost["usd_per_output_mtok"] - usd / out_tokens * 1e6) > 1e-9:
+        problems.append("side %s cost %s, the prices imply %.9f USD" % (side["name"], cost, usd))
+g = s["agreement"]
+if g["unit"] != "character" or g["compared"] != 6 or g["identical"] != 6 or g["identical_fraction"] != 1:
+    problems.append("agreement %s" % g)
+print("; ".join(problems) if problems else "ok")
+PY
+)
+  [ $rc -eq 0 ] && [ "$check" = ok ] && ls "$WORK"/cmp/ttft_cdf.svg "$WORK"/cmp/agreement.svg >/dev/null 2>&1 \
+    && grep -q "6 of 6 prompts identical (100.0%)" "$WORK/cmp.out" \
+    && ok "tpbench compare tiny-a vs tiny-b: no errors, the cost the prices imply, greedy outputs 100% identical" \
+    || bad "tpbench compare: rc $rc, $check: $(tail -30 "$WORK/cmp.out")"
+  out=$("$TPBENCH" compare --target "$R2" --models tiny-a --out "$WORK/x" 2>&1)
+  [ $? -eq 2 ] && echo "$out" | grep -q "exactly two models" && ok "tpbench compare: a bad --models exits 2 saying why" \
+    || bad "compare --models tiny-a: $out"
+  out=$("$TPBENCH" compare --target "$R2" --models tiny-a,tiny-b --prices tiny-c=1:2 --out "$WORK/x" 2>&1)
+  [ $? -eq 2 ] && echo "$out" | grep -q '"tiny-c" is neither side' && ok "tpbench compare: a price for neither model exits 2" \
+    || bad "compare --prices tiny-c: $out"
+  kill_session TERM "$SID_R2"
+else
+  echo "tpbench not built (it needs libcurl): the tpbench checks are left out"
+fi
 
 code=$(curl -s -o /dev/null -w '%{http_code}' "$R/v1/models")
 [ "$code" = 401 ] && ok "no key -> 401" || bad "no key -> $code"

@@ -348,6 +348,69 @@ TEST(MetricsTest, WarmupIsSummarizedSeparately) {
   EXPECT_EQ(SummarizeWarmup(LevelTwoRequests()).count, 0);
 }
 
+// LevelTwoRequests behind a router: seq 2 and 4 answered by b1, 3, 5 and 6 (the timeout) by
+// b2, the HTTP 503 (seq 7) named no backend; a warm-up request answered by b3.
+std::vector<RequestRecord> RoutedRequests() {
+  std::vector<RequestRecord> v = LevelTwoRequests();
+  for (RequestRecord& r : v) {
+    if (r.seq == 2 || r.seq == 4) r.outcome.backend = "http://b1/v1";
+    if (r.seq == 3 || r.seq == 5 || r.seq == 6) r.outcome.backend = "http://b2/v1";
+  }
+  v.push_back(WarmupRequests()[0]);
+  v.back().outcome.backend = "http://b3/v1";
+  return v;
+}
+
+TEST(MetricsTest, ByBackendSplitsEachLevel) {
+  RunRecord run;
+  run.levels.push_back(LevelTwoRecord(10));
+  const std::vector<RequestRecord> requests = RoutedRequests();
+  EXPECT_EQ(AnsweringBackends(requests), (std::vector<std::string>{"http://b1/v1", "http://b2/v1"}));
+  EXPECT_TRUE(AnsweringBackends(LevelTwoRequests()).empty());
+
+  const std::vector<LevelSummary> split = SummarizeByBackend(run, requests, SloSpec{});
+  ASSERT_EQ(split.size(), 3u);
+  const LevelSummary& none = split[0];
+  EXPECT_EQ(none.backend, kNoBackend);
+  EXPECT_EQ(none.requests, 1);
+  EXPECT_EQ(none.errors, 1);
+
+  // b1: TTFT [100, 300] -> median 200, p95 100 + 0.95 * 200; TPOT [100, 250]; 15 tokens / 10 s.
+  const LevelSummary& b1 = split[1];
+  EXPECT_EQ(b1.backend, "http://b1/v1");
+  EXPECT_EQ(b1.concurrency, 2);
+  EXPECT_EQ(b1.requests, 2);
+  EXPECT_EQ(b1.errors + b1.timeouts, 0);
+  EXPECT_NEAR(b1.ttft_ms.median, 200, kTol);
+  EXPECT_NEAR(b1.ttft_ms.p95, 290, kTol);
+  EXPECT_NEAR(b1.tpot_ms.median, 175, kTol);
+  EXPECT_NEAR(b1.output_throughput, 1.5, kTol);
+  EXPECT_FALSE(b1.server.available);  // one server's step time is no backend's share
+  EXPECT_EQ(b1.compute_share, -1);
+
+  // b2: TTFT [50, 200] -> median 125, p95 50 + 0.95 * 150; TPOT [120]; 22 tokens / 10 s; 1 timeout.
+  const LevelSummary& b2 = split[2];
+  EXPECT_EQ(b2.backend, "http://b2/v1");
+  EXPECT_EQ(b2.requests, 3);
+  EXPECT_EQ(b2.timeouts, 1);
+  EXPECT_NEAR(b2.ttft_ms.median, 125, kTol);
+  EXPECT_NEAR(b2.ttft_ms.p95, 192.5, kTol);
+  EXPECT_NEAR(b2.tpot_ms.median, 120, kTol);
+  EXPECT_NEAR(b2.output_throughput, 2.2, kTol);
+
+  // The shares add up to the level.
+  const LevelSummary all = SummarizeLevels(run, requests, SloSpec{})[0];
+  EXPECT_EQ(all.backend, "");
+  EXPECT_EQ(none.requests + b1.requests + b2.requests, all.requests);
+  EXPECT_NEAR(b1.output_throughput + b2.output_throughput, all.output_throughput, kTol);
+
+  EXPECT_EQ(ToJson(b1)["backend"], "http://b1/v1");
+  EXPECT_FALSE(ToJson(all).contains("backend"));
+  const std::string table = FormatBackendTable(split);
+  EXPECT_THAT(table, HasSubstr("http://b2/v1"));
+  EXPECT_THAT(table, HasSubstr("c=2       (none)"));
+}
+
 TEST(MetricsTest, JsonAndConsoleTable) {
   RunRecord run;
   run.levels.push_back(LevelTwoRecord(10));
@@ -427,6 +490,10 @@ TEST(RecordTest, RequestRoundTrip) {
   r.request_rate = 0.5;
   r.max_tokens = 64;
   r.outcome.finish_reason = "length";
+  r.outcome.backend = "http://node2:8000/v1";
+  r.outcome.output_text = "caf\xc3\xa9 au lait";
+  r.outcome.output_token_ids = std::vector<int32_t>{5, 0, 262143};
+  r.prompt_index = 7;
   const std::string line = ToJson(r).dump();
   const absl::StatusOr<RequestRecord> back = RequestRecordFromJson(nlohmann::json::parse(line));
   ASSERT_TRUE(back.ok()) << back.status();
@@ -438,6 +505,21 @@ TEST(RecordTest, RequestRoundTrip) {
   EXPECT_EQ(back->outcome.itl_ms, (std::vector<double>{80, 120, 100}));
   EXPECT_EQ(back->outcome.server_queue_ms, 15);
   EXPECT_EQ(back->outcome.finish_reason, "length");
+  EXPECT_EQ(back->outcome.backend, "http://node2:8000/v1");
+  EXPECT_EQ(back->outcome.output_text, "caf\xc3\xa9 au lait");
+  EXPECT_EQ(back->outcome.output_token_ids, (std::vector<int32_t>{5, 0, 262143}));
+  EXPECT_EQ(back->prompt_index, 7);
+
+  // Not kept: no output fields; no backend: null, read back as empty.
+  const nlohmann::json plain = ToJson(LevelTwoRequests()[1]);
+  EXPECT_FALSE(plain.contains("output_text"));
+  EXPECT_FALSE(plain.contains("output_token_ids"));
+  EXPECT_TRUE(plain["backend"].is_null());
+  const absl::StatusOr<RequestRecord> plain_back = RequestRecordFromJson(plain);
+  ASSERT_TRUE(plain_back.ok()) << plain_back.status();
+  EXPECT_EQ(plain_back->outcome.backend, "");
+  EXPECT_FALSE(plain_back->outcome.output_text.has_value());
+  EXPECT_FALSE(plain_back->outcome.output_token_ids.has_value());
 }
 
 TEST(RecordTest, RequestOptionalFieldsDefault) {
@@ -726,6 +808,28 @@ TEST(ReportTest, WritesTablesPlotsAndBaselines) {
     }
   }
   EXPECT_FALSE(fs::exists(dir.path() / "output_throughput_vs_rate.svg"));
+}
+
+// A run behind a router that spread the requests over two backends gets a by-backend table;
+// a run answered by one backend (or by a server directly) does not.
+TEST(ReportTest, SplitsARunByBackendWhenSeveralAnswered) {
+  ReportRun routed;
+  routed.run = FullRun();
+  routed.run.levels = {LevelTwoRecord(10)};
+  routed.requests = RoutedRequests();
+  ReportRun single = routed;
+  single.run.run_id = "single";
+  for (RequestRecord& r : single.requests) r.outcome.backend = "http://b1/v1";
+  TempDir dir;
+  const absl::StatusOr<std::string> md = WriteReport({routed}, {}, SloSpec{}, dir.path().string());
+  ASSERT_TRUE(md.ok()) << md.status();
+  EXPECT_THAT(*md, HasSubstr("By backend (as the router named it in x-tpserve-backend"));
+  EXPECT_THAT(*md, HasSubstr("| c=2 | (none) | 1 | 1 | - | - | - | 0.0 |\n"));
+  EXPECT_THAT(*md, HasSubstr("| c=2 | http://b1/v1 | 2 | 0 | 200.0 | 290.0 | 175.00 | 1.5 |\n"));
+  EXPECT_THAT(*md, HasSubstr("| c=2 | http://b2/v1 | 3 | 1 | 125.0 | 192.5 | 120.00 | 2.2 |\n"));
+  const absl::StatusOr<std::string> one = WriteReport({single}, {}, SloSpec{}, dir.path().string());
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_THAT(*one, Not(HasSubstr("By backend")));
 }
 
 // TP 4 over two nodes beside TP 2 x PP 2 over two nodes: the layout in the labels, the

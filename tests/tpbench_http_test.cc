@@ -94,6 +94,7 @@ struct Script {
   std::vector<std::string> pieces{};  // written one by one; an SSE event may span several
   absl::Duration gap{};               // before every piece but the first
   End end = End::kClose;
+  std::string backend_header{};       // sent as X-Tpserve-Backend (mixed case on purpose) when set
 };
 
 // What the fake server received.
@@ -125,6 +126,7 @@ class OpenAiTargetTest : public ::testing::Test {
                                                              : std::nullopt, req.remote_port});
       }
       const Script& s = *shared;
+      if (!s.backend_header.empty()) res.set_header("X-Tpserve-Backend", s.backend_header);
       if (s.status != 200) {
         res.status = s.status;
         res.set_content(s.error_body, "application/json");
@@ -305,6 +307,39 @@ TEST_F(OpenAiTargetTest, ChatRoleOnlyDeltaIsNotAToken) {
   EXPECT_EQ(r.path, "/v1/chat/completions");
   EXPECT_EQ(r.body["messages"], Json::parse(R"([{"role": "user", "content": "Hello world"}])"));
   EXPECT_FALSE(r.body.contains("prompt"));
+}
+
+// Behind `tpserve router`: the backend that answered, from its response header; the output
+// text only when asked for (tpbench compare), a chat's reasoning before its content.
+TEST_F(OpenAiTargetTest, RecordsTheRoutersBackendAndTheOutputWhenAsked) {
+  Json reasoning = ChatChunk({{"reasoning_content", "hmm, "}});
+  Serve({.pieces = {Event(ChatChunk({{"role", "assistant"}, {"content", ""}})), Event(reasoning),
+                    Event(ChatChunk({{"content", "caf\xc3\xa9"}})), Event(ChatChunk({{"content", " ok"}}, "stop")),
+                    kDone},
+         .backend_header = "http://10.0.0.2:8000/v1"});
+  OpenAiTargetOptions options = Options();
+  options.chat = true;
+  RequestOutcome out = Send(options, Request());
+  EXPECT_TRUE(out.success) << out.error;
+  EXPECT_EQ(out.backend, "http://10.0.0.2:8000/v1");
+  EXPECT_FALSE(out.output_text.has_value()) << "kept without capture_output";
+
+  options.capture_output = true;
+  out = Send(options, Request());
+  EXPECT_TRUE(out.success) << out.error;
+  EXPECT_EQ(out.backend, "http://10.0.0.2:8000/v1");
+  EXPECT_EQ(out.output_text, "hmm, caf\xc3\xa9 ok");
+  EXPECT_FALSE(out.output_token_ids.has_value());  // the OpenAI API gives no token ids
+}
+
+TEST_F(OpenAiTargetTest, NoBackendHeaderNoBackendAndCompletionTextKept) {
+  Serve({.pieces = {Event(TextChunk("a")), Event(TextChunk("")), Event(TextChunk(" b", "length")), kDone}});
+  OpenAiTargetOptions options = Options();
+  options.capture_output = true;
+  RequestOutcome out = Send(options, Request());
+  EXPECT_TRUE(out.success) << out.error;
+  EXPECT_EQ(out.backend, "");
+  EXPECT_EQ(out.output_text, "a b");
 }
 
 TEST_F(OpenAiTargetTest, GroqUsageUnderXGroqCorrectsTheChunkCount) {

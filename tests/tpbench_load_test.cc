@@ -69,6 +69,37 @@ std::vector<BenchRequest> Prompts(int n, int max_tokens) {
   return v;
 }
 
+// tpbench compare's load: every prompt exactly once at the given concurrency, after the
+// warm-up (which sends the first prompt and is sent again in the level).
+TEST(RunnerTest, RunEachOnceSendsEveryPromptOnce) {
+  FakeTarget target;
+  LoadOptions o;
+  o.rounds = 4;  // ignored
+  o.warmup_requests = 1;
+  o.progress = false;
+  std::vector<RequestRecord> records;
+  Runner runner(target, Prompts(7, 2), o, [&](const RequestRecord& r) { records.push_back(r); });
+  RunRecord run;
+  ASSERT_TRUE(runner.RunEachOnce(3, &run).ok());
+  ASSERT_EQ(records.size(), 1u + 7);
+  EXPECT_EQ(records[0].round, -1);
+  EXPECT_EQ(records[0].prompt_index, 0);
+  std::multiset<int> prompts;
+  for (size_t i = 1; i < records.size(); ++i) {
+    EXPECT_EQ(records[i].round, 0);
+    EXPECT_EQ(records[i].concurrency, 3);
+    prompts.insert(records[i].prompt_index);
+  }
+  EXPECT_EQ(prompts, (std::multiset<int>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(target.max_in_flight_.load(), 3);
+  ASSERT_EQ(run.levels.size(), 1u);
+  EXPECT_EQ(run.levels[0].concurrency, 3);
+  EXPECT_EQ(run.levels[0].rounds, 1);
+  EXPECT_GT(run.warmup_ms, 0);
+  Runner bad(target, Prompts(2, 1), o, [](const RequestRecord&) {});
+  EXPECT_FALSE(bad.RunEachOnce(0, &run).ok());
+}
+
 TEST(RunnerTest, ClosedLoopLevelsRoundsAndWarmup) {
   FakeTarget target;
   LoadOptions o;

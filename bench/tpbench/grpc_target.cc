@@ -50,8 +50,10 @@ class GrpcTarget : public Target {
     auto reader = stub_->Generate(&context, r);
     v1::GenerateResponse m;
     bool finished = false;
+    if (options_.capture_output) out.output_token_ids.emplace();
     while (reader->Read(&m)) {
       clock.OnChunk(m.token_ids_size());
+      if (options_.capture_output) out.output_token_ids->insert(out.output_token_ids->end(), m.token_ids().begin(), m.token_ids().end());
       out.prompt_tokens = m.usage().prompt_tokens();
       out.completion_tokens = m.usage().completion_tokens();
       if (m.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {

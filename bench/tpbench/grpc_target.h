@@ -16,6 +16,9 @@ struct GrpcTargetOptions {
   std::string address;  // host:port
   std::string model;    // served model name; empty = the server's default
   bool chat = false;    // send the prompt as one user message (rendered with the chat template)
+  // Keep each response's generated token ids (RequestOutcome::output_token_ids), for tpbench
+  // compare's token-level output agreement.
+  bool capture_output = false;
 };
 
 absl::StatusOr<std::unique_ptr<Target>> MakeGrpcTarget(GrpcTargetOptions options);

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -131,6 +133,67 @@ std::string Num(double v, int decimals) {
   return absl::StrFormat("%.*f", decimals, v);
 }
 
+// Groups the requests by level ((concurrency, rate)) and, with `by_backend`, by the backend
+// that answered; a level of `run` without requests still gets a (zero) summary, not split.
+std::vector<LevelSummary> SummarizeGroups(const RunRecord& run, const std::vector<RequestRecord>& requests,
+                                          const SloSpec& slo, bool by_backend) {
+  struct Group {
+    int concurrency;
+    double rate;
+    std::string backend;
+    std::vector<const RequestRecord*> members;
+  };
+  // Keys are (concurrency, rate) as found first; SameLevel merges near-equal rates.
+  std::vector<Group> groups;
+  auto group_for = [&groups](int c, double rate, const std::string& backend) -> Group& {
+    for (Group& g : groups) {
+      if (SameLevel(g.concurrency, g.rate, c, rate) && g.backend == backend) return g;
+    }
+    groups.push_back({c, rate, backend, {}});
+    return groups.back();
+  };
+  if (!by_backend) {
+    for (const LevelRecord& l : run.levels) group_for(l.concurrency, l.request_rate, "");
+  }
+  for (const RequestRecord& r : requests) {
+    if (r.round < 0) continue;
+    const std::string backend =
+        !by_backend ? std::string() : r.outcome.backend.empty() ? std::string(kNoBackend) : r.outcome.backend;
+    group_for(r.concurrency, r.request_rate, backend).members.push_back(&r);
+  }
+  std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
+    return std::tie(a.concurrency, a.rate, a.backend) < std::tie(b.concurrency, b.rate, b.backend);
+  });
+
+  std::vector<LevelSummary> out;
+  out.reserve(groups.size());
+  for (const Group& g : groups) {
+    const LevelRecord* level = nullptr;
+    for (const LevelRecord& l : run.levels) {
+      if (SameLevel(l.concurrency, l.request_rate, g.concurrency, g.rate)) {
+        level = &l;
+        break;
+      }
+    }
+    out.push_back(SummarizeOne(g.concurrency, g.rate, level, g.members, slo));
+    LevelSummary& s = out.back();
+    s.backend = g.backend;
+    if (by_backend) {
+      // One server's step time is not any backend's share of it.
+      s.server = ServerStepTime();
+      s.compute_share = s.allreduce_share = s.pipeline_share = s.scheduling_share = -1;
+      s.mean_step_ms = -1;
+      continue;
+    }
+    const double sum_ms =
+        s.server.compute_ms + s.server.allreduce_ms + s.server.pipeline_ms + s.server.scheduling_ms;
+    if (run.pp_size > 1 && s.server.stages_busy_ms > 0 && sum_ms > 0) {
+      s.pipeline_bubble = std::max(0.0, 1.0 - s.server.stages_busy_ms / (run.pp_size * sum_ms));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 double Percentile(const std::vector<double>& sorted, double p) {
@@ -171,42 +234,20 @@ Distribution Summarize(std::vector<double> values) {
 std::vector<LevelSummary> SummarizeLevels(const RunRecord& run,
                                           const std::vector<RequestRecord>& requests,
                                           const SloSpec& slo) {
-  // Keys are (concurrency, rate) as found first; SameLevel merges near-equal rates.
-  std::vector<std::pair<std::pair<int, double>, std::vector<const RequestRecord*>>> groups;
-  auto group_for = [&groups](int c, double rate) -> std::vector<const RequestRecord*>& {
-    for (auto& [key, members] : groups) {
-      if (SameLevel(key.first, key.second, c, rate)) return members;
-    }
-    groups.push_back({{c, rate}, {}});
-    return groups.back().second;
-  };
-  for (const LevelRecord& l : run.levels) group_for(l.concurrency, l.request_rate);
-  for (const RequestRecord& r : requests) {
-    if (r.round < 0) continue;
-    group_for(r.concurrency, r.request_rate).push_back(&r);
-  }
-  std::sort(groups.begin(), groups.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
+  return SummarizeGroups(run, requests, slo, /*by_backend=*/false);
+}
 
-  std::vector<LevelSummary> out;
-  out.reserve(groups.size());
-  for (const auto& [key, members] : groups) {
-    const LevelRecord* level = nullptr;
-    for (const LevelRecord& l : run.levels) {
-      if (SameLevel(l.concurrency, l.request_rate, key.first, key.second)) {
-        level = &l;
-        break;
-      }
-    }
-    out.push_back(SummarizeOne(key.first, key.second, level, members, slo));
-    LevelSummary& s = out.back();
-    const double sum_ms =
-        s.server.compute_ms + s.server.allreduce_ms + s.server.pipeline_ms + s.server.scheduling_ms;
-    if (run.pp_size > 1 && s.server.stages_busy_ms > 0 && sum_ms > 0) {
-      s.pipeline_bubble = std::max(0.0, 1.0 - s.server.stages_busy_ms / (run.pp_size * sum_ms));
-    }
+std::vector<LevelSummary> SummarizeByBackend(const RunRecord& run, const std::vector<RequestRecord>& requests,
+                                             const SloSpec& slo) {
+  return SummarizeGroups(run, requests, slo, /*by_backend=*/true);
+}
+
+std::vector<std::string> AnsweringBackends(const std::vector<RequestRecord>& requests) {
+  std::set<std::string> backends;
+  for (const RequestRecord& r : requests) {
+    if (r.round >= 0 && !r.outcome.backend.empty()) backends.insert(r.outcome.backend);
   }
-  return out;
+  return {backends.begin(), backends.end()};
 }
 
 WarmupSummary SummarizeWarmup(const std::vector<RequestRecord>& requests) {
@@ -258,6 +299,7 @@ nlohmann::json ToJson(const LevelSummary& s) {
                    {"round_output_throughput", ToJson(s.round_output_throughput)},
                    {"server_queue_ms", ToJson(s.server_queue_ms)},
                    {"error_reasons", std::move(reasons)}};
+  if (!s.backend.empty()) j["backend"] = s.backend;
   if (s.server.available) {
     j["server"] = {{"steps", s.server.steps},
                    {"compute_ms", s.server.compute_ms},
@@ -309,6 +351,20 @@ std::string FormatLevelTable(const std::vector<LevelSummary>& levels) {
         s.tpot_ms.count ? Num(s.tpot_ms.p95, 2) : "-", s.e2e_ms.count ? Num(s.e2e_ms.p95, 1) : "-",
         rounds ? Num(s.round_output_throughput.median, 1) : "-",
         rounds ? Num(s.round_output_throughput.max, 1) : "-");
+  }
+  return out;
+}
+
+std::string FormatBackendTable(const std::vector<LevelSummary>& by_backend) {
+  constexpr char kRow[] = "%-9s %-32s %6s %6s %9s %9s %9s %9s\n";
+  std::string out = absl::StrFormat(kRow, "level", "backend", "reqs", "errors", "tok/s", "TTFTp50", "TTFTp95", "TPOTp50");
+  out += absl::StrFormat(kRow, "", "", "", "", "", "ms", "ms", "ms");
+  for (const LevelSummary& s : by_backend) {
+    out += absl::StrFormat(kRow, LevelName(s.concurrency, s.request_rate), s.backend, absl::StrCat(s.requests),
+                           absl::StrCat(s.errors + s.timeouts), Num(s.output_throughput, 1),
+                           s.ttft_ms.count ? Num(s.ttft_ms.median, 1) : "-",
+                           s.ttft_ms.count ? Num(s.ttft_ms.p95, 1) : "-",
+                           s.tpot_ms.count ? Num(s.tpot_ms.median, 2) : "-");
   }
   return out;
 }

@@ -38,6 +38,8 @@ Distribution Summarize(std::vector<double> values);
 
 // One load level (closed-loop concurrency or open-loop rate) of one run.
 struct LevelSummary {
+  // One backend's share of the level (SummarizeByBackend); empty: every request of the level.
+  std::string backend;
   int concurrency = 0;
   double request_rate = 0;
   int rounds = 0;  // distinct round numbers seen
@@ -95,6 +97,17 @@ std::vector<LevelSummary> SummarizeLevels(const RunRecord& run,
                                           const SloSpec& slo);
 WarmupSummary SummarizeWarmup(const std::vector<RequestRecord>& requests);
 
+// The backends that answered a level's requests (RequestOutcome::backend, as a router names it),
+// sorted, warm-up excluded; a request no backend was named for is not counted.
+std::vector<std::string> AnsweringBackends(const std::vector<RequestRecord>& requests);
+
+// Each level split by the backend that answered: one summary per (level, backend), ordered as
+// SummarizeLevels' levels then by backend; requests that named no backend (e.g. a router's 502)
+// are a group with backend "(none)". Durations are the level's, so a backend's throughput is its
+// share of the level's. The server's step time is not split (it is one server's, or none).
+std::vector<LevelSummary> SummarizeByBackend(const RunRecord& run, const std::vector<RequestRecord>& requests,
+                                             const SloSpec& slo);
+
 nlohmann::json ToJson(const Distribution& d);
 nlohmann::json ToJson(const LevelSummary& s);
 
@@ -103,6 +116,12 @@ std::string LevelName(int concurrency, double request_rate);
 
 // A fixed-width console table, one line per level, printed at the end of `tpbench run`.
 std::string FormatLevelTable(const std::vector<LevelSummary>& levels);
+// The same for SummarizeByBackend's summaries: level, backend, requests, errors (timeouts
+// included), TTFT p50/p95, TPOT p50, output tokens/s.
+std::string FormatBackendTable(const std::vector<LevelSummary>& by_backend);
+
+// What a request that named no backend is grouped under.
+inline constexpr char kNoBackend[] = "(none)";
 
 }  // namespace tpserve::bench
 

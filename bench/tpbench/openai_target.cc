@@ -148,14 +148,30 @@ class SseParser {
 // construct it just before curl_easy_perform.
 class Transfer {
  public:
-  Transfer(CURL* curl, bool chat)
-      : curl_(curl), chat_(chat), parser_([this](const std::string& data) { return OnEvent(data); }) {}
+  Transfer(CURL* curl, bool chat, bool capture_output)
+      : curl_(curl),
+        chat_(chat),
+        capture_output_(capture_output),
+        parser_([this](const std::string& data) { return OnEvent(data); }) {
+    if (capture_output_) outcome_.output_text.emplace();
+  }
   Transfer(const Transfer&) = delete;  // the parser and curl hold pointers to it
   Transfer& operator=(const Transfer&) = delete;
 
   // CURLOPT_WRITEFUNCTION; returning less than it was given aborts the transfer.
   static size_t Write(char* data, size_t size, size_t count, void* self) {
     return static_cast<Transfer*>(self)->OnBytes(absl::string_view(data, size * count)) ? size * count : 0;
+  }
+
+  // CURLOPT_HEADERFUNCTION: one header line at a time (with its CRLF). A router names the
+  // backend that answered; header names are case-insensitive.
+  static size_t Header(char* data, size_t size, size_t count, void* self) {
+    absl::string_view line(data, size * count);
+    if (absl::StartsWithIgnoreCase(line, kBackendHeader)) {
+      absl::string_view value = line.substr(kBackendHeader.size());
+      static_cast<Transfer*>(self)->outcome_.backend = std::string(absl::StripAsciiWhitespace(value));
+    }
+    return size * count;
   }
 
   RequestOutcome Finish(CURLcode rc, const char* curl_error, const std::string& url, int64_t timeout_ms) {
@@ -241,6 +257,7 @@ class Transfer {
         has_text = NonEmptyString(Find(choice, "text"));
       }
       if (has_text) clock_.OnChunk(1);
+      if (has_text && capture_output_) AppendText(choice);
       if (const Json* reason = Find(choice, "finish_reason"); NonEmptyString(reason)) {
         outcome_.finish_reason = reason->get<std::string>();
       }
@@ -256,8 +273,26 @@ class Transfer {
     return true;
   }
 
+  // The chunk's generated text, in arrival order: a chat's reasoning, then its content.
+  void AppendText(const Json& choice) {
+    std::string& out = *outcome_.output_text;  // emplaced at construction
+    auto append = [&out](const Json* j) {
+      if (NonEmptyString(j)) out += j->get_ref<const std::string&>();
+    };
+    if (!chat_) {
+      append(Find(choice, "text"));
+    } else if (const Json* delta = Find(choice, "delta")) {
+      append(Find(*delta, "reasoning_content"));
+      append(Find(*delta, "reasoning"));
+      append(Find(*delta, "content"));
+    }
+  }
+
+  static constexpr absl::string_view kBackendHeader = "x-tpserve-backend:";
+
   CURL* const curl_;
   const bool chat_;
+  const bool capture_output_;
   StreamClock clock_;
   SseParser parser_;
   RequestOutcome outcome_;
@@ -363,8 +398,10 @@ class OpenAiTarget : public Target {
     curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, curl_error);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &Transfer::Write);
-    Transfer transfer(c, options_.chat);  // starts the clock
+    Transfer transfer(c, options_.chat, options_.capture_output);  // starts the clock
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &transfer);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, &Transfer::Header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &transfer);
     const CURLcode rc = curl_easy_perform(c);
     RequestOutcome out = transfer.Finish(rc, curl_error, url_, timeout_ms);
     ReturnHandle(std::move(curl));

@@ -1,5 +1,6 @@
 // Any OpenAI-compatible HTTP(S) endpoint (tpserve, vLLM, Groq) as a tpbench target: streams
-// /completions or /chat/completions over libcurl and times the Server-Sent Events.
+// /completions or /chat/completions over libcurl and times the Server-Sent Events. Records
+// the backend a router names in its x-tpserve-backend response header.
 // Tested by tests/tpbench_http_test.cc against an in-process cpp-httplib server.
 #ifndef TPSERVE_BENCH_TPBENCH_OPENAI_TARGET_H_
 #define TPSERVE_BENCH_TPBENCH_OPENAI_TARGET_H_
@@ -32,6 +33,9 @@ struct OpenAiTargetOptions {
   bool send_token_ids = true;
   // stream_options.include_usage: the server's own token counts in the last chunk.
   bool include_usage = true;
+  // Keep each response's generated text (RequestOutcome::output_text), for tpbench compare's
+  // output agreement; off for load runs, whose records stay small.
+  bool capture_output = false;
 };
 
 // Fails with InvalidArgument when base_url is not an http(s) URL with a host.

@@ -183,7 +183,7 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
 
 nlohmann::json ToJson(const RequestRecord& r) {
   const RequestOutcome& o = r.outcome;
-  return Json{{"seq", r.seq},
+  Json j{{"seq", r.seq},
               {"timestamp", r.timestamp},
               {"send_time_s", r.send_time_s},
               {"target", r.target},
@@ -201,7 +201,12 @@ nlohmann::json ToJson(const RequestRecord& r) {
               {"prompt_tokens", o.prompt_tokens},
               {"completion_tokens", o.completion_tokens},
               {"finish_reason", o.finish_reason},
-              {"server_queue_ms", o.server_queue_ms}};
+              {"server_queue_ms", o.server_queue_ms},
+              {"backend", o.backend.empty() ? Json() : Json(o.backend)},
+              {"prompt_index", r.prompt_index}};
+  if (o.output_text.has_value()) j["output_text"] = *o.output_text;
+  if (o.output_token_ids.has_value()) j["output_token_ids"] = *o.output_token_ids;
+  return j;
 }
 
 // Required: what the metrics cannot do without. Everything else defaults as in record.h.
@@ -229,6 +234,32 @@ absl::StatusOr<RequestRecord> RequestRecordFromJson(const nlohmann::json& j) {
   TP_RETURN_IF_ERROR(f.Get("completion_tokens", kRequired, &o.completion_tokens));
   TP_RETURN_IF_ERROR(f.Get("finish_reason", kOptional, &o.finish_reason));
   TP_RETURN_IF_ERROR(f.Get("server_queue_ms", kOptional, &o.server_queue_ms));
+  TP_RETURN_IF_ERROR(f.Get("backend", kOptional, &o.backend));
+  TP_RETURN_IF_ERROR(f.Get("prompt_index", kOptional, &r.prompt_index));
+  const Json* text = nullptr;
+  TP_RETURN_IF_ERROR(f.Find("output_text", kOptional, &text));
+  if (text != nullptr) {
+    std::string t;
+    TP_RETURN_IF_ERROR(f.Get("output_text", kOptional, &t));
+    o.output_text = std::move(t);
+  }
+  const Json* ids = nullptr;
+  TP_RETURN_IF_ERROR(f.Find("output_token_ids", kOptional, &ids));
+  if (ids != nullptr) {
+    if (!ids->is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("field \"output_token_ids\" must be an array of integers, got ", ids->type_name()));
+    }
+    std::vector<int32_t> v;
+    for (size_t i = 0; i < ids->size(); ++i) {
+      if (!(*ids)[i].is_number_integer()) {
+        return absl::InvalidArgumentError(absl::StrCat("field \"output_token_ids[", i, "]\" must be an integer, got ",
+                                                       (*ids)[i].type_name()));
+      }
+      v.push_back((*ids)[i].get<int32_t>());
+    }
+    o.output_token_ids = std::move(v);
+  }
   return r;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,13 @@ struct RequestOutcome {
   int completion_tokens = 0;   // the server's count when reported, else chunks seen
   std::string finish_reason;   // stop | length | ... as the server said; empty if none
   double server_queue_ms = -1; // server-side queue time when the target reports it
+  // The backend that answered, as a router names it (`tpserve router`'s x-tpserve-backend
+  // response header); empty when the response named none (a server answering directly).
+  std::string backend;
+  // The generated output, kept only when the target was asked to (tpbench compare): the text
+  // (OpenAI targets) or the token ids (tpserve's gRPC target); nullopt = not kept.
+  std::optional<std::string> output_text;
+  std::optional<std::vector<int32_t>> output_token_ids;
 };
 
 // One request, as written to requests.jsonl.
@@ -41,6 +49,7 @@ struct RequestRecord {
   int round = 0;                // 0-based round within the level; -1 for warm-up requests
   int expected_prompt_tokens = -1;  // what the workload asked for, when known
   int max_tokens = 0;
+  int prompt_index = -1;        // the workload's prompt this request sent (BenchRequest::seq); -1 unknown
   RequestOutcome outcome;
 };
 

@@ -47,29 +47,6 @@ std::string Stat(const Distribution& d, double Distribution::*field, int decimal
   return d.count > 0 ? Fmt(d.*field, decimals) : "-";
 }
 
-// A Markdown table cell: ASCII, pipes escaped, never empty.
-std::string Cell(const std::string& s) {
-  std::string out;
-  for (char c : Ascii(s)) {
-    if (c == '|') out += '\\';
-    out += c;
-  }
-  return out.empty() ? "-" : out;
-}
-
-std::string Table(const std::vector<std::string>& header,
-                  const std::vector<std::vector<std::string>>& rows, bool numeric) {
-  std::string out = absl::StrCat("| ", absl::StrJoin(header, " | "), " |\n|");
-  for (size_t i = 0; i < header.size(); ++i) out += (numeric && i > 0) ? "---:|" : "---|";
-  out += "\n";
-  for (const auto& row : rows) {
-    std::vector<std::string> cells;
-    for (const std::string& c : row) cells.push_back(Cell(c));
-    absl::StrAppend(&out, "| ", absl::StrJoin(cells, " | "), " |\n");
-  }
-  return out;
-}
-
 bool IsClosedLoop(const LevelSummary& l) { return l.concurrency > 0 || l.request_rate <= 0; }
 
 std::string LevelHeader(const std::vector<LevelSummary>& levels) {
@@ -160,7 +137,7 @@ std::string EnvironmentTable(const RunView& v) {
     rows.push_back({"Server memory (rank 0 peak RSS)", absl::StrCat(Fmt(peak_rss_bytes / 1048576.0, 0), " MiB")});
   }
   for (const auto& [k, val] : r.extra) rows.push_back({absl::StrCat("extra: ", k), val});
-  return Table({"Item", "Value"}, rows, /*numeric=*/false);
+  return MarkdownTable({"Item", "Value"}, rows, /*numeric=*/false);
 }
 
 std::string SloText(const SloSpec& slo) {
@@ -223,7 +200,7 @@ std::string ThroughputTable(const std::vector<LevelSummary>& levels, const SloSp
     }
     rows.push_back(std::move(row));
   }
-  std::string out = Table(header, rows, /*numeric=*/true);
+  std::string out = MarkdownTable(header, rows, /*numeric=*/true);
   if (slo.any())
     absl::StrAppend(&out, "\nGoodput counts successful requests with ", SloText(slo), ".\n");
   return out;
@@ -240,7 +217,7 @@ std::string LatencyTable(const std::vector<LevelSummary>& levels) {
                     Stat(l.e2e_ms, &Distribution::median, 1), Stat(l.e2e_ms, &Distribution::p95, 1),
                     Stat(l.e2e_ms, &Distribution::max, 1)});
   }
-  return Table({LevelHeader(levels), "TTFT median", "TTFT P95", "TTFT P99", "TPOT median",
+  return MarkdownTable({LevelHeader(levels), "TTFT median", "TTFT P95", "TTFT P99", "TPOT median",
                 "TPOT P95", "ITL median", "ITL P95", "E2E median", "E2E P95", "E2E max"},
                rows, /*numeric=*/true);
 }
@@ -254,7 +231,20 @@ std::string ErrorTable(const std::vector<LevelSummary>& levels) {
   }
   if (rows.empty()) return "";
   return absl::StrCat("Failed requests by reason (timeouts included):\n\n",
-                      Table({"Level", "Reason", "Count"}, rows, /*numeric=*/false));
+                      MarkdownTable({"Level", "Reason", "Count"}, rows, /*numeric=*/false));
+}
+
+std::string BackendTable(const std::vector<LevelSummary>& by_backend) {
+  std::vector<std::vector<std::string>> rows;
+  for (const LevelSummary& l : by_backend) {
+    rows.push_back({LevelName(l.concurrency, l.request_rate), l.backend, absl::StrCat(l.requests),
+                    absl::StrCat(l.errors + l.timeouts), Stat(l.ttft_ms, &Distribution::median, 1),
+                    Stat(l.ttft_ms, &Distribution::p95, 1), Stat(l.tpot_ms, &Distribution::median, 2),
+                    Fmt(l.output_throughput, 1)});
+  }
+  return MarkdownTable({"Level", "Backend", "Requests", "Errors", "TTFT median ms", "TTFT P95 ms", "TPOT median ms",
+                "Output tok/s"},
+               rows, /*numeric=*/false);
 }
 
 struct ChartFile {
@@ -328,7 +318,7 @@ std::string ByConcurrencyTable(const std::vector<RunView>& views, const std::set
     }
     rows.push_back(std::move(row));
   }
-  return Table(header, rows, /*numeric=*/true);
+  return MarkdownTable(header, rows, /*numeric=*/true);
 }
 
 // Compares runs of different layouts (tp_size, pp_size, nodes): every run at the highest
@@ -390,7 +380,7 @@ std::string ScalingSection(const std::vector<RunView>& views, std::vector<ChartF
   header.insert(header.end(),
                 {"Nodes", "Output tok/s", "vs run 1", "TTFT median ms", "TPOT median ms", "All-reduce %"});
   if (pipeline) header.insert(header.end(), {"Pipeline %", "Bubble %"});
-  absl::StrAppend(&out, Table(header, rows, /*numeric=*/true), "\n");
+  absl::StrAppend(&out, MarkdownTable(header, rows, /*numeric=*/true), "\n");
   if (pipeline) {
     absl::StrAppend(&out,
                     "All-reduce % and Pipeline % are shares of rank 0's step time: its own "
@@ -483,7 +473,7 @@ std::string BaselineSection(const std::vector<RunView>& views,
     out += " No run here has a successful concurrency-1 level to compare with.";
   }
   absl::StrAppend(&out, "\n\n",
-                  Table({"Source", "Model", "Hardware", "Output tok/s per user", "TTFT ms", "Date",
+                  MarkdownTable({"Source", "Model", "Hardware", "Output tok/s per user", "TTFT ms", "Date",
                          "Link", "Notes"},
                         rows, /*numeric=*/false),
                   "\n");
@@ -599,13 +589,13 @@ absl::StatusOr<std::string> WriteReport(const std::vector<ReportRun>& runs,
                   "Metric definitions: [docs/bench.md](docs/bench.md) in the tpserve tree. "
                   "Latencies in ms; levels exclude warm-up requests.\n\n");
   for (size_t i = 0; i < views.size(); ++i) {
-    absl::StrAppend(&md, "- Run ", i + 1, ": ", Cell(views[i].label), " (",
-                    Cell(runs[i].run.run_id), ")\n");
+    absl::StrAppend(&md, "- Run ", i + 1, ": ", MarkdownCell(views[i].label), " (",
+                    MarkdownCell(runs[i].run.run_id), ")\n");
   }
   md += "\n";
   for (size_t i = 0; i < views.size(); ++i) {
     const RunView& v = views[i];
-    absl::StrAppend(&md, "## Run ", i + 1, ": ", Cell(v.label), "\n\n", EnvironmentTable(v), "\n");
+    absl::StrAppend(&md, "## Run ", i + 1, ": ", MarkdownCell(v.label), "\n\n", EnvironmentTable(v), "\n");
     if (v.levels.empty()) {
       md += "No levels were recorded.\n\n";
       continue;
@@ -614,6 +604,10 @@ absl::StatusOr<std::string> WriteReport(const std::vector<ReportRun>& runs,
                     LatencyTable(v.levels), "\n");
     if (std::string errors = ErrorTable(v.levels); !errors.empty())
       absl::StrAppend(&md, errors, "\n");
+    if (AnsweringBackends(v.in->requests).size() > 1) {
+      absl::StrAppend(&md, "By backend (as the router named it in x-tpserve-backend; output tok/s is the backend's "
+                      "share of the level's):\n\n", BackendTable(SummarizeByBackend(v.in->run, v.in->requests, slo)), "\n");
+    }
   }
 
   std::vector<ChartFile> files = LevelCharts(views);

@@ -67,6 +67,7 @@ RequestRecord Runner::SendOne(const BenchRequest& request, int concurrency, doub
                                  ? request.expected_prompt_tokens
                                  : static_cast<int>(request.token_ids.size());
   r.max_tokens = request.max_tokens;
+  r.prompt_index = static_cast<int>(request.seq);
   r.outcome = target_.Send(request, options_.timeout);
   return r;
 }
@@ -123,38 +124,74 @@ void Runner::RunOpenLoop(double rate, LevelRecord* level) {
   level->request_rate = rate;
 }
 
+bool Runner::TakeRequest(BenchRequest* request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (next_request_ >= workload_.size()) return false;
+  *request = workload_[next_request_++];
+  return true;
+}
+
+void Runner::StartLevel(std::string name, int total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  level_name_ = std::move(name);
+  level_total_ = total;
+  level_done_ = level_failed_ = 0;
+}
+
+// Warm-up: the first request pays for cold caches and lazy initialization; it is reported
+// apart from the levels.
+void Runner::Warmup(RunRecord* run) {
+  StartLevel("warm-up", options_.warmup_requests);
+  for (int i = 0; i < options_.warmup_requests; ++i) {
+    RequestRecord r = SendOne(NextRequest(), 1, 0, -1);
+    if (i == 0) run->warmup_ms = r.outcome.latency_ms;
+    Deliver(r);
+  }
+}
+
+void Runner::EndLevel(LevelRecord level, const ServerCounters& before, bool have_before, RunRecord* run) {
+  level.end_s = Now();
+  ServerCounters after;
+  bool have_after = false;
+  ReadCounters(&after, &have_after);
+  if (have_before && have_after) {
+    level.server.available = true;
+    level.server.steps = after.steps - before.steps;
+    level.server.compute_ms = after.compute_ms - before.compute_ms;
+    level.server.allreduce_ms = after.allreduce_ms - before.allreduce_ms;
+    level.server.scheduling_ms = after.scheduling_ms - before.scheduling_ms;
+    level.server.pipeline_ms = after.pipeline_ms - before.pipeline_ms;
+    level.server.stages_busy_ms = after.stages_busy_ms - before.stages_busy_ms;
+    level.server.preemptions = after.preemptions - before.preemptions;
+    level.server.prefix_cache_hit_rate = after.prefix_cache_hit_rate;
+    level.server.peak_rss_bytes = after.peak_rss_bytes;
+    level.server.spec_drafts = after.spec_drafts - before.spec_drafts;
+    level.server.spec_draft_tokens = after.spec_draft_tokens - before.spec_draft_tokens;
+    level.server.spec_accepted_tokens = after.spec_accepted_tokens - before.spec_accepted_tokens;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (options_.progress) {
+    std::fprintf(stderr, "%s%-22s %d requests, %d failed, %.1f s\n", isatty(STDERR_FILENO) ? "\r" : "",
+                 level_name_.c_str(), level_done_, level_failed_, level.end_s - level.start_s);
+  }
+  run->levels.push_back(level);
+}
+
 absl::Status Runner::Run(RunRecord* run) {
   if (workload_.empty()) return absl::InvalidArgumentError("the workload has no prompts");
   if (absl::Status s = options_.Validate(); !s.ok()) return s;
   start_wall_ = absl::Now();
   start_ns_ = SteadyNs();
   run->start_time = Rfc3339(start_wall_);
-
-  // Warm-up: the first request pays for cold caches and lazy initialization; it is
-  // reported apart from the levels.
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    level_name_ = "warm-up";
-    level_total_ = options_.warmup_requests;
-    level_done_ = level_failed_ = 0;
-  }
-  for (int i = 0; i < options_.warmup_requests; ++i) {
-    RequestRecord r = SendOne(NextRequest(), 1, 0, -1);
-    if (i == 0) run->warmup_ms = r.outcome.latency_ms;
-    Deliver(r);
-  }
+  Warmup(run);
 
   auto run_level = [&](int concurrency, double rate) {
     LevelRecord level;
     level.rounds = options_.rounds;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      level_name_ = concurrency > 0 ? absl::StrCat("concurrency ", concurrency) : absl::StrCat("rate ", rate, "/s");
-      level_total_ = concurrency > 0 ? concurrency * options_.rounds : options_.rounds * options_.round_size;
-      level_done_ = level_failed_ = 0;
-    }
-    ServerCounters before, after;
-    bool have_before = false, have_after = false;
+    StartLevel(concurrency > 0 ? absl::StrCat("concurrency ", concurrency) : absl::StrCat("rate ", rate, "/s"),
+               concurrency > 0 ? concurrency * options_.rounds : options_.rounds * options_.round_size);
+    ServerCounters before;
+    bool have_before = false;
     ReadCounters(&before, &have_before);
     level.start_s = Now();
     if (concurrency > 0) {
@@ -162,32 +199,45 @@ absl::Status Runner::Run(RunRecord* run) {
     } else {
       RunOpenLoop(rate, &level);
     }
-    level.end_s = Now();
-    ReadCounters(&after, &have_after);
-    if (have_before && have_after) {
-      level.server.available = true;
-      level.server.steps = after.steps - before.steps;
-      level.server.compute_ms = after.compute_ms - before.compute_ms;
-      level.server.allreduce_ms = after.allreduce_ms - before.allreduce_ms;
-      level.server.scheduling_ms = after.scheduling_ms - before.scheduling_ms;
-      level.server.pipeline_ms = after.pipeline_ms - before.pipeline_ms;
-      level.server.stages_busy_ms = after.stages_busy_ms - before.stages_busy_ms;
-      level.server.preemptions = after.preemptions - before.preemptions;
-      level.server.prefix_cache_hit_rate = after.prefix_cache_hit_rate;
-      level.server.peak_rss_bytes = after.peak_rss_bytes;
-      level.server.spec_drafts = after.spec_drafts - before.spec_drafts;
-      level.server.spec_draft_tokens = after.spec_draft_tokens - before.spec_draft_tokens;
-      level.server.spec_accepted_tokens = after.spec_accepted_tokens - before.spec_accepted_tokens;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (options_.progress) {
-      std::fprintf(stderr, "%s%-22s %d requests, %d failed, %.1f s\n", isatty(STDERR_FILENO) ? "\r" : "",
-                   level_name_.c_str(), level_done_, level_failed_, level.end_s - level.start_s);
-    }
-    run->levels.push_back(level);
+    EndLevel(level, before, have_before, run);
   };
   for (int c : options_.concurrencies) run_level(c, 0);
   for (double rate : options_.request_rates) run_level(0, rate);
+  run->end_time = Rfc3339(absl::Now());
+  return absl::OkStatus();
+}
+
+absl::Status Runner::RunEachOnce(int concurrency, RunRecord* run) {
+  if (workload_.empty()) return absl::InvalidArgumentError("the workload has no prompts");
+  if (concurrency < 1 || concurrency > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("--concurrency ", concurrency, " is not in [1, 4096]"));
+  }
+  if (absl::Status s = options_.Validate(); !s.ok()) return s;
+  start_wall_ = absl::Now();
+  start_ns_ = SteadyNs();
+  run->start_time = Rfc3339(start_wall_);
+  Warmup(run);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    next_request_ = 0;  // the level sends every prompt, the warm-up's too
+  }
+  LevelRecord level;
+  level.rounds = 1;
+  level.concurrency = concurrency;
+  StartLevel(absl::StrCat("concurrency ", concurrency), static_cast<int>(workload_.size()));
+  ServerCounters before;
+  bool have_before = false;
+  ReadCounters(&before, &have_before);
+  level.start_s = Now();
+  std::vector<std::thread> clients;
+  for (int w = 0; w < concurrency; ++w) {
+    clients.emplace_back([this, concurrency] {
+      BenchRequest request;
+      while (TakeRequest(&request)) Deliver(SendOne(request, concurrency, 0, 0));
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  EndLevel(level, before, have_before, run);
   run->end_time = Rfc3339(absl::Now());
   return absl::OkStatus();
 }

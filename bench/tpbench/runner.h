@@ -45,12 +45,22 @@ class Runner {
   // failures are records, not errors: Run fails only if it could not run at all.
   absl::Status Run(RunRecord* run);
 
+  // tpbench compare: the warm-up, then one closed-loop level of `concurrency` clients that send
+  // every prompt of the workload exactly once (each client takes the next prompt left), with
+  // options.rounds ignored. Fills run->warmup_ms and one level; the records' prompt_index says
+  // which prompt each sent.
+  absl::Status RunEachOnce(int concurrency, RunRecord* run);
+
  private:
   RequestRecord SendOne(const BenchRequest& request, int concurrency, double rate, int round);
   void RunClosedLoop(int concurrency, LevelRecord* level);
   void RunOpenLoop(double rate, LevelRecord* level);
   void Deliver(const RequestRecord& r);
   BenchRequest NextRequest();
+  bool TakeRequest(BenchRequest* request);  // the next prompt not yet sent; false when none is left
+  void Warmup(RunRecord* run);
+  void StartLevel(std::string name, int total);
+  void EndLevel(LevelRecord level, const ServerCounters& before, bool have_before, RunRecord* run);
   double Now() const;  // seconds since the run started
   void ReadCounters(ServerCounters* c, bool* ok);
 

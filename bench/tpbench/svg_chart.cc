@@ -38,6 +38,28 @@ std::string Ascii(const std::string& s, size_t max_chars) {
   return out;
 }
 
+std::string MarkdownCell(const std::string& s) {
+  std::string out;
+  for (char c : Ascii(s)) {
+    if (c == '|') out += '\\';
+    out += c;
+  }
+  return out.empty() ? "-" : out;
+}
+
+std::string MarkdownTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
+                          bool numeric) {
+  std::string out = absl::StrCat("| ", absl::StrJoin(header, " | "), " |\n|");
+  for (size_t i = 0; i < header.size(); ++i) out += (numeric && i > 0) ? "---:|" : "---|";
+  out += "\n";
+  for (const auto& row : rows) {
+    std::vector<std::string> cells;
+    for (const std::string& c : row) cells.push_back(MarkdownCell(c));
+    absl::StrAppend(&out, "| ", absl::StrJoin(cells, " | "), " |\n");
+  }
+  return out;
+}
+
 namespace {
 
 constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",

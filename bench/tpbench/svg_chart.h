@@ -38,6 +38,11 @@ std::string Fmt(double v, int decimals);
 // Plain printable ASCII in one line, cut after `max_chars`: reports stay ASCII whatever a
 // server said.
 std::string Ascii(const std::string& s, size_t max_chars = 200);
+// A Markdown table cell: ASCII, pipes escaped, never empty.
+std::string MarkdownCell(const std::string& s);
+// A Markdown table; `numeric` right-aligns every column but the first.
+std::string MarkdownTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
+                          bool numeric);
 
 }  // namespace tpserve::bench
 
