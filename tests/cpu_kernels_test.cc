@@ -287,6 +287,19 @@ TEST_P(GemmPathTest, MatchesReferenceAroundTileEdges) {
   }
 }
 
+// amx-bf16's blocking (kernels/cpu/gemm_amx.cc): k above 4096 runs in chunks with partial sums
+// kept between them (ragged last chunk, the zero-padded last block, several groups of blocks);
+// k up to 4096 keeps the sums in tiles, over x in groups of rows (several groups at m = 530).
+TEST_P(GemmPathTest, MatchesReferenceAcrossAmxChunksAndGroups) {
+  if (std::get<0>(GetParam()) != GemmPath::kAmxBf16 || std::get<1>(GetParam()) != DType::kBF16) {
+    GTEST_SKIP() << "amx-bf16's blocking (bf16 weights)";
+  }
+  Check(17, 4128, 17, 700);
+  Check(130, 4128, 257, 701);
+  Check(130, 4128, 1700, 702);  // 2 groups of 51 blocks' partial sums
+  Check(530, 1056, 65, 703);    // x in groups of 480 rows
+}
+
 // Model-like shapes: several weight panels, threads, and the K blocks of big products.
 TEST_P(GemmPathTest, MatchesReferenceOnLargeShapes) {
   Check(512, 1536, 600, 90);

@@ -8,9 +8,20 @@
 // VNNI layout (pairs of k side by side), and that is x: the small side, packed once per
 // product. The sums come out as y^T tiles ([n][m]) and are transposed on the way out.
 //
-// Blocking: each thread takes 32 weight rows at a time (2 A tiles) and runs them against
-// every 32 rows of x (2 B tiles) with the full k in 4 accumulator tiles, so a weight row is
-// read from memory once per product and then from L2.
+// Blocking: each thread takes 32 weight rows at a time (2 A tiles), copies them once into
+// tile order (PackA: each tile's 16 rows of 64 bytes contiguous, so a tile load reads 1 KiB in
+// a row instead of 16 lines a weight row apart) and runs them against 32 rows of x at a time
+// (2 B tiles) in 4 accumulator tiles. The operands must come from L2 for the tiles to run
+// near their rate (a 2 x 2 step loads 4 KiB for 4 TDPBF16PS), so:
+// - k <= kWholeKMax (and quantized weights, widened per block): the sums stay in tiles over
+//   the whole k; the thread's blocks are packed in groups (<= kWeightGroupBytes), and each
+//   group runs against x in groups of rows whose packed x fits kXGroupBytes, so both operands
+//   stay in L2 and a weight row is read from memory once per product;
+// - larger k: k in chunks whose packed x fits kXChunkBytes; the partial sums of a group of
+//   blocks (<= kSumGroupBytes) wait in memory between chunks.
+// Measured (docs/cpu_backend.md, "AMX tiles of our own"): the unpacked strided loads and x
+// streamed from L3 had held the kernel to ~0.9 TFLOP/s on 2 cores where a tile step from L2
+// runs at ~2 TFLOP/s per core.
 //
 // Only the functions below the target pragma use AMX / AVX-512; nothing inside uses the
 // standard library, so no such code can leak into an inline function other files share.
@@ -21,6 +32,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <new>
 #include <vector>
@@ -36,6 +49,14 @@ constexpr int kTileRows = 16;       // rows of every tile
 constexpr int kTileBytes = 64;      // bytes per tile row
 constexpr int kBlockRows = 32;      // rows of w (and of x) per 2 x 2 block of tiles
 constexpr int64_t kTileElems = kTileRows * kTileBytes / 4;  // 256 fp32 / bf16 pairs
+constexpr int64_t kPackedStepBytes = 2 * kTileRows * kTileBytes;  // a packed block's 2 A tiles of one k step
+
+// The blocking's sizes (see the top of the file); measured on a Sapphire Rapids VM, 2 cores.
+constexpr int64_t kWholeKMax = 4096;
+constexpr int64_t kWeightGroupBytes = int64_t{4} << 20;
+constexpr int64_t kXGroupBytes = int64_t{1} << 20;
+constexpr int64_t kXChunkBytes = int64_t{256} << 10;
+constexpr int64_t kSumGroupBytes = int64_t{1} << 20;
 
 // The LDTILECFG operand (palette 1).
 struct alignas(64) TileConfig {
@@ -145,21 +166,52 @@ inline void StoreTransposed(const float* c, int64_t m0, int m_valid, int64_t n0,
   for (int j = 0; j < m_valid && j < 16; ++j) _mm512_mask_storeu_ps(y + (m0 + j) * ldy + n0, mask, r[j]);
 }
 
-// One 32-row block of w (a0: its first row, rows `a_stride` bytes apart) against every 32
-// rows of x, the 4 accumulator tiles over all of k, then out to y (transposed through c).
-void Block(const char* a0, int64_t a_stride, const uint32_t* xp, int64_t steps, int64_t m, int64_t m_padded,
-           int64_t n0, int n_valid, float* y, int64_t ldy, float* c) {
-  const char* a1 = a0 + kTileRows * a_stride;
-  for (int64_t m0 = 0; m0 < m_padded; m0 += kBlockRows) {
+// k steps [ks0, ks1) of a 32-row block of w (a0: its first row, rows a_stride bytes apart)
+// into tile order at ap: the 2 A tiles of step ks at ap + (ks - ks0) * kPackedStepBytes.
+void PackA(const char* a0, int64_t a_stride, int64_t ks0, int64_t ks1, char* ap) {
+  for (int r = 0; r < kBlockRows; ++r) {
+    const char* src = a0 + r * a_stride;
+    char* dst = ap + (r / kTileRows) * kTileRows * kTileBytes + (r % kTileRows) * kTileBytes;
+    for (int64_t ks = ks0; ks < ks1; ++ks) {
+      _mm512_store_si512(dst + (ks - ks0) * kPackedStepBytes, _mm512_loadu_si512(src + ks * kTileBytes));
+    }
+  }
+}
+
+// Where a block's sums go: into y when this pass ends the block's k (transposed through c),
+// else into its partial sums (4 tiles per 32 rows of x) for the next chunk.
+struct BlockOut {
+  int64_t n0 = 0;
+  int n_valid = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
+  float* partial = nullptr;  // null: the whole k in one pass
+  bool first = true, last = true;
+};
+
+// A packed block's steps [ks0, ks1) (ap: PackA's from ks0) against x rows [m0_begin, m0_end)
+// (m: x's real rows; xp: PackX's, `steps` per 16 rows).
+void TilesOverX(const char* ap, const uint32_t* xp, int64_t steps, int64_t ks0, int64_t ks1, int64_t m0_begin,
+                int64_t m0_end, int64_t m, const BlockOut& o, float* c) {
+  for (int64_t m0 = m0_begin; m0 < m0_end; m0 += kBlockRows) {
     const uint32_t* b0 = xp + (m0 / kTileRows) * steps * kTileElems;
     const uint32_t* b1 = b0 + steps * kTileElems;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    for (int64_t ks = 0; ks < steps; ++ks) {
-      _tile_loadd(4, a0 + ks * kTileBytes, a_stride);
-      _tile_loadd(5, a1 + ks * kTileBytes, a_stride);
+    float* partial = o.partial == nullptr ? nullptr : o.partial + (m0 / kBlockRows) * 4 * kTileElems;
+    if (o.first) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+    } else {
+      _tile_loadd(0, partial, kTileBytes);
+      _tile_loadd(1, partial + kTileElems, kTileBytes);
+      _tile_loadd(2, partial + 2 * kTileElems, kTileBytes);
+      _tile_loadd(3, partial + 3 * kTileElems, kTileBytes);
+    }
+    for (int64_t ks = ks0; ks < ks1; ++ks) {
+      const char* a = ap + (ks - ks0) * kPackedStepBytes;
+      _tile_loadd(4, a, kTileBytes);
+      _tile_loadd(5, a + kTileRows * kTileBytes, kTileBytes);
       _tile_loadd(6, b0 + ks * kTileElems, kTileBytes);
       _tile_loadd(7, b1 + ks * kTileElems, kTileBytes);
       _tile_dpbf16ps(0, 4, 6);
@@ -167,54 +219,118 @@ void Block(const char* a0, int64_t a_stride, const uint32_t* xp, int64_t steps, 
       _tile_dpbf16ps(2, 5, 6);
       _tile_dpbf16ps(3, 5, 7);
     }
-    _tile_stored(0, c, kTileBytes);
-    _tile_stored(1, c + kTileElems, kTileBytes);
-    _tile_stored(2, c + 2 * kTileElems, kTileBytes);
-    _tile_stored(3, c + 3 * kTileElems, kTileBytes);
+    float* out = o.last ? c : partial;
+    _tile_stored(0, out, kTileBytes);
+    _tile_stored(1, out + kTileElems, kTileBytes);
+    _tile_stored(2, out + 2 * kTileElems, kTileBytes);
+    _tile_stored(3, out + 3 * kTileElems, kTileBytes);
+    if (!o.last) continue;
     const int64_t m_left = m - m0;  // > 0; StoreTransposed clips to 16 and skips <= 0
     const int m_lo = static_cast<int>(m_left < 16 ? m_left : 16);
     const int m_hi = static_cast<int>(m_left - 16 < 16 ? m_left - 16 : 16);
-    const int n_lo = n_valid < 16 ? n_valid : 16, n_hi = n_valid - 16;
-    StoreTransposed(c, m0, m_lo, n0, n_lo, y, ldy);
-    StoreTransposed(c + kTileElems, m0 + 16, m_hi, n0, n_lo, y, ldy);
-    StoreTransposed(c + 2 * kTileElems, m0, m_lo, n0 + 16, n_hi, y, ldy);
-    StoreTransposed(c + 3 * kTileElems, m0 + 16, m_hi, n0 + 16, n_hi, y, ldy);
+    const int n_lo = o.n_valid < 16 ? o.n_valid : 16, n_hi = o.n_valid - 16;
+    StoreTransposed(c, m0, m_lo, o.n0, n_lo, o.y, o.ldy);
+    StoreTransposed(c + kTileElems, m0 + 16, m_hi, o.n0, n_lo, o.y, o.ldy);
+    StoreTransposed(c + 2 * kTileElems, m0, m_lo, o.n0 + 16, n_hi, o.y, o.ldy);
+    StoreTransposed(c + 3 * kTileElems, m0 + 16, m_hi, o.n0 + 16, n_hi, o.y, o.ldy);
   }
 }
 
-// Weight rows come straight from w (`widen` null) or from `widen` into a per-thread buffer.
-// No k chunking: chunking k so packed x stays in L2 (accumulators kept in L2 between
-// chunks) measured slower on every product (docs/cpu_backend.md, "AMX").
-void Run(const uint16_t* xb, int64_t m, int64_t k, const uint16_t* w, WidenRows widen, const void* ctx, int64_t n,
-         float* y, int64_t ldy, uint32_t* xp, int64_t m_padded) {
-  const int64_t steps = k / kBf16StepK;
-  const int64_t blocks = (n + kBlockRows - 1) / kBlockRows;
-  const int64_t stride = k * static_cast<int64_t>(sizeof(uint16_t));
+// The product's shape and its blocking.
+struct Plan {
+  const uint16_t* w = nullptr;  // null: rows from widen
+  WidenRows widen = nullptr;
+  const void* ctx = nullptr;
+  int64_t m = 0, k = 0, n = 0, m_padded = 0, steps = 0, blocks = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
+  bool chunked = false;      // k in chunks (else the whole k per pass)
+  int64_t group_blocks = 1;  // blocks packed (whole k) or summed (chunked) together
+  int64_t x_rows = 0;        // whole k: x rows per group
+  int64_t chunk_steps = 0;   // chunked: k steps per chunk
+};
+
+// Per thread: a block's rows as bf16 [32, k] where they are not w's own (widened, or the
+// last block zero-padded), the packed weights and the partial sums.
+struct ThreadBuffers {
+  uint16_t* rows = nullptr;
+  char* packed = nullptr;
+  float* partial = nullptr;
+};
+
+// Block b's rows: straight from w, or widened / zero-padded into t.rows.
+const char* BlockRows(const Plan& p, int64_t b, ThreadBuffers& t) {
+  const int64_t n0 = b * kBlockRows;
+  const int n_valid = static_cast<int>(p.n - n0 < kBlockRows ? p.n - n0 : kBlockRows);
+  if (p.widen == nullptr && n_valid == kBlockRows) return reinterpret_cast<const char*>(p.w + n0 * p.k);
+  if (p.widen != nullptr) {
+    p.widen(p.ctx, n0, n_valid, p.k, t.rows);
+  } else {
+    __builtin_memcpy(t.rows, p.w + n0 * p.k, n_valid * p.k * 2);
+  }
+  __builtin_memset(t.rows + n_valid * p.k, 0, (kBlockRows - n_valid) * p.k * 2);
+  return reinterpret_cast<const char*>(t.rows);
+}
+
+void RunThread(const Plan& p, const uint32_t* xp, int64_t b_begin, int64_t b_end, ThreadBuffers& t, float* c) {
+  const int64_t stride = p.k * 2;
+  for (int64_t g0 = b_begin; g0 < b_end; g0 += p.group_blocks) {
+    const int64_t g1 = g0 + p.group_blocks < b_end ? g0 + p.group_blocks : b_end;
+    if (!p.chunked) {
+      const int64_t packed_bytes = p.steps * kPackedStepBytes;
+      for (int64_t b = g0; b < g1; ++b) PackA(BlockRows(p, b, t), stride, 0, p.steps, t.packed + (b - g0) * packed_bytes);
+      for (int64_t x0 = 0; x0 < p.m_padded; x0 += p.x_rows) {
+        const int64_t x1 = x0 + p.x_rows < p.m_padded ? x0 + p.x_rows : p.m_padded;
+        for (int64_t b = g0; b < g1; ++b) {
+          BlockOut o;
+          o.n0 = b * kBlockRows;
+          o.n_valid = static_cast<int>(p.n - o.n0 < kBlockRows ? p.n - o.n0 : kBlockRows);
+          o.y = p.y;
+          o.ldy = p.ldy;
+          TilesOverX(t.packed + (b - g0) * packed_bytes, xp, p.steps, 0, p.steps, x0, x1, p.m, o, c);
+        }
+      }
+      continue;
+    }
+    const int64_t partial_floats = (p.m_padded / kBlockRows) * 4 * kTileElems;
+    for (int64_t ks0 = 0; ks0 < p.steps; ks0 += p.chunk_steps) {
+      const int64_t ks1 = ks0 + p.chunk_steps < p.steps ? ks0 + p.chunk_steps : p.steps;
+      for (int64_t b = g0; b < g1; ++b) {
+        PackA(BlockRows(p, b, t), stride, ks0, ks1, t.packed);
+        BlockOut o;
+        o.n0 = b * kBlockRows;
+        o.n_valid = static_cast<int>(p.n - o.n0 < kBlockRows ? p.n - o.n0 : kBlockRows);
+        o.y = p.y;
+        o.ldy = p.ldy;
+        o.partial = t.partial + (b - g0) * partial_floats;
+        o.first = ks0 == 0;
+        o.last = ks1 == p.steps;
+        TilesOverX(t.packed, xp, p.steps, ks0, ks1, 0, p.m_padded, p.m, o, c);
+      }
+    }
+  }
+}
+
+// Per thread's buffers, carved from one allocation: rows, packed weights, partial sums.
+struct BufferSizes {
+  int64_t rows = 0, packed = 0, partial = 0;  // bytes, multiples of 64
+  int64_t per_thread() const { return rows + packed + partial; }
+};
+
+// Packs x (all threads), then each thread runs its contiguous share of the blocks (the same
+// share in every chunk: its partial sums are its own).
+void Run(const Plan& p, const uint16_t* xb, uint32_t* xp, const BufferSizes& sizes, char* buffers) {
 #pragma omp parallel
   {
-    PackX(xb, m, k, m_padded, xp);  // ends in the omp for's barrier
+    PackX(xb, p.m, p.k, p.m_padded, xp);  // ends in the omp for's barrier
     ConfigureTiles();
     alignas(64) float c[4 * kTileElems];
-    uint16_t* rows = nullptr;  // kBlockRows x k: widened rows, or the last block's, zero-padded
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t n0 = b * kBlockRows;
-      const int n_valid = static_cast<int>(n - n0 < kBlockRows ? n - n0 : kBlockRows);
-      const uint16_t* a = w + n0 * k;
-      if (widen != nullptr || n_valid < kBlockRows) {
-        if (rows == nullptr) rows = static_cast<uint16_t*>(::operator new(kBlockRows * stride, std::align_val_t(64)));
-        if (widen != nullptr) {
-          widen(ctx, n0, n_valid, k, rows);
-        } else {
-          __builtin_memcpy(rows, a, n_valid * stride);
-        }
-        __builtin_memset(rows + n_valid * k, 0, (kBlockRows - n_valid) * stride);
-        a = rows;
-      }
-      Block(reinterpret_cast<const char*>(a), stride, xp, steps, m, m_padded, n0, n_valid, y, ldy, c);
-    }
+    const int threads = omp_get_num_threads(), me = omp_get_thread_num();
+    char* mine = buffers + me * sizes.per_thread();
+    ThreadBuffers t{reinterpret_cast<uint16_t*>(mine), mine + sizes.rows,
+                    reinterpret_cast<float*>(mine + sizes.rows + sizes.packed)};
+    RunThread(p, xp, p.blocks * me / threads, p.blocks * (me + 1) / threads, t, c);
     _tile_release();
-    if (rows != nullptr) ::operator delete(rows, std::align_val_t(64));
   }
 }
 
@@ -229,10 +345,42 @@ void Product(const uint16_t* xb, int64_t m, int64_t k, const uint16_t* w, WidenR
              int64_t n, float* y, int64_t ldy) {
   TP_CHECK(k % kBf16StepK == 0 && ldy >= n && Bf16Available());
   if (m <= 0 || n <= 0) return;
-  const int64_t m_padded = (m + kBlockRows - 1) / kBlockRows * kBlockRows;
+  Plan p;
+  p.w = w;
+  p.widen = widen;
+  p.ctx = ctx;
+  p.m = m;
+  p.k = k;
+  p.n = n;
+  p.y = y;
+  p.ldy = ldy;
+  p.m_padded = (m + kBlockRows - 1) / kBlockRows * kBlockRows;
+  p.steps = k / kBf16StepK;
+  p.blocks = (n + kBlockRows - 1) / kBlockRows;
+  const int64_t x_row_bytes = k * 2;  // packed x: 2 bytes per element, like x
+  p.chunked = widen == nullptr && k > kWholeKMax;
+  BufferSizes sizes;
+  sizes.rows = kBlockRows * k * 2;
+  if (!p.chunked) {
+    const int64_t block_bytes = p.steps * kPackedStepBytes;
+    p.group_blocks = std::max<int64_t>(1, kWeightGroupBytes / block_bytes);
+    p.x_rows = std::max<int64_t>(kBlockRows, kXGroupBytes / x_row_bytes / kBlockRows * kBlockRows);
+    sizes.packed = p.group_blocks * block_bytes;
+  } else {
+    p.chunk_steps = std::clamp<int64_t>(kXChunkBytes / (p.m_padded * kTileBytes), 1, p.steps);
+    const int64_t partial_bytes = p.m_padded * kBlockRows * 4;
+    p.group_blocks = std::max<int64_t>(1, kSumGroupBytes / partial_bytes);
+    sizes.packed = p.chunk_steps * kPackedStepBytes;
+    sizes.partial = p.group_blocks * partial_bytes;
+  }
   thread_local std::vector<uint32_t> xp;  // tile loads need no alignment
-  if (xp.size() < static_cast<size_t>(m_padded * k / 2)) xp.resize(m_padded * k / 2);
-  Run(xb, m, k, w, widen, ctx, n, y, ldy, xp.data(), m_padded);
+  if (xp.size() < static_cast<size_t>(p.m_padded * k / 2)) xp.resize(p.m_padded * k / 2);
+  // Buffers for every thread, 64-byte aligned (PackA's aligned stores), kept between calls.
+  thread_local std::vector<char> buffers;
+  const size_t bytes = static_cast<size_t>(omp_get_max_threads() * sizes.per_thread() + 64);
+  if (buffers.size() < bytes) buffers.resize(bytes);
+  char* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(buffers.data()) + 63) & ~uintptr_t{63});
+  Run(p, xb, xp.data(), sizes, aligned);
 }
 
 }  // namespace
