@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/dequantize.h"
 #include "nlohmann/json.hpp"
 #include "tests/tp_harness.h"
 #include "worker/backend.h"
@@ -229,6 +230,53 @@ TEST(CheckpointUse, GgufSourceReportsUnreadTensors) {
     auto model = Model::Load(*config, **source, *backend, comm, ModelOptions{});
     EXPECT_TRUE(model.ok()) << model.status();
   });
+}
+
+// A float matrix whose element (r, c) is a function of r and c, for any slice.
+class FormulaSource : public WeightSource {
+ public:
+  absl::Status Read(const SliceRequest& req, DType dtype, void* dst) const override {
+    if (dtype != DType::kF32) return absl::InvalidArgumentError("fp32 only");
+    ++reads_;
+    float* out = static_cast<float*>(dst);
+    for (int64_t r = 0; r < req.rows; ++r) {
+      for (int64_t c = 0; c < req.cols; ++c) out[r * req.cols + c] = Value(req.row0 + r, req.col0 + c);
+    }
+    return absl::OkStatus();
+  }
+  bool Has(const std::string&) const override { return true; }
+  std::string Describe() const override { return "formula"; }
+  absl::Status CheckAllUsed(const TensorFilter&) const override { return absl::OkStatus(); }
+  static float Value(int64_t r, int64_t c) { return static_cast<float>((r * 131 + c * 7) % 1999 - 999) / 97.0f; }
+  mutable int reads_ = 0;
+};
+
+// --quantization reads a big matrix in bounded runs of rows (not a whole fp32 copy), and the
+// blocks are those of quantizing each row whole.
+TEST(CheckpointUse, QuantizeAtLoadReadsBigMatricesInRunsOfRows) {
+  constexpr int64_t kRows = 1100, kCols = 4096, kRow0 = 3;  // 4.5M floats: more than one run
+  for (DType target : {DType::kQ8_0, DType::kF8_E4M3}) {
+    auto inner = std::make_unique<FormulaSource>();
+    const FormulaSource* formula = inner.get();
+    std::unique_ptr<WeightSource> q = QuantizeAtLoad(std::move(inner), target);
+    const SliceRequest req{.name = "m", .shape = {kRows + kRow0, kCols}, .row0 = kRow0, .rows = kRows, .col0 = 0,
+                           .cols = kCols};
+    const size_t row_bytes = RowBytes(target, kCols);
+    std::vector<uint8_t> got(kRows * row_bytes);
+    ASSERT_TRUE(q->Read(req, target, got.data()).ok());
+    EXPECT_GT(formula->reads_, 1) << DTypeName(target);
+    std::vector<float> row(kCols);
+    std::vector<uint8_t> want(row_bytes);
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t c = 0; c < kCols; ++c) row[c] = FormulaSource::Value(kRow0 + r, c);
+      if (target == DType::kQ8_0) {
+        cpu::QuantizeRowQ8_0(row.data(), kCols, want.data());
+      } else {
+        cpu::QuantizeRowF8E4M3(row.data(), kCols, want.data());
+      }
+      ASSERT_EQ(std::memcmp(want.data(), got.data() + r * row_bytes, row_bytes), 0) << DTypeName(target) << " row " << r;
+    }
+  }
 }
 
 TEST(CheckpointUse, DummySourceHasNothingToLeaveUnread) {

@@ -528,6 +528,9 @@ absl::StatusOr<std::unique_ptr<WeightSource>> OpenCheckpointSourceWithPrefix(con
 
 namespace {
 
+// Floats QuantizingSource reads at a time (16 MiB).
+constexpr int64_t kQuantizeChunkFloats = int64_t{4} << 20;
+
 class QuantizingSource : public WeightSource {
  public:
   QuantizingSource(std::unique_ptr<WeightSource> inner, DType target) : inner_(std::move(inner)), target_(target) {}
@@ -546,15 +549,24 @@ class QuantizingSource : public WeightSource {
       return absl::InternalError(absl::StrCat(req.name, ": ", req.cols, " columns are not whole ",
                                               std::string(DTypeName(target_)), " blocks"));
     }
-    std::vector<float> rows(static_cast<size_t>(req.rows * req.cols));
-    TP_RETURN_IF_ERROR(inner_->Read(req, DType::kF32, rows.data()));
+    // Read as fp32 a bounded run of rows at a time: a whole matrix in fp32 is twice its bf16
+    // bytes (the 262,144-row embedding of a Gemma is 5.6 GB at 31B), all of it on top of the
+    // quantized weights at the load's peak.
+    const int64_t chunk_rows = std::max<int64_t>(1, kQuantizeChunkFloats / std::max<int64_t>(1, req.cols));
+    std::vector<float> rows(static_cast<size_t>(std::min(req.rows, chunk_rows) * req.cols));
     const size_t row_bytes = RowBytes(target_, req.cols);
-    for (int64_t r = 0; r < req.rows; ++r) {
-      uint8_t* out = static_cast<uint8_t*>(dst) + r * row_bytes;
-      if (target_ == DType::kQ8_0) {
-        cpu::QuantizeRowQ8_0(rows.data() + r * req.cols, req.cols, out);
-      } else {
-        cpu::QuantizeRowF8E4M3(rows.data() + r * req.cols, req.cols, out);
+    for (int64_t r0 = 0; r0 < req.rows; r0 += chunk_rows) {
+      SliceRequest part = req;
+      part.row0 = req.row0 + r0;
+      part.rows = std::min(chunk_rows, req.rows - r0);
+      TP_RETURN_IF_ERROR(inner_->Read(part, DType::kF32, rows.data()));
+      for (int64_t r = 0; r < part.rows; ++r) {
+        uint8_t* out = static_cast<uint8_t*>(dst) + (r0 + r) * row_bytes;
+        if (target_ == DType::kQ8_0) {
+          cpu::QuantizeRowQ8_0(rows.data() + r * req.cols, req.cols, out);
+        } else {
+          cpu::QuantizeRowF8E4M3(rows.data() + r * req.cols, req.cols, out);
+        }
       }
     }
     return absl::OkStatus();
