@@ -15,10 +15,12 @@ if(TPSERVE_HAVE_SERVING)
 endif()
 
 # `tpserve router`: its config and routing policies (no sockets), always; its metrics (no
-# sockets) and the router in front of real `tpserve serve` processes, with serving built.
+# sockets), its backend client against a scripted loopback server, and the router in front of
+# real `tpserve serve` processes, with serving built.
 tp_add_test(router_config_test SOURCES router_config_test.cc LIBS tpserve_router_config GTest::gmock)
 if(TPSERVE_HAVE_SERVING)
   tp_add_test(router_metrics_test SOURCES router_metrics_test.cc LIBS tpserve_router GTest::gmock)
+  tp_add_test(upstream_call_test SOURCES upstream_call_test.cc LIBS tpserve_router GTest::gmock)
   add_test(NAME router_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_test.sh $<TARGET_FILE:tpserve>
            ${TPSERVE_FIXTURES})
   set_tests_properties(router_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)

@@ -47,6 +47,14 @@ absl::Status RouterServer::Start() {
     if (!log.ok()) return log.status();
     log_ = *std::move(log);
   }
+  for (const auto& [name, pool] : pools_) {
+    std::vector<UpstreamEndpoint*>& of = endpoint_of_[pool.get()];
+    for (const RouterBackend& b : pool->model().backends) {
+      std::unique_ptr<UpstreamEndpoint>& e = endpoints_[absl::StrCat(b.host, ":", b.port)];
+      if (e == nullptr) e = std::make_unique<UpstreamEndpoint>(b.host, b.port, options_.connection_pool);
+      of.push_back(e.get());
+    }
+  }
   for (int i = 0; i < std::max(1, options_.proxy_threads); ++i) {
     proxy_threads_.emplace_back([this] { proxy_io_.run(); });
   }
@@ -137,7 +145,7 @@ void RouterServer::Proxy(const std::shared_ptr<HttpExchange>& exchange, std::str
   std::vector<std::string> ejected;
   const std::string prompt = PromptText(body);  // cache_aware's key
   for (BackendPool* pool = it->second.get(); pool != nullptr;) {
-    for (size_t i : pool->Order(now, prompt)) candidates.push_back({pool, i});
+    for (size_t i : pool->Order(now, prompt)) candidates.push_back({pool, i, endpoint_of_.at(pool)[i]});
     for (std::string& url : pool->Ejected(now)) ejected.push_back(std::move(url));
     const std::string& fallback = pool->model().fallback;
     pool = fallback.empty() ? nullptr : pools_.at(fallback).get();

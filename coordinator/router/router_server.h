@@ -23,6 +23,7 @@
 #include "coordinator/router/request_log.h"
 #include "coordinator/router/router_config.h"
 #include "coordinator/router/router_metrics.h"
+#include "coordinator/router/upstream_endpoint.h"
 
 namespace tpserve {
 
@@ -37,6 +38,8 @@ struct RouterOptions {
   // A backend that failed (connection, timeout, 5xx) is skipped this long (passive ejection).
   absl::Duration cooldown = absl::Seconds(5);
   ProxyTimeouts timeouts;
+  // Idle keep-alive connections kept per backend server.
+  ConnectionPoolOptions connection_pool;
   // --request-log: JSON lines, one per proxied request; empty: off.
   std::string request_log;
 };
@@ -48,7 +51,8 @@ class RouterServer {
   RouterServer(const RouterServer&) = delete;
   RouterServer& operator=(const RouterServer&) = delete;
 
-  // Opens the request log, binds and starts serving. UNAVAILABLE when it cannot bind or open.
+  // Opens the request log, sets up the backends' endpoints, binds and starts serving.
+  // UNAVAILABLE when it cannot bind or open.
   absl::Status Start();
   int port() const { return transport_.port(); }
   // Stops accepting, closes every connection (cancelling backend requests) and joins the
@@ -69,6 +73,10 @@ class RouterServer {
   boost::asio::io_context proxy_io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> proxy_work_;
   std::vector<std::thread> proxy_threads_;
+  // One per backend server (host and port), shared by the models listing it; destroyed before
+  // proxy_io_ (their idle connections are its sockets). Fixed after Start().
+  std::map<std::string, std::unique_ptr<UpstreamEndpoint>> endpoints_;
+  std::map<const BackendPool*, std::vector<UpstreamEndpoint*>> endpoint_of_;  // by pool, then backend index
   bool stopped_ = false;
   HttpTransport transport_;  // last: its threads call into the members above
 };
