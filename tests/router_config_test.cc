@@ -44,6 +44,25 @@ TEST(RouterConfigTest, ParsesTheExample) {
   EXPECT_EQ(b.price_output_per_mtok, 0.79);
   EXPECT_EQ(ParseRouterConfig(R"({"models": {"m": {"backends": ["http://h/v1"]}}})")->models.at("m").backends[0].port,
             80);
+  EXPECT_FALSE(g.backends[0].tls);
+}
+
+TEST(RouterConfigTest, ParsesHttpsBackends) {
+  absl::StatusOr<RouterConfig> c = ParseRouterConfig(R"({"models": {"m": {"backends": [
+      "https://api.groq.com/openai/v1",
+      {"url": "https://h:8443/v1", "tls_ca_file": "/etc/ca.pem"},
+      {"url": "https://h2/v1", "tls_insecure_skip_verify": true}]}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::vector<RouterBackend>& b = c->models.at("m").backends;
+  EXPECT_TRUE(b[0].tls);
+  EXPECT_EQ(b[0].host, "api.groq.com");
+  EXPECT_EQ(b[0].port, 443);
+  EXPECT_EQ(b[0].base_path, "/openai/v1");
+  EXPECT_TRUE(b[0].tls_ca_file.empty());
+  EXPECT_FALSE(b[0].tls_insecure_skip_verify);
+  EXPECT_EQ(b[1].port, 8443);
+  EXPECT_EQ(b[1].tls_ca_file, "/etc/ca.pem");
+  EXPECT_TRUE(b[2].tls_insecure_skip_verify);
 }
 
 TEST(RouterConfigTest, ResolvesBackendKeysFromTheLookup) {
@@ -86,9 +105,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{R"({"models": {"m": {"backends": ["http://h/v1"], "weights": 1}}})", "unknown key \"weights\""},
         BadConfig{R"({"models": {"m": {"backends": ["grpc://h:50051"]}}})",
                   "models[\"m\"].backends[0]: \"grpc://h:50051\": grpc:// backends are not supported by the router yet"},
-        BadConfig{R"({"models": {"m": {"backends": ["http://h:1/v1", {"url": "https://h/v1"}]}}})",
-                  "models[\"m\"].backends[1].url: \"https://h/v1\": https:// backends are not supported"},
-        BadConfig{R"({"models": {"m": {"backends": ["h:8000/v1"]}}})", "is not an http://HOST:PORT/v1 URL"},
+        BadConfig{R"({"models": {"m": {"backends": ["h:8000/v1"]}}})", "is not an http(s)://HOST:PORT/v1 URL"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "tls_ca_file": "ca.pem"}]}}})",
+                  "backends[0].tls_ca_file: applies to https:// backends only"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "tls_insecure_skip_verify": true}]}}})",
+                  "backends[0].tls_insecure_skip_verify: applies to https:// backends only"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "https://h/v1", "tls_ca_file": ""}]}}})",
+                  "backends[0].tls_ca_file: must be the path of a PEM file"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "https://h/v1", "tls_insecure_skip_verify": "yes"}]}}})",
+                  "backends[0].tls_insecure_skip_verify: must be true or false"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "https://h/v1", "tls_ca_file": "ca.pem",
+                                                       "tls_insecure_skip_verify": true}]}}})",
+                  "tls_insecure_skip_verify: contradicts tls_ca_file"},
         BadConfig{R"({"models": {"m": {"backends": ["http://h:8000"]}}})", "must be the OpenAI API root, ending in /v1"},
         BadConfig{R"({"models": {"m": {"backends": ["http://h:80x/v1"]}}})", "the port is not a number"},
         BadConfig{R"({"models": {"m": {"backends": ["http://h:0/v1"]}}})", "the port is not a number"},

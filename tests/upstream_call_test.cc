@@ -208,7 +208,7 @@ TEST(UpstreamEndpointTest, KeepsAtMostMaxIdleForAtMostTheIdleTimeout) {
   options.idle_timeout = absl::Seconds(60);
   UpstreamEndpoint endpoint("h", 80, options);
   const absl::Time t0 = absl::Now();
-  for (int i = 0; i < 3; ++i) endpoint.PutIdle(std::make_unique<UpstreamConnection>(io.get_executor()), t0);
+  for (int i = 0; i < 3; ++i) endpoint.PutIdle(std::make_unique<UpstreamConnection>(io.get_executor(), nullptr), t0);
   EXPECT_EQ(endpoint.idle_count(), 2u);
   EXPECT_NE(endpoint.TakeIdle(t0 + absl::Seconds(60)), nullptr);
   EXPECT_EQ(endpoint.TakeIdle(t0 + absl::Seconds(61)), nullptr);  // expired: closed, not reused

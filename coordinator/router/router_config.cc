@@ -34,16 +34,17 @@ absl::Status CheckKeys(const Json& object, const std::set<std::string>& known, a
 
 absl::Status ParseUrl(const std::string& url, absl::string_view field, RouterBackend& b) {
   b.url = url;
-  if (absl::StartsWith(url, "grpc://") || absl::StartsWith(url, "https://")) {
-    return Invalid(field, absl::StrCat("\"", url, "\": ", url.substr(0, url.find(':')),
-                                       ":// backends are not supported by the router yet; use the backend's "
-                                       "OpenAI HTTP port, http://HOST:PORT/v1"));
+  if (absl::StartsWith(url, "grpc://")) {
+    return Invalid(field, absl::StrCat("\"", url, "\": grpc:// backends are not supported by the router yet; use the ",
+                                       "backend's OpenAI HTTP port, http://HOST:PORT/v1"));
   }
-  constexpr absl::string_view kHttp = "http://";
-  if (!absl::StartsWith(url, kHttp)) {
-    return Invalid(field, absl::StrCat("\"", url, "\" is not an http://HOST:PORT/v1 URL"));
+  constexpr absl::string_view kHttp = "http://", kHttps = "https://";
+  b.tls = absl::StartsWith(url, kHttps);
+  if (!b.tls && !absl::StartsWith(url, kHttp)) {
+    return Invalid(field, absl::StrCat("\"", url, "\" is not an http(s)://HOST:PORT/v1 URL"));
   }
-  const std::string rest = url.substr(kHttp.size());
+  b.port = b.tls ? 443 : 80;
+  const std::string rest = url.substr(b.tls ? kHttps.size() : kHttp.size());
   const size_t slash = rest.find('/');
   const std::string authority = rest.substr(0, slash);
   b.base_path = slash == std::string::npos ? "" : rest.substr(slash);
@@ -63,6 +64,33 @@ absl::Status ParseUrl(const std::string& url, absl::string_view field, RouterBac
   return absl::OkStatus();
 }
 
+// "tls_ca_file" and "tls_insecure_skip_verify" of an https:// backend object.
+absl::Status ParseTls(const Json& j, const std::string& field, RouterBackend& b) {
+  for (const char* key : {"tls_ca_file", "tls_insecure_skip_verify"}) {
+    if (j.contains(key) && !b.tls) {
+      return Invalid(absl::StrCat(field, ".", key), absl::StrCat("applies to https:// backends only (url is \"",
+                                                                  b.url, "\")"));
+    }
+  }
+  if (j.contains("tls_ca_file")) {
+    if (!j["tls_ca_file"].is_string() || j["tls_ca_file"].get<std::string>().empty()) {
+      return Invalid(field + ".tls_ca_file", "must be the path of a PEM file of CA certificates");
+    }
+    b.tls_ca_file = j["tls_ca_file"].get<std::string>();
+  }
+  if (j.contains("tls_insecure_skip_verify")) {
+    if (!j["tls_insecure_skip_verify"].is_boolean()) {
+      return Invalid(field + ".tls_insecure_skip_verify", "must be true or false");
+    }
+    b.tls_insecure_skip_verify = j["tls_insecure_skip_verify"].get<bool>();
+    if (b.tls_insecure_skip_verify && !b.tls_ca_file.empty()) {
+      return Invalid(field + ".tls_insecure_skip_verify",
+                     "contradicts tls_ca_file (nothing is verified); keep one of them");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<RouterBackend> ParseBackend(const Json& j, const std::string& field) {
   RouterBackend b;
   if (j.is_string()) {
@@ -70,9 +98,14 @@ absl::StatusOr<RouterBackend> ParseBackend(const Json& j, const std::string& fie
     return b;
   }
   if (!j.is_object()) return Invalid(field, "must be a URL string or an object with \"url\"");
-  if (absl::Status s = CheckKeys(j, {"url", "model", "api_key_env", "price_per_mtok"}, field); !s.ok()) return s;
+  if (absl::Status s = CheckKeys(
+          j, {"url", "model", "api_key_env", "price_per_mtok", "tls_ca_file", "tls_insecure_skip_verify"}, field);
+      !s.ok()) {
+    return s;
+  }
   if (!j.contains("url") || !j["url"].is_string()) return Invalid(field + ".url", "a URL string is required");
   if (absl::Status s = ParseUrl(j["url"].get<std::string>(), field + ".url", b); !s.ok()) return s;
+  if (absl::Status s = ParseTls(j, field, b); !s.ok()) return s;
   if (j.contains("model")) {
     if (!j["model"].is_string() || j["model"].get<std::string>().empty()) {
       return Invalid(field + ".model", "must be a non-empty string (the backend's own model name)");

@@ -1,5 +1,5 @@
 // The router's configuration (`tpserve router --config FILE`): which model names it serves,
-// each one's backends (OpenAI-compatible HTTP APIs), routing policy and fallback model,
+// each one's backends (OpenAI-compatible HTTP(S) APIs), routing policy and fallback model,
 // parsed from JSON and validated whole before the router listens. Tested by
 // tests/router_config_test.cc.
 #pragma once
@@ -39,7 +39,13 @@ struct CacheAwareOptions {
 struct RouterBackend {
   std::string url;   // as configured, e.g. "http://node2:8000/v1"; what responses and the log name
   std::string host;  // "node2"
-  int port = 80;
+  int port = 80;     // default: 80 for http://, 443 for https://
+  // https://: TLS, the backend's certificate verified against tls_ca_file (a PEM bundle) where
+  // set, else the system's CA store, and its name checked against `host`.
+  bool tls = false;
+  std::string tls_ca_file;
+  // "tls_insecure_skip_verify": true: no certificate or name check (the router warns at start).
+  bool tls_insecure_skip_verify = false;
   std::string base_path;  // the URL's path, ending in "/v1" ("/v1" itself for http://h:p/v1)
   // The "model" sent to this backend; empty: the router's model name, as the client sent it.
   std::string remote_model;
@@ -70,9 +76,9 @@ struct RouterConfig {
 
 // Parses and validates the config's JSON text. INVALID_ARGUMENT naming the field (e.g.
 // models["gemma"].backends[1].url) and saying what to change: unknown keys, a backend URL that
-// is not http://HOST[:PORT]/.../v1 (grpc:// and https:// are refused: not supported by the
-// router yet), an unknown policy or cache_aware (not implemented yet), a fallback that is not
-// a configured model or that leads back to the model.
+// is not http(s)://HOST[:PORT]/.../v1 (grpc:// is refused: not supported by the router yet), TLS
+// options on an http:// backend, an unknown policy, a fallback that is not a configured model
+// or that leads back to the model. (A tls_ca_file is read when the router starts.)
 absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view json_text);
 
 // Fills every backend's api_key from its api_key_env through `lookup` (main passes getenv).

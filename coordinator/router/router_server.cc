@@ -47,18 +47,40 @@ absl::Status RouterServer::Start() {
     if (!log.ok()) return log.status();
     log_ = *std::move(log);
   }
-  for (const auto& [name, pool] : pools_) {
-    std::vector<UpstreamEndpoint*>& of = endpoint_of_[pool.get()];
-    for (const RouterBackend& b : pool->model().backends) {
-      std::unique_ptr<UpstreamEndpoint>& e = endpoints_[absl::StrCat(b.host, ":", b.port)];
-      if (e == nullptr) e = std::make_unique<UpstreamEndpoint>(b.host, b.port, options_.connection_pool);
-      of.push_back(e.get());
-    }
-  }
+  if (absl::Status s = MakeEndpoints(); !s.ok()) return s;
   for (int i = 0; i < std::max(1, options_.proxy_threads); ++i) {
     proxy_threads_.emplace_back([this] { proxy_io_.run(); });
   }
   return transport_.Start();
+}
+
+absl::Status RouterServer::MakeEndpoints() {
+  for (const auto& [name, pool] : pools_) {
+    std::vector<UpstreamEndpoint*>& of = endpoint_of_[pool.get()];
+    for (size_t i = 0; i < pool->model().backends.size(); ++i) {
+      const RouterBackend& b = pool->backend(i);
+      const std::string field = absl::StrCat("router config: models[\"", name, "\"].backends[", i, "]");
+      std::unique_ptr<UpstreamEndpoint>& e =
+          endpoints_[absl::StrCat(b.tls ? "https://" : "http://", b.host, ":", b.port, " ", b.tls_ca_file,
+                                  b.tls_insecure_skip_verify ? " insecure" : "")];
+      if (e == nullptr && !b.tls) e = std::make_unique<UpstreamEndpoint>(b.host, b.port, options_.connection_pool);
+      if (e == nullptr) {
+        absl::StatusOr<std::unique_ptr<UpstreamEndpoint>> tls = UpstreamEndpoint::Tls(
+            b.host, b.port, {b.tls_ca_file, b.tls_insecure_skip_verify}, options_.connection_pool);
+        if (!tls.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat(field, ".tls_ca_file: ", tls.status().message()));
+        }
+        e = *std::move(tls);
+      }
+      if (b.tls_insecure_skip_verify) {
+        options_.log(absl::StrCat("WARNING: ", field, " (", b.url, "): tls_insecure_skip_verify: its certificate ",
+                                  "is not verified; anyone between the router and it can read and change the ",
+                                  "traffic, its API key included"));
+      }
+      of.push_back(e.get());
+    }
+  }
+  return absl::OkStatus();
 }
 
 void RouterServer::Shutdown() {

@@ -6,6 +6,7 @@
 // route but /health needs one. Tested by tests/router_test.sh.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -40,6 +41,8 @@ struct RouterOptions {
   ProxyTimeouts timeouts;
   // Idle keep-alive connections kept per backend server.
   ConnectionPoolOptions connection_pool;
+  // Where warnings go (an https:// backend without verification); main passes stderr.
+  std::function<void(const std::string&)> log = [](const std::string&) {};
   // --request-log: JSON lines, one per proxied request; empty: off.
   std::string request_log;
 };
@@ -51,8 +54,9 @@ class RouterServer {
   RouterServer(const RouterServer&) = delete;
   RouterServer& operator=(const RouterServer&) = delete;
 
-  // Opens the request log, sets up the backends' endpoints, binds and starts serving.
-  // UNAVAILABLE when it cannot bind or open.
+  // Opens the request log, sets up the backends' endpoints (loading https:// backends' CAs),
+  // binds and starts serving. UNAVAILABLE when it cannot bind or open; INVALID_ARGUMENT naming
+  // the backend when its tls_ca_file cannot be loaded.
   absl::Status Start();
   int port() const { return transport_.port(); }
   // Stops accepting, closes every connection (cancelling backend requests) and joins the
@@ -73,7 +77,9 @@ class RouterServer {
   boost::asio::io_context proxy_io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> proxy_work_;
   std::vector<std::thread> proxy_threads_;
-  // One per backend server (host and port), shared by the models listing it; destroyed before
+  absl::Status MakeEndpoints();
+
+  // One per backend server (scheme, host, port and TLS options), shared by the models listing it; destroyed before
   // proxy_io_ (their idle connections are its sockets). Fixed after Start().
   std::map<std::string, std::unique_ptr<UpstreamEndpoint>> endpoints_;
   std::map<const BackendPool*, std::vector<UpstreamEndpoint*>> endpoint_of_;  // by pool, then backend index

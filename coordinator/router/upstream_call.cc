@@ -1,6 +1,6 @@
-// UpstreamCall over Beast: take an idle connection (or resolve -> connect) -> write -> read the
-// head -> read body pieces into a fixed buffer (buffer_body), each forwarded as it is parsed ->
-// put the connection back. Tested by tests/upstream_call_test.cc and tests/router_test.sh.
+// UpstreamCall over Beast: take an idle connection (or resolve -> connect -> TLS handshake for
+// https://) -> write -> read the head -> read body pieces into a fixed buffer (buffer_body), each
+// forwarded as it is parsed -> put the connection back. Tested by tests/upstream_call_test.cc and tests/router_test.sh.
 #include "coordinator/router/upstream_call.h"
 
 #include <chrono>
@@ -11,8 +11,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "openssl/ssl.h"
+#include "openssl/x509_vfy.h"
 #include "boost/asio/bind_executor.hpp"
+#include "boost/asio/ip/address.hpp"
 #include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/ssl.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
 
@@ -72,10 +76,20 @@ class BeastUpstreamCall : public UpstreamCall, public std::enable_shared_from_th
     return asio::bind_executor(strand_, std::forward<Handler>(handler));
   }
 
+  // Calls f with the connection's HTTP stream: the TLS stream, or the TCP one.
+  template <class F>
+  void WithStream(F&& f) {
+    if (connection_->tls) {
+      f(*connection_->tls);
+    } else {
+      f(*connection_->plain);
+    }
+  }
+
   void Connect() {
     reused_ = false;
-    connection_ = std::make_unique<UpstreamConnection>(strand_.get_inner_executor());
-    connection_->stream.expires_after(ToChrono(request_.connect_timeout));
+    connection_ = std::make_unique<UpstreamConnection>(strand_.get_inner_executor(), endpoint_.tls_context());
+    connection_->tcp().expires_after(ToChrono(request_.connect_timeout));
     resolver_.async_resolve(endpoint_.host(), std::to_string(endpoint_.port()),
                             OnStrand([self = shared_from_this()](beast::error_code ec,
                                                                  tcp::resolver::results_type results) {
@@ -86,8 +100,8 @@ class BeastUpstreamCall : public UpstreamCall, public std::enable_shared_from_th
   void OnResolve(beast::error_code ec, tcp::resolver::results_type results) {
     if (done_) return;
     if (ec) return Fail("resolving the host", ec);
-    connection_->stream.expires_after(ToChrono(request_.connect_timeout));
-    connection_->stream.async_connect(
+    connection_->tcp().expires_after(ToChrono(request_.connect_timeout));
+    connection_->tcp().async_connect(
         results, OnStrand([self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
           self->OnConnect(ec);
         }));
@@ -96,6 +110,46 @@ class BeastUpstreamCall : public UpstreamCall, public std::enable_shared_from_th
   void OnConnect(beast::error_code ec) {
     if (done_) return;
     if (ec) return Fail("connecting", ec);
+    if (connection_->tls) return Handshake();
+    Connected();
+  }
+
+  // TLS: SNI, and the certificate's name checked against the host by OpenSSL itself during
+  // verification (SSL_set1_host; an IP address against the certificate's IP entries), which
+  // names a mismatch in the verify result where asio's host_name_verification callback would
+  // only say "certificate verify failed".
+  void Handshake() {
+    SSL* ssl = connection_->tls->native_handle();
+    beast::error_code not_ip;
+    asio::ip::make_address(endpoint_.host(), not_ip);
+    if (not_ip) SSL_set_tlsext_host_name(ssl, endpoint_.host().c_str());  // no SNI for an IP (RFC 6066)
+    if (!endpoint_.tls_options().insecure_skip_verify) {
+      if (not_ip) {
+        SSL_set1_host(ssl, endpoint_.host().c_str());
+      } else {
+        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), endpoint_.host().c_str());
+      }
+    }
+    connection_->tcp().expires_after(ToChrono(request_.connect_timeout));
+    connection_->tls->async_handshake(asio::ssl::stream_base::client,
+                                      OnStrand([self = shared_from_this()](beast::error_code ec) {
+                                        self->OnHandshake(ec);
+                                      }));
+  }
+
+  void OnHandshake(beast::error_code ec) {
+    if (done_) return;
+    if (!ec) return Connected();
+    const long verify = SSL_get_verify_result(connection_->tls->native_handle());
+    if (verify == X509_V_OK) return Fail("the TLS handshake", ec);
+    const UpstreamTlsOptions& tls = endpoint_.tls_options();
+    Fail("the TLS handshake", ec,
+         absl::StrCat("the backend's certificate failed verification: ", X509_verify_cert_error_string(verify),
+                      " (trusted CAs: ", tls.ca_file.empty() ? "the system's store" : "tls_ca_file " + tls.ca_file,
+                      "; set tls_ca_file to the CA that signed the backend's certificate)"));
+  }
+
+  void Connected() {
     if (callbacks_.connected) {
       callbacks_.connected(/*reused=*/false);
       if (done_) return;
@@ -110,16 +164,21 @@ class BeastUpstreamCall : public UpstreamCall, public std::enable_shared_from_th
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
     parser_->header_limit(64 << 10);
     buffer_.clear();
-    connection_->stream.expires_after(ToChrono(request_.response_timeout));
-    http::async_write(connection_->stream, req_,
-                      OnStrand([self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); }));
+    connection_->tcp().expires_after(ToChrono(request_.response_timeout));
+    WithStream([&](auto& stream) {
+      http::async_write(stream, req_,
+                        OnStrand([self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); }));
+    });
   }
 
   void OnWrite(beast::error_code ec) {
     if (done_) return;
     if (ec) return FailBeforeResponse("sending the request", ec);
-    http::async_read_header(connection_->stream, buffer_, *parser_,
-                            OnStrand([self = shared_from_this()](beast::error_code ec, size_t) { self->OnHead(ec); }));
+    WithStream([&](auto& stream) {
+      http::async_read_header(
+          stream, buffer_, *parser_,
+          OnStrand([self = shared_from_this()](beast::error_code ec, size_t) { self->OnHead(ec); }));
+    });
   }
 
   void OnHead(beast::error_code ec) {
@@ -141,14 +200,21 @@ class BeastUpstreamCall : public UpstreamCall, public std::enable_shared_from_th
     }
     parser_->get().body().data = piece_;
     parser_->get().body().size = sizeof(piece_);
-    connection_->stream.expires_after(ToChrono(request_.response_timeout));
-    http::async_read_some(connection_->stream, buffer_, *parser_,
-                          OnStrand([self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); }));
+    connection_->tcp().expires_after(ToChrono(request_.response_timeout));
+    WithStream([&](auto& stream) {
+      http::async_read_some(stream, buffer_, *parser_,
+                            OnStrand([self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); }));
+    });
   }
 
   void OnBody(beast::error_code ec) {
     if (done_) return;
     if (ec == http::error::need_buffer) ec = {};  // the piece buffer is full: forward it, read on
+    if (ec == asio::ssl::error::stream_truncated && parser_->need_eof()) {
+      // TLS closed without close_notify (common) ends a body that runs to the connection's end.
+      ec = {};
+      parser_->put_eof(ec);
+    }
     const size_t got = sizeof(piece_) - parser_->get().body().size;
     if (got > 0) {
       callbacks_.data(std::string(piece_, got));
@@ -173,20 +239,24 @@ class BeastUpstreamCall : public UpstreamCall, public std::enable_shared_from_th
     Fail(what, ec);
   }
 
-  void Fail(absl::string_view what, beast::error_code ec) {
+  // `detail`: what failed, where it says more than ec.message().
+  void Fail(absl::string_view what, beast::error_code ec, const std::string& detail = "") {
     done_ = true;
     const std::string message = absl::StrCat(what, " (", endpoint_.host(), ":", endpoint_.port(),
-                                             reused_ ? ", a reused connection" : "", "): ", ec.message());
+                                             reused_ ? ", a reused connection" : "", "): ",
+                                             detail.empty() ? ec.message() : detail);
     Close();
     callbacks_.end(ec == beast::error::timeout ? absl::DeadlineExceededError(message)
                                                : absl::UnavailableError(message));
   }
 
+  // TLS connections too are just closed: a TLS shutdown would wait on the server's reply, and
+  // the request needs nothing more from it.
   void Close() {
     if (connection_ == nullptr) return;
     beast::error_code ignored;
-    connection_->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    connection_->stream.close();
+    connection_->tcp().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    connection_->tcp().close();
     connection_.reset();
   }
 

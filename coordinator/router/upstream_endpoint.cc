@@ -1,4 +1,5 @@
-// UpstreamEndpoint: the idle-connection pool. Tested by tests/upstream_call_test.cc.
+// UpstreamEndpoint: the TLS context and the idle-connection pool. Tested by
+// tests/upstream_call_test.cc and tests/router_test.sh.
 #include "coordinator/router/upstream_endpoint.h"
 
 #include <utility>
@@ -7,11 +8,52 @@
 
 namespace tpserve {
 
+UpstreamConnection::UpstreamConnection(const boost::asio::any_io_executor& executor,
+                                       boost::asio::ssl::context* tls_context) {
+  if (tls_context != nullptr) {
+    tls.emplace(executor, *tls_context);
+  } else {
+    plain.emplace(executor);
+  }
+}
+
 UpstreamEndpoint::UpstreamEndpoint(std::string host, int port, ConnectionPoolOptions pool)
     : host_(std::move(host)), port_(port), pool_(pool) {}
 
+absl::StatusOr<std::unique_ptr<UpstreamEndpoint>> UpstreamEndpoint::Tls(std::string host, int port,
+                                                                        UpstreamTlsOptions tls,
+                                                                        ConnectionPoolOptions pool) {
+  namespace ssl = boost::asio::ssl;
+  auto context = std::make_unique<ssl::context>(ssl::context::tls_client);
+  context->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                       ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+  boost::system::error_code ec;
+  if (tls.insecure_skip_verify) {
+    context->set_verify_mode(ssl::verify_none);
+  } else {
+    context->set_verify_mode(ssl::verify_peer);
+    if (!tls.ca_file.empty()) {
+      context->load_verify_file(tls.ca_file, ec);
+      if (ec) {
+        return absl::InvalidArgumentError(absl::StrCat("cannot load CA certificates from ", tls.ca_file, " (",
+                                                       ec.message(), "); it must be a readable PEM file"));
+      }
+    } else {
+      context->set_default_verify_paths(ec);
+      if (ec) {
+        return absl::InvalidArgumentError(absl::StrCat("cannot load the system's CA certificates (", ec.message(),
+                                                       "); install ca-certificates or set tls_ca_file"));
+      }
+    }
+  }
+  std::unique_ptr<UpstreamEndpoint> e(new UpstreamEndpoint(std::move(host), port, pool));
+  e->tls_ = std::move(tls);
+  e->tls_context_ = std::move(context);
+  return e;
+}
+
 std::string UpstreamEndpoint::host_header() const {
-  return port_ == 80 ? host_ : absl::StrCat(host_, ":", port_);
+  return port_ == (tls_context_ != nullptr ? 443 : 80) ? host_ : absl::StrCat(host_, ":", port_);
 }
 
 std::unique_ptr<UpstreamConnection> UpstreamEndpoint::TakeIdle(absl::Time now) {
@@ -25,7 +67,7 @@ std::unique_ptr<UpstreamConnection> UpstreamEndpoint::TakeIdle(absl::Time now) {
 }
 
 void UpstreamEndpoint::PutIdle(std::unique_ptr<UpstreamConnection> connection, absl::Time now) {
-  connection->stream.expires_never();
+  connection->tcp().expires_never();
   connection->idle_since = now;
   absl::MutexLock lock(&mu_);
   DropExpired(now);

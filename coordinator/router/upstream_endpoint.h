@@ -1,17 +1,21 @@
-// A backend server as the router connects to it (host and port) and its pool of idle HTTP/1.1
-// keep-alive connections, shared by every call to that server. Thread-safe. Tested by
-// tests/upstream_call_test.cc and tests/router_test.sh.
+// A backend server as the router connects to it (host, port, and for https:// its TLS context:
+// the CAs it trusts) and its pool of idle HTTP/1.1 keep-alive connections, shared by every call
+// to that server. Thread-safe. Tested by tests/upstream_call_test.cc and tests/router_test.sh.
 #pragma once
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/status/statusor.h"
+#include "boost/asio/ssl/context.hpp"
 #include "boost/beast/core/tcp_stream.hpp"
+#include "boost/beast/ssl/ssl_stream.hpp"
 
 namespace tpserve {
 
@@ -24,21 +28,40 @@ struct ConnectionPoolOptions {
   absl::Duration idle_timeout = absl::Seconds(60);
 };
 
-// An open connection to a backend, used by one call at a time or idle in its endpoint's pool.
+// TLS to a backend (https://): its certificate is verified against `ca_file` (PEM) where set,
+// else the system's CA store, and its name against the host, unless insecure_skip_verify.
+struct UpstreamTlsOptions {
+  std::string ca_file;
+  bool insecure_skip_verify = false;
+};
+
+// An open connection to a backend, used by one call at a time or idle in its endpoint's pool:
+// plain TCP, or TLS over TCP.
 struct UpstreamConnection {
-  explicit UpstreamConnection(const boost::asio::any_io_executor& executor) : stream(executor) {}
-  boost::beast::tcp_stream stream;
+  // `tls`: null for plain TCP.
+  UpstreamConnection(const boost::asio::any_io_executor& executor, boost::asio::ssl::context* tls);
+  boost::beast::tcp_stream& tcp() { return tls ? tls->next_layer() : *plain; }
+  std::optional<boost::beast::tcp_stream> plain;
+  std::optional<boost::beast::ssl_stream<boost::beast::tcp_stream>> tls;
   absl::Time idle_since;
 };
 
 class UpstreamEndpoint {
  public:
+  // Plain HTTP.
   UpstreamEndpoint(std::string host, int port, ConnectionPoolOptions pool);
+  // HTTPS: loads the CAs (`ca_file`, else the system's store). INVALID_ARGUMENT naming the
+  // file when it cannot be read as PEM certificates.
+  static absl::StatusOr<std::unique_ptr<UpstreamEndpoint>> Tls(std::string host, int port, UpstreamTlsOptions tls,
+                                                               ConnectionPoolOptions pool);
   UpstreamEndpoint(const UpstreamEndpoint&) = delete;
   UpstreamEndpoint& operator=(const UpstreamEndpoint&) = delete;
 
   const std::string& host() const { return host_; }
   int port() const { return port_; }
+  // Null for plain HTTP.
+  boost::asio::ssl::context* tls_context() const { return tls_context_.get(); }
+  const UpstreamTlsOptions& tls_options() const { return tls_; }
   // The Host header's value: the host, with the port unless it is the scheme's default.
   std::string host_header() const;
 
@@ -56,6 +79,8 @@ class UpstreamEndpoint {
   const std::string host_;
   const int port_;
   const ConnectionPoolOptions pool_;
+  UpstreamTlsOptions tls_;
+  std::unique_ptr<boost::asio::ssl::context> tls_context_;
   mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<UpstreamConnection>> idle_ ABSL_GUARDED_BY(mu_);  // oldest first
 };
