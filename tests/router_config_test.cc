@@ -65,6 +65,25 @@ TEST(RouterConfigTest, ParsesHttpsBackends) {
   EXPECT_TRUE(b[2].tls_insecure_skip_verify);
 }
 
+TEST(RouterConfigTest, ParsesHealthChecks) {
+  absl::StatusOr<RouterConfig> c = ParseRouterConfig(R"({"models": {
+      "a": {"health_check": {}, "backends": ["http://h/v1"]},
+      "b": {"health_check": {"interval_s": 0.5, "timeout_s": 0.25, "path": "/ready"}, "backends": ["http://h/v1"]},
+      "c": {"backends": ["http://h/v1"]}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::optional<HealthCheckOptions>& a = c->models.at("a").health_check;
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->interval, absl::Seconds(5));
+  EXPECT_EQ(a->timeout, absl::Seconds(2));
+  EXPECT_EQ(a->path, "/health");
+  const std::optional<HealthCheckOptions>& b = c->models.at("b").health_check;
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->interval, absl::Milliseconds(500));
+  EXPECT_EQ(b->timeout, absl::Milliseconds(250));
+  EXPECT_EQ(b->path, "/ready");
+  EXPECT_FALSE(c->models.at("c").health_check.has_value());
+}
+
 TEST(RouterConfigTest, ResolvesBackendKeysFromTheLookup) {
   RouterConfig c = *ParseRouterConfig(kExample);
   absl::Status unset = ResolveBackendApiKeys(c, [](const std::string&) { return std::nullopt; });
@@ -145,6 +164,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{R"({"models": {"m": {"policy": "cache_aware", "balance_rel_threshold": 0.5,
                                         "backends": ["http://h/v1"]}}})",
                   "balance_rel_threshold: must be >= 1"},
+        BadConfig{R"({"models": {"m": {"health_check": true, "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].health_check: must be an object"},
+        BadConfig{R"({"models": {"m": {"health_check": {"interval": 5}, "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].health_check: unknown key \"interval\" (known: interval_s, path, timeout_s)"},
+        BadConfig{R"({"models": {"m": {"health_check": {"interval_s": 0}, "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].health_check.interval_s: must be a number of seconds > 0"},
+        BadConfig{R"({"models": {"m": {"health_check": {"timeout_s": -1}, "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].health_check.timeout_s: must be a number of seconds > 0"},
+        BadConfig{R"({"models": {"m": {"health_check": {"timeout_s": "2"}, "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].health_check.timeout_s: must be a number of seconds > 0"},
+        BadConfig{R"({"models": {"m": {"health_check": {"path": "health"}, "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].health_check.path: must be a path from the server's root, starting with /"},
         BadConfig{R"({"models": {"m": {"policy": "random", "backends": ["http://h/v1"]}}})",
                   "models[\"m\"].policy: random is not one of"},
         BadConfig{R"({"models": {"m": {"fallback": "x", "backends": ["http://h/v1"]}}})",
@@ -186,6 +217,26 @@ TEST(BackendPoolTest, LeastLoadPutsTheFewestInFlightFirst) {
   pool.End(0);
   EXPECT_EQ(pool.in_flight(0), 0);
   EXPECT_THAT(pool.Order(now), ElementsAre(2, 0, 1));  // ties (0, 2) in round-robin order from 1
+}
+
+TEST(BackendPoolTest, BackendsFailingTheirProbeAreSkippedUntilOnePasses) {
+  BackendPool pool(ThreeBackends(RoutingPolicyKind::kRoundRobin), absl::Seconds(5));
+  const absl::Time now = absl::Now();
+  EXPECT_FALSE(pool.SetProbeFailing(1, false));  // every backend starts passing
+  EXPECT_TRUE(pool.SetProbeFailing(1, true));
+  EXPECT_FALSE(pool.SetProbeFailing(1, true));  // no change: nothing to log
+  EXPECT_THAT(pool.Order(now), ElementsAre(0, 2));
+  EXPECT_THAT(pool.Order(now + absl::Hours(1)), ElementsAre(2, 0));  // no cooldown: until a probe passes
+  EXPECT_FALSE(pool.Healthy(1, now));
+  EXPECT_TRUE(pool.Healthy(0, now));
+  EXPECT_THAT(pool.ProbeFailing(), ElementsAre("http://b:1/v1"));
+  EXPECT_TRUE(pool.Ejected(now).empty());
+  EXPECT_TRUE(pool.SetProbeFailing(1, false));
+  EXPECT_THAT(pool.Order(now), ElementsAre(2, 0, 1));
+  EXPECT_TRUE(pool.Healthy(1, now));
+  pool.Eject(2, now);  // passive ejection is independent of the probes
+  EXPECT_FALSE(pool.Healthy(2, now));
+  EXPECT_TRUE(pool.ProbeFailing().empty());
 }
 
 TEST(BackendPoolTest, EjectedBackendsAreSkippedForTheCooldown) {

@@ -91,6 +91,37 @@ absl::Status ParseTls(const Json& j, const std::string& field, RouterBackend& b)
   return absl::OkStatus();
 }
 
+// A positive number of seconds.
+absl::StatusOr<absl::Duration> ParseSeconds(const Json& v, const std::string& field) {
+  if (!v.is_number() || !(v.get<double>() > 0) || !(v.get<double>() <= 86400)) {
+    return Invalid(field, "must be a number of seconds > 0 (at most 86400)");
+  }
+  return absl::Seconds(v.get<double>());
+}
+
+absl::StatusOr<HealthCheckOptions> ParseHealthCheck(const Json& j, const std::string& field) {
+  if (!j.is_object()) return Invalid(field, "must be an object {\"interval_s\": 5, \"timeout_s\": 2, \"path\": \"/health\"}");
+  if (absl::Status s = CheckKeys(j, {"interval_s", "timeout_s", "path"}, field); !s.ok()) return s;
+  HealthCheckOptions h;
+  if (j.contains("interval_s")) {
+    absl::StatusOr<absl::Duration> d = ParseSeconds(j["interval_s"], field + ".interval_s");
+    if (!d.ok()) return d.status();
+    h.interval = *d;
+  }
+  if (j.contains("timeout_s")) {
+    absl::StatusOr<absl::Duration> d = ParseSeconds(j["timeout_s"], field + ".timeout_s");
+    if (!d.ok()) return d.status();
+    h.timeout = *d;
+  }
+  if (j.contains("path")) {
+    if (!j["path"].is_string() || !absl::StartsWith(j["path"].get<std::string>(), "/")) {
+      return Invalid(field + ".path", "must be a path from the server's root, starting with / (e.g. \"/health\")");
+    }
+    h.path = j["path"].get<std::string>();
+  }
+  return h;
+}
+
 absl::StatusOr<RouterBackend> ParseBackend(const Json& j, const std::string& field) {
   RouterBackend b;
   if (j.is_string()) {
@@ -140,7 +171,7 @@ absl::StatusOr<RouterModel> ParseModel(const std::string& name, const Json& j) {
   m.name = name;
   if (!j.is_object()) return Invalid(field, "must be an object with \"backends\"");
   if (absl::Status s = CheckKeys(j, {"backends", "policy", "fallback", "cache_threshold", "balance_abs_threshold",
-                                     "balance_rel_threshold"},
+                                     "balance_rel_threshold", "health_check"},
                                  field);
       !s.ok()) {
     return s;
@@ -183,6 +214,11 @@ absl::StatusOr<RouterModel> ParseModel(const std::string& name, const Json& j) {
       return Invalid(field + ".fallback", "must be the name of another configured model");
     }
     m.fallback = j["fallback"].get<std::string>();
+  }
+  if (j.contains("health_check")) {
+    absl::StatusOr<HealthCheckOptions> h = ParseHealthCheck(j["health_check"], field + ".health_check");
+    if (!h.ok()) return h.status();
+    m.health_check = *std::move(h);
   }
   if (!j.contains("backends") || !j["backends"].is_array() || j["backends"].empty()) {
     return Invalid(field + ".backends", "a non-empty list of backends is required");

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace tpserve {
 
@@ -59,6 +60,15 @@ struct RouterBackend {
   std::optional<double> price_output_per_mtok;
 };
 
+// Active health probes of a model's backends: GET `path` (from the server's root: for
+// http://h:p/v1, http://h:p/health) every interval; a probe that cannot connect, takes longer
+// than timeout or answers other than 2xx takes the backend out of routing until one succeeds.
+struct HealthCheckOptions {
+  absl::Duration interval = absl::Seconds(5);
+  absl::Duration timeout = absl::Seconds(2);
+  std::string path = "/health";  // vLLM and `tpserve serve` both answer it
+};
+
 struct RouterModel {
   std::string name;
   RoutingPolicyKind policy = RoutingPolicyKind::kRoundRobin;
@@ -67,6 +77,7 @@ struct RouterModel {
   // failed or is ejected; empty: none. The chain has no cycles (validated).
   std::string fallback;
   std::vector<RouterBackend> backends;  // at least one
+  std::optional<HealthCheckOptions> health_check;  // "health_check"; none: passive ejection only
 };
 
 struct RouterConfig {
@@ -77,8 +88,8 @@ struct RouterConfig {
 // Parses and validates the config's JSON text. INVALID_ARGUMENT naming the field (e.g.
 // models["gemma"].backends[1].url) and saying what to change: unknown keys, a backend URL that
 // is not http(s)://HOST[:PORT]/.../v1 (grpc:// is refused: not supported by the router yet), TLS
-// options on an http:// backend, an unknown policy, a fallback that is not a configured model
-// or that leads back to the model. (A tls_ca_file is read when the router starts.)
+// options on an http:// backend, an unknown policy, a health_check key that is unknown or a value
+// that is not positive, a fallback that is not a configured model or that leads back to the model. (A tls_ca_file is read when the router starts.)
 absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view json_text);
 
 // Fills every backend's api_key from its api_key_env through `lookup` (main passes getenv).

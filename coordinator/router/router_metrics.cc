@@ -83,7 +83,9 @@ RouterMetrics::RouterMetrics(const std::map<std::string, std::unique_ptr<Backend
             LatencyBuckets(), l);
         series->in_flight = &registry_.AddGauge(kInFlight, "The router's requests to this backend in flight now.", l);
         series->healthy =
-            &registry_.AddGauge(kHealthy, "1: routable; 0: ejected now (failed within the cooldown).", l);
+            &registry_.AddGauge(kHealthy,
+                                "1: routable; 0: ejected now (failed within the cooldown) or failing its health probe.",
+                                l);
         series->healthy->Set(1);
         s = series.get();
         backend_series_.push_back(std::move(series));
@@ -111,13 +113,11 @@ RouterMetrics::RouterMetrics(const std::map<std::string, std::unique_ptr<Backend
   }
   registry_.AddCollector([watched = std::move(watched)] {
     const absl::Time now = absl::Now();
-    std::map<const BackendPool*, std::vector<std::string>> ejected;
     for (const Watched& w : watched) {
-      auto it = ejected.find(w.pool);
-      if (it == ejected.end()) it = ejected.emplace(w.pool, w.pool->Ejected(now)).first;
-      const std::string& url = w.pool->backend(w.indices.front()).url;
-      const bool is_ejected = std::find(it->second.begin(), it->second.end(), url) != it->second.end();
-      w.series->healthy->Set(is_ejected ? 0 : 1);
+      // A URL listed twice under one model: unhealthy when either listing is.
+      bool healthy = true;
+      for (size_t i : w.indices) healthy = healthy && w.pool->Healthy(i, now);
+      w.series->healthy->Set(healthy ? 1 : 0);
       int64_t in_flight = 0;
       for (size_t i : w.indices) in_flight += w.pool->in_flight(i);
       w.series->in_flight->Set(static_cast<double>(in_flight));

@@ -48,6 +48,15 @@ absl::Status RouterServer::Start() {
     log_ = *std::move(log);
   }
   if (absl::Status s = MakeEndpoints(); !s.ok()) return s;
+  std::vector<HealthProbeTarget> probed;
+  for (const auto& [name, pool] : pools_) {
+    if (!pool->model().health_check.has_value()) continue;
+    for (size_t i = 0; i < pool->model().backends.size(); ++i) {
+      probed.push_back({pool.get(), i, endpoint_of_.at(pool.get())[i], *pool->model().health_check});
+    }
+  }
+  prober_ = std::make_unique<HealthProber>(proxy_io_, std::move(probed), options_.log);
+  prober_->Start();
   for (int i = 0; i < std::max(1, options_.proxy_threads); ++i) {
     proxy_threads_.emplace_back([this] { proxy_io_.run(); });
   }
@@ -164,20 +173,28 @@ void RouterServer::Proxy(const std::shared_ptr<HttpExchange>& exchange, std::str
   // The model's healthy backends in its policy's order, then each fallback's.
   const absl::Time now = absl::Now();
   std::vector<ProxyCandidate> candidates;
-  std::vector<std::string> ejected;
+  std::vector<std::string> ejected, probe_failing;
   const std::string prompt = PromptText(body);  // cache_aware's key
   for (BackendPool* pool = it->second.get(); pool != nullptr;) {
     for (size_t i : pool->Order(now, prompt)) candidates.push_back({pool, i, endpoint_of_.at(pool)[i]});
     for (std::string& url : pool->Ejected(now)) ejected.push_back(std::move(url));
+    for (std::string& url : pool->ProbeFailing()) probe_failing.push_back(std::move(url));
     const std::string& fallback = pool->model().fallback;
     pool = fallback.empty() ? nullptr : pools_.at(fallback).get();
   }
   if (candidates.empty()) {
     metrics_->RequestFinished(model, RequestOutcome::kError);
-    return refuse(absl::UnavailableError(absl::StrCat(
-                                "every backend of model \"", model, "\" (and its fallbacks) failed recently and is ",
-                                "ejected for up to ", absl::FormatDuration(options_.cooldown), ": ",
-                                absl::StrJoin(ejected, ", "), "; retry shortly")));
+    std::vector<std::string> why;
+    if (!ejected.empty()) {
+      why.push_back(absl::StrCat("failed recently and ejected for up to ", absl::FormatDuration(options_.cooldown),
+                                 ": ", absl::StrJoin(ejected, ", ")));
+    }
+    if (!probe_failing.empty()) {
+      why.push_back(absl::StrCat("failing its health probe: ", absl::StrJoin(probe_failing, ", ")));
+    }
+    return refuse(absl::UnavailableError(absl::StrCat("every backend of model \"", model,
+                                                      "\" (and its fallbacks) is out of routing: ",
+                                                      absl::StrJoin(why, "; "), "; retry shortly")));
   }
   auto request = std::make_shared<ProxyRequest>(boost::asio::make_strand(proxy_io_), exchange, std::move(body), model,
                                                 std::move(path_suffix), std::move(candidates), options_.timeouts,

@@ -2,8 +2,9 @@
 // RouterConfig, on the same event-driven transport as `serve` (coordinator/api/http_transport.h).
 // /health (open), /v1/models (the configured names), /metrics (router_metrics.h), and /v1/chat/completions and
 // /v1/completions proxied by model name to a backend the model's policy picks, failing over
-// to its other backends and its fallback model (proxy_request.h). With API keys set, every
-// route but /health needs one. Tested by tests/router_test.sh.
+// to its other backends and its fallback model (proxy_request.h); models with a health_check
+// have their backends probed (health_prober.h). With API keys set, every route but /health
+// needs one. Tested by tests/router_test.sh.
 #pragma once
 
 #include <functional>
@@ -20,6 +21,7 @@
 #include "coordinator/api/api_keys.h"
 #include "coordinator/api/http_transport.h"
 #include "coordinator/router/backend_pool.h"
+#include "coordinator/router/health_prober.h"
 #include "coordinator/router/proxy_request.h"
 #include "coordinator/router/request_log.h"
 #include "coordinator/router/router_config.h"
@@ -41,7 +43,8 @@ struct RouterOptions {
   ProxyTimeouts timeouts;
   // Idle keep-alive connections kept per backend server.
   ConnectionPoolOptions connection_pool;
-  // Where warnings go (an https:// backend without verification); main passes stderr.
+  // Where warnings (an https:// backend without verification) and health changes (a backend
+  // failing or passing its probes again) go; main passes stderr.
   std::function<void(const std::string&)> log = [](const std::string&) {};
   // --request-log: JSON lines, one per proxied request; empty: off.
   std::string request_log;
@@ -83,6 +86,7 @@ class RouterServer {
   // proxy_io_ (their idle connections are its sockets). Fixed after Start().
   std::map<std::string, std::unique_ptr<UpstreamEndpoint>> endpoints_;
   std::map<const BackendPool*, std::vector<UpstreamEndpoint*>> endpoint_of_;  // by pool, then backend index
+  std::unique_ptr<HealthProber> prober_;  // the models with a health_check; destroyed before proxy_io_
   bool stopped_ = false;
   HttpTransport transport_;  // last: its threads call into the members above
 };
