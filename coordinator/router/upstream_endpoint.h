@@ -24,7 +24,7 @@ struct ConnectionPoolOptions {
   size_t max_idle = 32;
   // An idle connection older than this is closed, never reused (at the endpoint's next take or
   // put). Servers close idle connections on their own timers too (vLLM's uvicorn after 5 s,
-  // `tpserve serve` after its --keep-alive timeout); a call finds that out and retries.
+  // `tpserve serve` after its --timeout-keep-alive); a call finds that out and retries.
   absl::Duration idle_timeout = absl::Seconds(60);
 };
 
