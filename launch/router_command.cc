@@ -35,6 +35,10 @@ int RunRouter(const RouterCommandOptions& o) {
   options.transport = o.transport;
   options.api_keys = o.api_keys;
   options.request_log = o.request_log;
+  options.log = [](const std::string& line) {
+    std::fprintf(stderr, "tpserve: router: %s\n", line.c_str());
+    std::fflush(stderr);
+  };
   const std::vector<std::string> names = o.config.model_names();
   RouterServer server(o.config, options);
   if (absl::Status started = server.Start(); !started.ok()) {

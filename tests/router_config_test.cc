@@ -44,6 +44,44 @@ TEST(RouterConfigTest, ParsesTheExample) {
   EXPECT_EQ(b.price_output_per_mtok, 0.79);
   EXPECT_EQ(ParseRouterConfig(R"({"models": {"m": {"backends": ["http://h/v1"]}}})")->models.at("m").backends[0].port,
             80);
+  EXPECT_FALSE(g.backends[0].tls);
+}
+
+TEST(RouterConfigTest, ParsesHttpsBackends) {
+  absl::StatusOr<RouterConfig> c = ParseRouterConfig(R"({"models": {"m": {"backends": [
+      "https://api.groq.com/openai/v1",
+      {"url": "https://h:8443/v1", "tls_ca_file": "/etc/ca.pem"},
+      {"url": "https://h2/v1", "tls_insecure_skip_verify": true}]}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::vector<RouterBackend>& b = c->models.at("m").backends;
+  EXPECT_TRUE(b[0].tls);
+  EXPECT_EQ(b[0].host, "api.groq.com");
+  EXPECT_EQ(b[0].port, 443);
+  EXPECT_EQ(b[0].base_path, "/openai/v1");
+  EXPECT_TRUE(b[0].tls_ca_file.empty());
+  EXPECT_FALSE(b[0].tls_insecure_skip_verify);
+  EXPECT_EQ(b[1].port, 8443);
+  EXPECT_EQ(b[1].tls_ca_file, "/etc/ca.pem");
+  EXPECT_TRUE(b[2].tls_insecure_skip_verify);
+}
+
+TEST(RouterConfigTest, ParsesHealthChecks) {
+  absl::StatusOr<RouterConfig> c = ParseRouterConfig(R"({"models": {
+      "a": {"health_check": {}, "backends": ["http://h/v1"]},
+      "b": {"health_check": {"interval_s": 0.5, "timeout_s": 0.25, "path": "/ready"}, "backends": ["http://h/v1"]},
+      "c": {"backends": ["http://h/v1"]}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::optional<HealthCheckOptions>& a = c->models.at("a").health_check;
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->interval, absl::Seconds(5));
+  EXPECT_EQ(a->timeout, absl::Seconds(2));
+  EXPECT_EQ(a->path, "/health");
+  const std::optional<HealthCheckOptions>& b = c->models.at("b").health_check;
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->interval, absl::Milliseconds(500));
+  EXPECT_EQ(b->timeout, absl::Milliseconds(250));
+  EXPECT_EQ(b->path, "/ready");
+  EXPECT_FALSE(c->models.at("c").health_check.has_value());
 }
 
 TEST(RouterConfigTest, ResolvesBackendKeysFromTheLookup) {
@@ -86,9 +124,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{R"({"models": {"m": {"backends": ["http://h/v1"], "weights": 1}}})", "unknown key \"weights\""},
         BadConfig{R"({"models": {"m": {"backends": ["grpc://h:50051"]}}})",
                   "models[\"m\"].backends[0]: \"grpc://h:50051\": grpc:// backends are not supported by the router yet"},
-        BadConfig{R"({"models": {"m": {"backends": ["http://h:1/v1", {"url": "https://h/v1"}]}}})",
-                  "models[\"m\"].backends[1].url: \"https://h/v1\": https:// backends are not supported"},
-        BadConfig{R"({"models": {"m": {"backends": ["h:8000/v1"]}}})", "is not an http://HOST:PORT/v1 URL"},
+        BadConfig{R"({"models": {"m": {"backends": ["h:8000/v1"]}}})", "is not an http(s)://HOST:PORT/v1 URL"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "tls_ca_file": "ca.pem"}]}}})",
+                  "backends[0].tls_ca_file: applies to https:// backends only"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "tls_insecure_skip_verify": true}]}}})",
+                  "backends[0].tls_insecure_skip_verify: applies to https:// backends only"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "https://h/v1", "tls_ca_file": ""}]}}})",
+                  "backends[0].tls_ca_file: must be the path of a PEM file"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "https://h/v1", "tls_insecure_skip_verify": "yes"}]}}})",
+                  "backends[0].tls_insecure_skip_verify: must be true or false"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "https://h/v1", "tls_ca_file": "ca.pem",
+                                                       "tls_insecure_skip_verify": true}]}}})",
+                  "tls_insecure_skip_verify: contradicts tls_ca_file"},
         BadConfig{R"({"models": {"m": {"backends": ["http://h:8000"]}}})", "must be the OpenAI API root, ending in /v1"},
         BadConfig{R"({"models": {"m": {"backends": ["http://h:80x/v1"]}}})", "the port is not a number"},
         BadConfig{R"({"models": {"m": {"backends": ["http://h:0/v1"]}}})", "the port is not a number"},
@@ -117,6 +164,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{R"({"models": {"m": {"policy": "cache_aware", "balance_rel_threshold": 0.5,
                                         "backends": ["http://h/v1"]}}})",
                   "balance_rel_threshold: must be >= 1"},
+        BadConfig{R"({"models": {"m": {"health_check": true, "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].health_check: must be an object"},
+        BadConfig{R"({"models": {"m": {"health_check": {"interval": 5}, "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].health_check: unknown key \"interval\" (known: interval_s, path, timeout_s)"},
+        BadConfig{R"({"models": {"m": {"health_check": {"interval_s": 0}, "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].health_check.interval_s: must be a number of seconds > 0"},
+        BadConfig{R"({"models": {"m": {"health_check": {"timeout_s": -1}, "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].health_check.timeout_s: must be a number of seconds > 0"},
+        BadConfig{R"({"models": {"m": {"health_check": {"timeout_s": "2"}, "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].health_check.timeout_s: must be a number of seconds > 0"},
+        BadConfig{R"({"models": {"m": {"health_check": {"path": "health"}, "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].health_check.path: must be a path from the server's root, starting with /"},
         BadConfig{R"({"models": {"m": {"policy": "random", "backends": ["http://h/v1"]}}})",
                   "models[\"m\"].policy: random is not one of"},
         BadConfig{R"({"models": {"m": {"fallback": "x", "backends": ["http://h/v1"]}}})",
@@ -158,6 +217,26 @@ TEST(BackendPoolTest, LeastLoadPutsTheFewestInFlightFirst) {
   pool.End(0);
   EXPECT_EQ(pool.in_flight(0), 0);
   EXPECT_THAT(pool.Order(now), ElementsAre(2, 0, 1));  // ties (0, 2) in round-robin order from 1
+}
+
+TEST(BackendPoolTest, BackendsFailingTheirProbeAreSkippedUntilOnePasses) {
+  BackendPool pool(ThreeBackends(RoutingPolicyKind::kRoundRobin), absl::Seconds(5));
+  const absl::Time now = absl::Now();
+  EXPECT_FALSE(pool.SetProbeFailing(1, false));  // every backend starts passing
+  EXPECT_TRUE(pool.SetProbeFailing(1, true));
+  EXPECT_FALSE(pool.SetProbeFailing(1, true));  // no change: nothing to log
+  EXPECT_THAT(pool.Order(now), ElementsAre(0, 2));
+  EXPECT_THAT(pool.Order(now + absl::Hours(1)), ElementsAre(2, 0));  // no cooldown: until a probe passes
+  EXPECT_FALSE(pool.Healthy(1, now));
+  EXPECT_TRUE(pool.Healthy(0, now));
+  EXPECT_THAT(pool.ProbeFailing(), ElementsAre("http://b:1/v1"));
+  EXPECT_TRUE(pool.Ejected(now).empty());
+  EXPECT_TRUE(pool.SetProbeFailing(1, false));
+  EXPECT_THAT(pool.Order(now), ElementsAre(2, 0, 1));
+  EXPECT_TRUE(pool.Healthy(1, now));
+  pool.Eject(2, now);  // passive ejection is independent of the probes
+  EXPECT_FALSE(pool.Healthy(2, now));
+  EXPECT_TRUE(pool.ProbeFailing().empty());
 }
 
 TEST(BackendPoolTest, EjectedBackendsAreSkippedForTheCooldown) {

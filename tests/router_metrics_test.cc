@@ -63,6 +63,9 @@ TEST_F(RouterMetricsTest, EverySeriesStartsAtZeroAndHealthy) {
       EXPECT_EQ(Value("tpserve_router_backend_errors_total{" + l + ",kind=\"" + kind + "\"}"), "0") << kind;
     }
     EXPECT_EQ(Value("tpserve_router_backend_retries_total{" + l + "}"), "0");
+    for (const char* c : {"opened", "reused", "stale"}) {
+      EXPECT_EQ(Value("tpserve_router_backend_connections_" + std::string(c) + "_total{" + l + "}"), "0") << c;
+    }
     EXPECT_EQ(Value("tpserve_router_backend_requests_in_flight{" + l + "}"), "0");
     EXPECT_EQ(Value("tpserve_router_backend_healthy{" + l + "}"), "1");
     EXPECT_EQ(Value("tpserve_router_backend_time_to_first_byte_seconds_count{" + l + "}"), "0");
@@ -97,6 +100,15 @@ TEST_F(RouterMetricsTest, EventsMoveTheirSeries) {
   EXPECT_EQ(Value("tpserve_router_backend_errors_total{" + b + ",kind=\"timeout\"}"), "1");
   EXPECT_EQ(Value("tpserve_router_backend_retries_total{" + b + "}"), "2");
   EXPECT_EQ(Value("tpserve_router_backend_requests_total{" + std::string(kA) + "}"), "0");
+
+  metrics_->BackendConnection(g, 1, /*reused=*/false);
+  metrics_->BackendConnection(g, 1, /*reused=*/true);
+  metrics_->BackendConnection(g, 1, /*reused=*/true);
+  metrics_->BackendStaleConnection(g, 1);
+  EXPECT_EQ(Value("tpserve_router_backend_connections_opened_total{" + b + "}"), "1");
+  EXPECT_EQ(Value("tpserve_router_backend_connections_reused_total{" + b + "}"), "2");
+  EXPECT_EQ(Value("tpserve_router_backend_connections_stale_total{" + b + "}"), "1");
+  EXPECT_EQ(Value("tpserve_router_backend_connections_reused_total{" + std::string(kA) + "}"), "0");
 
   metrics_->BackendFirstByte(g, 1, absl::Milliseconds(30));
   metrics_->BackendAnswered(g, 1, absl::Milliseconds(700));

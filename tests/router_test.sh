@@ -3,7 +3,8 @@
 # rank each): two replicas of one model, one of another model name, and a third "cloud"
 # replica behind its own --api-key as the fallback model. /v1/models lists the configured
 # names; round_robin alternates the replicas (x-tpserve-backend); a streamed chat passes
-# through as SSE; a client gone mid-stream cancels the backend request; an unknown model is a 404 naming the available ones; with one replica killed
+# through as SSE; a client gone mid-stream cancels the backend request; an unknown model is a 404 naming the available ones;
+# sequential requests reuse kept-alive connections, also across a backend's restart; with one replica killed
 # requests still succeed, with both the fallback answers; the router's --api-key; the request
 # log; the router's /metrics after all that (tries per backend add up to the requests sent, the
 # killed replicas are unhealthy with connect errors, nothing left in flight, the fallback
@@ -45,12 +46,13 @@ rc=$?
 [ $rc -ne 0 ] && grep -q 'router: --http-threads must be positive, got 0' "$WORK/bad4.out" \
   && ok "--http-threads 0 refused at start (exit $rc)" || bad "--http-threads 0: rc $rc $(cat "$WORK/bad4.out")"
 
-# start_http NAME ARGS...: `tpserve serve` (one rank) or `tpserve router` on a free HTTP port,
-# in a session of its own; sets PORT_<NAME> and SID_<NAME>.
+# start_http NAME ARGS...: `tpserve serve` (one rank) or `tpserve router` on a free HTTP port
+# (or $ON_PORT), in a session of its own; sets PORT_<NAME> and SID_<NAME>.
 start_http() {
   local name=$1
   shift
-  setsid timeout -k 5 240 "$TPSERVE" "$@" --host 127.0.0.1 --http-port 0 --port-file "$WORK/$name.port" \
+  rm -f "$WORK/$name.port"
+  setsid timeout -k 5 240 "$TPSERVE" "$@" --host 127.0.0.1 --http-port "${ON_PORT:-0}" --port-file "$WORK/$name.port" \
     >"$WORK/$name.log" 2>&1 &
   local sid=$!
   SESSIONS+=("$sid")
@@ -198,6 +200,33 @@ grep -q '^data: {' "$WORK/cut" && poll 10 grep -q '"model":"other-model".*"statu
   "$WORK/requests.jsonl" && poll 3 running && ok "a client gone mid-stream cancels the backend request" \
   || bad "client gone: $(head -c 300 "$WORK/cut") $(tail -2 "$WORK/requests.jsonl")"
 
+# Keep-alive: sequential requests to one backend reuse its connections (opened far fewer than
+# requests); after the backend is killed and restarted on its port, the pooled connections it
+# closed are retried on new ones: every request still succeeds, and none counts as an error.
+POOLED=20
+codes=""
+for i in $(seq 1 $POOLED); do codes="$codes$(complete other-model | cut -d' ' -f1) "; done
+curl -s "${AUTH[@]}" "$R/metrics" >"$WORK/metrics-pool"
+pool_metric() { awk -v s="$1{model=\"other-model\",backend=\"$B\"}" 'index($0, s " ") == 1 { print $2 }' "$WORK/metrics-pool"; }
+opened=$(pool_metric tpserve_router_backend_connections_opened_total)
+reused=$(pool_metric tpserve_router_backend_connections_reused_total)
+[ "$codes" = "$(printf '200 %.0s' $(seq 1 $POOLED))" ] && [ "${opened:-99}" -le 3 ] && [ "${reused:-0}" -ge $((POOLED - 2)) ] \
+  && ok "keep-alive: $POOLED sequential requests (and 2 before) opened $opened connections, reused $reused" \
+  || bad "keep-alive: codes $codes opened $opened reused $reused: $(grep '^tpserve_router_backend_connections' "$WORK/metrics-pool")"
+kill_session KILL "$SID_B"
+poll 10 session_gone "$SID_B"
+ON_PORT=$PORT_B start_http B serve "${MODEL[@]}" --grpc-port -1 --served-model-name other-model
+wait_healthy "$PORT_B" || bad "B not healthy after its restart"
+seen=""
+for i in 1 2 3; do seen="$seen|$(complete other-model)"; done
+curl -s "${AUTH[@]}" "$R/metrics" >"$WORK/metrics-pool"
+stale=$(pool_metric tpserve_router_backend_connections_stale_total)
+errors=$(awk -v p="tpserve_router_backend_errors_total{model=\"other-model\"" 'index($0, p) == 1 { t += $2 } END { print t + 0 }' \
+  "$WORK/metrics-pool")
+[ "$seen" = "|200 $B|200 $B|200 $B" ] && [ "${stale:-0}" -ge 1 ] && [ "$errors" = 0 ] \
+  && ok "B restarted on its port: requests succeed, $stale stale pooled connection(s) retried, no backend error" \
+  || bad "B restarted: $seen stale $stale errors $errors: $(grep '^tpserve_router_backend_\(connections\|errors\)' "$WORK/metrics-pool")"
+
 # One replica gone: every request still succeeds, on the other.
 kill_session KILL "$SID_A1"
 poll 10 session_gone "$SID_A1"
@@ -214,9 +243,9 @@ got=$(complete gemma-4-tiny)
 curl -s "${AUTH[@]}" "$R/metrics" >"$WORK/metrics"
 code=$(curl -s -o /dev/null -w '%{http_code}' "$R/metrics")
 [ "$code" = 401 ] && ok "/metrics needs the router's key" || bad "/metrics without key -> $code"
-# The requests that reached a configured model: 4 + 1 + 1 streamed + 1 cut + 3 + 1 (the 404 for
-# an unknown model did not).
-SENT=11
+# The requests that reached a configured model: 4 + 1 + 1 streamed + 1 cut + 20 + 3 kept alive
+# + 3 + 1 (the 404 for an unknown model did not).
+SENT=$((11 + POOLED + 3))
 # metric SERIES: its value in the scrape (the exact name{labels}); sum PREFIX: the sum of every
 # series whose name{labels} starts with PREFIX.
 metric() { awk -v s="$1" 'index($0, s " ") == 1 { print $2 }' "$WORK/metrics"; }

@@ -9,7 +9,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
 PKGS=(build-essential cmake ninja-build pkg-config git
       libabsl-dev nlohmann-json3-dev libpcre2-dev libicu-dev libopenblas-dev
       libgtest-dev libgmock-dev libopenmpi-dev openmpi-bin curl
-      libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcpp-httplib-dev libboost-dev
+      libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcpp-httplib-dev libboost-dev libssl-dev
       libcurl4-openssl-dev ccache
       libdnnl-dev  # optional in CMake: bf16 prefill GEMMs on AMX / AVX512-BF16 (kernels/cpu/gemm_onednn.cc)
       python3-venv)  # tests/client_conformance_test.sh: the openai SDK and grpcurl in a venv

@@ -1,4 +1,4 @@
-// BackendPool: the policies' orderings and passive ejection. Tested by
+// BackendPool: the policies' orderings, passive ejection and the health probes' verdicts. Tested by
 // tests/router_config_test.cc.
 #include "coordinator/router/backend_pool.h"
 
@@ -15,7 +15,8 @@ BackendPool::BackendPool(RouterModel model, absl::Duration cooldown)
     : model_(std::move(model)),
       cooldown_(cooldown),
       in_flight_(new std::atomic<int64_t>[model_.backends.size()]),
-      ejected_until_(model_.backends.size(), absl::InfinitePast()) {
+      ejected_until_(model_.backends.size(), absl::InfinitePast()),
+      probe_failing_(model_.backends.size(), false) {
   for (size_t i = 0; i < model_.backends.size(); ++i) in_flight_[i].store(0);
 }
 
@@ -113,7 +114,7 @@ std::vector<size_t> BackendPool::Order(absl::Time now, absl::string_view prompt)
     absl::MutexLock lock(&mu_);
     for (size_t k = 0; k < n; ++k) {
       const size_t i = (start + k) % n;
-      if (ejected_until_[i] <= now) order.push_back(i);
+      if (ejected_until_[i] <= now && !probe_failing_[i]) order.push_back(i);
     }
   }
   if (model_.policy == RoutingPolicyKind::kCacheAware) return CacheAwareOrder(std::move(order), prompt);
@@ -132,6 +133,27 @@ std::vector<std::string> BackendPool::Ejected(absl::Time now) const {
     if (ejected_until_[i] > now) out.push_back(model_.backends[i].url);
   }
   return out;
+}
+
+bool BackendPool::SetProbeFailing(size_t i, bool failing) {
+  absl::MutexLock lock(&mu_);
+  if (probe_failing_[i] == failing) return false;
+  probe_failing_[i] = failing;
+  return true;
+}
+
+std::vector<std::string> BackendPool::ProbeFailing() const {
+  std::vector<std::string> out;
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < model_.backends.size(); ++i) {
+    if (probe_failing_[i]) out.push_back(model_.backends[i].url);
+  }
+  return out;
+}
+
+bool BackendPool::Healthy(size_t i, absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  return ejected_until_[i] <= now && !probe_failing_[i];
 }
 
 void BackendPool::Begin(size_t i) { in_flight_[i].fetch_add(1); }

@@ -1,6 +1,7 @@
-// The router's live view of one model's backends: requests in flight at the router and passive
+// The router's live view of one model's backends: requests in flight at the router, passive
 // health (a backend that refused a connection, timed out or answered 5xx is ejected for a
-// cooldown), and the routing policy that orders the healthy ones for a request. Thread-safe.
+// cooldown), active health (a backend failing its health probe is out until one passes), and
+// the routing policy that orders the healthy ones for a request. Thread-safe.
 // Tested by tests/router_config_test.cc (policies, ejection) and tests/router_test.sh.
 #pragma once
 
@@ -36,7 +37,8 @@ class BackendPool {
   const RouterModel& model() const { return model_; }
   const RouterBackend& backend(size_t i) const { return model_.backends[i]; }
 
-  // The backends a request tries, in order: the healthy ones (not in a cooldown at `now`) as
+  // The backends a request tries, in order: the healthy ones (not in a cooldown at `now`, not
+  // failing their health probe) as
   // the policy ranks them (round_robin: starting one further than the last request's start;
   // least_load: fewest in flight first, ties in round-robin order; cache_aware: below). Each
   // at most once. `prompt`: the request's prompt text (PromptText), read by cache_aware only.
@@ -57,6 +59,13 @@ class BackendPool {
   int64_t in_flight(size_t i) const;
   // Backend i failed (connection, timeout, 5xx): skipped by Order until now + cooldown.
   void Eject(size_t i, absl::Time now);
+  // Backend i's latest health probe failed (skipped by Order) or passed. Returns whether that
+  // changed its probe state (every backend starts passing).
+  bool SetProbeFailing(size_t i, bool failing);
+  // The backends failing their health probe now, by URL.
+  std::vector<std::string> ProbeFailing() const;
+  // Routable at `now`: neither in a cooldown nor failing its health probe.
+  bool Healthy(size_t i, absl::Time now) const;
 
  private:
   std::vector<size_t> CacheAwareOrder(std::vector<size_t> healthy, absl::string_view prompt);
@@ -72,6 +81,7 @@ class BackendPool {
   std::atomic<uint64_t> next_{0};
   mutable absl::Mutex mu_;
   std::vector<absl::Time> ejected_until_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> probe_failing_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tpserve

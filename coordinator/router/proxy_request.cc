@@ -70,8 +70,7 @@ void ProxyRequest::TryNext() {
   nlohmann::json body = body_;
   body["model"] = b.remote_model.empty() ? current_->pool->model().name : b.remote_model;
   UpstreamRequest request;
-  request.host = b.host;
-  request.port = b.port;
+  request.endpoint = current_->endpoint;
   request.target = b.base_path + path_suffix_;
   request.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (!b.api_key.empty()) request.authorization = "Bearer " + b.api_key;
@@ -87,7 +86,16 @@ void ProxyRequest::TryNext() {
   auto self = shared_from_this();
   call_ = UpstreamCall::Start(
       strand_, std::move(request),
-      {[self] { self->connected_ = true; },
+      {[self](bool reused) {
+         self->connected_ = true;
+         self->metrics_.BackendConnection(*self->current_->pool, self->current_->index, reused);
+       },
+       [self] {
+         // A pooled connection the backend had closed: not the backend's failure; a new one is
+         // being opened (a failure to connect it is "connect").
+         self->connected_ = false;
+         self->metrics_.BackendStaleConnection(*self->current_->pool, self->current_->index);
+       },
        [self](int status, std::string content_type) { self->OnHead(status, std::move(content_type)); },
        [self](std::string piece) { self->OnData(std::move(piece)); },
        [self](absl::Status status) { self->OnEnd(std::move(status)); }});

@@ -24,10 +24,12 @@ struct ProxyTimeouts {
   absl::Duration response = absl::Seconds(600);
 };
 
-// A backend a request may try: backend `index` of `pool`.
+// A backend a request may try: backend `index` of `pool`, reached through `endpoint` (its
+// server and connection pool).
 struct ProxyCandidate {
   BackendPool* pool = nullptr;
   size_t index = 0;
+  UpstreamEndpoint* endpoint = nullptr;
 };
 
 class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {

@@ -34,16 +34,17 @@ absl::Status CheckKeys(const Json& object, const std::set<std::string>& known, a
 
 absl::Status ParseUrl(const std::string& url, absl::string_view field, RouterBackend& b) {
   b.url = url;
-  if (absl::StartsWith(url, "grpc://") || absl::StartsWith(url, "https://")) {
-    return Invalid(field, absl::StrCat("\"", url, "\": ", url.substr(0, url.find(':')),
-                                       ":// backends are not supported by the router yet; use the backend's "
-                                       "OpenAI HTTP port, http://HOST:PORT/v1"));
+  if (absl::StartsWith(url, "grpc://")) {
+    return Invalid(field, absl::StrCat("\"", url, "\": grpc:// backends are not supported by the router yet; use the ",
+                                       "backend's OpenAI HTTP port, http://HOST:PORT/v1"));
   }
-  constexpr absl::string_view kHttp = "http://";
-  if (!absl::StartsWith(url, kHttp)) {
-    return Invalid(field, absl::StrCat("\"", url, "\" is not an http://HOST:PORT/v1 URL"));
+  constexpr absl::string_view kHttp = "http://", kHttps = "https://";
+  b.tls = absl::StartsWith(url, kHttps);
+  if (!b.tls && !absl::StartsWith(url, kHttp)) {
+    return Invalid(field, absl::StrCat("\"", url, "\" is not an http(s)://HOST:PORT/v1 URL"));
   }
-  const std::string rest = url.substr(kHttp.size());
+  b.port = b.tls ? 443 : 80;
+  const std::string rest = url.substr(b.tls ? kHttps.size() : kHttp.size());
   const size_t slash = rest.find('/');
   const std::string authority = rest.substr(0, slash);
   b.base_path = slash == std::string::npos ? "" : rest.substr(slash);
@@ -63,6 +64,64 @@ absl::Status ParseUrl(const std::string& url, absl::string_view field, RouterBac
   return absl::OkStatus();
 }
 
+// "tls_ca_file" and "tls_insecure_skip_verify" of an https:// backend object.
+absl::Status ParseTls(const Json& j, const std::string& field, RouterBackend& b) {
+  for (const char* key : {"tls_ca_file", "tls_insecure_skip_verify"}) {
+    if (j.contains(key) && !b.tls) {
+      return Invalid(absl::StrCat(field, ".", key), absl::StrCat("applies to https:// backends only (url is \"",
+                                                                  b.url, "\")"));
+    }
+  }
+  if (j.contains("tls_ca_file")) {
+    if (!j["tls_ca_file"].is_string() || j["tls_ca_file"].get<std::string>().empty()) {
+      return Invalid(field + ".tls_ca_file", "must be the path of a PEM file of CA certificates");
+    }
+    b.tls_ca_file = j["tls_ca_file"].get<std::string>();
+  }
+  if (j.contains("tls_insecure_skip_verify")) {
+    if (!j["tls_insecure_skip_verify"].is_boolean()) {
+      return Invalid(field + ".tls_insecure_skip_verify", "must be true or false");
+    }
+    b.tls_insecure_skip_verify = j["tls_insecure_skip_verify"].get<bool>();
+    if (b.tls_insecure_skip_verify && !b.tls_ca_file.empty()) {
+      return Invalid(field + ".tls_insecure_skip_verify",
+                     "contradicts tls_ca_file (nothing is verified); keep one of them");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A positive number of seconds.
+absl::StatusOr<absl::Duration> ParseSeconds(const Json& v, const std::string& field) {
+  if (!v.is_number() || !(v.get<double>() > 0) || !(v.get<double>() <= 86400)) {
+    return Invalid(field, "must be a number of seconds > 0 (at most 86400)");
+  }
+  return absl::Seconds(v.get<double>());
+}
+
+absl::StatusOr<HealthCheckOptions> ParseHealthCheck(const Json& j, const std::string& field) {
+  if (!j.is_object()) return Invalid(field, "must be an object {\"interval_s\": 5, \"timeout_s\": 2, \"path\": \"/health\"}");
+  if (absl::Status s = CheckKeys(j, {"interval_s", "timeout_s", "path"}, field); !s.ok()) return s;
+  HealthCheckOptions h;
+  if (j.contains("interval_s")) {
+    absl::StatusOr<absl::Duration> d = ParseSeconds(j["interval_s"], field + ".interval_s");
+    if (!d.ok()) return d.status();
+    h.interval = *d;
+  }
+  if (j.contains("timeout_s")) {
+    absl::StatusOr<absl::Duration> d = ParseSeconds(j["timeout_s"], field + ".timeout_s");
+    if (!d.ok()) return d.status();
+    h.timeout = *d;
+  }
+  if (j.contains("path")) {
+    if (!j["path"].is_string() || !absl::StartsWith(j["path"].get<std::string>(), "/")) {
+      return Invalid(field + ".path", "must be a path from the server's root, starting with / (e.g. \"/health\")");
+    }
+    h.path = j["path"].get<std::string>();
+  }
+  return h;
+}
+
 absl::StatusOr<RouterBackend> ParseBackend(const Json& j, const std::string& field) {
   RouterBackend b;
   if (j.is_string()) {
@@ -70,9 +129,14 @@ absl::StatusOr<RouterBackend> ParseBackend(const Json& j, const std::string& fie
     return b;
   }
   if (!j.is_object()) return Invalid(field, "must be a URL string or an object with \"url\"");
-  if (absl::Status s = CheckKeys(j, {"url", "model", "api_key_env", "price_per_mtok"}, field); !s.ok()) return s;
+  if (absl::Status s = CheckKeys(
+          j, {"url", "model", "api_key_env", "price_per_mtok", "tls_ca_file", "tls_insecure_skip_verify"}, field);
+      !s.ok()) {
+    return s;
+  }
   if (!j.contains("url") || !j["url"].is_string()) return Invalid(field + ".url", "a URL string is required");
   if (absl::Status s = ParseUrl(j["url"].get<std::string>(), field + ".url", b); !s.ok()) return s;
+  if (absl::Status s = ParseTls(j, field, b); !s.ok()) return s;
   if (j.contains("model")) {
     if (!j["model"].is_string() || j["model"].get<std::string>().empty()) {
       return Invalid(field + ".model", "must be a non-empty string (the backend's own model name)");
@@ -107,7 +171,7 @@ absl::StatusOr<RouterModel> ParseModel(const std::string& name, const Json& j) {
   m.name = name;
   if (!j.is_object()) return Invalid(field, "must be an object with \"backends\"");
   if (absl::Status s = CheckKeys(j, {"backends", "policy", "fallback", "cache_threshold", "balance_abs_threshold",
-                                     "balance_rel_threshold"},
+                                     "balance_rel_threshold", "health_check"},
                                  field);
       !s.ok()) {
     return s;
@@ -150,6 +214,11 @@ absl::StatusOr<RouterModel> ParseModel(const std::string& name, const Json& j) {
       return Invalid(field + ".fallback", "must be the name of another configured model");
     }
     m.fallback = j["fallback"].get<std::string>();
+  }
+  if (j.contains("health_check")) {
+    absl::StatusOr<HealthCheckOptions> h = ParseHealthCheck(j["health_check"], field + ".health_check");
+    if (!h.ok()) return h.status();
+    m.health_check = *std::move(h);
   }
   if (!j.contains("backends") || !j["backends"].is_array() || j["backends"].empty()) {
     return Invalid(field + ".backends", "a non-empty list of backends is required");

@@ -1,5 +1,5 @@
 // The router's configuration (`tpserve router --config FILE`): which model names it serves,
-// each one's backends (OpenAI-compatible HTTP APIs), routing policy and fallback model,
+// each one's backends (OpenAI-compatible HTTP(S) APIs), routing policy and fallback model,
 // parsed from JSON and validated whole before the router listens. Tested by
 // tests/router_config_test.cc.
 #pragma once
@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace tpserve {
 
@@ -39,7 +40,13 @@ struct CacheAwareOptions {
 struct RouterBackend {
   std::string url;   // as configured, e.g. "http://node2:8000/v1"; what responses and the log name
   std::string host;  // "node2"
-  int port = 80;
+  int port = 80;     // default: 80 for http://, 443 for https://
+  // https://: TLS, the backend's certificate verified against tls_ca_file (a PEM bundle) where
+  // set, else the system's CA store, and its name checked against `host`.
+  bool tls = false;
+  std::string tls_ca_file;
+  // "tls_insecure_skip_verify": true: no certificate or name check (the router warns at start).
+  bool tls_insecure_skip_verify = false;
   std::string base_path;  // the URL's path, ending in "/v1" ("/v1" itself for http://h:p/v1)
   // The "model" sent to this backend; empty: the router's model name, as the client sent it.
   std::string remote_model;
@@ -53,6 +60,15 @@ struct RouterBackend {
   std::optional<double> price_output_per_mtok;
 };
 
+// Active health probes of a model's backends: GET `path` (from the server's root: for
+// http://h:p/v1, http://h:p/health) every interval; a probe that cannot connect, takes longer
+// than timeout or answers other than 2xx takes the backend out of routing until one succeeds.
+struct HealthCheckOptions {
+  absl::Duration interval = absl::Seconds(5);
+  absl::Duration timeout = absl::Seconds(2);
+  std::string path = "/health";  // vLLM and `tpserve serve` both answer it
+};
+
 struct RouterModel {
   std::string name;
   RoutingPolicyKind policy = RoutingPolicyKind::kRoundRobin;
@@ -61,6 +77,7 @@ struct RouterModel {
   // failed or is ejected; empty: none. The chain has no cycles (validated).
   std::string fallback;
   std::vector<RouterBackend> backends;  // at least one
+  std::optional<HealthCheckOptions> health_check;  // "health_check"; none: passive ejection only
 };
 
 struct RouterConfig {
@@ -70,9 +87,9 @@ struct RouterConfig {
 
 // Parses and validates the config's JSON text. INVALID_ARGUMENT naming the field (e.g.
 // models["gemma"].backends[1].url) and saying what to change: unknown keys, a backend URL that
-// is not http://HOST[:PORT]/.../v1 (grpc:// and https:// are refused: not supported by the
-// router yet), an unknown policy or cache_aware (not implemented yet), a fallback that is not
-// a configured model or that leads back to the model.
+// is not http(s)://HOST[:PORT]/.../v1 (grpc:// is refused: not supported by the router yet), TLS
+// options on an http:// backend, an unknown policy, a health_check key that is unknown or a value
+// that is not positive, a fallback that is not a configured model or that leads back to the model. (A tls_ca_file is read when the router starts.)
 absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view json_text);
 
 // Fills every backend's api_key from its api_key_env through `lookup` (main passes getenv).

@@ -21,6 +21,9 @@ std::vector<double> LatencyBuckets() {
 constexpr char kRequests[] = "tpserve_router_backend_requests_total";
 constexpr char kErrors[] = "tpserve_router_backend_errors_total";
 constexpr char kRetries[] = "tpserve_router_backend_retries_total";
+constexpr char kOpened[] = "tpserve_router_backend_connections_opened_total";
+constexpr char kReused[] = "tpserve_router_backend_connections_reused_total";
+constexpr char kStale[] = "tpserve_router_backend_connections_stale_total";
 constexpr char kInFlight[] = "tpserve_router_backend_requests_in_flight";
 constexpr char kHealthy[] = "tpserve_router_backend_healthy";
 constexpr char kFirstByte[] = "tpserve_router_backend_time_to_first_byte_seconds";
@@ -62,6 +65,15 @@ RouterMetrics::RouterMetrics(const std::map<std::string, std::unique_ptr<Backend
         }
         series->retries = &registry_.AddCounter(
             kRetries, "Requests that failed on this backend and went on to another (of the model or a fallback).", l);
+        series->connections_opened = &registry_.AddCounter(
+            kOpened, "Connections opened to this backend (a try that found no idle kept-alive connection).", l);
+        series->connections_reused = &registry_.AddCounter(
+            kReused, "Tries of this backend sent on an idle kept-alive connection from the pool.", l);
+        series->connections_stale = &registry_.AddCounter(
+            kStale,
+            "Reused connections the backend had closed while idle (failed before any response byte); the try "
+            "went on with a new connection, not counted as an error.",
+            l);
         series->first_byte_s = &registry_.AddHistogram(
             kFirstByte, "Start of a try of this backend (connecting) to its response head.", LatencyBuckets(), l);
         series->latency_s = &registry_.AddHistogram(
@@ -71,7 +83,9 @@ RouterMetrics::RouterMetrics(const std::map<std::string, std::unique_ptr<Backend
             LatencyBuckets(), l);
         series->in_flight = &registry_.AddGauge(kInFlight, "The router's requests to this backend in flight now.", l);
         series->healthy =
-            &registry_.AddGauge(kHealthy, "1: routable; 0: ejected now (failed within the cooldown).", l);
+            &registry_.AddGauge(kHealthy,
+                                "1: routable; 0: ejected now (failed within the cooldown) or failing its health probe.",
+                                l);
         series->healthy->Set(1);
         s = series.get();
         backend_series_.push_back(std::move(series));
@@ -99,13 +113,11 @@ RouterMetrics::RouterMetrics(const std::map<std::string, std::unique_ptr<Backend
   }
   registry_.AddCollector([watched = std::move(watched)] {
     const absl::Time now = absl::Now();
-    std::map<const BackendPool*, std::vector<std::string>> ejected;
     for (const Watched& w : watched) {
-      auto it = ejected.find(w.pool);
-      if (it == ejected.end()) it = ejected.emplace(w.pool, w.pool->Ejected(now)).first;
-      const std::string& url = w.pool->backend(w.indices.front()).url;
-      const bool is_ejected = std::find(it->second.begin(), it->second.end(), url) != it->second.end();
-      w.series->healthy->Set(is_ejected ? 0 : 1);
+      // A URL listed twice under one model: unhealthy when either listing is.
+      bool healthy = true;
+      for (size_t i : w.indices) healthy = healthy && w.pool->Healthy(i, now);
+      w.series->healthy->Set(healthy ? 1 : 0);
       int64_t in_flight = 0;
       for (size_t i : w.indices) in_flight += w.pool->in_flight(i);
       w.series->in_flight->Set(static_cast<double>(in_flight));
@@ -133,6 +145,15 @@ void RouterMetrics::BackendFailed(const BackendPool& pool, size_t index, Backend
 
 void RouterMetrics::BackendAnswered(const BackendPool& pool, size_t index, absl::Duration latency) {
   Series(pool, index).latency_s->Observe(absl::ToDoubleSeconds(latency));
+}
+
+void RouterMetrics::BackendConnection(const BackendPool& pool, size_t index, bool reused) {
+  BackendSeries& s = Series(pool, index);
+  (reused ? s.connections_reused : s.connections_opened)->Increment();
+}
+
+void RouterMetrics::BackendStaleConnection(const BackendPool& pool, size_t index) {
+  Series(pool, index).connections_stale->Increment();
 }
 
 void RouterMetrics::RequestFinished(const std::string& model, RequestOutcome outcome) {

@@ -1,6 +1,7 @@
 // `tpserve router`'s own Prometheus metrics (GET /metrics, docs/router.md "Metrics"), on the
 // registry of coordinator/api/metrics.h: per backend (model, backend) requests started, errors
-// by kind, retries, requests in flight, health, time to first byte and latency; per model the
+// by kind, retries, connections opened, reused and found stale, requests in flight, health, time
+// to first byte and latency; per model the
 // requests' final outcomes and the fallbacks taken. Thread-safe. Tested by
 // tests/router_metrics_test.cc and tests/router_test.sh.
 #pragma once
@@ -51,6 +52,10 @@ class RouterMetrics {
   void BackendFirstByte(const BackendPool& pool, size_t index, absl::Duration since_start);
   void BackendFailed(const BackendPool& pool, size_t index, BackendErrorKind kind, bool moved_on);
   void BackendAnswered(const BackendPool& pool, size_t index, absl::Duration latency);
+  // A try of backend `index` got a connection: a new one, or one `reused` from the pool; a
+  // reused one had been closed by the backend (stale: the try goes on with a new connection).
+  void BackendConnection(const BackendPool& pool, size_t index, bool reused);
+  void BackendStaleConnection(const BackendPool& pool, size_t index);
 
   // A request for `model` (configured) ended.
   void RequestFinished(const std::string& model, RequestOutcome outcome);
@@ -63,6 +68,9 @@ class RouterMetrics {
     Counter* requests;
     std::array<Counter*, 4> errors;  // by BackendErrorKind
     Counter* retries;
+    Counter* connections_opened;
+    Counter* connections_reused;
+    Counter* connections_stale;
     Histogram* first_byte_s;
     Histogram* latency_s;
     Gauge* in_flight;

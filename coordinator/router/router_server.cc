@@ -47,10 +47,49 @@ absl::Status RouterServer::Start() {
     if (!log.ok()) return log.status();
     log_ = *std::move(log);
   }
+  if (absl::Status s = MakeEndpoints(); !s.ok()) return s;
+  std::vector<HealthProbeTarget> probed;
+  for (const auto& [name, pool] : pools_) {
+    if (!pool->model().health_check.has_value()) continue;
+    for (size_t i = 0; i < pool->model().backends.size(); ++i) {
+      probed.push_back({pool.get(), i, endpoint_of_.at(pool.get())[i], *pool->model().health_check});
+    }
+  }
+  prober_ = std::make_unique<HealthProber>(proxy_io_, std::move(probed), options_.log);
+  prober_->Start();
   for (int i = 0; i < std::max(1, options_.proxy_threads); ++i) {
     proxy_threads_.emplace_back([this] { proxy_io_.run(); });
   }
   return transport_.Start();
+}
+
+absl::Status RouterServer::MakeEndpoints() {
+  for (const auto& [name, pool] : pools_) {
+    std::vector<UpstreamEndpoint*>& of = endpoint_of_[pool.get()];
+    for (size_t i = 0; i < pool->model().backends.size(); ++i) {
+      const RouterBackend& b = pool->backend(i);
+      const std::string field = absl::StrCat("router config: models[\"", name, "\"].backends[", i, "]");
+      std::unique_ptr<UpstreamEndpoint>& e =
+          endpoints_[absl::StrCat(b.tls ? "https://" : "http://", b.host, ":", b.port, " ", b.tls_ca_file,
+                                  b.tls_insecure_skip_verify ? " insecure" : "")];
+      if (e == nullptr && !b.tls) e = std::make_unique<UpstreamEndpoint>(b.host, b.port, options_.connection_pool);
+      if (e == nullptr) {
+        absl::StatusOr<std::unique_ptr<UpstreamEndpoint>> tls = UpstreamEndpoint::Tls(
+            b.host, b.port, {b.tls_ca_file, b.tls_insecure_skip_verify}, options_.connection_pool);
+        if (!tls.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat(field, ".tls_ca_file: ", tls.status().message()));
+        }
+        e = *std::move(tls);
+      }
+      if (b.tls_insecure_skip_verify) {
+        options_.log(absl::StrCat("WARNING: ", field, " (", b.url, "): tls_insecure_skip_verify: its certificate ",
+                                  "is not verified; anyone between the router and it can read and change the ",
+                                  "traffic, its API key included"));
+      }
+      of.push_back(e.get());
+    }
+  }
+  return absl::OkStatus();
 }
 
 void RouterServer::Shutdown() {
@@ -134,20 +173,28 @@ void RouterServer::Proxy(const std::shared_ptr<HttpExchange>& exchange, std::str
   // The model's healthy backends in its policy's order, then each fallback's.
   const absl::Time now = absl::Now();
   std::vector<ProxyCandidate> candidates;
-  std::vector<std::string> ejected;
+  std::vector<std::string> ejected, probe_failing;
   const std::string prompt = PromptText(body);  // cache_aware's key
   for (BackendPool* pool = it->second.get(); pool != nullptr;) {
-    for (size_t i : pool->Order(now, prompt)) candidates.push_back({pool, i});
+    for (size_t i : pool->Order(now, prompt)) candidates.push_back({pool, i, endpoint_of_.at(pool)[i]});
     for (std::string& url : pool->Ejected(now)) ejected.push_back(std::move(url));
+    for (std::string& url : pool->ProbeFailing()) probe_failing.push_back(std::move(url));
     const std::string& fallback = pool->model().fallback;
     pool = fallback.empty() ? nullptr : pools_.at(fallback).get();
   }
   if (candidates.empty()) {
     metrics_->RequestFinished(model, RequestOutcome::kError);
-    return refuse(absl::UnavailableError(absl::StrCat(
-                                "every backend of model \"", model, "\" (and its fallbacks) failed recently and is ",
-                                "ejected for up to ", absl::FormatDuration(options_.cooldown), ": ",
-                                absl::StrJoin(ejected, ", "), "; retry shortly")));
+    std::vector<std::string> why;
+    if (!ejected.empty()) {
+      why.push_back(absl::StrCat("failed recently and ejected for up to ", absl::FormatDuration(options_.cooldown),
+                                 ": ", absl::StrJoin(ejected, ", ")));
+    }
+    if (!probe_failing.empty()) {
+      why.push_back(absl::StrCat("failing its health probe: ", absl::StrJoin(probe_failing, ", ")));
+    }
+    return refuse(absl::UnavailableError(absl::StrCat("every backend of model \"", model,
+                                                      "\" (and its fallbacks) is out of routing: ",
+                                                      absl::StrJoin(why, "; "), "; retry shortly")));
   }
   auto request = std::make_shared<ProxyRequest>(boost::asio::make_strand(proxy_io_), exchange, std::move(body), model,
                                                 std::move(path_suffix), std::move(candidates), options_.timeouts,

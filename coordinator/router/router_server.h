@@ -2,10 +2,12 @@
 // RouterConfig, on the same event-driven transport as `serve` (coordinator/api/http_transport.h).
 // /health (open), /v1/models (the configured names), /metrics (router_metrics.h), and /v1/chat/completions and
 // /v1/completions proxied by model name to a backend the model's policy picks, failing over
-// to its other backends and its fallback model (proxy_request.h). With API keys set, every
-// route but /health needs one. Tested by tests/router_test.sh.
+// to its other backends and its fallback model (proxy_request.h); models with a health_check
+// have their backends probed (health_prober.h). With API keys set, every route but /health
+// needs one. Tested by tests/router_test.sh.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -19,10 +21,12 @@
 #include "coordinator/api/api_keys.h"
 #include "coordinator/api/http_transport.h"
 #include "coordinator/router/backend_pool.h"
+#include "coordinator/router/health_prober.h"
 #include "coordinator/router/proxy_request.h"
 #include "coordinator/router/request_log.h"
 #include "coordinator/router/router_config.h"
 #include "coordinator/router/router_metrics.h"
+#include "coordinator/router/upstream_endpoint.h"
 
 namespace tpserve {
 
@@ -37,6 +41,11 @@ struct RouterOptions {
   // A backend that failed (connection, timeout, 5xx) is skipped this long (passive ejection).
   absl::Duration cooldown = absl::Seconds(5);
   ProxyTimeouts timeouts;
+  // Idle keep-alive connections kept per backend server.
+  ConnectionPoolOptions connection_pool;
+  // Where warnings (an https:// backend without verification) and health changes (a backend
+  // failing or passing its probes again) go; main passes stderr.
+  std::function<void(const std::string&)> log = [](const std::string&) {};
   // --request-log: JSON lines, one per proxied request; empty: off.
   std::string request_log;
 };
@@ -48,7 +57,9 @@ class RouterServer {
   RouterServer(const RouterServer&) = delete;
   RouterServer& operator=(const RouterServer&) = delete;
 
-  // Opens the request log, binds and starts serving. UNAVAILABLE when it cannot bind or open.
+  // Opens the request log, sets up the backends' endpoints (loading https:// backends' CAs),
+  // binds and starts serving. UNAVAILABLE when it cannot bind or open; INVALID_ARGUMENT naming
+  // the backend when its tls_ca_file cannot be loaded.
   absl::Status Start();
   int port() const { return transport_.port(); }
   // Stops accepting, closes every connection (cancelling backend requests) and joins the
@@ -69,6 +80,13 @@ class RouterServer {
   boost::asio::io_context proxy_io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> proxy_work_;
   std::vector<std::thread> proxy_threads_;
+  absl::Status MakeEndpoints();
+
+  // One per backend server (scheme, host, port and TLS options), shared by the models listing it; destroyed before
+  // proxy_io_ (their idle connections are its sockets). Fixed after Start().
+  std::map<std::string, std::unique_ptr<UpstreamEndpoint>> endpoints_;
+  std::map<const BackendPool*, std::vector<UpstreamEndpoint*>> endpoint_of_;  // by pool, then backend index
+  std::unique_ptr<HealthProber> prober_;  // the models with a health_check; destroyed before proxy_io_
   bool stopped_ = false;
   HttpTransport transport_;  // last: its threads call into the members above
 };

@@ -1,7 +1,9 @@
 // One HTTP/1.1 request from the router to a backend over Boost.Beast's asynchronous client on
 // an Asio io_context: no thread waits on it. The response's head is reported once, then each
 // piece of the body as it arrives (chunked or not, decoded), then the end, so a streamed
-// response is forwarded as it is produced. Tested through the router by tests/router_test.sh.
+// response is forwarded as it is produced. Connections are kept alive: a call takes an idle one
+// from its endpoint's pool where there is one and puts it back when the response was read whole.
+// Tested by tests/upstream_call_test.cc and through the router by tests/router_test.sh.
 #pragma once
 
 #include <functional>
@@ -12,12 +14,13 @@
 #include "absl/time/time.h"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/strand.hpp"
+#include "coordinator/router/upstream_endpoint.h"
 
 namespace tpserve {
 
 struct UpstreamRequest {
-  std::string host;
-  int port = 80;
+  UpstreamEndpoint* endpoint = nullptr;  // where to; outlives the call
+  std::string method = "POST";           // or "GET" (no body)
   std::string target;         // e.g. "/v1/chat/completions"
   std::string body;           // sent as application/json
   std::string authorization;  // the Authorization header's value; empty: none
@@ -26,12 +29,18 @@ struct UpstreamRequest {
   absl::Duration response_timeout = absl::Seconds(600);
 };
 
-// Called on the call's strand, in this order: connected once the TCP connection is up (may be
-// empty; tells a failure to connect from a connection that broke later), head once (unless the
-// call failed before it), data for each body piece, end once (OK: the whole response was read; else UNAVAILABLE or
-// DEADLINE_EXCEEDED saying what failed). None after Cancel().
+// Called on the call's strand, in this order: connected once a connection is up (reused: taken
+// from the pool; may be empty; tells a failure to connect from a connection that broke later),
+// head once (unless the call failed before it), data for each body piece, end once (OK: the
+// whole response was read; else UNAVAILABLE or DEADLINE_EXCEEDED saying what failed). None after
+// Cancel().
+//
+// A reused connection that fails before any byte of the response (the server had closed it
+// while it was idle) is not a failure: `stale` is called and the request is sent once more on a
+// new connection (connected again, reused false).
 struct UpstreamCallbacks {
-  std::function<void()> connected;
+  std::function<void(bool reused)> connected;
+  std::function<void()> stale;
   std::function<void(int status, std::string content_type)> head;
   std::function<void(std::string piece)> data;
   std::function<void(absl::Status status)> end;

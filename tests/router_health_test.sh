@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# `tpserve router`'s active health probes with real processes: two `tpserve serve` replicas
+# (gemma-4-tiny, dummy weights) behind a round_robin model with "health_check" (interval 1 s,
+# timeout 0.5 s). One replica stopped (SIGSTOP: it still accepts connections, never answers) is
+# marked unhealthy in /metrics within about two intervals, logged once, and every request goes
+# to the other; continued (SIGCONT), it is healthy again, logged once, and takes requests.
+# Usage: router_health_test.sh TPSERVE_BINARY FIXTURES_DIR   (run by ctest)
+set -u
+TPSERVE=$1
+FIX=$2
+source "$(dirname "$0")/harness.sh"
+TOK="$FIX/tokenizers/gemma/tokenizer.json"
+MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu --kv-cache-memory 64MiB --threads 1)
+
+# start_http NAME ARGS...: `tpserve ARGS` on a free HTTP port in a session of its own; sets
+# PORT_<NAME> and SID_<NAME>.
+start_http() {
+  local name=$1
+  shift
+  setsid timeout -k 5 240 "$TPSERVE" "$@" --host 127.0.0.1 --http-port 0 --port-file "$WORK/$name.port" \
+    >"$WORK/$name.log" 2>&1 &
+  local sid=$!
+  SESSIONS+=("$sid")
+  eval "SID_$name=$sid"
+  for _ in $(seq 1 240); do
+    if [ -f "$WORK/$name.port" ]; then
+      eval "PORT_$name=$(sed -n 's/.*"http": *\([0-9][0-9]*\).*/\1/p' "$WORK/$name.port")"
+      return 0
+    fi
+    kill -0 $sid 2>/dev/null || break
+    sleep 0.25
+  done
+  bad "$name did not start: $(cat "$WORK/$name.log")"
+  finish
+  exit 1
+}
+start_http P1 serve "${MODEL[@]}" --grpc-port -1
+start_http P2 serve "${MODEL[@]}" --grpc-port -1
+for p in $PORT_P1 $PORT_P2; do wait_healthy $p || bad "replica on $p not healthy"; done
+P1="http://127.0.0.1:$PORT_P1/v1"
+P2="http://127.0.0.1:$PORT_P2/v1"
+cat >"$WORK/router.json" <<JSON
+{"models": {"gemma-4-tiny": {"policy": "round_robin", "health_check": {"interval_s": 1, "timeout_s": 0.5},
+                             "backends": ["$P1", "$P2"]}}}
+JSON
+start_http R router --config "$WORK/router.json"
+R="http://127.0.0.1:$PORT_R"
+
+# backends N: N completions through the router; prints each "STATUS BACKEND", sorted, counted.
+backends() {
+  for _ in $(seq 1 "$1"); do
+    curl -s -m 30 -D "$WORK/h" -o /dev/null -w '%{http_code} ' "$R/v1/completions" -H 'Content-Type: application/json' \
+      -d '{"model":"gemma-4-tiny","prompt":"Hello","max_tokens":2}'
+    sed -n 's/^x-tpserve-backend: *\([^[:space:]]*\).*/\1/ip' "$WORK/h"
+  done | sort | uniq -c | awk '{ printf "%s %s %s|", $1, $2, $3 }'
+}
+# healthy URL: the backend's health gauge now.
+healthy() {
+  curl -s "$R/metrics" | awk -v s="tpserve_router_backend_healthy{model=\"gemma-4-tiny\",backend=\"$1\"}" \
+    'index($0, s " ") == 1 { print $2 }'
+}
+is_health() { [ "$(healthy "$1")" = "$2" ]; }
+
+sleep 1.5  # a probe round or so: both pass
+seen=$(backends 4)
+[ "$seen" = "2 200 $P1|2 200 $P2|" ] && is_health "$P1" 1 && is_health "$P2" 1 \
+  && ok "probes pass: both replicas healthy and taking requests" || bad "before: $seen $(cat "$WORK/R.log")"
+
+kill_session STOP "$SID_P1"
+stopped_at=$SECONDS
+poll 4 is_health "$P1" 0 && ok "a stopped replica is unhealthy in /metrics within $((SECONDS - stopped_at)) s (interval 1 s)" \
+  || bad "stopped replica still healthy: $(curl -s "$R/metrics" | grep '^tpserve_router_backend_healthy') $(cat "$WORK/R.log")"
+seen=$(backends 4)
+[ "$seen" = "4 200 $P2|" ] && ok "every request goes to the other replica" || bad "while stopped: $seen"
+grep -q "backend $P1 (model gemma-4-tiny) is unhealthy, out of routing until a probe passes: GET http://127.0.0.1:$PORT_P1/health: no whole answer within 500ms" \
+  "$WORK/R.log" && ok "the change is logged, naming the probe and why" || bad "log: $(cat "$WORK/R.log")"
+
+kill_session CONT "$SID_P1"
+poll 4 is_health "$P1" 1 && ok "continued, the replica is healthy again" \
+  || bad "continued replica not healthy: $(curl -s "$R/metrics" | grep '^tpserve_router_backend_healthy') $(cat "$WORK/R.log")"
+seen=$(backends 4)
+[ "$seen" = "2 200 $P1|2 200 $P2|" ] && ok "and takes requests again" || bad "after: $seen"
+sleep 2  # more probe rounds: a state that holds is not logged again
+down=$(grep -c "is unhealthy" "$WORK/R.log")
+up=$(grep -c "backend $P1 (model gemma-4-tiny) is healthy again: GET http://127.0.0.1:$PORT_P1/health answered HTTP 200" "$WORK/R.log")
+[ "$down" = 1 ] && [ "$up" = 1 ] && ok "one log line per change" || bad "log lines: $down down, $up up: $(cat "$WORK/R.log")"
+finish
