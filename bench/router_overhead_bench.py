@@ -25,6 +25,12 @@ from processes import start
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def cpu_seconds(pid):
+    """utime + stime of a process, in seconds."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_tpbench(args, url, concurrency, out):
     cmd = [args.tpbench, "run", "--target", url, "--api", "chat", "--model", "mock", "--concurrency",
            str(concurrency), "--rounds", str(args.requests_per_client), "--input_len", "64", "--output_len",
@@ -66,21 +72,25 @@ def main():
             per = {"direct": [], "router": []}
             for r in range(args.rounds):
                 for name in (("direct", "router") if r % 2 == 0 else ("router", "direct")):
+                    cpu0 = cpu_seconds(router.pid)
                     res = run_tpbench(args, paths[name], c, os.path.join(work, f"{name}-c{c}-r{r}"))
+                    # The router's own CPU per request it carried (its idle probes aside: none here).
+                    res["router_cpu_us_per_request"] = (cpu_seconds(router.pid) - cpu0) * 1e6 / max(1, res["requests"])
                     per[name].append(res)
                     print(json.dumps({"concurrency": c, "round": r, "path": name, **res}), flush=True)
-            med = {n: {k: statistics.median(x[k] for x in v) for k in ("ttft_p50", "ttft_p99")} for n, v in per.items()}
+            med = {n: {k: statistics.median(x[k] for x in v) for k in ("ttft_p50", "ttft_p99", "router_cpu_us_per_request")}
+                   for n, v in per.items()}
             errors = {n: sum(x["errors"] for x in v) for n, v in per.items()}
             rows.append((c, med, errors))
         print(f"\nTTFT in ms, medians over {args.rounds} rounds (each {args.requests_per_client} requests per client); "
               f"stand-in: {args.output_len} chunks, {args.chunk_delay_ms} ms apart")
         print(f"{'streams':>8} {'direct p50':>11} {'router p50':>11} {'added p50':>10} {'direct p99':>11} "
-              f"{'router p99':>11} {'added p99':>10} {'errors d/r':>11}")
+              f"{'router p99':>11} {'added p99':>10} {'errors d/r':>11} {'router CPU us/req':>18}")
         for c, med, errors in rows:
             d, r = med["direct"], med["router"]
             print(f"{c:>8} {d['ttft_p50']:>11.2f} {r['ttft_p50']:>11.2f} {r['ttft_p50'] - d['ttft_p50']:>10.2f} "
                   f"{d['ttft_p99']:>11.2f} {r['ttft_p99']:>11.2f} {r['ttft_p99'] - d['ttft_p99']:>10.2f} "
-                  f"{errors['direct']:>5}/{errors['router']:<5}")
+                  f"{errors['direct']:>5}/{errors['router']:<5} {r['router_cpu_us_per_request']:>18.0f}")
         if args.out:
             os.makedirs(args.out, exist_ok=True)
             json.dump([{"concurrency": c, "median": med, "errors": errors} for c, med, errors in rows],
