@@ -65,10 +65,10 @@ struct AttentionCase {
 AttentionCase MakeAttentionCase(int32_t head_dim, int32_t group, int32_t block_size,
                                 const std::vector<int32_t>& seq_lens,
                                 const std::vector<std::pair<int32_t, int32_t>>& queries,
-                                std::mt19937& rng) {
+                                std::mt19937& rng, int32_t kv_heads = 2) {
   AttentionCase c;
-  c.p.num_kv_heads = 2;
-  c.p.num_q_heads = 2 * group;
+  c.p.num_kv_heads = kv_heads;
+  c.p.num_q_heads = kv_heads * group;
   c.p.head_dim = head_dim;
   c.p.block_size = block_size;
   const int32_t max_len = *std::max_element(seq_lens.begin(), seq_lens.end());
@@ -82,7 +82,7 @@ AttentionCase MakeAttentionCase(int32_t head_dim, int32_t group, int32_t block_s
   std::iota(physical.begin(), physical.end(), 1);
   std::shuffle(physical.begin(), physical.end(), rng);
   c.block_tables.assign(num_seqs * c.p.max_blocks_per_seq, 0);
-  const int64_t row = 2 * static_cast<int64_t>(head_dim);
+  const int64_t row = static_cast<int64_t>(kv_heads) * head_dim;
   const int64_t num_slots = static_cast<int64_t>(blocks_used + 1) * block_size;
   c.k_cache.assign(num_slots * row, kNaN);
   c.v_cache.assign(num_slots * row, kNaN);
@@ -384,6 +384,20 @@ TEST_P(PagedAttentionRunsTest, Bf16ProbabilitiesRoundEachWeight) {
   effect /= static_cast<double>(got.size());
   EXPECT_LT(err, effect / 20) << "mean error " << err << ", the rounding's mean effect " << effect;
   EXPECT_TRUE(AllClose(got, rounded, {1e-3, 1e-3}));
+}
+
+// One KV head for all query heads (Gemma 3 270M: 4 q heads, 1 KV head): blocks are then the
+// only source of parallel tasks.
+TEST_P(PagedAttentionRunsTest, OneKvHead) {
+  const auto [head_dim, group] = GetParam();
+  std::mt19937 rng(80 + head_dim + group);
+  for (const int32_t n : {8, 40, 100}) {
+    SCOPED_TRACE(::testing::Message() << n << " tokens");
+    std::vector<std::pair<int32_t, int32_t>> queries;
+    for (int32_t pos = 0; pos < n; ++pos) queries.push_back({0, pos});
+    AttentionCase c = MakeAttentionCase(head_dim, group, 16, {n}, queries, rng, 1);
+    EXPECT_TRUE(AllClose(RunAttention(c), RefAttention(c), kAttentionTol));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(HeadDimsAndGroups, PagedAttentionRunsTest,
