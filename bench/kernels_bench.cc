@@ -1,7 +1,9 @@
 // Micro-benchmark of the CPU kernels: decode Linear's weight bandwidth beside the STREAM
 // triad, prefill Linear's GFLOP/s beside OpenBLAS sgemm, and paged-attention decode time.
 // Usage: kernels_bench [--threads N] [--sweep] [--models gemma-4-1b,llama-3.2-1b,gemma-4-31b]
-//                      [--huge-pages-ab ROUNDS] [--gemv-paths-ab ROUNDS]
+//                      [--huge-pages-ab ROUNDS] [--gemv-paths-ab ROUNDS] [--attention]
+//   --attention prints only the paged-attention lines (prefill of 512 tokens for two head
+//   shapes, decode over a 1k context), for quick A/B runs of the attention kernel.
 //   --sweep adds Linear over batch sizes; --models replaces the generic shapes with the
 //   named models' weight shapes (bf16 only; bench/cpu_vs_torch.sh runs it beside PyTorch).
 //   --huge-pages-ab (with --models) times only the models' decode GEMVs, on weights held
@@ -514,12 +516,15 @@ int main(int argc, char** argv) {
   bool sweep = false;
   int huge_pages_rounds = 0;
   int gemv_paths_rounds = 0;
+  bool attention_only = false;
   std::vector<const tpserve::bench::ModelShapes*> models;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
       threads = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--sweep") == 0) {
       sweep = true;
+    } else if (std::strcmp(argv[i], "--attention") == 0) {
+      attention_only = true;
     } else if (std::strcmp(argv[i], "--huge-pages-ab") == 0 && i + 1 < argc) {
       huge_pages_rounds = std::atoi(argv[++i]);
       if (huge_pages_rounds < 1) {
@@ -548,7 +553,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--threads N] [--sweep] [--models a,b,...] [--huge-pages-ab ROUNDS] "
-                   "[--gemv-paths-ab ROUNDS]\n",
+                   "[--gemv-paths-ab ROUNDS] [--attention]\n",
                    argv[0]);
       return 2;
     }
@@ -565,6 +570,12 @@ int main(int argc, char** argv) {
   std::printf("kernels_bench: %d threads\n", threads);
   const auto gemm = tpserve::cpu::ChooseGemmPath("auto");
   std::printf("prefill GEMM path (auto): %s\n", gemm.ok() ? gemm->description.c_str() : "error");
+  if (attention_only) {  // the attention lines alone: quick A/B runs of the attention kernel
+    tpserve::bench::BenchPrefillAttention(8, 4, 256);
+    tpserve::bench::BenchPrefillAttention(32, 8, 64);
+    tpserve::bench::BenchDecodeAttention();
+    return 0;
+  }
   const double triad_gbs = tpserve::bench::MeasureTriadBandwidthGBs(threads);
   std::printf("STREAM triad (3 x 256 MiB, write-allocate not counted): %.1f GB/s\n", triad_gbs);
   if (huge_pages_rounds > 0) {

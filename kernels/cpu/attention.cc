@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/cpu/attention_blocked.h"
 #include "kernels/cpu/avx2.h"
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -186,11 +187,6 @@ void AttendKeys(const float* q, const void* k_cache, const void* v_cache, const 
   }
 }
 
-// The first key a query at `pos` sees.
-inline int32_t FirstKey(const PagedAttentionParams& p, int32_t pos) {
-  return p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
-}
-
 // Every key a query at `pos` sees, normalized into out (its heads [q_begin, q_end)).
 void AttendGroup(const float* q, const void* k_cache, const void* v_cache,
                  const int32_t* block_table, int32_t pos, int32_t kv_head, int32_t q_begin,
@@ -205,9 +201,6 @@ void AttendGroup(const float* q, const void* k_cache, const void* v_cache,
   }
 }
 
-}  // namespace
-
-namespace {
 
 // Caches not held as fp32, over a step with more query tokens than kWidenOnceTokens (a prefill
 // chunk): every key is read by many queries, so the blocks the step reads are widened to fp32
@@ -271,17 +264,11 @@ bool AttendOnWidenedBlocks(const float* q, const void* k_cache, const void* v_ca
   return true;
 }
 
-}  // namespace
-
-void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
-                    const int32_t* token_seq, const int32_t* token_pos, int64_t tokens,
-                    const int32_t* block_tables, const PagedAttentionParams& p, float* out) {
-  TP_CHECK(p.num_kv_heads > 0 && p.num_q_heads % p.num_kv_heads == 0);
-  TP_CHECK(p.head_dim > 0 && p.block_size > 0);
-  if (p.kv_dtype != KvCacheDType::kF32 && tokens > kWidenOnceTokens &&
-      AttendOnWidenedBlocks(q, k_cache, v_cache, token_seq, token_pos, tokens, block_tables, p, out)) {
-    return;
-  }
+// PagedAttention of the step's tokens ids[0, tokens) one at a time: the decode path, and every
+// token not in a run of a sequence's consecutive queries.
+void AttendTokenByToken(const float* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+                        const int32_t* token_pos, const int64_t* ids, int64_t tokens, const int32_t* block_tables,
+                        const PagedAttentionParams& p, float* out) {
   const int32_t group = p.num_q_heads / p.num_kv_heads;
   // A task is (token, KV head, run of that head's query heads). Whole groups share K/V
   // loads; a decode step with few tokens and KV heads splits groups to occupy every thread.
@@ -295,8 +282,9 @@ void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
   // runs' partial softmaxes are merged. Splitting the group's query heads instead (below) has
   // every task read all the keys.
   int32_t longest = 0;
-  for (int64_t t = 0; t < tokens; ++t) {
-    if (token_pos[t] >= 0) longest = std::max(longest, token_pos[t] - FirstKey(p, token_pos[t]) + 1);
+  for (int64_t i = 0; i < tokens; ++i) {
+    const int32_t pos = token_pos[ids[i]];
+    if (pos >= 0) longest = std::max(longest, pos - FirstKey(p, pos) + 1);
   }
   const int64_t ranges =
       std::min<int64_t>((2 * threads + groups - 1) / groups, (longest + kKeyChunk - 1) / kKeyChunk);
@@ -312,7 +300,7 @@ void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
       Scratch scratch(group, p.head_dim, widen);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t task = 0; task < groups * ranges; ++task) {
-        const int64_t g = task / ranges, t = g / p.num_kv_heads;
+        const int64_t g = task / ranges, t = ids[g / p.num_kv_heads];
         const int32_t kv_head = static_cast<int32_t>(g % p.num_kv_heads), r = static_cast<int32_t>(task % ranges);
         const int32_t pos = token_pos[t];
         int32_t key_first = 0, key_last = -1;  // empty for padding and for ranges past the keys
@@ -334,7 +322,7 @@ void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
     }
 #pragma omp parallel for schedule(static) if (groups > 1)
     for (int64_t g = 0; g < groups; ++g) {
-      const int64_t t = g / p.num_kv_heads;
+      const int64_t t = ids[g / p.num_kv_heads];
       const int32_t kv_head = static_cast<int32_t>(g % p.num_kv_heads);
       float* o = out + t * q_stride + static_cast<int64_t>(kv_head) * group * hd;
       if (token_pos[t] < 0) {  // a padding query: nothing to attend to
@@ -373,7 +361,7 @@ void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
     Scratch scratch(heads_per_task, p.head_dim, widen);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
-      const int64_t t = task / (p.num_kv_heads * splits);
+      const int64_t t = ids[task / (p.num_kv_heads * splits)];
       const int32_t kv_head = static_cast<int32_t>(task / splits % p.num_kv_heads);
       const int32_t part = static_cast<int32_t>(task % splits);
       const int32_t q_begin = kv_head * group + part * heads_per_task;
@@ -388,6 +376,30 @@ void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
                   block_tables + static_cast<int64_t>(token_seq[t]) * p.max_blocks_per_seq,
                   token_pos[t], kv_head, q_begin, q_end, p, out_t, scratch);
     }
+  }
+}
+
+}  // namespace
+
+void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
+                    const int32_t* token_seq, const int32_t* token_pos, int64_t tokens,
+                    const int32_t* block_tables, const PagedAttentionParams& p, float* out) {
+  TP_CHECK(p.num_kv_heads > 0 && p.num_q_heads % p.num_kv_heads == 0);
+  TP_CHECK(p.head_dim > 0 && p.block_size > 0);
+  if (p.kv_dtype != KvCacheDType::kF32 && tokens > kWidenOnceTokens &&
+      AttendOnWidenedBlocks(q, k_cache, v_cache, token_seq, token_pos, tokens, block_tables, p, out)) {
+    return;
+  }
+  // Runs of a sequence's consecutive queries (prefill chunks) take the blocked path; the rest
+  // (decode tokens, short runs, padding) go token by token. Which path a token takes depends
+  // only on the step's layout, never on kv_dtype, so caches not held as fp32 still give the
+  // fp32 path's result on their stored values.
+  std::vector<int64_t> rest;
+  const std::vector<QueryRun> runs = FindQueryRuns(token_seq, token_pos, tokens, rest);
+  if (!runs.empty()) AttendQueryRuns(q, k_cache, v_cache, token_seq, token_pos, runs, block_tables, p, out);
+  if (!rest.empty()) {
+    AttendTokenByToken(q, k_cache, v_cache, token_seq, token_pos, rest.data(), static_cast<int64_t>(rest.size()),
+                       block_tables, p, out);
   }
 }
 

@@ -1,0 +1,44 @@
+// Private to kernels/cpu/attention*.cc: the blocked (flash-attention style) path that
+// PagedAttention runs for runs of many query tokens of one sequence, as in a prefill chunk.
+// Tested through tests/cpu_kernels_test.cc (PagedAttentionRunsTest) against the double
+// reference; measured by bench/kernels_bench.cc --attention.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace tpserve::cpu {
+
+// The first key a query at `pos` sees.
+inline int32_t FirstKey(const PagedAttentionParams& p, int32_t pos) {
+  return p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
+}
+
+// Tokens [first, first + count) of a step: one sequence's queries at consecutive positions
+// token_pos[first], token_pos[first] + 1, ... (all >= 0).
+struct QueryRun {
+  int64_t first = 0;
+  int32_t count = 0;
+};
+
+// Runs shorter than this go token by token (PagedAttention's decode path, which also splits a
+// long context's keys among threads); longer ones take AttendQueryRuns.
+inline constexpr int32_t kMinRunTokens = 8;
+
+// The maximal runs of at least kMinRunTokens tokens of the step; every token not in one is
+// appended to `rest`.
+std::vector<QueryRun> FindQueryRuns(const int32_t* token_seq, const int32_t* token_pos, int64_t tokens,
+                                    std::vector<int64_t>& rest);
+
+// PagedAttention's output for the tokens of `runs` (any kv_dtype: caches not held as fp32 are
+// widened chunk by chunk with LoadKvHead, and the same fp32 arithmetic runs on the widened
+// values). Blocks of a run's query tokens times one KV head's GQA group are scored against
+// chunks of keys with register-blocked products, each K and V row loaded once per block.
+void AttendQueryRuns(const float* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+                     const int32_t* token_pos, const std::vector<QueryRun>& runs, const int32_t* block_tables,
+                     const PagedAttentionParams& p, float* out);
+
+}  // namespace tpserve::cpu
