@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/cpu_test_util.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace tpserve {
@@ -23,35 +24,9 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// |got - want| <= atol + rtol * |want|, per element.
-struct Tolerance {
-  double atol;
-  double rtol;
-};
-
-::testing::AssertionResult AllClose(const std::vector<float>& got, const std::vector<double>& want,
-                                    Tolerance tol) {
-  if (got.size() != want.size()) {
-    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
-  }
-  int bad = 0;
-  ::testing::AssertionResult result = ::testing::AssertionFailure();
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::abs(static_cast<double>(got[i]) - want[i]);
-    if (!(err <= tol.atol + tol.rtol * std::abs(want[i]))) {  // NaN fails too
-      if (++bad <= 5) result << "\n  [" << i << "] got " << got[i] << " want " << want[i];
-    }
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return result << "\n  " << bad << " of " << got.size() << " elements out of tolerance";
-}
-
-std::vector<float> RandomFloats(size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
+using testing_util::AllClose;
+using testing_util::RandomFloats;
+using testing_util::Tolerance;
 
 // A batch over a shuffled paged cache. Every cache slot that holds no key is NaN, so a
 // kernel that reads past a sequence's keys or through a wrong block id produces NaN.
@@ -164,6 +139,31 @@ std::vector<float> RunAttention(const AttentionCase& c) {
 
 constexpr Tolerance kAttentionTol{2e-5, 1e-4};
 
+// c's keys and values stored as `t` (WriteKv) give, bit for bit, what the fp32 kernel gives on
+// the values they widen back to (LoadKvHead), and that is close to the double reference of them.
+void ExpectStoredCacheMatchesFp32(AttentionCase& c, KvCacheDType t, int32_t head_dim) {
+  const int64_t kv_heads = c.p.num_kv_heads, slots = static_cast<int64_t>(c.k_cache.size()) / (kv_heads * head_dim);
+  const int64_t slot_bytes = KvSlotBytes(t, kv_heads, head_dim), head_bytes = slot_bytes / kv_heads;
+  std::vector<uint8_t> kc(slots * slot_bytes), vc(slots * slot_bytes);
+  std::vector<int32_t> all(slots);
+  std::iota(all.begin(), all.end(), 0);
+  WriteKv(c.k_cache.data(), c.v_cache.data(), all.data(), slots, kv_heads, head_dim, t, kc.data(), vc.data());
+  for (int64_t s = 0; s < slots; ++s) {
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      LoadKvHead(t, kc.data() + s * slot_bytes + h * head_bytes, head_dim, c.k_cache.data() + (s * kv_heads + h) * head_dim);
+      LoadKvHead(t, vc.data() + s * slot_bytes + h * head_bytes, head_dim, c.v_cache.data() + (s * kv_heads + h) * head_dim);
+    }
+  }
+  const std::vector<float> want = RunAttention(c);  // fp32 caches of the stored values
+  std::vector<float> got(c.q.size(), kNaN);
+  PagedAttentionParams p = c.p;
+  p.kv_dtype = t;
+  PagedAttention(c.q.data(), kc.data(), vc.data(), c.token_seq.data(), c.token_pos.data(), c.tokens,
+                 c.block_tables.data(), p, got.data());
+  ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4));
+  EXPECT_TRUE(AllClose(got, RefAttention(c), kAttentionTol));
+}
+
 class PagedAttentionTest : public ::testing::TestWithParam<std::tuple<int32_t, int32_t>> {};
 
 // Four sequences in one batch: a 7-token prefill chunk (positions 30..36 of 37 cached keys,
@@ -225,26 +225,7 @@ TEST_P(PagedAttentionTest, Bf16AndFp8CachesAreTheFp32KernelOnTheStoredValues) {
     for (int32_t pos = 37 - chunk; pos < 37 && chunk > 0; ++pos) queries.push_back({0, pos});
     AttentionCase c = MakeAttentionCase(head_dim, group, 7, seq_lens, queries, rng);
     c.p.sliding_window = chunk < 0 ? 0 : 40;  // the decode step: all 100 keys, in two ranges
-    const int64_t kv_heads = c.p.num_kv_heads, slots = static_cast<int64_t>(c.k_cache.size()) / (kv_heads * head_dim);
-    const int64_t slot_bytes = KvSlotBytes(t, kv_heads, head_dim), head_bytes = slot_bytes / kv_heads;
-    std::vector<uint8_t> kc(slots * slot_bytes), vc(slots * slot_bytes);
-    std::vector<int32_t> all(slots);
-    std::iota(all.begin(), all.end(), 0);
-    WriteKv(c.k_cache.data(), c.v_cache.data(), all.data(), slots, kv_heads, head_dim, t, kc.data(), vc.data());
-    for (int64_t s = 0; s < slots; ++s) {
-      for (int64_t h = 0; h < kv_heads; ++h) {
-        LoadKvHead(t, kc.data() + s * slot_bytes + h * head_bytes, head_dim, c.k_cache.data() + (s * kv_heads + h) * head_dim);
-        LoadKvHead(t, vc.data() + s * slot_bytes + h * head_bytes, head_dim, c.v_cache.data() + (s * kv_heads + h) * head_dim);
-      }
-    }
-    const std::vector<float> want = RunAttention(c);  // fp32 caches of the stored values
-    std::vector<float> got(c.q.size(), kNaN);
-    PagedAttentionParams p = c.p;
-    p.kv_dtype = t;
-    PagedAttention(c.q.data(), kc.data(), vc.data(), c.token_seq.data(), c.token_pos.data(), c.tokens,
-                   c.block_tables.data(), p, got.data());
-    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4));
-    EXPECT_TRUE(AllClose(got, RefAttention(c), kAttentionTol));
+    ExpectStoredCacheMatchesFp32(c, t, head_dim);
   }
 }
 
@@ -332,26 +313,7 @@ TEST_P(PagedAttentionRunsTest, Bf16AndFp8CachesAreTheFp32KernelOnTheStoredValues
       queries.push_back({1, -1});
       AttentionCase c = MakeAttentionCase(head_dim, group, 16, {100, 100}, queries, rng);
       c.p.sliding_window = 40;
-      const int64_t kv_heads = c.p.num_kv_heads, slots = static_cast<int64_t>(c.k_cache.size()) / (kv_heads * head_dim);
-      const int64_t slot_bytes = KvSlotBytes(t, kv_heads, head_dim), head_bytes = slot_bytes / kv_heads;
-      std::vector<uint8_t> kc(slots * slot_bytes), vc(slots * slot_bytes);
-      std::vector<int32_t> all(slots);
-      std::iota(all.begin(), all.end(), 0);
-      WriteKv(c.k_cache.data(), c.v_cache.data(), all.data(), slots, kv_heads, head_dim, t, kc.data(), vc.data());
-      for (int64_t s = 0; s < slots; ++s) {
-        for (int64_t h = 0; h < kv_heads; ++h) {
-          LoadKvHead(t, kc.data() + s * slot_bytes + h * head_bytes, head_dim, c.k_cache.data() + (s * kv_heads + h) * head_dim);
-          LoadKvHead(t, vc.data() + s * slot_bytes + h * head_bytes, head_dim, c.v_cache.data() + (s * kv_heads + h) * head_dim);
-        }
-      }
-      const std::vector<float> want = RunAttention(c);  // fp32 caches of the stored values
-      std::vector<float> got(c.q.size(), kNaN);
-      PagedAttentionParams p = c.p;
-      p.kv_dtype = t;
-      PagedAttention(c.q.data(), kc.data(), vc.data(), c.token_seq.data(), c.token_pos.data(), c.tokens,
-                     c.block_tables.data(), p, got.data());
-      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4));
-      EXPECT_TRUE(AllClose(got, RefAttention(c), kAttentionTol));
+      ExpectStoredCacheMatchesFp32(c, t, head_dim);
     }
   }
 }

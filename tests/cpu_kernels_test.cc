@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/cpu_test_util.h"
 #include "kernels/cpu/cpu_features.h"
 
 namespace tpserve {
@@ -26,35 +27,9 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// |got - want| <= atol + rtol * |want|, per element.
-struct Tolerance {
-  double atol;
-  double rtol;
-};
-
-::testing::AssertionResult AllClose(const std::vector<float>& got, const std::vector<double>& want,
-                                    Tolerance tol) {
-  if (got.size() != want.size()) {
-    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
-  }
-  int bad = 0;
-  ::testing::AssertionResult result = ::testing::AssertionFailure();
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::abs(static_cast<double>(got[i]) - want[i]);
-    if (!(err <= tol.atol + tol.rtol * std::abs(want[i]))) {  // NaN fails too
-      if (++bad <= 5) result << "\n  [" << i << "] got " << got[i] << " want " << want[i];
-    }
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return result << "\n  " << bad << " of " << got.size() << " elements out of tolerance";
-}
-
-std::vector<float> RandomFloats(size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
+using testing_util::AllClose;
+using testing_util::RandomFloats;
+using testing_util::Tolerance;
 
 // A tensor stored in `dtype`, with the exact values it decodes to for the references.
 struct Stored {

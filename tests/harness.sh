@@ -104,3 +104,36 @@ start_serve() {
     exit 1
   fi
 }
+
+# start_session NAME PORT_FILE CMD...: CMD in a session of its own (ended with the test), until
+# it writes PORT_FILE (a JSON {"http": P} or a bare number); sets PORT_<NAME> and SID_<NAME>.
+# A command that dies or writes nothing in a minute ends the test.
+start_session() {
+  local name=$1 file=$2
+  shift 2
+  rm -f "$file"
+  setsid timeout -k 5 240 "$@" >"$WORK/$name.log" 2>&1 &
+  local sid=$!
+  SESSIONS+=("$sid")
+  eval "SID_$name=$sid"
+  for _ in $(seq 1 240); do
+    if [ -f "$file" ]; then
+      eval "PORT_$name=$(sed -n 's/.*"http": *\([0-9][0-9]*\).*/\1/p; s/^\([0-9][0-9]*\)$/\1/p' "$file")"
+      return 0
+    fi
+    kill -0 $sid 2>/dev/null || break
+    sleep 0.25
+  done
+  bad "$name did not start: $(cat "$WORK/$name.log")"
+  finish
+  exit 1
+}
+
+# start_http NAME ARGS...: `$TPSERVE ARGS` (serve or router) on a free loopback HTTP port (or
+# $ON_PORT), through start_session.
+start_http() {
+  local name=$1
+  shift
+  start_session "$name" "$WORK/$name.port" "$TPSERVE" "$@" --host 127.0.0.1 --http-port "${ON_PORT:-0}" \
+    --port-file "$WORK/$name.port"
+}

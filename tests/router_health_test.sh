@@ -12,28 +12,6 @@ source "$(dirname "$0")/harness.sh"
 TOK="$FIX/tokenizers/gemma/tokenizer.json"
 MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu --kv-cache-memory 64MiB --threads 1)
 
-# start_http NAME ARGS...: `tpserve ARGS` on a free HTTP port in a session of its own; sets
-# PORT_<NAME> and SID_<NAME>.
-start_http() {
-  local name=$1
-  shift
-  setsid timeout -k 5 240 "$TPSERVE" "$@" --host 127.0.0.1 --http-port 0 --port-file "$WORK/$name.port" \
-    >"$WORK/$name.log" 2>&1 &
-  local sid=$!
-  SESSIONS+=("$sid")
-  eval "SID_$name=$sid"
-  for _ in $(seq 1 240); do
-    if [ -f "$WORK/$name.port" ]; then
-      eval "PORT_$name=$(sed -n 's/.*"http": *\([0-9][0-9]*\).*/\1/p' "$WORK/$name.port")"
-      return 0
-    fi
-    kill -0 $sid 2>/dev/null || break
-    sleep 0.25
-  done
-  bad "$name did not start: $(cat "$WORK/$name.log")"
-  finish
-  exit 1
-}
 start_http P1 serve "${MODEL[@]}" --grpc-port -1
 start_http P2 serve "${MODEL[@]}" --grpc-port -1
 for p in $PORT_P1 $PORT_P2; do wait_healthy $p || bad "replica on $p not healthy"; done

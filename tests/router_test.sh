@@ -46,29 +46,6 @@ rc=$?
 [ $rc -ne 0 ] && grep -q 'router: --http-threads must be positive, got 0' "$WORK/bad4.out" \
   && ok "--http-threads 0 refused at start (exit $rc)" || bad "--http-threads 0: rc $rc $(cat "$WORK/bad4.out")"
 
-# start_http NAME ARGS...: `tpserve serve` (one rank) or `tpserve router` on a free HTTP port
-# (or $ON_PORT), in a session of its own; sets PORT_<NAME> and SID_<NAME>.
-start_http() {
-  local name=$1
-  shift
-  rm -f "$WORK/$name.port"
-  setsid timeout -k 5 240 "$TPSERVE" "$@" --host 127.0.0.1 --http-port "${ON_PORT:-0}" --port-file "$WORK/$name.port" \
-    >"$WORK/$name.log" 2>&1 &
-  local sid=$!
-  SESSIONS+=("$sid")
-  eval "SID_$name=$sid"
-  for _ in $(seq 1 240); do
-    if [ -f "$WORK/$name.port" ]; then
-      eval "PORT_$name=$(sed -n 's/.*"http": *\([0-9][0-9]*\).*/\1/p' "$WORK/$name.port")"
-      return 0
-    fi
-    kill -0 $sid 2>/dev/null || break
-    sleep 0.25
-  done
-  bad "$name did not start: $(cat "$WORK/$name.log")"
-  finish
-  exit 1
-}
 start_http A1 serve "${MODEL[@]}" --grpc-port -1
 start_http A2 serve "${MODEL[@]}" --grpc-port -1
 start_http B serve "${MODEL[@]}" --grpc-port -1 --served-model-name other-model

@@ -26,30 +26,9 @@ printf 'subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$WORK/ser
 pki x509 -req -in "$WORK/server.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" -CAcreateserial -days 2 \
   -extfile "$WORK/server.ext" -out "$WORK/server.pem"
 
-# start NAME PORT_FILE CMD...: CMD in a session of its own, until it writes PORT_FILE (a JSON
-# {"http": P} or a bare number); sets PORT_<NAME> and SID_<NAME>.
-start() {
-  local name=$1 file=$2
-  shift 2
-  setsid timeout -k 5 240 "$@" >"$WORK/$name.log" 2>&1 &
-  local sid=$!
-  SESSIONS+=("$sid")
-  eval "SID_$name=$sid"
-  for _ in $(seq 1 240); do
-    if [ -f "$file" ]; then
-      eval "PORT_$name=$(sed -n 's/.*"http": *\([0-9][0-9]*\).*/\1/p; s/^\([0-9][0-9]*\)$/\1/p' "$file")"
-      return 0
-    fi
-    kill -0 $sid 2>/dev/null || break
-    sleep 0.25
-  done
-  bad "$name did not start: $(cat "$WORK/$name.log")"
-  finish
-  exit 1
-}
-start S "$WORK/S.port" "$TPSERVE" serve "${MODEL[@]}" --grpc-port -1 --host 127.0.0.1 --http-port 0 --port-file "$WORK/S.port"
+start_http S serve "${MODEL[@]}" --grpc-port -1
 wait_healthy "$PORT_S" || bad "replica not healthy"
-start T "$WORK/T.port" python3 "$HERE/tls_forwarder.py" "$WORK/server.pem" "$WORK/server.key" "$PORT_S" "$WORK/T.port"
+start_session T "$WORK/T.port" python3 "$HERE/tls_forwarder.py" "$WORK/server.pem" "$WORK/server.key" "$PORT_S" "$WORK/T.port"
 GOOD="https://localhost:$PORT_T/v1"
 cat >"$WORK/router.json" <<JSON
 {"models": {
@@ -60,8 +39,7 @@ cat >"$WORK/router.json" <<JSON
   "insecure": {"backends": [{"url": "https://127.0.0.1:$PORT_T/v1", "model": "gemma-4-tiny",
                              "tls_insecure_skip_verify": true}]}}}
 JSON
-start R "$WORK/R.port" "$TPSERVE" router --config "$WORK/router.json" --host 127.0.0.1 --http-port 0 \
-  --port-file "$WORK/R.port"
+start_http R router --config "$WORK/router.json"
 R="http://127.0.0.1:$PORT_R"
 
 # chat MODEL [STREAM]: a chat through the router; prints the status, the body in $WORK/body.

@@ -168,17 +168,7 @@ void AttendKeys(const float* q, const void* k_cache, const void* v_cache, const 
         float* acc = s.acc.data() + h * hd;
         for (int64_t d = 0; d < hd; ++d) acc[d] *= correction;
       }
-      const __m256 m = _mm256_set1_ps(new_max);
-      __m256 vsum = _mm256_setzero_ps();
-      for (int c = 0; c < padded; c += 8) {
-        const __m256 e = avx2::Exp(_mm256_sub_ps(_mm256_loadu_ps(sc + c), m));
-        _mm256_storeu_ps(sc + c, e);
-        vsum = _mm256_add_ps(vsum, e);
-      }
-      s.row_sum[h] = s.row_sum[h] * correction + avx2::HorizontalSum(vsum);
-      if (p.bf16_probabilities) {
-        for (int c = 0; c < count; ++c) sc[c] = Bf16ToF32(F32ToBf16(sc[c]));
-      }
+      s.row_sum[h] = s.row_sum[h] * correction + ExpScores(sc, padded, count, new_max, p);
     }
     for (int h = 0; h < heads; ++h) {
       AccumulateRows(s.scores.data() + h * kKeyChunk, count, v_base, s.key_offsets.data(), hd,

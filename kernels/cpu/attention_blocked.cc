@@ -280,17 +280,7 @@ void AttendBlock(const float* q, const void* k_cache, const void* v_cache, const
         const __m256 cv = _mm256_set1_ps(correction);
         for (int64_t d = 0; d < hd_pad; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), cv));
       }
-      const __m256 m = _mm256_set1_ps(new_max);
-      __m256 vsum = _mm256_setzero_ps();
-      for (int c = 0; c < padded; c += 8) {
-        const __m256 e = avx2::Exp(_mm256_sub_ps(_mm256_loadu_ps(sc + c), m));
-        _mm256_storeu_ps(sc + c, e);
-        vsum = _mm256_add_ps(vsum, e);
-      }
-      s.row_sum[r] = s.row_sum[r] * correction + avx2::HorizontalSum(vsum);
-      if (p.bf16_probabilities) {
-        for (int c = 0; c < count; ++c) sc[c] = Bf16ToF32(F32ToBf16(sc[c]));
-      }
+      s.row_sum[r] = s.row_sum[r] * correction + ExpScores(sc, padded, count, new_max, p);
     }
     AccumulateValues(s.s.data(), rows, count, s.v_rows.data(), hd, s.o.data(), hd_pad);
   }
@@ -303,6 +293,20 @@ void AttendBlock(const float* q, const void* k_cache, const void* v_cache, const
 }
 
 }  // namespace
+
+float ExpScores(float* sc, int padded, int count, float max, const PagedAttentionParams& p) {
+  const __m256 m = _mm256_set1_ps(max);
+  __m256 vsum = _mm256_setzero_ps();
+  for (int c = 0; c < padded; c += 8) {
+    const __m256 e = avx2::Exp(_mm256_sub_ps(_mm256_loadu_ps(sc + c), m));
+    _mm256_storeu_ps(sc + c, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  if (p.bf16_probabilities) {
+    for (int c = 0; c < count; ++c) sc[c] = Bf16ToF32(F32ToBf16(sc[c]));
+  }
+  return avx2::HorizontalSum(vsum);
+}
 
 std::vector<QueryRun> FindQueryRuns(const int32_t* token_seq, const int32_t* token_pos, int64_t tokens,
                                     std::vector<int64_t>& rest) {

@@ -17,6 +17,11 @@ inline int32_t FirstKey(const PagedAttentionParams& p, int32_t pos) {
   return p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
 }
 
+// One online-softmax step of a row of scores, for both paths: sc[0, padded) := exp(sc - max)
+// (padded: a multiple of 8, the tail already -inf), rounded to bf16 over [0, count) where
+// p.bf16_probabilities; returns the sum of the exponentials (before any rounding).
+float ExpScores(float* sc, int padded, int count, float max, const PagedAttentionParams& p);
+
 // Tokens [first, first + count) of a step: one sequence's queries at consecutive positions
 // token_pos[first], token_pos[first] + 1, ... (all >= 0).
 struct QueryRun {
