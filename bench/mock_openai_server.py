@@ -5,6 +5,8 @@ completion streams `max_tokens` one-word chunks `--chunk-delay-ms` apart (0: bac
 returns them in one body; usage counts the prompt as one token per 4 bytes.
 
 Usage: python3 bench/mock_openai_server.py --port-file FILE [--model mock] [--chunk-delay-ms 0]
+           [--status 429]   (--status: every completion gets that status and an OpenAI error body,
+           e.g. 429 as a server over its queue limit: tests/router_test.sh)
 Routes: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions (HTTP/1.1,
 keep-alive, chunked SSE). Standard library only; one asyncio loop.
 """
@@ -39,6 +41,9 @@ async def handle(reader, writer, args):
             elif method == "GET" and path == "/v1/models":
                 out = {"object": "list", "data": [{"id": args.model, "object": "model", "owned_by": "mock"}]}
                 await reply(writer, 200, json.dumps(out).encode(), "application/json", close)
+            elif method == "POST" and path in ("/v1/chat/completions", "/v1/completions") and args.status != 200:
+                err = {"error": {"message": f"mock: status {args.status}", "type": "rate_limit_error", "code": args.status}}
+                await reply(writer, args.status, json.dumps(err).encode(), "application/json", close)
             elif method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
                 await complete(writer, json.loads(body or b"{}"), path.endswith("chat/completions"), args, close)
             else:
@@ -53,7 +58,7 @@ async def handle(reader, writer, args):
 
 
 async def reply(writer, status, body, content_type, close):
-    reason = {200: "OK", 404: "Not Found"}.get(status, "Error")
+    reason = {200: "OK", 404: "Not Found", 429: "Too Many Requests"}.get(status, "Error")
     writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
                  f"Connection: {'close' if close else 'keep-alive'}\r\n\r\n".encode() + body)
     await writer.drain()
@@ -99,6 +104,7 @@ async def main():
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--model", default="mock")
     ap.add_argument("--chunk-delay-ms", type=float, default=0)
+    ap.add_argument("--status", type=int, default=200)
     args = ap.parse_args()
     server = await asyncio.start_server(lambda r, w: handle(r, w, args), "127.0.0.1", 0, backlog=4096)
     port = server.sockets[0].getsockname()[1]

@@ -59,7 +59,7 @@ TEST_F(RouterMetricsTest, EverySeriesStartsAtZeroAndHealthy) {
   for (const char* backend : {kA, kB}) {
     const std::string l = backend;
     EXPECT_EQ(Value("tpserve_router_backend_requests_total{" + l + "}"), "0");
-    for (const char* kind : {"connect", "timeout", "http_5xx", "stream_broken"}) {
+    for (const char* kind : {"connect", "timeout", "http_5xx", "stream_broken", "busy"}) {
       EXPECT_EQ(Value("tpserve_router_backend_errors_total{" + l + ",kind=\"" + kind + "\"}"), "0") << kind;
     }
     EXPECT_EQ(Value("tpserve_router_backend_retries_total{" + l + "}"), "0");

@@ -134,6 +134,43 @@ else
   echo "tpbench not built (it needs libcurl): the tpbench checks are left out"
 fi
 
+# A backend over its queue limit (429; bench/mock_openai_server.py --status 429 stands in): the
+# next replica or the fallback takes the request and the busy backend stays in routing; with no
+# other candidate the client gets the 429.
+start_session BUSY "$WORK/BUSY.port" python3 "$(dirname "$0")/../bench/mock_openai_server.py" --status 429 \
+  --port-file "$WORK/BUSY.port"
+BUSY="http://127.0.0.1:$PORT_BUSY/v1"
+cat >"$WORK/busy_router.json" <<JSON
+{"models": {
+  "busy-or-a1": {"policy": "round_robin", "backends": ["$BUSY", {"url": "$A1", "model": "gemma-4-tiny"}]},
+  "only-busy": {"backends": ["$BUSY"]},
+  "busy-local": {"backends": ["$BUSY"], "fallback": "tiny-fb"},
+  "tiny-fb": {"backends": [{"url": "$A1", "model": "gemma-4-tiny"}]}}}
+JSON
+start_http R3 router --config "$WORK/busy_router.json"
+busy_complete() {
+  curl -s -m 30 -D "$WORK/h3" -o "$WORK/b3" -w '%{http_code} ' "http://127.0.0.1:$PORT_R3/v1/completions" \
+    -H 'Content-Type: application/json' -d "{\"model\":\"$1\",\"prompt\":\"Hello\",\"max_tokens\":2}"
+  sed -n 's/^x-tpserve-backend: *\([^[:space:]]*\).*/\1/ip' "$WORK/h3"
+}
+seen=$(for _ in 1 2 3 4; do busy_complete busy-or-a1; done | tr '\n' '|')
+[ "$seen" = "200 $A1|200 $A1|200 $A1|200 $A1|" ] && ok "a busy (429) replica's requests go to the other one" \
+  || bad "busy-or-a1: $seen"
+seen=$(busy_complete only-busy)
+[ "$seen" = "429 " ] && grep -q '"type":"rate_limit_error"' "$WORK/b3" && grep -q 'over its queue limit' "$WORK/b3" \
+  && ok "every backend busy: the client gets 429 (rate_limit_error)" || bad "only-busy: $seen $(cat "$WORK/b3")"
+seen=$(busy_complete busy-local)
+[ "$seen" = "200 $A1" ] && ok "a busy model's fallback answers" || bad "busy-local: $seen $(cat "$WORK/b3")"
+m3=$(curl -s "http://127.0.0.1:$PORT_R3/metrics")
+busy=$(echo "$m3" | awk -v s="tpserve_router_backend_errors_total{model=\"busy-or-a1\",backend=\"$BUSY\",kind=\"busy\"}" \
+  'index($0, s " ") == 1 { print $2 }')
+healthy=$(echo "$m3" | awk -v s="tpserve_router_backend_healthy{model=\"busy-or-a1\",backend=\"$BUSY\"}" \
+  'index($0, s " ") == 1 { print $2 }')
+[ "${busy:-0}" -ge 2 ] && [ "$healthy" = 1 ] && ok "/metrics: busy answers counted ($busy), the busy backend still healthy" \
+  || bad "busy metrics: busy=$busy healthy=$healthy: $(echo "$m3" | grep "$BUSY" | head -5)"
+kill_session TERM "$SID_R3"
+kill_session TERM "$SID_BUSY"
+
 code=$(curl -s -o /dev/null -w '%{http_code}' "$R/v1/models")
 [ "$code" = 401 ] && ok "no key -> 401" || bad "no key -> $code"
 code=$(curl -s -o /dev/null -w '%{http_code}' "$R/health")

@@ -60,10 +60,16 @@ void ProxyRequest::Begin() {
 void ProxyRequest::TryNext() {
   if (finished_) return;
   if (next_ >= candidates_.size()) {
-    const std::string message =
-        absl::StrCat("every backend of model \"", model_, "\" (and its fallbacks) failed: ", absl::StrJoin(errors_, "; "));
-    exchange_->Respond(502, "application/json", RouterError(message, "server_error").dump());
-    return Finish(502, RequestOutcome::kError, message);
+    // Every one busy: 429, so that the client backs off and retries as it would against one
+    // server; any other failure among them: 502.
+    const bool all_busy = busy_ > 0 && busy_ == static_cast<int>(errors_.size());
+    const std::string message = absl::StrCat("every backend of model \"", model_, "\" (and its fallbacks) ",
+                                             all_busy ? "is over its queue limit: " : "failed: ",
+                                             absl::StrJoin(errors_, "; "));
+    const int status = all_busy ? 429 : 502;
+    exchange_->Respond(status, "application/json",
+                       RouterError(message, all_busy ? "rate_limit_error" : "server_error").dump());
+    return Finish(status, RequestOutcome::kError, message);
   }
   current_ = &candidates_[next_++];
   const RouterBackend& b = current_->pool->backend(current_->index);
@@ -109,6 +115,13 @@ void ProxyRequest::OnHead(int status, std::string content_type) {
     call_->Cancel();
     current_->pool->End(current_->index);
     FailOver(absl::StrCat("HTTP ", status_), BackendErrorKind::kHttp5xx);
+  } else if (status_ == 429) {
+    // Over its queue limit (tpserve's --max-queue, vLLM's): the next replica or the fallback
+    // takes the request; the backend is healthy and stays in routing.
+    call_->Cancel();
+    current_->pool->End(current_->index);
+    ++busy_;
+    MoveOn("HTTP 429 (over its queue limit)", BackendErrorKind::kBusy, /*eject=*/false);
   }
 }
 
@@ -182,8 +195,10 @@ void ProxyRequest::OnEnd(absl::Status status) {
   self_.reset();
 }
 
-void ProxyRequest::FailOver(const std::string& error, BackendErrorKind kind) {
-  current_->pool->Eject(current_->index, absl::Now());
+void ProxyRequest::FailOver(const std::string& error, BackendErrorKind kind) { MoveOn(error, kind, /*eject=*/true); }
+
+void ProxyRequest::MoveOn(const std::string& error, BackendErrorKind kind, bool eject) {
+  if (eject) current_->pool->Eject(current_->index, absl::Now());
   metrics_.BackendFailed(*current_->pool, current_->index, kind, /*moved_on=*/next_ < candidates_.size());
   errors_.push_back(absl::StrCat(current_->pool->backend(current_->index).url, ": ", error));
   TryNext();

@@ -53,6 +53,8 @@ class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
   void OnClientGone();
   // The current backend failed before anything reached the client: eject it, try the next.
   void FailOver(const std::string& error, BackendErrorKind kind);
+  // The same without ejecting it where `eject` is false (a busy backend: 429).
+  void MoveOn(const std::string& error, BackendErrorKind kind, bool eject);
   // The current backend's response starts reaching the client: counts a fallback taken.
   void Answering();
   void Finish(int status, RequestOutcome outcome, std::string error);
@@ -78,6 +80,7 @@ class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
   bool streaming_ = false;  // the SSE response started: no failover any more
   std::string whole_;       // a non-streamed response's body, until it ends
   std::vector<std::string> errors_;  // "URL: what failed", per candidate tried
+  int busy_ = 0;                     // candidates that answered 429
   bool finished_ = false;
   std::shared_ptr<ProxyRequest> self_;  // kept alive until finished
 };

@@ -31,7 +31,8 @@ constexpr char kLatency[] = "tpserve_router_backend_request_latency_seconds";
 constexpr char kOutcomes[] = "tpserve_router_requests_total";
 constexpr char kFallbacks[] = "tpserve_router_fallbacks_total";
 
-constexpr const char* kErrorKinds[] = {"connect", "timeout", "http_5xx", "stream_broken"};
+constexpr const char* kErrorKinds[] = {"connect", "timeout", "http_5xx", "stream_broken", "busy"};
+static_assert(std::size(kErrorKinds) == static_cast<size_t>(BackendErrorKind::kBusy) + 1);
 constexpr const char* kOutcomeNames[] = {"success", "error", "client_gone"};
 
 }  // namespace

@@ -25,6 +25,7 @@ enum class BackendErrorKind {
   kTimeout,       // "timeout": connected, but no response head (or next body piece) in time
   kHttp5xx,       // "http_5xx": the backend answered 5xx
   kStreamBroken,  // "stream_broken": the connection broke after it was made
+  kBusy,          // "busy": the backend answered 429 (over its queue limit): tried elsewhere, not ejected
 };
 
 // How a request to a configured model ended (the label outcome of tpserve_router_requests_total).
@@ -66,7 +67,7 @@ class RouterMetrics {
  private:
   struct BackendSeries {
     Counter* requests;
-    std::array<Counter*, 4> errors;  // by BackendErrorKind
+    std::array<Counter*, 5> errors;  // by BackendErrorKind (kErrorKinds in router_metrics.cc)
     Counter* retries;
     Counter* connections_opened;
     Counter* connections_reused;
