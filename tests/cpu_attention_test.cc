@@ -16,6 +16,8 @@
 
 #include "gtest/gtest.h"
 #include "tests/cpu_test_util.h"
+#include "kernels/cpu/attention_blocked.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace tpserve {
@@ -369,6 +371,47 @@ INSTANTIATE_TEST_SUITE_P(HeadDimsAndGroups, PagedAttentionRunsTest,
                            return "hd" + std::to_string(std::get<0>(info.param)) + "_group" +
                                   std::to_string(std::get<1>(info.param));
                          });
+
+// The blocked path's products at 16 lanes (AVX-512) give the AVX2 ones' bits: each element is
+// the same chain of fused multiply-adds. Ragged head dims and score widths, every row tail.
+TEST(AttentionTilesTest, Avx512TilesGiveTheAvx2Bits) {
+  if (!DetectCpuFeatures().avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  using namespace attention_tiles;
+  std::mt19937 rng(77);
+  for (const int64_t hd : {20, 24, 64, 72, 128, 256}) {
+    const int64_t ldo = (hd + 7) / 8 * 8;
+    for (const int rows : {1, 5, 6, 7, 13, 48}) {
+      for (const int padded : {8, 16, 24, 56, 64}) {
+        const int count = padded - (padded > 8 ? 3 : 0);
+        const std::vector<float> q = RandomFloats(rows * hd, rng);
+        const std::vector<float> kt = RandomFloats(hd * kChunkKeys, rng);
+        std::vector<float> s2(rows * kChunkKeys, kNaN), s5(rows * kChunkKeys, kNaN);
+        ScoresAvx2(q.data(), rows, hd, kt.data(), padded, s2.data());
+        ScoresAvx512(q.data(), rows, hd, kt.data(), padded, s5.data());
+        for (int r = 0; r < rows; ++r) {
+          ASSERT_EQ(0, std::memcmp(s2.data() + r * kChunkKeys, s5.data() + r * kChunkKeys, padded * 4))
+              << "scores hd " << hd << " rows " << rows << " padded " << padded << " row " << r;
+        }
+        const std::vector<float> prob = RandomFloats(rows * kChunkKeys, rng, 0.0f, 1.0f);
+        std::vector<std::vector<float>> v(count);  // each row exactly hd floats: no read past it
+        std::vector<const float*> v_rows(count);
+        for (int c = 0; c < count; ++c) {
+          v[c] = RandomFloats(hd, rng);
+          v_rows[c] = v[c].data();
+        }
+        const std::vector<float> o0 = RandomFloats(rows * ldo, rng);
+        std::vector<float> o2 = o0, o5 = o0;
+        ValuesAvx2(prob.data(), rows, count, v_rows.data(), hd, o2.data(), ldo);
+        ValuesAvx512(prob.data(), rows, count, v_rows.data(), hd, o5.data(), ldo);
+        for (int r = 0; r < rows; ++r) {
+          ASSERT_EQ(0, std::memcmp(o2.data() + r * ldo, o5.data() + r * ldo, hd * 4))
+              << "values hd " << hd << " rows " << rows << " count " << count << " row " << r;
+          ASSERT_NE(0, std::memcmp(o2.data() + r * ldo, o0.data() + r * ldo, hd * 4));  // it did add
+        }
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace cpu

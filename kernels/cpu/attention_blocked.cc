@@ -12,19 +12,20 @@
 #include <numeric>
 
 #include "kernels/cpu/avx2.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace tpserve::cpu {
 namespace {
 
 // Keys per online-softmax step: the stride of the score rows and of the transposed keys.
-constexpr int kChunkKeys = 64;
+using attention_tiles::kChunkKeys;
 // Query rows (tokens x the GQA group's heads) per task: enough rows that each packed K and V
 // row serves many FMAs, few enough that a 512-token prompt still makes a few hundred tasks
 // for dynamic scheduling to balance the causal triangle's unequal blocks.
 constexpr int kBlockRows = 48;
-// Micro-kernel tile: 6 rows x 16 columns is 12 accumulators, plus 2 loaded vectors and a
-// broadcast: 15 of AVX2's 16 registers.
-constexpr int kTileRows = 6;
+// Micro-kernel tile (attention_tiles::kTileRows): 6 rows x 2 vectors is 12 accumulators, plus
+// 2 loaded vectors and a broadcast: 15 of AVX2's 16 registers (AVX-512 has 32).
+using attention_tiles::kTileRows;
 
 // Per-thread working set of one task (a block of query rows against one KV head).
 struct BlockScratch {
@@ -87,115 +88,36 @@ void TransposeKeys(const float* const* rows, int count, int padded, int64_t hd, 
   }
 }
 
-// s[r][0:8 NV] = sum over d of q[r][d] * kt[d][0:8 NV] for MR rows (q's row stride hd, s's and
-// kt's kChunkKeys).
-template <int MR, int NV>
-void ScoreTile(const float* q, int64_t hd, const float* kt, float* s) {
-  __m256 acc[MR][NV];
-  for (int r = 0; r < MR; ++r) {
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_setzero_ps();
-  }
-  for (int64_t d = 0; d < hd; ++d) {
-    __m256 b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = _mm256_loadu_ps(kt + d * kChunkKeys + 8 * v);
-    for (int r = 0; r < MR; ++r) {
-      const __m256 a = _mm256_broadcast_ss(q + r * hd + d);
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(a, b[v], acc[r][v]);
-    }
-  }
-  for (int r = 0; r < MR; ++r) {
-    for (int v = 0; v < NV; ++v) _mm256_storeu_ps(s + r * kChunkKeys + 8 * v, acc[r][v]);
-  }
+// The products at 8 lanes (AVX2); attention_tiles_avx512.cc has them at 16.
+struct Vec {
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  static V Zero() { return _mm256_setzero_ps(); }
+  static V Load(const float* p) { return _mm256_loadu_ps(p); }
+  static void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V Broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V LoadFirst(const float* p, int n) { return _mm256_maskload_ps(p, avx2::TailMask(n)); }
+  static void StoreFirst(float* p, V v, int n) { _mm256_maskstore_ps(p, avx2::TailMask(n), v); }
+};
+
+#include "kernels/cpu/attention_tiles.inc"
+
+// The products on the widest vectors this CPU has.
+bool UseAvx512Tiles() {
+  static const bool avx512 = DetectCpuFeatures().avx512;
+  return avx512;
 }
 
-template <int MR>
-void ScoreRows(const float* q, int64_t hd, const float* kt, int padded, float* s) {
-  int c = 0;
-  for (; c + 16 <= padded; c += 16) ScoreTile<MR, 2>(q, hd, kt + c, s + c);
-  if (c < padded) ScoreTile<MR, 1>(q, hd, kt + c, s + c);
-}
-
-// s[rows][0:padded] = q[rows][0:hd] · kt[0:hd][0:padded].
 void Scores(const float* q, int rows, int64_t hd, const float* kt, int padded, float* s) {
-  int r = 0;
-  for (; r + kTileRows <= rows; r += kTileRows) ScoreRows<kTileRows>(q + r * hd, hd, kt, padded, s + r * kChunkKeys);
-  const float* qr = q + r * hd;
-  float* sr = s + r * kChunkKeys;
-  switch (rows - r) {
-    case 5: ScoreRows<5>(qr, hd, kt, padded, sr); break;
-    case 4: ScoreRows<4>(qr, hd, kt, padded, sr); break;
-    case 3: ScoreRows<3>(qr, hd, kt, padded, sr); break;
-    case 2: ScoreRows<2>(qr, hd, kt, padded, sr); break;
-    case 1: ScoreRows<1>(qr, hd, kt, padded, sr); break;
-    default: break;
-  }
+  if (UseAvx512Tiles()) return attention_tiles::ScoresAvx512(q, rows, hd, kt, padded, s);
+  TileScores(q, rows, hd, kt, padded, s);
 }
 
-// o[r][d0 : d0 + 8 NV] += sum over c < count of p[r][c] * v_rows[c][d0 : d0 + 8 NV] for MR rows
-// (p's row stride kChunkKeys, o's ldo). kTail: the last vector holds only the lanes of `tail`
-// (head_dim not a multiple of 8): V is read masked, so never past a row's end.
-template <int MR, int NV, bool kTail>
-void ValueTile(const float* p, int count, const float* const* v_rows, int64_t d0, __m256i tail, float* o,
-               int64_t ldo) {
-  __m256 acc[MR][NV];
-  for (int r = 0; r < MR; ++r) {
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_loadu_ps(o + r * ldo + d0 + 8 * v);
-  }
-  for (int c = 0; c < count; ++c) {
-    const float* row = v_rows[c] + d0;
-    __m256 b[NV];
-    for (int v = 0; v < NV; ++v) {
-      b[v] = kTail && v == NV - 1 ? _mm256_maskload_ps(row + 8 * v, tail) : _mm256_loadu_ps(row + 8 * v);
-    }
-    for (int r = 0; r < MR; ++r) {
-      const __m256 a = _mm256_broadcast_ss(p + r * kChunkKeys + c);
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(a, b[v], acc[r][v]);
-    }
-  }
-  for (int r = 0; r < MR; ++r) {
-    for (int v = 0; v < NV; ++v) _mm256_storeu_ps(o + r * ldo + d0 + 8 * v, acc[r][v]);
-  }
-}
-
-template <int MR>
-void ValueRows(const float* p, int count, const float* const* v_rows, int64_t hd, float* o, int64_t ldo) {
-  const int64_t vectors = (hd + 7) / 8;
-  const bool ragged = hd % 8 != 0;
-  const __m256i tail = avx2::TailMask(hd % 8);
-  for (int64_t v = 0; v < vectors; v += 2) {
-    const int64_t d0 = 8 * v;
-    const bool last = v + 2 >= vectors;
-    if (v + 2 <= vectors) {
-      if (last && ragged) {
-        ValueTile<MR, 2, true>(p, count, v_rows, d0, tail, o, ldo);
-      } else {
-        ValueTile<MR, 2, false>(p, count, v_rows, d0, tail, o, ldo);
-      }
-    } else if (ragged) {
-      ValueTile<MR, 1, true>(p, count, v_rows, d0, tail, o, ldo);
-    } else {
-      ValueTile<MR, 1, false>(p, count, v_rows, d0, tail, o, ldo);
-    }
-  }
-}
-
-// o[rows][0:hd] += p[rows][0:count] · V, V's rows at v_rows.
 void AccumulateValues(const float* p, int rows, int count, const float* const* v_rows, int64_t hd, float* o,
                       int64_t ldo) {
-  int r = 0;
-  for (; r + kTileRows <= rows; r += kTileRows) {
-    ValueRows<kTileRows>(p + r * kChunkKeys, count, v_rows, hd, o + r * ldo, ldo);
-  }
-  const float* pr = p + r * kChunkKeys;
-  float* orow = o + r * ldo;
-  switch (rows - r) {
-    case 5: ValueRows<5>(pr, count, v_rows, hd, orow, ldo); break;
-    case 4: ValueRows<4>(pr, count, v_rows, hd, orow, ldo); break;
-    case 3: ValueRows<3>(pr, count, v_rows, hd, orow, ldo); break;
-    case 2: ValueRows<2>(pr, count, v_rows, hd, orow, ldo); break;
-    case 1: ValueRows<1>(pr, count, v_rows, hd, orow, ldo); break;
-    default: break;
-  }
+  if (UseAvx512Tiles()) return attention_tiles::ValuesAvx512(p, rows, count, v_rows, hd, o, ldo);
+  TileValues(p, rows, count, v_rows, hd, o, ldo);
 }
 
 // One block of a run: tokens [t0, t0 + n) (positions pos0, pos0 + 1, ...) times KV head
@@ -293,6 +215,15 @@ void AttendBlock(const float* q, const void* k_cache, const void* v_cache, const
 }
 
 }  // namespace
+
+namespace attention_tiles {
+void ScoresAvx2(const float* q, int rows, int64_t hd, const float* kt, int padded, float* s) {
+  TileScores(q, rows, hd, kt, padded, s);
+}
+void ValuesAvx2(const float* p, int rows, int count, const float* const* v_rows, int64_t hd, float* o, int64_t ldo) {
+  TileValues(p, rows, count, v_rows, hd, o, ldo);
+}
+}  // namespace attention_tiles
 
 float ExpScores(float* sc, int padded, int count, float max, const PagedAttentionParams& p) {
   const __m256 m = _mm256_set1_ps(max);

@@ -29,6 +29,21 @@ struct QueryRun {
   int32_t count = 0;
 };
 
+// The blocked path's two products (attention_tiles.inc), at 8 lanes (AVX2) and at 16
+// (AVX-512, attention_tiles_avx512.cc: only where DetectCpuFeatures().avx512). Both give the
+// same bits. Scores: s[rows][0:padded] = q[rows][0:hd] · kt[0:hd][0:padded] (kt's and s's row
+// stride kChunkKeys; columns up to the next 16 may be written). Values: o[rows][0:hd] +=
+// p[rows][0:count] · V (p's row stride kChunkKeys, o's ldo; V's rows at v_rows).
+namespace attention_tiles {
+inline constexpr int kChunkKeys = 64;  // keys per online-softmax step
+inline constexpr int kTileRows = 6;    // query rows per register tile
+void ScoresAvx2(const float* q, int rows, int64_t hd, const float* kt, int padded, float* s);
+void ValuesAvx2(const float* p, int rows, int count, const float* const* v_rows, int64_t hd, float* o, int64_t ldo);
+void ScoresAvx512(const float* q, int rows, int64_t hd, const float* kt, int padded, float* s);
+void ValuesAvx512(const float* p, int rows, int count, const float* const* v_rows, int64_t hd, float* o,
+                  int64_t ldo);
+}  // namespace attention_tiles
+
 // Runs shorter than this go token by token (PagedAttention's decode path, which also splits a
 // long context's keys among threads); longer ones take AttendQueryRuns.
 inline constexpr int32_t kMinRunTokens = 8;
