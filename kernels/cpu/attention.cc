@@ -1,5 +1,5 @@
 // Paged attention on the CPU: causal, GQA, sliding window and softcap, with an online
-// (chunked) fp32 softmax. Tested by tests/cpu_kernels_test.cc; measured by
+// (chunked) fp32 softmax. Tested by tests/cpu_attention_test.cc; measured by
 // bench/kernels_bench.cc.
 #include <immintrin.h>
 #include <omp.h>

@@ -1,6 +1,6 @@
 // PagedAttention's blocked path for runs of many query tokens of one sequence (prefill
 // chunks), flash-attention style: S = Q·K^T and O += P·V as register-blocked AVX2 products,
-// with PagedAttention's online softmax per row in between. Tested by tests/cpu_kernels_test.cc
+// with PagedAttention's online softmax per row in between. Tested by tests/cpu_attention_test.cc
 // (PagedAttentionRunsTest); measured by bench/kernels_bench.cc --attention.
 #include "kernels/cpu/attention_blocked.h"
 

@@ -1,6 +1,6 @@
 // Private to kernels/cpu/attention*.cc: the blocked (flash-attention style) path that
 // PagedAttention runs for runs of many query tokens of one sequence, as in a prefill chunk.
-// Tested through tests/cpu_kernels_test.cc (PagedAttentionRunsTest) against the double
+// Tested through tests/cpu_attention_test.cc (PagedAttentionRunsTest, AttentionTilesTest) against the double
 // reference; measured by bench/kernels_bench.cc --attention.
 #pragma once
 

@@ -35,13 +35,6 @@ inline __m256i DotPairs(__m256i acc, __m256i u, __m256i s, __m256i sc16) {
 }
 
 // Byte j of a vector of 32 copies of the bits' 4 bytes (byte j/8), tested for bit j%8.
-inline __m256i BitsToBytes(uint32_t bits) {
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(bits)),
-      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-}
 
 inline float HorizontalSum(__m256 v);  // quant_dot_kernels.inc
 inline __m256i LoadBytes(const void* p);

@@ -35,16 +35,6 @@ inline __m256i DotPairs(__m256i acc, __m256i u, __m256i s, __m256i sc16) {
   return _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(u, s), sc16);
 }
 
-// As the AVX2 path's: broadcast, pick each bit's byte, compare. vpmovm2b (from a k register
-// loaded straight from the block) looked like one instruction but held Q5_0 at 5.6 GB/s in L2
-// against 16.5 this way on a Sapphire Rapids VM (docs/quantization.md).
-inline __m256i BitsToBytes(uint32_t bits) {
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(bits)),
-      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-}
 
 inline float HorizontalSum(__m256 v);  // quant_dot_kernels.inc
 
