@@ -2,11 +2,10 @@
 // 32 x 16 one into 16 x 16 fp32 sums: 16x the multiply-adds of an AVX512-BF16 instruction.
 //
 // Orientation: the weights are the tiles' A operand. An A tile is 16 rows of 32 contiguous
-// bf16, which is exactly 16 weight rows as they are held, so the weights are loaded straight
-// from the model's memory with no per-call repacking (oneDNN 2.6 copies the weights into its
-// VNNI layout on every call, one more pass over them per product). The B operand must be in
-// VNNI layout (pairs of k side by side), and that is x: the small side, packed once per
-// product. The sums come out as y^T tiles ([n][m]) and are transposed on the way out.
+// bf16, the layout weight rows are held in, so packing them is a plain copy into tile order
+// (no VNNI pairing). The B operand must be in VNNI layout (pairs of k side by side), and that
+// is x: the small side, packed once per product. The sums come out as y^T tiles ([n][m]) and
+// are transposed on the way out.
 //
 // Blocking: each thread takes 32 weight rows at a time (2 A tiles), copies them once into
 // tile order (PackA: each tile's 16 rows of 64 bytes contiguous, so a tile load reads 1 KiB in
@@ -166,14 +165,16 @@ inline void StoreTransposed(const float* c, int64_t m0, int m_valid, int64_t n0,
   for (int j = 0; j < m_valid && j < 16; ++j) _mm512_mask_storeu_ps(y + (m0 + j) * ldy + n0, mask, r[j]);
 }
 
-// k steps [ks0, ks1) of a 32-row block of w (a0: its first row, rows a_stride bytes apart)
-// into tile order at ap: the 2 A tiles of step ks at ap + (ks - ks0) * kPackedStepBytes.
-void PackA(const char* a0, int64_t a_stride, int64_t ks0, int64_t ks1, char* ap) {
+// k steps [ks0, ks1) of a 32-row block of w (a0: its first row, rows a_stride bytes apart;
+// rows from `rows` on are zeros: the last block) into tile order at ap: the 2 A tiles of step
+// ks at ap + (ks - ks0) * kPackedStepBytes.
+void PackA(const char* a0, int64_t a_stride, int rows, int64_t ks0, int64_t ks1, char* ap) {
   for (int r = 0; r < kBlockRows; ++r) {
     const char* src = a0 + r * a_stride;
     char* dst = ap + (r / kTileRows) * kTileRows * kTileBytes + (r % kTileRows) * kTileBytes;
     for (int64_t ks = ks0; ks < ks1; ++ks) {
-      _mm512_store_si512(dst + (ks - ks0) * kPackedStepBytes, _mm512_loadu_si512(src + ks * kTileBytes));
+      _mm512_store_si512(dst + (ks - ks0) * kPackedStepBytes,
+                         r < rows ? _mm512_loadu_si512(src + ks * kTileBytes) : _mm512_setzero_si512());
     }
   }
 }
@@ -250,58 +251,53 @@ struct Plan {
   int64_t chunk_steps = 0;   // chunked: k steps per chunk
 };
 
-// Per thread: a block's rows as bf16 [32, k] where they are not w's own (widened, or the
-// last block zero-padded), the packed weights and the partial sums.
+// Per thread: a block's widened rows as bf16 [32, k] (quantized weights), the packed weights
+// and the partial sums.
 struct ThreadBuffers {
   uint16_t* rows = nullptr;
   char* packed = nullptr;
   float* partial = nullptr;
 };
 
-// Block b's rows: straight from w, or widened / zero-padded into t.rows.
-const char* BlockRows(const Plan& p, int64_t b, ThreadBuffers& t) {
+// Block b's output into y (whole k in one pass).
+BlockOut OutputOf(const Plan& p, int64_t b) {
   const int64_t n0 = b * kBlockRows;
-  const int n_valid = static_cast<int>(p.n - n0 < kBlockRows ? p.n - n0 : kBlockRows);
-  if (p.widen == nullptr && n_valid == kBlockRows) return reinterpret_cast<const char*>(p.w + n0 * p.k);
+  return BlockOut{.n0 = n0, .n_valid = static_cast<int>(std::min<int64_t>(p.n - n0, kBlockRows)), .y = p.y,
+                  .ldy = p.ldy};
+}
+
+// Packs k steps [ks0, ks1) of block b into ap: from w, or from its rows widened into t.rows.
+void PackBlock(const Plan& p, int64_t b, int64_t ks0, int64_t ks1, ThreadBuffers& t, char* ap) {
+  const int64_t n0 = b * kBlockRows;
+  const int rows = static_cast<int>(std::min<int64_t>(p.n - n0, kBlockRows));
+  const uint16_t* src = p.w + n0 * p.k;
   if (p.widen != nullptr) {
-    p.widen(p.ctx, n0, n_valid, p.k, t.rows);
-  } else {
-    __builtin_memcpy(t.rows, p.w + n0 * p.k, n_valid * p.k * 2);
+    p.widen(p.ctx, n0, rows, p.k, t.rows);
+    src = t.rows;
   }
-  __builtin_memset(t.rows + n_valid * p.k, 0, (kBlockRows - n_valid) * p.k * 2);
-  return reinterpret_cast<const char*>(t.rows);
+  PackA(reinterpret_cast<const char*>(src), p.k * 2, rows, ks0, ks1, ap);
 }
 
 void RunThread(const Plan& p, const uint32_t* xp, int64_t b_begin, int64_t b_end, ThreadBuffers& t, float* c) {
-  const int64_t stride = p.k * 2;
   for (int64_t g0 = b_begin; g0 < b_end; g0 += p.group_blocks) {
-    const int64_t g1 = g0 + p.group_blocks < b_end ? g0 + p.group_blocks : b_end;
+    const int64_t g1 = std::min(g0 + p.group_blocks, b_end);
     if (!p.chunked) {
       const int64_t packed_bytes = p.steps * kPackedStepBytes;
-      for (int64_t b = g0; b < g1; ++b) PackA(BlockRows(p, b, t), stride, 0, p.steps, t.packed + (b - g0) * packed_bytes);
+      for (int64_t b = g0; b < g1; ++b) PackBlock(p, b, 0, p.steps, t, t.packed + (b - g0) * packed_bytes);
       for (int64_t x0 = 0; x0 < p.m_padded; x0 += p.x_rows) {
-        const int64_t x1 = x0 + p.x_rows < p.m_padded ? x0 + p.x_rows : p.m_padded;
+        const int64_t x1 = std::min(x0 + p.x_rows, p.m_padded);
         for (int64_t b = g0; b < g1; ++b) {
-          BlockOut o;
-          o.n0 = b * kBlockRows;
-          o.n_valid = static_cast<int>(p.n - o.n0 < kBlockRows ? p.n - o.n0 : kBlockRows);
-          o.y = p.y;
-          o.ldy = p.ldy;
-          TilesOverX(t.packed + (b - g0) * packed_bytes, xp, p.steps, 0, p.steps, x0, x1, p.m, o, c);
+          TilesOverX(t.packed + (b - g0) * packed_bytes, xp, p.steps, 0, p.steps, x0, x1, p.m, OutputOf(p, b), c);
         }
       }
       continue;
     }
     const int64_t partial_floats = (p.m_padded / kBlockRows) * 4 * kTileElems;
     for (int64_t ks0 = 0; ks0 < p.steps; ks0 += p.chunk_steps) {
-      const int64_t ks1 = ks0 + p.chunk_steps < p.steps ? ks0 + p.chunk_steps : p.steps;
+      const int64_t ks1 = std::min(ks0 + p.chunk_steps, p.steps);
       for (int64_t b = g0; b < g1; ++b) {
-        PackA(BlockRows(p, b, t), stride, ks0, ks1, t.packed);
-        BlockOut o;
-        o.n0 = b * kBlockRows;
-        o.n_valid = static_cast<int>(p.n - o.n0 < kBlockRows ? p.n - o.n0 : kBlockRows);
-        o.y = p.y;
-        o.ldy = p.ldy;
+        PackBlock(p, b, ks0, ks1, t, t.packed);
+        BlockOut o = OutputOf(p, b);
         o.partial = t.partial + (b - g0) * partial_floats;
         o.first = ks0 == 0;
         o.last = ks1 == p.steps;
@@ -311,7 +307,7 @@ void RunThread(const Plan& p, const uint32_t* xp, int64_t b_begin, int64_t b_end
   }
 }
 
-// Per thread's buffers, carved from one allocation: rows, packed weights, partial sums.
+// Per thread's buffers, carved from one allocation: widened rows, packed weights, partial sums.
 struct BufferSizes {
   int64_t rows = 0, packed = 0, partial = 0;  // bytes, multiples of 64
   int64_t per_thread() const { return rows + packed + partial; }
@@ -337,30 +333,25 @@ void Run(const Plan& p, const uint16_t* xb, uint32_t* xp, const BufferSizes& siz
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
 
-}  // namespace
-
-namespace {
-
 void Product(const uint16_t* xb, int64_t m, int64_t k, const uint16_t* w, WidenRows widen, const void* ctx,
              int64_t n, float* y, int64_t ldy) {
   TP_CHECK(k % kBf16StepK == 0 && ldy >= n && Bf16Available());
   if (m <= 0 || n <= 0) return;
-  Plan p;
-  p.w = w;
-  p.widen = widen;
-  p.ctx = ctx;
-  p.m = m;
-  p.k = k;
-  p.n = n;
-  p.y = y;
-  p.ldy = ldy;
-  p.m_padded = (m + kBlockRows - 1) / kBlockRows * kBlockRows;
-  p.steps = k / kBf16StepK;
-  p.blocks = (n + kBlockRows - 1) / kBlockRows;
+  Plan p{.w = w,
+         .widen = widen,
+         .ctx = ctx,
+         .m = m,
+         .k = k,
+         .n = n,
+         .m_padded = (m + kBlockRows - 1) / kBlockRows * kBlockRows,
+         .steps = k / kBf16StepK,
+         .blocks = (n + kBlockRows - 1) / kBlockRows,
+         .y = y,
+         .ldy = ldy,
+         .chunked = widen == nullptr && k > kWholeKMax};
   const int64_t x_row_bytes = k * 2;  // packed x: 2 bytes per element, like x
-  p.chunked = widen == nullptr && k > kWholeKMax;
   BufferSizes sizes;
-  sizes.rows = kBlockRows * k * 2;
+  sizes.rows = widen != nullptr ? kBlockRows * k * 2 : 0;
   if (!p.chunked) {
     const int64_t block_bytes = p.steps * kPackedStepBytes;
     p.group_blocks = std::max<int64_t>(1, kWeightGroupBytes / block_bytes);
