@@ -145,7 +145,7 @@ Json OpenAiResponseBuilder::FinishJson(FinishReason finish, int tool_calls) {
   return FinishReasonJson(finish);
 }
 
-Json OpenAiResponseBuilder::ChatDelta(Choice& c, int /*index*/, const std::string& text, bool final) const {
+Json OpenAiResponseBuilder::ChatDelta(Choice& c, const std::string& text, bool final) const {
   Json delta = Json::object();
   const ToolStreamDelta d = c.tools->Feed(text, final);
   // Without tools every chunk but the last carries "content", even empty (as OpenAI's).
@@ -157,7 +157,6 @@ Json OpenAiResponseBuilder::ChatDelta(Choice& c, int /*index*/, const std::strin
     }
     delta["tool_calls"] = calls;
   }
-  c.tool_calls = c.tools->calls();
   return delta;
 }
 
@@ -168,12 +167,12 @@ Json OpenAiResponseBuilder::ChoiceChunk(const OutputEvent& e, int index) {
   if (endpoint_ == OpenAiEndpoint::kCompletions) {
     choice["text"] = c.sent_first_chunk ? e.text : echo_ + e.text;
   } else {
-    choice["delta"] = ChatDelta(c, index, e.text, final);
+    choice["delta"] = ChatDelta(c, e.text, final);
     // Text held back by a tool-call parser (or buffered) makes no chunk of its own.
     if (choice["delta"].empty() && !final && !(logprobs_ && !e.logprobs.empty())) return nullptr;
   }
   choice["logprobs"] = logprobs_ ? LogprobsJson(e.logprobs, &c.text_offset) : Json(nullptr);
-  choice["finish_reason"] = final ? FinishJson(c.finish, c.tool_calls) : Json(nullptr);
+  choice["finish_reason"] = final ? FinishJson(c.finish, c.tools ? c.tools->calls() : 0) : Json(nullptr);
   if (final) choice["stop_reason"] = c.stop_reason;  // vLLM's field
   return choice;
 }
@@ -226,7 +225,7 @@ void OpenAiResponseBuilder::Accumulate(const OutputEvent& e, int index) {
 Json OpenAiResponseBuilder::BodyChoice(int index) const {
   const Choice& c = choices_[index];
   Json choice = Json{{"index", index}};
-  int tool_calls = 0;  // found in the text now (c.tool_calls counts streamed ones)
+  int tool_calls = 0;  // found in the text now
   if (endpoint_ == OpenAiEndpoint::kCompletions) {
     choice["text"] = echo_ + c.text;
   } else {

@@ -58,8 +58,7 @@ class OpenAiResponseBuilder {
     FinishReason finish = FinishReason::kNone;
     nlohmann::ordered_json stop_reason;  // the stop string or stop token id that ended it, else null
     int32_t completion_tokens = 0;
-    std::optional<ChoiceToolCalls> tools;  // streaming chat: the text through tool_choice
-    int tool_calls = 0;                    // calls sent (streaming)
+    std::optional<ChoiceToolCalls> tools;  // streaming chat: the text through tool_choice (calls sent: calls())
   };
 
   void Record(const OutputEvent& e, Choice& c);
@@ -71,7 +70,7 @@ class OpenAiResponseBuilder {
   std::string ChunkEvent(const nlohmann::ordered_json& choice) const;
   // A chat chunk's delta for new text `text` (final: the choice's last event); counts the
   // tool calls it starts.
-  nlohmann::ordered_json ChatDelta(Choice& c, int index, const std::string& text, bool final) const;
+  nlohmann::ordered_json ChatDelta(Choice& c, const std::string& text, bool final) const;
   static nlohmann::ordered_json ToolCallJson(const ToolCall& call, int index, bool with_type);
   // The finish_reason: "tool_calls" when a finished ("stop") answer called tools.
   static nlohmann::ordered_json FinishJson(FinishReason finish, int tool_calls);
