@@ -384,8 +384,11 @@ void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
   // (decode tokens, short runs, padding) go token by token. Which path a token takes depends
   // only on the step's layout, never on kv_dtype, so caches not held as fp32 still give the
   // fp32 path's result on their stored values.
-  std::vector<int64_t> rest;
-  const std::vector<QueryRun> runs = FindQueryRuns(token_seq, token_pos, tokens, rest);
+  // The calling thread's, kept between layers and steps: no allocation per decode step. The
+  // OpenMP regions below reach `rest` through its data pointer.
+  thread_local std::vector<QueryRun> runs;
+  thread_local std::vector<int64_t> rest;
+  FindQueryRuns(token_seq, token_pos, tokens, runs, rest);
   if (!runs.empty()) AttendQueryRuns(q, k_cache, v_cache, token_seq, token_pos, runs, block_tables, p, out);
   if (!rest.empty()) {
     AttendTokenByToken(q, k_cache, v_cache, token_seq, token_pos, rest.data(), static_cast<int64_t>(rest.size()),

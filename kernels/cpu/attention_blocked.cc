@@ -239,9 +239,10 @@ float ExpScores(float* sc, int padded, int count, float max, const PagedAttentio
   return avx2::HorizontalSum(vsum);
 }
 
-std::vector<QueryRun> FindQueryRuns(const int32_t* token_seq, const int32_t* token_pos, int64_t tokens,
-                                    std::vector<int64_t>& rest) {
-  std::vector<QueryRun> runs;
+void FindQueryRuns(const int32_t* token_seq, const int32_t* token_pos, int64_t tokens, std::vector<QueryRun>& runs,
+                   std::vector<int64_t>& rest) {
+  runs.clear();
+  rest.clear();
   int64_t t = 0;
   while (t < tokens) {
     int64_t end = t + 1;
@@ -255,7 +256,6 @@ std::vector<QueryRun> FindQueryRuns(const int32_t* token_seq, const int32_t* tok
     }
     t = end;
   }
-  return runs;
 }
 
 void AttendQueryRuns(const float* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,

@@ -48,10 +48,10 @@ void ValuesAvx512(const float* p, int rows, int count, const float* const* v_row
 // long context's keys among threads); longer ones take AttendQueryRuns.
 inline constexpr int32_t kMinRunTokens = 8;
 
-// The maximal runs of at least kMinRunTokens tokens of the step; every token not in one is
-// appended to `rest`.
-std::vector<QueryRun> FindQueryRuns(const int32_t* token_seq, const int32_t* token_pos, int64_t tokens,
-                                    std::vector<int64_t>& rest);
+// The maximal runs of at least kMinRunTokens tokens of the step into `runs`; every token not
+// in one into `rest` (both cleared first).
+void FindQueryRuns(const int32_t* token_seq, const int32_t* token_pos, int64_t tokens, std::vector<QueryRun>& runs,
+                   std::vector<int64_t>& rest);
 
 // PagedAttention's output for the tokens of `runs` (any kv_dtype: caches not held as fp32 are
 // widened chunk by chunk with LoadKvHead, and the same fp32 arithmetic runs on the widened
