@@ -24,6 +24,7 @@ std::string_view DTypeName(DType t) {
     case DType::kQ5_K: return "q5_k";
     case DType::kQ6_K: return "q6_k";
     case DType::kF8_E4M3: return "fp8_e4m3";
+    case DType::kBF16Tiles: return "bfloat16_tiles";
   }
   return "?";
 }
@@ -32,7 +33,8 @@ int64_t BlockElems(DType t) {
   switch (t) {
     case DType::kF32:
     case DType::kF16:
-    case DType::kBF16: return 1;
+    case DType::kBF16:
+    case DType::kBF16Tiles: return 1;
     case DType::kQ4_0:
     case DType::kQ4_1:
     case DType::kQ5_0:
@@ -53,7 +55,8 @@ size_t BlockBytes(DType t) {
   switch (t) {
     case DType::kF32: return 4;
     case DType::kF16:
-    case DType::kBF16: return 2;
+    case DType::kBF16:
+    case DType::kBF16Tiles: return 2;
     case DType::kQ4_0: return 18;
     case DType::kQ4_1: return 20;
     case DType::kQ5_0: return 22;

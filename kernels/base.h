@@ -36,9 +36,13 @@ enum class DType : uint8_t {
   // scale: {float scale; uint8_t q[128]}, value = scale * e4m3(q). One scale per block holds
   // a per-channel scale (the same in every block of a row) and a 128x128 block scale alike.
   kF8_E4M3 = 13,
+  // bfloat16 weights reordered into AMX tile order (kernels/cpu/gemm_amx.h): the CPU backend
+  // holds bf16 linear weights so on the amx-bf16 path. Two bytes an element like kBF16, and
+  // each group of 16 rows keeps its 16 rows' bytes, but a single row is not contiguous.
+  kBF16Tiles = 14,
 };
 
-inline constexpr bool IsQuantized(DType t) { return t >= DType::kQ4_0; }
+inline constexpr bool IsQuantized(DType t) { return t >= DType::kQ4_0 && t <= DType::kF8_E4M3; }
 // Bytes of one element of a float type (a broken invariant for a block type: use RowBytes).
 inline constexpr size_t DTypeSize(DType t) {
   if (IsQuantized(t)) {

@@ -193,6 +193,11 @@ class Backend {
   virtual void RmsNorm(const Tensor& x, const float* w, float eps, cpu::NormKind kind, Tensor out) = 0;
   // y[M, N] = x[M, K] · w[N, K]^T (+ bias[N], fp32, may be null).
   virtual void Linear(const Tensor& x, const Tensor& w, const float* bias, Tensor y) = 0;
+  // Called once on a linear layer's weight after it is loaded and before any product reads
+  // it: the backend may rewrite it in place into a layout of its own of the same size (the
+  // CPU backend on the amx-bf16 path: bf16 into AMX tile order, w.dtype then kBF16Tiles).
+  // `row_splits`: every row at which callers will slice it (RowSlice) besides 0. Default: kept.
+  virtual void PrepareLinearWeight(Tensor& /*w*/, std::span<const int64_t> /*row_splits*/) {}
   // In-place rotary embedding of x [tokens, heads * head_dim]; inv_freq: fp32 [head_dim / 2].
   virtual void Rope(Tensor x, int64_t head_dim, const int32_t* positions, const float* inv_freq,
                     float attn_factor) = 0;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/gemm_amx.h"
 #include "kernels/cpu/quant.h"
 #include "worker/backend.h"
 #include "worker/host_memory.h"
@@ -65,6 +66,19 @@ class CpuBackend : public Backend {
     if (bias != nullptr) {
       for (int64_t r = 0; r < y.rows; ++r) cpu::Add(F32(y) + r * y.cols, bias, y.cols, F32(y) + r * y.cols);
     }
+  }
+  // On the amx-bf16 path bf16 weights are held in tile order (kernels/cpu/gemm_amx.h): the
+  // prefill reads them as the tiles' B operand without repacking them per product.
+  void PrepareLinearWeight(Tensor& w, std::span<const int64_t> row_splits) override {
+    if (options_.cpu_gemm != cpu::GemmPath::kAmxBf16 || w.dtype != DType::kBF16 ||
+        !cpu::amx::CanHoldAsTiles(w.rows, w.cols)) {
+      return;
+    }
+    for (int64_t r : row_splits) {
+      if (r % cpu::amx::kTileGroupRows != 0) return;
+    }
+    cpu::amx::PackTiles(static_cast<uint16_t*>(w.data), w.rows, w.cols);
+    w.dtype = DType::kBF16Tiles;
   }
   void Rope(Tensor x, int64_t head_dim, const int32_t* positions, const float* inv_freq, float attn_factor) override {
     cpu::Rope(F32(x), x.rows, x.cols / head_dim, head_dim, positions, inv_freq, attn_factor);

@@ -42,6 +42,9 @@ class ForwardingBackend : public Backend {
     inner_->RmsNorm(x, w, eps, kind, out);
   }
   void Linear(const Tensor& x, const Tensor& w, const float* bias, Tensor y) override { inner_->Linear(x, w, bias, y); }
+  void PrepareLinearWeight(Tensor& w, std::span<const int64_t> row_splits) override {
+    inner_->PrepareLinearWeight(w, row_splits);
+  }
   void Rope(Tensor x, int64_t head_dim, const int32_t* positions, const float* inv_freq, float attn_factor) override {
     inner_->Rope(x, head_dim, positions, inv_freq, attn_factor);
   }

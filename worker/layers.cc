@@ -152,6 +152,10 @@ absl::StatusOr<ColumnParallelLinear> ColumnParallelLinear::Load(const LoadContex
       TallyWidened(ctx, widened[i]);
     }
     Tally(ctx, seg.weight.view, static_cast<int64_t>(end - first));
+    std::vector<int64_t> splits;  // where ForwardSplit's outputs slice the segment
+    int64_t split = 0;
+    for (size_t i = first; i + 1 < end; ++i) splits.push_back(split += parts[i].rows);
+    ctx.backend.PrepareLinearWeight(seg.weight.view, splits);
     row0 += rows;
     l.segments_.push_back(std::move(seg));
     first = end;
@@ -201,6 +205,7 @@ absl::StatusOr<RowParallelLinear> RowParallelLinear::Load(const LoadContext& ctx
   TP_RETURN_IF_ERROR(ReadInto(ctx, req, dtype, l.weight_.view.data));
   Tally(ctx, l.weight_.view);
   TallyWidened(ctx, widened);
+  ctx.backend.PrepareLinearWeight(l.weight_.view, {});
   if (!bias_name.empty()) {
     // Every rank reads it, though only rank 0 adds it: WeightSource::CheckAllUsed counts on
     // every rank reading every tensor, and a few KB per layer cost nothing.

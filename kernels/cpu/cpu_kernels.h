@@ -35,11 +35,12 @@ enum class GemmPath : uint8_t {
   // without them the AVX2 GEMV on the rounded x. Only where oneDNN is built in and the CPU
   // has AVX-512.
   kOneDnnBf16,
-  // kOneDnnBf16's numbers (x rounded to bf16, fp32 sums) with the prefill on AMX tiles
-  // (kernels/cpu/gemm_amx.h: weights read as held, no per-call repacking); decode as
-  // kOneDnnBf16. Only where the CPU has AMX-BF16; needs no oneDNN. Forced only
-  // (--cpu-gemm amx-bf16): on 2026-12-06 it matched oneDNN on k <= 2048 and trailed it on
-  // larger k (docs/cpu_backend.md, "AMX").
+  // kOneDnnBf16's numbers (x rounded to bf16, fp32 sums) with the prefill on AMX tiles of our
+  // own (kernels/cpu/gemm_amx.h). The CPU backend holds bf16 linear weights in tile order on
+  // this path (DType::kBF16Tiles: the tiles' B operand as it is, no repacking per product),
+  // and decode rows run AVX512-BF16 dot products on that layout; weights it cannot hold so
+  // (other dtypes, shapes that are not whole tiles) take the row kernels. Only where the CPU
+  // has AMX-BF16; needs no oneDNN (docs/cpu_backend.md, "AMX").
   kAmxBf16,
 };
 const char* GemmPathName(GemmPath path);  // "sgemm" | "onednn-bf16" | "amx-bf16"

@@ -91,14 +91,22 @@ namespace {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+}  // namespace
+
 void ConfigureTiles() {
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) {
     cfg.colsb[t] = kTileBytes;
     cfg.rows[t] = kTileRows;
   }
-  _tile_loadconfig(&cfg);
+  // Not _tile_loadconfig: GCC 12 declares its asm operand as a pointer-sized object, so the
+  // compiler may take the 56 bytes after it (columns and rows) as never read and drop their
+  // stores. A copy of this function compiled out of line did (LDTILECFG with every tile
+  // disabled, then SIGILL at the first tile instruction); this operand names all 64 bytes.
+  asm volatile("ldtilecfg %0" : : "m"(cfg));
 }
+
+namespace {
 
 // xp: x as B tiles. Tile (mb, ks) (x rows 16 mb.., k 32 ks..) at xp + (mb * steps + ks) *
 // kTileElems; its row r holds, for each of the 16 x rows j, the bf16 pair x[j][2r, 2r + 1]
@@ -150,6 +158,33 @@ inline void Transpose16(__m512* r) {
   for (int j = 0; j < 8; ++j) {
     r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
     r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
+  }
+}
+
+// Each group's 16 rows <-> its tiles: the 16 x 16 dwords (bf16 pairs) of step s, rows to tile
+// rows, are a transpose, so packing and unpacking are the same loop over a copy of the group.
+// scratch: a group's elements (16 k) per thread.
+void TransposeGroups(uint16_t* w, int64_t n, int64_t k, bool to_tiles, uint16_t* scratch) {
+  const int64_t steps = k / kBf16StepK, group_elems = kTileGroupRows * k;
+#pragma omp parallel
+  {
+    uint16_t* copy = scratch + omp_get_thread_num() * group_elems;
+#pragma omp for schedule(static)
+    for (int64_t g = 0; g < n / kTileGroupRows; ++g) {
+      uint16_t* group = w + g * group_elems;
+      __builtin_memcpy(copy, group, group_elems * 2);
+      for (int64_t s = 0; s < steps; ++s) {
+        __m512 r[16];
+        // rows: copy[c * k + 32 s ..] (to tiles) or tile rows copy[(s * 16 + c) * 32 ..] (back)
+        for (int c = 0; c < 16; ++c) {
+          r[c] = _mm512_loadu_ps(copy + (to_tiles ? c * k + s * kBf16StepK : (s * 16 + c) * kBf16StepK));
+        }
+        Transpose16(r);
+        for (int c = 0; c < 16; ++c) {
+          _mm512_storeu_ps(group + (to_tiles ? (s * 16 + c) * kBf16StepK : c * k + s * kBf16StepK), r[c]);
+        }
+      }
+    }
   }
 }
 
@@ -375,6 +410,18 @@ void Product(const uint16_t* xb, int64_t m, int64_t k, const uint16_t* w, WidenR
 }
 
 }  // namespace
+
+void PackTiles(uint16_t* w, int64_t n, int64_t k) {
+  TP_CHECK(CanHoldAsTiles(n, k));
+  std::vector<uint16_t> scratch(static_cast<size_t>(omp_get_max_threads()) * kTileGroupRows * k);
+  TransposeGroups(w, n, k, /*to_tiles=*/true, scratch.data());
+}
+
+void UnpackTiles(uint16_t* w, int64_t n, int64_t k) {
+  TP_CHECK(CanHoldAsTiles(n, k));
+  std::vector<uint16_t> scratch(static_cast<size_t>(omp_get_max_threads()) * kTileGroupRows * k);
+  TransposeGroups(w, n, k, /*to_tiles=*/false, scratch.data());
+}
 
 void LinearBf16(const uint16_t* xb, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, int64_t ldy) {
   Product(xb, m, k, w, nullptr, nullptr, n, y, ldy);

@@ -327,6 +327,14 @@ void AmxLinearBf16(const float* x, int64_t m, int64_t k, const void* w, int64_t 
   amx::LinearBf16(RoundedX(x, m * k), m, k, static_cast<const uint16_t*>(w), n, y, n);
 }
 
+// Weights held in tile order (only the amx-bf16 path holds them so): x rounded to bf16, then
+// the AMX product for prefill, the AVX512-BF16 one for decode rows.
+void TilesLinear(const float* x, int64_t m, int64_t k, const void* w, int64_t n, float* y) {
+  const auto* wt = static_cast<const uint16_t*>(w);
+  if (m > kMaxStreamingRows) return amx::LinearTiles(RoundedX(x, m * k), m, k, wt, n, y, n);
+  amx::GemvTiles(RoundedX(x, m * k), m, k, wt, n, y);
+}
+
 // Quantized prefill on kAmxBf16: each thread widens 32 weight rows to bf16 right before its
 // tiles read them. Every block type holds a multiple of 32 elements, so k is whole steps.
 void AmxQuantPrefill(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, float* y) {
@@ -400,8 +408,8 @@ absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec) {
   const std::string onednn =
       absl::StrCat("onednn-bf16 (prefill: ", onednn::Describe(), " ", impl, "; decode: ",
                    cpu.avx512_bf16 ? "avx512_bf16 dot products" : "fp32 FMAs on bf16-rounded x", "; ", cpu_name, ")");
-  const std::string amx_name = absl::StrCat("amx-bf16 (prefill: AMX-BF16 tiles on the weights as held; decode: ",
-                                            "avx512_bf16 dot products; ", cpu_name, ")");
+  const std::string amx_name = absl::StrCat("amx-bf16 (bf16 weights held in AMX tile order; prefill: AMX-BF16 tiles; ",
+                                            "decode: avx512_bf16 dot products; ", cpu_name, ")");
   if (spec == "amx-bf16") {
     const std::string why = amx::Bf16Unavailable();
     if (!why.empty()) {
@@ -441,6 +449,7 @@ void Linear(GemmPath path, const float* x, int64_t m, int64_t k, const void* w, 
     std::memset(y, 0, sizeof(float) * m * n);
     return;
   }
+  if (w_dtype == DType::kBF16Tiles) return TilesLinear(x, m, k, w, n, y);
   if (m > kMaxStreamingRows) {
     if (path == GemmPath::kOneDnnBf16 && w_dtype == DType::kBF16) {
       return onednn::LinearBf16(x, m, k, static_cast<const uint16_t*>(w), n, y);
