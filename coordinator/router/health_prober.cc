@@ -75,8 +75,9 @@ class HealthProber::Probe : public std::enable_shared_from_this<Probe> {
   }
 
   // A grpc:// backend: the Stats RPC, within the timeout (its deadline). gRPC's callback posts
-  // the outcome to the strand; it holds no reference to the probe, which the router's proxy
-  // io_context owns.
+  // the outcome to the strand. It keeps no reference to the probe (nor to anything of the
+  // proxy io_context, such as a strand) past its untracking: after that the router may
+  // destroy the io_context, and gRPC destroys the callback later.
   void RunGrpc() {
     auto call = std::make_shared<StatsCall>();
     const RouterBackend& b = target_.pool->backend(target_.index);
@@ -84,19 +85,17 @@ class HealthProber::Probe : public std::enable_shared_from_this<Probe> {
     call->context.set_deadline(absl::ToChronoTime(absl::Now() + target_.options.timeout));
     GrpcBackend* backend = target_.grpc;
     if (!backend->Track(call)) return;  // the router is stopping: no more probes
-    grpc_running_ = true;
     backend->stub().async()->Stats(
         &call->context, &call->request, &call->response,
-        [weak = weak_from_this(), strand = strand_, backend, call](grpc::Status status) {
-          boost::asio::post(strand, [weak, status] {
-            if (auto self = weak.lock()) self->DoneGrpc(status);
-          });
+        [weak = weak_from_this(), backend, call](grpc::Status status) {
+          if (std::shared_ptr<Probe> self = weak.lock()) {
+            boost::asio::post(self->strand_, [self, status] { self->DoneGrpc(status); });
+          }
           backend->Untrack(call.get());  // last: the router may stop once every call is untracked
         });
   }
 
   void DoneGrpc(const grpc::Status& status) {
-    grpc_running_ = false;
     const bool passed = status.ok();
     std::string what = "answered OK";
     if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
@@ -142,7 +141,6 @@ class HealthProber::Probe : public std::enable_shared_from_this<Probe> {
   boost::asio::steady_timer timer_;     // until the next probe
   boost::asio::steady_timer deadline_;  // the running probe's timeout
   std::shared_ptr<UpstreamCall> call_;  // the running probe; null between probes
-  bool grpc_running_ = false;           // a grpc:// probe's Stats call is running
   absl::Time started_;
   int status_ = 0;  // the running probe's HTTP status; 0: no head yet
 };
