@@ -233,6 +233,7 @@ class FakeEngine : public EngineApi {
     const std::vector<int32_t>& stops = a.request.params.stop_token_ids;
     if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
       e->finish = FinishReason::kStop;
+      e->stop_token_id = id;
     } else if (a.generated >= a.request.params.max_tokens) {
       e->finish = FinishReason::kLength;
     }

@@ -55,6 +55,26 @@ TEST_F(FrontendTest, GrpcGenerateStreamsTokensThenFinishes) {
   EXPECT_EQ(engine_->last_request().params.max_tokens, 8);
 }
 
+TEST_F(FrontendTest, GrpcLastResponseSaysWhichStopMatched) {
+  StartServers();
+  // The fake engine echoes the prompt's ids: the third is a stop token id.
+  v1::GenerateRequest request;
+  for (int32_t id : {11, 12, 13, 14}) request.mutable_token_ids()->add_ids(id);
+  request.mutable_sampling()->set_max_tokens(8);
+  request.mutable_sampling()->add_stop_token_ids(13);
+  std::vector<v1::GenerateResponse> responses;
+  ASSERT_TRUE(Generate(request, &responses).ok());
+  ASSERT_FALSE(responses.empty());
+  EXPECT_EQ(responses.back().finish_reason(), v1::FINISH_REASON_STOP);
+  ASSERT_TRUE(responses.back().has_stop_token_id());
+  EXPECT_EQ(responses.back().stop_token_id(), 13);
+  EXPECT_EQ(responses.back().stop_string(), "");
+  // Ended by its length: neither.
+  responses.clear();
+  ASSERT_TRUE(Generate(TextRequest("Hello", 2), &responses).ok());
+  EXPECT_FALSE(responses.back().has_stop_token_id());
+}
+
 TEST_F(FrontendTest, GrpcTokenIdsChatAndSamplingReachTheEngine) {
   StartServers();
   v1::GenerateRequest ids_request;

@@ -10,18 +10,22 @@ if(TPSERVE_HAVE_SERVING)
   tp_add_test(choice_tool_calls_test SOURCES choice_tool_calls_test.cc LIBS tpserve_frontend)
   tp_add_test(metrics_test SOURCES metrics_test.cc LIBS tpserve_frontend GTest::gmock)
   tp_add_test(openai_json_test SOURCES openai_json_test.cc LIBS tpserve_frontend GTest::gmock)
+  tp_add_test(generate_proto_test SOURCES generate_proto_test.cc LIBS tpserve_frontend GTest::gmock)
   tp_add_test(frontend_test SOURCES frontend_test.cc frontend_http_test.cc
               LIBS tpserve_frontend tpserve_client_command tpserve_health_proto tpserve_reflection_client_proto PkgConfig::HTTPLIB
                    GTest::gmock)
 endif()
 
 # `tpserve router`: its config and routing policies (no sockets), always; its metrics (no
-# sockets), its backend client against a scripted loopback server, and the router in front of
-# real `tpserve serve` processes, with serving built.
+# sockets), its backend client against a scripted loopback server, its relay to grpc://
+# backends (no sockets, then in one process against serve's servers on a fake engine), and
+# the router in front of real `tpserve serve` processes, with serving built.
 tp_add_test(router_config_test SOURCES router_config_test.cc LIBS tpserve_router_config GTest::gmock)
 if(TPSERVE_HAVE_SERVING)
   tp_add_test(router_metrics_test SOURCES router_metrics_test.cc LIBS tpserve_router GTest::gmock)
   tp_add_test(upstream_call_test SOURCES upstream_call_test.cc LIBS tpserve_router GTest::gmock)
+  tp_add_test(grpc_relay_test SOURCES grpc_relay_test.cc LIBS tpserve_router GTest::gmock)
+  tp_add_test(router_grpc_test SOURCES router_grpc_test.cc LIBS tpserve_router PkgConfig::HTTPLIB GTest::gmock)
   # With tpbench built (it needs libcurl), the test also benchmarks through a router: tpbench run's
   # per-backend split and tpbench compare of two models.
   set(ROUTER_TEST_TPBENCH "")
@@ -37,4 +41,7 @@ if(TPSERVE_HAVE_SERVING)
   add_test(NAME router_health_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_health_test.sh
            $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES})
   set_tests_properties(router_health_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  add_test(NAME router_grpc_test_sh COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_grpc_test.sh
+           $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES})
+  set_tests_properties(router_grpc_test_sh PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
 endif()

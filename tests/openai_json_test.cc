@@ -588,6 +588,65 @@ TEST_F(OpenAiResponseTest, ToolCallsFromTheModelsSyntax) {
   EXPECT_EQ(finish, "tool_calls");
 }
 
+// A response relayed from a tpserve gRPC backend (the router): the backend read the calls
+// back and sends them whole beside the text, which is content only. The body and the stream
+// say what the builder writes reading the model's syntax itself; logprob tokens are named by
+// the relay's function.
+TEST_F(OpenAiResponseTest, RelayedResponsesMatchTheOnesBuiltFromTheText) {
+  OpenAiRequest req;
+  req.endpoint = OpenAiEndpoint::kChatCompletions;
+  req.logprobs = true;
+  req.input.tool_use.choice = ToolUse::Choice::kAuto;
+  req.input.tool_use.tools = Json::parse(R"([{"type": "function", "function": {"name": "get"}}])");
+  const std::string call = "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  OpenAiResponseBuilder parsed(req, "chatcmpl-t", "m", 1, *tokenizer_, ToolCallFormat::kHermes);
+  parsed.Accumulate(Event("Let me look. ", {1}, 1));
+  parsed.Accumulate(Event(call, {2}, 2, FinishReason::kStop));
+  const Json want = Json::parse(parsed.Body());
+  const Json& want_call = want["choices"][0]["message"]["tool_calls"][0];
+  const ToolCall relayed_call{want_call["id"], "get", want_call["function"]["arguments"]};
+  auto token_text = [this](int32_t id) {
+    const int32_t ids[1] = {id};
+    return tokenizer_->Decode(ids, /*skip_special_tokens=*/false);
+  };
+  OpenAiResponseBuilder relayed = OpenAiResponseBuilder::ForRelay(req, "chatcmpl-t", "m", 1, token_text);
+  relayed.Accumulate(Event("Let me look.", {1}, 1));
+  relayed.Accumulate(Event("", {2}, 2, FinishReason::kStop), 0, {relayed_call});
+  EXPECT_EQ(Json::parse(relayed.Body()), want);
+
+  // Streamed: the same content, the call as one delta with its index, id and type, and
+  // finish_reason "tool_calls".
+  req.stream = true;
+  req.logprobs = false;
+  auto read = [](const std::string& sse, std::string* content, Json* calls, Json* finish) {
+    for (const std::string& p : Payloads(sse)) {
+      if (p == "[DONE]") continue;
+      const Json chunk = Json::parse(p);
+      const Json& choice = chunk["choices"][0];
+      if (choice["delta"].contains("content")) *content += choice["delta"]["content"].get<std::string>();
+      if (choice["delta"].contains("tool_calls")) {
+        for (const Json& c : choice["delta"]["tool_calls"]) calls->push_back(c);
+      }
+      if (!choice["finish_reason"].is_null()) *finish = choice["finish_reason"];
+    }
+  };
+  OpenAiResponseBuilder streamed(req, "chatcmpl-t", "m", 1, *tokenizer_, ToolCallFormat::kHermes);
+  std::string want_content, content;
+  Json want_calls = Json::array(), calls = Json::array(), want_finish, finish;
+  std::string sse = streamed.Chunks(Event("Let me look. ", {1}, 1));
+  sse += streamed.Chunks(Event(call, {2}, 2));
+  sse += streamed.Chunks(Event("", {3}, 3, FinishReason::kStop));
+  read(sse, &want_content, &want_calls, &want_finish);
+  OpenAiResponseBuilder relayed_stream = OpenAiResponseBuilder::ForRelay(req, "chatcmpl-t", "m", 1, token_text);
+  std::string relayed_sse = relayed_stream.Chunks(Event("Let me look.", {1}, 1));
+  relayed_sse += relayed_stream.Chunks(Event("", {2, 3}, 3, FinishReason::kStop), 0, {relayed_call});
+  read(relayed_sse, &content, &calls, &finish);
+  EXPECT_EQ(content, want_content);
+  EXPECT_EQ(calls, want_calls);
+  EXPECT_EQ(finish, "tool_calls");
+  EXPECT_EQ(finish, want_finish);
+}
+
 // tool_choice "required": the constrained JSON list becomes the calls; cut short by
 // max_tokens it stays text with finish "length". A named function streams its arguments.
 TEST_F(OpenAiResponseTest, ForcedToolCalls) {

@@ -47,6 +47,28 @@ TEST(RouterConfigTest, ParsesTheExample) {
   EXPECT_FALSE(g.backends[0].tls);
 }
 
+TEST(RouterConfigTest, ParsesGrpcBackends) {
+  absl::StatusOr<RouterConfig> c = ParseRouterConfig(R"({"models": {"m": {
+      "health_check": {"path": "/ready"},
+      "backends": ["grpc://node3:50051", {"url": "grpc://[::1]:7000/", "model": "gemma", "api_key_env": "K"},
+                   "http://h/v1"]}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::vector<RouterBackend>& b = c->models.at("m").backends;
+  EXPECT_TRUE(b[0].grpc);
+  EXPECT_FALSE(b[0].tls);
+  EXPECT_EQ(b[0].host, "node3");
+  EXPECT_EQ(b[0].port, 50051);
+  EXPECT_EQ(b[0].base_path, "");
+  EXPECT_EQ(b[0].url, "grpc://node3:50051");
+  EXPECT_EQ(b[1].host, "[::1]");
+  EXPECT_EQ(b[1].port, 7000);
+  EXPECT_EQ(b[1].remote_model, "gemma");
+  EXPECT_EQ(b[1].api_key_env, "K");
+  EXPECT_FALSE(b[2].grpc);
+  // The probe's path is for the http backend; the grpc ones are probed with Stats.
+  EXPECT_EQ(c->models.at("m").health_check->path, "/ready");
+}
+
 TEST(RouterConfigTest, ParsesHttpsBackends) {
   absl::StatusOr<RouterConfig> c = ParseRouterConfig(R"({"models": {"m": {"backends": [
       "https://api.groq.com/openai/v1",
@@ -122,8 +144,19 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{R"({"models": {"m": {}}})", "models[\"m\"].backends: a non-empty list"},
         BadConfig{R"({"models": {"m": {"backends": []}}})", "models[\"m\"].backends: a non-empty list"},
         BadConfig{R"({"models": {"m": {"backends": ["http://h/v1"], "weights": 1}}})", "unknown key \"weights\""},
-        BadConfig{R"({"models": {"m": {"backends": ["grpc://h:50051"]}}})",
-                  "models[\"m\"].backends[0]: \"grpc://h:50051\": grpc:// backends are not supported by the router yet"},
+        BadConfig{R"({"models": {"m": {"backends": ["grpcs://h:50051"]}}})",
+                  "models[\"m\"].backends[0]: \"grpcs://h:50051\": TLS to gRPC backends (grpcs://) is not supported yet"},
+        BadConfig{R"({"models": {"m": {"backends": ["grpc://h"]}}})",
+                  "backends[0]: \"grpc://h\": a grpc:// backend needs its port, 1..65535"},
+        BadConfig{R"({"models": {"m": {"backends": ["grpc://[::1]"]}}})", "a grpc:// backend needs its port"},
+        BadConfig{R"({"models": {"m": {"backends": ["grpc://h:0"]}}})", "a grpc:// backend needs its port"},
+        BadConfig{R"({"models": {"m": {"backends": ["grpc://:50051"]}}})", "\"grpc://:50051\" names no host"},
+        BadConfig{R"({"models": {"m": {"backends": ["grpc://h:50051/v1"]}}})",
+                  "a grpc:// backend is grpc://HOST:PORT, with no path"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "grpc://h:1", "tls_ca_file": "ca.pem"}]}}})",
+                  "backends[0].tls_ca_file: applies to https:// backends only"},
+        BadConfig{R"({"models": {"m": {"health_check": {"path": "/ready"}, "backends": ["grpc://h:1"]}}})",
+                  "models[\"m\"].health_check.path: applies to http(s):// backends only"},
         BadConfig{R"({"models": {"m": {"backends": ["h:8000/v1"]}}})", "is not an http(s)://HOST:PORT/v1 URL"},
         BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "tls_ca_file": "ca.pem"}]}}})",
                   "backends[0].tls_ca_file: applies to https:// backends only"},

@@ -22,12 +22,12 @@ TOK="$FIX/tokenizers/gemma/tokenizer.json"
 MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu --kv-cache-memory 64MiB --threads 1)
 
 # Config errors: non-zero exit and the field, before listening.
-echo '{"models": {"m": {"backends": ["grpc://127.0.0.1:50051"]}}}' >"$WORK/bad1.json"
+echo '{"models": {"m": {"backends": ["grpcs://127.0.0.1:50051"]}}}' >"$WORK/bad1.json"
 timeout 30 "$TPSERVE" router --config "$WORK/bad1.json" --http-port 0 >"$WORK/bad1.out" 2>&1
 rc=$?
-[ $rc -ne 0 ] && grep -q 'models\["m"\].backends\[0\]: "grpc://127.0.0.1:50051": grpc:// backends are not supported by the router yet' \
+[ $rc -ne 0 ] && grep -q 'models\["m"\].backends\[0\]: "grpcs://127.0.0.1:50051": TLS to gRPC backends (grpcs://) is not supported yet' \
   "$WORK/bad1.out" && ! grep -q "listening" "$WORK/bad1.out" \
-  && ok "grpc:// backend refused at start (exit $rc)" || bad "grpc:// backend: rc $rc $(cat "$WORK/bad1.out")"
+  && ok "grpcs:// backend refused at start (exit $rc)" || bad "grpcs:// backend: rc $rc $(cat "$WORK/bad1.out")"
 echo '{"models": {"m": {"policy": "cache_aware", "cache_threshold": 2, "backends": ["http://127.0.0.1:1/v1"]}}}' >"$WORK/bad2.json"
 timeout 30 "$TPSERVE" router --config "$WORK/bad2.json" --http-port 0 >"$WORK/bad2.out" 2>&1
 rc=$?

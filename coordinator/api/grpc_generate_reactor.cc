@@ -145,6 +145,8 @@ void GenerateReactor::AppendEvent(const OutputEvent& e, Choice& c) {
   if (e.finish != FinishReason::kNone) {
     response_.set_finish_reason(e.finish == FinishReason::kStop && c.tools.calls() > 0 ? v1::FINISH_REASON_TOOL_CALLS
                                                                                      : ToProto(e.finish));
+    response_.set_stop_string(e.stop_string);
+    if (e.stop_token_id >= 0) response_.set_stop_token_id(e.stop_token_id);
     v1::Timings* t = response_.mutable_timings();
     t->set_queue_ms(e.timings.queue_ms);
     t->set_prefill_ms(e.timings.prefill_ms);

@@ -1,7 +1,6 @@
-// TpServeService and the GenerateRequest conversion. Tested by tests/frontend_test.cc.
+// TpServeService. Tested by tests/frontend_test.cc.
 #include "coordinator/api/grpc_service.h"
 
-#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,78 +10,9 @@
 #include "coordinator/api/grpc_status.h"
 #include "coordinator/api/process_info.h"
 #include "coordinator/api/proto_utf8.h"
-#include "coordinator/engine/field_error.h"
 
 namespace tpserve {
 namespace {
-
-void CopySampling(const v1::SamplingParams& s, GenerateInput* input) {
-  SamplingParams& p = input->params;
-  if (s.has_max_tokens()) {
-    p.max_tokens = s.max_tokens();
-    input->max_tokens_set = true;
-  }
-  // Unset fields stay unset, so that RequestBuilder gives them the model's defaults.
-  input->explicit_sampling = {.temperature = s.has_temperature(),
-                              .top_k = s.has_top_k(),
-                              .top_p = s.has_top_p(),
-                              .min_p = s.has_min_p(),
-                              .repetition_penalty = s.has_repetition_penalty()};
-  if (s.has_temperature()) p.temperature = s.temperature();
-  if (s.has_top_p()) p.top_p = s.top_p();
-  if (s.has_top_k()) p.top_k = s.top_k();
-  if (s.has_min_p()) p.min_p = s.min_p();
-  if (s.has_seed()) p.seed = s.seed();
-  if (s.has_repetition_penalty()) p.repetition_penalty = s.repetition_penalty();
-  if (s.has_presence_penalty()) p.presence_penalty = s.presence_penalty();
-  if (s.has_frequency_penalty()) p.frequency_penalty = s.frequency_penalty();
-  p.stop.assign(s.stop().begin(), s.stop().end());
-  p.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
-  p.ignore_eos = s.ignore_eos();
-  p.min_tokens = s.min_tokens();
-  if (s.has_logprobs()) p.logprobs = s.logprobs();
-  for (const auto& [id, bias] : s.logit_bias()) p.logit_bias.emplace_back(id, bias);
-  std::sort(p.logit_bias.begin(), p.logit_bias.end());  // a map's order is unspecified
-}
-
-absl::Status CopyResponseFormat(const v1::ResponseFormat& f, GenerateInput* input) {
-  switch (f.type()) {
-    case v1::ResponseFormat::TYPE_TEXT:
-      return absl::OkStatus();
-    case v1::ResponseFormat::TYPE_JSON_OBJECT:
-      input->response_format = ResponseFormat{ResponseFormat::Type::kJsonObject, ""};
-      return absl::OkStatus();
-    case v1::ResponseFormat::TYPE_JSON_SCHEMA:
-      if (f.json_schema().empty()) {
-        return FieldError("response_format.json_schema", "response_format.json_schema: the schema is required with TYPE_JSON_SCHEMA");
-      }
-      input->response_format = ResponseFormat{ResponseFormat::Type::kJsonSchema, f.json_schema()};
-      return absl::OkStatus();
-    default:
-      return FieldError("response_format.type", absl::StrCat("response_format.type ", f.type(), " is not a known type"));
-  }
-}
-
-// tools_json and tool_choice -> the same ToolUse as the OpenAI API's.
-absl::Status CopyTools(const v1::GenerateRequest& request, GenerateInput* input) {
-  using Json = nlohmann::ordered_json;
-  Json tools;
-  if (!request.tools_json().empty()) {
-    tools = Json::parse(request.tools_json(), nullptr, /*allow_exceptions=*/false);
-    if (tools.is_discarded()) return FieldError("tools_json", "tools_json is not valid JSON");
-  }
-  Json choice;
-  const std::string& c = request.tool_choice();
-  if (c == "auto" || c == "none" || c == "required") {
-    choice = c;
-  } else if (!c.empty()) {
-    choice = Json{{"type", "function"}, {"function", {{"name", c}}}};
-  }
-  absl::StatusOr<ToolUse> use = ParseToolUse(tools, choice);
-  if (!use.ok()) return use.status();
-  input->tool_use = *std::move(use);
-  return absl::OkStatus();
-}
 
 // The call's "authorization" metadata against the server's keys.
 absl::Status Authorize(const ApiKeys& keys, const grpc::CallbackServerContext& context) {
@@ -108,39 +38,6 @@ absl::StatusOr<v1::GenerateRequest> ParseGenerateRequest(absl::string_view wire)
     return absl::InvalidArgumentError("the request is not a serialized tpserve.v1.GenerateRequest");
   }
   return request;
-}
-
-absl::StatusOr<GenerateInput> GenerateInputFromProto(const v1::GenerateRequest& request) {
-  GenerateInput input;
-  input.model = request.model();
-  switch (request.prompt_case()) {
-    case v1::GenerateRequest::kText:
-      input.prompt = request.text();
-      break;
-    case v1::GenerateRequest::kTokenIds:
-      input.prompt = std::vector<int32_t>(request.token_ids().ids().begin(), request.token_ids().ids().end());
-      break;
-    case v1::GenerateRequest::kChat: {
-      ChatPrompt chat;
-      for (int i = 0; i < request.chat().messages_size(); ++i) {
-        const v1::ChatMessage& m = request.chat().messages(i);
-        if (m.role().empty()) {
-          const std::string field = "chat.messages[" + std::to_string(i) + "].role";
-          return FieldError(field, field + " must not be empty");
-        }
-        chat.messages.push_back({{"role", m.role()}, {"content", m.content()}});
-      }
-      input.prompt = std::move(chat);
-      break;
-    }
-    case v1::GenerateRequest::PROMPT_NOT_SET:
-      return FieldError("prompt", "prompt is required: set text, token_ids or chat");
-  }
-  CopySampling(request.sampling(), &input);
-  if (absl::Status s = CopyResponseFormat(request.response_format(), &input); !s.ok()) return s;
-  if (absl::Status s = CopyTools(request, &input); !s.ok()) return s;
-  input.n = request.n() == 0 ? 1 : request.n();
-  return input;
 }
 
 TpServeService::TpServeService(EngineApi& engine, const RequestBuilder& builder, FrontendMetrics* metrics,

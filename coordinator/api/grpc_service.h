@@ -10,16 +10,13 @@
 #include "coordinator/api/api_keys.h"
 #include "coordinator/engine/engine_api.h"
 #include "coordinator/api/frontend_metrics.h"
+#include "coordinator/api/generate_proto.h"
 #include "coordinator/api/request_builder.h"
 #include "coordinator/api/task_pool.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/tpserve.grpc.pb.h"
 
 namespace tpserve {
-
-// A GenerateRequest as the front ends' common input. INVALID_ARGUMENT (naming the field)
-// when no prompt is set.
-absl::StatusOr<GenerateInput> GenerateInputFromProto(const v1::GenerateRequest& request);
 
 // A serialized GenerateRequest, parsed: INVALID_ARGUMENT naming a string field that is not
 // UTF-8 (before the parser sees it: proto3's parser would refuse it and log an ERROR), or

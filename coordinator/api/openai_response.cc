@@ -25,15 +25,33 @@ Json Bytes(const std::string& s) {
 
 OpenAiResponseBuilder::OpenAiResponseBuilder(const OpenAiRequest& request, std::string id, std::string model,
                                              int64_t created, const Tokenizer& tokenizer, ToolCallFormat tool_format)
+    : OpenAiResponseBuilder(
+          request, std::move(id), std::move(model), created,
+          [&tokenizer](int32_t token) {
+            const int32_t ids[1] = {token};
+            return tokenizer.Decode(ids, /*skip_special_tokens=*/false);
+          },
+          tool_format, /*relay=*/false) {}
+
+OpenAiResponseBuilder OpenAiResponseBuilder::ForRelay(const OpenAiRequest& request, std::string id, std::string model,
+                                                      int64_t created, TokenTextFn token_text) {
+  return OpenAiResponseBuilder(request, std::move(id), std::move(model), created, std::move(token_text),
+                               ToolCallFormat::kNone, /*relay=*/true);
+}
+
+OpenAiResponseBuilder::OpenAiResponseBuilder(const OpenAiRequest& request, std::string id, std::string model,
+                                             int64_t created, TokenTextFn token_text, ToolCallFormat tool_format,
+                                             bool relay)
     : endpoint_(request.endpoint),
       logprobs_(request.logprobs),
       include_usage_(request.include_usage),
       id_(std::move(id)),
       model_(std::move(model)),
       created_(created),
-      tokenizer_(tokenizer),
+      token_text_(std::move(token_text)),
       tool_use_(request.input.tool_use),
       tool_format_(tool_format),
+      relay_(relay),
       choices_(std::max(1, request.input.n)) {
   // Every chunk's envelope is the same: dumped once, up to its choices.
   std::string envelope = Dump(Envelope(/*chunk=*/true));
@@ -41,8 +59,14 @@ OpenAiResponseBuilder::OpenAiResponseBuilder(const OpenAiRequest& request, std::
   chunk_prefix_ = absl::StrCat("data: ", envelope, ",\"choices\":[");
   if (endpoint_ != OpenAiEndpoint::kChatCompletions) return;
   for (int i = 0; i < num_choices(); ++i) {
-    choices_[i].tools.emplace(tool_use_, tool_format_, id_, i, ChoiceToolCalls::Delivery::kStreamed);
+    // Relayed text is content only: the backend took the calls out.
+    choices_[i].tools.emplace(relay_ ? ToolUse() : tool_use_, tool_format_, id_, i, ChoiceToolCalls::Delivery::kStreamed);
   }
+}
+
+int OpenAiResponseBuilder::CallCount(const Choice& c) const {
+  if (relay_) return static_cast<int>(c.relayed_calls.size());
+  return c.tools ? c.tools->calls() : 0;
 }
 
 void OpenAiResponseBuilder::Record(const OutputEvent& e, Choice& c) {
@@ -81,10 +105,7 @@ Json OpenAiResponseBuilder::Envelope(bool chunk) const {
   return Json{{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}, {"system_fingerprint", nullptr}};
 }
 
-std::string OpenAiResponseBuilder::TokenText(int32_t id) const {
-  const int32_t ids[1] = {id};
-  return tokenizer_.Decode(ids, /*skip_special_tokens=*/false);
-}
+std::string OpenAiResponseBuilder::TokenText(int32_t id) const { return token_text_(id); }
 
 Json OpenAiResponseBuilder::LogprobsJson(const std::vector<TokenLogprob>& logprobs, size_t* text_offset) const {
   if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
@@ -145,9 +166,14 @@ Json OpenAiResponseBuilder::FinishJson(FinishReason finish, int tool_calls) {
   return FinishReasonJson(finish);
 }
 
-Json OpenAiResponseBuilder::ChatDelta(Choice& c, const std::string& text, bool final) const {
+Json OpenAiResponseBuilder::ChatDelta(Choice& c, const std::string& text, bool final,
+                                      const std::vector<ToolCall>& calls) const {
   Json delta = Json::object();
-  const ToolStreamDelta d = c.tools->Feed(text, final);
+  ToolStreamDelta d = c.tools->Feed(text, final);
+  for (const ToolCall& call : calls) {  // relayed: whole, numbered after the choice's earlier ones
+    d.tool_calls.push_back({static_cast<int>(c.relayed_calls.size()), call.id, call.name, call.arguments});
+    c.relayed_calls.push_back(call);
+  }
   // Without tools every chunk but the last carries "content", even empty (as OpenAI's).
   if (!d.content.empty() || (tool_use_.choice == ToolUse::Choice::kNone && !final)) delta["content"] = d.content;
   if (!d.tool_calls.empty()) {
@@ -160,19 +186,19 @@ Json OpenAiResponseBuilder::ChatDelta(Choice& c, const std::string& text, bool f
   return delta;
 }
 
-Json OpenAiResponseBuilder::ChoiceChunk(const OutputEvent& e, int index) {
+Json OpenAiResponseBuilder::ChoiceChunk(const OutputEvent& e, int index, const std::vector<ToolCall>& calls) {
   Choice& c = choices_[index];
   const bool final = e.finish != FinishReason::kNone;
   Json choice = Json{{"index", index}};
   if (endpoint_ == OpenAiEndpoint::kCompletions) {
     choice["text"] = c.sent_first_chunk ? e.text : echo_ + e.text;
   } else {
-    choice["delta"] = ChatDelta(c, e.text, final);
+    choice["delta"] = ChatDelta(c, e.text, final, calls);
     // Text held back by a tool-call parser (or buffered) makes no chunk of its own.
     if (choice["delta"].empty() && !final && !(logprobs_ && !e.logprobs.empty())) return nullptr;
   }
   choice["logprobs"] = logprobs_ ? LogprobsJson(e.logprobs, &c.text_offset) : Json(nullptr);
-  choice["finish_reason"] = final ? FinishJson(c.finish, c.tools ? c.tools->calls() : 0) : Json(nullptr);
+  choice["finish_reason"] = final ? FinishJson(c.finish, CallCount(c)) : Json(nullptr);
   if (final) choice["stop_reason"] = c.stop_reason;  // vLLM's field
   return choice;
 }
@@ -181,7 +207,7 @@ std::string OpenAiResponseBuilder::ChunkEvent(const Json& choice) const {
   return absl::StrCat(chunk_prefix_, Dump(choice), "]}\n\n");
 }
 
-std::string OpenAiResponseBuilder::Chunks(const OutputEvent& e, int index) {
+std::string OpenAiResponseBuilder::Chunks(const OutputEvent& e, int index, const std::vector<ToolCall>& calls) {
   std::string out;
   if (sent_done_) return out;  // a choice failed: the stream ended
   Choice& c = choices_[index];
@@ -194,9 +220,9 @@ std::string OpenAiResponseBuilder::Chunks(const OutputEvent& e, int index) {
   }
   if (endpoint_ == OpenAiEndpoint::kChatCompletions) c.sent_first_chunk = true;
   const bool has_content = !e.text.empty() || (logprobs_ && !e.logprobs.empty()) ||
-                           (!c.sent_first_chunk && !echo_.empty());
+                           (!c.sent_first_chunk && !echo_.empty()) || !calls.empty();
   if (has_content || (e.finish != FinishReason::kNone && !failed())) {
-    if (Json choice = ChoiceChunk(e, index); !choice.is_null()) absl::StrAppend(&out, ChunkEvent(choice));
+    if (Json choice = ChoiceChunk(e, index, calls); !choice.is_null()) absl::StrAppend(&out, ChunkEvent(choice));
   }
   c.sent_first_chunk = true;
   if (failed()) {
@@ -215,10 +241,11 @@ std::string OpenAiResponseBuilder::Chunks(const OutputEvent& e, int index) {
   return out;
 }
 
-void OpenAiResponseBuilder::Accumulate(const OutputEvent& e, int index) {
+void OpenAiResponseBuilder::Accumulate(const OutputEvent& e, int index, const std::vector<ToolCall>& calls) {
   Choice& c = choices_[index];
   Record(e, c);
   c.text += e.text;
+  c.relayed_calls.insert(c.relayed_calls.end(), calls.begin(), calls.end());
   if (logprobs_) c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
 }
 
@@ -229,9 +256,15 @@ Json OpenAiResponseBuilder::BodyChoice(int index) const {
   if (endpoint_ == OpenAiEndpoint::kCompletions) {
     choice["text"] = echo_ + c.text;
   } else {
-    // The whole text at once, the calls whole (the same ids as when streamed).
-    const ToolStreamDelta d =
-        ChoiceToolCalls(tool_use_, tool_format_, id_, index, ChoiceToolCalls::Delivery::kWhole).Feed(c.text, true);
+    // The whole text at once, the calls whole (the same ids as when streamed); relayed: the
+    // text is content, the calls came whole.
+    ToolStreamDelta d;
+    if (relay_) {
+      d.content = c.text;
+      for (const ToolCall& call : c.relayed_calls) d.tool_calls.push_back({0, call.id, call.name, call.arguments});
+    } else {
+      d = ChoiceToolCalls(tool_use_, tool_format_, id_, index, ChoiceToolCalls::Delivery::kWhole).Feed(c.text, true);
+    }
     Json message = Json{{"role", "assistant"}, {"content", d.content}};
     tool_calls = static_cast<int>(d.tool_calls.size());
     if (!d.tool_calls.empty()) {

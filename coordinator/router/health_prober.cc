@@ -17,6 +17,18 @@
 
 namespace tpserve {
 
+namespace {
+
+// One Stats call of a grpc:// backend's probe.
+struct StatsCall : GrpcBackend::Call {
+  void TryCancel() override { context.TryCancel(); }
+  grpc::ClientContext context;
+  v1::StatsRequest request;
+  v1::StatsResponse response;
+};
+
+}  // namespace
+
 class HealthProber::Probe : public std::enable_shared_from_this<Probe> {
  public:
   Probe(boost::asio::io_context& io, HealthProbeTarget target, std::function<void(const std::string&)> log)
@@ -26,7 +38,9 @@ class HealthProber::Probe : public std::enable_shared_from_this<Probe> {
         timer_(strand_),
         deadline_(strand_) {
     const RouterBackend& b = target_.pool->backend(target_.index);
-    probe_url_ = absl::StrCat(b.tls ? "https://" : "http://", b.host, ":", b.port, target_.options.path);
+    probe_url_ = target_.grpc != nullptr
+                     ? absl::StrCat("Stats ", b.url)
+                     : absl::StrCat("GET ", b.tls ? "https://" : "http://", b.host, ":", b.port, target_.options.path);
   }
 
   void Start() {
@@ -37,6 +51,7 @@ class HealthProber::Probe : public std::enable_shared_from_this<Probe> {
   void Run() {
     started_ = absl::Now();
     status_ = 0;
+    if (target_.grpc != nullptr) return RunGrpc();
     const RouterBackend& b = target_.pool->backend(target_.index);
     UpstreamRequest request;
     request.endpoint = target_.endpoint;
@@ -59,17 +74,57 @@ class HealthProber::Probe : public std::enable_shared_from_this<Probe> {
     }));
   }
 
+  // A grpc:// backend: the Stats RPC, within the timeout (its deadline). gRPC's callback posts
+  // the outcome to the strand. It keeps no reference to the probe (nor to anything of the
+  // proxy io_context, such as a strand) past its untracking: after that the router may
+  // destroy the io_context, and gRPC destroys the callback later.
+  void RunGrpc() {
+    auto call = std::make_shared<StatsCall>();
+    const RouterBackend& b = target_.pool->backend(target_.index);
+    if (!b.api_key.empty()) call->context.AddMetadata("authorization", "Bearer " + b.api_key);
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + target_.options.timeout));
+    GrpcBackend* backend = target_.grpc;
+    if (!backend->Track(call)) return;  // the router is stopping: no more probes
+    backend->stub().async()->Stats(
+        &call->context, &call->request, &call->response,
+        [weak = weak_from_this(), backend, call](grpc::Status status) {
+          if (std::shared_ptr<Probe> self = weak.lock()) {
+            boost::asio::post(self->strand_, [self, status] { self->DoneGrpc(status); });
+          }
+          backend->Untrack(call.get());  // last: the router may stop once every call is untracked
+        });
+  }
+
+  void DoneGrpc(const grpc::Status& status) {
+    const bool passed = status.ok();
+    std::string what = "answered OK";
+    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      what = absl::StrCat("no answer within ", absl::FormatDuration(target_.options.timeout));
+    } else if (!passed) {
+      what = absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())), ": ",
+                          status.error_message());
+    }
+    Verdict(passed, what);
+  }
+
   void Done(absl::Status status) {
     if (call_ == nullptr) return;
     call_.reset();
     deadline_.cancel();
     const bool passed = status.ok() && status_ >= 200 && status_ < 300;
+    Verdict(passed, passed        ? absl::StrCat("answered HTTP ", status_)
+                    : status.ok() ? absl::StrCat("HTTP ", status_)
+                                  : std::string(status.message()));
+  }
+
+  // The probe passed or failed (`what`: how it ended, for the log); the next one is scheduled.
+  void Verdict(bool passed, const std::string& what) {
     if (target_.pool->SetProbeFailing(target_.index, !passed)) {
       const std::string backend =
           absl::StrCat("backend ", target_.pool->backend(target_.index).url, " (model ", target_.pool->model().name, ")");
-      log_(passed ? absl::StrCat(backend, " is healthy again: GET ", probe_url_, " answered HTTP ", status_)
-                  : absl::StrCat(backend, " is unhealthy, out of routing until a probe passes: GET ", probe_url_, ": ",
-                                 status.ok() ? absl::StrCat("HTTP ", status_) : std::string(status.message())));
+      log_(passed ? absl::StrCat(backend, " is healthy again: ", probe_url_, " ", what)
+                  : absl::StrCat(backend, " is unhealthy, out of routing until a probe passes: ", probe_url_, ": ",
+                                 what));
     }
     // The next probe an interval after this one started (at once when this one took longer).
     const absl::Duration wait = std::max(absl::ZeroDuration(), target_.options.interval - (absl::Now() - started_));

@@ -8,6 +8,8 @@
 #include "absl/strings/str_join.h"
 #include "boost/asio/post.hpp"
 #include "coordinator/api/openai_json.h"
+#include "coordinator/router/grpc_relay.h"
+#include "coordinator/router/grpc_upstream_call.h"
 
 namespace tpserve {
 namespace {
@@ -59,13 +61,20 @@ void ProxyRequest::Begin() {
 
 void ProxyRequest::TryNext() {
   if (finished_) return;
+  if (next_ >= candidates_.size() && errors_.empty() && !refusal_.ok()) {
+    // No candidate could take the request (grpc:// backends, and it uses what their API cannot
+    // carry): the client's error, 400 naming the field.
+    HttpError e = ToHttpError(refusal_);
+    exchange_->Respond(e.status, "application/json", std::move(e.body));
+    return Finish(e.status, RequestOutcome::kError, std::string(refusal_.message()));
+  }
   if (next_ >= candidates_.size()) {
     // Every one busy: 429, so that the client backs off and retries as it would against one
     // server; any other failure among them: 502.
     const bool all_busy = busy_ > 0 && busy_ == static_cast<int>(errors_.size());
-    const std::string message = absl::StrCat("every backend of model \"", model_, "\" (and its fallbacks) ",
-                                             all_busy ? "is over its queue limit: " : "failed: ",
-                                             absl::StrJoin(errors_, "; "));
+    std::string message = absl::StrCat("every backend of model \"", model_, "\" (and its fallbacks) ",
+                                       all_busy ? "is over its queue limit: " : "failed: ", absl::StrJoin(errors_, "; "));
+    if (!refusal_.ok()) absl::StrAppend(&message, "; its grpc:// backends were not tried: ", refusal_.message());
     const int status = all_busy ? 429 : 502;
     exchange_->Respond(status, "application/json",
                        RouterError(message, all_busy ? "rate_limit_error" : "server_error").dump());
@@ -73,8 +82,20 @@ void ProxyRequest::TryNext() {
   }
   current_ = &candidates_[next_++];
   const RouterBackend& b = current_->pool->backend(current_->index);
+  const std::string remote_model = b.remote_model.empty() ? current_->pool->model().name : b.remote_model;
+  status_ = 0;
+  whole_.clear();
+  connected_ = false;
+  try_start_ = absl::Now();
+  std::shared_ptr<UpstreamCall> call =
+      current_->grpc != nullptr ? StartGrpc(b, remote_model) : StartHttp(b, remote_model);
+  if (call == nullptr) return TryNext();  // skipped: refusal_ says why
+  call_ = std::move(call);
+}
+
+std::shared_ptr<UpstreamCall> ProxyRequest::StartHttp(const RouterBackend& b, const std::string& remote_model) {
   nlohmann::json body = body_;
-  body["model"] = b.remote_model.empty() ? current_->pool->model().name : b.remote_model;
+  body["model"] = remote_model;
   UpstreamRequest request;
   request.endpoint = current_->endpoint;
   request.target = b.base_path + path_suffix_;
@@ -82,29 +103,47 @@ void ProxyRequest::TryNext() {
   if (!b.api_key.empty()) request.authorization = "Bearer " + b.api_key;
   request.connect_timeout = timeouts_.connect;
   request.response_timeout = timeouts_.response;
-  status_ = 0;
-  whole_.clear();
-  connected_ = false;
-  try_start_ = absl::Now();
   current_->pool->Begin(current_->index);
   metrics_.BackendStarted(*current_->pool, current_->index);
+  return UpstreamCall::Start(strand_, std::move(request), Callbacks());
+}
+
+std::shared_ptr<UpstreamCall> ProxyRequest::StartGrpc(const RouterBackend& b, const std::string& remote_model) {
+  const OpenAiEndpoint endpoint =
+      path_suffix_ == "/completions" ? OpenAiEndpoint::kCompletions : OpenAiEndpoint::kChatCompletions;
+  absl::StatusOr<GrpcRelayRequest> relayed = BuildGrpcRelayRequest(endpoint, exchange_->request().body, remote_model);
+  if (!relayed.ok()) {
+    if (refusal_.ok()) refusal_ = relayed.status();
+    return nullptr;
+  }
+  GrpcUpstreamRequest request;
+  request.backend = current_->grpc;
+  request.request = std::move(relayed->proto);
+  request.relay = std::make_unique<GrpcRelay>(relayed->openai, remote_model, absl::ToUnixSeconds(absl::Now()));
+  if (!b.api_key.empty()) request.authorization = "Bearer " + b.api_key;
+  request.connect_timeout = timeouts_.connect;
+  request.response_timeout = timeouts_.response;
+  current_->pool->Begin(current_->index);
+  metrics_.BackendStarted(*current_->pool, current_->index);
+  return StartGrpcCall(strand_, std::move(request), Callbacks());
+}
+
+UpstreamCallbacks ProxyRequest::Callbacks() {
   // The callbacks hold the request alive while the call runs; Cancel() ends them.
   auto self = shared_from_this();
-  call_ = UpstreamCall::Start(
-      strand_, std::move(request),
-      {[self](bool reused) {
-         self->connected_ = true;
-         self->metrics_.BackendConnection(*self->current_->pool, self->current_->index, reused);
-       },
-       [self] {
-         // A pooled connection the backend had closed: not the backend's failure; a new one is
-         // being opened (a failure to connect it is "connect").
-         self->connected_ = false;
-         self->metrics_.BackendStaleConnection(*self->current_->pool, self->current_->index);
-       },
-       [self](int status, std::string content_type) { self->OnHead(status, std::move(content_type)); },
-       [self](std::string piece) { self->OnData(std::move(piece)); },
-       [self](absl::Status status) { self->OnEnd(std::move(status)); }});
+  return {[self](bool reused) {
+            self->connected_ = true;
+            self->metrics_.BackendConnection(*self->current_->pool, self->current_->index, reused);
+          },
+          [self] {
+            // A pooled connection the backend had closed: not the backend's failure; a new one is
+            // being opened (a failure to connect it is "connect").
+            self->connected_ = false;
+            self->metrics_.BackendStaleConnection(*self->current_->pool, self->current_->index);
+          },
+          [self](int status, std::string content_type) { self->OnHead(status, std::move(content_type)); },
+          [self](std::string piece) { self->OnData(std::move(piece)); },
+          [self](absl::Status status) { self->OnEnd(std::move(status)); }};
 }
 
 void ProxyRequest::OnHead(int status, std::string content_type) {

@@ -1,7 +1,8 @@
 // One client request through the router: the backends it may try (the model's, by policy,
-// then each fallback model's), one UpstreamCall at a time, failing over while nothing was
-// sent to the client, and the response passed through (whole, or SSE piece by piece). Lives
-// on a strand of the router's proxy io_context. Tested by tests/router_test.sh.
+// then each fallback model's), one UpstreamCall at a time (an HTTP request, or a grpc://
+// backend's Generate call relayed as OpenAI JSON), failing over while nothing was sent to the
+// client, and the response passed through (whole, or SSE piece by piece). Lives on a strand of
+// the router's proxy io_context. Tested by tests/router_test.sh and tests/router_grpc_test.*.
 #pragma once
 
 #include <memory>
@@ -11,6 +12,7 @@
 #include "absl/time/time.h"
 #include "coordinator/api/http_transport.h"
 #include "coordinator/router/backend_pool.h"
+#include "coordinator/router/grpc_backend.h"
 #include "coordinator/router/request_log.h"
 #include "coordinator/router/router_metrics.h"
 #include "coordinator/router/upstream_call.h"
@@ -25,11 +27,12 @@ struct ProxyTimeouts {
 };
 
 // A backend a request may try: backend `index` of `pool`, reached through `endpoint` (its
-// server and connection pool).
+// server and connection pool), or for a grpc:// backend through `grpc` (its channel).
 struct ProxyCandidate {
   BackendPool* pool = nullptr;
   size_t index = 0;
   UpstreamEndpoint* endpoint = nullptr;
+  GrpcBackend* grpc = nullptr;
 };
 
 class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
@@ -47,6 +50,11 @@ class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
  private:
   void Begin();
   void TryNext();
+  // The current candidate's call: an HTTP request, or a grpc:// backend's Generate call (null,
+  // with refusal_ set, when the request cannot be sent to it).
+  std::shared_ptr<UpstreamCall> StartHttp(const RouterBackend& b, const std::string& remote_model);
+  std::shared_ptr<UpstreamCall> StartGrpc(const RouterBackend& b, const std::string& remote_model);
+  UpstreamCallbacks Callbacks();
   void OnHead(int status, std::string content_type);
   void OnData(std::string piece);
   void OnEnd(absl::Status status);
@@ -81,6 +89,9 @@ class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
   std::string whole_;       // a non-streamed response's body, until it ends
   std::vector<std::string> errors_;  // "URL: what failed", per candidate tried
   int busy_ = 0;                     // candidates that answered 429
+  // Why the request could not go to a grpc:// candidate (a field the gRPC API cannot carry:
+  // such candidates are skipped, not tried); OK: none was skipped.
+  absl::Status refusal_;
   bool finished_ = false;
   std::shared_ptr<ProxyRequest> self_;  // kept alive until finished
 };

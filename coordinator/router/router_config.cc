@@ -32,16 +32,40 @@ absl::Status CheckKeys(const Json& object, const std::set<std::string>& known, a
   return absl::OkStatus();
 }
 
+// grpc://HOST:PORT (tpserve serve --grpc-port): the port is required, no path.
+absl::Status ParseGrpcUrl(const std::string& url, absl::string_view field, RouterBackend& b) {
+  b.grpc = true;
+  std::string authority = url.substr(std::string("grpc://").size());
+  while (absl::EndsWith(authority, "/")) authority.pop_back();
+  if (authority.find('/') != std::string::npos) {
+    return Invalid(field, absl::StrCat("\"", url, "\": a grpc:// backend is grpc://HOST:PORT, with no path (the ",
+                                       "router speaks tpserve.v1.TpServe to it)"));
+  }
+  const size_t colon = authority.rfind(':');
+  const bool bracketed = absl::StartsWith(authority, "[");
+  if (colon == std::string::npos || (bracketed && authority.rfind(']') > colon) ||
+      !absl::SimpleAtoi(authority.substr(colon + 1), &b.port) || b.port <= 0 || b.port > 65535) {
+    return Invalid(field, absl::StrCat("\"", url, "\": a grpc:// backend needs its port, 1..65535 (grpc://HOST:PORT, ",
+                                       "the backend's --grpc-port)"));
+  }
+  b.host = authority.substr(0, colon);
+  if (b.host.empty()) return Invalid(field, absl::StrCat("\"", url, "\" names no host"));
+  return absl::OkStatus();
+}
+
 absl::Status ParseUrl(const std::string& url, absl::string_view field, RouterBackend& b) {
   b.url = url;
-  if (absl::StartsWith(url, "grpc://")) {
-    return Invalid(field, absl::StrCat("\"", url, "\": grpc:// backends are not supported by the router yet; use the ",
-                                       "backend's OpenAI HTTP port, http://HOST:PORT/v1"));
+  if (absl::StartsWith(url, "grpcs://")) {
+    return Invalid(field, absl::StrCat("\"", url, "\": TLS to gRPC backends (grpcs://) is not supported yet; use ",
+                                       "grpc://HOST:PORT on a trusted network, or the backend's OpenAI port over ",
+                                       "https://HOST:PORT/v1"));
   }
+  if (absl::StartsWith(url, "grpc://")) return ParseGrpcUrl(url, field, b);
   constexpr absl::string_view kHttp = "http://", kHttps = "https://";
   b.tls = absl::StartsWith(url, kHttps);
   if (!b.tls && !absl::StartsWith(url, kHttp)) {
-    return Invalid(field, absl::StrCat("\"", url, "\" is not an http(s)://HOST:PORT/v1 URL"));
+    return Invalid(field, absl::StrCat("\"", url, "\" is not an http(s)://HOST:PORT/v1 URL (an OpenAI API) or a ",
+                                       "grpc://HOST:PORT one (tpserve's gRPC port)"));
   }
   b.port = b.tls ? 443 : 80;
   const std::string rest = url.substr(b.tls ? kHttps.size() : kHttp.size());
@@ -118,6 +142,7 @@ absl::StatusOr<HealthCheckOptions> ParseHealthCheck(const Json& j, const std::st
       return Invalid(field + ".path", "must be a path from the server's root, starting with / (e.g. \"/health\")");
     }
     h.path = j["path"].get<std::string>();
+    h.path_set = true;
   }
   return h;
 }
@@ -227,6 +252,12 @@ absl::StatusOr<RouterModel> ParseModel(const std::string& name, const Json& j) {
     absl::StatusOr<RouterBackend> b = ParseBackend(j["backends"][i], absl::StrCat(field, ".backends[", i, "]"));
     if (!b.ok()) return b.status();
     m.backends.push_back(*std::move(b));
+  }
+  if (m.health_check.has_value() && m.health_check->path_set &&
+      std::all_of(m.backends.begin(), m.backends.end(), [](const RouterBackend& b) { return b.grpc; })) {
+    return Invalid(field + ".health_check.path",
+                   "applies to http(s):// backends only, and every backend of this model is grpc:// (probed with "
+                   "the Stats RPC); leave \"path\" out");
   }
   return m;
 }

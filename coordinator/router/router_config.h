@@ -1,5 +1,5 @@
 // The router's configuration (`tpserve router --config FILE`): which model names it serves,
-// each one's backends (OpenAI-compatible HTTP(S) APIs), routing policy and fallback model,
+// each one's backends (OpenAI-compatible HTTP(S) APIs, or tpserve gRPC ports), routing policy and fallback model,
 // parsed from JSON and validated whole before the router listens. Tested by
 // tests/router_config_test.cc.
 #pragma once
@@ -40,7 +40,10 @@ struct CacheAwareOptions {
 struct RouterBackend {
   std::string url;   // as configured, e.g. "http://node2:8000/v1"; what responses and the log name
   std::string host;  // "node2"
-  int port = 80;     // default: 80 for http://, 443 for https://
+  int port = 80;     // default: 80 for http://, 443 for https://; grpc:// names its port
+  // grpc://HOST:PORT: `tpserve serve --grpc-port`'s API (proto/tpserve.proto), to which the
+  // router relays OpenAI requests (coordinator/router/grpc_relay.h); base_path is empty.
+  bool grpc = false;
   // https://: TLS, the backend's certificate verified against tls_ca_file (a PEM bundle) where
   // set, else the system's CA store, and its name checked against `host`.
   bool tls = false;
@@ -61,12 +64,14 @@ struct RouterBackend {
 };
 
 // Active health probes of a model's backends: GET `path` (from the server's root: for
-// http://h:p/v1, http://h:p/health) every interval; a probe that cannot connect, takes longer
-// than timeout or answers other than 2xx takes the backend out of routing until one succeeds.
+// http://h:p/v1, http://h:p/health), or for a grpc:// backend the Stats RPC, every interval; a
+// probe that cannot connect, takes longer than timeout or answers other than 2xx (gRPC: OK)
+// takes the backend out of routing until one succeeds.
 struct HealthCheckOptions {
   absl::Duration interval = absl::Seconds(5);
   absl::Duration timeout = absl::Seconds(2);
-  std::string path = "/health";  // vLLM and `tpserve serve` both answer it
+  std::string path = "/health";  // vLLM and `tpserve serve` both answer it; http(s):// backends only
+  bool path_set = false;         // "path" was configured
 };
 
 struct RouterModel {
@@ -87,9 +92,12 @@ struct RouterConfig {
 
 // Parses and validates the config's JSON text. INVALID_ARGUMENT naming the field (e.g.
 // models["gemma"].backends[1].url) and saying what to change: unknown keys, a backend URL that
-// is not http(s)://HOST[:PORT]/.../v1 (grpc:// is refused: not supported by the router yet), TLS
-// options on an http:// backend, an unknown policy, a health_check key that is unknown or a value
-// that is not positive, a fallback that is not a configured model or that leads back to the model. (A tls_ca_file is read when the router starts.)
+// is neither http(s)://HOST[:PORT]/.../v1 nor grpc://HOST:PORT (grpcs:// is refused: no TLS to
+// gRPC backends yet), TLS options on a backend that is not https://, an unknown policy, a
+// health_check key that is unknown or a value that is not positive (a "path" in a model whose
+// backends are all grpc://: they are probed with the Stats RPC), a fallback that is not a
+// configured model or that leads back to the model. (A tls_ca_file is read when the router
+// starts.)
 absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view json_text);
 
 // Fills every backend's api_key from its api_key_env through `lookup` (main passes getenv).

@@ -52,7 +52,8 @@ absl::Status RouterServer::Start() {
   for (const auto& [name, pool] : pools_) {
     if (!pool->model().health_check.has_value()) continue;
     for (size_t i = 0; i < pool->model().backends.size(); ++i) {
-      probed.push_back({pool.get(), i, endpoint_of_.at(pool.get())[i], *pool->model().health_check});
+      probed.push_back({pool.get(), i, endpoint_of_.at(pool.get())[i], grpc_of_.at(pool.get())[i],
+                        *pool->model().health_check});
     }
   }
   prober_ = std::make_unique<HealthProber>(proxy_io_, std::move(probed), options_.log);
@@ -66,9 +67,18 @@ absl::Status RouterServer::Start() {
 absl::Status RouterServer::MakeEndpoints() {
   for (const auto& [name, pool] : pools_) {
     std::vector<UpstreamEndpoint*>& of = endpoint_of_[pool.get()];
+    std::vector<GrpcBackend*>& grpc_of = grpc_of_[pool.get()];
     for (size_t i = 0; i < pool->model().backends.size(); ++i) {
       const RouterBackend& b = pool->backend(i);
       const std::string field = absl::StrCat("router config: models[\"", name, "\"].backends[", i, "]");
+      if (b.grpc) {
+        std::unique_ptr<GrpcBackend>& g = grpc_backends_[absl::StrCat(b.host, ":", b.port)];
+        if (g == nullptr) g = std::make_unique<GrpcBackend>(b.host, b.port);
+        of.push_back(nullptr);
+        grpc_of.push_back(g.get());
+        continue;
+      }
+      grpc_of.push_back(nullptr);
       std::unique_ptr<UpstreamEndpoint>& e =
           endpoints_[absl::StrCat(b.tls ? "https://" : "http://", b.host, ":", b.port, " ", b.tls_ca_file,
                                   b.tls_insecure_skip_verify ? " insecure" : "")];
@@ -96,6 +106,9 @@ void RouterServer::Shutdown() {
   if (stopped_) return;
   stopped_ = true;
   transport_.Shutdown();  // exchanges see their client gone: their backend calls are cancelled
+  // gRPC calls (and probes) still running are cancelled, their last callbacks run on the proxy
+  // threads, before those stop.
+  for (auto& [target, backend] : grpc_backends_) backend->Shutdown();
   proxy_work_.reset();
   proxy_io_.stop();
   for (std::thread& t : proxy_threads_) t.join();
@@ -176,7 +189,9 @@ void RouterServer::Proxy(const std::shared_ptr<HttpExchange>& exchange, std::str
   std::vector<std::string> ejected, probe_failing;
   const std::string prompt = PromptText(body);  // cache_aware's key
   for (BackendPool* pool = it->second.get(); pool != nullptr;) {
-    for (size_t i : pool->Order(now, prompt)) candidates.push_back({pool, i, endpoint_of_.at(pool)[i]});
+    for (size_t i : pool->Order(now, prompt)) {
+      candidates.push_back({pool, i, endpoint_of_.at(pool)[i], grpc_of_.at(pool)[i]});
+    }
     for (std::string& url : pool->Ejected(now)) ejected.push_back(std::move(url));
     for (std::string& url : pool->ProbeFailing()) probe_failing.push_back(std::move(url));
     const std::string& fallback = pool->model().fallback;

@@ -2,7 +2,8 @@
 // RouterConfig, on the same event-driven transport as `serve` (coordinator/api/http_transport.h).
 // /health (open), /v1/models (the configured names), /metrics (router_metrics.h), and /v1/chat/completions and
 // /v1/completions proxied by model name to a backend the model's policy picks, failing over
-// to its other backends and its fallback model (proxy_request.h); models with a health_check
+// to its other backends and its fallback model (proxy_request.h; a grpc:// backend gets the
+// request as tpserve.v1 Generate, grpc_relay.h); models with a health_check
 // have their backends probed (health_prober.h). With API keys set, every route but /health
 // needs one. Tested by tests/router_test.sh.
 #pragma once
@@ -21,6 +22,7 @@
 #include "coordinator/api/api_keys.h"
 #include "coordinator/api/http_transport.h"
 #include "coordinator/router/backend_pool.h"
+#include "coordinator/router/grpc_backend.h"
 #include "coordinator/router/health_prober.h"
 #include "coordinator/router/proxy_request.h"
 #include "coordinator/router/request_log.h"
@@ -86,6 +88,10 @@ class RouterServer {
   // proxy_io_ (their idle connections are its sockets). Fixed after Start().
   std::map<std::string, std::unique_ptr<UpstreamEndpoint>> endpoints_;
   std::map<const BackendPool*, std::vector<UpstreamEndpoint*>> endpoint_of_;  // by pool, then backend index
+  // The same for grpc:// backends: one channel per server. Their calls are cancelled and
+  // finished (GrpcBackend::Shutdown) before proxy_io_ stops. Null entries in grpc_of_ are http(s).
+  std::map<std::string, std::unique_ptr<GrpcBackend>> grpc_backends_;
+  std::map<const BackendPool*, std::vector<GrpcBackend*>> grpc_of_;
   std::unique_ptr<HealthProber> prober_;  // the models with a health_check; destroyed before proxy_io_
   bool stopped_ = false;
   HttpTransport transport_;  // last: its threads call into the members above

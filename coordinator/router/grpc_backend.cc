@@ -1,0 +1,63 @@
+// GrpcBackend: the channel's settings and the calls in flight. Tested through the router by
+// tests/router_grpc_test.cc and tests/router_grpc_test.sh.
+#include "coordinator/router/grpc_backend.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace tpserve {
+
+GrpcBackend::GrpcBackend(std::string host, int port) : target_(absl::StrCat(host, ":", port)) {
+  grpc::ChannelArguments args;
+  // After the connection fails (the server stopped or restarted), gRPC waits before it tries
+  // again and fails calls at once meanwhile; its default wait grows to 120 s. A backend that
+  // is back should take requests as soon as the router's ejection (5 s) ends, so retry at
+  // least every second.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 250);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Responses are a few tokens each; requests carry whole chats (serve takes up to its own
+  // --max-receive-message-bytes).
+  args.SetMaxSendMessageSize(-1);
+  args.SetMaxReceiveMessageSize(-1);
+  // A channel of its own per backend server, not one shared through gRPC's global pool of
+  // connections with another channel to the same server.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  channel_ = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args);
+  stub_ = v1::TpServe::NewStub(channel_);
+}
+
+bool GrpcBackend::connected() const { return channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY; }
+
+bool GrpcBackend::Track(const std::shared_ptr<Call>& call) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return false;
+  calls_.emplace(call.get(), call);
+  return true;
+}
+
+void GrpcBackend::Untrack(const Call* call) {
+  absl::MutexLock lock(&mu_);
+  calls_.erase(call);
+}
+
+void GrpcBackend::Shutdown() {
+  std::vector<std::shared_ptr<Call>> running;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    for (const auto& [key, weak] : calls_) {
+      if (std::shared_ptr<Call> call = weak.lock()) running.push_back(std::move(call));
+    }
+  }
+  // Outside the lock: gRPC may run a call's last callback (which untracks it) inside TryCancel.
+  for (const std::shared_ptr<Call>& call : running) call->TryCancel();
+  running.clear();
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](absl::flat_hash_map<const Call*, std::weak_ptr<Call>>* calls) { return calls->empty(); }, &calls_));
+}
+
+}  // namespace tpserve

@@ -1,0 +1,55 @@
+// A grpc:// backend server as the router reaches it: one gRPC channel (HTTP/2: every call to
+// the server multiplexed on one connection, which gRPC reopens when it breaks) and its
+// tpserve.v1 stub, shared by the models that list the server; and the calls in flight on it,
+// so that the router can cancel them and wait for their last callbacks before it stops.
+// Thread-safe. Tested through the router by tests/router_grpc_test.cc and tests/router_grpc_test.sh.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/tpserve.grpc.pb.h"
+
+namespace tpserve {
+
+class GrpcBackend {
+ public:
+  // `host` as the URL names it (an IPv6 address in brackets); nothing connects until a call.
+  GrpcBackend(std::string host, int port);
+  GrpcBackend(const GrpcBackend&) = delete;
+  GrpcBackend& operator=(const GrpcBackend&) = delete;
+
+  // "host:port", as the URL names the server.
+  const std::string& target() const { return target_; }
+  v1::TpServe::Stub& stub() const { return *stub_; }
+  // The channel's connection is up now: a call started now goes out on it at once.
+  bool connected() const;
+
+  // A call in flight on the channel. TryCancel must be safe at any time until it is untracked.
+  class Call {
+   public:
+    virtual ~Call() = default;
+    virtual void TryCancel() = 0;
+  };
+  // A call whose callbacks gRPC may still run: Track before starting it, Untrack in its last
+  // callback (after which nothing of it may run on the router's threads). Track is false once
+  // Shutdown began: the call must not start.
+  bool Track(const std::shared_ptr<Call>& call);
+  void Untrack(const Call* call);
+  // Cancels every tracked call and waits until each was untracked. No call starts afterwards.
+  void Shutdown();
+
+ private:
+  const std::string target_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::TpServe::Stub> stub_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<const Call*, std::weak_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace tpserve
