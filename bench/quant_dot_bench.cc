@@ -1,8 +1,9 @@
 // Decode GEMV on ggml block-quantized and FP8 weights (kernels/cpu/quant.h): y[m, n] = x[m, k] .
 // w[n, k]^T with the weights far beyond the L3, per weight type, dot-kernel path and number
 // of x rows, in GB/s of weight bytes beside the STREAM triad measured in the same run.
-// Usage: quant_dot_bench [--threads 1,2] [--k 4096] [--mib 256]
+// Usage: quant_dot_bench [--threads 1,2] [--k 4096] [--mib 256] [--types q4_1,q3_k,...]
 //   --mib 1 keeps the weights in L2: the kernels' compute rate, not the memory's.
+//   --types: only these weight types (DTypeName's names; default: every type with kernels).
 #include <omp.h>
 
 #include <algorithm>
@@ -43,13 +44,27 @@ std::vector<uint8_t> RandomBlocks(DType w, size_t bytes) {
     return v;
   }
   const uint16_t h = F32ToF16(0.004f);
-  const size_t scale_at = w == DType::kQ6_K ? 208 : 0;
-  const bool two_scales = w == DType::kQ4_K || w == DType::kQ5_K;
+  // The fp16 scales' offsets in a block: d, and dmin (K-quants) or m (Q4_1, Q5_1).
+  std::vector<size_t> scales_at = {0};
+  if (w == DType::kQ4_K || w == DType::kQ5_K || w == DType::kQ4_1 || w == DType::kQ5_1) scales_at = {0, 2};
+  if (w == DType::kQ2_K) scales_at = {80, 82};
+  if (w == DType::kQ3_K) scales_at = {108};
+  if (w == DType::kQ6_K) scales_at = {208};
   for (size_t b = 0; b + BlockBytes(w) <= bytes; b += BlockBytes(w)) {
-    std::memcpy(&v[b + scale_at], &h, 2);
-    if (two_scales) std::memcpy(&v[b + 2], &h, 2);
+    for (size_t at : scales_at) std::memcpy(&v[b + at], &h, 2);
   }
   return v;
+}
+
+std::vector<std::string> ParseNames(const char* s) {
+  std::vector<std::string> out;
+  for (const char* p = s; *p;) {
+    const char* e = p;
+    while (*e && *e != ',') ++e;
+    out.emplace_back(p, e);
+    p = *e ? e + 1 : e;
+  }
+  return out;
 }
 
 std::vector<int> ParseInts(const char* s) {
@@ -66,18 +81,29 @@ int Main(int argc, char** argv) {
   std::vector<int> thread_counts = {1, 2};
   int64_t k = 4096;
   int64_t mib = 256;
+  std::vector<std::string> only;
   for (int a = 1; a + 1 < argc; a += 2) {
     const std::string flag = argv[a];
     if (flag == "--threads") thread_counts = ParseInts(argv[a + 1]);
     else if (flag == "--k") k = std::atoll(argv[a + 1]);
     else if (flag == "--mib") mib = std::atoll(argv[a + 1]);
+    else if (flag == "--types") only = ParseNames(argv[a + 1]);
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
     }
   }
-  const DType types[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0,   DType::kQ4_K,
-                         DType::kQ5_K, DType::kQ6_K, DType::kF8_E4M3};
+  std::vector<DType> types;
+  for (DType w : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
+                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kF8_E4M3}) {
+    if (only.empty() || std::find(only.begin(), only.end(), DTypeName(w)) != only.end()) types.push_back(w);
+  }
+  for (const std::string& name : only) {
+    if (std::none_of(types.begin(), types.end(), [&](DType w) { return DTypeName(w) == name; })) {
+      std::fprintf(stderr, "--types: no dot kernels for %s\n", name.c_str());
+      return 2;
+    }
+  }
   const QuantIsa isas[] = {QuantIsa::kScalar, QuantIsa::kAvx2, QuantIsa::kAvx512Vnni};
   for (int threads : thread_counts) {
     omp_set_num_threads(threads);
@@ -132,13 +158,14 @@ int Main(int argc, char** argv) {
     std::fflush(stdout);
   }
   // QuantizeX alone: one 4096-element row, per activation kind.
-  for (DType w : {DType::kQ8_0, DType::kQ4_K}) {
+  for (DType w : {DType::kQ8_0, DType::kQ4_1, DType::kQ4_K}) {
     if (k % BlockElems(w) != 0) continue;
     std::vector<float> x(k);
     for (int64_t j = 0; j < k; ++j) x[j] = static_cast<float>((j * 7919) % 2001 - 1000) / 1000.0f;
     std::vector<uint8_t> xq(cpu::QuantizedXRowBytes(w, k));
     const double s = BestSeconds(200, [&] { cpu::QuantizeX(w, x.data(), 1, k, xq.data()); });
-    std::printf("QuantizeX %s activations, k %lld: %.2f us\n", w == DType::kQ8_0 ? "q8 (32)" : "q8_K (256)",
+    std::printf("QuantizeX %s activations, k %lld: %.2f us\n",
+                w == DType::kQ8_0 ? "q8 (32)" : w == DType::kQ4_1 ? "q8_1 (32)" : "q8_K (256)",
                 static_cast<long long>(k), s * 1e6);
   }
   return 0;

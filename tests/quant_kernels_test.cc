@@ -27,8 +27,9 @@ void PrintTo(QuantIsa isa, std::ostream* os) { *os << QuantIsaName(isa); }
 
 namespace {
 
-constexpr DType kDotTypes[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0,   DType::kQ4_K,
-                               DType::kQ5_K, DType::kQ6_K, DType::kF8_E4M3};
+constexpr DType kDotTypes[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
+                               DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
+                               DType::kF8_E4M3};
 constexpr QuantIsa kIsas[] = {QuantIsa::kScalar, QuantIsa::kAvx2, QuantIsa::kAvx512Vnni};
 
 bool IsKQuant(DType w) { return BlockElems(w) == 256; }
@@ -44,20 +45,26 @@ std::vector<float> RandomFloats(size_t n, std::mt19937& rng, float lo = -1.0f, f
   return v;
 }
 
-// Byte offsets of a block's fp16 scales (d, and dmin for Q4_K / Q5_K).
+// Byte offsets of a block's fp16 scales (d, and dmin for Q2_K / Q4_K / Q5_K, m for Q4_1 /
+// Q5_1).
 std::vector<size_t> ScaleOffsets(DType w) {
   switch (w) {
+    case DType::kQ4_1:
+    case DType::kQ5_1:
     case DType::kQ4_K:
     case DType::kQ5_K: return {0, 2};
+    case DType::kQ2_K: return {80, 82};
+    case DType::kQ3_K: return {108};
     case DType::kQ6_K: return {208};
     default: return {0};
   }
 }
 
-// `rows` weight rows of k elements: random quant bytes (every nibble, bit and 6-bit scale
-// pattern; for FP8 every code but the NaNs 0x7f / 0xff, which become 0x7e / 0xfe), with
-// scales in [1e-3, 1e-2] (fp16; FP8's fp32) so that no block holds NaN or Inf. With `fill`
-// >= 0 every quant byte is that value instead.
+// `rows` weight rows of k elements: random quant bytes (every nibble, bit and 4- or 6-bit
+// scale pattern; for FP8 every code but the NaNs 0x7f / 0xff, which become 0x7e / 0xfe), with
+// scales in [1e-3, 1e-2] (fp16; FP8's fp32) so that no block holds NaN or Inf; Q4_1 / Q5_1's
+// offsets m of either sign, as quantizers write them (m is a block's min). With `fill` >= 0
+// every quant byte is that value instead.
 std::vector<uint8_t> RandomWeights(DType w, int64_t rows, int64_t k, std::mt19937& rng, int fill = -1) {
   std::vector<uint8_t> bytes(rows * RowBytes(w, k));
   std::uniform_int_distribution<int> byte(0, 255);
@@ -73,7 +80,8 @@ std::vector<uint8_t> RandomWeights(DType w, int64_t rows, int64_t k, std::mt1993
       continue;
     }
     for (size_t off : ScaleOffsets(w)) {
-      const uint16_t h = F32ToF16(scale(rng));
+      const bool offset = off == 2 && (w == DType::kQ4_1 || w == DType::kQ5_1);
+      const uint16_t h = F32ToF16(offset && rng() % 2 ? -scale(rng) : scale(rng));
       std::memcpy(&bytes[blk + off], &h, 2);
     }
   }
@@ -89,21 +97,22 @@ struct DequantizedX {
 
 DequantizedX DequantizeX(DType w, const uint8_t* row, int64_t k) {
   DequantizedX out{std::vector<double>(k), std::vector<double>(k)};
-  if (IsF8(w)) {
-    const auto* x = reinterpret_cast<const float*>(row);
-    for (int64_t j = 0; j < k; ++j) out.x[j] = x[j];
-  } else if (IsKQuant(w)) {
-    const auto* blocks = reinterpret_cast<const BlockQ8K*>(row);
+  // Block type B's d and qs, `elems` to a block.
+  const auto widen = [&]<class B>(const B* blocks, int64_t elems) {
     for (int64_t j = 0; j < k; ++j) {
-      out.d[j] = blocks[j / 256].d;
-      out.x[j] = out.d[j] * blocks[j / 256].qs[j % 256];
+      out.d[j] = blocks[j / elems].d;
+      out.x[j] = out.d[j] * blocks[j / elems].qs[j % elems];
     }
-  } else {
-    const auto* blocks = reinterpret_cast<const BlockQ8*>(row);
-    for (int64_t j = 0; j < k; ++j) {
-      out.d[j] = blocks[j / 32].d;
-      out.x[j] = out.d[j] * blocks[j / 32].qs[j % 32];
+  };
+  switch (QuantXFor(w)) {
+    case QuantX::kF32: {
+      const auto* x = reinterpret_cast<const float*>(row);
+      for (int64_t j = 0; j < k; ++j) out.x[j] = x[j];
+      break;
     }
+    case QuantX::kQ8K: widen(reinterpret_cast<const BlockQ8K*>(row), 256); break;
+    case QuantX::kQ8_1: widen(reinterpret_cast<const BlockQ8_1*>(row), 32); break;
+    case QuantX::kQ8: widen(reinterpret_cast<const BlockQ8*>(row), 32); break;
   }
   return out;
 }
@@ -112,13 +121,15 @@ DequantizedX DequantizeX(DType w, const uint8_t* row, int64_t k) {
 
 TEST(QuantizeXTest, RoundTripWithinHalfAStep) {
   std::mt19937 rng(1);
-  for (DType w : {DType::kQ8_0, DType::kQ4_K}) {
+  for (DType w : {DType::kQ8_0, DType::kQ4_1, DType::kQ4_K}) {
     const int64_t k = 1024, m = 3;
     std::vector<float> x = RandomFloats(m * k, rng, -3.0f, 3.0f);
     for (int64_t j = 256; j < 512; ++j) x[j] *= 1e-3f;  // a block of small values
     std::memset(&x[512], 0, 256 * sizeof(float));       // an all-zero (super-)block
     const size_t row_bytes = QuantizedXRowBytes(w, k);
-    EXPECT_EQ(row_bytes, IsKQuant(w) ? k / 256 * sizeof(BlockQ8K) : k / 32 * sizeof(BlockQ8));
+    EXPECT_EQ(row_bytes, IsKQuant(w)               ? k / 256 * sizeof(BlockQ8K)
+                         : w == DType::kQ4_1 ? k / 32 * sizeof(BlockQ8_1)
+                                             : k / 32 * sizeof(BlockQ8));
     std::vector<uint8_t> xq(m * row_bytes);
     QuantizeX(w, x.data(), m, k, xq.data());
     const int64_t block = IsKQuant(w) ? 256 : 32;
@@ -154,13 +165,21 @@ TEST(QuantizeXTest, RoundTripWithinHalfAStep) {
           }
         }
       }
+      if (w == DType::kQ4_1) {  // s = d * (sum of qs), rounded once
+        const auto* blocks = reinterpret_cast<const BlockQ8_1*>(row);
+        for (int64_t b = 0; b < k / 32; ++b) {
+          int sum = 0;
+          for (int j = 0; j < 32; ++j) sum += blocks[b].qs[j];
+          ASSERT_EQ(blocks[b].s, blocks[b].d * static_cast<float>(sum)) << "block " << b;
+        }
+      }
     }
   }
 }
 
 TEST(QuantizeXTest, TiesRoundAwayFromZero) {
   // amax = 127 makes the step exactly 1, so x = n + 0.5 is a tie.
-  for (DType w : {DType::kQ8_0, DType::kQ4_K}) {
+  for (DType w : {DType::kQ8_0, DType::kQ4_1, DType::kQ4_K}) {
     const int64_t k = BlockElems(w) == 256 ? 256 : 32;
     std::vector<float> x(k, 0.0f);
     x[0] = 127.0f;
@@ -172,7 +191,9 @@ TEST(QuantizeXTest, TiesRoundAwayFromZero) {
     x[6] = 126.5f;
     std::vector<uint8_t> xq(QuantizedXRowBytes(w, k));
     QuantizeX(w, x.data(), 1, k, xq.data());
-    const int8_t* qs = IsKQuant(w) ? reinterpret_cast<BlockQ8K*>(xq.data())->qs : reinterpret_cast<BlockQ8*>(xq.data())->qs;
+    const int8_t* qs = IsKQuant(w)           ? reinterpret_cast<BlockQ8K*>(xq.data())->qs
+                       : w == DType::kQ4_1 ? reinterpret_cast<BlockQ8_1*>(xq.data())->qs
+                                           : reinterpret_cast<BlockQ8*>(xq.data())->qs;
     EXPECT_EQ(qs[0], 127);
     EXPECT_EQ(qs[1], 3);
     EXPECT_EQ(qs[2], -4);
@@ -180,6 +201,9 @@ TEST(QuantizeXTest, TiesRoundAwayFromZero) {
     EXPECT_EQ(qs[4], -1);
     EXPECT_EQ(qs[5], 0);
     EXPECT_EQ(qs[6], 127);
+    if (w == DType::kQ4_1) {
+      EXPECT_EQ(reinterpret_cast<BlockQ8_1*>(xq.data())->s, 127 + 3 - 4 + 1 - 1 + 0 + 127);
+    }
   }
 }
 
@@ -545,7 +569,7 @@ TEST(QuantDotLookupTest, OnlyTheDotTypesHaveKernels) {
     EXPECT_TRUE(HasQuantDot(w)) << DTypeName(w);
     EXPECT_NE(FindQuantDot(w, QuantIsa::kScalar), nullptr) << DTypeName(w);
   }
-  for (DType w : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_1, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K}) {
+  for (DType w : {DType::kF32, DType::kF16, DType::kBF16}) {
     EXPECT_FALSE(HasQuantDot(w)) << DTypeName(w);
     for (QuantIsa isa : kIsas) {
       EXPECT_EQ(FindQuantDot(w, isa), nullptr) << DTypeName(w) << " " << QuantIsaName(isa);

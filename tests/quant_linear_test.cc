@@ -17,8 +17,8 @@
 namespace tpserve::cpu {
 namespace {
 
-constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0,   DType::kQ4_K,
-                            DType::kQ5_K, DType::kQ6_K, DType::kF8_E4M3};
+constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K,
+                            DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kF8_E4M3};
 
 // Random blocks whose scales are small finite numbers (random bytes elsewhere; for FP8, whose
 // scale is an fp32, random codes other than the NaNs 0x7f / 0xff).
@@ -48,6 +48,16 @@ std::vector<uint8_t> RandomBlocks(DType t, int64_t rows, int64_t k, std::mt19937
         put(at, scale(rng));
         put(at + 2, scale(rng));
         break;
+      case DType::kQ4_1:
+      case DType::kQ5_1:  // m, a block's min: negative here
+        put(at, scale(rng));
+        put(at + 2, -scale(rng));
+        break;
+      case DType::kQ2_K:
+        put(at + 80, scale(rng));
+        put(at + 82, scale(rng));
+        break;
+      case DType::kQ3_K: put(at + 108, scale(rng)); break;
       case DType::kQ6_K: put(at + 208, scale(rng)); break;
       default: put(at, scale(rng)); break;
     }
@@ -74,13 +84,15 @@ std::vector<double> RoundedX(DType t, const std::vector<float>& x, int64_t m, in
   std::vector<uint8_t> xq(m * QuantizedXRowBytes(t, k));
   QuantizeX(t, x.data(), m, k, xq.data());
   std::vector<double> out(m * k);
-  const bool k_quant = BlockElems(t) == 256;
   for (int64_t i = 0; i < m; ++i) {
     const uint8_t* row = xq.data() + i * QuantizedXRowBytes(t, k);
     for (int64_t j = 0; j < k; ++j) {
-      if (k_quant) {
+      if (QuantXFor(t) == QuantX::kQ8K) {
         const BlockQ8K& b = reinterpret_cast<const BlockQ8K*>(row)[j / 256];
         out[i * k + j] = static_cast<double>(b.d) * b.qs[j % 256];
+      } else if (QuantXFor(t) == QuantX::kQ8_1) {
+        const BlockQ8_1& b = reinterpret_cast<const BlockQ8_1*>(row)[j / 32];
+        out[i * k + j] = static_cast<double>(b.d) * b.qs[j % 32];
       } else {
         const BlockQ8& b = reinterpret_cast<const BlockQ8*>(row)[j / 32];
         out[i * k + j] = static_cast<double>(b.d) * b.qs[j % 32];

@@ -7,9 +7,14 @@ For every fixture this writes tests/fixtures/gguf/models/<name>.gguf:
   * llama3, qwen2, qwen3: the weights of tests/fixtures/models/<name>/ (the safetensors
     fixture) in the checkpoint's own float type (F32, or F16 for qwen2). Their reference is
     that fixture's reference.json (transformers' logits on the same numbers).
-  * llama3_quant: llama3's weights block-quantized to a mix of Q8_0/Q4_0/Q5_0/Q4_1
+  * llama3_quant: llama3's weights block-quantized to a mix of Q8_0/Q4_0/Q5_0/Q4_1/Q5_1
     (llama3_quant_types); tests/model_test.cc compares it kept quantized with the same file
     widened at load.
+  * llama_kquant: a new 2-layer Llama with 256-wide rows (random weights, seeded; no
+    transformers reference) in Q3_K and Q2_K blocks (llama_kquant_fixture), which the tiny
+    fixtures' 64/128-wide rows cannot hold; compared the same way. gguf-py quantizes no
+    K-quant, so quantize_q2_k / quantize_q3_k write the blocks (plain amax scales, not
+    llama.cpp's search), checked against gguf.quants.dequantize.
   * gemma4: the weights of tests/fixtures/models/gemma4_text/ (F32, as the checkpoint), laid
     out as llama.cpp's Gemma 4 converter lays them out (conversion/gemma.py Gemma4Model at
     ggml-org/llama.cpp 061b8c5f; see write_gemma4_gguf). Its reference is gemma4_text's.
@@ -28,7 +33,7 @@ SentencePiece-style vocabulary (byte tokens and filler pieces) so that `tpserve 
 --prompt` can run on it; the gemma4 file carries the converter's "gemma4" (BPE) vocabulary
 layout instead.
 
-Usage: /work/tools-venv/bin/python tools/make_gguf_model_fixtures.py [--out DIR]
+Usage: /work/tools-venv/bin/python tools/make_gguf_model_fixtures.py [--out DIR] [--only NAME,...]
 Requires: gguf, numpy, safetensors, torch, transformers. Deterministic.
 """
 
@@ -141,10 +146,83 @@ def add_vocab(w: gguf.GGUFWriter, arch: str, vocab_size: int, bos: int, eos: int
     w.add_unk_token_id(tokens.index("<unk>"))
 
 
+def _f16(v: np.ndarray) -> np.ndarray:
+    return v.astype(np.float16).astype(np.float32)
+
+
+def _pack_k_quants(low2: np.ndarray) -> np.ndarray:
+    """[blocks, 256] values in 0..3 -> [blocks, 64] bytes: element 128h + 32t + l in bits
+    2t, 2t+1 of byte 32h + l (Q2_K's and Q3_K's qs)."""
+    v = low2.reshape(-1, 2, 4, 32).astype(np.uint8)
+    return (v[:, :, 0] | (v[:, :, 1] << 2) | (v[:, :, 2] << 4) | (v[:, :, 3] << 6)).reshape(-1, 64)
+
+
+def quantize_q2_k(x: np.ndarray) -> np.ndarray:
+    """[rows, cols] fp32 -> Q2_K blocks (84 bytes: scales[16], qs[64], fp16 d, dmin) with
+    x ~= (d sc) q - (dmin m) per 16 elements: each group's scale spans [min(x, 0), max(x)] in
+    3 steps."""
+    rows = x.shape[0]
+    g = x.reshape(-1, 16, 16)  # [blocks, group, element]
+    mn = np.minimum(g.min(axis=2), 0.0)
+    scale = (g.max(axis=2) - mn) / 3
+    d = _f16(scale.max(axis=1) / 15)
+    dmin = _f16(-mn.min(axis=1) / 15)
+    sc = np.clip(np.round(scale / np.where(d > 0, d, 1)[:, None]), 0, 15)
+    m = np.clip(np.round(-mn / np.where(dmin > 0, dmin, 1)[:, None]), 0, 15)
+    step = (d[:, None] * sc)[:, :, None]
+    q = np.clip(np.round((g + (dmin[:, None] * m)[:, :, None]) / np.where(step > 0, step, 1)), 0, 3)
+    out = np.concatenate([
+        (sc.astype(np.uint8) | (m.astype(np.uint8) << 4)),
+        _pack_k_quants(q.reshape(-1, 256)),
+        d.astype(np.float16).view(np.uint8).reshape(-1, 2),
+        dmin.astype(np.float16).view(np.uint8).reshape(-1, 2)], axis=1)
+    return out.reshape(rows, -1)
+
+
+def quantize_q3_k(x: np.ndarray) -> np.ndarray:
+    """[rows, cols] fp32 -> Q3_K blocks (110 bytes: hmask[32], qs[64], scales[12], fp16 d) with
+    x ~= (d (sc - 32)) q, q in [-4, 4), per 16 elements: each group's signed scale puts its
+    largest magnitude at -4."""
+    rows = x.shape[0]
+    g = x.reshape(-1, 16, 16)
+    idx = np.abs(g).argmax(axis=2)
+    peak = np.take_along_axis(g, idx[:, :, None], axis=2)[:, :, 0]
+    scale = -peak / 4
+    d = _f16(np.abs(scale).max(axis=1) / 31)
+    sc = np.clip(np.round(scale / np.where(d > 0, d, 1)[:, None]), -32, 31)
+    step = (d[:, None] * sc)[:, :, None]
+    q = np.clip(np.round(g / np.where(step != 0, step, 1)), -4, 3) * (step != 0)
+    u = (q + 4).astype(np.uint8).reshape(-1, 256)  # 0..7
+    hbits = (u >> 2).reshape(-1, 8, 32)  # element 32j + l: bit j of hmask[l]
+    hmask = np.zeros((u.shape[0], 32), dtype=np.uint8)
+    for j in range(8):
+        hmask |= (hbits[:, j] << j).astype(np.uint8)
+    s6 = (sc + 32).astype(np.uint8)  # [blocks, 16], 0..63
+    packed = np.zeros((u.shape[0], 12), dtype=np.uint8)
+    for i in range(16):
+        packed[:, i % 8] |= ((s6[:, i] & 0x0f) << (4 * (i // 8))).astype(np.uint8)
+        packed[:, 8 + i % 4] |= ((s6[:, i] >> 4) << (2 * (i // 4))).astype(np.uint8)
+    out = np.concatenate([hmask, _pack_k_quants(u & 3), packed,
+                          d.astype(np.float16).view(np.uint8).reshape(-1, 2)], axis=1)
+    return out.reshape(rows, -1)
+
+
+def quantize(t: np.ndarray, qtype: gguf.GGMLQuantizationType) -> np.ndarray:
+    """gguf.quants.quantize, and quantize_q2_k / quantize_q3_k for the K-quants gguf-py cannot
+    write (checked: gguf-py's dequantization of their blocks is near t)."""
+    Q = gguf.GGMLQuantizationType
+    if qtype not in (Q.Q2_K, Q.Q3_K):
+        return gguf.quants.quantize(t, qtype)
+    q = (quantize_q2_k if qtype == Q.Q2_K else quantize_q3_k)(t)
+    back = gguf.quants.dequantize(q, qtype)
+    err = np.sqrt(np.mean((back - t) ** 2) / np.mean(t ** 2))
+    assert back.shape == t.shape and err < (0.5 if qtype == Q.Q2_K else 0.3), (qtype.name, err)
+    return q
+
+
 def write_gguf(path: Path, arch: str, config: dict, tensors: dict[str, np.ndarray],
                quant: dict[str, gguf.GGMLQuantizationType] | None = None) -> None:
-    """quant: GGUF tensor names to store block-quantized (gguf.quants.quantize), the rest as
-    they are."""
+    """quant: GGUF tensor names to store block-quantized (quantize), the rest as they are."""
     quant = quant or {}
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     w = gguf.GGUFWriter(str(path), arch)
@@ -194,8 +272,7 @@ def write_gguf(path: Path, arch: str, config: dict, tensors: dict[str, np.ndarra
         if t.ndim == 1 and t.dtype == np.float16:
             t = t.astype(np.float32)  # llama.cpp keeps 1-D tensors in F32
         if name in quant:
-            q = gguf.quants.quantize(np.ascontiguousarray(t, dtype=np.float32), quant[name])
-            w.add_tensor(name, q, raw_dtype=quant[name])
+            w.add_tensor(name, quantize(np.ascontiguousarray(t, dtype=np.float32), quant[name]), raw_dtype=quant[name])
             continue
         w.add_tensor(name, np.ascontiguousarray(t))
     w.write_header_to_file()
@@ -216,20 +293,66 @@ def from_safetensors_fixture(name: str, arch: str, out: Path, file_name: str | N
 
 def llama3_quant_types() -> dict[str, gguf.GGMLQuantizationType]:
     """llama3_quant.gguf: the llama3 fixture with its matrices in the block types that have
-    CPU kernels (Q8_0, Q4_0, Q5_0: the tiny model's 64/128-wide rows fit no K-quant), mixed as
-    a quantizer mixes them, so that tests/model_test.cc meets each loader case: a QKV projection
-    whose v differs (kept as two segments), a gate/up pair of two types (widened: one dense
-    output), a type without kernels (Q4_1: widened), F32 norms."""
+    CPU kernels with 32-element blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: the tiny model's
+    64/128-wide rows fit no K-quant), mixed as a quantizer mixes them, so that
+    tests/model_test.cc meets each loader case: a QKV projection whose v differs (kept as two
+    segments), a gate/up pair of two types (widened: one dense output), F32 norms."""
     Q = gguf.GGMLQuantizationType
     types = {"token_embd.weight": Q.Q8_0, "output.weight": Q.Q5_0}
     for i in range(4):
         layer = {
             "attn_q": Q.Q4_0, "attn_k": Q.Q4_0, "attn_v": Q.Q8_0 if i % 2 == 0 else Q.Q4_0,
-            "attn_output": Q.Q5_0, "ffn_gate": Q.Q4_0, "ffn_up": Q.Q5_0 if i == 1 else Q.Q4_0,
-            "ffn_down": Q.Q4_1 if i == 2 else Q.Q8_0,
+            "attn_output": Q.Q5_1 if i == 3 else Q.Q5_0, "ffn_gate": Q.Q4_0,
+            "ffn_up": Q.Q5_0 if i == 1 else Q.Q4_0, "ffn_down": Q.Q4_1 if i == 2 else Q.Q8_0,
         }
         types.update({f"blk.{i}.{k}.weight": v for k, v in layer.items()})
     return types
+
+
+def llama_kquant_fixture(out: Path) -> None:
+    """llama_kquant.gguf: a 2-layer Llama (hidden 256, intermediate 512, 4 heads of 64, 2 KV
+    heads, vocab 512) with random weights (numpy, seeded; each matrix's scale 1/sqrt(its
+    inputs), so that the logits spread over a few units), its matrices in Q3_K and Q2_K as a
+    Q3_K_S / Q2_K quantizer mixes them: layer 0's v in Q2_K beside Q3_K q/k (two segments), a
+    Q2_K down projection (512 inputs: whole blocks per rank at TP 2) and attn_output (256
+    inputs: split mid-block at TP 2, so widened there), the embedding in Q3_K, the LM head in
+    Q2_K."""
+    rng = np.random.default_rng(31)
+    hidden, inter, layers, heads, kv_heads, head_dim, vocab = 256, 512, 2, 4, 2, 64, 512
+    config = {
+        "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
+        "vocab_size": vocab, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "bos_token_id": 1, "eos_token_id": 2,
+    }
+
+    def matrix(rows: int, cols: int) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) / math.sqrt(cols)).astype(np.float32)
+
+    tensors = {"model.embed_tokens.weight": rng.standard_normal((vocab, hidden)).astype(np.float32),
+               "model.norm.weight": np.ones(hidden, dtype=np.float32),
+               "lm_head.weight": 3 * matrix(vocab, hidden)}
+    Q = gguf.GGMLQuantizationType
+    types = {"token_embd.weight": Q.Q3_K, "output.weight": Q.Q2_K}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        tensors.update({
+            p + "self_attn.q_proj.weight": matrix(heads * head_dim, hidden),
+            p + "self_attn.k_proj.weight": matrix(kv_heads * head_dim, hidden),
+            p + "self_attn.v_proj.weight": matrix(kv_heads * head_dim, hidden),
+            p + "self_attn.o_proj.weight": matrix(hidden, heads * head_dim),
+            p + "mlp.gate_proj.weight": matrix(inter, hidden),
+            p + "mlp.up_proj.weight": matrix(inter, hidden),
+            p + "mlp.down_proj.weight": matrix(hidden, inter),
+            p + "input_layernorm.weight": (1 + 0.1 * rng.standard_normal(hidden)).astype(np.float32),
+            p + "post_attention_layernorm.weight": (1 + 0.1 * rng.standard_normal(hidden)).astype(np.float32),
+        })
+        layer = {"attn_q": Q.Q3_K, "attn_k": Q.Q3_K, "attn_v": Q.Q2_K if i == 0 else Q.Q3_K,
+                 "attn_output": Q.Q2_K, "ffn_gate": Q.Q3_K, "ffn_up": Q.Q3_K,
+                 "ffn_down": Q.Q2_K if i == 0 else Q.Q3_K}
+        types.update({f"blk.{i}.{k}.weight": v for k, v in layer.items()})
+    write_gguf(out / "llama_kquant.gguf", "llama", config, tensors, types)
 
 
 def gemma3_fixture(out: Path) -> None:
@@ -367,13 +490,23 @@ def gemma4_fixture(out: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--only", default="", help="comma-separated fixture names (default: all)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for name, arch in [("llama3", "llama"), ("qwen2", "qwen2"), ("qwen3", "qwen3")]:
-        from_safetensors_fixture(name, arch, args.out)
-    from_safetensors_fixture("llama3", "llama", args.out, "llama3_quant.gguf", llama3_quant_types())
-    gemma3_fixture(args.out)
-    gemma4_fixture(args.out)
+    fixtures = {name: (lambda name=name, arch=arch: from_safetensors_fixture(name, arch, args.out))
+                for name, arch in [("llama3", "llama"), ("qwen2", "qwen2"), ("qwen3", "qwen3")]}
+    fixtures["llama3_quant"] = lambda: from_safetensors_fixture("llama3", "llama", args.out, "llama3_quant.gguf",
+                                                                llama3_quant_types())
+    fixtures["llama_kquant"] = lambda: llama_kquant_fixture(args.out)
+    fixtures["gemma3"] = lambda: gemma3_fixture(args.out)
+    fixtures["gemma4"] = lambda: gemma4_fixture(args.out)
+    only = [n for n in args.only.split(",") if n]
+    for name in only:
+        if name not in fixtures:
+            ap.error(f"--only: no fixture {name!r} (there are {', '.join(fixtures)})")
+    for name, make in fixtures.items():
+        if not only or name in only:
+            make()
     for p in sorted(args.out.iterdir()):
         print(f"{p.name:28s} {p.stat().st_size / 1024:8.1f} KiB")
     return 0

@@ -22,13 +22,15 @@ namespace tpserve {
 struct WeightFormats {
   std::map<DType, int64_t> bytes;    // this rank's matrix bytes per storage dtype
   std::map<DType, int64_t> tensors;  // matrices (or fused parts) per storage dtype
-  std::map<std::string, int64_t> widened;  // reason -> tensors, e.g. "q4_1: no CPU kernels"
+  // reason -> tensors, e.g. "q4_k: no kernels for it on the cuda(...) backend"
+  std::map<std::string, int64_t> widened;
 
   int64_t total_bytes() const;
   // Whether any matrix stayed block-quantized.
   bool any_quantized() const;
   // e.g. "q4_k 98.2 MiB (109), q6_k 21.1 MiB (19), bfloat16 1.3 MiB (1); widened to bfloat16
-  // at load: q4_1: no kernels for it on this backend (1)".
+  // at load: q2_k: a rank's input columns [0, 128) are not whole 256-element blocks
+  // (tensor-parallel split) (2)".
   std::string Describe(DType widened_to) const;
   // The storage dtypes, most bytes first, e.g. "q4_k+q6_k+q8_0"; the float dtype alone when
   // nothing stayed quantized.

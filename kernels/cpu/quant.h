@@ -8,8 +8,10 @@
 // Exactness: a dot kernel's result is dequant(w) · dequant(quantize(x)) computed in exact
 // integer arithmetic per block (per sub-block for the K-quants), then summed in fp32, so every
 // instruction-set path agrees with the scalar one up to the order of the fp32 sums of block
-// results. The error against fp32 x is x's int8 rounding (|dx| <= d / 2 per element, d the
-// block's amax / 127). Tested by tests/quant_kernels_test.cc per type and per path against
+// results. Q4_1 and Q5_1 (w = d q + m) add m * s per block, s = d_x * sum of x's int8 values
+// (BlockQ8_1), so their fp32 sums are over two terms a block, whose magnitudes bound the
+// rounding rather than |w . x| (they may cancel where m < 0). The error against fp32 x is x's
+// int8 rounding (|dx| <= d / 2 per element, d the block's amax / 127). Tested by tests/quant_kernels_test.cc per type and per path against
 // the dequantize-then-dot reference (kernels/cpu/dequantize.h); measured by
 // bench/quant_dot_bench.cc.
 //
@@ -39,15 +41,32 @@ struct BlockQ8 {
 };
 static_assert(sizeof(BlockQ8) == 36);
 
-// An activation super-block for the K-quants (Q4_K, Q5_K, Q6_K), as ggml's block_q8_K:
+// An activation block for the weight types with an offset (Q4_1, Q5_1: w = d q + m), as
+// ggml's block_q8_1: BlockQ8's d and qs (the same numbers), and s = d * sum of qs (fp32,
+// ggml's fp16), which the weight block's m multiplies. A separate type, so that BlockQ8's
+// types read no bytes they do not use.
+struct BlockQ8_1 {
+  float d;
+  float s;
+  int8_t qs[32];
+};
+static_assert(sizeof(BlockQ8_1) == 40);
+
+// An activation super-block for the K-quants (Q2_K ... Q6_K), as ggml's block_q8_K:
 // x[j] ~= d * qs[j]; bsums[g] = sum of qs[16g .. 16g + 16) (the K-quants' mins and Q6_K's
-// offset of 32 multiply these).
+// offset of 32, Q3_K's of 4 multiply these).
 struct BlockQ8K {
   float d;
   int8_t qs[256];
   int16_t bsums[16];
 };
 static_assert(sizeof(BlockQ8K) == 292);
+
+// The activation blocks QuantizeX writes for a weight type: BlockQ8 (Q4_0, Q5_0, Q8_0),
+// BlockQ8_1 (Q4_1, Q5_1), BlockQ8K (the K-quants), or x as it is (kF32: F8_E4M3).
+enum class QuantX : uint8_t { kQ8, kQ8_1, kQ8K, kF32 };
+// The weight type must have kernels (HasQuantDot).
+QuantX QuantXFor(DType w);
 
 // The instruction-set paths of the dot kernels. kScalar runs everywhere (the reference);
 // kAvx2 needs AVX2 + FMA (+ F16C for FP8); kAvx512Vnni needs AVX-512 F/BW/VL + VNNI (its
@@ -59,13 +78,14 @@ bool QuantIsaAvailable(QuantIsa isa);
 // The fastest available path.
 QuantIsa BestQuantIsa();
 
-// Whether the weight type has dot kernels: Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, F8_E4M3. Weights of the
-// other quantized types are widened at load (the loader says so).
+// Whether the weight type has dot kernels: every ggml block type tpserve reads (Q4_0, Q4_1,
+// Q5_0, Q5_1, Q8_0, Q2_K ... Q6_K) and F8_E4M3. Weights of other types are widened at load
+// (the loader says so).
 bool HasQuantDot(DType w);
 
 // Bytes of one quantized activation row of k elements for weight type `w`
-// (k / 32 BlockQ8 or k / 256 BlockQ8K; 4 k for F8_E4M3: fp32); k is a multiple of
-// BlockElems(w).
+// (k / 32 BlockQ8 or BlockQ8_1, or k / 256 BlockQ8K; 4 k for F8_E4M3: fp32); k is a multiple
+// of BlockElems(w).
 size_t QuantizedXRowBytes(DType w, int64_t k);
 // Quantizes x [m, k] fp32 for weight type w: row i at xq + i * QuantizedXRowBytes(w, k).
 // Round to nearest (ties away from zero, as ggml's roundf); an all-zero block gets d = 0.

@@ -3,9 +3,9 @@
 // (quant_dot_avx2.cc, quant_dot_avx512.cc) are tested by tests/quant_kernels_test.cc.
 //
 // Every path computes, per weight block and row of x, the same integers (the block's or
-// super-block's sum of q_w * q_x, with the K-quants' 6-bit sub-block scales and mins applied
-// in int32: at most ~2^28, no overflow) and scales them in fp32 by d_w * d_x; only the order of
-// the fp32 sums over blocks differs between paths. The integer work may be vectorized by the
+// super-block's sum of q_w * q_x, with the K-quants' 4- or 6-bit sub-block scales and mins
+// applied in int32: at most ~2^28, no overflow) and scales them in fp32 by d_w * d_x (Q4_1 and
+// Q5_1 add m_w * s_x); only the order of the fp32 sums over blocks differs between paths. The integer work may be vectorized by the
 // compiler for the build's ISA: integers are exact, and the fp32 sums are not reordered
 // without -ffast-math. F8_E4M3 is fp32 arithmetic throughout (see quant.h, and DotF8Rows in
 // quant_dot_kernels.inc): the paths differ only in how their fp32 sums round.
@@ -30,6 +30,9 @@ inline float LoadF16(const uint8_t* p) {
 inline const BlockQ8* XRow8(const void* xq, size_t xq_row_bytes, int i) {
   return reinterpret_cast<const BlockQ8*>(static_cast<const uint8_t*>(xq) + i * xq_row_bytes);
 }
+inline const BlockQ8_1* XRow8_1(const void* xq, size_t xq_row_bytes, int i) {
+  return reinterpret_cast<const BlockQ8_1*>(static_cast<const uint8_t*>(xq) + i * xq_row_bytes);
+}
 inline const BlockQ8K* XRow8K(const void* xq, size_t xq_row_bytes, int i) {
   return reinterpret_cast<const BlockQ8K*>(static_cast<const uint8_t*>(xq) + i * xq_row_bytes);
 }
@@ -47,6 +50,20 @@ void QuantizeQ8Scalar(const float* x, int64_t blocks, BlockQ8* out) {
     const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
     out[b].d = amax / 127.0f;
     for (int j = 0; j < 32; ++j) out[b].qs[j] = static_cast<int8_t>(std::round(xb[j] * id));
+  }
+}
+
+// BlockQ8's numbers, and s = d * (sum of qs) rounded once (ggml's quantize_row_q8_1 stores it
+// as fp16).
+void QuantizeQ8_1Scalar(const float* x, int64_t blocks, BlockQ8_1* out) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    BlockQ8 q;
+    QuantizeQ8Scalar(x + 32 * b, 1, &q);
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) sum += q.qs[j];
+    out[b].d = q.d;
+    out[b].s = q.d * static_cast<float>(sum);
+    std::memcpy(out[b].qs, q.qs, 32);
   }
 }
 
@@ -104,6 +121,33 @@ void DotQ5_0Scalar(const void* w_row, const void* xq, size_t xs, int m, int64_t 
         isum += (lo - 16) * x[b].qs[j] + (hi - 16) * x[b].qs[j + 16];
       }
       sum += (LoadF16(blk) * x[b].d) * static_cast<float>(isum);
+    }
+    y[i * ldy] = sum;
+  }
+}
+
+// Q4_1 (20 bytes: fp16 d, m; qs[16] as Q4_0) and Q5_1 (24 bytes: fp16 d, m; uint32 qh; qs[16],
+// as Q5_0): w = d q + m with q unsigned, so a block's dot is d d_x (q . x_q) + m s (BlockQ8_1's
+// s = d_x sum x_q), as ggml's vec_dot_q4_1_q8_1.
+template <bool kQ5>
+void DotQ45_1Scalar(const void* w_row, const void* xq, size_t xs, int m, int64_t k, float* y, int64_t ldy) {
+  constexpr int64_t kBytes = kQ5 ? 24 : 20;
+  const uint8_t* w = static_cast<const uint8_t*>(w_row);
+  for (int i = 0; i < m; ++i) {
+    const BlockQ8_1* x = XRow8_1(xq, xs, i);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < k / 32; ++b) {
+      const uint8_t* blk = w + kBytes * b;
+      uint32_t qh = 0;
+      if (kQ5) std::memcpy(&qh, blk + 4, 4);
+      const uint8_t* qs = blk + (kQ5 ? 8 : 4);
+      int isum = 0;
+      for (int j = 0; j < 16; ++j) {
+        const int lo = (qs[j] & 0x0f) | static_cast<int>(((qh >> j) & 1u) << 4);
+        const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+        isum += lo * x[b].qs[j] + hi * x[b].qs[j + 16];
+      }
+      sum += (LoadF16(blk) * x[b].d) * static_cast<float>(isum) + LoadF16(blk + 2) * x[b].s;
     }
     y[i * ldy] = sum;
   }
@@ -172,6 +216,76 @@ void DotQ45KScalar(const void* w_row, const void* xq, size_t xs, int m, int64_t 
   }
 }
 
+// Q2_K, 84 bytes: scales[16] (per 16 elements: the scale in the low nibble, the min in the
+// high one); qs[64]; fp16 d, dmin. In each 128-element half, element l + 32t (l < 32) is bits
+// 2t, 2t+1 of qs[32 half + l] (dequantize.cc's DecodeQ2_K). w = (d sc_g) q - (dmin m_g): the dot
+// is d sum_g sc_g (q . x_q)_g - dmin sum_g m_g bsum_g, times d_x (ggml's vec_dot_q2_K_q8_K).
+void DotQ2_KScalar(const void* w_row, const void* xq, size_t xs, int m, int64_t k, float* y, int64_t ldy) {
+  const uint8_t* w = static_cast<const uint8_t*>(w_row);
+  for (int i = 0; i < m; ++i) {
+    const BlockQ8K* x = XRow8K(xq, xs, i);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < k / 256; ++b) {
+      const uint8_t* blk = w + 84 * b;
+      const uint8_t* scales = blk;
+      int isum = 0, msum = 0;
+      for (int g = 0; g < 16; ++g) msum += (scales[g] >> 4) * x[b].bsums[g];
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t* q = blk + 16 + 32 * half;
+        for (int t = 0; t < 4; ++t) {
+          for (int g = 0; g < 2; ++g) {
+            int dot = 0;
+            for (int l = 16 * g; l < 16 * g + 16; ++l) dot += ((q[l] >> (2 * t)) & 3) * x[b].qs[128 * half + 32 * t + l];
+            isum += (scales[8 * half + 2 * t + g] & 0x0f) * dot;
+          }
+        }
+      }
+      sum += (LoadF16(blk + 80) * x[b].d) * static_cast<float>(isum);
+      sum -= (LoadF16(blk + 82) * x[b].d) * static_cast<float>(msum);
+    }
+    y[i * ldy] = sum;
+  }
+}
+
+// Q3_K, 110 bytes: hmask[32]; qs[64] (low 2 bits, laid out as Q2_K's); scales[12] (16 6-bit
+// scales); fp16 d. Element l + 32t of half h has q = low2 - 4 + 4 * (bit 4h + t of hmask[l]),
+// in [-4, 4); its group's scale is sc - 32 (dequantize.cc's DecodeQ3_K). The dot is
+// d sum_g (sc_g - 32) (q . x_q)_g, times d_x (ggml's vec_dot_q3_K_q8_K).
+void DotQ3_KScalar(const void* w_row, const void* xq, size_t xs, int m, int64_t k, float* y, int64_t ldy) {
+  const uint8_t* w = static_cast<const uint8_t*>(w_row);
+  for (int i = 0; i < m; ++i) {
+    const BlockQ8K* x = XRow8K(xq, xs, i);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < k / 256; ++b) {
+      const uint8_t* blk = w + 110 * b;
+      const uint8_t* hmask = blk;
+      const uint8_t* packed = blk + 96;
+      // Scale g: low 4 bits from byte g % 8 (low nibble for g < 8, high for g >= 8), high 2 bits
+      // from byte 8 + g % 4 at bit 2 (g / 4).
+      int sc[16];
+      for (int g = 0; g < 16; ++g) {
+        sc[g] = (((packed[g & 7] >> (4 * (g >> 3))) & 0x0f) | (((packed[8 + (g & 3)] >> (2 * (g >> 2))) & 3) << 4)) - 32;
+      }
+      int isum = 0;
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t* q = blk + 32 + 32 * half;
+        for (int t = 0; t < 4; ++t) {
+          for (int g = 0; g < 2; ++g) {
+            int dot = 0;
+            for (int l = 16 * g; l < 16 * g + 16; ++l) {
+              const int v = ((q[l] >> (2 * t)) & 3) - ((hmask[l] >> (4 * half + t)) & 1 ? 0 : 4);
+              dot += v * x[b].qs[128 * half + 32 * t + l];
+            }
+            isum += sc[8 * half + 2 * t + g] * dot;
+          }
+        }
+      }
+      sum += (LoadF16(blk + 108) * x[b].d) * static_cast<float>(isum);
+    }
+    y[i * ldy] = sum;
+  }
+}
+
 // Q6_K, 210 bytes: ql[128], qh[64], int8 scales[16] (per 16 elements), fp16 d; w = (d sc)(q - 32)
 // with q in [0, 64): the dot is d (sum_g sc_g (q . x_q)_g - 32 sum_g sc_g bsum_g), times d_x.
 // In each 128-element half, element l + 32t takes nibble t/2 of ql[l + 32(t%2)] and bits
@@ -228,8 +342,12 @@ void DotF8E4M3Scalar(const void* w_row, const void* xq, size_t xs, int m, int64_
 QuantDotFn FindScalar(DType w) {
   switch (w) {
     case DType::kQ4_0: return DotQ4_0Scalar;
+    case DType::kQ4_1: return DotQ45_1Scalar<false>;
     case DType::kQ5_0: return DotQ5_0Scalar;
+    case DType::kQ5_1: return DotQ45_1Scalar<true>;
     case DType::kQ8_0: return DotQ8_0Scalar;
+    case DType::kQ2_K: return DotQ2_KScalar;
+    case DType::kQ3_K: return DotQ3_KScalar;
     case DType::kQ4_K: return DotQ45KScalar<false>;
     case DType::kQ5_K: return DotQ45KScalar<true>;
     case DType::kQ6_K: return DotQ6_KScalar;
@@ -237,8 +355,6 @@ QuantDotFn FindScalar(DType w) {
     default: return nullptr;
   }
 }
-
-bool UsesQ8K(DType w) { return w == DType::kQ4_K || w == DType::kQ5_K || w == DType::kQ6_K; }
 
 }  // namespace
 
@@ -269,15 +385,28 @@ QuantIsa BestQuantIsa() {
 
 bool HasQuantDot(DType w) { return FindScalar(w) != nullptr; }
 
+QuantX QuantXFor(DType w) {
+  TP_CHECK(HasQuantDot(w));
+  if (w == DType::kF8_E4M3) return QuantX::kF32;
+  if (w == DType::kQ4_1 || w == DType::kQ5_1) return QuantX::kQ8_1;
+  return BlockElems(w) == 256 ? QuantX::kQ8K : QuantX::kQ8;
+}
+
 size_t QuantizedXRowBytes(DType w, int64_t k) {
   TP_CHECK(HasQuantDot(w) && k % BlockElems(w) == 0);
-  if (w == DType::kF8_E4M3) return static_cast<size_t>(k) * sizeof(float);
-  return UsesQ8K(w) ? static_cast<size_t>(k / 256) * sizeof(BlockQ8K) : static_cast<size_t>(k / 32) * sizeof(BlockQ8);
+  switch (QuantXFor(w)) {
+    case QuantX::kQ8: return static_cast<size_t>(k / 32) * sizeof(BlockQ8);
+    case QuantX::kQ8_1: return static_cast<size_t>(k / 32) * sizeof(BlockQ8_1);
+    case QuantX::kQ8K: return static_cast<size_t>(k / 256) * sizeof(BlockQ8K);
+    case QuantX::kF32: return static_cast<size_t>(k) * sizeof(float);
+  }
+  return 0;
 }
 
 void QuantizeX(DType w, const float* x, int64_t m, int64_t k, void* xq) {
   const size_t row_bytes = QuantizedXRowBytes(w, k);
-  if (w == DType::kF8_E4M3) {  // x as it is: row i at i * 4k bytes
+  const QuantX kind = QuantXFor(w);
+  if (kind == QuantX::kF32) {  // x as it is: row i at i * 4k bytes
     std::memcpy(xq, x, static_cast<size_t>(m) * row_bytes);
     return;
   }
@@ -285,9 +414,12 @@ void QuantizeX(DType w, const float* x, int64_t m, int64_t k, void* xq) {
   for (int64_t i = 0; i < m; ++i) {
     const float* xi = x + i * k;
     void* out = static_cast<uint8_t*>(xq) + i * row_bytes;
-    if (UsesQ8K(w)) {
+    if (kind == QuantX::kQ8K) {
       auto* blocks = static_cast<BlockQ8K*>(out);
       avx2 ? quant_paths::QuantizeQ8KAvx2(xi, k / 256, blocks) : QuantizeQ8KScalar(xi, k / 256, blocks);
+    } else if (kind == QuantX::kQ8_1) {
+      auto* blocks = static_cast<BlockQ8_1*>(out);
+      avx2 ? quant_paths::QuantizeQ8_1Avx2(xi, k / 32, blocks) : QuantizeQ8_1Scalar(xi, k / 32, blocks);
     } else {
       auto* blocks = static_cast<BlockQ8*>(out);
       avx2 ? quant_paths::QuantizeQ8Avx2(xi, k / 32, blocks) : QuantizeQ8Scalar(xi, k / 32, blocks);

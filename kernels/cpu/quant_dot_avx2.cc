@@ -102,25 +102,43 @@ inline __m256i PackBytes(__m256i a, __m256i b, __m256i c, __m256i d) {
   return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+// One 32-element block of x: its d, and its 32 int8 values as int32 in q[0..3] (in order).
+inline float RoundBlock32(const float* xb, __m256i* q) {
+  __m256 v[4];
+  __m256 amax = _mm256_setzero_ps();
+  for (int j = 0; j < 4; ++j) {
+    v[j] = _mm256_loadu_ps(xb + 8 * j);
+    amax = _mm256_max_ps(amax, Abs(v[j]));
+  }
+  const float a = HorizontalMax(amax);
+  const __m256 id = _mm256_set1_ps(a > 0.0f ? 127.0f / a : 0.0f);
+  for (int j = 0; j < 4; ++j) q[j] = RoundScaled(v[j], id);
+  return a / 127.0f;
+}
+
 }  // namespace
 
 QuantDotFn FindAvx2(DType w) { return FindKernel(w); }
 
 void QuantizeQ8Avx2(const float* x, int64_t blocks, BlockQ8* out) {
   for (int64_t b = 0; b < blocks; ++b) {
-    const float* xb = x + 32 * b;
-    __m256 v[4];
-    __m256 amax = _mm256_setzero_ps();
-    for (int j = 0; j < 4; ++j) {
-      v[j] = _mm256_loadu_ps(xb + 8 * j);
-      amax = _mm256_max_ps(amax, Abs(v[j]));
-    }
-    const float a = HorizontalMax(amax);
-    const __m256 id = _mm256_set1_ps(a > 0.0f ? 127.0f / a : 0.0f);
-    out[b].d = a / 127.0f;
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs),
-                        PackBytes(RoundScaled(v[0], id), RoundScaled(v[1], id), RoundScaled(v[2], id),
-                                  RoundScaled(v[3], id)));
+    __m256i q[4];
+    out[b].d = RoundBlock32(x + 32 * b, q);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), PackBytes(q[0], q[1], q[2], q[3]));
+  }
+}
+
+void QuantizeQ8_1Avx2(const float* x, int64_t blocks, BlockQ8_1* out) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m256i q[4];
+    const float d = RoundBlock32(x + 32 * b, q);
+    out[b].d = d;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), PackBytes(q[0], q[1], q[2], q[3]));
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    out[b].s = d * static_cast<float>(_mm_cvtsi128_si32(s4));
   }
 }
 

@@ -18,6 +18,7 @@ QuantDotFn FindAvx512Vnni(DType w);
 // QuantizeX's blocks on AVX2 (quant_dot_avx2.cc), bit-identical to the scalar ones in
 // quant_dot.cc: `blocks` consecutive 32- or 256-element blocks of x.
 void QuantizeQ8Avx2(const float* x, int64_t blocks, BlockQ8* out);
+void QuantizeQ8_1Avx2(const float* x, int64_t blocks, BlockQ8_1* out);
 void QuantizeQ8KAvx2(const float* x, int64_t blocks, BlockQ8K* out);
 
 }  // namespace tpserve::cpu::quant_paths
