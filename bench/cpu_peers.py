@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One measured run of one engine, and the report over many: the halves of bench/cpu_peers.sh.
 
-  cpu_peers.py run --engine tpserve|tpserve-sgemm|torch|llamacpp --model DIR [--gguf FILE] [--tpserve BIN]
+  cpu_peers.py run --engine tpserve|tpserve-sgemm|tpserve-amx|tpserve-onednn|torch|llamacpp --model DIR [--gguf FILE] [--tpserve BIN]
                    --threads T --prompt-len 512 --decode 64 --seed S [--label L]
       prints one JSON line: prefill_ms (the prompt's forward pass, first token's logits
       included), decode_step_ms (each of the `decode` one-token steps after it, greedy),
@@ -19,7 +19,8 @@ same thread count, and computes logits for the last position only during the pre
 (transformers: logits_to_keep=1; llama.cpp: its default; tpserve: the sampled row).
 tpserve-sgemm is tpserve with --cpu-gemm sgemm (fp32 activations, OpenBLAS prefill, the AVX2
 GEMV): beside tpserve (--cpu-gemm auto) it measures what auto's choice gains on this CPU;
-tpserve-amx is tpserve with --cpu-gemm amx-bf16 (its own AMX-BF16 prefill tiles).
+tpserve-amx is tpserve with --cpu-gemm amx-bf16 (its own AMX-BF16 tiles; what auto picks on a CPU
+with AMX since 2026-12-07), tpserve-onednn with --cpu-gemm onednn-bf16 (oneDNN's bf16 matmul).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def run_tpserve(a, ids):
     cmd = [a.tpserve, "generate", "--model", str(a.model), "--prompt-ids", ",".join(map(str, ids)),
            "--max-tokens", str(a.decode + 1), "--ignore-eos", "--json", "--threads", str(a.threads),
            "--kv-cache-memory", "512MiB", "--max-model-len", str(max(1024, a.prompt_len + a.decode + 16)),
-           "--cpu-gemm", {"tpserve-sgemm": "sgemm", "tpserve-amx": "amx-bf16"}.get(a.engine, "auto")]
+           "--cpu-gemm", {"tpserve-sgemm": "sgemm", "tpserve-amx": "amx-bf16", "tpserve-onednn": "onednn-bf16"}.get(a.engine, "auto")]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"tpserve exited {p.returncode}: {p.stderr[-2000:]}")
@@ -134,7 +135,7 @@ def run_llamacpp(a, ids):
 
 def cmd_run(a) -> int:
     ids = prompt_ids(a.model, a.prompt_len, a.seed)
-    run = {"tpserve": run_tpserve, "tpserve-sgemm": run_tpserve, "tpserve-amx": run_tpserve, "torch": run_torch, "llamacpp": run_llamacpp}[a.engine]
+    run = {"tpserve": run_tpserve, "tpserve-sgemm": run_tpserve, "tpserve-amx": run_tpserve, "tpserve-onednn": run_tpserve, "torch": run_torch, "llamacpp": run_llamacpp}[a.engine]
     r = run(a, ids)
     steps = r["decode_step_ms"]
     r.update({
@@ -170,8 +171,8 @@ def cmd_report(a) -> int:
         j = json.loads(line)
         (triads if "triad_gbs" in j else runs).append(j)
     models = sorted({r["model"] for r in runs})
-    engines = [e for e in ("tpserve", "tpserve-sgemm", "tpserve-amx", "torch", "llamacpp") if any(r["engine"] == e for r in runs)]
-    names = {"tpserve": "tpserve", "tpserve-sgemm": "tpserve --cpu-gemm sgemm", "tpserve-amx": "tpserve --cpu-gemm amx-bf16", "torch": "PyTorch", "llamacpp": "llama.cpp"}
+    engines = [e for e in ("tpserve", "tpserve-sgemm", "tpserve-amx", "tpserve-onednn", "torch", "llamacpp") if any(r["engine"] == e for r in runs)]
+    names = {"tpserve": "tpserve", "tpserve-sgemm": "tpserve --cpu-gemm sgemm", "tpserve-amx": "tpserve --cpu-gemm amx-bf16", "tpserve-onednn": "tpserve --cpu-gemm onednn-bf16", "torch": "PyTorch", "llamacpp": "llama.cpp"}
     print(f"STREAM triad: median {fmt(statistics.median(t['triad_gbs'] for t in triads), 2)} GB/s, "
           f"max {fmt(max(t['triad_gbs'] for t in triads), 2)} GB/s over {len(triads)} runs "
           f"({triads[0]['threads']} threads)\n" if triads else "STREAM triad: not run\n")
@@ -225,7 +226,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
-    r.add_argument("--engine", required=True, choices=["tpserve", "tpserve-sgemm", "tpserve-amx", "torch", "llamacpp"])
+    r.add_argument("--engine", required=True, choices=["tpserve", "tpserve-sgemm", "tpserve-amx", "tpserve-onednn", "torch", "llamacpp"])
     r.add_argument("--model", required=True, type=Path)
     r.add_argument("--gguf", type=Path)
     r.add_argument("--tpserve", default="build/launch/tpserve")

@@ -1,7 +1,7 @@
 // Micro-benchmark of the CPU kernels: decode Linear's weight bandwidth beside the STREAM
 // triad, prefill Linear's GFLOP/s beside OpenBLAS sgemm, and paged-attention decode time.
 // Usage: kernels_bench [--threads N] [--sweep] [--models gemma-4-1b,llama-3.2-1b,gemma-4-31b]
-//                      [--huge-pages-ab ROUNDS] [--gemv-paths-ab ROUNDS] [--attention]
+//                      [--huge-pages-ab ROUNDS] [--gemv-paths-ab ROUNDS] [--tiles-ab ROUNDS] [--attention]
 //   --attention prints only the paged-attention lines (prefill of 512 tokens for two head
 //   shapes, decode over a 1k context), for quick A/B runs of the attention kernel.
 //   --sweep adds Linear over batch sizes; --models replaces the generic shapes with the
@@ -14,6 +14,8 @@
 //   on weights on huge pages as the CPU backend holds them by default (on 4 KiB pages the
 //   one-row bf16 kernel measured 0.8-1.0x the fp32 one on the large products; on huge
 //   pages it is level with it: docs/cpu_backend.md).
+//   --tiles-ab (with --models, on a CPU with AMX) the same for the onednn-bf16 GEMV on rows
+//   against the amx-bf16 one on the weights held in tile order.
 #include <cblas.h>
 #include <omp.h>
 
@@ -363,28 +365,39 @@ void BenchModelDecodeHugePages(const ModelShapes& model, int rounds) {
 // fp32 FMAs against kOneDnnBf16's bf16 dot products, interleaved call by call, each round
 // the fastest call of each over 2 passes. Prints the median time of each over the rounds
 // and the median and range of the per-round ratios sgemm / onednn-bf16 (> 1: bf16 faster).
-void BenchModelDecodeGemvPaths(const ModelShapes& model, int rounds) {
-  std::printf("\n%s, decode GEMVs, bf16 weights from DRAM: sgemm path (fp32 FMAs) vs onednn-bf16 path "
-              "(bf16 dot products), %d rounds interleaved\n",
-              model.model, rounds);
-  std::printf("%-11s %7s %6s %3s  %10s %10s  %7s %11s  %s\n", "product", "N", "K", "M", "fp32 us", "bf16 us",
-              "ratio", "range", "bf16 weight GB/s");
+// tiles: the onednn-bf16 GEMV on rows against the amx-bf16 one on the same weights held in
+// tile order (kernels/cpu/gemm_amx_tiles.cc) instead of the sgemm path against onednn-bf16.
+void BenchModelDecodeGemvPaths(const ModelShapes& model, int rounds, bool tiles) {
+  std::printf("\n%s, decode GEMVs, bf16 weights from DRAM: %s, %d rounds interleaved\n", model.model,
+              tiles ? "onednn-bf16 path (rows) vs amx-bf16 path (tile order)"
+                    : "sgemm path (fp32 FMAs) vs onednn-bf16 path (bf16 dot products)",
+              rounds);
+  std::printf("%-11s %7s %6s %3s  %10s %10s  %7s %11s  %s\n", "product", "N", "K", "M", tiles ? "rows us" : "fp32 us",
+              tiles ? "tiles us" : "bf16 us", "ratio", "range", "b weight GB/s");
   for (const Shape& s : model.shapes) {
+    if (tiles && !cpu::amx::CanHoldAsTiles(s.n, s.k)) continue;
     WeightCopies w(s, DType::kBF16, /*huge_pages=*/true);
+    WeightCopies packed(s, DType::kBF16, /*huge_pages=*/true);
+    if (tiles) {
+      for (const uint8_t* c : packed.copies) cpu::amx::PackTiles(const_cast<uint16_t*>(reinterpret_cast<const uint16_t*>(c)), s.n, s.k);
+    }
     for (const int64_t m : {1, 3, 5}) {
       const std::vector<float> x = RandomFloats(m * s.k, 7);
       std::vector<float> y(m * s.n);
-      const auto on = [&](cpu::GemmPath path) {
-        return [&, path](const uint8_t* weights) {
-          cpu::Linear(path, x.data(), m, s.k, weights, DType::kBF16, s.n, y.data());
+      const auto on = [&](cpu::GemmPath path, DType dtype) {
+        return [&, path, dtype](const uint8_t* weights) {
+          cpu::Linear(path, x.data(), m, s.k, weights, dtype, s.n, y.data());
         };
       };
-      std::vector<double> fp32_s, bf16_s, ratios;
+      std::vector<double> a_s, b_s, ratios;
       for (int r = 0; r < rounds; ++r) {
         const auto [a, b] =
-            BestCallSecondsInterleaved(w, on(cpu::GemmPath::kSgemm), w, on(cpu::GemmPath::kOneDnnBf16), 2);
-        fp32_s.push_back(a);
-        bf16_s.push_back(b);
+            tiles ? BestCallSecondsInterleaved(w, on(cpu::GemmPath::kOneDnnBf16, DType::kBF16), packed,
+                                               on(cpu::GemmPath::kAmxBf16, DType::kBF16Tiles), 2)
+                  : BestCallSecondsInterleaved(w, on(cpu::GemmPath::kSgemm, DType::kBF16), w,
+                                               on(cpu::GemmPath::kOneDnnBf16, DType::kBF16), 2);
+        a_s.push_back(a);
+        b_s.push_back(b);
         ratios.push_back(a / b);
       }
       const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
@@ -392,8 +405,8 @@ void BenchModelDecodeGemvPaths(const ModelShapes& model, int rounds) {
       std::snprintf(range, sizeof(range), "%.2f-%.2f", *lo, *hi);
       std::printf("%-11s %7lld %6lld %3lld  %10.1f %10.1f  %6.2fx %11s  %.1f\n", s.name,
                   static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(m),
-                  Median(fp32_s) * 1e6, Median(bf16_s) * 1e6, Median(ratios), range,
-                  w.bytes_per_copy / Median(bf16_s) / 1e9);
+                  Median(a_s) * 1e6, Median(b_s) * 1e6, Median(ratios), range,
+                  w.bytes_per_copy / Median(b_s) / 1e9);
       std::fflush(stdout);
     }
   }
@@ -525,6 +538,7 @@ int main(int argc, char** argv) {
   bool sweep = false;
   int huge_pages_rounds = 0;
   int gemv_paths_rounds = 0;
+  int tiles_rounds = 0;
   bool attention_only = false;
   std::vector<const tpserve::bench::ModelShapes*> models;
   for (int i = 1; i < argc; ++i) {
@@ -546,6 +560,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--gemv-paths-ab: rounds must be >= 1\n");
         return 2;
       }
+    } else if (std::strcmp(argv[i], "--tiles-ab") == 0 && i + 1 < argc) {
+      tiles_rounds = std::atoi(argv[++i]);
+      if (tiles_rounds < 1) {
+        std::fprintf(stderr, "--tiles-ab: rounds must be >= 1\n");
+        return 2;
+      }
     } else if (std::strcmp(argv[i], "--models") == 0 && i + 1 < argc) {
       const std::vector<std::string> names = absl::StrSplit(argv[++i], ',');
       for (const std::string& name : names) {
@@ -562,7 +582,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--threads N] [--sweep] [--models a,b,...] [--huge-pages-ab ROUNDS] "
-                   "[--gemv-paths-ab ROUNDS] [--attention]\n",
+                   "[--gemv-paths-ab ROUNDS] [--tiles-ab ROUNDS] [--attention]\n",
                    argv[0]);
       return 2;
     }
@@ -571,8 +591,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--threads must be >= 1\n");
     return 2;
   }
-  if ((huge_pages_rounds > 0 || gemv_paths_rounds > 0) && models.empty()) {
-    std::fprintf(stderr, "--huge-pages-ab and --gemv-paths-ab need --models\n");
+  if ((huge_pages_rounds > 0 || gemv_paths_rounds > 0 || tiles_rounds > 0) && models.empty()) {
+    std::fprintf(stderr, "--huge-pages-ab, --gemv-paths-ab and --tiles-ab need --models\n");
     return 2;
   }
   omp_set_num_threads(threads);
@@ -591,13 +611,21 @@ int main(int argc, char** argv) {
     for (const auto* m : models) tpserve::bench::BenchModelDecodeHugePages(*m, huge_pages_rounds);
     return 0;
   }
+  if (tiles_rounds > 0) {
+    if (!tpserve::cpu::amx::Bf16Available()) {
+      std::fprintf(stderr, "--tiles-ab: no AMX-BF16 here: %s\n", tpserve::cpu::amx::Bf16Unavailable().c_str());
+      return 2;
+    }
+    for (const auto* m : models) tpserve::bench::BenchModelDecodeGemvPaths(*m, tiles_rounds, /*tiles=*/true);
+    return 0;
+  }
   if (gemv_paths_rounds > 0) {
     const std::vector<tpserve::cpu::GemmPath> paths = tpserve::cpu::AvailableGemmPaths();
     if (std::find(paths.begin(), paths.end(), tpserve::cpu::GemmPath::kOneDnnBf16) == paths.end()) {
       std::fprintf(stderr, "--gemv-paths-ab: the onednn-bf16 path is not available here\n");
       return 2;
     }
-    for (const auto* m : models) tpserve::bench::BenchModelDecodeGemvPaths(*m, gemv_paths_rounds);
+    for (const auto* m : models) tpserve::bench::BenchModelDecodeGemvPaths(*m, gemv_paths_rounds, /*tiles=*/false);
     return 0;
   }
   if (!models.empty()) {

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "tests/cpu_test_util.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm_amx.h"
 
 namespace tpserve {
 // Names dtypes in parameterized test output.
@@ -307,6 +308,7 @@ TEST(GemmChoice, AutoTakesBf16UnitsOnlyWhereTheCpuHasThem) {
   if (!cpu.amx_bf16 && !cpu.avx512_bf16) {
     EXPECT_EQ(choice->path, GemmPath::kSgemm);
   }
+  if (amx::Bf16Available()) EXPECT_EQ(choice->path, GemmPath::kAmxBf16) << "AMX: auto takes our tiles";
   EXPECT_NE(choice->description.find(GemmPathName(choice->path)), std::string::npos) << choice->description;
   std::printf("auto GEMM path: %s\n", choice->description.c_str());
 }

@@ -56,9 +56,9 @@ struct GemmChoice {
   // (oneDNN 2.6.3 brg:avx512_core_amx; CPU: avx2 avx512 avx512_bf16 amx_bf16)".
   std::string description;
 };
-// "auto": kOneDnnBf16 where the CPU has AMX-BF16 or AVX512-BF16 and oneDNN has a JIT
-// kernel for it (not its reference loop), else kSgemm (kAmxBf16 measured no faster than
-// oneDNN 2.6.3 on AMX, so only forced). "sgemm" / "onednn-bf16" / "amx-bf16": that path;
+// "auto": kAmxBf16 where the CPU has AMX-BF16 (and the OS grants the tiles); else
+// kOneDnnBf16 where it has AVX512-BF16 and oneDNN has a JIT kernel for it (not its reference
+// loop); else kSgemm. "sgemm" / "onednn-bf16" / "amx-bf16": that path;
 // an error says what this build and CPU offer where it is not available.
 absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec);
 

@@ -432,6 +432,9 @@ absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("--cpu-gemm \"", std::string(spec), "\" is not one of auto, sgemm, onednn-bf16, amx-bf16"));
   }
+  // AMX: our tiles on weights held in tile order, 1.2-1.4x oneDNN 2.6.3's prefill end to end
+  // with the decode level (docs/cpu_backend.md, "Weights in tile order").
+  if (cpu.amx_bf16 && amx::Bf16Available()) return GemmChoice{GemmPath::kAmxBf16, amx_name};
   if (bf16_units && jit) return GemmChoice{GemmPath::kOneDnnBf16, onednn};
   if (!bf16_units) return GemmChoice{GemmPath::kSgemm, sgemm};
   return GemmChoice{GemmPath::kSgemm,
