@@ -1,6 +1,6 @@
 // GrpcGenerateCall: a ClientReadReactor whose reactions only post to the request's strand; the
 // strand hands each message on and keeps the timeouts. Tested through the router by
-// tests/router_grpc_test.cc and tests/router_grpc_test.sh.
+// tests/router_grpc_test.cc, tests/router_grpc_front_test.cc and the router's gRPC shell tests.
 #include "coordinator/router/grpc_generate_call.h"
 
 #include <atomic>

@@ -2,10 +2,10 @@
 // router thread waits on it. Its reactions only post to the request's strand, where its
 // messages are handed on one at a time and its timeouts kept. Two readers use it: the relay to
 // an OpenAI HTTP client (grpc_upstream_call.h: every message read as soon as it arrives) and the
-// router's own gRPC port (to come: the next message is read only once the client took the last
-// one, so that a slow client holds one message, and the backend merges what it produces
-// meanwhile). Tested through the router by tests/router_grpc_test.cc and
-// tests/router_grpc_test.sh.
+// router's own gRPC port (grpc_front_generate.h: the next message is read only once the client
+// took the last one, so that a slow client holds one message, and the backend merges what it
+// produces meanwhile). Tested through the router by tests/router_grpc_test.cc,
+// tests/router_grpc_front_test.cc and the router's gRPC shell tests.
 #pragma once
 
 #include <functional>

@@ -1,11 +1,12 @@
 // ProxyCore: tries, failover bookkeeping, metrics and the request log. Tested through the router
-// by tests/router_grpc_test.cc and tests/router_test.sh.
+// by tests/router_grpc_test.cc, tests/router_grpc_front_test.cc and tests/router_test.sh.
 #include "coordinator/router/proxy_core.h"
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/api/openai_json.h"
 
 namespace tpserve {
 
@@ -99,11 +100,24 @@ void ProxyCore::Finish(ProxyEnd end) {
   if (answering_) r.backend = url();
   r.latency_ms = absl::ToDoubleMilliseconds(absl::Now() - arrival_);
   r.status = end.status;
+  r.grpc_status = std::move(end.grpc_status);
   r.success = end.outcome == RequestOutcome::kSuccess;
   r.error = std::move(end.error);
   r.prompt_tokens = end.prompt_tokens;
   r.completion_tokens = end.completion_tokens;
   log_->Append(r, absl::Now());
+}
+
+void LogRefusedRequest(RequestLog* log, const std::string& model, absl::Time arrival, const absl::Status& error,
+                       bool grpc) {
+  if (log == nullptr) return;
+  RequestRecord r;
+  r.model = model;
+  r.latency_ms = absl::ToDoubleMilliseconds(absl::Now() - arrival);
+  r.status = ToHttpError(error).status;
+  if (grpc) r.grpc_status = absl::StatusCodeToString(error.code());
+  r.error = std::string(error.message());
+  log->Append(r, absl::Now());
 }
 
 }  // namespace tpserve

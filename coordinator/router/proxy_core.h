@@ -4,8 +4,8 @@
 // client), what the client gets when every candidate failed, and the request's metrics and
 // request-log line. Its client sides: ProxyRequest (an OpenAI HTTP exchange, proxy_request.h)
 // and GrpcFrontGenerate (a tpserve.v1 Generate call to the router's gRPC port,
-// grpc_front_generate.h, to come). Not thread-safe: a request's strand owns it. Tested through
-// the router by tests/router_grpc_test.cc and the router's shell tests.
+// grpc_front_generate.h). Not thread-safe: a request's strand owns it. Tested through both by
+// tests/router_grpc_test.cc, tests/router_grpc_front_test.cc and the router's shell tests.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +42,10 @@ struct ProxyCandidate {
 // How a request ended, for its metrics and its request-log line.
 struct ProxyEnd {
   RequestOutcome outcome = RequestOutcome::kError;
-  int status = 0;  // the HTTP status the client got (499: it went away first)
+  // What the client got: the HTTP status; for a gRPC call, the status serve's HTTP front end
+  // gives the same code (ToHttpError: OK 200, INVALID_ARGUMENT 400, ...; 499 a client gone).
+  int status = 0;
+  std::string grpc_status = {};  // a gRPC call's code, e.g. "OK"; empty for an HTTP request
   std::string error = {};        // empty on success
   // The current backend's whole answer reached the client (success or a 4xx passed through):
   // its latency is observed.
@@ -126,5 +129,11 @@ class ProxyCore {
   absl::Status skipped_;             // why the first skipped candidate was skipped; OK: none
   bool finished_ = false;
 };
+
+// A request refused before any backend was tried (no model, an unknown one, a body that does
+// not parse, every backend out of routing): its log line, when `log` is not null. `grpc`: it
+// came to the gRPC port (`status` is then serve's HTTP status for the code).
+void LogRefusedRequest(RequestLog* log, const std::string& model, absl::Time arrival, const absl::Status& error,
+                       bool grpc);
 
 }  // namespace tpserve
