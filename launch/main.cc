@@ -106,7 +106,8 @@ ABSL_FLAG(std::string, tool_call_parser, "",
           "(docs/tool_calls.md)");
 // `tpserve serve` (also the engine flags above).
 ABSL_FLAG(std::string, host, "0.0.0.0", "serve: address the APIs listen on");
-ABSL_FLAG(int, grpc_port, 50051, "serve: gRPC port (0: any free port, see --port-file; -1: off)");
+ABSL_FLAG(int, grpc_port, 50051, "serve: gRPC port (0: any free port, see --port-file; -1: off). router: its "
+          "tpserve.v1 gRPC port, off unless given");
 ABSL_FLAG(int, http_port, 8000, "serve: OpenAI-compatible HTTP port (0: any free port, see --port-file; -1: off)");
 ABSL_FLAG(std::string, port_file, "", "serve: once both APIs listen, write the ports they got to this file as "
                                       "{\"http\": P, \"grpc\": Q} (null: off; written to FILE.tmp, then renamed); "
@@ -164,8 +165,10 @@ constexpr char kUsage[] =
     "      --device auto|cpu|cuda, --gpu-memory-utilization F and --enforce-eager (cuda).\n"
     "  tpserve client (--grpc HOST:PORT | --http URL) --prompt TEXT [--chat] [--model NAME]\n"
     "      [--max-tokens N] [--temperature T] [--api-key KEY]\n"
-    "  tpserve router --config FILE [--http-port 8000] [--host H] [--api-key KEY] [--request-log FILE]\n"
-    "      one OpenAI HTTP door routing by model name to many backends (docs/router.md)\n"
+    "  tpserve router --config FILE [--http-port 8000] [--grpc-port Q] [--host H] [--api-key KEY]\n"
+    "                 [--request-log FILE]\n"
+    "      one OpenAI HTTP door (and with --grpc-port, one tpserve.v1 gRPC door) routing by model name\n"
+    "      to many backends (docs/router.md)\n"
     "  serve --api-key KEY[,KEY...] (or $TPSERVE_API_KEY): requests need \"Authorization: Bearer KEY\".\n"
     "  tpserve devices: what this binary and machine offer (the CUDA backend and GPUs, the CPU's units)\n\n"
     "Run `tpserve --helpfull` for every flag.";
@@ -271,9 +274,6 @@ tpserve::HttpTransportOptions HttpTransportFromFlags() {
 // `grpc_port_given`: --grpc-port was on the command line (its default is serve's 50051).
 int RunRouterFromFlags(bool grpc_port_given) {
 #if TPSERVE_HAVE_SERVING
-  if (grpc_port_given && absl::GetFlag(FLAGS_grpc_port) >= 0) {
-    return Fail("router: --grpc-port: the router has no gRPC front end yet; clients use its HTTP port (--http-port)");
-  }
   absl::StatusOr<tpserve::RouterConfig> config = tpserve::LoadRouterConfig(absl::GetFlag(FLAGS_config));
   if (!config.ok()) return Fail(std::string(config.status().message()));
   // The backends' keys come from the environment variables the config names; only main reads them.
@@ -288,7 +288,13 @@ int RunRouterFromFlags(bool grpc_port_given) {
   o.config = *std::move(config);
   o.transport = HttpTransportFromFlags();
   if (o.transport.port < 0) {
-    return Fail("router: --http-port must be a port (0: any free one); the router has no other API");
+    return Fail("router: --http-port must be a port (0: any free one): its /health and /metrics are there, "
+                "also with --grpc-port");
+  }
+  // serve's --grpc-port defaults to 50051; the router's gRPC port is off unless given.
+  o.grpc_port = grpc_port_given ? absl::GetFlag(FLAGS_grpc_port) : -1;
+  if (o.grpc_port > 65535 || o.grpc_port < -1) {
+    return Fail(absl::StrCat("router: --grpc-port ", o.grpc_port, ": a port, 0 (any free one) or -1 (off)"));
   }
   if (absl::Status valid = tpserve::ValidateHttpTransportFlags(o.transport); !valid.ok()) {
     return Fail(absl::StrCat("router: ", valid.message()));

@@ -33,6 +33,7 @@ int RunRouter(const RouterCommandOptions& o) {
   BlockDrainSignals();  // main did, before any thread; again for callers that did not
   RouterOptions options;
   options.transport = o.transport;
+  options.grpc_port = o.grpc_port;
   options.api_keys = o.api_keys;
   options.request_log = o.request_log;
   options.log = [](const std::string& line) {
@@ -45,7 +46,7 @@ int RunRouter(const RouterCommandOptions& o) {
     std::fprintf(stderr, "tpserve: router: %s\n", std::string(started.message()).c_str());
     return 1;
   }
-  const ListeningPorts ports{server.port(), -1};
+  const ListeningPorts ports{server.port(), server.grpc_port()};
   std::fprintf(stderr, "tpserve: router serving %s\n%s", absl::StrJoin(names, ", ").c_str(),
                ListeningLines(o.transport.host, ports).c_str());
   if (!o.port_file.empty()) {

@@ -1,6 +1,6 @@
-// `tpserve router --config FILE`: one OpenAI-compatible HTTP door in front of many backends
-// (coordinator/router/router_server.h); SIGTERM or SIGINT stop it. Tested by
-// tests/router_test.sh.
+// `tpserve router --config FILE`: one OpenAI-compatible HTTP door (and with --grpc-port one
+// tpserve.v1 gRPC door) in front of many backends (coordinator/router/router_server.h); SIGTERM
+// or SIGINT stop it. Tested by tests/router_test.sh and tests/router_grpc_front_test.sh.
 #pragma once
 
 #include <string>
@@ -17,7 +17,9 @@ struct RouterCommandOptions {
   // Where and how it listens (--host, --http-port: 0 a free port, logged and written to
   // port_file; serve's --http-threads, --max-connections, --max-body-bytes and timeouts).
   HttpTransportOptions transport;
-  // Where the router listens, as serve's --port-file: {"http": P, "grpc": null}; empty: off.
+  // --grpc-port: the tpserve.v1 gRPC front end on transport.host (0: a free port); -1: off.
+  int grpc_port = -1;
+  // Where the router listens, as serve's --port-file: {"http": P, "grpc": Q or null}; empty: off.
   std::string port_file;
   std::vector<std::string> api_keys;  // the router's own (--api-key); empty: open
   std::string request_log;            // JSON lines; empty: off

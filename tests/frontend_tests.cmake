@@ -26,6 +26,9 @@ if(TPSERVE_HAVE_SERVING)
   tp_add_test(upstream_call_test SOURCES upstream_call_test.cc LIBS tpserve_router GTest::gmock)
   tp_add_test(grpc_relay_test SOURCES grpc_relay_test.cc LIBS tpserve_router GTest::gmock)
   tp_add_test(router_grpc_test SOURCES router_grpc_test.cc LIBS tpserve_router PkgConfig::HTTPLIB GTest::gmock)
+  # The router's own gRPC port in front of serve's gRPC server on a fake engine.
+  tp_add_test(router_grpc_front_test SOURCES router_grpc_front_test.cc
+              LIBS tpserve_router tpserve_health_proto PkgConfig::HTTPLIB GTest::gmock)
   # With tpbench built (it needs libcurl), the test also benchmarks through a router: tpbench run's
   # per-backend split and tpbench compare of two models.
   set(ROUTER_TEST_TPBENCH "")
@@ -44,4 +47,7 @@ if(TPSERVE_HAVE_SERVING)
   add_test(NAME router_grpc_test_sh COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_grpc_test.sh
            $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES})
   set_tests_properties(router_grpc_test_sh PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  add_test(NAME router_grpc_front_test_sh COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_grpc_front_test.sh
+           $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES})
+  set_tests_properties(router_grpc_front_test_sh PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
 endif()

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/api/grpc_auth.h"
 #include "coordinator/api/grpc_generate_reactor.h"
 #include "coordinator/api/grpc_status.h"
 #include "coordinator/api/process_info.h"
@@ -13,14 +14,6 @@
 
 namespace tpserve {
 namespace {
-
-// The call's "authorization" metadata against the server's keys.
-absl::Status Authorize(const ApiKeys& keys, const grpc::CallbackServerContext& context) {
-  if (!keys.enabled()) return absl::OkStatus();
-  const auto& metadata = context.client_metadata();
-  const auto it = metadata.find("authorization");
-  return keys.Check(it == metadata.end() ? absl::string_view() : absl::string_view(it->second.data(), it->second.size()));
-}
 
 // A Generate call refused before it started: finishes at once with `status`.
 class RefusedGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
@@ -53,7 +46,7 @@ TpServeService::TpServeService(EngineApi& engine, const RequestBuilder& builder,
 grpc::ServerWriteReactor<grpc::ByteBuffer>* TpServeService::Generate(grpc::CallbackServerContext* context,
                                                                      const grpc::ByteBuffer* request) {
   const absl::Time arrival = absl::Now();
-  if (absl::Status key = Authorize(api_keys_, *context); !key.ok()) return new RefusedGenerate(key);
+  if (absl::Status key = AuthorizeGrpcCall(api_keys_, *context); !key.ok()) return new RefusedGenerate(key);
   std::vector<grpc::Slice> slices;
   std::string wire;
   if (request->Dump(&slices).ok()) {
@@ -86,7 +79,7 @@ grpc::ServerUnaryReactor* TpServeService::ModelInfo(grpc::CallbackServerContext*
                                                     const v1::ModelInfoRequest* request,
                                                     v1::ModelInfoResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status s = Authorize(api_keys_, *context);
+  absl::Status s = AuthorizeGrpcCall(api_keys_, *context);
   if (s.ok()) s = builder_.CheckModel(request->model());
   if (!s.ok()) {
     reactor->Finish(ToGrpcStatus(s));
@@ -137,7 +130,7 @@ grpc::ServerUnaryReactor* TpServeService::ModelInfo(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* TpServeService::Stats(grpc::CallbackServerContext* context,
                                                 const v1::StatsRequest* request, v1::StatsResponse* response) {
-  if (absl::Status key = Authorize(api_keys_, *context); !key.ok()) {
+  if (absl::Status key = AuthorizeGrpcCall(api_keys_, *context); !key.ok()) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(ToGrpcStatus(key));
     return reactor;

@@ -1,8 +1,8 @@
-// One client request relayed to a grpc:// backend as a streaming Generate call on gRPC's
-// callback API: no router thread waits on it. gRPC's reactions post to the request's strand,
-// where the responses become the client's OpenAI body or SSE chunks (grpc_relay.h) and reach
-// the proxy through the same callbacks as an HTTP backend's response (upstream_call.h), each
-// message as it arrives. Tested through the router by tests/router_grpc_test.cc and
+// One OpenAI HTTP request relayed to a grpc:// backend as a streaming Generate call
+// (grpc_generate_call.h: gRPC's callback API, posting to the request's strand), where the
+// responses become the client's OpenAI body or SSE chunks (grpc_relay.h) and reach the proxy
+// through the same callbacks as an HTTP backend's response (upstream_call.h), each message as
+// it arrives. Tested through the router by tests/router_grpc_test.cc and
 // tests/router_grpc_test.sh.
 #pragma once
 

@@ -35,6 +35,7 @@ void RequestLog::Append(const RequestRecord& r, absl::Time now) {
       {"error", r.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.error)},
       {"prompt_tokens", optional(r.prompt_tokens)},
       {"completion_tokens", optional(r.completion_tokens)},
+      {"grpc_status", r.grpc_status.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.grpc_status)},
   };
   const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::fwrite(text.data(), 1, text.size(), file_);

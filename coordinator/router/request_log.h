@@ -1,5 +1,6 @@
 // `tpserve router --request-log FILE`: one JSON line per proxied request (seq, timestamp,
-// model, backend, latency_ms, status, success, error, prompt_tokens, completion_tokens),
+// model, backend, latency_ms, status, success, error, prompt_tokens, completion_tokens,
+// grpc_status),
 // appended and flushed as each request ends. Thread-safe. Tested by tests/router_test.sh.
 #pragma once
 
@@ -19,7 +20,10 @@ struct RequestRecord {
   std::string model;    // as the client asked
   std::string backend;  // the URL that answered; empty: none did
   double latency_ms = 0;
-  int status = 0;  // the HTTP status the client got
+  // The HTTP status the client got; for a call to the router's gRPC port, the one serve's HTTP
+  // front end gives its code (OK 200, INVALID_ARGUMENT 400, ...; 499: the client went away).
+  int status = 0;
+  std::string grpc_status;  // such a call's code, e.g. "OK"; empty (null): an HTTP request
   bool success = false;
   std::string error;  // empty on success
   // From the backend's "usage" in a whole (non-streamed) JSON response; else unknown (null).

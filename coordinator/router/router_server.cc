@@ -1,8 +1,9 @@
 // RouterServer: routes, model lookup and the candidates of each request. Tested by
-// tests/router_test.sh.
+// tests/router_test.sh, tests/router_grpc_test.* and tests/router_grpc_front_test.*.
 #include "coordinator/router/router_server.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -61,6 +62,16 @@ absl::Status RouterServer::Start() {
   for (int i = 0; i < std::max(1, options_.proxy_threads); ++i) {
     proxy_threads_.emplace_back([this] { proxy_io_.run(); });
   }
+  if (options_.grpc_port >= 0) {
+    RouterGrpcOptions g;
+    g.address = absl::StrCat(options_.transport.host, ":", options_.grpc_port);
+    g.max_receive_message_bytes =
+        static_cast<int>(std::min<size_t>(options_.transport.max_body_bytes, std::numeric_limits<int>::max()));
+    g.api_keys = options_.api_keys;
+    grpc_ = std::make_unique<RouterGrpcServer>(
+        GrpcFrontGenerate::Context{proxy_io_, *this, *metrics_, log_.get(), options_.timeouts}, std::move(g));
+    if (absl::Status s = grpc_->Start(); !s.ok()) return s;
+  }
   return transport_.Start();
 }
 
@@ -106,6 +117,7 @@ void RouterServer::Shutdown() {
   if (stopped_) return;
   stopped_ = true;
   transport_.Shutdown();  // exchanges see their client gone: their backend calls are cancelled
+  if (grpc_ != nullptr) grpc_->Shutdown();  // the same for gRPC calls; their last reactions run on proxy_io_
   // gRPC calls (and probes) still running are cancelled, their last callbacks run on the proxy
   // threads, before those stop.
   for (auto& [target, backend] : grpc_backends_) backend->Shutdown();
@@ -158,36 +170,38 @@ void RouterServer::Proxy(const std::shared_ptr<HttpExchange>& exchange, std::str
   std::string model;
   // A request refused before any backend is tried: answered and logged here.
   auto refuse = [&](const absl::Status& error) {
+    LogRefusedRequest(log_.get(), model, exchange->request().arrival, error, /*grpc=*/false);
     HttpError e = ToHttpError(error);
-    if (log_ != nullptr) {
-      RequestRecord r;
-      r.model = model;
-      r.latency_ms = absl::ToDoubleMilliseconds(absl::Now() - exchange->request().arrival);
-      r.status = e.status;
-      r.error = std::string(error.message());
-      log_->Append(r, absl::Now());
-    }
     exchange->Respond(e.status, kJson, std::move(e.body));
   };
   nlohmann::json body = nlohmann::json::parse(exchange->request().body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded() || !body.is_object()) {
     return refuse(absl::InvalidArgumentError("the request body is not a JSON object"));
   }
-  const std::string available = absl::StrJoin(model_names_, ", ");
   if (!body.contains("model") || !body["model"].is_string()) {
-    return refuse(absl::InvalidArgumentError(absl::StrCat("\"model\" is required: the router serves ", available)));
+    return refuse(absl::InvalidArgumentError(
+        absl::StrCat("\"model\" is required: the router serves ", absl::StrJoin(model_names_, ", "))));
   }
   model = body["model"].get<std::string>();
+  absl::StatusOr<std::vector<ProxyCandidate>> candidates = Candidates(model, PromptText(body));
+  if (!candidates.ok()) return refuse(candidates.status());
+  auto request = std::make_shared<ProxyRequest>(boost::asio::make_strand(proxy_io_), exchange, std::move(body), model,
+                                                std::move(path_suffix), *std::move(candidates), options_.timeouts,
+                                                log_.get(), *metrics_);
+  request->Start();
+}
+
+absl::StatusOr<std::vector<ProxyCandidate>> RouterServer::Candidates(const std::string& model,
+                                                                     absl::string_view prompt) {
   auto it = pools_.find(model);
   if (it == pools_.end()) {
-    return refuse(absl::NotFoundError(absl::StrCat("The model `", model, "` does not exist. Available models: ",
-                                                   available)));
+    return absl::NotFoundError(absl::StrCat("The model `", model, "` does not exist. Available models: ",
+                                            absl::StrJoin(model_names_, ", ")));
   }
   // The model's healthy backends in its policy's order, then each fallback's.
   const absl::Time now = absl::Now();
   std::vector<ProxyCandidate> candidates;
   std::vector<std::string> ejected, probe_failing;
-  const std::string prompt = PromptText(body);  // cache_aware's key
   for (BackendPool* pool = it->second.get(); pool != nullptr;) {
     for (size_t i : pool->Order(now, prompt)) {
       candidates.push_back({pool, i, endpoint_of_.at(pool)[i], grpc_of_.at(pool)[i]});
@@ -197,24 +211,41 @@ void RouterServer::Proxy(const std::shared_ptr<HttpExchange>& exchange, std::str
     const std::string& fallback = pool->model().fallback;
     pool = fallback.empty() ? nullptr : pools_.at(fallback).get();
   }
-  if (candidates.empty()) {
-    metrics_->RequestFinished(model, RequestOutcome::kError);
-    std::vector<std::string> why;
-    if (!ejected.empty()) {
-      why.push_back(absl::StrCat("failed recently and ejected for up to ", absl::FormatDuration(options_.cooldown),
-                                 ": ", absl::StrJoin(ejected, ", ")));
-    }
-    if (!probe_failing.empty()) {
-      why.push_back(absl::StrCat("failing its health probe: ", absl::StrJoin(probe_failing, ", ")));
-    }
-    return refuse(absl::UnavailableError(absl::StrCat("every backend of model \"", model,
-                                                      "\" (and its fallbacks) is out of routing: ",
-                                                      absl::StrJoin(why, "; "), "; retry shortly")));
+  if (!candidates.empty()) return candidates;
+  metrics_->RequestFinished(model, RequestOutcome::kError);
+  std::vector<std::string> why;
+  if (!ejected.empty()) {
+    why.push_back(absl::StrCat("failed recently and ejected for up to ", absl::FormatDuration(options_.cooldown), ": ",
+                               absl::StrJoin(ejected, ", ")));
   }
-  auto request = std::make_shared<ProxyRequest>(boost::asio::make_strand(proxy_io_), exchange, std::move(body), model,
-                                                std::move(path_suffix), std::move(candidates), options_.timeouts,
-                                                log_.get(), *metrics_);
-  request->Start();
+  if (!probe_failing.empty()) {
+    why.push_back(absl::StrCat("failing its health probe: ", absl::StrJoin(probe_failing, ", ")));
+  }
+  return absl::UnavailableError(absl::StrCat("every backend of model \"", model, "\" (and its fallbacks) is out of ",
+                                             "routing: ", absl::StrJoin(why, "; "), "; retry shortly"));
+}
+
+absl::StatusOr<std::vector<ProxyCandidate>> RouterServer::Backends(const std::string& model) {
+  auto it = pools_.find(model);
+  if (it == pools_.end()) {
+    return absl::NotFoundError(absl::StrCat("The model `", model, "` does not exist. Available models: ",
+                                            absl::StrJoin(model_names_, ", ")));
+  }
+  const absl::Time now = absl::Now();
+  std::vector<ProxyCandidate> backends;
+  for (BackendPool* pool = it->second.get(); pool != nullptr;) {
+    for (size_t i = 0; i < pool->model().backends.size(); ++i) {
+      if (pool->Healthy(i, now)) backends.push_back({pool, i, endpoint_of_.at(pool)[i], grpc_of_.at(pool)[i]});
+    }
+    const std::string& fallback = pool->model().fallback;
+    pool = fallback.empty() ? nullptr : pools_.at(fallback).get();
+  }
+  if (backends.empty()) {
+    return absl::UnavailableError(absl::StrCat("every backend of model \"", model,
+                                               "\" (and its fallbacks) is out of routing (ejected after a failure, "
+                                               "or failing its health probe); retry shortly"));
+  }
+  return backends;
 }
 
 }  // namespace tpserve

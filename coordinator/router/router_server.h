@@ -1,11 +1,14 @@
-// `tpserve router`'s HTTP front end: one OpenAI-compatible door for the models of a
-// RouterConfig, on the same event-driven transport as `serve` (coordinator/api/http_transport.h).
+// `tpserve router`: one OpenAI-compatible HTTP door for the models of a RouterConfig, on the same
+// event-driven transport as `serve` (coordinator/api/http_transport.h), and with a gRPC port one
+// tpserve.v1 door too (router_grpc_server.h), both routed by model name through the same
+// candidates (RouterRoutes).
 // /health (open), /v1/models (the configured names), /metrics (router_metrics.h), and /v1/chat/completions and
 // /v1/completions proxied by model name to a backend the model's policy picks, failing over
 // to its other backends and its fallback model (proxy_request.h; a grpc:// backend gets the
 // request as tpserve.v1 Generate, grpc_relay.h); models with a health_check
 // have their backends probed (health_prober.h). With API keys set, every route but /health
-// needs one. Tested by tests/router_test.sh.
+// needs one. Tested by tests/router_test.sh, tests/router_grpc_test.* and
+// tests/router_grpc_front_test.*.
 #pragma once
 
 #include <functional>
@@ -27,7 +30,9 @@
 #include "coordinator/router/proxy_request.h"
 #include "coordinator/router/request_log.h"
 #include "coordinator/router/router_config.h"
+#include "coordinator/router/router_grpc_server.h"
 #include "coordinator/router/router_metrics.h"
+#include "coordinator/router/router_routes.h"
 #include "coordinator/router/upstream_endpoint.h"
 
 namespace tpserve {
@@ -35,8 +40,12 @@ namespace tpserve {
 struct RouterOptions {
   // host, port (0: a free one), I/O threads, connection limit, deadlines, body limit.
   HttpTransportOptions transport;
+  // --grpc-port: the tpserve.v1 gRPC front end on transport.host (0: a free port; -1: off). Its
+  // largest request is transport.max_body_bytes.
+  int grpc_port = -1;
   // --api-key: every route but /health needs "Authorization: Bearer K" with K one of these,
-  // else 401. Empty: no key needed. (Backends' own keys are in the config.)
+  // else 401; every gRPC method, the same as metadata (else UNAUTHENTICATED). Empty: no key
+  // needed. (Backends' own keys are in the config.)
   std::vector<std::string> api_keys;
   // Threads running the outbound (backend) connections' event loop.
   int proxy_threads = 1;
@@ -52,21 +61,28 @@ struct RouterOptions {
   std::string request_log;
 };
 
-class RouterServer {
+class RouterServer : public RouterRoutes {
  public:
   RouterServer(RouterConfig config, RouterOptions options);
-  ~RouterServer();  // Shutdown()
+  ~RouterServer() override;  // Shutdown()
   RouterServer(const RouterServer&) = delete;
   RouterServer& operator=(const RouterServer&) = delete;
 
   // Opens the request log, sets up the backends' endpoints (loading https:// backends' CAs),
-  // binds and starts serving. UNAVAILABLE when it cannot bind or open; INVALID_ARGUMENT naming
-  // the backend when its tls_ca_file cannot be loaded.
+  // binds and starts serving (HTTP, and gRPC with a grpc_port). UNAVAILABLE when it cannot bind
+  // or open; INVALID_ARGUMENT naming the backend when its tls_ca_file cannot be loaded.
   absl::Status Start();
   int port() const { return transport_.port(); }
-  // Stops accepting, closes every connection (cancelling backend requests) and joins the
-  // threads. Idempotent.
+  // The gRPC port bound; -1 when off.
+  int grpc_port() const { return grpc_ == nullptr ? -1 : grpc_->port(); }
+  // Stops accepting, closes every connection and cancels every gRPC call (cancelling backend
+  // requests) and joins the threads. Idempotent.
   void Shutdown();
+
+  // RouterRoutes.
+  const std::vector<std::string>& model_names() const override { return model_names_; }
+  absl::StatusOr<std::vector<ProxyCandidate>> Candidates(const std::string& model, absl::string_view prompt) override;
+  absl::StatusOr<std::vector<ProxyCandidate>> Backends(const std::string& model) override;
 
  private:
   void Handle(std::shared_ptr<HttpExchange> exchange);
@@ -93,6 +109,9 @@ class RouterServer {
   std::map<std::string, std::unique_ptr<GrpcBackend>> grpc_backends_;
   std::map<const BackendPool*, std::vector<GrpcBackend*>> grpc_of_;
   std::unique_ptr<HealthProber> prober_;  // the models with a health_check; destroyed before proxy_io_
+  // The gRPC front end (grpc_port >= 0): stopped (its calls ended) before the backends' channels
+  // and proxy_io_.
+  std::unique_ptr<RouterGrpcServer> grpc_;
   bool stopped_ = false;
   HttpTransport transport_;  // last: its threads call into the members above
 };

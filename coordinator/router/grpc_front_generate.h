@@ -1,0 +1,90 @@
+// One Generate call to the router's own gRPC port: the gRPC client's side of a ProxyCore
+// (proxy_core.h). The GenerateRequest is routed by its `model` and forwarded to a grpc://
+// backend unchanged but for `model` (the backend's name for it); the backend's messages go back
+// unchanged, one write in flight (the next backend read waits for the client's write: a slow
+// client holds one message, and the backend merges what it produces meanwhile). Before the first
+// message the router fails over as for HTTP clients; after it, the backend's final status is the
+// client's. http(s):// backends are skipped (their OpenAI API cannot carry a GenerateRequest
+// back and forth). Lives on a strand of the router's proxy io_context; gRPC's reactions only
+// post to it. Tested by tests/router_grpc_front_test.cc and tests/router_grpc_front_test.sh.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "boost/asio/io_context.hpp"
+#include "coordinator/router/grpc_generate_call.h"
+#include "coordinator/router/proxy_core.h"
+#include "coordinator/router/request_log.h"
+#include "coordinator/router/router_metrics.h"
+#include "coordinator/router/router_routes.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/tpserve.pb.h"
+
+namespace tpserve {
+
+// The text cache_aware matches a GenerateRequest's prompt on: PromptText of the same request
+// sent as OpenAI JSON (a chat's messages, a text prompt, token ids).
+std::string PromptText(const v1::GenerateRequest& request);
+
+class GrpcFrontGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
+                          public std::enable_shared_from_this<GrpcFrontGenerate> {
+ public:
+  // What every call shares; outlives the calls (the router's gRPC server waits for them).
+  struct Context {
+    boost::asio::io_context& proxy_io;
+    RouterRoutes& routes;
+    RouterMetrics& metrics;
+    RequestLog* log;  // may be null
+    ProxyTimeouts timeouts;
+  };
+  // Returns the reactor for gRPC to drive; `wire`: the serialized GenerateRequest; `server`:
+  // the call's context (its initial metadata names the answering backend). Parsing, routing
+  // and the backend call happen on a new strand.
+  static grpc::ServerWriteReactor<grpc::ByteBuffer>* Start(const Context& context, grpc::CallbackServerContext* server,
+                                                           std::string wire, absl::Time arrival);
+
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  GrpcFrontGenerate(const Context& context, grpc::CallbackServerContext* server, absl::Time arrival);
+  // Strand-only from here.
+  void Begin(const std::string& wire);
+  // Ends a call refused before any backend was tried (logged).
+  void Refuse(const std::string& model, const absl::Status& status);
+  // Starts the next grpc:// candidate, or ends the call when none is left.
+  void TryNext();
+  void OnMessage(v1::GenerateResponse message);
+  void OnBackendEnd(const absl::Status& status);
+  void WriteDone(bool ok);
+  void ClientGone();
+  // The backend's answer (a message, or a refusal passed through) starts reaching the client.
+  void Answering();
+  // Ends the call with `status` once no write is in flight, after `end` went to the core.
+  void Complete(const absl::Status& status, std::optional<ProxyEnd> end);
+
+  const Context& context_;
+  grpc::CallbackServerContext* const server_;
+  const absl::Time arrival_;
+  const Strand strand_;
+  std::shared_ptr<GrpcFrontGenerate> self_;  // from Start until OnDone
+  // Strand-only.
+  std::optional<ProxyCore> core_;  // once routed
+  v1::GenerateRequest request_;    // as the client sent it
+  std::shared_ptr<GrpcGenerateCall> call_;
+  grpc::ByteBuffer wire_;  // the write in flight (gRPC reads it until OnWriteDone)
+  bool write_in_flight_ = false;
+  std::optional<grpc::Status> ending_;  // decided; Finish once no write is in flight
+  bool finished_ = false;               // Finish called
+  int64_t prompt_tokens_ = -1;          // from the messages' usage
+  std::map<int32_t, int64_t> completion_tokens_;  // by choice
+};
+
+}  // namespace tpserve

@@ -1,0 +1,123 @@
+// ProxyCore: tries, failover bookkeeping, metrics and the request log. Tested through the router
+// by tests/router_grpc_test.cc, tests/router_grpc_front_test.cc and tests/router_test.sh.
+#include "coordinator/router/proxy_core.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/api/openai_json.h"
+
+namespace tpserve {
+
+ProxyCore::ProxyCore(std::string model, std::vector<ProxyCandidate> candidates, absl::Time arrival, RequestLog* log,
+                     RouterMetrics& metrics)
+    : model_(std::move(model)), candidates_(std::move(candidates)), arrival_(arrival), log_(log), metrics_(metrics) {}
+
+const ProxyCandidate* ProxyCore::Next() {
+  EndTry();
+  if (next_ >= candidates_.size()) return nullptr;
+  current_ = &candidates_[next_++];
+  connected_ = false;
+  try_start_ = absl::Now();
+  return current_;
+}
+
+std::string ProxyCore::RemoteModel() const {
+  const RouterBackend& b = backend();
+  return b.remote_model.empty() ? current_->pool->model().name : b.remote_model;
+}
+
+void ProxyCore::Skip(const absl::Status& why) {
+  if (skipped_.ok()) skipped_ = why;
+}
+
+void ProxyCore::BeginTry() {
+  in_try_ = true;
+  try_start_ = absl::Now();
+  current_->pool->Begin(current_->index);
+  metrics_.BackendStarted(*current_->pool, current_->index);
+}
+
+void ProxyCore::Connected(bool reused) {
+  connected_ = true;
+  metrics_.BackendConnection(*current_->pool, current_->index, reused);
+}
+
+void ProxyCore::Stale() {
+  connected_ = false;
+  metrics_.BackendStaleConnection(*current_->pool, current_->index);
+}
+
+void ProxyCore::FirstByte() { metrics_.BackendFirstByte(*current_->pool, current_->index, absl::Now() - try_start_); }
+
+void ProxyCore::TryFailed(const std::string& error, BackendErrorKind kind, bool eject) {
+  EndTry();
+  if (kind == BackendErrorKind::kBusy) ++busy_;
+  if (eject) current_->pool->Eject(current_->index, absl::Now());
+  metrics_.BackendFailed(*current_->pool, current_->index, kind, /*moved_on=*/next_ < candidates_.size());
+  errors_.push_back(absl::StrCat(url(), ": ", error));
+}
+
+void ProxyCore::EndTry() {
+  if (!in_try_) return;
+  in_try_ = false;
+  current_->pool->End(current_->index);
+}
+
+void ProxyCore::Answering() {
+  if (answering_) return;
+  answering_ = true;
+  const std::string& answering = current_->pool->model().name;
+  if (answering != model_) metrics_.FallbackTaken(model_, answering);
+}
+
+void ProxyCore::BrokeWhileAnswering(BackendErrorKind kind) {
+  current_->pool->Eject(current_->index, absl::Now());
+  metrics_.BackendFailed(*current_->pool, current_->index, kind, /*moved_on=*/false);
+}
+
+absl::Status ProxyCore::Exhausted() const {
+  if (errors_.empty() && !skipped_.ok()) return skipped_;
+  // Every one busy: RESOURCE_EXHAUSTED (HTTP 429), so that the client backs off and retries as
+  // it would against one server; any other failure among them: UNAVAILABLE.
+  const bool all_busy = busy_ > 0 && busy_ == static_cast<int>(errors_.size());
+  std::string message = absl::StrCat("every backend of model \"", model_, "\" (and its fallbacks) ",
+                                     all_busy ? "is over its queue limit: " : "failed: ", absl::StrJoin(errors_, "; "));
+  if (!skipped_.ok()) absl::StrAppend(&message, "; some backends were not tried: ", skipped_.message());
+  return all_busy ? absl::ResourceExhaustedError(message) : absl::UnavailableError(message);
+}
+
+void ProxyCore::Finish(ProxyEnd end) {
+  if (finished_) return;
+  finished_ = true;
+  EndTry();
+  if (end.answered) metrics_.BackendAnswered(*current_->pool, current_->index, absl::Now() - arrival_);
+  metrics_.RequestFinished(model_, end.outcome);
+  if (log_ == nullptr) return;
+  RequestRecord r;
+  r.model = model_;
+  if (answering_) r.backend = url();
+  r.latency_ms = absl::ToDoubleMilliseconds(absl::Now() - arrival_);
+  r.status = end.status;
+  r.grpc_status = std::move(end.grpc_status);
+  r.success = end.outcome == RequestOutcome::kSuccess;
+  r.error = std::move(end.error);
+  r.prompt_tokens = end.prompt_tokens;
+  r.completion_tokens = end.completion_tokens;
+  log_->Append(r, absl::Now());
+}
+
+void LogRefusedRequest(RequestLog* log, const std::string& model, absl::Time arrival, const absl::Status& error,
+                       bool grpc) {
+  if (log == nullptr) return;
+  RequestRecord r;
+  r.model = model;
+  r.latency_ms = absl::ToDoubleMilliseconds(absl::Now() - arrival);
+  r.status = ToHttpError(error).status;
+  if (grpc) r.grpc_status = absl::StatusCodeToString(error.code());
+  r.error = std::string(error.message());
+  log->Append(r, absl::Now());
+}
+
+}  // namespace tpserve

@@ -1,0 +1,234 @@
+// RouterGrpcServer: the service's three methods (ModelInfo forwarded here) and the server's
+// set-up. Tested by tests/router_grpc_front_test.cc and tests/router_grpc_front_test.sh.
+#include "coordinator/router/router_grpc_server.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/api/grpc_auth.h"
+#include "coordinator/api/grpc_service.h"
+#include "coordinator/api/grpc_status.h"
+#include "coordinator/api/openai_json.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "proto/grpc/health/v1/health.pb.h"
+
+namespace tpserve {
+namespace {
+
+constexpr char kServiceName[] = "tpserve.v1.TpServe";
+// A ModelInfo call to one backend: connecting and the answer (serve answers at once).
+constexpr absl::Duration kModelInfoTimeout = absl::Seconds(10);
+
+// A Generate call refused before it started: finishes at once with `status`.
+class RefusedGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit RefusedGenerate(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+  void OnDone() override { delete this; }
+};
+
+// One ModelInfo call to a backend, tracked on its GrpcBackend (the router waits for it).
+struct ModelInfoCall : GrpcBackend::Call {
+  void TryCancel() override { context.TryCancel(); }
+  grpc::ClientContext context;
+  v1::ModelInfoRequest request;
+  v1::ModelInfoResponse response;
+};
+
+// ModelInfo for `model`, asked of its routable grpc:// backends in turn until one answers: a
+// backend that cannot be reached or fails (UNAVAILABLE, INTERNAL, ...) passes the question on;
+// its answer, or its refusal of the request (NOT_FOUND, UNAUTHENTICATED, ...), is the client's,
+// with served_model_names set to the router's name for the model. No metrics, no log line, no
+// ejection: a question about a model is not a request. Deletes itself in OnDone.
+class ModelInfoForward final : public grpc::ServerUnaryReactor {
+ public:
+  ModelInfoForward(std::string model, std::vector<ProxyCandidate> candidates, v1::ModelInfoResponse* response)
+      : model_(std::move(model)), candidates_(std::move(candidates)), response_(response) {}
+
+  // The calls run one after another: Run starts the first, each one's callback the next.
+  void Run() { TryNext(); }
+
+  void OnCancel() override {
+    std::shared_ptr<ModelInfoCall> call;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      call = current_;
+    }
+    if (call != nullptr) call->TryCancel();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // Starts the next candidate's call, or finishes. No lock is held across a call's start (its
+  // callback may run at once) or Finish (after which OnDone may delete this).
+  void TryNext() {
+    for (; next_ < candidates_.size() && candidates_[next_].grpc == nullptr; ++next_) {
+      const ProxyCandidate& c = candidates_[next_];
+      errors_.push_back(absl::StrCat(c.pool->backend(c.index).url, ": not a grpc:// backend"));
+    }
+    if (next_ >= candidates_.size()) {
+      return Finish(ToGrpcStatus(absl::UnavailableError(absl::StrCat("no backend of model \"", model_,
+                                                                     "\" (and its fallbacks) answered ModelInfo: ",
+                                                                     absl::StrJoin(errors_, "; ")))));
+    }
+    const ProxyCandidate& c = candidates_[next_++];
+    const RouterBackend& b = c.pool->backend(c.index);
+    auto call = std::make_shared<ModelInfoCall>();
+    call->request.set_model(b.remote_model.empty() ? c.pool->model().name : b.remote_model);
+    if (!b.api_key.empty()) call->context.AddMetadata("authorization", "Bearer " + b.api_key);
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + kModelInfoTimeout));
+    GrpcBackend* backend = c.grpc;
+    if (!backend->Track(call)) return Finish(ToGrpcStatus(absl::UnavailableError("the router is stopping")));
+    {
+      absl::MutexLock lock(&mu_);
+      if (cancelled_) {
+        backend->Untrack(call.get());
+        return Finish(ToGrpcStatus(absl::CancelledError("the client cancelled the call")));
+      }
+      current_ = call;
+    }
+    backend->stub().async()->ModelInfo(&call->context, &call->request, &call->response,
+                                       [this, backend, call, url = b.url](grpc::Status status) {
+                                         backend->Untrack(call.get());
+                                         Answered(url, *call, status);
+                                       });
+  }
+
+  void Answered(const std::string& url, ModelInfoCall& call, const grpc::Status& status) {
+    bool cancelled;
+    {
+      absl::MutexLock lock(&mu_);
+      current_.reset();
+      cancelled = cancelled_;
+    }
+    const absl::Status s(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+    if (!status.ok() && !cancelled &&
+        (ToHttpError(s).status >= 500 || s.code() == absl::StatusCode::kResourceExhausted)) {
+      errors_.push_back(absl::StrCat(url, ": gRPC ", absl::StatusCodeToString(s.code()), ": ", s.message()));
+      return TryNext();
+    }
+    if (status.ok()) {
+      *response_ = std::move(call.response);
+      response_->clear_served_model_names();
+      response_->add_served_model_names(model_);
+    }
+    Finish(status);
+  }
+
+  const std::string model_;
+  const std::vector<ProxyCandidate> candidates_;
+  v1::ModelInfoResponse* const response_;
+  // The chain's own (one call at a time).
+  size_t next_ = 0;
+  std::vector<std::string> errors_;
+  // Shared with OnCancel.
+  absl::Mutex mu_;
+  std::shared_ptr<ModelInfoCall> current_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+grpc::ServerUnaryReactor* Refused(grpc::CallbackServerContext* context, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace
+
+class RouterGrpcService final : public TpServeServiceBase {
+ public:
+  RouterGrpcService(GrpcFrontGenerate::Context context, ApiKeys api_keys)
+      : context_(std::move(context)), api_keys_(std::move(api_keys)) {}
+
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override {
+    const absl::Time arrival = absl::Now();
+    if (absl::Status key = AuthorizeGrpcCall(api_keys_, *context); !key.ok()) return new RefusedGenerate(key);
+    std::vector<grpc::Slice> slices;
+    std::string wire;
+    if (request->Dump(&slices).ok()) {
+      for (const grpc::Slice& slice : slices) wire.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+    return GrpcFrontGenerate::Start(context_, context, std::move(wire), arrival);
+  }
+
+  grpc::ServerUnaryReactor* ModelInfo(grpc::CallbackServerContext* context, const v1::ModelInfoRequest* request,
+                                      v1::ModelInfoResponse* response) override {
+    if (absl::Status key = AuthorizeGrpcCall(api_keys_, *context); !key.ok()) return Refused(context, key);
+    const std::vector<std::string>& names = context_.routes.model_names();
+    std::string model = request->model();
+    if (model.empty() && names.size() == 1) model = names[0];  // the default model, as Generate's
+    if (model.empty()) {
+      // No default among several: the names, as GET /v1/models lists them.
+      for (const std::string& name : names) response->add_served_model_names(name);
+      grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+      reactor->Finish(grpc::Status::OK);
+      return reactor;
+    }
+    absl::StatusOr<std::vector<ProxyCandidate>> backends = context_.routes.Backends(model);
+    if (!backends.ok()) return Refused(context, backends.status());
+    auto* reactor = new ModelInfoForward(model, *std::move(backends), response);
+    reactor->Run();
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context, const v1::StatsRequest*,
+                                  v1::StatsResponse*) override {
+    if (absl::Status key = AuthorizeGrpcCall(api_keys_, *context); !key.ok()) return Refused(context, key);
+    return Refused(context, absl::UnimplementedError(
+                                "the router runs no engine, so it has no engine statistics: its own numbers are GET "
+                                "/metrics on its HTTP port (tpserve_router_*: per backend requests, errors, latency, "
+                                "health); a backend's Stats are on that backend's gRPC port"));
+  }
+
+ private:
+  const GrpcFrontGenerate::Context context_;
+  const ApiKeys api_keys_;
+};
+
+RouterGrpcServer::RouterGrpcServer(GrpcFrontGenerate::Context context, RouterGrpcOptions options)
+    : options_(std::move(options)),
+      service_(std::make_unique<RouterGrpcService>(std::move(context), ApiKeys(options_.api_keys))) {}
+
+RouterGrpcServer::~RouterGrpcServer() { Shutdown(); }
+
+absl::Status RouterGrpcServer::Start() {
+  // As serve's gRPC server (coordinator/api/grpc_server.cc): health, and reflection that can
+  // describe the health service too.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::health::v1::HealthCheckRequest::descriptor();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.address, grpc::InsecureServerCredentials(), &port_);
+  builder.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port_ == 0) {
+    server_.reset();
+    return absl::UnavailableError(absl::StrCat("router: --grpc-port: cannot listen on ", options_.address,
+                                               " (in use, or not a host:port of this machine)"));
+  }
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  health->SetServingStatus("", true);
+  health->SetServingStatus(kServiceName, true);
+  return absl::OkStatus();
+}
+
+void RouterGrpcServer::Shutdown() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (server_ == nullptr) return;
+  server_->GetHealthCheckService()->Shutdown();  // NOT_SERVING from now on
+  // Calls in flight are cancelled at once: their OnCancel cancels their backend calls.
+  server_->Shutdown(std::chrono::system_clock::now());
+  server_->Wait();
+}
+
+}  // namespace tpserve

@@ -1,0 +1,57 @@
+// `tpserve router --grpc-port Q`: the router's gRPC front end, serving tpserve.v1.TpServe as
+// `tpserve serve` does, so that a gRPC client talks to the router as to one server. Generate is
+// routed by its `model` to grpc:// backends (grpc_front_generate.h); ModelInfo is answered by a
+// routable backend of the model; Stats is UNIMPLEMENTED (the router's numbers are its HTTP
+// /metrics). With API keys, every method needs "authorization: Bearer KEY" metadata (serve's
+// check). grpc.health.v1 answers SERVING until shutdown; server reflection is on. Tested by
+// tests/router_grpc_front_test.cc and tests/router_grpc_front_test.sh.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "coordinator/api/api_keys.h"
+#include "coordinator/router/grpc_front_generate.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace tpserve {
+
+class RouterGrpcService;
+
+struct RouterGrpcOptions {
+  std::string address;  // host:port; port 0 picks a free one (port())
+  // Larger requests fail with RESOURCE_EXHAUSTED (gRPC's own check): the HTTP side's
+  // --max-body-bytes, as serve's gRPC port takes it.
+  int max_receive_message_bytes = 4 << 20;
+  std::vector<std::string> api_keys;  // empty: no key needed
+};
+
+class RouterGrpcServer {
+ public:
+  // `context`'s references outlive the server.
+  RouterGrpcServer(GrpcFrontGenerate::Context context, RouterGrpcOptions options);
+  ~RouterGrpcServer();  // Shutdown()
+  RouterGrpcServer(const RouterGrpcServer&) = delete;
+  RouterGrpcServer& operator=(const RouterGrpcServer&) = delete;
+
+  // Binds and starts serving. UNAVAILABLE when the address cannot be bound.
+  absl::Status Start();
+  int port() const { return port_; }
+  // Health goes NOT_SERVING; calls in flight are cancelled (their backend calls too), and it
+  // returns once each has ended. The proxy io_context must run until then. Idempotent.
+  void Shutdown();
+
+ private:
+  const RouterGrpcOptions options_;
+  std::unique_ptr<RouterGrpcService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace tpserve

@@ -1,0 +1,435 @@
+// The router's own gRPC port (router_grpc_server.h), in one process: a fake engine behind serve's
+// gRPC server (tests/frontend_fixture.h), the router in front. A streamed Generate through the
+// router gives the backend's own messages; a dead replica is failed over; an unknown model is
+// NOT_FOUND naming the available ones; the router's key is checked; a client's cancel cancels the
+// backend's request; a busy backend, failures after the first message, an http-only model,
+// ModelInfo, Stats, health, shutdown with a call open, the request log and the metrics. Real processes:
+// tests/router_grpc_front_test.sh.
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/router/grpc_front_generate.h"
+#include "coordinator/router/router_server.h"
+#include "gmock/gmock.h"
+#include "tests/frontend_fixture.h"
+
+namespace tpserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A loopback port nothing listens on (bound, then closed).
+int DeadPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// A message as the client compares it: without what differs between two runs of a request.
+v1::GenerateResponse Comparable(v1::GenerateResponse r) {
+  r.clear_request_id();
+  r.clear_timings();
+  return r;
+}
+
+class RouterGrpcFrontTest : public FrontendTest {
+ protected:
+  void TearDown() override {
+    router_.reset();
+    std::remove(log_path_.c_str());
+    FrontendTest::TearDown();
+  }
+
+  // A router with a gRPC port, serving `models_json` (the config's "models" object; $G stands
+  // for the fake backend's gRPC URL).
+  void StartRouter(std::string models_json, std::vector<std::string> api_keys = {}) {
+    const std::string g = absl::StrCat("grpc://127.0.0.1:", grpc_->port());
+    for (size_t at; (at = models_json.find("$G")) != std::string::npos;) models_json.replace(at, 2, g);
+    absl::StatusOr<RouterConfig> config = ParseRouterConfig(absl::StrCat(R"({"models": )", models_json, "}"));
+    ASSERT_TRUE(config.ok()) << config.status();
+    RouterOptions options;
+    options.transport.host = "127.0.0.1";
+    options.transport.port = 0;
+    options.grpc_port = 0;
+    options.api_keys = std::move(api_keys);
+    options.request_log = log_path_;
+    router_ = std::make_unique<RouterServer>(*std::move(config), options);
+    ASSERT_TRUE(router_->Start().ok());
+    ASSERT_GT(router_->grpc_port(), 0);
+    router_channel_ =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", router_->grpc_port()), grpc::InsecureChannelCredentials());
+    router_stub_ = v1::TpServe::NewStub(router_channel_);
+  }
+
+  // The default router: model "relayed" on the fake backend (its model "fake-model").
+  void StartRelayRouter(std::vector<std::string> api_keys = {}) {
+    StartRouter(R"({"relayed": {"backends": [{"url": "$G", "model": "fake-model"}]}})", std::move(api_keys));
+  }
+
+  // A Generate call through the router, to its end; `key` goes as the authorization metadata;
+  // `backend` gets the x-tpserve-backend initial metadata.
+  grpc::Status RouterGenerate(const v1::GenerateRequest& request, std::vector<v1::GenerateResponse>* responses,
+                              const std::string& key = "", std::string* backend = nullptr) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    if (!key.empty()) context.AddMetadata("authorization", "Bearer " + key);
+    auto reader = router_stub_->Generate(&context, request);
+    v1::GenerateResponse r;
+    while (reader->Read(&r)) responses->push_back(r);
+    grpc::Status status = reader->Finish();
+    if (backend != nullptr) {
+      const auto& metadata = context.GetServerInitialMetadata();
+      auto it = metadata.find("x-tpserve-backend");
+      *backend = it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
+    }
+    return status;
+  }
+
+  std::string Metrics() {
+    httplib::Client client("127.0.0.1", router_->port());
+    auto res = client.Get("/metrics");
+    return res ? res->body : "";
+  }
+
+  std::vector<std::string> LogLines() {
+    std::ifstream in(log_path_);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  }
+
+  std::string BackendUrl() const { return absl::StrCat("grpc://127.0.0.1:", grpc_->port()); }
+
+  const std::string log_path_ = absl::StrCat(::testing::TempDir(), "/router_grpc_front_test_", getpid(), ".jsonl");
+  std::unique_ptr<RouterServer> router_;
+  std::shared_ptr<grpc::Channel> router_channel_;
+  std::unique_ptr<v1::TpServe::Stub> router_stub_;
+};
+
+TEST_F(RouterGrpcFrontTest, StreamedGenerateEqualsStraightToTheBackend) {
+  StartServers();
+  StartRelayRouter();
+  std::vector<v1::GenerateRequest> requests;
+  requests.push_back(TextRequest("Hello world, this is a test", 12));
+  v1::GenerateRequest chat;
+  v1::ChatMessage* m = chat.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("Hi there");
+  chat.mutable_sampling()->set_max_tokens(6);
+  chat.mutable_sampling()->set_logprobs(1);
+  chat.set_n(2);
+  requests.push_back(chat);
+  v1::GenerateRequest ids;
+  for (int id : {11, 12, 13, 14}) ids.mutable_token_ids()->add_ids(id);
+  ids.mutable_sampling()->set_max_tokens(8);
+  ids.mutable_sampling()->add_stop_token_ids(13);
+  requests.push_back(ids);
+  for (v1::GenerateRequest request : requests) {
+    SCOPED_TRACE(request.ShortDebugString());
+    std::vector<v1::GenerateResponse> relayed, direct;
+    request.set_model("relayed");
+    std::string backend;
+    ASSERT_TRUE(RouterGenerate(request, &relayed, "", &backend).ok());
+    EXPECT_EQ(backend, BackendUrl());
+    request.set_model("fake-model");
+    ASSERT_TRUE(Generate(request, &direct).ok());
+    ASSERT_FALSE(relayed.empty());
+    // The same tokens, text, logprobs and finish per choice (how they split into messages may
+    // differ between two runs).
+    auto fold = [](const std::vector<v1::GenerateResponse>& messages) {
+      std::map<int, v1::GenerateResponse> by_choice;
+      for (const v1::GenerateResponse& r : messages) {
+        v1::GenerateResponse& f = by_choice[r.index()];
+        f.set_index(r.index());
+        f.mutable_token_ids()->MergeFrom(r.token_ids());
+        f.mutable_text()->append(r.text());
+        f.mutable_logprobs()->MergeFrom(r.logprobs());
+        f.mutable_usage()->CopyFrom(r.usage());
+        if (r.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) f.set_finish_reason(r.finish_reason());
+        if (r.has_stop_token_id()) f.set_stop_token_id(r.stop_token_id());
+      }
+      std::vector<std::string> out;
+      for (auto& [index, f] : by_choice) out.push_back(Comparable(f).ShortDebugString());
+      return out;
+    };
+    EXPECT_EQ(fold(relayed), fold(direct));
+    EXPECT_NE(relayed.back().finish_reason(), v1::FINISH_REASON_UNSPECIFIED);
+  }
+  // The router's only model is the default one (proto3's empty model); the backend got its name
+  // for it (it refuses any other).
+  std::vector<v1::GenerateResponse> responses;
+  EXPECT_TRUE(RouterGenerate(TextRequest("Hi", 2), &responses).ok());
+  // The request log and the metrics count gRPC calls as HTTP requests.
+  const std::vector<std::string> lines = LogLines();
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_THAT(lines[0], HasSubstr(absl::StrCat(R"("model":"relayed","backend":")", BackendUrl(), R"(")")));
+  EXPECT_THAT(lines[0], HasSubstr(R"("status":200,"success":true,"error":null,"prompt_tokens":)"));
+  EXPECT_THAT(lines[0], HasSubstr(R"("grpc_status":"OK")"));
+  const std::string labels = absl::StrCat("model=\"relayed\",backend=\"", BackendUrl(), "\"");
+  EXPECT_THAT(Metrics(), HasSubstr(absl::StrCat("tpserve_router_backend_requests_total{", labels, "} 4")));
+  EXPECT_THAT(Metrics(), HasSubstr("tpserve_router_requests_total{model=\"relayed\",outcome=\"success\"} 4"));
+}
+
+TEST_F(RouterGrpcFrontTest, ADeadReplicaIsFailedOver) {
+  StartServers();
+  const std::string dead = absl::StrCat("grpc://127.0.0.1:", DeadPort());
+  StartRouter(absl::StrCat(R"({"m": {"policy": "round_robin", "backends": [")", dead,
+                           R"(", {"url": "$G", "model": "fake-model"}]}})"));
+  for (int i = 0; i < 2; ++i) {  // one of the two starts at the dead replica
+    std::vector<v1::GenerateResponse> responses;
+    v1::GenerateRequest request = TextRequest("Hello", 3);
+    request.set_model("m");
+    std::string backend;
+    const grpc::Status s = RouterGenerate(request, &responses, "", &backend);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(backend, BackendUrl());
+  }
+  const std::string metrics = Metrics();
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_errors_total{model=\"m\",backend=\"", dead,
+                                              "\",kind=\"connect\"} 1")));
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_healthy{model=\"m\",backend=\"", dead, "\"} 0")));
+  // Alone, the dead replica is UNAVAILABLE naming it.
+  router_.reset();
+  StartRouter(absl::StrCat(R"({"m": {"backends": [")", dead, R"("]}})"));
+  std::vector<v1::GenerateResponse> responses;
+  v1::GenerateRequest request = TextRequest("Hello", 3);
+  request.set_model("m");
+  const grpc::Status s = RouterGenerate(request, &responses);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat("every backend of model \"m\" (and its fallbacks) failed: ",
+                                                        dead, ": gRPC UNAVAILABLE")));
+}
+
+TEST_F(RouterGrpcFrontTest, UnknownAndMissingModels) {
+  StartServers();
+  StartRouter(R"({"a": {"backends": ["$G"]}, "b": {"backends": ["$G"]}})");
+  std::vector<v1::GenerateResponse> responses;
+  v1::GenerateRequest request = TextRequest("Hello", 3);
+  request.set_model("nope");
+  grpc::Status s = RouterGenerate(request, &responses);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), "The model `nope` does not exist. Available models: a, b");
+  request.clear_model();
+  s = RouterGenerate(request, &responses);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "'model' is required: the router serves a, b");
+  EXPECT_TRUE(responses.empty());
+  EXPECT_EQ(engine_->submitted(), 0);
+  // Logged as the HTTP side logs its refusals.
+  const std::vector<std::string> lines = LogLines();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_THAT(lines[0], HasSubstr(R"("model":"nope","backend":null)"));
+  EXPECT_THAT(lines[0], HasSubstr(R"("status":404,"success":false)"));
+  EXPECT_THAT(lines[0], HasSubstr(R"("grpc_status":"NOT_FOUND")"));
+}
+
+TEST_F(RouterGrpcFrontTest, TheRoutersKeyIsCheckedOnEveryMethod) {
+  StartServers();
+  StartRelayRouter({"router-secret"});
+  std::vector<v1::GenerateResponse> responses;
+  v1::GenerateRequest request = TextRequest("Hello", 3);
+  EXPECT_EQ(RouterGenerate(request, &responses).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(RouterGenerate(request, &responses, "wrong").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(engine_->submitted(), 0);
+  EXPECT_TRUE(RouterGenerate(request, &responses, "router-secret").ok());
+  {
+    grpc::ClientContext context;
+    v1::ModelInfoRequest info_request;
+    v1::ModelInfoResponse info;
+    EXPECT_EQ(router_stub_->ModelInfo(&context, info_request, &info).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer router-secret");
+    v1::StatsRequest stats_request;
+    v1::StatsResponse stats;
+    const grpc::Status s = router_stub_->Stats(&context, stats_request, &stats);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_THAT(s.error_message(), HasSubstr("/metrics"));
+  }
+}
+
+TEST_F(RouterGrpcFrontTest, ModelInfoComesFromABackendUnderTheRoutersName) {
+  StartServers();
+  StartRouter(R"({"relayed": {"backends": [{"url": "$G", "model": "fake-model"}]}, "other": {"backends": ["$G"]}})");
+  grpc::ClientContext context;
+  v1::ModelInfoRequest request;
+  request.set_model("relayed");
+  v1::ModelInfoResponse info;
+  ASSERT_TRUE(router_stub_->ModelInfo(&context, request, &info).ok());
+  EXPECT_EQ(info.max_model_len(), 256);
+  ASSERT_EQ(info.served_model_names_size(), 1);
+  EXPECT_EQ(info.served_model_names(0), "relayed");
+  // The backend's refusal passes through: it serves no model "other".
+  grpc::ClientContext other_context;
+  request.set_model("other");
+  EXPECT_EQ(router_stub_->ModelInfo(&other_context, request, &info).error_code(), grpc::StatusCode::NOT_FOUND);
+  // No model, several: the names.
+  grpc::ClientContext names_context;
+  request.clear_model();
+  v1::ModelInfoResponse names;
+  ASSERT_TRUE(router_stub_->ModelInfo(&names_context, request, &names).ok());
+  EXPECT_THAT(names.served_model_names(), ::testing::ElementsAre("other", "relayed"));
+  grpc::ClientContext unknown_context;
+  request.set_model("nope");
+  EXPECT_EQ(router_stub_->ModelInfo(&unknown_context, request, &info).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(RouterGrpcFrontTest, AClientsCancelCancelsTheBackendsRequest) {
+  StartServers(Slow());
+  StartRelayRouter();
+  {
+    grpc::ClientContext context;
+    v1::GenerateRequest request = TextRequest("Hi", 200);
+    request.mutable_sampling()->set_ignore_eos(true);
+    auto reader = router_stub_->Generate(&context, request);
+    v1::GenerateResponse r;
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(reader->Read(&r));
+    context.TryCancel();
+    while (reader->Read(&r)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  EXPECT_TRUE(engine_->WaitForCancelled(1, absl::Seconds(10)));
+  EXPECT_TRUE(Eventually([this] { return engine_->running() == 0; }));
+  EXPECT_TRUE(Eventually([this] {
+    const std::vector<std::string> lines = LogLines();
+    return lines.size() == 1 && lines[0].find(R"("status":499,"success":false)") != std::string::npos &&
+           lines[0].find(R"("grpc_status":"CANCELLED")") != std::string::npos;
+  }));
+  EXPECT_THAT(Metrics(), HasSubstr("tpserve_router_requests_total{model=\"relayed\",outcome=\"client_gone\"} 1"));
+}
+
+TEST_F(RouterGrpcFrontTest, ShutdownEndsOpenCallsAndTheirBackendCalls) {
+  StartServers(Slow());
+  StartRelayRouter();
+  grpc::ClientContext context;
+  v1::GenerateRequest request = TextRequest("Hi", 200);
+  request.mutable_sampling()->set_ignore_eos(true);
+  auto reader = router_stub_->Generate(&context, request);
+  v1::GenerateResponse r;
+  ASSERT_TRUE(reader->Read(&r));
+  router_->Shutdown();  // returns once the call ended
+  while (reader->Read(&r)) {
+  }
+  EXPECT_FALSE(reader->Finish().ok());
+  EXPECT_TRUE(engine_->WaitForCancelled(1, absl::Seconds(10)));
+}
+
+TEST_F(RouterGrpcFrontTest, ABusyBackendIsResourceExhaustedNotEjected) {
+  StartServers();
+  StartRelayRouter();
+  engine_->SetSubmitError(absl::ResourceExhaustedError("the queue is full"));
+  std::vector<v1::GenerateResponse> responses;
+  const grpc::Status s = RouterGenerate(TextRequest("Hi", 2), &responses);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("is over its queue limit"));
+  const std::string labels = absl::StrCat("model=\"relayed\",backend=\"", BackendUrl(), "\"");
+  EXPECT_THAT(Metrics(), HasSubstr(absl::StrCat("tpserve_router_backend_errors_total{", labels, ",kind=\"busy\"} 1")));
+  EXPECT_THAT(Metrics(), HasSubstr(absl::StrCat("tpserve_router_backend_healthy{", labels, "} 1")));
+  // The backend's refusal of the request itself passes through.
+  engine_->SetSubmitError(absl::OkStatus());
+  v1::GenerateRequest bad = TextRequest("Hi", 2);
+  bad.mutable_sampling()->set_temperature(-1);
+  const grpc::Status invalid = RouterGenerate(bad, &responses);
+  EXPECT_EQ(invalid.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(invalid.error_message(), HasSubstr("temperature"));
+}
+
+TEST_F(RouterGrpcFrontTest, FailuresAfterTheFirstMessage) {
+  StartServers(Slow());
+  StartRelayRouter();
+  auto run = [this](absl::StatusCode code, const std::string& error) {
+    grpc::ClientContext context;
+    v1::GenerateRequest request = TextRequest("Hi", 200);
+    request.mutable_sampling()->set_ignore_eos(true);
+    auto reader = router_stub_->Generate(&context, request);
+    v1::GenerateResponse r;
+    EXPECT_TRUE(reader->Read(&r));
+    engine_->EndAll(FinishReason::kError, error, code);
+    while (reader->Read(&r)) {
+    }
+    return reader->Finish();
+  };
+  // The engine failed the request: serve's status, passed through.
+  grpc::Status s = run(absl::StatusCode::kInternal, "the engine failed this request");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_EQ(s.error_message(), "the engine failed this request");
+  // The server can serve nothing now: the router names the backend, and ejects it.
+  s = run(absl::StatusCode::kUnavailable, "rank 1 is gone");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(s.error_message(), absl::StrCat("the backend ", BackendUrl(),
+                                            " failed in the middle of the stream: gRPC UNAVAILABLE: rank 1 is gone"));
+  EXPECT_THAT(Metrics(), HasSubstr("kind=\"stream_broken\"} 1"));
+}
+
+TEST_F(RouterGrpcFrontTest, AModelWithOnlyHttpBackendsIsRefused) {
+  StartServers();
+  StartRouter(absl::StrCat(R"({"h": {"backends": ["http://127.0.0.1:)", http_->port(),
+                           R"(/v1"]}, "both": {"backends": ["http://127.0.0.1:)", http_->port(),
+                           R"(/v1", {"url": "$G", "model": "fake-model"}]}})"));
+  std::vector<v1::GenerateResponse> responses;
+  v1::GenerateRequest request = TextRequest("Hi", 2);
+  request.set_model("h");
+  const grpc::Status s = RouterGenerate(request, &responses);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("the router's gRPC port forwards to grpc:// backends only"));
+  EXPECT_EQ(engine_->submitted(), 0);
+  // With a grpc:// backend too, that one takes every request.
+  request.set_model("both");
+  for (int i = 0; i < 2; ++i) {
+    std::string backend;
+    EXPECT_TRUE(RouterGenerate(request, &responses, "", &backend).ok());
+    EXPECT_EQ(backend, BackendUrl());
+  }
+}
+
+TEST_F(RouterGrpcFrontTest, HealthIsServing) {
+  StartServers();
+  StartRelayRouter();
+  auto health = grpc::health::v1::Health::NewStub(router_channel_);
+  for (const std::string service : {"", "tpserve.v1.TpServe"}) {
+    grpc::ClientContext context;
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
+    ASSERT_TRUE(health->Check(&context, request, &response).ok());
+    EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+}
+
+TEST(RouterGrpcPromptText, IsTheOpenAiBodysPromptText) {
+  v1::GenerateRequest chat;
+  for (const auto& [role, content] : std::vector<std::pair<std::string, std::string>>{{"system", "Be brief."},
+                                                                                         {"user", "Hi"}}) {
+    v1::ChatMessage* m = chat.mutable_chat()->add_messages();
+    m->set_role(role);
+    m->set_content(content);
+  }
+  EXPECT_EQ(PromptText(chat), PromptText(nlohmann::json::parse(
+                                  R"({"messages": [{"role": "system", "content": "Be brief."},
+                                                   {"role": "user", "content": [{"type": "text", "text": "Hi"}]}]})")));
+  v1::GenerateRequest ids;
+  for (int id : {3, 1, 4}) ids.mutable_token_ids()->add_ids(id);
+  EXPECT_EQ(PromptText(ids), PromptText(nlohmann::json::parse(R"({"prompt": [3, 1, 4]})")));
+  EXPECT_EQ(PromptText(TextRequest("Once", 1)), PromptText(nlohmann::json::parse(R"({"prompt": "Once"})")));
+}
+
+}  // namespace
+}  // namespace tpserve

