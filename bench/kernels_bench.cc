@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -377,9 +378,12 @@ void BenchModelDecodeGemvPaths(const ModelShapes& model, int rounds, bool tiles)
   for (const Shape& s : model.shapes) {
     if (tiles && !cpu::amx::CanHoldAsTiles(s.n, s.k)) continue;
     WeightCopies w(s, DType::kBF16, /*huge_pages=*/true);
-    WeightCopies packed(s, DType::kBF16, /*huge_pages=*/true);
+    std::optional<WeightCopies> packed;  // the tile-order copies (--tiles-ab only)
     if (tiles) {
-      for (const uint8_t* c : packed.copies) cpu::amx::PackTiles(const_cast<uint16_t*>(reinterpret_cast<const uint16_t*>(c)), s.n, s.k);
+      packed.emplace(s, DType::kBF16, /*huge_pages=*/true);
+      for (const uint8_t* c : packed->copies) {
+        cpu::amx::PackTiles(const_cast<uint16_t*>(reinterpret_cast<const uint16_t*>(c)), s.n, s.k);
+      }
     }
     for (const int64_t m : {1, 3, 5}) {
       const std::vector<float> x = RandomFloats(m * s.k, 7);
@@ -392,7 +396,7 @@ void BenchModelDecodeGemvPaths(const ModelShapes& model, int rounds, bool tiles)
       std::vector<double> a_s, b_s, ratios;
       for (int r = 0; r < rounds; ++r) {
         const auto [a, b] =
-            tiles ? BestCallSecondsInterleaved(w, on(cpu::GemmPath::kOneDnnBf16, DType::kBF16), packed,
+            tiles ? BestCallSecondsInterleaved(w, on(cpu::GemmPath::kOneDnnBf16, DType::kBF16), *packed,
                                                on(cpu::GemmPath::kAmxBf16, DType::kBF16Tiles), 2)
                   : BestCallSecondsInterleaved(w, on(cpu::GemmPath::kSgemm, DType::kBF16), w,
                                                on(cpu::GemmPath::kOneDnnBf16, DType::kBF16), 2);

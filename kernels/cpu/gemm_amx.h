@@ -35,8 +35,8 @@ void LinearBf16Widened(const uint16_t* xb, int64_t m, int64_t k, WidenRows widen
 // so at load on the amx-bf16 path): each group of 16 rows of a [n, k] bf16 matrix is k / 32
 // tiles of 1 KiB in k order; row r of tile (group g, step s) holds, for each of the group's
 // rows c = 0..15, that row's elements 32 s + 2r and 32 s + 2r + 1: a TDPBF16PS B operand as
-// it is, so the prefill multiplies x (the A operand) by the weights without repacking them and
-// stores y's tiles straight into y. A group's bytes are its 16 rows' bytes, so rows
+// it is, so the prefill multiplies x (the A operand) by the weights without repacking them, and
+// its sums come out in y's orientation (no transpose). A group's bytes are its 16 rows' bytes, so rows
 // [16 a, 16 b) are still a slice at byte offset 16 a * k * 2. n % 16 == 0, k % 32 == 0.
 inline constexpr int64_t kTileGroupRows = 16;
 inline bool CanHoldAsTiles(int64_t n, int64_t k) { return n % kTileGroupRows == 0 && k % kBf16StepK == 0; }

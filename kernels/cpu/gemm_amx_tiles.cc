@@ -20,7 +20,6 @@
 #include <immintrin.h>
 #include <omp.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -120,10 +119,10 @@ void Block(const uint16_t* a0, const uint16_t* a1, const uint16_t* b0, const uin
 
 // xa: x in A tiles (PackXTiles), m_padded rows; sums: per thread, the fp32 sums of one weight
 // group by one x group ([kXPairs * 32][kWeightPairs * 32], sums_floats apart per thread).
-// The sums of a (weight group, x group) stay there over k's chunks, rows 512 bytes apart, and
-// are copied into y when k is done: tiles stored straight into a y whose rows are a large
-// power of two apart (gate_up: 64 KiB) all land in the same few cache sets, and ran at
-// 1.2 TFLOP/s against 1.5-2.0.
+// The sums of a (weight group, x group) stay there over k's chunks (no round trip through y
+// between chunks) and are copied into y when k is done. Written against tiles stored straight
+// into a y whose rows are 64 KiB apart (gate_up), which land in a few cache sets; gate_up ran
+// 1.19-1.28 TFLOP/s both ways, so that is not what holds it below the other products.
 void RunTiles(const uint16_t* xb, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, int64_t ldy,
               uint16_t* xa, int64_t m_padded, float* sums, int64_t sums_floats) {
   const int64_t steps = k / kBf16StepK, groups = n / kTileGroupRows, pairs = (groups + 1) / 2;
