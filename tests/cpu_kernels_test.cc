@@ -308,7 +308,9 @@ TEST(GemmChoice, AutoTakesBf16UnitsOnlyWhereTheCpuHasThem) {
   if (!cpu.amx_bf16 && !cpu.avx512_bf16) {
     EXPECT_EQ(choice->path, GemmPath::kSgemm);
   }
-  if (amx::Bf16Available()) EXPECT_EQ(choice->path, GemmPath::kAmxBf16) << "AMX: auto takes our tiles";
+  if (amx::Bf16Available()) {
+    EXPECT_EQ(choice->path, GemmPath::kAmxBf16) << "AMX: auto takes our tiles";
+  }
   EXPECT_NE(choice->description.find(GemmPathName(choice->path)), std::string::npos) << choice->description;
   std::printf("auto GEMM path: %s\n", choice->description.c_str());
 }
