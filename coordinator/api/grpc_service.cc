@@ -13,17 +13,6 @@
 #include "coordinator/api/proto_utf8.h"
 
 namespace tpserve {
-namespace {
-
-// A Generate call refused before it started: finishes at once with `status`.
-class RefusedGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
- public:
-  explicit RefusedGenerate(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
-  void OnDone() override { delete this; }
-};
-
-}  // namespace
-
 absl::StatusOr<v1::GenerateRequest> ParseGenerateRequest(absl::string_view wire) {
   if (absl::Status s = CheckStringFieldsAreUtf8(wire, *v1::GenerateRequest::descriptor()); !s.ok()) return s;
   v1::GenerateRequest request;
@@ -46,12 +35,8 @@ TpServeService::TpServeService(EngineApi& engine, const RequestBuilder& builder,
 grpc::ServerWriteReactor<grpc::ByteBuffer>* TpServeService::Generate(grpc::CallbackServerContext* context,
                                                                      const grpc::ByteBuffer* request) {
   const absl::Time arrival = absl::Now();
-  if (absl::Status key = AuthorizeGrpcCall(api_keys_, *context); !key.ok()) return new RefusedGenerate(key);
-  std::vector<grpc::Slice> slices;
   std::string wire;
-  if (request->Dump(&slices).ok()) {
-    for (const grpc::Slice& slice : slices) wire.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  }
+  if (auto* refused = AcceptGenerateCall(api_keys_, *context, *request, &wire)) return refused;
   // Parsed and built on the render pool, not on gRPC's callback thread: a long chat waits its
   // turn there, as a heavy task (at most all render threads but one).
   const bool heavy = wire.size() >= kHeavyRenderBytes;

@@ -25,13 +25,6 @@ constexpr char kServiceName[] = "tpserve.v1.TpServe";
 // A ModelInfo call to one backend: connecting and the answer (serve answers at once).
 constexpr absl::Duration kModelInfoTimeout = absl::Seconds(10);
 
-// A Generate call refused before it started: finishes at once with `status`.
-class RefusedGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
- public:
-  explicit RefusedGenerate(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
-  void OnDone() override { delete this; }
-};
-
 // One ModelInfo call to a backend, tracked on its GrpcBackend (the router waits for it).
 struct ModelInfoCall : GrpcBackend::Call {
   void TryCancel() override { context.TryCancel(); }
@@ -150,12 +143,8 @@ class RouterGrpcService final : public TpServeServiceBase {
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request) override {
     const absl::Time arrival = absl::Now();
-    if (absl::Status key = AuthorizeGrpcCall(api_keys_, *context); !key.ok()) return new RefusedGenerate(key);
-    std::vector<grpc::Slice> slices;
     std::string wire;
-    if (request->Dump(&slices).ok()) {
-      for (const grpc::Slice& slice : slices) wire.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-    }
+    if (auto* refused = AcceptGenerateCall(api_keys_, *context, *request, &wire)) return refused;
     return GrpcFrontGenerate::Start(context_, context, std::move(wire), arrival);
   }
 
