@@ -2,8 +2,11 @@
 // w[n, k]^T with the weights far beyond the L3, per weight type, dot-kernel path and number
 // of x rows, in GB/s of weight bytes beside the STREAM triad measured in the same run.
 // Usage: quant_dot_bench [--threads 1,2] [--k 4096] [--mib 256] [--types q4_1,q3_k,...]
+//                        [--huge-pages on|off]
 //   --mib 1 keeps the weights in L2: the kernels' compute rate, not the memory's.
 //   --types: only these weight types (DTypeName's names; default: every type with kernels).
+//   --huge-pages: the weights in a HostAllocation with huge pages (on: as the CPU backend holds
+//   them, worker/host_memory.h) or without (off: 4 KiB pages unless THP is "always").
 #include <omp.h>
 
 #include <algorithm>
@@ -19,6 +22,7 @@
 #include "bench/stream.h"
 #include "kernels/base.h"
 #include "kernels/cpu/quant.h"
+#include "worker/host_memory.h"
 
 namespace tpserve::bench {
 namespace {
@@ -28,8 +32,7 @@ using cpu::QuantIsa;
 // Random quant bytes (fast: the weights are hundreds of MiB) with every scale of a block set to
 // a finite value (fp16; FP8's fp32, and no NaN codes), so the kernels see the data they would
 // in a model.
-std::vector<uint8_t> RandomBlocks(DType w, size_t bytes) {
-  std::vector<uint8_t> v(bytes);
+void RandomBlocks(DType w, size_t bytes, uint8_t* v) {
   uint64_t s = 0x9e3779b97f4a7c15ull;
   for (size_t i = 0; i + 8 <= bytes; i += 8) {
     s += 0x9e3779b97f4a7c15ull;
@@ -39,9 +42,9 @@ std::vector<uint8_t> RandomBlocks(DType w, size_t bytes) {
   }
   if (w == DType::kF8_E4M3) {
     const float scale = 0.004f;
-    for (uint8_t& q : v) q = (q & 0x7f) == 0x7f ? q ^ 1 : q;
+    for (size_t i = 0; i < bytes; ++i) v[i] = (v[i] & 0x7f) == 0x7f ? v[i] ^ 1 : v[i];
     for (size_t b = 0; b + BlockBytes(w) <= bytes; b += BlockBytes(w)) std::memcpy(&v[b], &scale, 4);
-    return v;
+    return;
   }
   const uint16_t h = F32ToF16(0.004f);
   // The fp16 scales' offsets in a block: d, and dmin (K-quants) or m (Q4_1, Q5_1).
@@ -53,7 +56,6 @@ std::vector<uint8_t> RandomBlocks(DType w, size_t bytes) {
   for (size_t b = 0; b + BlockBytes(w) <= bytes; b += BlockBytes(w)) {
     for (size_t at : scales_at) std::memcpy(&v[b + at], &h, 2);
   }
-  return v;
 }
 
 std::vector<std::string> ParseNames(const char* s) {
@@ -82,12 +84,14 @@ int Main(int argc, char** argv) {
   int64_t k = 4096;
   int64_t mib = 256;
   std::vector<std::string> only;
+  bool huge_pages = true;
   for (int a = 1; a + 1 < argc; a += 2) {
     const std::string flag = argv[a];
     if (flag == "--threads") thread_counts = ParseInts(argv[a + 1]);
     else if (flag == "--k") k = std::atoll(argv[a + 1]);
     else if (flag == "--mib") mib = std::atoll(argv[a + 1]);
     else if (flag == "--types") only = ParseNames(argv[a + 1]);
+    else if (flag == "--huge-pages") huge_pages = std::string(argv[a + 1]) != "off";
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -119,7 +123,13 @@ int Main(int argc, char** argv) {
       if (k % BlockElems(w) != 0) continue;  // e.g. --k 640 (Gemma 3 270M's hidden size): no K-quants
       const size_t row_bytes = RowBytes(w, k);
       const int64_t n = std::max<int64_t>(64, (mib << 20) / static_cast<int64_t>(row_bytes));
-      const std::vector<uint8_t> weights = RandomBlocks(w, n * row_bytes);
+      absl::StatusOr<HostAllocation> alloc = HostAllocation::Make(n * row_bytes, huge_pages);
+      if (!alloc.ok()) {
+        std::fprintf(stderr, "%s\n", alloc.status().ToString().c_str());
+        return 1;
+      }
+      const uint8_t* weights = static_cast<const uint8_t*>(alloc->data());
+      RandomBlocks(w, n * row_bytes, static_cast<uint8_t*>(alloc->data()));
       for (int m : {1, 4}) {
         std::vector<float> x(m * k);
         for (int64_t j = 0; j < m * k; ++j) x[j] = static_cast<float>((j * 7919) % 2001 - 1000) / 1000.0f;
@@ -138,7 +148,7 @@ int Main(int argc, char** argv) {
             for (int64_t r0 = 0; r0 < n; r0 += kChunk) {
               const int64_t r1 = std::min(n, r0 + kChunk);
               for (int64_t r = r0; r < r1; ++r) {
-                dot(weights.data() + r * row_bytes, xq.data(), xq_bytes, m, k, y.data() + r, n);
+                dot(weights + r * row_bytes, xq.data(), xq_bytes, m, k, y.data() + r, n);
               }
             }
           });
@@ -151,8 +161,10 @@ int Main(int argc, char** argv) {
     }
     const double triad_after = MeasureTriadBandwidthGBs(threads);
     const double triad = std::max(triad_before, triad_after);
-    std::printf("threads %d: STREAM triad %.1f GB/s (%.1f before, %.1f after); k %lld, ~%lld MiB of weights per type\n",
-                threads, triad, triad_before, triad_after, static_cast<long long>(k), static_cast<long long>(mib));
+    std::printf("threads %d: STREAM triad %.1f GB/s (%.1f before, %.1f after); k %lld, ~%lld MiB of weights per type; "
+                "huge pages %s\n",
+                threads, triad, triad_before, triad_after, static_cast<long long>(k), static_cast<long long>(mib),
+                DescribeHugePages(huge_pages, ReadThpMode()).c_str());
     std::printf("%-8s %-12s %2s %9s %7s\n", "type", "path", "m", "GB/s", "triad");
     for (const Result& r : results) std::printf("%s %9.1f %6.0f%%\n", r.label.c_str(), r.gbs, 100 * r.gbs / triad);
     std::fflush(stdout);
