@@ -5,6 +5,11 @@
 //                        [--huge-pages on|off]
 //   --mib 1 keeps the weights in L2: the kernels' compute rate, not the memory's.
 //   --types: only these weight types (DTypeName's names; default: every type with kernels).
+//   --step TYPE:NxK,...[*R][+TYPE:NxK,...]: instead, one decode step's GEMVs in order through
+//   QuantGemv (the CPU backend's entry), each matrix its own allocation as the backend holds
+//   them (or all in one with --arena on): the listed matrices R times (a layer), then the
+//   ones after '+' (the head), e.g. Llama-3.2-1B Q4_K_M:
+//   --step q4_k:3072x2048,q4_k:2048x2048,q4_k:16384x2048,q6_k:2048x8192*16+q6_k:128256x2048
 //   --huge-pages: the weights in a HostAllocation with huge pages (on: as the CPU backend holds
 //   them, worker/host_memory.h) or without (off: 4 KiB pages unless THP is "always").
 #include <omp.h>
@@ -15,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,12 +85,102 @@ std::vector<int> ParseInts(const char* s) {
   return out;
 }
 
+struct StepMatrix {
+  DType w;
+  int64_t n, k;
+};
+
+// "TYPE:NxK,...[*R][+TYPE:NxK,...]" (see the usage above): the matrices of one step in order.
+absl::StatusOr<std::vector<StepMatrix>> ParseStep(const std::string& spec) {
+  std::vector<StepMatrix> out;
+  const size_t plus = spec.find('+');
+  std::string layer = spec.substr(0, plus);
+  const std::string tail = plus == std::string::npos ? "" : spec.substr(plus + 1);
+  int repeat = 1;
+  if (const size_t star = layer.find('*'); star != std::string::npos) {
+    repeat = std::atoi(layer.c_str() + star + 1);
+    layer.resize(star);
+  }
+  auto parse = [](const std::string& list, std::vector<StepMatrix>& into) -> absl::Status {
+    for (const std::string& item : ParseNames(list.c_str())) {
+      const size_t colon = item.find(':'), x = item.find('x', colon);
+      if (colon == std::string::npos || x == std::string::npos) {
+        return absl::InvalidArgumentError("--step: expected TYPE:NxK, got " + item);
+      }
+      std::optional<DType> w;
+      for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
+                      DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kF8_E4M3}) {
+        if (DTypeName(t) == item.substr(0, colon)) w = t;
+      }
+      if (!w) return absl::InvalidArgumentError("--step: no dot kernels for " + item);
+      const StepMatrix m{*w, std::atoll(item.c_str() + colon + 1), std::atoll(item.c_str() + x + 1)};
+      if (!cpu::HasQuantDot(m.w) || m.n <= 0 || m.k <= 0 || m.k % BlockElems(m.w) != 0) {
+        return absl::InvalidArgumentError("--step: no dot kernel for " + item);
+      }
+      into.push_back(m);
+    }
+    return absl::OkStatus();
+  };
+  std::vector<StepMatrix> one;
+  if (absl::Status st = parse(layer, one); !st.ok()) return st;
+  for (int r = 0; r < repeat; ++r) out.insert(out.end(), one.begin(), one.end());
+  if (absl::Status st = parse(tail, out); !st.ok()) return st;
+  return out;
+}
+
+// One decode step's GEMVs (m = 1) in order through QuantGemv, best of `rounds`, in GB/s of
+// weight bytes; each matrix its own HostAllocation (as CpuBackend holds them), or one for all.
+int RunStep(const std::vector<StepMatrix>& step, bool huge_pages, bool arena, int rounds) {
+  std::vector<size_t> bytes, at;
+  size_t total = 0;
+  int64_t max_k = 0, max_n = 0;
+  for (const StepMatrix& m : step) {
+    bytes.push_back(static_cast<size_t>(m.n) * RowBytes(m.w, m.k));
+    at.push_back(total);
+    total += (bytes.back() + 63) / 64 * 64;
+    max_k = std::max(max_k, m.k);
+    max_n = std::max(max_n, m.n);
+  }
+  std::vector<HostAllocation> allocs;
+  std::vector<const uint8_t*> weights;
+  for (size_t i = 0; i < step.size(); ++i) {
+    if (arena && i > 0) {
+      weights.push_back(static_cast<const uint8_t*>(allocs[0].data()) + at[i]);
+    } else {
+      absl::StatusOr<HostAllocation> a = HostAllocation::Make(arena ? total : bytes[i], huge_pages);
+      if (!a.ok()) {
+        std::fprintf(stderr, "%s\n", a.status().ToString().c_str());
+        return 1;
+      }
+      allocs.push_back(*std::move(a));
+      weights.push_back(static_cast<const uint8_t*>(allocs.back().data()));
+    }
+    RandomBlocks(step[i].w, bytes[i], const_cast<uint8_t*>(weights.back()));
+  }
+  std::vector<float> x(max_k), y(max_n);
+  for (int64_t j = 0; j < max_k; ++j) x[j] = static_cast<float>((j * 7919) % 2001 - 1000) / 1000.0f;
+  const double triad_before = MeasureTriadBandwidthGBs(omp_get_max_threads());
+  const double s = BestSeconds(rounds, [&] {
+    for (size_t i = 0; i < step.size(); ++i) {
+      cpu::QuantGemv(x.data(), 1, step[i].k, weights[i], step[i].w, step[i].n, y.data());
+    }
+  });
+  const double triad = std::max(triad_before, MeasureTriadBandwidthGBs(omp_get_max_threads()));
+  size_t sum = 0;
+  for (size_t b : bytes) sum += b;
+  std::printf("step: %zu matrices, %.1f MB, threads %d, %s, huge pages %s: %.2f ms, %.1f GB/s (%.0f%% of the triad, %.1f GB/s)\n",
+              step.size(), sum / 1e6, omp_get_max_threads(), arena ? "one allocation" : "an allocation each",
+              huge_pages ? "on" : "off", s * 1e3, sum / s / 1e9, 100 * sum / s / 1e9 / triad, triad);
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   std::vector<int> thread_counts = {1, 2};
   int64_t k = 4096;
   int64_t mib = 256;
   std::vector<std::string> only;
-  bool huge_pages = true;
+  bool huge_pages = true, arena = false;
+  std::string step;
   for (int a = 1; a + 1 < argc; a += 2) {
     const std::string flag = argv[a];
     if (flag == "--threads") thread_counts = ParseInts(argv[a + 1]);
@@ -92,10 +188,24 @@ int Main(int argc, char** argv) {
     else if (flag == "--mib") mib = std::atoll(argv[a + 1]);
     else if (flag == "--types") only = ParseNames(argv[a + 1]);
     else if (flag == "--huge-pages") huge_pages = std::string(argv[a + 1]) != "off";
+    else if (flag == "--step") step = argv[a + 1];
+    else if (flag == "--arena") arena = std::string(argv[a + 1]) == "on";
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
     }
+  }
+  if (!step.empty()) {
+    absl::StatusOr<std::vector<StepMatrix>> matrices = ParseStep(step);
+    if (!matrices.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(matrices.status().message()).c_str());
+      return 2;
+    }
+    for (int threads : thread_counts) {
+      omp_set_num_threads(threads);
+      if (int rc = RunStep(*matrices, huge_pages, arena, 10); rc != 0) return rc;
+    }
+    return 0;
   }
   std::vector<DType> types;
   for (DType w : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
