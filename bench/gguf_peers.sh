@@ -4,7 +4,10 @@
 # Per round and file: `tpserve generate` (a 512-token prompt, then 64 greedy decode steps;
 # its --json gives the prefill and every step's time, the weight bytes the ranks hold and
 # the peak RSS) and llama.cpp's `llama-bench` (pp512 at depth 0, and tg64 at depth 512 so
-# that its decode attends over as many positions as tpserve's). llama.cpp's tools come from
+# that its decode attends over as many positions as tpserve's; its peak RSS, the larger of the
+# two runs', from /usr/bin/time). The bytes a tpserve decode step reads are its weights plus the
+# KV cache its attention reads (generate's kv_groups: bytes per cached token and window per
+# group, over the positions of the 64 steps). llama.cpp's tools come from
 # bench/llamacpp_tools.sh (built once from the llama-cpp-python source package, explicit
 # AVX-512 flags). Extra tpserve runs: ENGINE "tpserve-dq" is tpserve --dequantize-weights (the
 # same file widened to bf16 at load: what tpserve did before the blocks stayed quantized).
@@ -61,22 +64,27 @@ for round in $(seq 1 "$ROUNDS"); do
 import json, os, statistics, sys
 e, f, rnd, j = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
 steps = j["step_ms"][len(j["step_ms"]) - j["decode_steps"]:]
+# Decode step i attends over 512 + i + 1 positions (its window's worth where it has one).
+kv = sum(g["bytes_per_token"] * min(512 + i + 1, g["window"] or 1 << 30) for g in j["kv_groups"]
+         for i in range(len(steps))) / max(1, len(steps))
 print(json.dumps({"engine": e, "file": os.path.basename(f), "round": rnd, "file_bytes": os.path.getsize(f),
                   "prefill_tok_s": 512 / (j["prefill_ms"] / 1e3),
                   "decode_tok_s": len(steps) / (sum(steps) / 1e3),
                   "decode_step_ms_median": statistics.median(steps),
-                  "weight_bytes": j["weight_bytes"], "peak_rss_bytes": j["peak_rss_bytes"],
+                  "weight_bytes": j["weight_bytes"], "kv_read_bytes_per_step": kv, "peak_rss_bytes": j["peak_rss_bytes"],
                   "quantization": j.get("quantization", "")}))
 EOF
           ;;
         llamacpp)
-          pp=$("$LLAMA_BENCH" -m "$f" -t "$THREADS" -p 512 -n 0 -r 1 -o jsonl 2>/dev/null | tail -1)
-          tg=$("$LLAMA_BENCH" -m "$f" -t "$THREADS" -p 0 -n 64 -d 512 -r 1 -o jsonl 2>/dev/null | tail -1)
-          python3 - "$f" "$round" "$pp" "$tg" >>"$RUNS" <<'EOF'
+          pp=$(/usr/bin/time -f %M -o "$OUT/rss.pp" "$LLAMA_BENCH" -m "$f" -t "$THREADS" -p 512 -n 0 -r 1 -o jsonl 2>/dev/null | tail -1)
+          tg=$(/usr/bin/time -f %M -o "$OUT/rss.tg" "$LLAMA_BENCH" -m "$f" -t "$THREADS" -p 0 -n 64 -d 512 -r 1 -o jsonl 2>/dev/null | tail -1)
+          rss_kib=$(cat "$OUT/rss.pp" "$OUT/rss.tg" | sort -n | tail -1)
+          python3 - "$f" "$round" "$pp" "$tg" "$rss_kib" >>"$RUNS" <<'EOF'
 import json, os, sys
 f, rnd, pp, tg = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4])
 print(json.dumps({"engine": "llamacpp", "file": os.path.basename(f), "round": rnd, "file_bytes": os.path.getsize(f),
-                  "prefill_tok_s": pp["avg_ts"], "decode_tok_s": tg["avg_ts"], "llama_build": pp.get("build_commit", "")}))
+                  "prefill_tok_s": pp["avg_ts"], "decode_tok_s": tg["avg_ts"], "peak_rss_bytes": int(sys.argv[5]) * 1024,
+                  "llama_build": pp.get("build_commit", "")}))
 EOF
           ;;
         *) echo "gguf_peers.sh: unknown engine $e" >&2; exit 2 ;;
@@ -94,8 +102,8 @@ rs = [r for r in runs if "engine" in r]
 med = lambda v: statistics.median(v)
 triad = med(triads) if triads else 0
 print(f"\nSTREAM triad: median {triad:.1f} GB/s over {len(triads)} rounds (range {min(triads):.1f}-{max(triads):.1f})\n")
-print("| file | engine | rounds | prefill tok/s median (range) | decode tok/s median (range) | weight GB/s (of triad) | weights / file | peak RSS / file |")
-print("|---|---|---:|---|---|---:|---:|---:|")
+print("| file | engine | rounds | prefill tok/s median (range) | decode tok/s median (range) | weight GB/s (of triad) | weights + KV GB/s (of triad) | weights / file | peak RSS / file |")
+print("|---|---|---:|---|---|---:|---:|---:|---:|")
 files = sorted({r["file"] for r in rs})
 engines = [e for e in ("tpserve", "tpserve-dq", "llamacpp") if any(r["engine"] == e for r in rs)]
 m = {}
@@ -111,9 +119,13 @@ for f in files:
         if "weight_bytes" in x[0]:
             wb = x[0]["weight_bytes"]
             gbs = wb * med(dc) / 1e9
-            extra = f"{gbs:.1f} ({100 * gbs / triad:.0f}%) | {wb / fb:.2f} | {max(r['peak_rss_bytes'] for r in x) / fb:.2f}"
+            all_gbs = (wb + x[0].get("kv_read_bytes_per_step", 0)) * med(dc) / 1e9
+            extra = (f"{gbs:.1f} ({100 * gbs / triad:.0f}%) | {all_gbs:.1f} ({100 * all_gbs / triad:.0f}%) | {wb / fb:.2f} | "
+                     f"{max(r['peak_rss_bytes'] for r in x) / fb:.2f}")
+        elif "peak_rss_bytes" in x[0]:
+            extra = f"- | - | - | {max(r['peak_rss_bytes'] for r in x) / fb:.2f}"
         else:
-            extra = "- | - | -"
+            extra = "- | - | - | -"
         print(f"| {f} | {e} | {len(x)} | {med(pf):.1f} ({min(pf):.1f}-{max(pf):.1f}) | {med(dc):.2f} ({min(dc):.2f}-{max(dc):.2f}) | {extra} |")
 print("\n| file | tpserve / llama.cpp prefill | tpserve / llama.cpp decode | tpserve / tpserve --dequantize-weights decode |")
 print("|---|---:|---:|---:|")
