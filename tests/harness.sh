@@ -119,7 +119,7 @@ start_session() {
   eval "SID_$name=$sid"
   for _ in $(seq 1 240); do
     if [ -f "$file" ]; then
-      eval "PORT_$name=$(sed -n 's/.*"http": *\([0-9][0-9]*\).*/\1/p; s/^\([0-9][0-9]*\)$/\1/p' "$file")"
+      eval "PORT_$name=$(sed -n 's/.*"http": *\([0-9][0-9]*\).*/\1/p; t; s/^\([0-9][0-9]*\)$/\1/p' "$file")"
       return 0
     fi
     kill -0 $sid 2>/dev/null || break
