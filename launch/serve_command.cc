@@ -219,8 +219,8 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
       shared.api_keys = o.api_keys;
       if (o.grpc_port >= 0) {
         GrpcServerOptions go;
-        go.address = absl::StrCat(o.http.host, ":", o.grpc_port);
-        go.max_receive_message_bytes = static_cast<int>(o.http.max_body_bytes);
+        go.listen.address = absl::StrCat(o.http.host, ":", o.grpc_port);
+        go.listen.max_receive_message_bytes = o.http.max_body_bytes;
         go.frontend = shared;
         grpc = std::make_unique<GrpcServer>(deferred, *tokenizer, chat.get(), go);
         front = grpc->Start();

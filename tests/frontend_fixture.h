@@ -77,7 +77,7 @@ class FrontendTest : public ::testing::Test {
     engine_->SetReady(ready);
     metrics_ = std::make_unique<FrontendMetrics>(*engine_, engine_options.served_model_name);
     GrpcServerOptions g = grpc_options_;
-    g.address = "127.0.0.1:0";
+    g.listen.address = "127.0.0.1:0";
     g.frontend.served_model_names = served_names;
     g.health_poll_interval = absl::Milliseconds(10);
     g.frontend.metrics = metrics_.get();

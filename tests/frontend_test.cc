@@ -288,7 +288,7 @@ TEST_F(FrontendTest, GrpcErrors) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("top_p must be in (0, 1]"));
 
-  // gRPC's own size check (GrpcServerOptions::max_receive_message_bytes, 4 MiB).
+  // gRPC's own size check (GrpcListenOptions::max_receive_message_bytes, 4 MiB).
   status = Generate(TextRequest(std::string(5 << 20, 'a'), 2), &responses);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
 

@@ -11,6 +11,8 @@ if(TPSERVE_HAVE_SERVING)
   tp_add_test(metrics_test SOURCES metrics_test.cc LIBS tpserve_frontend GTest::gmock)
   tp_add_test(openai_json_test SOURCES openai_json_test.cc LIBS tpserve_frontend GTest::gmock)
   tp_add_test(generate_proto_test SOURCES generate_proto_test.cc LIBS tpserve_frontend GTest::gmock)
+  tp_add_test(grpc_server_start_test SOURCES grpc_server_start_test.cc
+              LIBS tpserve_frontend tpserve_health_proto GTest::gmock)
   tp_add_test(frontend_test SOURCES frontend_test.cc frontend_http_test.cc
               LIBS tpserve_frontend tpserve_client_command tpserve_health_proto tpserve_reflection_client_proto PkgConfig::HTTPLIB
                    GTest::gmock)

@@ -1,7 +1,8 @@
 # Sourced by the end-to-end shell tests (cli_test.sh, serve_test.sh, serve_signal_test.sh,
-# tpbench_test.sh, client_conformance_test.sh): MPI settings for a 2-core CI machine, a
-# scratch directory, PASS/FAIL counting, the ports a server got, and ending exactly the
-# processes a test started.
+# tpbench_test.sh, client_conformance_test.sh, router_*test.sh): MPI settings for a 2-core CI
+# machine, a scratch directory, PASS/FAIL counting, the ports a server got, and ending exactly
+# the processes a test started; at the end, what the router tests share (their replicas, the
+# router's start and stop, its /metrics).
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
 MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
 WORK=$(mktemp -d)
@@ -118,7 +119,7 @@ start_session() {
   eval "SID_$name=$sid"
   for _ in $(seq 1 240); do
     if [ -f "$file" ]; then
-      eval "PORT_$name=$(sed -n 's/.*"http": *\([0-9][0-9]*\).*/\1/p; s/^\([0-9][0-9]*\)$/\1/p' "$file")"
+      eval "PORT_$name=$(sed -n 's/.*"http": *\([0-9][0-9]*\).*/\1/p; t; s/^\([0-9][0-9]*\)$/\1/p' "$file")"
       return 0
     fi
     kill -0 $sid 2>/dev/null || break
@@ -137,3 +138,58 @@ start_http() {
   start_session "$name" "$WORK/$name.port" "$TPSERVE" "$@" --host 127.0.0.1 --http-port "${ON_PORT:-0}" \
     --port-file "$WORK/$name.port"
 }
+
+# The router tests (router_test.sh, router_grpc_test.sh, router_grpc_front_test.sh,
+# router_health_test.sh, router_tls_test.sh): `tpserve serve` replicas and routers started with
+# start_http, one session each.
+# replica_model FIXTURES_DIR: sets TOK, the gemma tokenizer, and MODEL, a replica's serve flags:
+# gemma-4-tiny with dummy weights on one CPU thread and a 64 MiB KV cache.
+replica_model() {
+  TOK="$1/tokenizers/gemma/tokenizer.json"
+  MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu --kv-cache-memory 64MiB --threads 1)
+}
+# wait_replicas NAME...: up to 2 minutes each for the replicas started as NAME (start_http NAME
+# serve ...) to load, their /health answering 200; one that does not is a FAIL (the test goes on).
+wait_replicas() {
+  local name port
+  for name in "$@"; do
+    eval "port=\$PORT_$name"
+    wait_healthy "$port" || bad "replica on $port not healthy"
+  done
+}
+# grpc_port NAME: the gRPC port in NAME's port file (start_http NAME ... --grpc-port 0).
+grpc_port() { sed -n 's/.*"grpc": *\([0-9][0-9]*\).*/\1/p' "$WORK/$1.port"; }
+# end_session NAME: SIGKILL to the session started as NAME (start_session, start_http), and up to
+# 10 s for it to be gone.
+end_session() {
+  local sid
+  eval "sid=\$SID_$1"
+  kill_session KILL "$sid"
+  poll 10 session_gone "$sid"
+}
+# backend_of HEADERS_FILE: the router's x-tpserve-backend header in a response's headers (curl -D).
+backend_of() { sed -n 's/^x-tpserve-backend: *\([^[:space:]]*\).*/\1/ip' "$1"; }
+# router_exit NAME CONFIG_JSON [ARGS...]: `$TPSERVE router` with CONFIG_JSON (written to
+# $WORK/NAME.json) and ARGS on a free HTTP port, run to its exit (30 s at most): for a router
+# that must refuse its start. Sets RC, its exit status; its output is in $WORK/NAME.out.
+router_exit() {
+  local name=$1
+  echo "$2" >"$WORK/$name.json"
+  shift 2
+  timeout 30 "$TPSERVE" router --config "$WORK/$name.json" --http-port 0 "$@" >"$WORK/$name.out" 2>&1
+  RC=$?
+}
+# router_stops NAME: SIGTERM to the router started as NAME; a PASS when it is gone within 10 s,
+# having logged "router: stopping".
+router_stops() {
+  local sid
+  eval "sid=\$SID_$1"
+  kill_session TERM "$sid"
+  poll 10 session_gone "$sid" && grep -q "router: stopping" "$WORK/$1.log" && ok "SIGTERM stops the router" \
+    || bad "router stop: $(cat "$WORK/$1.log")"
+}
+# metric SERIES [FILE]: the value of SERIES (its exact name{labels}) in a /metrics scrape, FILE
+# ($WORK/metrics, or - for stdin); sum PREFIX [FILE]: the sum of every series whose
+# name{labels} starts with PREFIX.
+metric() { awk -v s="$1" 'index($0, s " ") == 1 { print $2 }' "${2:-$WORK/metrics}"; }
+sum() { awk -v p="$1" 'index($0, p) == 1 { t += $2 } END { print t + 0 }' "${2:-$WORK/metrics}"; }

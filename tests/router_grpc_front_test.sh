@@ -13,16 +13,14 @@ set -u
 TPSERVE=$1
 FIX=$2
 source "$(dirname "$0")/harness.sh"
-TOK="$FIX/tokenizers/gemma/tokenizer.json"
-MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu --kv-cache-memory 64MiB --threads 1)
+replica_model "$FIX"
 KEY=router-key-$$
 
 start_http G1 serve "${MODEL[@]}" --grpc-port 0
 start_http G2 serve "${MODEL[@]}" --grpc-port 0
-for p in $PORT_G1 $PORT_G2; do wait_healthy $p || bad "replica on $p not healthy"; done
-grpc_of() { sed -n 's/.*"grpc": *\([0-9][0-9]*\).*/\1/p' "$WORK/$1.port"; }
-GRPC_G1=$(grpc_of G1)
-GRPC_G2=$(grpc_of G2)
+wait_replicas G1 G2
+GRPC_G1=$(grpc_port G1)
+GRPC_G2=$(grpc_port G2)
 G1="grpc://127.0.0.1:$GRPC_G1"
 G2="grpc://127.0.0.1:$GRPC_G2"
 cat >"$WORK/router.json" <<JSON
@@ -32,7 +30,7 @@ cat >"$WORK/router.json" <<JSON
   "http-only": {"backends": [{"url": "http://127.0.0.1:$PORT_G1/v1", "model": "gemma-4-tiny"}]}}}
 JSON
 start_http R router --config "$WORK/router.json" --grpc-port 0 --api-key "$KEY" --request-log "$WORK/requests.jsonl"
-GRPC_R=$(grpc_of R)
+GRPC_R=$(grpc_port R)
 [ -n "$GRPC_R" ] && grep -q "gRPC listening on 127.0.0.1:$GRPC_R" "$WORK/R.log" \
   && ok "the port file and the log name the router's gRPC port ($GRPC_R)" \
   || bad "router gRPC port: $(cat "$WORK/R.port") / $(cat "$WORK/R.log")"
@@ -102,21 +100,17 @@ grep "\"model\":\"via-grpc\"" "$WORK/requests.jsonl" | grep -q "\"status\":200,\
   && ok "the request log has the gRPC calls, with their codes" || bad "request log: $(cat "$WORK/requests.jsonl")"
 
 # G2 killed: the calls go to G1 (G2 counted as a connect error, ejected).
-kill_session KILL "$SID_G2"
-poll 10 session_gone "$SID_G2"
+end_session G2
 fails=0
 for _ in 1 2 3; do
   client "127.0.0.1:$GRPC_R" --model via-grpc --api-key "$KEY" --prompt Hi --max-tokens 2 || fails=$((fails + 1))
 done
 curl -s -H "Authorization: Bearer $KEY" "http://127.0.0.1:$PORT_R/metrics" >"$WORK/metrics"
-metric() { awk -v s="$1" 'index($0, s " ") == 1 { print $2 }' "$WORK/metrics"; }
 connect=$(metric "tpserve_router_backend_errors_total{model=\"via-grpc\",backend=\"$G2\",kind=\"connect\"}")
 g1=$(metric "tpserve_router_backend_requests_total{model=\"via-grpc\",backend=\"$G1\"}")
 [ $fails -eq 0 ] && [ "${connect:-0}" -ge 1 ] && [ "${g1:-0}" -ge 3 ] \
   && ok "G2 killed: every call answered by G1 ($connect connect error on G2)" \
   || bad "G2 killed: $fails failed, connect $connect, G1 $g1: $(cat "$WORK/err")"
 
-kill_session TERM "$SID_R"
-poll 10 session_gone "$SID_R" && grep -q "router: stopping" "$WORK/R.log" && ok "SIGTERM stops the router" \
-  || bad "router stop: $(cat "$WORK/R.log")"
+router_stops R
 finish

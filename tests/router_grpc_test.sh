@@ -11,13 +11,12 @@ set -u
 TPSERVE=$1
 FIX=$2
 source "$(dirname "$0")/harness.sh"
-TOK="$FIX/tokenizers/gemma/tokenizer.json"
-MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu --kv-cache-memory 64MiB --threads 1)
+replica_model "$FIX"
 
 start_http G serve "${MODEL[@]}" --grpc-port 0
 start_http H serve "${MODEL[@]}" --grpc-port -1
-for p in $PORT_G $PORT_H; do wait_healthy $p || bad "replica on $p not healthy"; done
-GRPC_G=$(sed -n 's/.*"grpc": *\([0-9][0-9]*\).*/\1/p' "$WORK/G.port")
+wait_replicas G H
+GRPC_G=$(grpc_port G)
 G="grpc://127.0.0.1:$GRPC_G"
 H="http://127.0.0.1:$PORT_H/v1"
 cat >"$WORK/router.json" <<JSON
@@ -33,7 +32,7 @@ R="http://127.0.0.1:$PORT_R"
 post() {
   curl -s -m 60 -D "$WORK/h" -o "$WORK/body" -w '%{http_code}' "$1" -H 'Content-Type: application/json' -d "$2" \
     >"$WORK/code"
-  echo "$(cat "$WORK/code") $(sed -n 's/^x-tpserve-backend: *\([^[:space:]]*\).*/\1/ip' "$WORK/h")"
+  echo "$(cat "$WORK/code") $(backend_of "$WORK/h")"
 }
 # answer FILE: what a client reads off a response body or an SSE stream: each choice's text,
 # finish_reason and usage (the last usage chunk of a stream), as one JSON line.
@@ -107,13 +106,11 @@ grep -q "\"model\":\"via-grpc\",\"backend\":\"$G\",.*\"status\":200,\"success\":
   || bad "request log: $(head -3 "$WORK/requests.jsonl")"
 
 # G killed: every request goes to H; G's failures count as connect errors and it is ejected.
-kill_session KILL "$SID_G"
-poll 10 session_gone "$SID_G"
+end_session G
 seen=""
 for _ in 1 2 3; do seen="$seen|$(post "$R/v1/chat/completions" "{\"model\":\"both\",$CHAT}")"; done
 got=$(post "$R/v1/completions" '{"model":"via-grpc","prompt":"Hi","max_tokens":2}')
 curl -s "$R/metrics" >"$WORK/metrics"
-metric() { awk -v s="$1" 'index($0, s " ") == 1 { print $2 }' "$WORK/metrics"; }
 connect=$(metric "tpserve_router_backend_errors_total{model=\"both\",backend=\"$G\",kind=\"connect\"}")
 [ "$seen" = "|200 $H|200 $H|200 $H" ] && [ "${got%% *}" = 502 ] && grep -q "$G: gRPC UNAVAILABLE" "$WORK/body" \
   && [ "${connect:-0}" -ge 1 ] \
@@ -127,7 +124,5 @@ wait_healthy "$PORT_G" || bad "G not healthy after its restart"
 back() { [ "$(post "$R/v1/completions" '{"model":"via-grpc","prompt":"Hi","max_tokens":2}')" = "200 $G" ]; }
 poll 20 back && ok "G restarted: it answers again" || bad "G restarted: $(cat "$WORK/body")"
 
-kill_session TERM "$SID_R"
-poll 10 session_gone "$SID_R" && grep -q "router: stopping" "$WORK/R.log" && ok "SIGTERM stops the router" \
-  || bad "router stop: $(cat "$WORK/R.log")"
+router_stops R
 finish

@@ -9,12 +9,11 @@ set -u
 TPSERVE=$1
 FIX=$2
 source "$(dirname "$0")/harness.sh"
-TOK="$FIX/tokenizers/gemma/tokenizer.json"
-MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu --kv-cache-memory 64MiB --threads 1)
+replica_model "$FIX"
 
 start_http P1 serve "${MODEL[@]}" --grpc-port -1
 start_http P2 serve "${MODEL[@]}" --grpc-port -1
-for p in $PORT_P1 $PORT_P2; do wait_healthy $p || bad "replica on $p not healthy"; done
+wait_replicas P1 P2
 P1="http://127.0.0.1:$PORT_P1/v1"
 P2="http://127.0.0.1:$PORT_P2/v1"
 cat >"$WORK/router.json" <<JSON
@@ -29,15 +28,14 @@ backends() {
   for _ in $(seq 1 "$1"); do
     curl -s -m 30 -D "$WORK/h" -o /dev/null -w '%{http_code} ' "$R/v1/completions" -H 'Content-Type: application/json' \
       -d '{"model":"gemma-4-tiny","prompt":"Hello","max_tokens":2}'
-    sed -n 's/^x-tpserve-backend: *\([^[:space:]]*\).*/\1/ip' "$WORK/h"
+    backend_of "$WORK/h"
   done | sort | uniq -c | awk '{ printf "%s %s %s|", $1, $2, $3 }'
 }
 # Both replicas twice, as `backends 4` prints them (sorted by URL: the ports decide the order).
 BOTH=$(printf '200 %s\n' "$P1" "$P1" "$P2" "$P2" | sort | uniq -c | awk '{ printf "%s %s %s|", $1, $2, $3 }')
 # healthy URL: the backend's health gauge now.
 healthy() {
-  curl -s "$R/metrics" | awk -v s="tpserve_router_backend_healthy{model=\"gemma-4-tiny\",backend=\"$1\"}" \
-    'index($0, s " ") == 1 { print $2 }'
+  curl -s "$R/metrics" | metric "tpserve_router_backend_healthy{model=\"gemma-4-tiny\",backend=\"$1\"}" -
 }
 is_health() { [ "$(healthy "$1")" = "$2" ]; }
 

@@ -18,39 +18,29 @@ TPSERVE=$1
 FIX=$2
 TPBENCH=${3:-}
 source "$(dirname "$0")/harness.sh"
-TOK="$FIX/tokenizers/gemma/tokenizer.json"
-MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu --kv-cache-memory 64MiB --threads 1)
+replica_model "$FIX"
 
 # Config errors: non-zero exit and the field, before listening.
-echo '{"models": {"m": {"backends": ["grpcs://127.0.0.1:50051"]}}}' >"$WORK/bad1.json"
-timeout 30 "$TPSERVE" router --config "$WORK/bad1.json" --http-port 0 >"$WORK/bad1.out" 2>&1
-rc=$?
-[ $rc -ne 0 ] && grep -q 'models\["m"\].backends\[0\]: "grpcs://127.0.0.1:50051": TLS to gRPC backends (grpcs://) is not supported yet' \
+router_exit bad1 '{"models": {"m": {"backends": ["grpcs://127.0.0.1:50051"]}}}'
+[ $RC -ne 0 ] && grep -q 'models\["m"\].backends\[0\]: "grpcs://127.0.0.1:50051": TLS to gRPC backends (grpcs://) is not supported yet' \
   "$WORK/bad1.out" && ! grep -q "listening" "$WORK/bad1.out" \
-  && ok "grpcs:// backend refused at start (exit $rc)" || bad "grpcs:// backend: rc $rc $(cat "$WORK/bad1.out")"
-echo '{"models": {"m": {"policy": "cache_aware", "cache_threshold": 2, "backends": ["http://127.0.0.1:1/v1"]}}}' >"$WORK/bad2.json"
-timeout 30 "$TPSERVE" router --config "$WORK/bad2.json" --http-port 0 >"$WORK/bad2.out" 2>&1
-rc=$?
-[ $rc -ne 0 ] && grep -q 'cache_threshold: must be in \[0, 1\]' "$WORK/bad2.out" \
-  && ok "a cache_threshold out of range refused at start (exit $rc)" || bad "cache_threshold: rc $rc $(cat "$WORK/bad2.out")"
-echo '{"models": {"m": {"backends": [{"url": "http://127.0.0.1:1/v1", "api_key_env": "TPSERVE_ROUTER_TEST_UNSET"}]}}}' \
-  >"$WORK/bad3.json"
-timeout 30 "$TPSERVE" router --config "$WORK/bad3.json" --http-port 0 >"$WORK/bad3.out" 2>&1
-rc=$?
-[ $rc -ne 0 ] && grep -q 'api_key_env: \$TPSERVE_ROUTER_TEST_UNSET is not set' "$WORK/bad3.out" \
-  && ok "an unset api_key_env refused at start (exit $rc)" || bad "api_key_env: rc $rc $(cat "$WORK/bad3.out")"
+  && ok "grpcs:// backend refused at start (exit $RC)" || bad "grpcs:// backend: rc $RC $(cat "$WORK/bad1.out")"
+router_exit bad2 '{"models": {"m": {"policy": "cache_aware", "cache_threshold": 2, "backends": ["http://127.0.0.1:1/v1"]}}}'
+[ $RC -ne 0 ] && grep -q 'cache_threshold: must be in \[0, 1\]' "$WORK/bad2.out" \
+  && ok "a cache_threshold out of range refused at start (exit $RC)" || bad "cache_threshold: rc $RC $(cat "$WORK/bad2.out")"
+router_exit bad3 '{"models": {"m": {"backends": [{"url": "http://127.0.0.1:1/v1", "api_key_env": "TPSERVE_ROUTER_TEST_UNSET"}]}}}'
+[ $RC -ne 0 ] && grep -q 'api_key_env: \$TPSERVE_ROUTER_TEST_UNSET is not set' "$WORK/bad3.out" \
+  && ok "an unset api_key_env refused at start (exit $RC)" || bad "api_key_env: rc $RC $(cat "$WORK/bad3.out")"
 # The HTTP flags the router shares with serve are checked the same way.
-echo '{"models": {"m": {"backends": ["http://127.0.0.1:1/v1"]}}}' >"$WORK/good.json"
-timeout 30 "$TPSERVE" router --config "$WORK/good.json" --http-port 0 --http-threads 0 >"$WORK/bad4.out" 2>&1
-rc=$?
-[ $rc -ne 0 ] && grep -q 'router: --http-threads must be positive, got 0' "$WORK/bad4.out" \
-  && ok "--http-threads 0 refused at start (exit $rc)" || bad "--http-threads 0: rc $rc $(cat "$WORK/bad4.out")"
+router_exit bad4 '{"models": {"m": {"backends": ["http://127.0.0.1:1/v1"]}}}' --http-threads 0
+[ $RC -ne 0 ] && grep -q 'router: --http-threads must be positive, got 0' "$WORK/bad4.out" \
+  && ok "--http-threads 0 refused at start (exit $RC)" || bad "--http-threads 0: rc $RC $(cat "$WORK/bad4.out")"
 
 start_http A1 serve "${MODEL[@]}" --grpc-port -1
 start_http A2 serve "${MODEL[@]}" --grpc-port -1
 start_http B serve "${MODEL[@]}" --grpc-port -1 --served-model-name other-model
 start_http C serve "${MODEL[@]}" --grpc-port -1 --served-model-name cloud-model --api-key cloud-secret
-for p in $PORT_A1 $PORT_A2 $PORT_B; do wait_healthy $p || bad "replica on $p not healthy"; done
+wait_replicas A1 A2 B
 A1="http://127.0.0.1:$PORT_A1/v1"
 A2="http://127.0.0.1:$PORT_A2/v1"
 B="http://127.0.0.1:$PORT_B/v1"
@@ -151,7 +141,7 @@ start_http R3 router --config "$WORK/busy_router.json"
 busy_complete() {
   curl -s -m 30 -D "$WORK/h3" -o "$WORK/b3" -w '%{http_code} ' "http://127.0.0.1:$PORT_R3/v1/completions" \
     -H 'Content-Type: application/json' -d "{\"model\":\"$1\",\"prompt\":\"Hello\",\"max_tokens\":2}"
-  sed -n 's/^x-tpserve-backend: *\([^[:space:]]*\).*/\1/ip' "$WORK/h3"
+  backend_of "$WORK/h3"
 }
 seen=$(for _ in 1 2 3 4; do busy_complete busy-or-a1; done | tr '\n' '|')
 [ "$seen" = "200 $A1|200 $A1|200 $A1|200 $A1|" ] && ok "a busy (429) replica's requests go to the other one" \
@@ -162,10 +152,8 @@ seen=$(busy_complete only-busy)
 seen=$(busy_complete busy-local)
 [ "$seen" = "200 $A1" ] && ok "a busy model's fallback answers" || bad "busy-local: $seen $(cat "$WORK/b3")"
 m3=$(curl -s "http://127.0.0.1:$PORT_R3/metrics")
-busy=$(echo "$m3" | awk -v s="tpserve_router_backend_errors_total{model=\"busy-or-a1\",backend=\"$BUSY\",kind=\"busy\"}" \
-  'index($0, s " ") == 1 { print $2 }')
-healthy=$(echo "$m3" | awk -v s="tpserve_router_backend_healthy{model=\"busy-or-a1\",backend=\"$BUSY\"}" \
-  'index($0, s " ") == 1 { print $2 }')
+busy=$(echo "$m3" | metric "tpserve_router_backend_errors_total{model=\"busy-or-a1\",backend=\"$BUSY\",kind=\"busy\"}" -)
+healthy=$(echo "$m3" | metric "tpserve_router_backend_healthy{model=\"busy-or-a1\",backend=\"$BUSY\"}" -)
 [ "${busy:-0}" -ge 2 ] && [ "$healthy" = 1 ] && ok "/metrics: busy answers counted ($busy), the busy backend still healthy" \
   || bad "busy metrics: busy=$busy healthy=$healthy: $(echo "$m3" | grep "$BUSY" | head -5)"
 kill_session TERM "$SID_R3"
@@ -184,7 +172,7 @@ echo "$models" | grep -q '"object":"list"' && echo "$models" | grep -q '"id":"ge
 complete() {
   curl -s -m 60 -D "$WORK/h" -o "$WORK/body" -w '%{http_code}' "${AUTH[@]}" "$R/v1/completions" \
     -H 'Content-Type: application/json' -d "{\"model\":\"$1\",\"prompt\":\"Hello\",\"max_tokens\":4}" >"$WORK/code"
-  echo "$(cat "$WORK/code") $(sed -n 's/^x-tpserve-backend: *\([^[:space:]]*\).*/\1/ip' "$WORK/h")"
+  echo "$(cat "$WORK/code") $(backend_of "$WORK/h")"
 }
 seen=""
 for i in 1 2 3 4; do seen="$seen|$(complete gemma-4-tiny)"; done
@@ -221,35 +209,31 @@ POOLED=20
 codes=""
 for i in $(seq 1 $POOLED); do codes="$codes$(complete other-model | cut -d' ' -f1) "; done
 curl -s "${AUTH[@]}" "$R/metrics" >"$WORK/metrics-pool"
-pool_metric() { awk -v s="$1{model=\"other-model\",backend=\"$B\"}" 'index($0, s " ") == 1 { print $2 }' "$WORK/metrics-pool"; }
+pool_metric() { metric "$1{model=\"other-model\",backend=\"$B\"}" "$WORK/metrics-pool"; }
 opened=$(pool_metric tpserve_router_backend_connections_opened_total)
 reused=$(pool_metric tpserve_router_backend_connections_reused_total)
 [ "$codes" = "$(printf '200 %.0s' $(seq 1 $POOLED))" ] && [ "${opened:-99}" -le 3 ] && [ "${reused:-0}" -ge $((POOLED - 2)) ] \
   && ok "keep-alive: $POOLED sequential requests (and 2 before) opened $opened connections, reused $reused" \
   || bad "keep-alive: codes $codes opened $opened reused $reused: $(grep '^tpserve_router_backend_connections' "$WORK/metrics-pool")"
-kill_session KILL "$SID_B"
-poll 10 session_gone "$SID_B"
+end_session B
 ON_PORT=$PORT_B start_http B serve "${MODEL[@]}" --grpc-port -1 --served-model-name other-model
 wait_healthy "$PORT_B" || bad "B not healthy after its restart"
 seen=""
 for i in 1 2 3; do seen="$seen|$(complete other-model)"; done
 curl -s "${AUTH[@]}" "$R/metrics" >"$WORK/metrics-pool"
 stale=$(pool_metric tpserve_router_backend_connections_stale_total)
-errors=$(awk -v p="tpserve_router_backend_errors_total{model=\"other-model\"" 'index($0, p) == 1 { t += $2 } END { print t + 0 }' \
-  "$WORK/metrics-pool")
+errors=$(sum 'tpserve_router_backend_errors_total{model="other-model"' "$WORK/metrics-pool")
 [ "$seen" = "|200 $B|200 $B|200 $B" ] && [ "${stale:-0}" -ge 1 ] && [ "$errors" = 0 ] \
   && ok "B restarted on its port: requests succeed, $stale stale pooled connection(s) retried, no backend error" \
   || bad "B restarted: $seen stale $stale errors $errors: $(grep '^tpserve_router_backend_\(connections\|errors\)' "$WORK/metrics-pool")"
 
 # One replica gone: every request still succeeds, on the other.
-kill_session KILL "$SID_A1"
-poll 10 session_gone "$SID_A1"
+end_session A1
 seen=""
 for i in 1 2 3; do seen="$seen|$(complete gemma-4-tiny)"; done
 [ "$seen" = "|200 $A2|200 $A2|200 $A2" ] && ok "A1 killed: requests fail over to A2" || bad "A1 killed: $seen"
 # Both gone: the fallback model's backend (behind its own key) answers.
-kill_session KILL "$SID_A2"
-poll 10 session_gone "$SID_A2"
+end_session A2
 got=$(complete gemma-4-tiny)
 [ "$got" = "200 $C" ] && grep -q '"model":"cloud-model"' "$WORK/body" && ok "both replicas killed: the fallback answers" \
   || bad "fallback: $got $(cat "$WORK/body")"
@@ -260,10 +244,7 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "$R/metrics")
 # The requests that reached a configured model: 4 + 1 + 1 streamed + 1 cut + 20 + 3 kept alive
 # + 3 + 1 (the 404 for an unknown model did not).
 SENT=$((11 + POOLED + 3))
-# metric SERIES: its value in the scrape (the exact name{labels}); sum PREFIX: the sum of every
-# series whose name{labels} starts with PREFIX.
-metric() { awk -v s="$1" 'index($0, s " ") == 1 { print $2 }' "$WORK/metrics"; }
-sum() { awk -v p="$1" 'index($0, p) == 1 { t += $2 } END { print t + 0 }' "$WORK/metrics"; }
+# (metric and sum, harness.sh's, read this scrape.)
 tries=$(sum 'tpserve_router_backend_requests_total{')
 retries=$(sum 'tpserve_router_backend_retries_total{')
 outcomes=$(sum 'tpserve_router_requests_total{')
@@ -299,7 +280,5 @@ grep -q "\"model\":\"gemma-4-tiny\",\"backend\":\"$C\",.*\"status\":200,\"succes
   && ok "the request log has a line per request ($lines), with the backend and usage" \
   || bad "request log: $(cat "$WORK/requests.jsonl")"
 
-kill_session TERM "$SID_R"
-poll 10 session_gone "$SID_R" && grep -q "router: stopping" "$WORK/R.log" && ok "SIGTERM stops the router" \
-  || bad "router stop: $(cat "$WORK/R.log")"
+router_stops R
 finish

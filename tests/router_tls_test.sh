@@ -12,8 +12,7 @@ TPSERVE=$1
 FIX=$2
 HERE=$(dirname "$0")
 source "$HERE/harness.sh"
-TOK="$FIX/tokenizers/gemma/tokenizer.json"
-MODEL=(--model gemma-4-tiny --load-format dummy --tokenizer "$TOK" --device cpu --kv-cache-memory 64MiB --threads 1)
+replica_model "$FIX"
 
 # A CA, a certificate for DNS:localhost only, signed by it; and another CA that signed nothing.
 pki() { openssl "$@" >>"$WORK/openssl.log" 2>&1 || { bad "openssl $1 failed: $(cat "$WORK/openssl.log")"; finish; exit 1; }; }
@@ -27,7 +26,7 @@ pki x509 -req -in "$WORK/server.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" -C
   -extfile "$WORK/server.ext" -out "$WORK/server.pem"
 
 start_http S serve "${MODEL[@]}" --grpc-port -1
-wait_healthy "$PORT_S" || bad "replica not healthy"
+wait_replicas S
 start_session T "$WORK/T.port" python3 "$HERE/tls_forwarder.py" "$WORK/server.pem" "$WORK/server.key" "$PORT_S" "$WORK/T.port"
 GOOD="https://localhost:$PORT_T/v1"
 cat >"$WORK/router.json" <<JSON
@@ -66,17 +65,13 @@ code=$(chat insecure)
 codes=""
 for i in 1 2 3; do codes="$codes$(chat gemma-4-tiny) "; done
 metrics=$(curl -s "$R/metrics")
-reused=$(echo "$metrics" | awk -v s="tpserve_router_backend_connections_reused_total{model=\"gemma-4-tiny\",backend=\"$GOOD\"}" \
-  'index($0, s " ") == 1 { print $2 }')
+reused=$(echo "$metrics" | metric "tpserve_router_backend_connections_reused_total{model=\"gemma-4-tiny\",backend=\"$GOOD\"}" -)
 [ "$codes" = "200 200 200 " ] && [ "${reused:-0}" -ge 3 ] \
   && ok "the router keeps serving after the failures, on reused TLS connections ($reused)" \
   || bad "after failures: $codes reused $reused"
 
-echo '{"models": {"m": {"backends": [{"url": "https://localhost:1/v1", "tls_ca_file": "/nonexistent/ca.pem"}]}}}' \
-  >"$WORK/bad.json"
-timeout 30 "$TPSERVE" router --config "$WORK/bad.json" --http-port 0 >"$WORK/bad.out" 2>&1
-rc=$?
-[ $rc -ne 0 ] && grep -q 'models\["m"\].backends\[0\].tls_ca_file: cannot load CA certificates from /nonexistent/ca.pem' \
+router_exit bad '{"models": {"m": {"backends": [{"url": "https://localhost:1/v1", "tls_ca_file": "/nonexistent/ca.pem"}]}}}'
+[ $RC -ne 0 ] && grep -q 'models\["m"\].backends\[0\].tls_ca_file: cannot load CA certificates from /nonexistent/ca.pem' \
   "$WORK/bad.out" && ! grep -q "listening" "$WORK/bad.out" \
-  && ok "an unreadable tls_ca_file stops the router at start (exit $rc)" || bad "bad ca file: rc $rc $(cat "$WORK/bad.out")"
+  && ok "an unreadable tls_ca_file stops the router at start (exit $RC)" || bad "bad ca file: rc $RC $(cat "$WORK/bad.out")"
 finish

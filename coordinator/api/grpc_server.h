@@ -4,7 +4,6 @@
 
 #include <memory>
 #include <optional>
-#include <string>
 #include <thread>
 #include <vector>
 
@@ -16,6 +15,7 @@
 #include "coordinator/engine/engine_api.h"
 #include "coordinator/api/frontend_metrics.h"
 #include "coordinator/api/frontend_options.h"
+#include "coordinator/api/grpc_server_start.h"
 #include "coordinator/api/request_builder.h"
 #include "coordinator/api/task_pool.h"
 #include "coordinator/text/tokenizer.h"
@@ -29,9 +29,7 @@ namespace tpserve {
 class TpServeService;
 
 struct GrpcServerOptions {
-  std::string address = "0.0.0.0:50051";  // host:port; port 0 picks a free port (see port())
-  // Larger requests fail with RESOURCE_EXHAUSTED (gRPC's own check).
-  int max_receive_message_bytes = 4 << 20;
+  GrpcListenOptions listen;  // address (port 0: see port()) and the largest request
   // How often Ready() is polled for the health service.
   absl::Duration health_poll_interval = absl::Milliseconds(250);
   // Threads that build and write responses as the engine produces tokens (the engine's
@@ -62,7 +60,6 @@ class GrpcServer {
 
  private:
   void PollHealth(bool serving);
-  void SetServing(bool serving);
 
   EngineApi& engine_;
   const GrpcServerOptions options_;

@@ -1,5 +1,6 @@
-// RouterGrpcServer: the service's three methods (ModelInfo forwarded here) and the server's
-// set-up. Tested by tests/router_grpc_front_test.cc and tests/router_grpc_front_test.sh.
+// RouterGrpcServer: the service's three methods (ModelInfo forwarded here); the server starts and
+// stops as serve's (coordinator/api/grpc_server_start.h). Tested by
+// tests/router_grpc_front_test.cc and tests/router_grpc_front_test.sh.
 #include "coordinator/router/router_grpc_server.h"
 
 #include <chrono>
@@ -13,15 +14,11 @@
 #include "coordinator/api/grpc_service.h"
 #include "coordinator/api/grpc_status.h"
 #include "coordinator/api/openai_json.h"
-#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
-#include "proto/grpc/health/v1/health.pb.h"
 
 namespace tpserve {
 namespace {
 
-constexpr char kServiceName[] = "tpserve.v1.TpServe";
 // A ModelInfo call to one backend: connecting and the answer (serve answers at once).
 constexpr absl::Duration kModelInfoTimeout = absl::Seconds(10);
 
@@ -189,35 +186,19 @@ RouterGrpcServer::RouterGrpcServer(GrpcFrontGenerate::Context context, RouterGrp
 RouterGrpcServer::~RouterGrpcServer() { Shutdown(); }
 
 absl::Status RouterGrpcServer::Start() {
-  // As serve's gRPC server (coordinator/api/grpc_server.cc): health, and reflection that can
-  // describe the health service too.
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::health::v1::HealthCheckRequest::descriptor();
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.address, grpc::InsecureServerCredentials(), &port_);
-  builder.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
-  builder.RegisterService(service_.get());
-  server_ = builder.BuildAndStart();
-  if (server_ == nullptr || port_ == 0) {
-    server_.reset();
-    return absl::UnavailableError(absl::StrCat("router: --grpc-port: cannot listen on ", options_.address,
-                                               " (in use, or not a host:port of this machine)"));
-  }
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  health->SetServingStatus("", true);
-  health->SetServingStatus(kServiceName, true);
+  absl::StatusOr<StartedGrpcServer> started = StartGrpcServer("router: --grpc-port", options_.listen, *service_);
+  if (!started.ok()) return started.status();
+  server_ = std::move(started->server);
+  port_ = started->port;
+  SetGrpcServing(*server_, true);
   return absl::OkStatus();
 }
 
 void RouterGrpcServer::Shutdown() {
   if (stopped_) return;
   stopped_ = true;
-  if (server_ == nullptr) return;
-  server_->GetHealthCheckService()->Shutdown();  // NOT_SERVING from now on
   // Calls in flight are cancelled at once: their OnCancel cancels their backend calls.
-  server_->Shutdown(std::chrono::system_clock::now());
-  server_->Wait();
+  if (server_ != nullptr) StopGrpcServer(*server_, absl::ZeroDuration());
 }
 
 }  // namespace tpserve

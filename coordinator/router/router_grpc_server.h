@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "coordinator/api/api_keys.h"
+#include "coordinator/api/grpc_server_start.h"
 #include "coordinator/router/grpc_front_generate.h"
 
 namespace grpc {
@@ -24,10 +25,7 @@ namespace tpserve {
 class RouterGrpcService;
 
 struct RouterGrpcOptions {
-  std::string address;  // host:port; port 0 picks a free one (port())
-  // Larger requests fail with RESOURCE_EXHAUSTED (gRPC's own check): the HTTP side's
-  // --max-body-bytes, as serve's gRPC port takes it.
-  int max_receive_message_bytes = 4 << 20;
+  GrpcListenOptions listen;  // as serve's gRPC port: address (port 0: see port()) and the largest request
   std::vector<std::string> api_keys;  // empty: no key needed
 };
 

@@ -3,7 +3,6 @@
 #include "coordinator/router/router_server.h"
 
 #include <algorithm>
-#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -64,9 +63,8 @@ absl::Status RouterServer::Start() {
   }
   if (options_.grpc_port >= 0) {
     RouterGrpcOptions g;
-    g.address = absl::StrCat(options_.transport.host, ":", options_.grpc_port);
-    g.max_receive_message_bytes =
-        static_cast<int>(std::min<size_t>(options_.transport.max_body_bytes, std::numeric_limits<int>::max()));
+    g.listen.address = absl::StrCat(options_.transport.host, ":", options_.grpc_port);
+    g.listen.max_receive_message_bytes = options_.transport.max_body_bytes;
     g.api_keys = options_.api_keys;
     grpc_ = std::make_unique<RouterGrpcServer>(
         GrpcFrontGenerate::Context{proxy_io_, *this, *metrics_, log_.get(), options_.timeouts}, std::move(g));

@@ -8,7 +8,7 @@
 // Q5_1 add m_w * s_x); only the order of the fp32 sums over blocks differs between paths. The integer work may be vectorized by the
 // compiler for the build's ISA: integers are exact, and the fp32 sums are not reordered
 // without -ffast-math. F8_E4M3 is fp32 arithmetic throughout (see quant.h, and DotF8Rows in
-// quant_dot_kernels.inc): the paths differ only in how their fp32 sums round.
+// quant_dot_fp8.inc): the paths differ only in how their fp32 sums round.
 #include <cmath>
 #include <cstring>
 

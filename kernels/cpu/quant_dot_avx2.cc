@@ -1,4 +1,4 @@
-// quant.h's AVX2 path (AVX2 + FMA + F16C): the dot kernels of quant_dot_kernels.inc on
+// quant.h's AVX2 path (AVX2 + FMA + F16C): the dot kernels of quant_dot_*.inc on
 // vpmaddubsw + vpmaddwd, and QuantizeX's blocks. Tested by tests/quant_kernels_test.cc.
 //
 // Only the code below the target pragma uses AVX2, and it has internal linkage (the anonymous
@@ -44,7 +44,7 @@ inline __m256i LoadBytes(const void* p);
 constexpr int kMaxF8Rows = 8;
 constexpr int kFoldRows = 4;
 
-// DotF8Rows' vectors (quant_dot_kernels.inc): 16 codes per step, widened to 16-bit words and
+// DotF8Rows' vectors (quant_dot_fp8.inc): 16 codes per step, widened to 16-bit words and
 // converted by F16C.
 struct F8Vec {
   using V = __m256;
@@ -74,7 +74,12 @@ struct F8Vec {
   }
 };
 
+// The dot kernels, in the order quant_dot_kernels.inc's header gives.
 #include "kernels/cpu/quant_dot_kernels.inc"
+#include "kernels/cpu/quant_dot_legacy.inc"
+#include "kernels/cpu/quant_dot_kquants.inc"
+#include "kernels/cpu/quant_dot_fp8.inc"
+#include "kernels/cpu/quant_dot_table.inc"
 
 inline float HorizontalMax(__m256 v) {
   __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

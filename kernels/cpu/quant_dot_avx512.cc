@@ -1,4 +1,4 @@
-// quant.h's AVX-512 VNNI path: the dot kernels of quant_dot_kernels.inc on the 256-bit (VL)
+// quant.h's AVX-512 VNNI path: the dot kernels of quant_dot_*.inc on the 256-bit (VL)
 // forms of vpdpbusd (legacy blocks: u8 x s8 summed into int32 in one instruction) and
 // vpdpwssd (K-quants: vpmaddubsw's pair sums times the 16-bit sub-block scales, accumulated),
 // with 32 registers for 8 rows of x per weight block; and FP8 E4M3's fp32 kernel on AVX-512 F/BW
@@ -43,7 +43,7 @@ inline float HorizontalSum(__m256 v);  // quant_dot_kernels.inc
 constexpr int kMaxF8Rows = 16;
 constexpr int kFoldRows = 4;
 
-// DotF8Rows' vectors (quant_dot_kernels.inc): fp32 in zmm, since FP8 needs no shuffles to pair
+// DotF8Rows' vectors (quant_dot_fp8.inc): fp32 in zmm, since FP8 needs no shuffles to pair
 // blocks. 16 codes per step, widened to 16-bit words in a ymm (Zen 4 splits zmm integer work
 // in two anyway) and converted by the 512-bit vcvtph2ps.
 // The masked forms of vcvtph2ps and of the 256-bit extracts below keep GCC 12 from its
@@ -79,7 +79,12 @@ struct F8Vec {
   }
 };
 
+// The dot kernels, in the order quant_dot_kernels.inc's header gives.
 #include "kernels/cpu/quant_dot_kernels.inc"
+#include "kernels/cpu/quant_dot_legacy.inc"
+#include "kernels/cpu/quant_dot_kquants.inc"
+#include "kernels/cpu/quant_dot_fp8.inc"
+#include "kernels/cpu/quant_dot_table.inc"
 
 }  // namespace
 
