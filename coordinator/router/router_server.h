@@ -47,13 +47,9 @@ struct RouterOptions {
   // else 401; every gRPC method, the same as metadata (else UNAUTHENTICATED). Empty: no key
   // needed. (Backends' own keys are in the config.)
   std::vector<std::string> api_keys;
-  // Threads running the outbound (backend) connections' event loop.
+  // Threads running the outbound (backend) connections' event loop. (Each backend's timeouts,
+  // cooldown and keep-alive pool are in the config: RouterBackend::connection.)
   int proxy_threads = 1;
-  // A backend that failed (connection, timeout, 5xx) is skipped this long (passive ejection).
-  absl::Duration cooldown = absl::Seconds(5);
-  ProxyTimeouts timeouts;
-  // Idle keep-alive connections kept per backend server.
-  ConnectionPoolOptions connection_pool;
   // Where warnings (an https:// backend without verification) and health changes (a backend
   // failing or passing its probes again) go; main passes stderr.
   std::function<void(const std::string&)> log = [](const std::string&) {};
@@ -81,7 +77,8 @@ class RouterServer : public RouterRoutes {
 
   // RouterRoutes.
   const std::vector<std::string>& model_names() const override { return model_names_; }
-  absl::StatusOr<std::vector<ProxyCandidate>> Candidates(const std::string& model, absl::string_view prompt) override;
+  absl::StatusOr<std::vector<ProxyCandidate>> Candidates(const std::string& model, absl::string_view prompt,
+                                                         FrontDoor door) override;
   absl::StatusOr<std::vector<ProxyCandidate>> Backends(const std::string& model) override;
 
  private:
