@@ -51,6 +51,9 @@ if(TPSERVE_HAVE_SERVING)
   add_test(NAME router_grpc_front_test_sh COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_grpc_front_test.sh
            $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES})
   set_tests_properties(router_grpc_front_test_sh PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  add_test(NAME router_grpc_only_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_grpc_only_test.sh
+           $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES})
+  set_tests_properties(router_grpc_only_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
   add_test(NAME router_knobs_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_knobs_test.sh $<TARGET_FILE:tpserve>)
   set_tests_properties(router_knobs_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
 endif()

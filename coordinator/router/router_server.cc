@@ -46,6 +46,9 @@ RouterServer::RouterServer(RouterConfig config, RouterOptions options)
 RouterServer::~RouterServer() { Shutdown(); }
 
 absl::Status RouterServer::Start() {
+  if (options_.transport.port < 0 && options_.grpc_port < 0) {
+    return absl::InvalidArgumentError("the router needs an HTTP port or a gRPC port (or both); both are off");
+  }
   if (!options_.request_log.empty()) {
     absl::StatusOr<std::unique_ptr<RequestLog>> log = RequestLog::Open(options_.request_log);
     if (!log.ok()) return log.status();
@@ -75,6 +78,7 @@ absl::Status RouterServer::Start() {
         GrpcFrontGenerate::Context{proxy_io_, *this, *metrics_, log_.get()}, std::move(g));
     if (absl::Status s = grpc_->Start(); !s.ok()) return s;
   }
+  if (options_.transport.port < 0) return absl::OkStatus();  // gRPC only
   return transport_.Start();
 }
 

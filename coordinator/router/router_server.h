@@ -38,7 +38,8 @@
 namespace tpserve {
 
 struct RouterOptions {
-  // host, port (0: a free one), I/O threads, connection limit, deadlines, body limit.
+  // host, port (0: a free one; -1: no HTTP port, gRPC only: then no /health or /metrics), I/O
+  // threads, connection limit, deadlines, body limit.
   HttpTransportOptions transport;
   // --grpc-port: the tpserve.v1 gRPC front end on transport.host (0: a free port; -1: off). Its
   // largest request is transport.max_body_bytes.
@@ -65,10 +66,12 @@ class RouterServer : public RouterRoutes {
   RouterServer& operator=(const RouterServer&) = delete;
 
   // Opens the request log, sets up the backends' endpoints (loading https:// backends' CAs),
-  // binds and starts serving (HTTP, and gRPC with a grpc_port). UNAVAILABLE when it cannot bind
-  // or open; INVALID_ARGUMENT naming the backend when its tls_ca_file cannot be loaded.
+  // binds and starts serving (HTTP with a port, gRPC with a grpc_port). UNAVAILABLE when it
+  // cannot bind or open; INVALID_ARGUMENT naming the backend when its tls_ca_file cannot be
+  // loaded, or when neither port is on.
   absl::Status Start();
-  int port() const { return transport_.port(); }
+  // The HTTP port bound; -1 when off.
+  int port() const { return options_.transport.port < 0 ? -1 : transport_.port(); }
   // The gRPC port bound; -1 when off.
   int grpc_port() const { return grpc_ == nullptr ? -1 : grpc_->port(); }
   // Stops accepting, closes every connection and cancels every gRPC call (cancelling backend
