@@ -108,7 +108,8 @@ ABSL_FLAG(std::string, tool_call_parser, "",
 ABSL_FLAG(std::string, host, "0.0.0.0", "serve: address the APIs listen on");
 ABSL_FLAG(int, grpc_port, 50051, "serve: gRPC port (0: any free port, see --port-file; -1: off). router: its "
           "tpserve.v1 gRPC port, off unless given");
-ABSL_FLAG(int, http_port, 8000, "serve: OpenAI-compatible HTTP port (0: any free port, see --port-file; -1: off)");
+ABSL_FLAG(int, http_port, 8000, "serve: OpenAI-compatible HTTP port (0: any free port, see --port-file; -1: off). "
+          "router: its OpenAI HTTP port, with /health and /metrics (-1: off, gRPC only, with --grpc-port)");
 ABSL_FLAG(std::string, port_file, "", "serve: once both APIs listen, write the ports they got to this file as "
                                       "{\"http\": P, \"grpc\": Q} (null: off; written to FILE.tmp, then renamed); "
                                       "they are also logged on stderr as \"tpserve: HTTP listening on HOST:P\"");
@@ -166,9 +167,10 @@ constexpr char kUsage[] =
     "  tpserve client (--grpc HOST:PORT | --http URL) --prompt TEXT [--chat] [--model NAME]\n"
     "      [--max-tokens N] [--temperature T] [--api-key KEY]\n"
     "  tpserve router --config FILE [--http-port 8000] [--grpc-port Q] [--host H] [--api-key KEY]\n"
-    "                 [--request-log FILE]\n"
-    "      one OpenAI HTTP door (and with --grpc-port, one tpserve.v1 gRPC door) routing by model name\n"
-    "      to many backends (docs/router.md)\n"
+    "                 [--request-log FILE] [--port-file FILE]\n"
+    "      one OpenAI HTTP door (and with --grpc-port, one tpserve.v1 gRPC door; --http-port -1: gRPC\n"
+    "      only, no /metrics) routing by model name to many backends; per-backend timeouts, cooldown,\n"
+    "      keep-alive pool and prices in the config; cost and tokens in /metrics (docs/router.md)\n"
     "  serve --api-key KEY[,KEY...] (or $TPSERVE_API_KEY): requests need \"Authorization: Bearer KEY\".\n"
     "  tpserve devices: what this binary and machine offer (the CUDA backend and GPUs, the CPU's units)\n\n"
     "Run `tpserve --helpfull` for every flag.";
@@ -287,14 +289,18 @@ int RunRouterFromFlags(bool grpc_port_given) {
   tpserve::RouterCommandOptions o;
   o.config = *std::move(config);
   o.transport = HttpTransportFromFlags();
-  if (o.transport.port < 0) {
-    return Fail("router: --http-port must be a port (0: any free one): its /health and /metrics are there, "
-                "also with --grpc-port");
+  if (o.transport.port > 65535 || o.transport.port < -1) {
+    return Fail(absl::StrCat("router: --http-port ", o.transport.port, ": a port, 0 (any free one) or -1 (off: ",
+                             "gRPC only, with --grpc-port)"));
   }
   // serve's --grpc-port defaults to 50051; the router's gRPC port is off unless given.
   o.grpc_port = grpc_port_given ? absl::GetFlag(FLAGS_grpc_port) : -1;
   if (o.grpc_port > 65535 || o.grpc_port < -1) {
     return Fail(absl::StrCat("router: --grpc-port ", o.grpc_port, ": a port, 0 (any free one) or -1 (off)"));
+  }
+  if (o.transport.port < 0 && o.grpc_port < 0) {
+    return Fail("router: --http-port -1 turns the HTTP port off, and the gRPC port is off too (--grpc-port not "
+                "given, or -1): give --grpc-port Q for a gRPC-only router, or an --http-port");
   }
   if (absl::Status valid = tpserve::ValidateHttpTransportFlags(o.transport); !valid.ok()) {
     return Fail(absl::StrCat("router: ", valid.message()));

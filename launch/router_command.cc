@@ -49,6 +49,10 @@ int RunRouter(const RouterCommandOptions& o) {
   const ListeningPorts ports{server.port(), server.grpc_port()};
   std::fprintf(stderr, "tpserve: router serving %s\n%s", absl::StrJoin(names, ", ").c_str(),
                ListeningLines(o.transport.host, ports).c_str());
+  if (ports.http < 0) {
+    std::fprintf(stderr, "tpserve: router: no HTTP port (--http-port -1): no /metrics or /health; the gRPC port "
+                         "answers grpc.health.v1\n");
+  }
   if (!o.port_file.empty()) {
     if (absl::Status written = WritePortFile(o.port_file, ports); !written.ok()) {
       std::fprintf(stderr, "tpserve: router: %s\n", std::string(written.message()).c_str());

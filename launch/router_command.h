@@ -15,7 +15,8 @@ namespace tpserve {
 struct RouterCommandOptions {
   RouterConfig config;  // parsed, validated, backend keys resolved (main)
   // Where and how it listens (--host, --http-port: 0 a free port, logged and written to
-  // port_file; serve's --http-threads, --max-connections, --max-body-bytes and timeouts).
+  // port_file, -1 none (gRPC only); serve's --http-threads, --max-connections, --max-body-bytes
+  // and timeouts).
   HttpTransportOptions transport;
   // --grpc-port: the tpserve.v1 gRPC front end on transport.host (0: a free port); -1: off.
   int grpc_port = -1;

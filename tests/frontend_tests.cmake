@@ -26,6 +26,7 @@ tp_add_test(router_config_test SOURCES router_config_test.cc LIBS tpserve_router
 if(TPSERVE_HAVE_SERVING)
   tp_add_test(router_metrics_test SOURCES router_metrics_test.cc LIBS tpserve_router GTest::gmock)
   tp_add_test(upstream_call_test SOURCES upstream_call_test.cc LIBS tpserve_router GTest::gmock)
+  tp_add_test(stream_usage_test SOURCES stream_usage_test.cc LIBS tpserve_router GTest::gmock)
   tp_add_test(grpc_relay_test SOURCES grpc_relay_test.cc LIBS tpserve_router GTest::gmock)
   tp_add_test(router_grpc_test SOURCES router_grpc_test.cc LIBS tpserve_router PkgConfig::HTTPLIB GTest::gmock)
   # The router's own gRPC port in front of serve's gRPC server on a fake engine.
@@ -52,4 +53,9 @@ if(TPSERVE_HAVE_SERVING)
   add_test(NAME router_grpc_front_test_sh COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_grpc_front_test.sh
            $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES})
   set_tests_properties(router_grpc_front_test_sh PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  add_test(NAME router_grpc_only_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_grpc_only_test.sh
+           $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES})
+  set_tests_properties(router_grpc_only_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  add_test(NAME router_knobs_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_knobs_test.sh $<TARGET_FILE:tpserve>)
+  set_tests_properties(router_knobs_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
 endif()

@@ -1,6 +1,8 @@
 // `tpserve router`'s config (coordinator/router/router_config.h): the example config parses to
-// what it says, and every config error is INVALID_ARGUMENT naming its field; BackendPool's
-// policies (round_robin, least_load) and passive ejection.
+// what it says, the connection options' defaults and overrides, the cost of a request at a
+// backend's prices, and every config error is INVALID_ARGUMENT naming its field; BackendPool's
+// policies (round_robin, least_load, cache_aware) and passive ejection for each backend's
+// cooldown.
 #include "coordinator/router/router_config.h"
 
 #include <gmock/gmock.h>
@@ -45,6 +47,59 @@ TEST(RouterConfigTest, ParsesTheExample) {
   EXPECT_EQ(ParseRouterConfig(R"({"models": {"m": {"backends": ["http://h/v1"]}}})")->models.at("m").backends[0].port,
             80);
   EXPECT_FALSE(g.backends[0].tls);
+}
+
+TEST(RouterConfigTest, ConnectionOptionsDefaultAndAreOverriddenTopModelBackend) {
+  absl::StatusOr<RouterConfig> c = ParseRouterConfig(R"({"timeout_s": 120, "cooldown_s": 0,
+    "models": {
+      "plain": {"backends": ["http://p/v1"]},
+      "tuned": {"connect_timeout_s": 0.5, "max_idle_connections": 4,
+                "backends": ["http://t/v1",
+                             {"url": "http://u/v1", "timeout_s": 2.5, "cooldown_s": 30, "max_idle_connections": 0,
+                              "idle_timeout_s": 7},
+                             {"url": "grpc://g:50051", "connect_timeout_s": 1}]}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  // The built-in defaults, where nothing is set.
+  const BackendConnectionOptions d = ParseRouterConfig(R"({"models": {"m": {"backends": ["http://h/v1"]}}})")
+                                         ->models.at("m")
+                                         .backends[0]
+                                         .connection;
+  EXPECT_EQ(d.connect_timeout, absl::Seconds(5));
+  EXPECT_EQ(d.timeout, absl::Seconds(600));
+  EXPECT_EQ(d.cooldown, absl::Seconds(5));
+  EXPECT_EQ(d.max_idle_connections, 32u);
+  EXPECT_EQ(d.idle_timeout, absl::Seconds(60));
+  // The top level's over the defaults.
+  const BackendConnectionOptions& p = c->models.at("plain").backends[0].connection;
+  EXPECT_EQ(p.connect_timeout, absl::Seconds(5));
+  EXPECT_EQ(p.timeout, absl::Seconds(120));
+  EXPECT_EQ(p.cooldown, absl::ZeroDuration());
+  EXPECT_EQ(p.max_idle_connections, 32u);
+  // The model's over the top level's.
+  const std::vector<RouterBackend>& t = c->models.at("tuned").backends;
+  EXPECT_EQ(t[0].connection.connect_timeout, absl::Milliseconds(500));
+  EXPECT_EQ(t[0].connection.timeout, absl::Seconds(120));
+  EXPECT_EQ(t[0].connection.max_idle_connections, 4u);
+  EXPECT_EQ(t[0].connection.idle_timeout, absl::Seconds(60));
+  // The backend's over the model's.
+  EXPECT_EQ(t[1].connection.connect_timeout, absl::Milliseconds(500));
+  EXPECT_EQ(t[1].connection.timeout, absl::Milliseconds(2500));
+  EXPECT_EQ(t[1].connection.cooldown, absl::Seconds(30));
+  EXPECT_EQ(t[1].connection.max_idle_connections, 0u);
+  EXPECT_EQ(t[1].connection.idle_timeout, absl::Seconds(7));
+  EXPECT_EQ(t[2].connection.connect_timeout, absl::Seconds(1));
+  EXPECT_EQ(t[2].connection.timeout, absl::Seconds(120));
+  EXPECT_EQ(t[2].connection.max_idle_connections, 4u);  // the model's; a grpc:// backend does not use it
+}
+
+TEST(RouterConfigTest, CostIsTokensTimesPricesWhenBothPricesAreSet) {
+  RouterBackend b;
+  EXPECT_FALSE(CostUsd(b, 1000, 500).has_value());
+  b.price_input_per_mtok = 2.0;
+  EXPECT_FALSE(CostUsd(b, 1000, 500).has_value());  // as tpbench compare: both prices, or unpriced
+  b.price_output_per_mtok = 10.0;
+  EXPECT_DOUBLE_EQ(*CostUsd(b, 1000, 500), 0.007);  // 1000 x $2 / 1M + 500 x $10 / 1M
+  EXPECT_DOUBLE_EQ(*CostUsd(b, 0, 0), 0.0);
 }
 
 TEST(RouterConfigTest, ParsesGrpcBackends) {
@@ -209,6 +264,33 @@ INSTANTIATE_TEST_SUITE_P(
                   "models[\"m\"].health_check.timeout_s: must be a number of seconds > 0"},
         BadConfig{R"({"models": {"m": {"health_check": {"path": "health"}, "backends": ["http://h/v1"]}}})",
                   "models[\"m\"].health_check.path: must be a path from the server's root, starting with /"},
+        BadConfig{R"({"timeout_s": "30", "models": {"m": {"backends": ["http://h/v1"]}}})",
+                  "router config: timeout_s: must be a number of seconds > 0"},
+        BadConfig{R"({"models": {"m": {"connect_timeout_s": 0, "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].connect_timeout_s: must be a number of seconds > 0"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "timeout_s": -5}]}}})",
+                  "models[\"m\"].backends[0].timeout_s: must be a number of seconds > 0"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "timeout_s": 100000}]}}})",
+                  "models[\"m\"].backends[0].timeout_s: must be a number of seconds > 0 (at most 86400)"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "idle_timeout_s": 0}]}}})",
+                  "models[\"m\"].backends[0].idle_timeout_s: must be a number of seconds > 0"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "idle_timeout_s": true}]}}})",
+                  "models[\"m\"].backends[0].idle_timeout_s: must be a number of seconds > 0"},
+        BadConfig{R"({"models": {"m": {"cooldown_s": -1, "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].cooldown_s: must be a number of seconds >= 0"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "cooldown_s": "5s"}]}}})",
+                  "models[\"m\"].backends[0].cooldown_s: must be a number of seconds >= 0"},
+        BadConfig{R"({"models": {"m": {"max_idle_connections": 2.5, "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].max_idle_connections: must be a whole number in 0..65536"},
+        BadConfig{R"({"max_idle_connections": -1, "models": {"m": {"backends": ["http://h/v1"]}}})",
+                  "router config: max_idle_connections: must be a whole number in 0..65536"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "grpc://h:1", "max_idle_connections": 8}]}}})",
+                  "models[\"m\"].backends[0].max_idle_connections: applies to http(s):// backends only"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "grpc://h:1", "idle_timeout_s": 8}]}}})",
+                  "models[\"m\"].backends[0].idle_timeout_s: applies to http(s):// backends only"},
+        BadConfig{R"({"timeout": 30, "models": {"m": {"backends": ["http://h/v1"]}}})",
+                  "(top level): unknown key \"timeout\" (known: connect_timeout_s, cooldown_s, idle_timeout_s, "
+                  "max_idle_connections, models, timeout_s)"},
         BadConfig{R"({"models": {"m": {"policy": "random", "backends": ["http://h/v1"]}}})",
                   "models[\"m\"].policy: random is not one of"},
         BadConfig{R"({"models": {"m": {"fallback": "x", "backends": ["http://h/v1"]}}})",
@@ -231,7 +313,7 @@ RouterModel ThreeBackends(RoutingPolicyKind policy) {
 }
 
 TEST(BackendPoolTest, RoundRobinStartsOneFurtherEachRequest) {
-  BackendPool pool(ThreeBackends(RoutingPolicyKind::kRoundRobin), absl::Seconds(5));
+  BackendPool pool(ThreeBackends(RoutingPolicyKind::kRoundRobin));
   const absl::Time now = absl::Now();
   EXPECT_THAT(pool.Order(now), ElementsAre(0, 1, 2));
   EXPECT_THAT(pool.Order(now), ElementsAre(1, 2, 0));
@@ -240,7 +322,7 @@ TEST(BackendPoolTest, RoundRobinStartsOneFurtherEachRequest) {
 }
 
 TEST(BackendPoolTest, LeastLoadPutsTheFewestInFlightFirst) {
-  BackendPool pool(ThreeBackends(RoutingPolicyKind::kLeastLoad), absl::Seconds(5));
+  BackendPool pool(ThreeBackends(RoutingPolicyKind::kLeastLoad));
   const absl::Time now = absl::Now();
   pool.Begin(0);
   pool.Begin(0);
@@ -253,7 +335,7 @@ TEST(BackendPoolTest, LeastLoadPutsTheFewestInFlightFirst) {
 }
 
 TEST(BackendPoolTest, BackendsFailingTheirProbeAreSkippedUntilOnePasses) {
-  BackendPool pool(ThreeBackends(RoutingPolicyKind::kRoundRobin), absl::Seconds(5));
+  BackendPool pool(ThreeBackends(RoutingPolicyKind::kRoundRobin));
   const absl::Time now = absl::Now();
   EXPECT_FALSE(pool.SetProbeFailing(1, false));  // every backend starts passing
   EXPECT_TRUE(pool.SetProbeFailing(1, true));
@@ -272,8 +354,21 @@ TEST(BackendPoolTest, BackendsFailingTheirProbeAreSkippedUntilOnePasses) {
   EXPECT_TRUE(pool.ProbeFailing().empty());
 }
 
+TEST(BackendPoolTest, EachBackendIsEjectedForItsOwnCooldown) {
+  RouterConfig c = *ParseRouterConfig(R"({"models": {"m": {"cooldown_s": 30, "backends": [
+      "http://a:1/v1", {"url": "http://b:1/v1", "cooldown_s": 0}, {"url": "http://c:1/v1", "cooldown_s": 0.5}]}}})");
+  BackendPool pool(c.models.at("m"));
+  const absl::Time now = absl::Now();
+  for (size_t i = 0; i < 3; ++i) pool.Eject(i, now);
+  EXPECT_THAT(pool.Ejected(now), ElementsAre("http://a:1/v1", "http://c:1/v1"));  // b: cooldown 0, never out
+  EXPECT_THAT(pool.Ejected(now + absl::Milliseconds(499)), ElementsAre("http://a:1/v1", "http://c:1/v1"));
+  EXPECT_THAT(pool.Ejected(now + absl::Milliseconds(500)), ElementsAre("http://a:1/v1"));
+  EXPECT_THAT(pool.Ejected(now + absl::Seconds(29)), ElementsAre("http://a:1/v1"));
+  EXPECT_TRUE(pool.Ejected(now + absl::Seconds(30)).empty());
+}
+
 TEST(BackendPoolTest, EjectedBackendsAreSkippedForTheCooldown) {
-  BackendPool pool(ThreeBackends(RoutingPolicyKind::kRoundRobin), absl::Seconds(5));
+  BackendPool pool(ThreeBackends(RoutingPolicyKind::kRoundRobin));
   const absl::Time now = absl::Now();
   pool.Eject(1, now);
   EXPECT_THAT(pool.Order(now), ElementsAre(0, 2));
@@ -313,7 +408,7 @@ TEST(BackendPoolTest, CacheAwareFollowsSharedPrefixesWithinTheBalanceBounds) {
   const absl::Time now = absl::Now();
   RouterModel m = ThreeBackends(RoutingPolicyKind::kCacheAware);
   m.cache_aware.balance_abs_threshold = 2;
-  BackendPool pool(m, absl::Seconds(5));
+  BackendPool pool(m);
   // Two different long system prompts, first seen while everything is idle: least_load's order
   // (round-robin among ties) puts them on different backends.
   const std::string a = PromptText(Chat(4000, "question 1")), b = PromptText(Chat(4000, "q"));

@@ -3,12 +3,14 @@
 // router gives the backend's own messages; a dead replica is failed over; an unknown model is
 // NOT_FOUND naming the available ones; the router's key is checked; a client's cancel cancels the
 // backend's request; a busy backend, failures after the first message, an http-only model,
-// ModelInfo, Stats, health, shutdown with a call open, the request log and the metrics. Real processes:
+// ModelInfo, Stats, health, shutdown with a call open, the request log and the metrics (counted
+// under door="grpc"; the tokens and cost of a known request; ModelInfo calls). Real processes:
 // tests/router_grpc_front_test.sh.
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -183,7 +185,58 @@ TEST_F(RouterGrpcFrontTest, StreamedGenerateEqualsStraightToTheBackend) {
   EXPECT_THAT(lines[0], HasSubstr(R"("grpc_status":"OK")"));
   const std::string labels = absl::StrCat("model=\"relayed\",backend=\"", BackendUrl(), "\"");
   EXPECT_THAT(Metrics(), HasSubstr(absl::StrCat("tpserve_router_backend_requests_total{", labels, "} 4")));
-  EXPECT_THAT(Metrics(), HasSubstr("tpserve_router_requests_total{model=\"relayed\",outcome=\"success\"} 4"));
+  EXPECT_THAT(Metrics(),
+              HasSubstr("tpserve_router_requests_total{model=\"relayed\",door=\"grpc\",outcome=\"success\"} 4"));
+  EXPECT_THAT(Metrics(),
+              HasSubstr("tpserve_router_requests_total{model=\"relayed\",door=\"http\",outcome=\"success\"} 0"));
+}
+
+// A known request through the gRPC port: its tokens (the backend's usage) and their cost at the
+// backend's prices in /metrics and the log line; ModelInfo calls counted by outcome.
+TEST_F(RouterGrpcFrontTest, TokensCostAndModelInfoAreCounted) {
+  StartServers();
+  StartRouter(R"({"relayed": {"backends": [{"url": "$G", "model": "fake-model",
+                                             "price_per_mtok": {"input": 2, "output": 10}}]}})");
+  v1::GenerateRequest request = TextRequest("Hello world, this is a test", 12);
+  request.set_n(2);
+  std::vector<v1::GenerateResponse> responses;
+  ASSERT_TRUE(RouterGenerate(request, &responses).ok());
+  // The backend's own count: the prompt's, and each choice's last completion count, summed.
+  int64_t prompt = 0;
+  std::map<int, int64_t> completion_by_choice;
+  for (const v1::GenerateResponse& r : responses) {
+    prompt = std::max<int64_t>(prompt, r.usage().prompt_tokens());
+    completion_by_choice[r.index()] = r.usage().completion_tokens();
+  }
+  int64_t completion = 0;
+  for (const auto& [index, tokens] : completion_by_choice) completion += tokens;
+  ASSERT_GT(prompt, 0);
+  ASSERT_EQ(completion_by_choice.size(), 2u);
+  ASSERT_GT(completion, 0);
+  const std::string labels = absl::StrCat("model=\"relayed\",backend=\"", BackendUrl(), "\"");
+  const std::string metrics = Metrics();
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_prompt_tokens_total{", labels, "} ", prompt)));
+  EXPECT_THAT(metrics,
+              HasSubstr(absl::StrCat("tpserve_router_backend_completion_tokens_total{", labels, "} ", completion)));
+  const std::string cost_series = absl::StrCat("tpserve_router_backend_cost_usd_total{", labels, "} ");
+  const size_t at = metrics.find(cost_series);
+  ASSERT_NE(at, std::string::npos) << metrics;
+  EXPECT_DOUBLE_EQ(std::stod(metrics.substr(at + cost_series.size())), (prompt * 2.0 + completion * 10.0) / 1e6);
+  const std::vector<std::string> lines = LogLines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], HasSubstr(absl::StrCat(R"("prompt_tokens":)", prompt, R"(,"completion_tokens":)", completion)));
+  EXPECT_THAT(lines[0], HasSubstr(R"("cost_usd":)"));
+
+  grpc::ClientContext info_context;
+  v1::ModelInfoRequest info_request;
+  info_request.set_model("relayed");
+  v1::ModelInfoResponse info;
+  ASSERT_TRUE(router_stub_->ModelInfo(&info_context, info_request, &info).ok());
+  grpc::ClientContext unknown_context;
+  info_request.set_model("nope");
+  EXPECT_EQ(router_stub_->ModelInfo(&unknown_context, info_request, &info).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(Metrics(), HasSubstr("tpserve_router_grpc_model_info_total{outcome=\"success\"} 1"));
+  EXPECT_THAT(Metrics(), HasSubstr("tpserve_router_grpc_model_info_total{outcome=\"error\"} 1"));
 }
 
 TEST_F(RouterGrpcFrontTest, ADeadReplicaIsFailedOver) {
@@ -313,7 +366,8 @@ TEST_F(RouterGrpcFrontTest, AClientsCancelCancelsTheBackendsRequest) {
     return lines.size() == 1 && lines[0].find(R"("status":499,"success":false)") != std::string::npos &&
            lines[0].find(R"("grpc_status":"CANCELLED")") != std::string::npos;
   }));
-  EXPECT_THAT(Metrics(), HasSubstr("tpserve_router_requests_total{model=\"relayed\",outcome=\"client_gone\"} 1"));
+  EXPECT_THAT(Metrics(),
+              HasSubstr("tpserve_router_requests_total{model=\"relayed\",door=\"grpc\",outcome=\"client_gone\"} 1"));
 }
 
 TEST_F(RouterGrpcFrontTest, ShutdownEndsOpenCallsAndTheirBackendCalls) {

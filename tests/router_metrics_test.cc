@@ -1,7 +1,9 @@
 // RouterMetrics (coordinator/router/router_metrics.h): every configured backend and model has
-// its series at zero before traffic; each event moves exactly its series; the in-flight and
-// health gauges follow the pools at scrape time. The proxy's calls into it are checked end to
-// end by tests/router_test.sh.
+// its series at zero before traffic (a priced backend's cost too; the front doors that are
+// open, and only they); each event moves exactly its series (a known request's tokens and cost
+// to the exact number); the in-flight and health gauges follow the pools at scrape time. The
+// proxy's calls into it are checked end to end by tests/router_test.sh and
+// tests/router_knobs_test.sh.
 #include "coordinator/router/router_metrics.h"
 
 #include <gmock/gmock.h>
@@ -12,6 +14,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "coordinator/router/backend_pool.h"
 #include "coordinator/router/router_config.h"
@@ -20,20 +23,19 @@ namespace tpserve {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
-constexpr char kConfig[] = R"({"models": {
+constexpr char kConfig[] = R"({"cooldown_s": 60, "models": {
    "gemma": {"fallback": "mid", "backends": ["http://a:1/v1", "http://b:2/v1", "http://a:1/v1"]},
    "mid": {"fallback": "cloud", "backends": ["http://m:3/v1"]},
-   "cloud": {"backends": ["http://c:4/v1"]}}})";
+   "cloud": {"backends": [{"url": "http://c:4/v1", "price_per_mtok": {"input": 3, "output": 15}}]}}})";
 
 class RouterMetricsTest : public ::testing::Test {
  protected:
   RouterMetricsTest() {
     RouterConfig config = *ParseRouterConfig(kConfig);
-    for (auto& [name, model] : config.models) {
-      pools_.emplace(name, std::make_unique<BackendPool>(std::move(model), absl::Seconds(60)));
-    }
-    metrics_ = std::make_unique<RouterMetrics>(pools_);
+    for (auto& [name, model] : config.models) pools_.emplace(name, std::make_unique<BackendPool>(std::move(model)));
+    metrics_ = std::make_unique<RouterMetrics>(pools_, std::vector<FrontDoor>{FrontDoor::kHttp, FrontDoor::kGrpc});
   }
   BackendPool& pool(const std::string& name) { return *pools_.at(name); }
 
@@ -70,11 +72,22 @@ TEST_F(RouterMetricsTest, EverySeriesStartsAtZeroAndHealthy) {
     EXPECT_EQ(Value("tpserve_router_backend_healthy{" + l + "}"), "1");
     EXPECT_EQ(Value("tpserve_router_backend_time_to_first_byte_seconds_count{" + l + "}"), "0");
     EXPECT_EQ(Value("tpserve_router_backend_request_latency_seconds_count{" + l + "}"), "0");
+    EXPECT_EQ(Value("tpserve_router_backend_prompt_tokens_total{" + l + "}"), "0");
+    EXPECT_EQ(Value("tpserve_router_backend_completion_tokens_total{" + l + "}"), "0");
+    EXPECT_EQ(Value("tpserve_router_backend_requests_without_usage_total{" + l + "}"), "0");
+    EXPECT_EQ(Value("tpserve_router_backend_cost_usd_total{" + l + "}"), "absent");  // not priced
   }
   EXPECT_EQ(Value(R"(tpserve_router_backend_requests_total{model="cloud",backend="http://c:4/v1"})"), "0");
-  for (const char* outcome : {"success", "error", "client_gone"}) {
-    EXPECT_EQ(Value(std::string(R"(tpserve_router_requests_total{model="gemma",outcome=")") + outcome + "\"}"), "0");
+  EXPECT_EQ(Value(R"(tpserve_router_backend_cost_usd_total{model="cloud",backend="http://c:4/v1"})"), "0");
+  for (const char* door : {"http", "grpc"}) {
+    for (const char* outcome : {"success", "error", "client_gone"}) {
+      EXPECT_EQ(Value(absl::StrCat(R"(tpserve_router_requests_total{model="gemma",door=")", door, R"(",outcome=")",
+                                   outcome, "\"}")),
+                "0");
+    }
   }
+  EXPECT_EQ(Value(R"(tpserve_router_grpc_model_info_total{outcome="success"})"), "0");
+  EXPECT_EQ(Value(R"(tpserve_router_grpc_model_info_total{outcome="error"})"), "0");
   // The whole fallback chain, and only it.
   EXPECT_EQ(Value(R"(tpserve_router_fallbacks_total{model="gemma",fallback="mid"})"), "0");
   EXPECT_EQ(Value(R"(tpserve_router_fallbacks_total{model="gemma",fallback="cloud"})"), "0");
@@ -120,19 +133,63 @@ TEST_F(RouterMetricsTest, EventsMoveTheirSeries) {
   EXPECT_EQ(Value("tpserve_router_backend_request_latency_seconds_bucket{" + b + ",le=\"0.5\"}"), "0");
   EXPECT_EQ(Value("tpserve_router_backend_request_latency_seconds_bucket{" + b + ",le=\"0.75\"}"), "1");
 
-  metrics_->RequestFinished("gemma", RequestOutcome::kSuccess);
-  metrics_->RequestFinished("gemma", RequestOutcome::kSuccess);
-  metrics_->RequestFinished("gemma", RequestOutcome::kClientGone);
-  metrics_->RequestFinished("mid", RequestOutcome::kError);
-  EXPECT_EQ(Value(R"(tpserve_router_requests_total{model="gemma",outcome="success"})"), "2");
-  EXPECT_EQ(Value(R"(tpserve_router_requests_total{model="gemma",outcome="client_gone"})"), "1");
-  EXPECT_EQ(Value(R"(tpserve_router_requests_total{model="gemma",outcome="error"})"), "0");
-  EXPECT_EQ(Value(R"(tpserve_router_requests_total{model="mid",outcome="error"})"), "1");
+  metrics_->RequestFinished("gemma", FrontDoor::kHttp, RequestOutcome::kSuccess);
+  metrics_->RequestFinished("gemma", FrontDoor::kHttp, RequestOutcome::kSuccess);
+  metrics_->RequestFinished("gemma", FrontDoor::kGrpc, RequestOutcome::kSuccess);
+  metrics_->RequestFinished("gemma", FrontDoor::kHttp, RequestOutcome::kClientGone);
+  metrics_->RequestFinished("mid", FrontDoor::kGrpc, RequestOutcome::kError);
+  EXPECT_EQ(Value(R"(tpserve_router_requests_total{model="gemma",door="http",outcome="success"})"), "2");
+  EXPECT_EQ(Value(R"(tpserve_router_requests_total{model="gemma",door="grpc",outcome="success"})"), "1");
+  EXPECT_EQ(Value(R"(tpserve_router_requests_total{model="gemma",door="http",outcome="client_gone"})"), "1");
+  EXPECT_EQ(Value(R"(tpserve_router_requests_total{model="gemma",door="http",outcome="error"})"), "0");
+  EXPECT_EQ(Value(R"(tpserve_router_requests_total{model="mid",door="grpc",outcome="error"})"), "1");
+  EXPECT_EQ(Value(R"(tpserve_router_requests_total{model="mid",door="http",outcome="error"})"), "0");
+
+  metrics_->ModelInfoFinished(true);
+  metrics_->ModelInfoFinished(true);
+  metrics_->ModelInfoFinished(false);
+  EXPECT_EQ(Value(R"(tpserve_router_grpc_model_info_total{outcome="success"})"), "2");
+  EXPECT_EQ(Value(R"(tpserve_router_grpc_model_info_total{outcome="error"})"), "1");
 
   metrics_->FallbackTaken("gemma", "cloud");
   EXPECT_EQ(Value(R"(tpserve_router_fallbacks_total{model="gemma",fallback="cloud"})"), "1");
   EXPECT_EQ(Value(R"(tpserve_router_fallbacks_total{model="gemma",fallback="mid"})"), "0");
   EXPECT_EQ(Value(R"(tpserve_router_fallbacks_total{model="mid",fallback="cloud"})"), "0");
+}
+
+// A request of 1,000 prompt and 400 completion tokens answered by the priced backend ($3 and $15
+// per million) costs 1000 x 3 / 1e6 + 400 x 15 / 1e6 = 0.003 + 0.006 = $0.009; an unpriced
+// backend counts the tokens and no cost.
+TEST_F(RouterMetricsTest, UsageCountsTokensAndPricesThem) {
+  const std::string c = R"(model="cloud",backend="http://c:4/v1")";
+  EXPECT_EQ(metrics_->BackendUsage(pool("cloud"), 0, 1000, 400), 0.009);
+  EXPECT_EQ(metrics_->BackendUsage(pool("cloud"), 0, 2000, 0), 0.006);
+  EXPECT_EQ(Value("tpserve_router_backend_prompt_tokens_total{" + c + "}"), "3000");
+  EXPECT_EQ(Value("tpserve_router_backend_completion_tokens_total{" + c + "}"), "400");
+  EXPECT_EQ(Value("tpserve_router_backend_cost_usd_total{" + c + "}"), "0.015");
+  const std::string b = kB;
+  EXPECT_FALSE(metrics_->BackendUsage(pool("gemma"), 1, 7, 5).has_value());
+  metrics_->BackendUsageUnknown(pool("gemma"), 1);
+  EXPECT_EQ(Value("tpserve_router_backend_prompt_tokens_total{" + b + "}"), "7");
+  EXPECT_EQ(Value("tpserve_router_backend_completion_tokens_total{" + b + "}"), "5");
+  EXPECT_EQ(Value("tpserve_router_backend_requests_without_usage_total{" + b + "}"), "1");
+  EXPECT_EQ(Value("tpserve_router_backend_requests_without_usage_total{" + c + "}"), "0");
+}
+
+// Only the front doors that are open have series: an HTTP-only router has no door="grpc" and
+// no ModelInfo counter.
+TEST(RouterMetricsDoorsTest, OnlyOpenDoorsHaveSeries) {
+  RouterConfig config = *ParseRouterConfig(kConfig);
+  std::map<std::string, std::unique_ptr<BackendPool>> pools;
+  for (auto& [name, model] : config.models) pools.emplace(name, std::make_unique<BackendPool>(std::move(model)));
+  const std::string http_only = RouterMetrics(pools, {FrontDoor::kHttp}).RenderPrometheus();
+  EXPECT_THAT(http_only, HasSubstr(R"(tpserve_router_requests_total{model="gemma",door="http",outcome="success"} 0)"));
+  EXPECT_THAT(http_only, Not(HasSubstr(R"(door="grpc")")));
+  EXPECT_THAT(http_only, Not(HasSubstr("tpserve_router_grpc_model_info_total")));
+  const std::string grpc_only = RouterMetrics(pools, {FrontDoor::kGrpc}).RenderPrometheus();
+  EXPECT_THAT(grpc_only, HasSubstr(R"(tpserve_router_requests_total{model="gemma",door="grpc",outcome="success"} 0)"));
+  EXPECT_THAT(grpc_only, Not(HasSubstr(R"(door="http")")));
+  EXPECT_THAT(grpc_only, HasSubstr(R"(tpserve_router_grpc_model_info_total{outcome="success"} 0)"));
 }
 
 TEST_F(RouterMetricsTest, GaugesFollowThePoolsAtScrapeTime) {
@@ -145,7 +202,7 @@ TEST_F(RouterMetricsTest, GaugesFollowThePoolsAtScrapeTime) {
   EXPECT_EQ(Value("tpserve_router_backend_requests_in_flight{" + b + "}"), "1");
   g.End(1);
   EXPECT_EQ(Value("tpserve_router_backend_requests_in_flight{" + b + "}"), "0");
-  g.Eject(1, absl::Now());  // for the pool's 60 s cooldown
+  g.Eject(1, absl::Now());  // for the config's 60 s cooldown
   EXPECT_EQ(Value("tpserve_router_backend_healthy{" + b + "}"), "0");
   EXPECT_EQ(Value("tpserve_router_backend_healthy{" + std::string(kA) + "}"), "1");
   g.Eject(1, absl::Now() - absl::Seconds(61));  // the cooldown is over

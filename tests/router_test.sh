@@ -249,7 +249,7 @@ tries=$(sum 'tpserve_router_backend_requests_total{')
 retries=$(sum 'tpserve_router_backend_retries_total{')
 outcomes=$(sum 'tpserve_router_requests_total{')
 [ $((tries - retries)) -eq $SENT ] && [ "$retries" -ge 1 ] && [ "$outcomes" -eq $SENT ] \
-  && [ "$(metric 'tpserve_router_requests_total{model="other-model",outcome="client_gone"}')" = 1 ] \
+  && [ "$(metric 'tpserve_router_requests_total{model="other-model",door="http",outcome="client_gone"}')" = 1 ] \
   && ok "/metrics: tries per backend ($tries) less retries ($retries), and outcomes, add up to the $SENT requests" \
   || bad "/metrics counts: tries $tries retries $retries outcomes $outcomes, sent $SENT: $(grep '^tpserve_router_\(backend_requests\|backend_retries\|requests\)_total' "$WORK/metrics")"
 killed_ok=1

@@ -11,9 +11,8 @@
 
 namespace tpserve {
 
-BackendPool::BackendPool(RouterModel model, absl::Duration cooldown)
+BackendPool::BackendPool(RouterModel model)
     : model_(std::move(model)),
-      cooldown_(cooldown),
       in_flight_(new std::atomic<int64_t>[model_.backends.size()]),
       ejected_until_(model_.backends.size(), absl::InfinitePast()),
       probe_failing_(model_.backends.size(), false) {
@@ -162,7 +161,7 @@ int64_t BackendPool::in_flight(size_t i) const { return in_flight_[i].load(); }
 
 void BackendPool::Eject(size_t i, absl::Time now) {
   absl::MutexLock lock(&mu_);
-  ejected_until_[i] = now + cooldown_;
+  ejected_until_[i] = now + model_.backends[i].connection.cooldown;
 }
 
 }  // namespace tpserve

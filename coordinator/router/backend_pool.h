@@ -1,6 +1,6 @@
 // The router's live view of one model's backends: requests in flight at the router, passive
-// health (a backend that refused a connection, timed out or answered 5xx is ejected for a
-// cooldown), active health (a backend failing its health probe is out until one passes), and
+// health (a backend that refused a connection, timed out or answered 5xx is ejected for its
+// cooldown_s), active health (a backend failing its health probe is out until one passes), and
 // the routing policy that orders the healthy ones for a request. Thread-safe.
 // Tested by tests/router_config_test.cc (policies, ejection) and tests/router_test.sh.
 #pragma once
@@ -32,7 +32,7 @@ std::string PromptText(const nlohmann::json& body);
 
 class BackendPool {
  public:
-  BackendPool(RouterModel model, absl::Duration cooldown);
+  explicit BackendPool(RouterModel model);
 
   const RouterModel& model() const { return model_; }
   const RouterBackend& backend(size_t i) const { return model_.backends[i]; }
@@ -57,7 +57,8 @@ class BackendPool {
   void Begin(size_t i);
   void End(size_t i);
   int64_t in_flight(size_t i) const;
-  // Backend i failed (connection, timeout, 5xx): skipped by Order until now + cooldown.
+  // Backend i failed (connection, timeout, 5xx): skipped by Order until now + its cooldown
+  // (RouterBackend::connection; 0: not skipped).
   void Eject(size_t i, absl::Time now);
   // Backend i's latest health probe failed (skipped by Order) or passed. Returns whether that
   // changed its probe state (every backend starts passing).
@@ -71,7 +72,6 @@ class BackendPool {
   std::vector<size_t> CacheAwareOrder(std::vector<size_t> healthy, absl::string_view prompt);
 
   const RouterModel model_;
-  const absl::Duration cooldown_;
   // cache_aware's prefix index: step hash -> backend, in two generations (a lookup reads both;
   // when the newer holds kPrefixIndexEntries / 2 it becomes the older, and the older is
   // dropped): a bounded, roughly least-recently-used index.

@@ -100,10 +100,11 @@ void GrpcFrontGenerate::Begin(const std::string& wire) {
     }
     model = names[0];
   }
-  absl::StatusOr<std::vector<ProxyCandidate>> candidates = context_.routes.Candidates(model, PromptText(*request));
+  absl::StatusOr<std::vector<ProxyCandidate>> candidates =
+      context_.routes.Candidates(model, PromptText(*request), FrontDoor::kGrpc);
   if (!candidates.ok()) return Refuse(model, candidates.status());
   request_ = *std::move(request);
-  core_.emplace(model, *std::move(candidates), arrival_, context_.log, context_.metrics);
+  core_.emplace(model, FrontDoor::kGrpc, *std::move(candidates), arrival_, context_.log, context_.metrics);
   TryNext();
 }
 
@@ -128,8 +129,8 @@ void GrpcFrontGenerate::TryNext() {
     generate.request = request_;
     generate.request.set_model(core_->RemoteModel());
     if (!b.api_key.empty()) generate.authorization = "Bearer " + b.api_key;
-    generate.connect_timeout = context_.timeouts.connect;
-    generate.response_timeout = context_.timeouts.response;
+    generate.connect_timeout = b.connection.connect_timeout;
+    generate.response_timeout = b.connection.timeout;
     generate.read_ahead = false;  // one message at a time: WriteDone reads the next
     core_->BeginTry();
     std::weak_ptr<GrpcFrontGenerate> weak = weak_from_this();

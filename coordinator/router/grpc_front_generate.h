@@ -41,7 +41,6 @@ class GrpcFrontGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     RouterRoutes& routes;
     RouterMetrics& metrics;
     RequestLog* log;  // may be null
-    ProxyTimeouts timeouts;
   };
   // Returns the reactor for gRPC to drive; `wire`: the serialized GenerateRequest; `server`:
   // the call's context (its initial metadata names the answering backend). Parsing, routing

@@ -10,9 +10,14 @@
 
 namespace tpserve {
 
-ProxyCore::ProxyCore(std::string model, std::vector<ProxyCandidate> candidates, absl::Time arrival, RequestLog* log,
-                     RouterMetrics& metrics)
-    : model_(std::move(model)), candidates_(std::move(candidates)), arrival_(arrival), log_(log), metrics_(metrics) {}
+ProxyCore::ProxyCore(std::string model, FrontDoor door, std::vector<ProxyCandidate> candidates, absl::Time arrival,
+                     RequestLog* log, RouterMetrics& metrics)
+    : model_(std::move(model)),
+      door_(door),
+      candidates_(std::move(candidates)),
+      arrival_(arrival),
+      log_(log),
+      metrics_(metrics) {}
 
 const ProxyCandidate* ProxyCore::Next() {
   EndTry();
@@ -93,7 +98,13 @@ void ProxyCore::Finish(ProxyEnd end) {
   finished_ = true;
   EndTry();
   if (end.answered) metrics_.BackendAnswered(*current_->pool, current_->index, absl::Now() - arrival_);
-  metrics_.RequestFinished(model_, end.outcome);
+  std::optional<double> cost;
+  if (answering_ && end.prompt_tokens.has_value() && end.completion_tokens.has_value()) {
+    cost = metrics_.BackendUsage(*current_->pool, current_->index, *end.prompt_tokens, *end.completion_tokens);
+  } else if (answering_ && end.outcome == RequestOutcome::kSuccess) {
+    metrics_.BackendUsageUnknown(*current_->pool, current_->index);
+  }
+  metrics_.RequestFinished(model_, door_, end.outcome);
   if (log_ == nullptr) return;
   RequestRecord r;
   r.model = model_;
@@ -105,6 +116,8 @@ void ProxyCore::Finish(ProxyEnd end) {
   r.error = std::move(end.error);
   r.prompt_tokens = end.prompt_tokens;
   r.completion_tokens = end.completion_tokens;
+  r.priced = answering_ && CostUsd(backend(), 0, 0).has_value();
+  r.cost_usd = cost;
   log_->Append(r, absl::Now());
 }
 

@@ -1,10 +1,10 @@
 // The half of one routed request that does not care who the client is: the backends it may
 // try (the model's, by policy, then each fallback model's), which one is being tried, why the
 // others failed or were skipped, when failover must stop (the answer started reaching the
-// client), what the client gets when every candidate failed, and the request's metrics and
-// request-log line. Its client sides: ProxyRequest (an OpenAI HTTP exchange, proxy_request.h)
-// and GrpcFrontGenerate (a tpserve.v1 Generate call to the router's gRPC port,
-// grpc_front_generate.h). Not thread-safe: a request's strand owns it. Tested through both by
+// client), what the client gets when every candidate failed, and the request's metrics (its
+// tokens and their cost included) and request-log line. Its client sides: ProxyRequest (an
+// OpenAI HTTP exchange, proxy_request.h) and GrpcFrontGenerate (a tpserve.v1 Generate call to
+// the router's gRPC port, grpc_front_generate.h). Not thread-safe: a request's strand owns it. Tested through both by
 // tests/router_grpc_test.cc, tests/router_grpc_front_test.cc and the router's shell tests.
 #pragma once
 
@@ -22,13 +22,6 @@
 #include "coordinator/router/upstream_endpoint.h"
 
 namespace tpserve {
-
-struct ProxyTimeouts {
-  absl::Duration connect = absl::Seconds(5);
-  // Until a backend's response head (a gRPC backend's first message), and between its body
-  // pieces (messages).
-  absl::Duration response = absl::Seconds(600);
-};
 
 // A backend a request may try: backend `index` of `pool`, reached through `endpoint` (its
 // server and connection pool), or for a grpc:// backend through `grpc` (its channel).
@@ -50,17 +43,19 @@ struct ProxyEnd {
   // The current backend's whole answer reached the client (success or a 4xx passed through):
   // its latency is observed.
   bool answered = false;
+  // The answer's usage (both, or neither: not known); counted on the answering backend, and
+  // priced where it has prices.
   std::optional<int64_t> prompt_tokens = std::nullopt;
   std::optional<int64_t> completion_tokens = std::nullopt;
 };
 
 class ProxyCore {
  public:
-  // `model`: as the client asked (configured); `candidates`: not empty; `arrival`: the
-  // request's first byte; `log` may be null; `metrics` (covering the candidates' pools)
-  // outlives the request.
-  ProxyCore(std::string model, std::vector<ProxyCandidate> candidates, absl::Time arrival, RequestLog* log,
-            RouterMetrics& metrics);
+  // `model`: as the client asked (configured); `door`: the port it came in by; `candidates`:
+  // not empty; `arrival`: the request's first byte; `log` may be null; `metrics` (covering the
+  // candidates' pools) outlives the request.
+  ProxyCore(std::string model, FrontDoor door, std::vector<ProxyCandidate> candidates, absl::Time arrival,
+            RequestLog* log, RouterMetrics& metrics);
 
   const std::string& model() const { return model_; }
   absl::Time arrival() const { return arrival_; }
@@ -108,12 +103,14 @@ class ProxyCore {
   bool any_failed() const { return !errors_.empty(); }
 
   // The request ended: its outcome counted, the answering backend's latency observed (when
-  // `end.answered`), its log line written. Only the first call counts.
+  // `end.answered`) and its tokens and cost counted (when `end` has them; a success without
+  // them as usage unknown), its log line written. Only the first call counts.
   void Finish(ProxyEnd end);
   bool finished() const { return finished_; }
 
  private:
   const std::string model_;
+  const FrontDoor door_;
   const std::vector<ProxyCandidate> candidates_;
   const absl::Time arrival_;
   RequestLog* const log_;

@@ -32,14 +32,13 @@ BackendErrorKind FailureKind(bool connected, const absl::Status& status) {
 
 ProxyRequest::ProxyRequest(Strand strand, std::shared_ptr<HttpExchange> exchange, nlohmann::json body,
                            std::string model, std::string path_suffix, std::vector<ProxyCandidate> candidates,
-                           ProxyTimeouts timeouts, RequestLog* log, RouterMetrics& metrics)
+                           RequestLog* log, RouterMetrics& metrics)
     : strand_(std::move(strand)),
       exchange_(std::move(exchange)),
       body_(std::move(body)),
       path_suffix_(std::move(path_suffix)),
-      timeouts_(timeouts),
       stream_(body_.contains("stream") && body_["stream"].is_boolean() && body_["stream"].get<bool>()),
-      core_(std::move(model), std::move(candidates), exchange_->request().arrival, log, metrics) {}
+      core_(std::move(model), FrontDoor::kHttp, std::move(candidates), exchange_->request().arrival, log, metrics) {}
 
 void ProxyRequest::Start() {
   boost::asio::post(strand_, [self = shared_from_this()] { self->Begin(); });
@@ -91,8 +90,8 @@ std::shared_ptr<UpstreamCall> ProxyRequest::StartHttp(const ProxyCandidate& c) {
   request.target = b.base_path + path_suffix_;
   request.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (!b.api_key.empty()) request.authorization = "Bearer " + b.api_key;
-  request.connect_timeout = timeouts_.connect;
-  request.response_timeout = timeouts_.response;
+  request.connect_timeout = b.connection.connect_timeout;
+  request.response_timeout = b.connection.timeout;
   core_.BeginTry();
   return UpstreamCall::Start(strand_, std::move(request), Callbacks());
 }
@@ -112,8 +111,8 @@ std::shared_ptr<UpstreamCall> ProxyRequest::StartGrpc(const ProxyCandidate& c) {
   request.request = std::move(relayed->proto);
   request.relay = std::make_unique<GrpcRelay>(relayed->openai, remote_model, absl::ToUnixSeconds(absl::Now()));
   if (!b.api_key.empty()) request.authorization = "Bearer " + b.api_key;
-  request.connect_timeout = timeouts_.connect;
-  request.response_timeout = timeouts_.response;
+  request.connect_timeout = b.connection.connect_timeout;
+  request.response_timeout = b.connection.timeout;
   core_.BeginTry();
   return StartGrpcCall(strand_, std::move(request), Callbacks());
 }
@@ -155,6 +154,7 @@ void ProxyRequest::OnData(std::string piece) {
       exchange_->StartStream(200, content_type_.empty() ? "text/event-stream" : content_type_,
                              {{"Cache-Control", "no-cache"}, {kBackendHeader, core_.url()}});
     }
+    usage_.Feed(piece);
     exchange_->Write(std::move(piece));
     return;
   }
@@ -179,7 +179,11 @@ void ProxyRequest::OnEnd(absl::Status status) {
   }
   if (streaming_) {
     exchange_->End();
-    return Finish({.outcome = RequestOutcome::kSuccess, .status = 200, .answered = true});
+    return Finish({.outcome = RequestOutcome::kSuccess,
+                   .status = 200,
+                   .answered = true,
+                   .prompt_tokens = usage_.prompt_tokens(),
+                   .completion_tokens = usage_.completion_tokens()});
   }
   ProxyEnd end;
   end.status = status_;

@@ -15,6 +15,7 @@
 #include "coordinator/router/proxy_core.h"
 #include "coordinator/router/request_log.h"
 #include "coordinator/router/router_metrics.h"
+#include "coordinator/router/stream_usage.h"
 #include "coordinator/router/upstream_call.h"
 #include "nlohmann/json.hpp"
 
@@ -26,8 +27,8 @@ class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
   // "/chat/completions"); `log` may be null; `metrics` (covering the candidates' pools) outlives
   // the request. `candidates` is not empty.
   ProxyRequest(Strand strand, std::shared_ptr<HttpExchange> exchange, nlohmann::json body, std::string model,
-               std::string path_suffix, std::vector<ProxyCandidate> candidates, ProxyTimeouts timeouts,
-               RequestLog* log, RouterMetrics& metrics);
+               std::string path_suffix, std::vector<ProxyCandidate> candidates, RequestLog* log,
+               RouterMetrics& metrics);
   // Tries the first candidate (on the strand) and watches for the client going away. Keeps
   // itself alive until the response ended or the client is gone.
   void Start();
@@ -52,7 +53,6 @@ class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
   const std::shared_ptr<HttpExchange> exchange_;
   const nlohmann::json body_;
   const std::string path_suffix_;
-  const ProxyTimeouts timeouts_;
   const bool stream_;
   // Strand-only state.
   ProxyCore core_;
@@ -61,6 +61,7 @@ class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
   std::string content_type_;
   bool streaming_ = false;  // the SSE response started: no failover any more
   std::string whole_;       // a non-streamed response's body, until it ends
+  StreamUsage usage_;       // a streamed one's usage chunk
   std::shared_ptr<ProxyRequest> self_;  // kept alive until finished
 };
 

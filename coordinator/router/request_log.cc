@@ -37,6 +37,7 @@ void RequestLog::Append(const RequestRecord& r, absl::Time now) {
       {"completion_tokens", optional(r.completion_tokens)},
       {"grpc_status", r.grpc_status.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.grpc_status)},
   };
+  if (r.priced) line["cost_usd"] = r.cost_usd ? nlohmann::json(*r.cost_usd) : nlohmann::json(nullptr);
   const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::fwrite(text.data(), 1, text.size(), file_);
   std::fflush(file_);

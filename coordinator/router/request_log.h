@@ -1,6 +1,6 @@
 // `tpserve router --request-log FILE`: one JSON line per proxied request (seq, timestamp,
 // model, backend, latency_ms, status, success, error, prompt_tokens, completion_tokens,
-// grpc_status),
+// grpc_status, and cost_usd where the backend is priced),
 // appended and flushed as each request ends. Thread-safe. Tested by tests/router_test.sh.
 #pragma once
 
@@ -26,9 +26,14 @@ struct RequestRecord {
   std::string grpc_status;  // such a call's code, e.g. "OK"; empty (null): an HTTP request
   bool success = false;
   std::string error;  // empty on success
-  // From the backend's "usage" in a whole (non-streamed) JSON response; else unknown (null).
+  // From the backend's "usage" (a whole JSON response's, a stream's usage chunk, a gRPC
+  // backend's messages'); else unknown (null).
   std::optional<int64_t> prompt_tokens;
   std::optional<int64_t> completion_tokens;
+  // The answering backend has prices (price_per_mtok): the line has cost_usd, what those tokens
+  // cost at them (null: the tokens are unknown). Unpriced: no cost_usd key.
+  bool priced = false;
+  std::optional<double> cost_usd;
 };
 
 class RequestLog {

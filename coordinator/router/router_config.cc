@@ -123,6 +123,62 @@ absl::StatusOr<absl::Duration> ParseSeconds(const Json& v, const std::string& fi
   return absl::Seconds(v.get<double>());
 }
 
+// The connection options' keys (BackendConnectionOptions), accepted at the top level, in a
+// model and in a backend object.
+const std::set<std::string>& ConnectionKeys() {
+  static const std::set<std::string> keys = {"connect_timeout_s", "timeout_s", "cooldown_s", "max_idle_connections",
+                                             "idle_timeout_s"};
+  return keys;
+}
+
+// `keys` plus the connection options' keys.
+std::set<std::string> WithConnectionKeys(std::set<std::string> keys) {
+  keys.insert(ConnectionKeys().begin(), ConnectionKeys().end());
+  return keys;
+}
+
+// The connection options `j` (an object: the top level, a model or a backend) sets over
+// `inherited`; `field`: its name ("" at the top level). `grpc_backend`: `j` is a grpc://
+// backend's object, where the pool's options do not apply.
+absl::StatusOr<BackendConnectionOptions> ParseConnectionOptions(const Json& j, const std::string& field,
+                                                                BackendConnectionOptions inherited,
+                                                                bool grpc_backend) {
+  BackendConnectionOptions o = inherited;
+  auto name = [&](const char* key) { return field.empty() ? std::string(key) : absl::StrCat(field, ".", key); };
+  for (const char* key : {"connect_timeout_s", "timeout_s", "idle_timeout_s"}) {
+    if (!j.contains(key)) continue;
+    absl::StatusOr<absl::Duration> d = ParseSeconds(j[key], name(key));
+    if (!d.ok()) return d.status();
+    const std::string k = key;
+    (k == "connect_timeout_s" ? o.connect_timeout : k == "timeout_s" ? o.timeout : o.idle_timeout) = *d;
+  }
+  if (j.contains("cooldown_s")) {
+    const Json& v = j["cooldown_s"];
+    if (!v.is_number() || !(v.get<double>() >= 0) || !(v.get<double>() <= 86400)) {
+      return Invalid(name("cooldown_s"), "must be a number of seconds >= 0 (at most 86400; 0: a failed backend is "
+                                         "not ejected)");
+    }
+    o.cooldown = absl::Seconds(v.get<double>());
+  }
+  if (j.contains("max_idle_connections")) {
+    const Json& v = j["max_idle_connections"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 65536) {
+      return Invalid(name("max_idle_connections"),
+                     "must be a whole number in 0..65536 (idle keep-alive connections kept; 0: none)");
+    }
+    o.max_idle_connections = static_cast<size_t>(v.get<int64_t>());
+  }
+  if (grpc_backend) {
+    for (const char* key : {"max_idle_connections", "idle_timeout_s"}) {
+      if (j.contains(key)) {
+        return Invalid(name(key), "applies to http(s):// backends only: a grpc:// backend's calls share one HTTP/2 "
+                                  "connection; leave it out");
+      }
+    }
+  }
+  return o;
+}
+
 absl::StatusOr<HealthCheckOptions> ParseHealthCheck(const Json& j, const std::string& field) {
   if (!j.is_object()) return Invalid(field, "must be an object {\"interval_s\": 5, \"timeout_s\": 2, \"path\": \"/health\"}");
   if (absl::Status s = CheckKeys(j, {"interval_s", "timeout_s", "path"}, field); !s.ok()) return s;
@@ -147,21 +203,30 @@ absl::StatusOr<HealthCheckOptions> ParseHealthCheck(const Json& j, const std::st
   return h;
 }
 
-absl::StatusOr<RouterBackend> ParseBackend(const Json& j, const std::string& field) {
+// `model_connection`: the model's connection options (over the top level's), which the backend's
+// own override.
+absl::StatusOr<RouterBackend> ParseBackend(const Json& j, const std::string& field,
+                                           const BackendConnectionOptions& model_connection) {
   RouterBackend b;
+  b.connection = model_connection;
   if (j.is_string()) {
     if (absl::Status s = ParseUrl(j.get<std::string>(), field, b); !s.ok()) return s;
     return b;
   }
   if (!j.is_object()) return Invalid(field, "must be a URL string or an object with \"url\"");
-  if (absl::Status s = CheckKeys(
-          j, {"url", "model", "api_key_env", "price_per_mtok", "tls_ca_file", "tls_insecure_skip_verify"}, field);
+  if (absl::Status s = CheckKeys(j,
+                                 WithConnectionKeys({"url", "model", "api_key_env", "price_per_mtok", "tls_ca_file",
+                                                     "tls_insecure_skip_verify"}),
+                                 field);
       !s.ok()) {
     return s;
   }
   if (!j.contains("url") || !j["url"].is_string()) return Invalid(field + ".url", "a URL string is required");
   if (absl::Status s = ParseUrl(j["url"].get<std::string>(), field + ".url", b); !s.ok()) return s;
   if (absl::Status s = ParseTls(j, field, b); !s.ok()) return s;
+  absl::StatusOr<BackendConnectionOptions> connection = ParseConnectionOptions(j, field, model_connection, b.grpc);
+  if (!connection.ok()) return connection.status();
+  b.connection = *connection;
   if (j.contains("model")) {
     if (!j["model"].is_string() || j["model"].get<std::string>().empty()) {
       return Invalid(field + ".model", "must be a non-empty string (the backend's own model name)");
@@ -190,17 +255,23 @@ absl::StatusOr<RouterBackend> ParseBackend(const Json& j, const std::string& fie
   return b;
 }
 
-absl::StatusOr<RouterModel> ParseModel(const std::string& name, const Json& j) {
+absl::StatusOr<RouterModel> ParseModel(const std::string& name, const Json& j,
+                                       const BackendConnectionOptions& top_connection) {
   const std::string field = absl::StrCat("models[\"", name, "\"]");
   RouterModel m;
   m.name = name;
   if (!j.is_object()) return Invalid(field, "must be an object with \"backends\"");
-  if (absl::Status s = CheckKeys(j, {"backends", "policy", "fallback", "cache_threshold", "balance_abs_threshold",
-                                     "balance_rel_threshold", "health_check"},
+  if (absl::Status s = CheckKeys(j,
+                                 WithConnectionKeys({"backends", "policy", "fallback", "cache_threshold",
+                                                     "balance_abs_threshold", "balance_rel_threshold",
+                                                     "health_check"}),
                                  field);
       !s.ok()) {
     return s;
   }
+  absl::StatusOr<BackendConnectionOptions> connection =
+      ParseConnectionOptions(j, field, top_connection, /*grpc_backend=*/false);
+  if (!connection.ok()) return connection.status();
   if (j.contains("policy")) {
     const Json& p = j["policy"];
     const std::string policy = p.is_string() ? p.get<std::string>() : p.dump();
@@ -249,7 +320,8 @@ absl::StatusOr<RouterModel> ParseModel(const std::string& name, const Json& j) {
     return Invalid(field + ".backends", "a non-empty list of backends is required");
   }
   for (size_t i = 0; i < j["backends"].size(); ++i) {
-    absl::StatusOr<RouterBackend> b = ParseBackend(j["backends"][i], absl::StrCat(field, ".backends[", i, "]"));
+    absl::StatusOr<RouterBackend> b =
+        ParseBackend(j["backends"][i], absl::StrCat(field, ".backends[", i, "]"), *connection);
     if (!b.ok()) return b.status();
     m.backends.push_back(*std::move(b));
   }
@@ -264,6 +336,13 @@ absl::StatusOr<RouterModel> ParseModel(const std::string& name, const Json& j) {
 
 }  // namespace
 
+std::optional<double> CostUsd(const RouterBackend& b, int64_t prompt_tokens, int64_t completion_tokens) {
+  if (!b.price_input_per_mtok.has_value() || !b.price_output_per_mtok.has_value()) return std::nullopt;
+  return (static_cast<double>(prompt_tokens) * *b.price_input_per_mtok +
+          static_cast<double>(completion_tokens) * *b.price_output_per_mtok) /
+         1e6;
+}
+
 std::vector<std::string> RouterConfig::model_names() const {
   std::vector<std::string> names;
   for (const auto& [name, model] : models) names.push_back(name);
@@ -274,14 +353,18 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view json_text) {
   Json root = Json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return absl::InvalidArgumentError("router config: not valid JSON");
   if (!root.is_object()) return Invalid("(top level)", "must be an object {\"models\": {...}}");
-  if (absl::Status s = CheckKeys(root, {"models"}, "(top level)"); !s.ok()) return s;
+  if (absl::Status s = CheckKeys(root, WithConnectionKeys({"models"}), "(top level)"); !s.ok()) return s;
+  // The connection options at the top level: every model's defaults.
+  absl::StatusOr<BackendConnectionOptions> connection =
+      ParseConnectionOptions(root, "", BackendConnectionOptions{}, /*grpc_backend=*/false);
+  if (!connection.ok()) return connection.status();
   if (!root.contains("models") || !root["models"].is_object() || root["models"].empty()) {
     return Invalid("models", "an object mapping at least one model name to its backends is required");
   }
   RouterConfig config;
   for (const auto& [name, value] : root["models"].items()) {
     if (name.empty()) return Invalid("models", "a model name is empty");
-    absl::StatusOr<RouterModel> m = ParseModel(name, value);
+    absl::StatusOr<RouterModel> m = ParseModel(name, value, *connection);
     if (!m.ok()) return m.status();
     config.models.emplace(name, *std::move(m));
   }

@@ -4,6 +4,7 @@
 // tests/router_config_test.cc.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -37,6 +38,27 @@ struct CacheAwareOptions {
   double balance_rel_threshold = 1.5;
 };
 
+// How the router talks to one backend: its timeouts, its passive ejection and, for http(s)://
+// backends, its keep-alive pool. Set per backend object, per model or at the config's top level
+// (the nearest one wins; the defaults are below); the field names are the config's keys.
+struct BackendConnectionOptions {
+  // "connect_timeout_s": until the TCP connection (and TLS handshake) is up; a grpc://
+  // backend's channel, until it is ready. Failing it is a `connect` error.
+  absl::Duration connect_timeout = absl::Seconds(5);
+  // "timeout_s": until the response head (a grpc:// backend's first message), and between
+  // body pieces (messages) after it. Failing it is a `timeout` error.
+  absl::Duration timeout = absl::Seconds(600);
+  // "cooldown_s": a backend that failed (connect, timeout, 5xx, a broken stream) is skipped by
+  // every request this long; 0: never skipped (each request may try it again at once).
+  absl::Duration cooldown = absl::Seconds(5);
+  // "max_idle_connections" (http(s):// only): idle keep-alive connections kept to the backend's
+  // server (more are closed); 0: none, each request opens its own connection.
+  size_t max_idle_connections = 32;
+  // "idle_timeout_s" (http(s):// only): an idle connection older than this is closed, never
+  // reused.
+  absl::Duration idle_timeout = absl::Seconds(60);
+};
+
 struct RouterBackend {
   std::string url;   // as configured, e.g. "http://node2:8000/v1"; what responses and the log name
   std::string host;  // "node2"
@@ -58,10 +80,16 @@ struct RouterBackend {
   // reads the environment.
   std::string api_key_env;
   std::string api_key;
-  // USD per million tokens, where configured (recorded for cost accounting; not used to route).
+  // USD per million tokens, where configured (the router's cost metrics and request log, and
+  // tpbench compare; not used to route). A backend is priced when both are set (CostUsd).
   std::optional<double> price_input_per_mtok;
   std::optional<double> price_output_per_mtok;
+  BackendConnectionOptions connection;
 };
+
+// What a request that used `prompt_tokens` and `completion_tokens` cost at backend `b`, in USD;
+// none when `b` is not priced (both prices are needed, as tpbench compare prices a backend).
+std::optional<double> CostUsd(const RouterBackend& b, int64_t prompt_tokens, int64_t completion_tokens);
 
 // Active health probes of a model's backends: GET `path` (from the server's root: for
 // http://h:p/v1, http://h:p/health), or for a grpc:// backend the Stats RPC, every interval; a
@@ -96,8 +124,9 @@ struct RouterConfig {
 // gRPC backends yet), TLS options on a backend that is not https://, an unknown policy, a
 // health_check key that is unknown or a value that is not positive (a "path" in a model whose
 // backends are all grpc://: they are probed with the Stats RPC), a fallback that is not a
-// configured model or that leads back to the model. (A tls_ca_file is read when the router
-// starts.)
+// configured model or that leads back to the model, a connection option (BackendConnectionOptions)
+// that is not a number in its range, or a pool option on a grpc:// backend object. (A
+// tls_ca_file is read when the router starts.)
 absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view json_text);
 
 // Fills every backend's api_key from its api_key_env through `lookup` (main passes getenv).

@@ -33,12 +33,14 @@ struct ModelInfoCall : GrpcBackend::Call {
 // ModelInfo for `model`, asked of its routable grpc:// backends in turn until one answers: a
 // backend that cannot be reached or fails (UNAVAILABLE, INTERNAL, ...) passes the question on;
 // its answer, or its refusal of the request (NOT_FOUND, UNAUTHENTICATED, ...), is the client's,
-// with served_model_names set to the router's name for the model. No metrics, no log line, no
-// ejection: a question about a model is not a request. Deletes itself in OnDone.
+// with served_model_names set to the router's name for the model. Counted as a ModelInfo call
+// only: no request metrics, no log line, no ejection (a question about a model is not a
+// request). Deletes itself in OnDone.
 class ModelInfoForward final : public grpc::ServerUnaryReactor {
  public:
-  ModelInfoForward(std::string model, std::vector<ProxyCandidate> candidates, v1::ModelInfoResponse* response)
-      : model_(std::move(model)), candidates_(std::move(candidates)), response_(response) {}
+  ModelInfoForward(std::string model, std::vector<ProxyCandidate> candidates, v1::ModelInfoResponse* response,
+                   RouterMetrics& metrics)
+      : model_(std::move(model)), candidates_(std::move(candidates)), response_(response), metrics_(metrics) {}
 
   // The calls run one after another: Run starts the first, each one's callback the next.
   void Run() { TryNext(); }
@@ -56,6 +58,12 @@ class ModelInfoForward final : public grpc::ServerUnaryReactor {
   void OnDone() override { delete this; }
 
  private:
+  // Finish, counted.
+  void End(const grpc::Status& status) {
+    metrics_.ModelInfoFinished(status.ok());
+    Finish(status);
+  }
+
   // Starts the next candidate's call, or finishes. No lock is held across a call's start (its
   // callback may run at once) or Finish (after which OnDone may delete this).
   void TryNext() {
@@ -64,7 +72,7 @@ class ModelInfoForward final : public grpc::ServerUnaryReactor {
       errors_.push_back(absl::StrCat(c.pool->backend(c.index).url, ": not a grpc:// backend"));
     }
     if (next_ >= candidates_.size()) {
-      return Finish(ToGrpcStatus(absl::UnavailableError(absl::StrCat("no backend of model \"", model_,
+      return End(ToGrpcStatus(absl::UnavailableError(absl::StrCat("no backend of model \"", model_,
                                                                      "\" (and its fallbacks) answered ModelInfo: ",
                                                                      absl::StrJoin(errors_, "; ")))));
     }
@@ -75,12 +83,12 @@ class ModelInfoForward final : public grpc::ServerUnaryReactor {
     if (!b.api_key.empty()) call->context.AddMetadata("authorization", "Bearer " + b.api_key);
     call->context.set_deadline(absl::ToChronoTime(absl::Now() + kModelInfoTimeout));
     GrpcBackend* backend = c.grpc;
-    if (!backend->Track(call)) return Finish(ToGrpcStatus(absl::UnavailableError("the router is stopping")));
+    if (!backend->Track(call)) return End(ToGrpcStatus(absl::UnavailableError("the router is stopping")));
     {
       absl::MutexLock lock(&mu_);
       if (cancelled_) {
         backend->Untrack(call.get());
-        return Finish(ToGrpcStatus(absl::CancelledError("the client cancelled the call")));
+        return End(ToGrpcStatus(absl::CancelledError("the client cancelled the call")));
       }
       current_ = call;
     }
@@ -109,12 +117,13 @@ class ModelInfoForward final : public grpc::ServerUnaryReactor {
       response_->clear_served_model_names();
       response_->add_served_model_names(model_);
     }
-    Finish(status);
+    End(status);
   }
 
   const std::string model_;
   const std::vector<ProxyCandidate> candidates_;
   v1::ModelInfoResponse* const response_;
+  RouterMetrics& metrics_;
   // The chain's own (one call at a time).
   size_t next_ = 0;
   std::vector<std::string> errors_;
@@ -147,20 +156,27 @@ class RouterGrpcService final : public TpServeServiceBase {
 
   grpc::ServerUnaryReactor* ModelInfo(grpc::CallbackServerContext* context, const v1::ModelInfoRequest* request,
                                       v1::ModelInfoResponse* response) override {
-    if (absl::Status key = AuthorizeGrpcCall(api_keys_, *context); !key.ok()) return Refused(context, key);
+    if (absl::Status key = AuthorizeGrpcCall(api_keys_, *context); !key.ok()) {
+      context_.metrics.ModelInfoFinished(false);
+      return Refused(context, key);
+    }
     const std::vector<std::string>& names = context_.routes.model_names();
     std::string model = request->model();
     if (model.empty() && names.size() == 1) model = names[0];  // the default model, as Generate's
     if (model.empty()) {
       // No default among several: the names, as GET /v1/models lists them.
       for (const std::string& name : names) response->add_served_model_names(name);
+      context_.metrics.ModelInfoFinished(true);
       grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
       reactor->Finish(grpc::Status::OK);
       return reactor;
     }
     absl::StatusOr<std::vector<ProxyCandidate>> backends = context_.routes.Backends(model);
-    if (!backends.ok()) return Refused(context, backends.status());
-    auto* reactor = new ModelInfoForward(model, *std::move(backends), response);
+    if (!backends.ok()) {
+      context_.metrics.ModelInfoFinished(false);
+      return Refused(context, backends.status());
+    }
+    auto* reactor = new ModelInfoForward(model, *std::move(backends), response, context_.metrics);
     reactor->Run();
     return reactor;
   }

@@ -28,16 +28,23 @@ constexpr char kInFlight[] = "tpserve_router_backend_requests_in_flight";
 constexpr char kHealthy[] = "tpserve_router_backend_healthy";
 constexpr char kFirstByte[] = "tpserve_router_backend_time_to_first_byte_seconds";
 constexpr char kLatency[] = "tpserve_router_backend_request_latency_seconds";
+constexpr char kPromptTokens[] = "tpserve_router_backend_prompt_tokens_total";
+constexpr char kCompletionTokens[] = "tpserve_router_backend_completion_tokens_total";
+constexpr char kCost[] = "tpserve_router_backend_cost_usd_total";
+constexpr char kUsageUnknown[] = "tpserve_router_backend_requests_without_usage_total";
 constexpr char kOutcomes[] = "tpserve_router_requests_total";
+constexpr char kModelInfo[] = "tpserve_router_grpc_model_info_total";
 constexpr char kFallbacks[] = "tpserve_router_fallbacks_total";
 
 constexpr const char* kErrorKinds[] = {"connect", "timeout", "http_5xx", "stream_broken", "busy"};
 static_assert(std::size(kErrorKinds) == static_cast<size_t>(BackendErrorKind::kBusy) + 1);
 constexpr const char* kOutcomeNames[] = {"success", "error", "client_gone"};
+constexpr const char* kDoorNames[] = {"http", "grpc"};
 
 }  // namespace
 
-RouterMetrics::RouterMetrics(const std::map<std::string, std::unique_ptr<BackendPool>>& pools) {
+RouterMetrics::RouterMetrics(const std::map<std::string, std::unique_ptr<BackendPool>>& pools,
+                             const std::vector<FrontDoor>& doors) {
   // (pool, series, the backend indices it covers) for the collector.
   struct Watched {
     const BackendPool* pool;
@@ -75,6 +82,20 @@ RouterMetrics::RouterMetrics(const std::map<std::string, std::unique_ptr<Backend
             "Reused connections the backend had closed while idle (failed before any response byte); the try "
             "went on with a new connection, not counted as an error.",
             l);
+        series->prompt_tokens = &registry_.AddCounter(
+            kPromptTokens,
+            "Prompt tokens of the requests this backend answered, as its responses' usage says (requests whose "
+            "response carried no usage are in " + std::string(kUsageUnknown) + ").",
+            l);
+        series->completion_tokens = &registry_.AddCounter(
+            kCompletionTokens, "Completion tokens of the requests this backend answered, as its responses' usage says.",
+            l);
+        series->cost_usd = nullptr;
+        series->usage_unknown = &registry_.AddCounter(
+            kUsageUnknown,
+            "Requests this backend answered successfully whose response carried no usage (a stream whose client did "
+            "not ask for it with stream_options.include_usage): not in the token and cost counters.",
+            l);
         series->first_byte_s = &registry_.AddHistogram(
             kFirstByte, "Start of a try of this backend (connecting) to its response head.", LatencyBuckets(), l);
         series->latency_s = &registry_.AddHistogram(
@@ -92,24 +113,43 @@ RouterMetrics::RouterMetrics(const std::map<std::string, std::unique_ptr<Backend
         backend_series_.push_back(std::move(series));
         watched.push_back({pool.get(), s, {}});
       }
+      if (s->cost_usd == nullptr && CostUsd(pool->backend(i), 0, 0).has_value()) {
+        s->cost_usd = &registry_.AddCounter(
+            kCost,
+            "USD the requests this backend answered cost at its price_per_mtok (input and output, per million "
+            "tokens), from its responses' usage; priced backends only.",
+            {{"model", name}, {"backend", url}});
+      }
       by_index.push_back(s);
       for (Watched& w : watched) {
         if (w.series == s) w.indices.push_back(i);
       }
     }
     ModelSeries& m = models_[name];
-    for (size_t k = 0; k < m.outcomes.size(); ++k) {
-      m.outcomes[k] = &registry_.AddCounter(
-          kOutcomes,
-          "Requests to a configured model by final outcome: success (a response below 400 passed through whole), "
-          "error (a 4xx passed through, every backend failed or was ejected, or a stream broke), client_gone.",
-          {{"model", name}, {"outcome", kOutcomeNames[k]}});
+    for (FrontDoor door : doors) {
+      for (size_t k = 0; k < std::size(kOutcomeNames); ++k) {
+        m.outcomes[static_cast<size_t>(door)][k] = &registry_.AddCounter(
+            kOutcomes,
+            "Requests to a configured model by the port they came in by (door: http, grpc) and final outcome: "
+            "success (a response below 400 passed through whole), error (a 4xx passed through, every backend failed "
+            "or was ejected, or a stream broke), client_gone.",
+            {{"model", name}, {"door", kDoorNames[static_cast<size_t>(door)]}, {"outcome", kOutcomeNames[k]}});
+      }
     }
     // Every model of the fallback chain (validated: no cycles, every name configured).
     for (std::string f = pool->model().fallback; !f.empty(); f = pools.at(f)->model().fallback) {
       m.fallbacks[f] = &registry_.AddCounter(
           kFallbacks, "Requests to model answered by a backend of the fallback model (its own or further down the chain).",
           {{"model", name}, {"fallback", f}});
+    }
+  }
+  if (std::find(doors.begin(), doors.end(), FrontDoor::kGrpc) != doors.end()) {
+    for (size_t k = 0; k < model_info_.size(); ++k) {
+      model_info_[k] = &registry_.AddCounter(
+          kModelInfo,
+          "ModelInfo calls on the router's gRPC port by outcome: success (a backend's answer, or the list of models), "
+          "error (refused, or no backend answered).",
+          {{"outcome", k == 0 ? "success" : "error"}});
     }
   }
   registry_.AddCollector([watched = std::move(watched)] {
@@ -157,10 +197,31 @@ void RouterMetrics::BackendStaleConnection(const BackendPool& pool, size_t index
   Series(pool, index).connections_stale->Increment();
 }
 
-void RouterMetrics::RequestFinished(const std::string& model, RequestOutcome outcome) {
+std::optional<double> RouterMetrics::BackendUsage(const BackendPool& pool, size_t index, int64_t prompt_tokens,
+                                                  int64_t completion_tokens) {
+  BackendSeries& s = Series(pool, index);
+  s.prompt_tokens->Increment(static_cast<double>(prompt_tokens));
+  s.completion_tokens->Increment(static_cast<double>(completion_tokens));
+  const std::optional<double> cost = CostUsd(pool.backend(index), prompt_tokens, completion_tokens);
+  if (cost.has_value()) s.cost_usd->Increment(*cost);
+  return cost;
+}
+
+void RouterMetrics::BackendUsageUnknown(const BackendPool& pool, size_t index) {
+  Series(pool, index).usage_unknown->Increment();
+}
+
+void RouterMetrics::RequestFinished(const std::string& model, FrontDoor door, RequestOutcome outcome) {
   auto it = models_.find(model);
   TP_CHECK(it != models_.end());
-  it->second.outcomes[static_cast<size_t>(outcome)]->Increment();
+  Counter* c = it->second.outcomes[static_cast<size_t>(door)][static_cast<size_t>(outcome)];
+  TP_CHECK(c != nullptr);  // a request came in by a door that is not open
+  c->Increment();
+}
+
+void RouterMetrics::ModelInfoFinished(bool ok) {
+  TP_CHECK(model_info_[0] != nullptr);
+  model_info_[ok ? 0 : 1]->Increment();
 }
 
 void RouterMetrics::FallbackTaken(const std::string& model, const std::string& answering) {

@@ -1,15 +1,17 @@
 // `tpserve router`'s own Prometheus metrics (GET /metrics, docs/router.md "Metrics"), on the
 // registry of coordinator/api/metrics.h: per backend (model, backend) requests started, errors
 // by kind, retries, connections opened, reused and found stale, requests in flight, health, time
-// to first byte and latency; per model the
-// requests' final outcomes and the fallbacks taken. Thread-safe. Tested by
-// tests/router_metrics_test.cc and tests/router_test.sh.
+// to first byte and latency, and the tokens the answers used and their cost; per model and front
+// door the requests' final outcomes; per model the fallbacks taken; ModelInfo calls on the gRPC
+// port. Thread-safe. Tested by tests/router_metrics_test.cc and the router's shell tests.
 #pragma once
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,11 +37,19 @@ enum class RequestOutcome {
   kClientGone,  // "client_gone": the client disconnected first
 };
 
+// The port a request came in by (the label door of tpserve_router_requests_total).
+enum class FrontDoor {
+  kHttp,  // "http": the OpenAI HTTP API
+  kGrpc,  // "grpc": tpserve.v1 on the router's gRPC port
+};
+
 class RouterMetrics {
  public:
   // `pools`: the router's models by name; they must outlive this object (their in-flight counts
   // and ejections are read at every scrape). A URL listed twice in one model is one series.
-  explicit RouterMetrics(const std::map<std::string, std::unique_ptr<BackendPool>>& pools);
+  // `doors`: the front doors that are open (their series exist from the start; the ModelInfo
+  // counter with kGrpc only).
+  RouterMetrics(const std::map<std::string, std::unique_ptr<BackendPool>>& pools, const std::vector<FrontDoor>& doors);
   RouterMetrics(const RouterMetrics&) = delete;
   RouterMetrics& operator=(const RouterMetrics&) = delete;
 
@@ -57,9 +67,19 @@ class RouterMetrics {
   // reused one had been closed by the backend (stale: the try goes on with a new connection).
   void BackendConnection(const BackendPool& pool, size_t index, bool reused);
   void BackendStaleConnection(const BackendPool& pool, size_t index);
+  // Backend `index` answered a request whose response said it used `prompt_tokens` and
+  // `completion_tokens` (its usage): their counts, and where the backend is priced their cost.
+  // Returns the cost in USD (none: not priced).
+  std::optional<double> BackendUsage(const BackendPool& pool, size_t index, int64_t prompt_tokens,
+                                     int64_t completion_tokens);
+  // Backend `index` answered a request successfully, but its response carried no usage (a
+  // stream whose client did not ask for it): its tokens and cost are not counted.
+  void BackendUsageUnknown(const BackendPool& pool, size_t index);
 
-  // A request for `model` (configured) ended.
-  void RequestFinished(const std::string& model, RequestOutcome outcome);
+  // A request for `model` (configured) that came in by `door` ended.
+  void RequestFinished(const std::string& model, FrontDoor door, RequestOutcome outcome);
+  // A ModelInfo call on the gRPC port ended: OK, or any error (the router's or a backend's).
+  void ModelInfoFinished(bool ok);
   // A request for `model` is answered by a backend of `answering` (another model in its
   // fallback chain).
   void FallbackTaken(const std::string& model, const std::string& answering);
@@ -72,13 +92,17 @@ class RouterMetrics {
     Counter* connections_opened;
     Counter* connections_reused;
     Counter* connections_stale;
+    Counter* prompt_tokens;
+    Counter* completion_tokens;
+    Counter* cost_usd;  // null: no listing of the backend in the model is priced
+    Counter* usage_unknown;
     Histogram* first_byte_s;
     Histogram* latency_s;
     Gauge* in_flight;
     Gauge* healthy;
   };
   struct ModelSeries {
-    std::array<Counter*, 3> outcomes;    // by RequestOutcome
+    std::array<std::array<Counter*, 3>, 2> outcomes{};  // by FrontDoor, then RequestOutcome; null: door closed
     std::map<std::string, Counter*> fallbacks;  // by the answering model
   };
   BackendSeries& Series(const BackendPool& pool, size_t index);
@@ -88,6 +112,7 @@ class RouterMetrics {
   std::map<const BackendPool*, std::vector<BackendSeries*>> backends_;  // by pool, then backend index
   std::vector<std::unique_ptr<BackendSeries>> backend_series_;
   std::map<std::string, ModelSeries> models_;
+  std::array<Counter*, 2> model_info_{};  // ok, error; null without the gRPC door
 };
 
 }  // namespace tpserve

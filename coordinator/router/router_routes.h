@@ -23,9 +23,10 @@ class RouterRoutes {
   // A request for `model`: the model's routable backends in its policy's order (`prompt`:
   // PromptText, for cache_aware), then each fallback model's. NOT_FOUND naming the available
   // models when `model` is not configured; UNAVAILABLE naming the ejected backends and those
-  // failing their probe when none is routable (counted as the model's failed request).
-  virtual absl::StatusOr<std::vector<ProxyCandidate>> Candidates(const std::string& model,
-                                                                 absl::string_view prompt) = 0;
+  // failing their probe when none is routable (counted as the model's failed request that came
+  // in by `door`).
+  virtual absl::StatusOr<std::vector<ProxyCandidate>> Candidates(const std::string& model, absl::string_view prompt,
+                                                                 FrontDoor door) = 0;
   // A question about `model` rather than a request (ModelInfo): its routable backends and its
   // fallbacks', in the config's order; nothing counted, no policy turn taken. The same errors.
   virtual absl::StatusOr<std::vector<ProxyCandidate>> Backends(const std::string& model) = 0;

@@ -34,14 +34,20 @@ RouterServer::RouterServer(RouterConfig config, RouterOptions options)
           options_.transport, [this](std::shared_ptr<HttpExchange> e) { Handle(std::move(e)); },
           [](int, const absl::Status& error) { return ToHttpError(error).body; }) {
   for (auto& [name, model] : config.models) {
-    pools_.emplace(name, std::make_unique<BackendPool>(std::move(model), options_.cooldown));
+    pools_.emplace(name, std::make_unique<BackendPool>(std::move(model)));
   }
-  metrics_ = std::make_unique<RouterMetrics>(pools_);
+  std::vector<FrontDoor> doors;
+  if (options_.transport.port >= 0) doors.push_back(FrontDoor::kHttp);
+  if (options_.grpc_port >= 0) doors.push_back(FrontDoor::kGrpc);
+  metrics_ = std::make_unique<RouterMetrics>(pools_, doors);
 }
 
 RouterServer::~RouterServer() { Shutdown(); }
 
 absl::Status RouterServer::Start() {
+  if (options_.transport.port < 0 && options_.grpc_port < 0) {
+    return absl::InvalidArgumentError("the router needs an HTTP port or a gRPC port (or both); both are off");
+  }
   if (!options_.request_log.empty()) {
     absl::StatusOr<std::unique_ptr<RequestLog>> log = RequestLog::Open(options_.request_log);
     if (!log.ok()) return log.status();
@@ -67,9 +73,10 @@ absl::Status RouterServer::Start() {
     g.listen.max_receive_message_bytes = options_.transport.max_body_bytes;
     g.api_keys = options_.api_keys;
     grpc_ = std::make_unique<RouterGrpcServer>(
-        GrpcFrontGenerate::Context{proxy_io_, *this, *metrics_, log_.get(), options_.timeouts}, std::move(g));
+        GrpcFrontGenerate::Context{proxy_io_, *this, *metrics_, log_.get()}, std::move(g));
     if (absl::Status s = grpc_->Start(); !s.ok()) return s;
   }
+  if (options_.transport.port < 0) return absl::OkStatus();  // gRPC only
   return transport_.Start();
 }
 
@@ -88,13 +95,16 @@ absl::Status RouterServer::MakeEndpoints() {
         continue;
       }
       grpc_of.push_back(nullptr);
+      // Listings of one server with different pool options get a pool each.
+      const ConnectionPoolOptions pool_options{b.connection.max_idle_connections, b.connection.idle_timeout};
       std::unique_ptr<UpstreamEndpoint>& e =
           endpoints_[absl::StrCat(b.tls ? "https://" : "http://", b.host, ":", b.port, " ", b.tls_ca_file,
-                                  b.tls_insecure_skip_verify ? " insecure" : "")];
-      if (e == nullptr && !b.tls) e = std::make_unique<UpstreamEndpoint>(b.host, b.port, options_.connection_pool);
+                                  b.tls_insecure_skip_verify ? " insecure" : "", " ", pool_options.max_idle, " ",
+                                  absl::FormatDuration(pool_options.idle_timeout))];
+      if (e == nullptr && !b.tls) e = std::make_unique<UpstreamEndpoint>(b.host, b.port, pool_options);
       if (e == nullptr) {
-        absl::StatusOr<std::unique_ptr<UpstreamEndpoint>> tls = UpstreamEndpoint::Tls(
-            b.host, b.port, {b.tls_ca_file, b.tls_insecure_skip_verify}, options_.connection_pool);
+        absl::StatusOr<std::unique_ptr<UpstreamEndpoint>> tls =
+            UpstreamEndpoint::Tls(b.host, b.port, {b.tls_ca_file, b.tls_insecure_skip_verify}, pool_options);
         if (!tls.ok()) {
           return absl::InvalidArgumentError(absl::StrCat(field, ".tls_ca_file: ", tls.status().message()));
         }
@@ -181,16 +191,15 @@ void RouterServer::Proxy(const std::shared_ptr<HttpExchange>& exchange, std::str
         absl::StrCat("\"model\" is required: the router serves ", absl::StrJoin(model_names_, ", "))));
   }
   model = body["model"].get<std::string>();
-  absl::StatusOr<std::vector<ProxyCandidate>> candidates = Candidates(model, PromptText(body));
+  absl::StatusOr<std::vector<ProxyCandidate>> candidates = Candidates(model, PromptText(body), FrontDoor::kHttp);
   if (!candidates.ok()) return refuse(candidates.status());
   auto request = std::make_shared<ProxyRequest>(boost::asio::make_strand(proxy_io_), exchange, std::move(body), model,
-                                                std::move(path_suffix), *std::move(candidates), options_.timeouts,
-                                                log_.get(), *metrics_);
+                                                std::move(path_suffix), *std::move(candidates), log_.get(), *metrics_);
   request->Start();
 }
 
 absl::StatusOr<std::vector<ProxyCandidate>> RouterServer::Candidates(const std::string& model,
-                                                                     absl::string_view prompt) {
+                                                                     absl::string_view prompt, FrontDoor door) {
   auto it = pools_.find(model);
   if (it == pools_.end()) {
     return absl::NotFoundError(absl::StrCat("The model `", model, "` does not exist. Available models: ",
@@ -210,11 +219,10 @@ absl::StatusOr<std::vector<ProxyCandidate>> RouterServer::Candidates(const std::
     pool = fallback.empty() ? nullptr : pools_.at(fallback).get();
   }
   if (!candidates.empty()) return candidates;
-  metrics_->RequestFinished(model, RequestOutcome::kError);
+  metrics_->RequestFinished(model, door, RequestOutcome::kError);
   std::vector<std::string> why;
   if (!ejected.empty()) {
-    why.push_back(absl::StrCat("failed recently and ejected for up to ", absl::FormatDuration(options_.cooldown), ": ",
-                               absl::StrJoin(ejected, ", ")));
+    why.push_back(absl::StrCat("failed recently and ejected for its cooldown_s: ", absl::StrJoin(ejected, ", ")));
   }
   if (!probe_failing.empty()) {
     why.push_back(absl::StrCat("failing its health probe: ", absl::StrJoin(probe_failing, ", ")));

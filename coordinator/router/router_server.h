@@ -38,7 +38,8 @@
 namespace tpserve {
 
 struct RouterOptions {
-  // host, port (0: a free one), I/O threads, connection limit, deadlines, body limit.
+  // host, port (0: a free one; -1: no HTTP port, gRPC only: then no /health or /metrics), I/O
+  // threads, connection limit, deadlines, body limit.
   HttpTransportOptions transport;
   // --grpc-port: the tpserve.v1 gRPC front end on transport.host (0: a free port; -1: off). Its
   // largest request is transport.max_body_bytes.
@@ -47,13 +48,9 @@ struct RouterOptions {
   // else 401; every gRPC method, the same as metadata (else UNAUTHENTICATED). Empty: no key
   // needed. (Backends' own keys are in the config.)
   std::vector<std::string> api_keys;
-  // Threads running the outbound (backend) connections' event loop.
+  // Threads running the outbound (backend) connections' event loop. (Each backend's timeouts,
+  // cooldown and keep-alive pool are in the config: RouterBackend::connection.)
   int proxy_threads = 1;
-  // A backend that failed (connection, timeout, 5xx) is skipped this long (passive ejection).
-  absl::Duration cooldown = absl::Seconds(5);
-  ProxyTimeouts timeouts;
-  // Idle keep-alive connections kept per backend server.
-  ConnectionPoolOptions connection_pool;
   // Where warnings (an https:// backend without verification) and health changes (a backend
   // failing or passing its probes again) go; main passes stderr.
   std::function<void(const std::string&)> log = [](const std::string&) {};
@@ -69,10 +66,12 @@ class RouterServer : public RouterRoutes {
   RouterServer& operator=(const RouterServer&) = delete;
 
   // Opens the request log, sets up the backends' endpoints (loading https:// backends' CAs),
-  // binds and starts serving (HTTP, and gRPC with a grpc_port). UNAVAILABLE when it cannot bind
-  // or open; INVALID_ARGUMENT naming the backend when its tls_ca_file cannot be loaded.
+  // binds and starts serving (HTTP with a port, gRPC with a grpc_port). UNAVAILABLE when it
+  // cannot bind or open; INVALID_ARGUMENT naming the backend when its tls_ca_file cannot be
+  // loaded, or when neither port is on.
   absl::Status Start();
-  int port() const { return transport_.port(); }
+  // The HTTP port bound; -1 when off.
+  int port() const { return options_.transport.port < 0 ? -1 : transport_.port(); }
   // The gRPC port bound; -1 when off.
   int grpc_port() const { return grpc_ == nullptr ? -1 : grpc_->port(); }
   // Stops accepting, closes every connection and cancels every gRPC call (cancelling backend
@@ -81,7 +80,8 @@ class RouterServer : public RouterRoutes {
 
   // RouterRoutes.
   const std::vector<std::string>& model_names() const override { return model_names_; }
-  absl::StatusOr<std::vector<ProxyCandidate>> Candidates(const std::string& model, absl::string_view prompt) override;
+  absl::StatusOr<std::vector<ProxyCandidate>> Candidates(const std::string& model, absl::string_view prompt,
+                                                         FrontDoor door) override;
   absl::StatusOr<std::vector<ProxyCandidate>> Backends(const std::string& model) override;
 
  private:

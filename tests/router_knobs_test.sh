@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# `tpserve router`'s per-backend knobs and cost accounting, real processes: a backend that
+# accepts and never answers (tests/stall_server.py) and the OpenAI stand-in
+# (bench/mock_openai_server.py: usage = one prompt token per 4 bytes, max_tokens completion
+# tokens) behind model "m" with `timeout_s: 1` and `cooldown_s: 30`; the stand-in priced at $3 /
+# $15 per million tokens. The first request goes to the stalling backend, times out within its
+# 1 s (not the default 600 s) and is answered by the stand-in; the stalling backend stays out of
+# routing for its 30 s cooldown. A whole response, a stream with include_usage and one without:
+# /metrics has their exact tokens and cost under door="http" (the router has no gRPC port, so no
+# door="grpc" series), and the request log their cost_usd. A config with a bad knob stops the
+# router at start naming the field.
+# Usage: router_knobs_test.sh TPSERVE_BINARY   (run by ctest)
+set -u
+TPSERVE=$1
+source "$(dirname "$0")/harness.sh"
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+
+start_session STALL "$WORK/stall.port" python3 "$ROOT/tests/stall_server.py" --port-file "$WORK/stall.port"
+start_session MOCK "$WORK/mock.port" python3 "$ROOT/bench/mock_openai_server.py" --port-file "$WORK/mock.port"
+STALL="http://127.0.0.1:$PORT_STALL/v1"
+MOCK="http://127.0.0.1:$PORT_MOCK/v1"
+cat >"$WORK/router.json" <<JSON
+{"timeout_s": 1,
+ "models": {"m": {"policy": "round_robin", "cooldown_s": 30,
+                  "backends": ["$STALL", {"url": "$MOCK", "price_per_mtok": {"input": 3, "output": 15}}]}}}
+JSON
+start_http R router --config "$WORK/router.json" --request-log "$WORK/requests.jsonl"
+R="http://127.0.0.1:$PORT_R"
+
+# 400 bytes of prompt: 100 prompt tokens at the stand-in; 50 completion tokens.
+PROMPT=$(printf 'word %.0s' $(seq 1 80))
+start=$SECONDS
+code=$(curl -s -o "$WORK/body" -w '%{http_code}' --max-time 60 "$R/v1/completions" \
+  -d "{\"model\": \"m\", \"prompt\": \"$PROMPT\", \"max_tokens\": 50}")
+took=$((SECONDS - start))
+[ "$code" = 200 ] && [ $took -le 10 ] && grep -q '"prompt_tokens": *100' "$WORK/body" \
+  && ok "timeout_s 1: the stalling backend is given up after 1 s and the stand-in answers (${took}s)" \
+  || bad "timeout_s: HTTP $code after ${took}s: $(cat "$WORK/body")"
+
+# A stream with include_usage: 40 bytes (10 tokens), 6 completion tokens. One without: not counted.
+curl -s --max-time 30 "$R/v1/completions" -o "$WORK/stream" \
+  -d '{"model": "m", "prompt": "0123456789012345678901234567890123456789", "max_tokens": 6, "stream": true,
+       "stream_options": {"include_usage": true}}'
+curl -s --max-time 30 "$R/v1/completions" -o "$WORK/stream2" \
+  -d '{"model": "m", "prompt": "0123456789012345678901234567890123456789", "max_tokens": 6, "stream": true}'
+grep -q '"usage":{"prompt_tokens":10,"completion_tokens":6' "$WORK/stream" && grep -q '\[DONE\]' "$WORK/stream2" \
+  && ok "two streams through the router, the first with its usage chunk" || bad "streams: $(cat "$WORK/stream")"
+
+# Past the default 5 s cooldown: the stalling backend is still out (its cooldown_s is 30).
+sleep 6
+curl -s "$R/metrics" >"$WORK/metrics"
+metric() { awk -v s="$1" 'index($0, s " ") == 1 { print $2 }' "$WORK/metrics"; }
+S="model=\"m\",backend=\"$STALL\""
+M="model=\"m\",backend=\"$MOCK\""
+[ "$(metric "tpserve_router_backend_errors_total{$S,kind=\"timeout\"}")" = 1 ] \
+  && [ "$(metric "tpserve_router_backend_retries_total{$S}")" = 1 ] \
+  && [ "$(metric "tpserve_router_backend_requests_total{$S}")" = 1 ] \
+  && [ "$(metric "tpserve_router_backend_healthy{$S}")" = 0 ] \
+  && [ "$(metric "tpserve_router_backend_requests_total{$M}")" = 3 ] \
+  && ok "/metrics: one timeout on the stalling backend, retried; still out 6 s later (cooldown_s 30)" \
+  || bad "timeout metrics: $(grep "$PORT_STALL" "$WORK/metrics")"
+# 100 + 10 prompt and 50 + 6 completion tokens; (100 x 3 + 50 x 15) / 1e6 + (10 x 3 + 6 x 15) / 1e6.
+[ "$(metric "tpserve_router_backend_prompt_tokens_total{$M}")" = 110 ] \
+  && [ "$(metric "tpserve_router_backend_completion_tokens_total{$M}")" = 56 ] \
+  && [ "$(metric "tpserve_router_backend_cost_usd_total{$M}")" = 0.00117 ] \
+  && [ "$(metric "tpserve_router_backend_requests_without_usage_total{$M}")" = 1 ] \
+  && [ -z "$(metric "tpserve_router_backend_cost_usd_total{$S}")" ] \
+  && ok "/metrics: 110 prompt and 56 completion tokens, \$0.00117; the stream without usage counted apart" \
+  || bad "cost metrics: $(grep 'tokens_total\|cost_usd\|without_usage' "$WORK/metrics")"
+[ "$(metric 'tpserve_router_requests_total{model="m",door="http",outcome="success"}')" = 3 ] \
+  && ! grep -q 'door="grpc"' "$WORK/metrics" && ! grep -q model_info "$WORK/metrics" \
+  && ok "/metrics: 3 requests by door=\"http\"; no gRPC port, no door=\"grpc\" series" \
+  || bad "doors: $(grep '^tpserve_router_requests_total' "$WORK/metrics")"
+sed -n 1p "$WORK/requests.jsonl" | grep -q "\"backend\":\"$MOCK\".*\"prompt_tokens\":100,\"completion_tokens\":50,.*\"cost_usd\":0.00105" \
+  && sed -n 2p "$WORK/requests.jsonl" | grep -q '"prompt_tokens":10,"completion_tokens":6,.*"cost_usd":0.00012' \
+  && sed -n 3p "$WORK/requests.jsonl" | grep -q '"prompt_tokens":null,"completion_tokens":null,.*"cost_usd":null' \
+  && ok "the request log: each request's tokens and cost_usd (null: a stream without usage)" \
+  || bad "request log: $(cat "$WORK/requests.jsonl")"
+
+# A bad knob: the router exits 2 before listening, naming the field and the model.
+echo "{\"models\": {\"m\": {\"backends\": [{\"url\": \"$MOCK\", \"timeout_s\": \"30\"}]}}}" >"$WORK/bad.json"
+timeout 20 "$TPSERVE" router --config "$WORK/bad.json" --host 127.0.0.1 --http-port 0 >"$WORK/bad.log" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q 'models\["m"\].backends\[0\].timeout_s: must be a number of seconds > 0' "$WORK/bad.log" \
+  && ok "timeout_s \"30\" (a string): exit 2 naming the field" || bad "bad knob: rc $rc: $(cat "$WORK/bad.log")"
+finish
