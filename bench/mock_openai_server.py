@@ -7,6 +7,8 @@ returns them in one body; usage counts the prompt as one token per 4 bytes.
 Usage: python3 bench/mock_openai_server.py --port-file FILE [--model mock] [--chunk-delay-ms 0]
            [--status 429]   (--status: every completion gets that status and an OpenAI error body,
            e.g. 429 as a server over its queue limit: tests/router_test.sh)
+           [--record FILE]  (appends each POST's body, as received, to FILE as a JSON string per line:
+           tests/router_test.sh checks what the router sent)
 Routes: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions (HTTP/1.1,
 keep-alive, chunked SSE). Standard library only; one asyncio loop.
 """
@@ -36,6 +38,9 @@ async def handle(reader, writer, args):
                     headers[k.strip().lower()] = v.strip()
             body = await reader.readexactly(int(headers.get("content-length", "0")))
             close = headers.get("connection", "").lower() == "close"
+            if method == "POST" and args.record:
+                with open(args.record, "a") as f:
+                    f.write(json.dumps(body.decode("utf-8", "replace")) + "\n")
             if method == "GET" and path == "/health":
                 await reply(writer, 200, b"", "text/plain", close)
             elif method == "GET" and path == "/v1/models":
@@ -105,6 +110,7 @@ async def main():
     ap.add_argument("--model", default="mock")
     ap.add_argument("--chunk-delay-ms", type=float, default=0)
     ap.add_argument("--status", type=int, default=200)
+    ap.add_argument("--record", default="")
     args = ap.parse_args()
     server = await asyncio.start_server(lambda r, w: handle(r, w, args), "127.0.0.1", 0, backlog=4096)
     port = server.sockets[0].getsockname()[1]

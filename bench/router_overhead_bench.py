@@ -3,9 +3,11 @@
 once (bench/mock_openai_server.py), directly and through the router, alternated round by
 round, at each concurrency (issue 32's bound: < 1 ms p50 and < 5 ms p99 added at 256
 concurrent streams; 1,000 held). Reports per level and path the medians over rounds of TTFT
-p50 / p99 and errors, and the router's additions (router - direct).
+p50 / p99 and errors, the router's additions (router - direct) and its CPU time per request.
+With --tpserve-old a second router (another build) runs beside the first against the same
+stand-in and takes its turn in each round, so that two builds are compared under the same load.
 
-Usage: python3 bench/router_overhead_bench.py [--tpserve build/launch/tpserve]
+Usage: python3 bench/router_overhead_bench.py [--tpserve build/launch/tpserve] [--tpserve-old PATH]
            [--tpbench build/bench/tpbench/tpbench] [--concurrency 16,256,1000] [--rounds 5]
            [--requests-per-client 4] [--output-len 8] [--chunk-delay-ms 0] [--out DIR]
 Everything runs on this machine's loopback: the client, the router and the stand-in share its
@@ -26,9 +28,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def cpu_seconds(pid):
-    """utime + stime of a process, in seconds."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """The CPU time of a process's live threads, in seconds: the sum of their schedstat run times
+    (nanoseconds; /proc/PID/stat's utime + stime count 10 ms ticks, too coarse for a round)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # the thread ended
+    return total / 1e9
 
 
 def run_tpbench(args, url, concurrency, out):
@@ -46,6 +54,9 @@ def run_tpbench(args, url, concurrency, out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tpserve", default=os.path.join(ROOT, "build/launch/tpserve"))
+    ap.add_argument("--tpserve-old", default="",
+                    help="a second tpserve binary (e.g. the branch point's): its router runs beside the first, "
+                         "against the same stand-in, and takes its turn in every round (path router-old)")
     ap.add_argument("--tpbench", default=os.path.join(ROOT, "build/bench/tpbench/tpbench"))
     ap.add_argument("--concurrency", default="16,256,1000")
     ap.add_argument("--rounds", type=int, default=5)
@@ -63,19 +74,26 @@ def main():
         procs.append(mock)
         config = os.path.join(work, "router.json")
         json.dump({"models": {"mock": {"backends": [f"http://127.0.0.1:{mock_port}/v1"]}}}, open(config, "w"))
-        router, router_port = start([args.tpserve, "router", "--config", config, "--max-connections", "8192"], work,
-                                    "router")
-        procs.append(router)
-        paths = {"direct": f"http://127.0.0.1:{mock_port}/v1", "router": f"http://127.0.0.1:{router_port}/v1"}
+        routers = {}  # path name -> (process, port)
+        for name, binary in (("router", args.tpserve), ("router-old", args.tpserve_old)):
+            if binary:
+                routers[name] = start([binary, "router", "--config", config, "--max-connections", "8192"], work, name)
+                procs.append(routers[name][0])
+        paths = {"direct": f"http://127.0.0.1:{mock_port}/v1"}
+        paths.update({name: f"http://127.0.0.1:{port}/v1" for name, (_, port) in routers.items()})
+        names = list(paths)
         rows = []
         for c in [int(x) for x in args.concurrency.split(",")]:
-            per = {"direct": [], "router": []}
+            per = {n: [] for n in names}
             for r in range(args.rounds):
-                for name in (("direct", "router") if r % 2 == 0 else ("router", "direct")):
-                    cpu0 = cpu_seconds(router.pid)
+                for name in names[r % len(names):] + names[:r % len(names)]:  # each path first in turn
+                    cpu0 = {n: cpu_seconds(p.pid) for n, (p, _) in routers.items()}
                     res = run_tpbench(args, paths[name], c, os.path.join(work, f"{name}-c{c}-r{r}"))
-                    # The router's own CPU per request it carried (its idle probes aside: none here).
-                    res["router_cpu_us_per_request"] = (cpu_seconds(router.pid) - cpu0) * 1e6 / max(1, res["requests"])
+                    # The CPU per request of the router that carried them (its idle probes aside: none here).
+                    res["router_cpu_us_per_request"] = 0.0
+                    if name in routers:
+                        res["router_cpu_us_per_request"] = ((cpu_seconds(routers[name][0].pid) - cpu0[name]) * 1e6 /
+                                                            max(1, res["requests"]))
                     per[name].append(res)
                     print(json.dumps({"concurrency": c, "round": r, "path": name, **res}), flush=True)
             med = {n: {k: statistics.median(x[k] for x in v) for k in ("ttft_p50", "ttft_p99", "router_cpu_us_per_request")}
@@ -84,13 +102,16 @@ def main():
             rows.append((c, med, errors))
         print(f"\nTTFT in ms, medians over {args.rounds} rounds (each {args.requests_per_client} requests per client); "
               f"stand-in: {args.output_len} chunks, {args.chunk_delay_ms} ms apart")
-        print(f"{'streams':>8} {'direct p50':>11} {'router p50':>11} {'added p50':>10} {'direct p99':>11} "
+        print(f"{'streams':>8} {'path':>10} {'direct p50':>11} {'router p50':>11} {'added p50':>10} {'direct p99':>11} "
               f"{'router p99':>11} {'added p99':>10} {'errors d/r':>11} {'router CPU us/req':>18}")
         for c, med, errors in rows:
-            d, r = med["direct"], med["router"]
-            print(f"{c:>8} {d['ttft_p50']:>11.2f} {r['ttft_p50']:>11.2f} {r['ttft_p50'] - d['ttft_p50']:>10.2f} "
-                  f"{d['ttft_p99']:>11.2f} {r['ttft_p99']:>11.2f} {r['ttft_p99'] - d['ttft_p99']:>10.2f} "
-                  f"{errors['direct']:>5}/{errors['router']:<5} {r['router_cpu_us_per_request']:>18.0f}")
+            d = med["direct"]
+            for name in routers:
+                r = med[name]
+                print(f"{c:>8} {name:>10} {d['ttft_p50']:>11.2f} {r['ttft_p50']:>11.2f} "
+                      f"{r['ttft_p50'] - d['ttft_p50']:>10.2f} {d['ttft_p99']:>11.2f} {r['ttft_p99']:>11.2f} "
+                      f"{r['ttft_p99'] - d['ttft_p99']:>10.2f} {errors['direct']:>5}/{errors[name]:<5} "
+                      f"{r['router_cpu_us_per_request']:>18.0f}")
         if args.out:
             os.makedirs(args.out, exist_ok=True)
             json.dump([{"concurrency": c, "median": med, "errors": errors} for c, med, errors in rows],

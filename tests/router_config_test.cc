@@ -67,14 +67,14 @@ TEST(RouterConfigTest, ConnectionOptionsDefaultAndAreOverriddenTopModelBackend) 
   EXPECT_EQ(d.connect_timeout, absl::Seconds(5));
   EXPECT_EQ(d.timeout, absl::Seconds(600));
   EXPECT_EQ(d.cooldown, absl::Seconds(5));
-  EXPECT_EQ(d.max_idle_connections, 32u);
+  EXPECT_EQ(d.max_idle_connections, 1024u);
   EXPECT_EQ(d.idle_timeout, absl::Seconds(60));
   // The top level's over the defaults.
   const BackendConnectionOptions& p = c->models.at("plain").backends[0].connection;
   EXPECT_EQ(p.connect_timeout, absl::Seconds(5));
   EXPECT_EQ(p.timeout, absl::Seconds(120));
   EXPECT_EQ(p.cooldown, absl::ZeroDuration());
-  EXPECT_EQ(p.max_idle_connections, 32u);
+  EXPECT_EQ(p.max_idle_connections, 1024u);
   // The model's over the top level's.
   const std::vector<RouterBackend>& t = c->models.at("tuned").backends;
   EXPECT_EQ(t[0].connection.connect_timeout, absl::Milliseconds(500));

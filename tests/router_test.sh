@@ -128,14 +128,15 @@ fi
 # next replica or the fallback takes the request and the busy backend stays in routing; with no
 # other candidate the client gets the 429.
 start_session BUSY "$WORK/BUSY.port" python3 "$(dirname "$0")/../bench/mock_openai_server.py" --status 429 \
-  --port-file "$WORK/BUSY.port"
+  --port-file "$WORK/BUSY.port" --record "$WORK/busy_bodies.jsonl"
 BUSY="http://127.0.0.1:$PORT_BUSY/v1"
 cat >"$WORK/busy_router.json" <<JSON
 {"models": {
   "busy-or-a1": {"policy": "round_robin", "backends": ["$BUSY", {"url": "$A1", "model": "gemma-4-tiny"}]},
   "only-busy": {"backends": ["$BUSY"]},
   "busy-local": {"backends": ["$BUSY"], "fallback": "tiny-fb"},
-  "tiny-fb": {"backends": [{"url": "$A1", "model": "gemma-4-tiny"}]}}}
+  "tiny-fb": {"backends": [{"url": "$A1", "model": "gemma-4-tiny"}]},
+  "busy-renamed": {"backends": [{"url": "$BUSY", "model": "mock-name"}]}}}
 JSON
 start_http R3 router --config "$WORK/busy_router.json"
 busy_complete() {
@@ -149,6 +150,16 @@ seen=$(for _ in 1 2 3 4; do busy_complete busy-or-a1; done | tr '\n' '|')
 seen=$(busy_complete only-busy)
 [ "$seen" = "429 " ] && grep -q '"type":"rate_limit_error"' "$WORK/b3" && grep -q 'over its queue limit' "$WORK/b3" \
   && ok "every backend busy: the client gets 429 (rate_limit_error)" || bad "only-busy: $seen $(cat "$WORK/b3")"
+# What the backend was sent: the client's bytes as they came when the backend knows the model by
+# the client's name (spacing kept), the body with "model" replaced when it does not.
+: >"$WORK/busy_bodies.jsonl"
+sent='{ "model" : "only-busy", "prompt": "Hello",  "max_tokens": 2 }'
+curl -s -m 30 -o /dev/null "http://127.0.0.1:$PORT_R3/v1/completions" -H 'Content-Type: application/json' -d "$sent"
+curl -s -m 30 -o /dev/null "http://127.0.0.1:$PORT_R3/v1/completions" -H 'Content-Type: application/json' \
+  -d "${sent/only-busy/busy-renamed}"
+got=$(python3 -c 'import json, sys; print("|".join(json.loads(l) for l in open(sys.argv[1])))' "$WORK/busy_bodies.jsonl")
+[ "$got" = "$sent|{\"max_tokens\":2,\"model\":\"mock-name\",\"prompt\":\"Hello\"}" ] \
+  && ok "the backend gets the client's body as sent, or with its own model name put in" || bad "bodies sent: $got"
 seen=$(busy_complete busy-local)
 [ "$seen" = "200 $A1" ] && ok "a busy model's fallback answers" || bad "busy-local: $seen $(cat "$WORK/b3")"
 m3=$(curl -s "http://127.0.0.1:$PORT_R3/metrics")

@@ -1,7 +1,8 @@
 // The router's backend client (coordinator/router/upstream_call.h) against a scripted HTTP/1.1
 // server on a loopback socket: keep-alive connections are reused, a "Connection: close" or cut
 // response is never pooled, a pooled connection the server closed is retried once on a new
-// one, and the pool's bounds (idle count, idle timeout).
+// one, chunks read together are forwarded together, and the pool's bounds (idle count, idle
+// timeout).
 #include "coordinator/router/upstream_call.h"
 
 #include <gmock/gmock.h>
@@ -30,8 +31,9 @@ using tcp = asio::ip::tcp;
 
 // What the server does with a request: answer and keep the connection, answer with
 // "Connection: close" and close it, close it without answering, or send the head and one
-// chunk of a stream and wait for the client to close.
-enum class Action { kAnswer, kAnswerClose, kDropUnanswered, kStreamUntilClosed };
+// chunk of a stream and wait for the client to close, or send a whole stream of several chunks
+// in one write (kept alive).
+enum class Action { kAnswer, kAnswerClose, kDropUnanswered, kStreamUntilClosed, kStreamBurst };
 
 // Serves `connections` connections one after another on 127.0.0.1, each request handled by
 // `script(connection index, request index on it)`. Records what it saw.
@@ -86,6 +88,13 @@ class ScriptedServer {
         saw_client_close_ = ec == asio::error::eof || ec == asio::error::connection_reset;
         return;
       }
+      if (action == Action::kStreamBurst) {
+        asio::write(socket, asio::buffer(std::string("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                                     "3\r\nabc\r\n3\r\ndef\r\n2\r\ngh\r\n1\r\ni\r\n0\r\n\r\n")),
+                    ec);
+        if (ec) return;
+        continue;
+      }
       http::response<http::string_body> res(http::status::ok, 11);
       res.body() = "ok" + std::to_string(c) + "." + std::to_string(r);
       res.keep_alive(action == Action::kAnswer);
@@ -108,6 +117,7 @@ class ScriptedServer {
 struct Seen {
   std::vector<std::string> events;  // "opened", "reused", "stale", "head 200"
   std::string body;
+  int pieces = 0;  // data callbacks
   std::optional<absl::Status> end;
 };
 
@@ -132,6 +142,7 @@ class UpstreamCallTest : public ::testing::Test {
            [&](int status, std::string) { seen.events.push_back("head " + std::to_string(status)); },
            [&](std::string piece) {
              seen.body += piece;
+             ++seen.pieces;
              if (cancel_on_data) call->Cancel();
            },
            [&](absl::Status status) { seen.end = std::move(status); }});
@@ -190,15 +201,32 @@ TEST_F(UpstreamCallTest, AStalePooledConnectionIsRetriedOnceOnANewOne) {
 }
 
 // A stream cut short by the caller (a client gone): its connection is closed, never pooled.
+// The server's one chunk is forwarded as it came, not held until the next one (which never
+// comes: it would be forwarded only when the 5 s response timeout ends the read).
 TEST_F(UpstreamCallTest, ACancelledStreamClosesItsConnection) {
   ScriptedServer server(1, [](int, int) { return Action::kStreamUntilClosed; });
   UpstreamEndpoint endpoint("127.0.0.1", server.port(), {});
+  const absl::Time start = absl::Now();
   Seen seen = Call(endpoint, /*cancel_on_data=*/true);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));
   EXPECT_EQ(seen.body, "abc");
   EXPECT_FALSE(seen.end.has_value());  // no callback after Cancel()
   EXPECT_EQ(endpoint.idle_count(), 0u);
   server.Join();
   EXPECT_TRUE(server.saw_client_close());
+}
+
+// Chunks that arrived together are forwarded as one piece (one write to the client), not one
+// callback per chunk; the connection is pooled after the last chunk.
+TEST_F(UpstreamCallTest, ChunksReadTogetherAreForwardedAsOnePiece) {
+  ScriptedServer server(1, [](int, int) { return Action::kStreamBurst; });
+  UpstreamEndpoint endpoint("127.0.0.1", server.port(), {});
+  Seen seen = Call(endpoint);
+  ASSERT_TRUE(seen.end.has_value() && seen.end->ok());
+  EXPECT_EQ(seen.body, "abcdefghi");
+  EXPECT_EQ(seen.pieces, 1);
+  EXPECT_EQ(endpoint.idle_count(), 1u);
+  endpoint.TakeIdle(absl::Now());  // closes it: the server's loop ends
 }
 
 TEST(UpstreamEndpointTest, KeepsAtMostMaxIdleForAtMostTheIdleTimeout) {

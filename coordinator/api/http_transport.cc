@@ -92,17 +92,28 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   // Runs `fn` on the strand, from any thread: queued, or with `inline_ok` at once when called
   // on the strand (a pump writing its events: nothing queued for the exchange can be older).
-  // What a queued `fn` writes goes out in one send when it returns (Corked). Once Shutdown()
-  // has joined the I/O threads, a handler queued on the io_context would never run nor be
-  // destroyed, and would keep its connection (and through it the io_context) alive forever:
-  // `fn` is destroyed unrun instead.
+  // Queued calls go to the connection's inbox, in call order; the first one into an empty inbox
+  // posts one RunInbox to the strand, which runs every call queued by then, corked: what they
+  // write goes out in one send when the last returns. So a burst of a stream's events from
+  // another thread costs one trip through the I/O loop (and at most one wakeup of its thread),
+  // not one each. Once Shutdown() has joined the I/O threads, a handler queued on the
+  // io_context would never run nor be destroyed, and would keep its connection (and through it
+  // the io_context) alive forever: `fn` is destroyed unrun instead.
   template <typename Fn>
   void Post(Fn fn, bool inline_ok = false) {
     if (inline_ok && strand_.running_in_this_thread()) return fn();
     {
       std::shared_lock<std::shared_mutex> lock(shared_->post_mu);
       if (!shared_->io_joined) {
-        asio::post(executor(), [self = shared_from_this(), fn = std::move(fn)]() mutable { self->Corked(fn); });
+        bool post;
+        {
+          std::lock_guard<std::mutex> inbox_lock(inbox_mu_);
+          inbox_.emplace_back(std::move(fn));
+          post = !inbox_posted_;
+          inbox_posted_ = true;
+        }
+        // Posted under post_mu: Shutdown() runs what was posted before it set io_joined.
+        if (post) asio::post(executor(), [self = shared_from_this()] { self->RunInbox(); });
         return;
       }
     }
@@ -407,10 +418,20 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     if (pending_bytes_ > shared_->options.max_pending_write_bytes) return Close();  // it does not read
   }
 
-  template <typename Fn>
-  void Corked(Fn& fn) {
+  // The calls queued by Post, in order, corked. Each is destroyed once it ran (it may hold the
+  // last reference to an exchange, whose destructor queues again: into the next batch).
+  void RunInbox() {
+    std::vector<std::function<void()>> batch;
+    {
+      std::lock_guard<std::mutex> lock(inbox_mu_);
+      batch.swap(inbox_);
+      inbox_posted_ = false;
+    }
     ++corked_;
-    fn();
+    for (std::function<void()>& fn : batch) {
+      fn();
+      fn = nullptr;
+    }
     --corked_;
     Flush();
   }
@@ -418,9 +439,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void Flush() {
     if (writing_ || corked_ > 0 || phase_ == Phase::kClosed) return;
     while (out_sent_ < out_.size()) {
-      // Up to 16 pieces a call (a stream's events queued while the socket was full are 3
-      // each); what is left goes in the next round of the loop.
-      std::array<iovec, 16> pieces;
+      // Up to 64 pieces a call (a stream's events are 3 each: a burst of them run from the
+      // inbox, or queued while the socket was full); what is left goes in the next round.
+      std::array<iovec, 64> pieces;
       msghdr message{};
       message.msg_iov = pieces.data();
       for (size_t i = out_sent_; i < out_.size() && message.msg_iovlen < pieces.size(); ++i) {
@@ -531,7 +552,11 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   size_t out_front_sent_ = 0;
   size_t pending_bytes_ = 0;
   bool writing_ = false;  // waiting for the socket to become writable
-  int corked_ = 0;        // inside a closure run through Post: Flush when it returns
+  int corked_ = 0;        // inside RunInbox: Flush when it returns
+  // Post's queue from other threads (the only members not confined to the strand).
+  std::mutex inbox_mu_;
+  std::vector<std::function<void()>> inbox_;  // guarded by inbox_mu_
+  bool inbox_posted_ = false;                 // guarded by inbox_mu_: a RunInbox is queued and has not taken it
 };
 
 HttpExchange::HttpExchange(std::shared_ptr<HttpConnection> connection, uint64_t seq, HttpRequest request)

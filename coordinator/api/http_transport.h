@@ -71,8 +71,9 @@ using HttpErrorBody = std::function<std::string(int status, const absl::Status& 
 // Write, End and OnClientGone run at once when called on the strand (from Post's function,
 // or the handler). A response is either whole (Respond) or streamed (StartStream, Write...,
 // End). Each call's bytes leave in one send; those of calls made inside Post's function, in
-// one send when it returns. Dropping the last reference without responding closes the
-// connection.
+// one send when it returns; those of calls from other threads that queued up before the
+// connection's thread got to them, in one send after the last (one trip through its I/O loop
+// for all of them). Dropping the last reference without responding closes the connection.
 class HttpExchange {
  public:
   HttpExchange(std::shared_ptr<HttpConnection> connection, uint64_t seq, HttpRequest request);

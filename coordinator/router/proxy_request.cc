@@ -41,17 +41,19 @@ ProxyRequest::ProxyRequest(Strand strand, std::shared_ptr<HttpExchange> exchange
       core_(std::move(model), FrontDoor::kHttp, std::move(candidates), exchange_->request().arrival, log, metrics) {}
 
 void ProxyRequest::Start() {
+  // Begin is on the strand before OnClientGone can be: a client already gone finishes the
+  // request after its first try started (and cancels it).
   boost::asio::post(strand_, [self = shared_from_this()] { self->Begin(); });
-}
-
-void ProxyRequest::Begin() {
-  self_ = shared_from_this();
-  std::weak_ptr<ProxyRequest> weak = self_;
+  std::weak_ptr<ProxyRequest> weak = shared_from_this();
   exchange_->OnClientGone([weak, strand = strand_] {
     boost::asio::post(strand, [weak] {
       if (auto self = weak.lock()) self->OnClientGone();
     });
   });
+}
+
+void ProxyRequest::Begin() {
+  self_ = shared_from_this();
   TryNext();
 }
 
@@ -83,12 +85,19 @@ void ProxyRequest::TryNext() {
 
 std::shared_ptr<UpstreamCall> ProxyRequest::StartHttp(const ProxyCandidate& c) {
   const RouterBackend& b = core_.backend();
-  nlohmann::json body = body_;
-  body["model"] = core_.RemoteModel();
+  const std::string remote_model = core_.RemoteModel();
   UpstreamRequest request;
   request.endpoint = c.endpoint;
   request.target = b.base_path + path_suffix_;
-  request.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (remote_model == core_.model()) {
+    // The backend knows the model by the client's name: the client's bytes go as they came
+    // (they parsed as this JSON object), without a copy of the parsed body and a new dump.
+    request.body = exchange_->request().body;
+  } else {
+    nlohmann::json body = body_;
+    body["model"] = remote_model;
+    request.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
   if (!b.api_key.empty()) request.authorization = "Bearer " + b.api_key;
   request.connect_timeout = b.connection.connect_timeout;
   request.response_timeout = b.connection.timeout;

@@ -53,7 +53,7 @@ struct BackendConnectionOptions {
   absl::Duration cooldown = absl::Seconds(5);
   // "max_idle_connections" (http(s):// only): idle keep-alive connections kept to the backend's
   // server (more are closed); 0: none, each request opens its own connection.
-  size_t max_idle_connections = 32;
+  size_t max_idle_connections = 1024;  // as ConnectionPoolOptions::max_idle (docs/router.md)
   // "idle_timeout_s" (http(s):// only): an idle connection older than this is closed, never
   // reused.
   absl::Duration idle_timeout = absl::Seconds(60);

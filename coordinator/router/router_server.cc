@@ -134,7 +134,8 @@ void RouterServer::Shutdown() {
   for (std::thread& t : proxy_threads_) t.join();
 }
 
-// On an I/O thread: cheap routes are answered here; proxied requests go to the proxy loop.
+// On an I/O thread: cheap routes are answered here; a proxied request is parsed and routed here
+// too, then runs on the proxy loop (Proxy).
 void RouterServer::Handle(std::shared_ptr<HttpExchange> exchange) {
   const HttpRequest& req = exchange->request();
   if (req.path != "/health") {  // /health stays open, as serve's does
@@ -145,12 +146,7 @@ void RouterServer::Handle(std::shared_ptr<HttpExchange> exchange) {
   const bool get = req.method == "GET", post = req.method == "POST";
   const bool post_route = req.path == "/v1/completions" || req.path == "/v1/chat/completions";
   const bool get_route = req.path == "/health" || req.path == "/v1/models" || req.path == "/metrics";
-  if (post && post_route) {
-    boost::asio::post(proxy_io_, [this, exchange, suffix = req.path.substr(3)]() mutable {
-      Proxy(exchange, std::move(suffix));
-    });
-    return;
-  }
+  if (post && post_route) return Proxy(exchange, req.path.substr(3));
   if (get && req.path == "/health") return exchange->Respond(200, kJson, "{}");
   if (get && req.path == "/metrics") {
     return exchange->Respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics_->RenderPrometheus());
@@ -173,7 +169,9 @@ void RouterServer::Handle(std::shared_ptr<HttpExchange> exchange) {
   exchange->Respond(404, kJson, body.dump());
 }
 
-// On a proxy thread: parse the body's model, list the candidates, start the ProxyRequest.
+// On the exchange's I/O thread (no hop to another thread to refuse a request, and the
+// ProxyRequest watches for the client going away from here): parse the body's model, list the
+// candidates, start the ProxyRequest on a strand of the proxy loop.
 void RouterServer::Proxy(const std::shared_ptr<HttpExchange>& exchange, std::string path_suffix) {
   std::string model;
   // A request refused before any backend is tried: answered and logged here.

@@ -1,6 +1,7 @@
 // UpstreamCall over Beast: take an idle connection (or resolve -> connect -> TLS handshake for
-// https://) -> write -> read the head -> read body pieces into a fixed buffer (buffer_body), each
-// forwarded as it is parsed -> put the connection back. Tested by tests/upstream_call_test.cc and tests/router_test.sh.
+// https://) -> write -> read the head -> read the socket and parse what each read brought into a
+// fixed buffer (buffer_body), forwarded as one piece -> put the connection back. Tested by
+// tests/upstream_call_test.cc and tests/router_test.sh.
 #include "coordinator/router/upstream_call.h"
 
 #include <chrono>
@@ -110,6 +111,10 @@ class BeastUpstreamCall : public UpstreamCall, public std::enable_shared_from_th
   void OnConnect(beast::error_code ec) {
     if (done_) return;
     if (ec) return Fail("connecting", ec);
+    // A request goes in one write and waits for its answer: Nagle's algorithm could only hold
+    // its last segment back until the server acknowledged the others.
+    beast::error_code ignored;
+    connection_->tcp().socket().set_option(tcp::no_delay(true), ignored);
     if (connection_->tls) return Handshake();
     Connected();
   }
@@ -189,36 +194,68 @@ class BeastUpstreamCall : public UpstreamCall, public std::enable_shared_from_th
     ReadBody();
   }
 
+  // Parses every body byte the buffer holds into piece_ (eager: all the chunks that came with
+  // the last read, not one chunk header or body per turn as Beast's read_some gives them),
+  // forwards them as one piece, and reads the socket only when the buffer holds no more. A
+  // chunk is forwarded with the read that completed it, never held for the next one.
   void ReadBody() {
-    if (done_) return;
-    if (parser_->is_done()) {
-      done_ = true;
-      // Read whole: the connection is free for the next call unless the server said close (or
-      // sent more than this response, which nothing asked for).
-      if (parser_->keep_alive() && buffer_.size() == 0) endpoint_.PutIdle(std::move(connection_), absl::Now());
-      return callbacks_.end(absl::OkStatus());
+    for (;;) {
+      if (done_) return;
+      if (parser_->is_done()) {
+        done_ = true;
+        // Read whole: the connection is free for the next call unless the server said close (or
+        // sent more than this response, which nothing asked for).
+        if (parser_->keep_alive() && buffer_.size() == 0) endpoint_.PutIdle(std::move(connection_), absl::Now());
+        return callbacks_.end(absl::OkStatus());
+      }
+      parser_->eager(true);
+      parser_->get().body().data = piece_;
+      parser_->get().body().size = sizeof(piece_);
+      beast::error_code ec;
+      while (buffer_.size() > 0 && !parser_->is_done() && !ec) {
+        const size_t used = parser_->put(buffer_.data(), ec);
+        buffer_.consume(used);
+        if (used == 0 && !ec) break;  // nothing it could take yet: read more
+        if (ec == http::error::need_more) {
+          ec = {};  // the rest of it comes with the next read
+          break;
+        }
+        if (ec == http::error::need_buffer) ec = {};  // piece_ is full: forward it, then parse on
+        if (parser_->get().body().size == 0) break;
+      }
+      const size_t got = sizeof(piece_) - parser_->get().body().size;
+      if (got > 0) {
+        callbacks_.data(std::string(piece_, got));
+        if (done_) return;
+      }
+      if (ec) return Fail("reading the response body", ec);
+      if (parser_->is_done() || (got == sizeof(piece_) && buffer_.size() > 0)) continue;
+      break;
     }
-    parser_->get().body().data = piece_;
-    parser_->get().body().size = sizeof(piece_);
+    const size_t size = beast::read_size(buffer_, 65536);
+    if (size == 0) return Fail("reading the response body", http::error::buffer_overflow);
     connection_->tcp().expires_after(ToChrono(request_.response_timeout));
     WithStream([&](auto& stream) {
-      http::async_read_some(stream, buffer_, *parser_,
-                            OnStrand([self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); }));
+      stream.async_read_some(buffer_.prepare(size), OnStrand([self = shared_from_this()](beast::error_code ec,
+                                                                                       size_t n) {
+        self->OnBody(ec, n);
+      }));
     });
   }
 
-  void OnBody(beast::error_code ec) {
+  void OnBody(beast::error_code ec, size_t n) {
     if (done_) return;
-    if (ec == http::error::need_buffer) ec = {};  // the piece buffer is full: forward it, read on
-    if (ec == asio::ssl::error::stream_truncated && parser_->need_eof()) {
-      // TLS closed without close_notify (common) ends a body that runs to the connection's end.
-      ec = {};
-      parser_->put_eof(ec);
-    }
-    const size_t got = sizeof(piece_) - parser_->get().body().size;
-    if (got > 0) {
-      callbacks_.data(std::string(piece_, got));
-      if (done_) return;
+    buffer_.commit(n);
+    if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated) {
+      // The connection's end: the end of a body that runs to it (TLS closed without
+      // close_notify, common, included); anything else is cut short.
+      beast::error_code eof;
+      parser_->put_eof(eof);
+      if (!eof) {
+        ec = {};
+      } else if (ec == asio::error::eof) {
+        ec = eof;  // "partial message", as Beast's own read says it
+      }
     }
     if (ec) return Fail("reading the response body", ec);
     ReadBody();
