@@ -106,7 +106,7 @@ class GenerateCall final : public GrpcGenerateCall,
     // The posted handler may run, and free this, at once: nothing of `this` is read after it.
     // And no reference to it stays on this thread: once untracked, the router may destroy the
     // proxy io_context, which must outlive this object's strand and timer.
-    boost::asio::post(strand_, [self = std::move(self_), s = FromGrpc(status)] { self->Finish(s); });
+    boost::asio::post(strand_, [self = std::move(self_), s = backend.Described(FromGrpc(status))] { self->Finish(s); });
     backend.Untrack(this);
   }
 
