@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "coordinator/api/grpc_server_start.h"
 #include "grpcpp/grpcpp.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -55,8 +56,30 @@ class Clock {
   int tokens_after_first_ = 0;
 };
 
+// Plaintext, or TLS with the CA and client certificate files read.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const ClientCommandOptions& o) {
+  if (!o.grpc_tls) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  if (!o.grpc_tls_ca_file.empty()) {
+    absl::StatusOr<std::string> cas = ReadPemFile("--grpc-tls-ca-file", o.grpc_tls_ca_file, "CERTIFICATE");
+    if (!cas.ok()) return cas.status();
+    ssl.pem_root_certs = *std::move(cas);
+  }
+  if (!o.grpc_tls_cert_file.empty()) {
+    absl::StatusOr<std::string> cert = ReadPemFile("--grpc-tls-certfile", o.grpc_tls_cert_file, "CERTIFICATE");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadPemFile("--grpc-tls-keyfile", o.grpc_tls_key_file, "");
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *std::move(cert);
+    ssl.pem_private_key = *std::move(key);
+  }
+  return grpc::SslCredentials(ssl);
+}
+
 absl::StatusOr<ClientResult> RunGrpc(const ClientCommandOptions& o, std::ostream& out) {
-  auto channel = grpc::CreateChannel(o.grpc_target, grpc::InsecureChannelCredentials());
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = Credentials(o);
+  if (!credentials.ok()) return credentials.status();
+  auto channel = grpc::CreateChannel(o.grpc_target, *credentials);
   auto stub = v1::TpServe::NewStub(channel);
   v1::GenerateRequest request;
   request.set_model(o.model);
@@ -201,6 +224,18 @@ absl::Status CheckOptions(const ClientCommandOptions& options) {
     return absl::InvalidArgumentError("give exactly one of --grpc HOST:PORT and --http URL");
   }
   if (options.prompt.empty()) return absl::InvalidArgumentError("--prompt is required");
+  const bool tls_files = !options.grpc_tls_ca_file.empty() || !options.grpc_tls_cert_file.empty() ||
+                         !options.grpc_tls_key_file.empty();
+  if (tls_files && (!options.grpc_tls || options.grpc_target.empty())) {
+    return absl::InvalidArgumentError("--grpc-tls-ca-file, --grpc-tls-certfile and --grpc-tls-keyfile apply to "
+                                      "--grpc HOST:PORT with --grpc-tls");
+  }
+  if (options.grpc_tls && options.grpc_target.empty()) {
+    return absl::InvalidArgumentError("--grpc-tls applies to --grpc HOST:PORT (for HTTP, give an https:// URL)");
+  }
+  if (options.grpc_tls_cert_file.empty() != options.grpc_tls_key_file.empty()) {
+    return absl::InvalidArgumentError("a client certificate needs both --grpc-tls-certfile and --grpc-tls-keyfile");
+  }
   return absl::OkStatus();
 }
 

@@ -14,6 +14,14 @@ namespace tpserve {
 
 struct ClientCommandOptions {
   std::string grpc_target;  // host:port; exactly one of grpc_target and http_url
+  // gRPC over TLS (--grpc-tls): the server's certificate verified against grpc_tls_ca_file (PEM)
+  // where set, else gRPC's default roots. A client certificate (grpc_tls_cert_file and its
+  // grpc_tls_key_file) for a server that verifies clients (--grpc-tls-client-ca-file); empty:
+  // none.
+  bool grpc_tls = false;
+  std::string grpc_tls_ca_file;
+  std::string grpc_tls_cert_file;
+  std::string grpc_tls_key_file;
   std::string http_url;     // e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted)
   std::string model;        // a served model name; empty: the server's default
   std::string prompt;

@@ -108,6 +108,15 @@ ABSL_FLAG(std::string, tool_call_parser, "",
 ABSL_FLAG(std::string, host, "0.0.0.0", "serve: address the APIs listen on");
 ABSL_FLAG(int, grpc_port, 50051, "serve: gRPC port (0: any free port, see --port-file; -1: off). router: its "
           "tpserve.v1 gRPC port, off unless given");
+ABSL_FLAG(std::string, grpc_tls_certfile, "",
+          "serve, router: TLS on the gRPC port: the server's certificate chain (PEM), with --grpc-tls-keyfile "
+          "(empty: plaintext gRPC). client: with --grpc-tls, a client certificate for a server that verifies "
+          "clients (--grpc-tls-client-ca-file)");
+ABSL_FLAG(std::string, grpc_tls_keyfile, "", "serve, router: the private key (PEM) of --grpc-tls-certfile. client: "
+                                             "the key of its --grpc-tls-certfile");
+ABSL_FLAG(std::string, grpc_tls_client_ca_file, "",
+          "serve, router: with --grpc-tls-certfile, require every gRPC client to present a certificate signed by "
+          "one of these CAs (PEM; mutual TLS); empty: clients are not asked for one");
 ABSL_FLAG(int, http_port, 8000, "serve: OpenAI-compatible HTTP port (0: any free port, see --port-file; -1: off). "
           "router: its OpenAI HTTP port, with /health and /metrics (-1: off, gRPC only, with --grpc-port)");
 ABSL_FLAG(std::string, port_file, "", "serve: once both APIs listen, write the ports they got to this file as "
@@ -145,6 +154,10 @@ ABSL_FLAG(std::string, request_log, "", "router: append one JSON line per proxie
 
 // `tpserve client` (also --model: the served model name, --prompt, --max-tokens).
 ABSL_FLAG(std::string, grpc, "", "client: the server's gRPC address, HOST:PORT");
+ABSL_FLAG(bool, grpc_tls, false, "client: --grpc over TLS (the server's --grpc-tls-certfile), verified against "
+                                  "--grpc-tls-ca-file, else gRPC's default roots");
+ABSL_FLAG(std::string, grpc_tls_ca_file, "", "client: with --grpc-tls, the CA certificates (PEM) the server's "
+                                             "certificate is verified against");
 ABSL_FLAG(std::string, http, "", "client: the server's HTTP URL, e.g. http://127.0.0.1:8000");
 ABSL_FLAG(bool, chat, false, "client: send --prompt as a user message (the chat template applies)");
 ABSL_FLAG(double, temperature, -1, "client: sampling temperature (negative: the server's default); generate: "
@@ -157,6 +170,8 @@ constexpr char kUsage[] =
     "  tpserve-mpirun -np N tpserve serve --model DIR|PRESET [--grpc-port 50051] [--http-port 8000]\n"
     "      [--port-file FILE] [--tokenizer PATH] [--shutdown-timeout 30]   (tpserve-mpirun: mpirun on which\n"
     "      SIGTERM/Ctrl-C drain; ports 0: free ports, written to --port-file as {\"http\": P, \"grpc\": Q})\n"
+    "      [--grpc-tls-certfile CERT --grpc-tls-keyfile KEY [--grpc-tls-client-ca-file CA]]   (TLS on the\n"
+    "      gRPC port, the router's too; with a client CA, clients must present a certificate it signed)\n"
     "  mpirun -np N tpserve generate --model DIR|PRESET [--load-format dummy] (--prompt TEXT | --prompt-ids 1,2,3)\n"
     "      [--max-tokens N] [--logprobs N] [--temperature T] [--seed S] [--json]\n"
     "  Both take --seed S (the default sampling seed; --dummy-weight-seed seeds dummy weights),\n"
@@ -166,6 +181,7 @@ constexpr char kUsage[] =
     "      --device auto|cpu|cuda, --gpu-memory-utilization F and --enforce-eager (cuda).\n"
     "  tpserve client (--grpc HOST:PORT | --http URL) --prompt TEXT [--chat] [--model NAME]\n"
     "      [--max-tokens N] [--temperature T] [--api-key KEY]\n"
+    "      [--grpc-tls [--grpc-tls-ca-file CA] [--grpc-tls-certfile CERT --grpc-tls-keyfile KEY]]\n"
     "  tpserve router --config FILE [--http-port 8000] [--grpc-port Q] [--host H] [--api-key KEY]\n"
     "                 [--request-log FILE] [--port-file FILE]\n"
     "      one OpenAI HTTP door (and with --grpc-port, one tpserve.v1 gRPC door; --http-port -1: gRPC\n"
@@ -258,6 +274,13 @@ int EngineOptionsFromFlags(tpserve::EngineOptions& e) {
 }
 
 #if TPSERVE_HAVE_SERVING
+// TLS on the gRPC port, as `serve` and `router` both take it.
+tpserve::GrpcServerTlsOptions GrpcServerTlsFromFlags() {
+  return {.cert_file = absl::GetFlag(FLAGS_grpc_tls_certfile),
+          .key_file = absl::GetFlag(FLAGS_grpc_tls_keyfile),
+          .client_ca_file = absl::GetFlag(FLAGS_grpc_tls_client_ca_file)};
+}
+
 // The HTTP transport flags, as `serve` and `router` both take them.
 tpserve::HttpTransportOptions HttpTransportFromFlags() {
   tpserve::HttpTransportOptions t;
@@ -298,6 +321,13 @@ int RunRouterFromFlags(bool grpc_port_given) {
   if (o.grpc_port > 65535 || o.grpc_port < -1) {
     return Fail(absl::StrCat("router: --grpc-port ", o.grpc_port, ": a port, 0 (any free one) or -1 (off)"));
   }
+  o.grpc_tls = GrpcServerTlsFromFlags();
+  if (o.grpc_tls.enabled() || !o.grpc_tls.client_ca_file.empty()) {
+    if (o.grpc_port < 0) return Fail("router: --grpc-tls-* set TLS on the gRPC port, which is off: give --grpc-port Q");
+    if (absl::Status s = tpserve::CheckGrpcServerTls("router", o.grpc_tls); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+  }
   if (o.transport.port < 0 && o.grpc_port < 0) {
     return Fail("router: --http-port -1 turns the HTTP port off, and the gRPC port is off too (--grpc-port not "
                 "given, or -1): give --grpc-port Q for a gRPC-only router, or an --http-port");
@@ -320,6 +350,10 @@ int RunClientFromFlags() {
 #if TPSERVE_HAVE_SERVING
   tpserve::ClientCommandOptions o;
   o.grpc_target = absl::GetFlag(FLAGS_grpc);
+  o.grpc_tls = absl::GetFlag(FLAGS_grpc_tls);
+  o.grpc_tls_ca_file = absl::GetFlag(FLAGS_grpc_tls_ca_file);
+  o.grpc_tls_cert_file = absl::GetFlag(FLAGS_grpc_tls_certfile);
+  o.grpc_tls_key_file = absl::GetFlag(FLAGS_grpc_tls_keyfile);
   o.http_url = absl::GetFlag(FLAGS_http);
   o.model = absl::GetFlag(FLAGS_model);
   o.prompt = absl::GetFlag(FLAGS_prompt);
@@ -412,6 +446,15 @@ int main(int argc, char** argv) {
     o.tokenizer = absl::GetFlag(FLAGS_tokenizer);
     o.http = HttpTransportFromFlags();
     o.grpc_port = absl::GetFlag(FLAGS_grpc_port);
+    o.grpc_tls = GrpcServerTlsFromFlags();
+    if (code == 0 && (o.grpc_tls.enabled() || !o.grpc_tls.client_ca_file.empty())) {
+      // Before the model loads: a wrong file is found at once.
+      if (o.grpc_port < 0) {
+        code = Fail("serve: --grpc-tls-* set TLS on the gRPC port, which is off (--grpc-port -1)");
+      } else if (absl::Status s = tpserve::CheckGrpcServerTls("serve", o.grpc_tls); !s.ok()) {
+        code = Fail(std::string(s.message()));
+      }
+    }
     o.port_file = absl::GetFlag(FLAGS_port_file);
     for (absl::string_view n : absl::StrSplit(absl::GetFlag(FLAGS_served_model_name), ',', absl::SkipWhitespace())) {
       o.served_model_names.emplace_back(n);

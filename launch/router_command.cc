@@ -34,6 +34,7 @@ int RunRouter(const RouterCommandOptions& o) {
   RouterOptions options;
   options.transport = o.transport;
   options.grpc_port = o.grpc_port;
+  options.grpc_tls = o.grpc_tls;
   options.api_keys = o.api_keys;
   options.request_log = o.request_log;
   options.log = [](const std::string& line) {

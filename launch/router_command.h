@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/api/grpc_server_start.h"
 #include "coordinator/api/http_transport.h"
 #include "coordinator/router/router_config.h"
 
@@ -20,6 +21,7 @@ struct RouterCommandOptions {
   HttpTransportOptions transport;
   // --grpc-port: the tpserve.v1 gRPC front end on transport.host (0: a free port); -1: off.
   int grpc_port = -1;
+  GrpcServerTlsOptions grpc_tls;  // TLS on the gRPC port (--grpc-tls-*); default: plaintext
   // Where the router listens, as serve's --port-file: {"http": P, "grpc": Q or null}; empty: off.
   std::string port_file;
   std::vector<std::string> api_keys;  // the router's own (--api-key); empty: open

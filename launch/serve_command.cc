@@ -221,6 +221,7 @@ int RunRank(const ServeCommandOptions& o, const WorldConfig& world, Communicator
         GrpcServerOptions go;
         go.listen.address = absl::StrCat(o.http.host, ":", o.grpc_port);
         go.listen.max_receive_message_bytes = o.http.max_body_bytes;
+        go.listen.tls = o.grpc_tls;
         go.frontend = shared;
         grpc = std::make_unique<GrpcServer>(deferred, *tokenizer, chat.get(), go);
         front = grpc->Start();

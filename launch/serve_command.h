@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "coordinator/api/grpc_server_start.h"
 #include "coordinator/api/http_transport.h"
 #include "launch/engine_setup.h"
 #include "launch/ranks.h"
@@ -27,6 +28,7 @@ struct ServeCommandOptions {
   // body limit (gRPC's message limit too). main fills it from the flags `router` reads too.
   HttpTransportOptions http;
   int grpc_port = 50051;         // < 0: no gRPC server
+  GrpcServerTlsOptions grpc_tls;  // TLS on the gRPC port (--grpc-tls-*); default: plaintext
   // Ports 0: the kernel picks free ones. Both are logged ("tpserve: HTTP listening on
   // HOST:PORT") and, where port_file is set, written there as {"http": P, "grpc": Q} once
   // both listen (launch/port_file.h).

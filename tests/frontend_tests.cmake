@@ -44,6 +44,10 @@ if(TPSERVE_HAVE_SERVING)
   add_test(NAME router_tls_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_tls_test.sh $<TARGET_FILE:tpserve>
            ${TPSERVE_FIXTURES})
   set_tests_properties(router_tls_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  # TLS on serve's and the router's gRPC ports, and grpcs:// backends.
+  add_test(NAME router_grpc_tls_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/grpc_tls_test.sh $<TARGET_FILE:tpserve>
+           ${TPSERVE_FIXTURES})
+  set_tests_properties(router_grpc_tls_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
   add_test(NAME router_health_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_health_test.sh
            $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES})
   set_tests_properties(router_health_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)

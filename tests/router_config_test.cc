@@ -49,6 +49,24 @@ TEST(RouterConfigTest, ParsesTheExample) {
   EXPECT_FALSE(g.backends[0].tls);
 }
 
+TEST(RouterConfigTest, GrpcsBackendsAreGrpcWithTlsAndTakeTheCaFile) {
+  absl::StatusOr<RouterConfig> c = ParseRouterConfig(R"({"models": {"m": {"backends": [
+      "grpcs://node1:50051", {"url": "grpcs://[::1]:50052/", "tls_ca_file": "/etc/ca.pem"}, "grpc://node2:50051"]}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::vector<RouterBackend>& b = c->models.at("m").backends;
+  EXPECT_TRUE(b[0].grpc);
+  EXPECT_TRUE(b[0].tls);
+  EXPECT_EQ(b[0].host, "node1");
+  EXPECT_EQ(b[0].port, 50051);
+  EXPECT_TRUE(b[0].tls_ca_file.empty());  // the system's CAs
+  EXPECT_TRUE(b[1].tls);
+  EXPECT_EQ(b[1].host, "[::1]");
+  EXPECT_EQ(b[1].port, 50052);
+  EXPECT_EQ(b[1].tls_ca_file, "/etc/ca.pem");
+  EXPECT_TRUE(b[2].grpc);
+  EXPECT_FALSE(b[2].tls);
+}
+
 TEST(RouterConfigTest, ConnectionOptionsDefaultAndAreOverriddenTopModelBackend) {
   absl::StatusOr<RouterConfig> c = ParseRouterConfig(R"({"timeout_s": 120, "cooldown_s": 0,
     "models": {
@@ -199,8 +217,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{R"({"models": {"m": {}}})", "models[\"m\"].backends: a non-empty list"},
         BadConfig{R"({"models": {"m": {"backends": []}}})", "models[\"m\"].backends: a non-empty list"},
         BadConfig{R"({"models": {"m": {"backends": ["http://h/v1"], "weights": 1}}})", "unknown key \"weights\""},
-        BadConfig{R"({"models": {"m": {"backends": ["grpcs://h:50051"]}}})",
-                  "models[\"m\"].backends[0]: \"grpcs://h:50051\": TLS to gRPC backends (grpcs://) is not supported yet"},
+        BadConfig{R"({"models": {"m": {"backends": ["grpcs://h"]}}})",
+                  "backends[0]: \"grpcs://h\": a grpcs:// backend needs its port, 1..65535 (grpcs://HOST:PORT"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "grpcs://h:1", "tls_insecure_skip_verify": true}]}}})",
+                  "backends[0].tls_insecure_skip_verify: is not available for grpcs:// backends"},
         BadConfig{R"({"models": {"m": {"backends": ["grpc://h"]}}})",
                   "backends[0]: \"grpc://h\": a grpc:// backend needs its port, 1..65535"},
         BadConfig{R"({"models": {"m": {"backends": ["grpc://[::1]"]}}})", "a grpc:// backend needs its port"},
@@ -209,14 +229,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{R"({"models": {"m": {"backends": ["grpc://h:50051/v1"]}}})",
                   "a grpc:// backend is grpc://HOST:PORT, with no path"},
         BadConfig{R"({"models": {"m": {"backends": [{"url": "grpc://h:1", "tls_ca_file": "ca.pem"}]}}})",
-                  "backends[0].tls_ca_file: applies to https:// backends only"},
+                  "backends[0].tls_ca_file: applies to https:// and grpcs:// backends only"},
         BadConfig{R"({"models": {"m": {"health_check": {"path": "/ready"}, "backends": ["grpc://h:1"]}}})",
                   "models[\"m\"].health_check.path: applies to http(s):// backends only"},
         BadConfig{R"({"models": {"m": {"backends": ["h:8000/v1"]}}})", "is not an http(s)://HOST:PORT/v1 URL"},
         BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "tls_ca_file": "ca.pem"}]}}})",
-                  "backends[0].tls_ca_file: applies to https:// backends only"},
+                  "backends[0].tls_ca_file: applies to https:// and grpcs:// backends only"},
         BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "tls_insecure_skip_verify": true}]}}})",
-                  "backends[0].tls_insecure_skip_verify: applies to https:// backends only"},
+                  "backends[0].tls_insecure_skip_verify: applies to https:// and grpcs:// backends only"},
         BadConfig{R"({"models": {"m": {"backends": [{"url": "https://h/v1", "tls_ca_file": ""}]}}})",
                   "backends[0].tls_ca_file: must be the path of a PEM file"},
         BadConfig{R"({"models": {"m": {"backends": [{"url": "https://h/v1", "tls_insecure_skip_verify": "yes"}]}}})",

@@ -2,7 +2,8 @@
 // gRPC server (tests/frontend_fixture.h), the router in front. A streamed Generate through the
 // router gives the backend's own messages; a dead replica is failed over; an unknown model is
 // NOT_FOUND naming the available ones; the router's key is checked; a client's cancel cancels the
-// backend's request; a busy backend, failures after the first message, an http-only model,
+// backend's request; a client's deadline goes on to the backend's call and ends it (a stalling
+// fake backend); a busy backend, failures after the first message, an http-only model,
 // ModelInfo, Stats, health, shutdown with a call open, the request log and the metrics (counted
 // under door="grpc"; the tokens and cost of a known request; ModelInfo calls). Real processes:
 // tests/router_grpc_front_test.sh.
@@ -19,6 +20,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/api/grpc_server_start.h"
 #include "coordinator/router/grpc_front_generate.h"
 #include "coordinator/router/router_server.h"
 #include "gmock/gmock.h"
@@ -49,6 +52,52 @@ v1::GenerateResponse Comparable(v1::GenerateResponse r) {
   r.clear_timings();
   return r;
 }
+
+// A backend whose Generate sends nothing until its call is cancelled (the client's cancel, or its
+// deadline); it keeps the deadline each call arrived with and counts the cancellations.
+class StallingBackend : public v1::TpServe::CallbackService {
+ public:
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* context,
+                                                           const v1::GenerateRequest* request) override {
+    absl::MutexLock lock(&mu_);
+    deadlines_.push_back(context->deadline());
+    return new Stall(this);
+  }
+
+  size_t calls() {
+    absl::MutexLock lock(&mu_);
+    return deadlines_.size();
+  }
+  std::chrono::system_clock::time_point deadline(size_t call) {
+    absl::MutexLock lock(&mu_);
+    return deadlines_.at(call);
+  }
+  int cancelled() {
+    absl::MutexLock lock(&mu_);
+    return cancelled_;
+  }
+
+ private:
+  class Stall : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+   public:
+    explicit Stall(StallingBackend* backend) : backend_(backend) {}
+    void OnCancel() override {
+      {
+        absl::MutexLock lock(&backend_->mu_);
+        ++backend_->cancelled_;
+      }
+      Finish(grpc::Status::CANCELLED);
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    StallingBackend* const backend_;
+  };
+
+  absl::Mutex mu_;
+  std::vector<std::chrono::system_clock::time_point> deadlines_ ABSL_GUARDED_BY(mu_);
+  int cancelled_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 class RouterGrpcFrontTest : public FrontendTest {
  protected:
@@ -368,6 +417,50 @@ TEST_F(RouterGrpcFrontTest, AClientsCancelCancelsTheBackendsRequest) {
   }));
   EXPECT_THAT(Metrics(),
               HasSubstr("tpserve_router_requests_total{model=\"relayed\",door=\"grpc\",outcome=\"client_gone\"} 1"));
+}
+
+TEST_F(RouterGrpcFrontTest, TheClientsDeadlineGoesToTheBackendAndEndsItsCall) {
+  StartServers();
+  StallingBackend stalling;
+  absl::StatusOr<StartedGrpcServer> backend =
+      StartGrpcServer("stalling backend", {.address = "127.0.0.1:0"}, stalling);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  StartRouter(absl::StrCat(R"({"stalled": {"backends": ["grpc://127.0.0.1:)", backend->port, R"("]}})"));
+  const auto start = std::chrono::system_clock::now();
+  const auto deadline = start + std::chrono::seconds(1);
+  {
+    grpc::ClientContext context;
+    context.set_deadline(deadline);
+    auto reader = router_stub_->Generate(&context, TextRequest("Hi", 5));
+    v1::GenerateResponse r;
+    EXPECT_FALSE(reader->Read(&r));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  EXPECT_LT(std::chrono::system_clock::now() - start, std::chrono::seconds(3));
+  // The backend's call carried what was left of the client's deadline (gRPC sends it as a
+  // timeout, rounded up) ...
+  ASSERT_EQ(stalling.calls(), 1u);
+  const auto off = stalling.deadline(0) - deadline;
+  EXPECT_LT(off, std::chrono::milliseconds(200));
+  EXPECT_GT(off, std::chrono::milliseconds(-200));
+  // ... and was cancelled when it passed.
+  EXPECT_TRUE(Eventually([&] { return stalling.cancelled() == 1; }));
+  // The client's doing: logged as its deadline, the backend neither failed nor ejected.
+  EXPECT_TRUE(Eventually([this] {
+    const std::vector<std::string> lines = LogLines();
+    return lines.size() == 1 && lines[0].find(R"("status":499,"success":false)") != std::string::npos &&
+           lines[0].find(R"("grpc_status":"DEADLINE_EXCEEDED")") != std::string::npos &&
+           lines[0].find("the client's deadline") != std::string::npos;
+  })) << (LogLines().empty() ? "" : LogLines()[0]);
+  const std::string metrics = Metrics();
+  EXPECT_THAT(metrics, HasSubstr("tpserve_router_requests_total{model=\"stalled\",door=\"grpc\",outcome=\"client_gone\"} 1"));
+  const std::string labels = absl::StrCat("model=\"stalled\",backend=\"grpc://127.0.0.1:", backend->port, "\"");
+  for (const char* kind : {"connect", "timeout", "stream_broken"}) {
+    EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_errors_total{", labels, ",kind=\"", kind,
+                                                "\"} 0")));
+  }
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_healthy{", labels, "} 1")));
+  StopGrpcServer(*backend->server, absl::ZeroDuration());
 }
 
 TEST_F(RouterGrpcFrontTest, ShutdownEndsOpenCallsAndTheirBackendCalls) {

@@ -5,11 +5,49 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/api/grpc_server_start.h"
+#include "openssl/x509.h"
 
 namespace tpserve {
 
-GrpcBackend::GrpcBackend(std::string host, int port) : target_(absl::StrCat(host, ":", port)) {
+absl::StatusOr<std::unique_ptr<GrpcBackend>> GrpcBackend::Create(std::string host, int port, GrpcBackendTls tls) {
+  if (!tls.enabled) {
+    return std::unique_ptr<GrpcBackend>(new GrpcBackend(std::move(host), port, grpc::InsecureChannelCredentials(), ""));
+  }
+  // gRPC's own default roots are a bundle of its install (roots.pem), not the system's store the
+  // https:// backends trust: read OpenSSL's default CA file, as they do.
+  const bool system = tls.ca_file.empty();
+  const std::string file = system ? X509_get_default_cert_file() : tls.ca_file;
+  absl::StatusOr<std::string> cas = ReadPemFile("tls_ca_file", file, "CERTIFICATE");
+  if (!cas.ok()) {
+    if (!system) return cas.status();
+    return absl::InvalidArgumentError(absl::StrCat("tls_ca_file (not set): cannot load the system's CA certificates (",
+                                                   cas.status().message(), "); install ca-certificates or set ",
+                                                   "tls_ca_file"));
+  }
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = *std::move(cas);
+  return std::unique_ptr<GrpcBackend>(new GrpcBackend(
+      std::move(host), port, grpc::SslCredentials(ssl),
+      system ? absl::StrCat("the system's CAs (", file, ")") : absl::StrCat("tls_ca_file ", file)));
+}
+
+absl::Status GrpcBackend::Described(absl::Status status) const {
+  if (trust_.empty() || status.code() != absl::StatusCode::kUnavailable ||
+      !absl::StrContains(absl::AsciiStrToLower(status.message()), "handshake")) {
+    return status;
+  }
+  return absl::Status(status.code(),
+                      absl::StrCat(status.message(), " (grpcs://: the backend's certificate is verified against ",
+                                   trust_, ": is it signed by one of them, and does it name the host?)"));
+}
+
+GrpcBackend::GrpcBackend(std::string host, int port, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+                         std::string trust)
+    : target_(absl::StrCat(host, ":", port)), trust_(std::move(trust)) {
   grpc::ChannelArguments args;
   // After the connection fails (the server stopped or restarted), gRPC waits before it tries
   // again and fails calls at once meanwhile; its default wait grows to 120 s. A backend that
@@ -25,7 +63,7 @@ GrpcBackend::GrpcBackend(std::string host, int port) : target_(absl::StrCat(host
   // A channel of its own per backend server, not one shared through gRPC's global pool of
   // connections with another channel to the same server.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  channel_ = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args);
+  channel_ = grpc::CreateCustomChannel(target_, credentials, args);
   stub_ = v1::TpServe::NewStub(channel_);
 }
 

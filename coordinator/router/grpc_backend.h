@@ -1,5 +1,6 @@
-// A grpc:// backend server as the router reaches it: one gRPC channel (HTTP/2: every call to
-// the server multiplexed on one connection, which gRPC reopens when it breaks) and its
+// A grpc:// or grpcs:// backend server as the router reaches it: one gRPC channel (HTTP/2: every
+// call to the server multiplexed on one connection, which gRPC reopens when it breaks; for
+// grpcs:// over TLS, the server's certificate verified against the configured CAs) and its
 // tpserve.v1 stub, shared by the models that list the server; and the calls in flight on it,
 // so that the router can cancel them and wait for their last callbacks before it stops.
 // Thread-safe. Tested through the router by tests/router_grpc_test.cc and tests/router_grpc_test.sh.
@@ -10,21 +11,35 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/tpserve.grpc.pb.h"
 
 namespace tpserve {
 
+// TLS to a grpcs:// backend: its certificate is verified against `ca_file` (PEM) where set, else
+// the system's CA store (OpenSSL's default file, as for https:// backends), and its name against
+// the host.
+struct GrpcBackendTls {
+  bool enabled = false;  // false: plaintext (grpc://)
+  std::string ca_file;
+};
+
 class GrpcBackend {
  public:
   // `host` as the URL names it (an IPv6 address in brackets); nothing connects until a call.
-  GrpcBackend(std::string host, int port);
+  // INVALID_ARGUMENT when TLS's CA file (or the system's) cannot be read as PEM certificates.
+  static absl::StatusOr<std::unique_ptr<GrpcBackend>> Create(std::string host, int port, GrpcBackendTls tls);
   GrpcBackend(const GrpcBackend&) = delete;
   GrpcBackend& operator=(const GrpcBackend&) = delete;
 
   // "host:port", as the URL names the server.
   const std::string& target() const { return target_; }
+  // `status` (a call's, from gRPC) with what the router's TLS trusts added where the call failed
+  // in the TLS handshake (grpcs://), so that the message says what to change; else unchanged.
+  absl::Status Described(absl::Status status) const;
   v1::TpServe::Stub& stub() const { return *stub_; }
   // The channel's connection is up now: a call started now goes out on it at once.
   bool connected() const;
@@ -44,7 +59,12 @@ class GrpcBackend {
   void Shutdown();
 
  private:
+  GrpcBackend(std::string host, int port, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+              std::string trust);
+
   const std::string target_;
+  // grpcs://: where the CAs came from ("tls_ca_file F", "the system's CAs (F)"); empty: plaintext.
+  const std::string trust_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::TpServe::Stub> stub_;
   mutable absl::Mutex mu_;

@@ -3,6 +3,7 @@
 #include "coordinator/router/grpc_front_generate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,18 @@ bool BackendBroke(absl::StatusCode code) {
          code == absl::StatusCode::kCancelled || code == absl::StatusCode::kUnknown;
 }
 
+// The deadline the client set on its call; InfiniteFuture when it set none.
+absl::Time ClientDeadline(const grpc::CallbackServerContext& server) {
+  const std::chrono::system_clock::time_point deadline = server.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(deadline);
+}
+
+// The client's deadline has passed, as near as the router can tell: the client's clock ends its
+// call (and cancels it here) a little before the deadline the router computed from the call's
+// timeout header, and timers fire early by a little; 250 ms of slack.
+bool DeadlineReached(absl::Time deadline) { return absl::Now() + absl::Milliseconds(250) >= deadline; }
+
 }  // namespace
 
 std::string PromptText(const v1::GenerateRequest& request) {
@@ -60,7 +73,11 @@ std::string PromptText(const v1::GenerateRequest& request) {
 }
 
 GrpcFrontGenerate::GrpcFrontGenerate(const Context& context, grpc::CallbackServerContext* server, absl::Time arrival)
-    : context_(context), server_(server), arrival_(arrival), strand_(boost::asio::make_strand(context.proxy_io)) {}
+    : context_(context),
+      server_(server),
+      arrival_(arrival),
+      deadline_(ClientDeadline(*server)),
+      strand_(boost::asio::make_strand(context.proxy_io)) {}
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcFrontGenerate::Start(const Context& context,
                                                                      grpc::CallbackServerContext* server,
@@ -132,6 +149,7 @@ void GrpcFrontGenerate::TryNext() {
     generate.connect_timeout = b.connection.connect_timeout;
     generate.response_timeout = b.connection.timeout;
     generate.read_ahead = false;  // one message at a time: WriteDone reads the next
+    generate.deadline = deadline_;
     core_->BeginTry();
     std::weak_ptr<GrpcFrontGenerate> weak = weak_from_this();
     call_ = GrpcGenerateCall::Start(strand_, std::move(generate),
@@ -189,8 +207,11 @@ void GrpcFrontGenerate::WriteDone(bool ok) {
 void GrpcFrontGenerate::OnBackendEnd(const absl::Status& status) {
   call_.reset();
   if (ending_.has_value()) return;
-  core_->EndTry();
   const absl::StatusCode code = status.code();
+  // The client's own deadline, passed on, ended the backend's call: the client's doing, not the
+  // backend's failure (the client sees DEADLINE_EXCEEDED from its own side too).
+  if (code == absl::StatusCode::kDeadlineExceeded && DeadlineReached(deadline_)) return DeadlinePassed();
+  core_->EndTry();
   if (!core_->answering() && !status.ok()) {
     // Nothing reached the client: the HTTP side's failover, with gRPC's codes.
     if (BackendBroke(code)) {
@@ -243,6 +264,8 @@ void GrpcFrontGenerate::OnBackendEnd(const absl::Status& status) {
 
 void GrpcFrontGenerate::ClientGone() {
   if (ending_.has_value()) return;
+  // gRPC cancels a call whose deadline passed as one the client cancelled.
+  if (DeadlineReached(deadline_)) return DeadlinePassed();
   if (call_ != nullptr) {
     call_->Cancel();
     call_.reset();
@@ -256,6 +279,26 @@ void GrpcFrontGenerate::ClientGone() {
                    .error = "the client cancelled the call; the backend's call was cancelled"};
   }
   Complete(cancelled, std::move(end));
+}
+
+void GrpcFrontGenerate::DeadlinePassed() {
+  if (ending_.has_value()) return;
+  if (call_ != nullptr) {
+    call_->Cancel();
+    call_.reset();
+  }
+  const absl::Status passed = absl::DeadlineExceededError(
+      absl::StrCat("the client's deadline (", absl::FormatDuration(deadline_ - arrival_), " after the call arrived) ",
+                   "passed; the backend's call was cancelled"));
+  std::optional<ProxyEnd> end;
+  if (core_.has_value()) {
+    core_->EndTry();
+    end = ProxyEnd{.outcome = RequestOutcome::kClientGone,
+                   .status = 499,
+                   .grpc_status = CodeName(passed),
+                   .error = std::string(passed.message())};
+  }
+  Complete(passed, std::move(end));
 }
 
 void GrpcFrontGenerate::Complete(const absl::Status& status, std::optional<ProxyEnd> end) {

@@ -2,7 +2,8 @@
 // (proxy_core.h). The GenerateRequest is routed by its `model` and forwarded to a grpc://
 // backend unchanged but for `model` (the backend's name for it); the backend's messages go back
 // unchanged, one write in flight (the next backend read waits for the client's write: a slow
-// client holds one message, and the backend merges what it produces meanwhile). Before the first
+// client holds one message, and the backend merges what it produces meanwhile). The client's
+// deadline goes with each backend call (what is left of it). Before the first
 // message the router fails over as for HTTP clients; after it, the backend's final status is the
 // client's. http(s):// backends are skipped (their OpenAI API cannot carry a GenerateRequest
 // back and forth). Lives on a strand of the router's proxy io_context; gRPC's reactions only
@@ -64,6 +65,9 @@ class GrpcFrontGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void OnBackendEnd(const absl::Status& status);
   void WriteDone(bool ok);
   void ClientGone();
+  // The client's deadline passed: the backend's call is cancelled (if gRPC has not ended it
+  // already), and the call ends DEADLINE_EXCEEDED, the backend not counted as failed.
+  void DeadlinePassed();
   // The backend's answer (a message, or a refusal passed through) starts reaching the client.
   void Answering();
   // Ends the call with `status` once no write is in flight, after `end` went to the core.
@@ -72,6 +76,8 @@ class GrpcFrontGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   const Context& context_;
   grpc::CallbackServerContext* const server_;
   const absl::Time arrival_;
+  // The client's gRPC deadline (InfiniteFuture: none), passed on to each backend call.
+  const absl::Time deadline_;
   const Strand strand_;
   std::shared_ptr<GrpcFrontGenerate> self_;  // from Start until OnDone
   // Strand-only.

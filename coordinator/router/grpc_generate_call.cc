@@ -34,6 +34,7 @@ class GenerateCall final : public GrpcGenerateCall,
         connect_timeout_(request.connect_timeout),
         response_timeout_(request.response_timeout),
         read_ahead_(request.read_ahead),
+        deadline_(request.deadline),
         callbacks_(std::move(callbacks)),
         timer_(strand_) {}
 
@@ -48,6 +49,7 @@ class GenerateCall final : public GrpcGenerateCall,
     }
     self_ = shared_from_this();  // until OnDone: gRPC holds `this`
     if (!authorization_.empty()) context_.AddMetadata("authorization", authorization_);
+    if (deadline_ != absl::InfiniteFuture()) context_.set_deadline(absl::ToChronoTime(deadline_));
     reused_ = backend_.connected();
     backend_.stub().async()->Generate(&context_, &request_, this);
     // Without read-ahead the strand starts each read after the first (ReadNext), outside the
@@ -106,7 +108,7 @@ class GenerateCall final : public GrpcGenerateCall,
     // The posted handler may run, and free this, at once: nothing of `this` is read after it.
     // And no reference to it stays on this thread: once untracked, the router may destroy the
     // proxy io_context, which must outlive this object's strand and timer.
-    boost::asio::post(strand_, [self = std::move(self_), s = FromGrpc(status)] { self->Finish(s); });
+    boost::asio::post(strand_, [self = std::move(self_), s = backend.Described(FromGrpc(status))] { self->Finish(s); });
     backend.Untrack(this);
   }
 
@@ -185,6 +187,7 @@ class GenerateCall final : public GrpcGenerateCall,
   const absl::Duration connect_timeout_;
   const absl::Duration response_timeout_;
   const bool read_ahead_;
+  const absl::Time deadline_;
   const GrpcGenerateCallbacks callbacks_;
   grpc::ClientContext context_;
   v1::GenerateResponse response_;           // the read in flight (gRPC's)

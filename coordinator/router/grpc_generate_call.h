@@ -30,6 +30,10 @@ struct GrpcGenerateRequest {
   absl::Duration response_timeout = absl::Seconds(600);
   // Read each message as soon as the last one was handed on; false: only on ReadNext().
   bool read_ahead = true;
+  // The call's gRPC deadline, sent to the backend (which stops the request when it passes) and
+  // kept by gRPC (the call ends DEADLINE_EXCEEDED then): the router's gRPC client's own
+  // deadline, passed on. InfiniteFuture: none.
+  absl::Time deadline = absl::InfiniteFuture();
 };
 
 // Called on the strand, in this order: connected (reused: the channel's connection was up

@@ -101,8 +101,9 @@ class HealthProber::Probe : public std::enable_shared_from_this<Probe> {
     if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
       what = absl::StrCat("no answer within ", absl::FormatDuration(target_.options.timeout));
     } else if (!passed) {
-      what = absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())), ": ",
-                          status.error_message());
+      const absl::Status described = target_.grpc->Described(
+          absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message()));
+      what = absl::StrCat(absl::StatusCodeToString(described.code()), ": ", described.message());
     }
     Verdict(passed, what);
   }

@@ -32,21 +32,24 @@ absl::Status CheckKeys(const Json& object, const std::set<std::string>& known, a
   return absl::OkStatus();
 }
 
-// grpc://HOST:PORT (tpserve serve --grpc-port): the port is required, no path.
+// grpc://HOST:PORT or grpcs://HOST:PORT (tpserve serve --grpc-port, with TLS for grpcs://): the
+// port is required, no path.
 absl::Status ParseGrpcUrl(const std::string& url, absl::string_view field, RouterBackend& b) {
   b.grpc = true;
-  std::string authority = url.substr(std::string("grpc://").size());
+  b.tls = absl::StartsWith(url, "grpcs://");
+  const std::string scheme = b.tls ? "grpcs://" : "grpc://";
+  std::string authority = url.substr(scheme.size());
   while (absl::EndsWith(authority, "/")) authority.pop_back();
   if (authority.find('/') != std::string::npos) {
-    return Invalid(field, absl::StrCat("\"", url, "\": a grpc:// backend is grpc://HOST:PORT, with no path (the ",
-                                       "router speaks tpserve.v1.TpServe to it)"));
+    return Invalid(field, absl::StrCat("\"", url, "\": a ", scheme, " backend is ", scheme,
+                                       "HOST:PORT, with no path (the router speaks tpserve.v1.TpServe to it)"));
   }
   const size_t colon = authority.rfind(':');
   const bool bracketed = absl::StartsWith(authority, "[");
   if (colon == std::string::npos || (bracketed && authority.rfind(']') > colon) ||
       !absl::SimpleAtoi(authority.substr(colon + 1), &b.port) || b.port <= 0 || b.port > 65535) {
-    return Invalid(field, absl::StrCat("\"", url, "\": a grpc:// backend needs its port, 1..65535 (grpc://HOST:PORT, ",
-                                       "the backend's --grpc-port)"));
+    return Invalid(field, absl::StrCat("\"", url, "\": a ", scheme, " backend needs its port, 1..65535 (", scheme,
+                                       "HOST:PORT, the backend's --grpc-port)"));
   }
   b.host = authority.substr(0, colon);
   if (b.host.empty()) return Invalid(field, absl::StrCat("\"", url, "\" names no host"));
@@ -55,17 +58,12 @@ absl::Status ParseGrpcUrl(const std::string& url, absl::string_view field, Route
 
 absl::Status ParseUrl(const std::string& url, absl::string_view field, RouterBackend& b) {
   b.url = url;
-  if (absl::StartsWith(url, "grpcs://")) {
-    return Invalid(field, absl::StrCat("\"", url, "\": TLS to gRPC backends (grpcs://) is not supported yet; use ",
-                                       "grpc://HOST:PORT on a trusted network, or the backend's OpenAI port over ",
-                                       "https://HOST:PORT/v1"));
-  }
-  if (absl::StartsWith(url, "grpc://")) return ParseGrpcUrl(url, field, b);
+  if (absl::StartsWith(url, "grpc://") || absl::StartsWith(url, "grpcs://")) return ParseGrpcUrl(url, field, b);
   constexpr absl::string_view kHttp = "http://", kHttps = "https://";
   b.tls = absl::StartsWith(url, kHttps);
   if (!b.tls && !absl::StartsWith(url, kHttp)) {
     return Invalid(field, absl::StrCat("\"", url, "\" is not an http(s)://HOST:PORT/v1 URL (an OpenAI API) or a ",
-                                       "grpc://HOST:PORT one (tpserve's gRPC port)"));
+                                       "grpc(s)://HOST:PORT one (tpserve's gRPC port)"));
   }
   b.port = b.tls ? 443 : 80;
   const std::string rest = url.substr(b.tls ? kHttps.size() : kHttp.size());
@@ -88,13 +86,18 @@ absl::Status ParseUrl(const std::string& url, absl::string_view field, RouterBac
   return absl::OkStatus();
 }
 
-// "tls_ca_file" and "tls_insecure_skip_verify" of an https:// backend object.
+// "tls_ca_file" and "tls_insecure_skip_verify" of an https:// or grpcs:// backend object.
 absl::Status ParseTls(const Json& j, const std::string& field, RouterBackend& b) {
   for (const char* key : {"tls_ca_file", "tls_insecure_skip_verify"}) {
     if (j.contains(key) && !b.tls) {
-      return Invalid(absl::StrCat(field, ".", key), absl::StrCat("applies to https:// backends only (url is \"",
-                                                                  b.url, "\")"));
+      return Invalid(absl::StrCat(field, ".", key),
+                     absl::StrCat("applies to https:// and grpcs:// backends only (url is \"", b.url, "\")"));
     }
+  }
+  if (b.grpc && j.contains("tls_insecure_skip_verify")) {
+    return Invalid(field + ".tls_insecure_skip_verify",
+                   "is not available for grpcs:// backends (gRPC's TLS always verifies the certificate); give "
+                   "tls_ca_file, the CA that signed the backend's certificate");
   }
   if (j.contains("tls_ca_file")) {
     if (!j["tls_ca_file"].is_string() || j["tls_ca_file"].get<std::string>().empty()) {

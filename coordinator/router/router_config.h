@@ -63,14 +63,16 @@ struct RouterBackend {
   std::string url;   // as configured, e.g. "http://node2:8000/v1"; what responses and the log name
   std::string host;  // "node2"
   int port = 80;     // default: 80 for http://, 443 for https://; grpc:// names its port
-  // grpc://HOST:PORT: `tpserve serve --grpc-port`'s API (proto/tpserve.proto), to which the
-  // router relays OpenAI requests (coordinator/router/grpc_relay.h); base_path is empty.
+  // grpc://HOST:PORT (grpcs:// with TLS): `tpserve serve --grpc-port`'s API (proto/tpserve.proto),
+  // to which the router relays OpenAI requests (coordinator/router/grpc_relay.h); base_path is
+  // empty.
   bool grpc = false;
-  // https://: TLS, the backend's certificate verified against tls_ca_file (a PEM bundle) where
-  // set, else the system's CA store, and its name checked against `host`.
+  // https:// and grpcs://: TLS, the backend's certificate verified against tls_ca_file (a PEM
+  // bundle) where set, else the system's CA store, and its name checked against `host`.
   bool tls = false;
   std::string tls_ca_file;
-  // "tls_insecure_skip_verify": true: no certificate or name check (the router warns at start).
+  // "tls_insecure_skip_verify" (https:// only): true: no certificate or name check (the router
+  // warns at start).
   bool tls_insecure_skip_verify = false;
   std::string base_path;  // the URL's path, ending in "/v1" ("/v1" itself for http://h:p/v1)
   // The "model" sent to this backend; empty: the router's model name, as the client sent it.
@@ -120,8 +122,8 @@ struct RouterConfig {
 
 // Parses and validates the config's JSON text. INVALID_ARGUMENT naming the field (e.g.
 // models["gemma"].backends[1].url) and saying what to change: unknown keys, a backend URL that
-// is neither http(s)://HOST[:PORT]/.../v1 nor grpc://HOST:PORT (grpcs:// is refused: no TLS to
-// gRPC backends yet), TLS options on a backend that is not https://, an unknown policy, a
+// is neither http(s)://HOST[:PORT]/.../v1 nor grpc(s)://HOST:PORT, TLS options on a backend that
+// is not https:// or grpcs:// (tls_insecure_skip_verify on a grpcs:// one), an unknown policy, a
 // health_check key that is unknown or a value that is not positive (a "path" in a model whose
 // backends are all grpc://: they are probed with the Stats RPC), a fallback that is not a
 // configured model or that leads back to the model, a connection option (BackendConnectionOptions)

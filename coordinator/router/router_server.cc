@@ -71,6 +71,7 @@ absl::Status RouterServer::Start() {
     RouterGrpcOptions g;
     g.listen.address = absl::StrCat(options_.transport.host, ":", options_.grpc_port);
     g.listen.max_receive_message_bytes = options_.transport.max_body_bytes;
+    g.listen.tls = options_.grpc_tls;
     g.api_keys = options_.api_keys;
     grpc_ = std::make_unique<RouterGrpcServer>(
         GrpcFrontGenerate::Context{proxy_io_, *this, *metrics_, log_.get()}, std::move(g));
@@ -88,8 +89,15 @@ absl::Status RouterServer::MakeEndpoints() {
       const RouterBackend& b = pool->backend(i);
       const std::string field = absl::StrCat("router config: models[\"", name, "\"].backends[", i, "]");
       if (b.grpc) {
-        std::unique_ptr<GrpcBackend>& g = grpc_backends_[absl::StrCat(b.host, ":", b.port)];
-        if (g == nullptr) g = std::make_unique<GrpcBackend>(b.host, b.port);
+        // Listings of one server with different CA files get a channel each.
+        std::unique_ptr<GrpcBackend>& g =
+            grpc_backends_[absl::StrCat(b.tls ? "grpcs://" : "grpc://", b.host, ":", b.port, " ", b.tls_ca_file)];
+        if (g == nullptr) {
+          absl::StatusOr<std::unique_ptr<GrpcBackend>> made =
+              GrpcBackend::Create(b.host, b.port, {.enabled = b.tls, .ca_file = b.tls_ca_file});
+          if (!made.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ".", made.status().message()));
+          g = *std::move(made);
+        }
         of.push_back(nullptr);
         grpc_of.push_back(g.get());
         continue;

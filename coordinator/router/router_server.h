@@ -25,6 +25,7 @@
 #include "coordinator/api/api_keys.h"
 #include "coordinator/api/http_transport.h"
 #include "coordinator/router/backend_pool.h"
+#include "coordinator/api/grpc_server_start.h"
 #include "coordinator/router/grpc_backend.h"
 #include "coordinator/router/health_prober.h"
 #include "coordinator/router/proxy_request.h"
@@ -44,6 +45,9 @@ struct RouterOptions {
   // --grpc-port: the tpserve.v1 gRPC front end on transport.host (0: a free port; -1: off). Its
   // largest request is transport.max_body_bytes.
   int grpc_port = -1;
+  // --grpc-tls-certfile, --grpc-tls-keyfile, --grpc-tls-client-ca-file: TLS on the gRPC port
+  // (default: plaintext).
+  GrpcServerTlsOptions grpc_tls;
   // --api-key: every route but /health needs "Authorization: Bearer K" with K one of these,
   // else 401; every gRPC method, the same as metadata (else UNAUTHENTICATED). Empty: no key
   // needed. (Backends' own keys are in the config.)
