@@ -21,10 +21,10 @@ source "$(dirname "$0")/harness.sh"
 replica_model "$FIX"
 
 # Config errors: non-zero exit and the field, before listening.
-router_exit bad1 '{"models": {"m": {"backends": ["grpcs://127.0.0.1:50051"]}}}'
-[ $RC -ne 0 ] && grep -q 'models\["m"\].backends\[0\]: "grpcs://127.0.0.1:50051": TLS to gRPC backends (grpcs://) is not supported yet' \
+router_exit bad1 '{"models": {"m": {"backends": [{"url": "grpcs://127.0.0.1:50051", "tls_insecure_skip_verify": true}]}}}'
+[ $RC -ne 0 ] && grep -q 'models\["m"\].backends\[0\].tls_insecure_skip_verify: is not available for grpcs:// backends' \
   "$WORK/bad1.out" && ! grep -q "listening" "$WORK/bad1.out" \
-  && ok "grpcs:// backend refused at start (exit $RC)" || bad "grpcs:// backend: rc $RC $(cat "$WORK/bad1.out")"
+  && ok "grpcs:// backend without verification refused at start (exit $RC)" || bad "grpcs:// skip-verify: rc $RC $(cat "$WORK/bad1.out")"
 router_exit bad2 '{"models": {"m": {"policy": "cache_aware", "cache_threshold": 2, "backends": ["http://127.0.0.1:1/v1"]}}}'
 [ $RC -ne 0 ] && grep -q 'cache_threshold: must be in \[0, 1\]' "$WORK/bad2.out" \
   && ok "a cache_threshold out of range refused at start (exit $RC)" || bad "cache_threshold: rc $RC $(cat "$WORK/bad2.out")"
