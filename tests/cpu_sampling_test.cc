@@ -135,8 +135,8 @@ TEST(CpuSamplingTest, LogitEditsThenPenaltiesThenSampling) {
     testing::ReferencePenalties(row, params[r], entries[r]);
     EXPECT_EQ(std::vector<float>(work.begin() + r * V, work.begin() + (r + 1) * V), row) << "row " << r;
     const testing::ReferenceDraw want = testing::ReferenceSample(row, params[r]);
-    if (!want.ambiguous) EXPECT_EQ(out[r], want.token) << "row " << r;
-    if (mask_index[r] >= 0) EXPECT_TRUE(allowed[mask_index[r]][out[r]]) << "row " << r << " sampled " << out[r];
+    if (!want.ambiguous) { EXPECT_EQ(out[r], want.token) << "row " << r; }
+    if (mask_index[r] >= 0) { EXPECT_TRUE(allowed[mask_index[r]][out[r]]) << "row " << r << " sampled " << out[r]; }
   }
   EXPECT_EQ(out[0], 5);  // +30 on a N(0, 2) row
   EXPECT_NE(out[2], 64);  // +100, then masked by its penalty entry

@@ -39,7 +39,7 @@ void ExpectSameInput(const GenerateInput& a, const GenerateInput& b, const std::
   const SamplingParams& p = a.params;
   const SamplingParams& q = b.params;
   EXPECT_EQ(a.max_tokens_set, b.max_tokens_set);
-  if (a.max_tokens_set) EXPECT_EQ(p.max_tokens, q.max_tokens);
+  if (a.max_tokens_set) { EXPECT_EQ(p.max_tokens, q.max_tokens); }
   EXPECT_EQ(p.temperature, q.temperature);
   EXPECT_EQ(p.top_k, q.top_k);
   EXPECT_EQ(p.top_p, q.top_p);

@@ -432,7 +432,7 @@ TEST(ModelTest, CompressedTensorsCheckpointsMatchTransformers) {
       const double tol = int4 && keep ? 0.25 : 2e-3;
       size_t same = 0;
       while (same < got.size() && got[same] == ref.greedy_ids[same]) ++same;
-      if (!(int4 && keep)) EXPECT_EQ(same, got.size()) << "greedy tokens";
+      if (!(int4 && keep)) { EXPECT_EQ(same, got.size()) << "greedy tokens"; }
       EXPECT_GE(same, 4u) << "greedy tokens";
       double worst = 0;
       for (size_t st = 0; st < std::min(same + 1, got.size()); ++st) {

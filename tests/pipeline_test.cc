@@ -51,7 +51,7 @@ TEST(Pipeline, SplitBalancesTheSlowestStage) {
         EXPECT_LT((*bounds)[s], (*bounds)[s + 1]) << preset << " stage " << s << " is empty";
         worst = std::max(worst, StageCost(*c, (*bounds)[s], (*bounds)[s + 1], s == stages - 1));
       }
-      if (stages <= 3 || c->num_layers <= 40) EXPECT_EQ(worst, BruteForceBest(*c, stages)) << preset << " " << stages;
+      if (stages <= 3 || c->num_layers <= 40) { EXPECT_EQ(worst, BruteForceBest(*c, stages)) << preset << " " << stages; }
     }
   }
 }

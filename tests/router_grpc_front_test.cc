@@ -422,8 +422,9 @@ TEST_F(RouterGrpcFrontTest, AClientsCancelCancelsTheBackendsRequest) {
 TEST_F(RouterGrpcFrontTest, TheClientsDeadlineGoesToTheBackendAndEndsItsCall) {
   StartServers();
   StallingBackend stalling;
-  absl::StatusOr<StartedGrpcServer> backend =
-      StartGrpcServer("stalling backend", {.address = "127.0.0.1:0"}, stalling);
+  GrpcListenOptions listen;
+  listen.address = "127.0.0.1:0";
+  absl::StatusOr<StartedGrpcServer> backend = StartGrpcServer("stalling backend", listen, stalling);
   ASSERT_TRUE(backend.ok()) << backend.status();
   StartRouter(absl::StrCat(R"({"stalled": {"backends": ["grpc://127.0.0.1:)", backend->port, R"("]}})"));
   const auto start = std::chrono::system_clock::now();

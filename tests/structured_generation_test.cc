@@ -126,7 +126,7 @@ int GenerateAndCheck(const Run& run) {
         ++checked;
       }
     }
-    if (run.num_speculative_tokens > 0) EXPECT_GT(drafts_verified, 0) << "no drafts reached verification";
+    if (run.num_speculative_tokens > 0) { EXPECT_GT(drafts_verified, 0) << "no drafts reached verification"; }
   });
   return checked;
 }

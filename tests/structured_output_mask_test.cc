@@ -313,7 +313,7 @@ TEST_P(TokenBytesTableTest, RoundTripsDecode) {
     EXPECT_EQ(decoded, tokenizer_internal::Utf8Lossy("a" + table->bytes[id])) << id << " " << tokenizer->IdToToken(id);
     partial += !tokenizer_internal::IsValidUtf8(table->bytes[id]);
   }
-  if (GetParam() != "mistral") EXPECT_GT(partial, 0) << "byte tokens should map to single bytes";
+  if (GetParam() != "mistral") { EXPECT_GT(partial, 0) << "byte tokens should map to single bytes"; }
   for (const int32_t eos : tokenizer->eos_ids()) EXPECT_EQ(table->kinds[eos], TokenKind::kEos);
 }
 

@@ -218,7 +218,8 @@ void ServingEngine::Run() {
     inbox_->steps_done.fetch_add(1);
     PublishStats(&step);
     if (config_.on_step && step.num_seqs > 0) {
-      EngineStepStats st{step};  // the StepSummary part
+      EngineStepStats st;
+      static_cast<StepSummary&>(st) = step;  // the StepSummary part
       st.scheduler = core_.scheduler().stats();
       st.kv_live_tokens = core_.scheduler().KvLiveTokens();
       config_.on_step(st);

@@ -346,6 +346,7 @@ DecodeFn FindDecoder(DType t) {
     case DType::kQ5_K: return DecodeQ5_K;
     case DType::kQ6_K: return DecodeQ6_K;
     case DType::kF8_E4M3: return DecodeF8E4M3;
+    case DType::kBF16Tiles: return nullptr;  // tile order: not rows (amx::UnpackTiles first)
   }
   return nullptr;
 }
