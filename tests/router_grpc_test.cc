@@ -197,6 +197,31 @@ TEST_F(RouterGrpcTest, RelayedResponsesEqualServesOwn) {
   EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris"})");
 }
 
+// A stream whose client asked for no usage chunk is still counted: the backend's messages
+// carry the tokens, and the relay hands them to the router's counts (the same as the whole
+// response's usage, twice over for the two requests).
+TEST_F(RouterGrpcTest, AStreamWithoutAUsageChunkIsCountedFromTheMessages) {
+  StartServers();
+  StartRouter();
+  const std::string request = R"({"model": "relayed", "prompt": "Hello world", "max_tokens": 5})";
+  const HttpResult whole = RouterPost("/v1/completions", request);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const Json usage = Json::parse(whole.body)["usage"];
+  Json streamed = Json::parse(request);
+  streamed["stream"] = true;  // no stream_options: the client gets no usage chunk
+  const std::string sse = StreamFromRouter(streamed.dump(), [] {});
+  EXPECT_THAT(sse, HasSubstr("[DONE]"));
+  EXPECT_THAT(sse, ::testing::Not(HasSubstr("\"usage\"")));
+  const std::string metrics = Metrics();
+  const std::string labels = absl::StrCat("{model=\"relayed\",backend=\"grpc://127.0.0.1:", grpc_->port(), "\"}");
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_prompt_tokens_total", labels, " ",
+                                              2 * usage["prompt_tokens"].get<int64_t>())));
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_completion_tokens_total", labels, " ",
+                                              2 * usage["completion_tokens"].get<int64_t>())));
+  EXPECT_THAT(metrics, ::testing::Not(HasSubstr(absl::StrCat("tpserve_router_backend_requests_without_usage_total",
+                                                             labels, " 1"))));
+}
+
 TEST_F(RouterGrpcTest, WhatTheGrpcApiCannotCarryIsA400NamingTheField) {
   StartServers();
   StartRouter();

@@ -145,7 +145,8 @@ class UpstreamCallTest : public ::testing::Test {
              ++seen.pieces;
              if (cancel_on_data) call->Cancel();
            },
-           [&](absl::Status status) { seen.end = std::move(status); }});
+           [&](absl::Status status) { seen.end = std::move(status); },
+           nullptr});
     });
     io_.restart();
     io_.run_for(std::chrono::seconds(10));  // bounded: a broken client may leave a read pending

@@ -141,6 +141,12 @@ Json OpenAiResponseBuilder::LogprobsJson(const std::vector<TokenLogprob>& logpro
               {"text_offset", offsets}};
 }
 
+int64_t OpenAiResponseBuilder::completion_tokens() const {
+  int64_t completion = 0;
+  for (const Choice& c : choices_) completion += c.completion_tokens;
+  return completion;
+}
+
 Json OpenAiResponseBuilder::UsageJson() const {
   int32_t completion = 0;
   for (const Choice& c : choices_) completion += c.completion_tokens;

@@ -55,6 +55,10 @@ class OpenAiResponseBuilder {
   // the response's HTTP status.
   absl::Status status() const;
   int num_choices() const { return static_cast<int>(choices_.size()); }
+  // The usage the response reports (whether or not it is sent): the prompt's tokens and the
+  // choices' completion tokens summed, as UsageJson.
+  int64_t prompt_tokens() const { return prompt_tokens_; }
+  int64_t completion_tokens() const;
   // Completions' echo: every choice's text starts with `prompt` (the first chunk when streamed).
   void SetEcho(std::string prompt) { echo_ = std::move(prompt); }
 

@@ -146,6 +146,10 @@ GrpcRelayEnding GrpcRelay::End(const absl::Status& status) {
     out.failure = absl::UnavailableError("the backend ended the call before every choice finished");
     return out;
   }
+  if (builder_->status().ok()) {
+    out.prompt_tokens = builder_->prompt_tokens();
+    out.completion_tokens = builder_->completion_tokens();
+  }
   if (!request_.stream) {
     out.http_status = builder_->status().ok() ? 200 : ToHttpError(builder_->status()).status;
     out.body = builder_->Body();

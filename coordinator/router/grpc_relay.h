@@ -44,6 +44,9 @@ struct GrpcRelayEnding {
   // message on), and the rest of the body: the whole body, or the stream's last events.
   int http_status = 200;
   std::string body;
+  // The answer's token counts (the messages' usage, as the response's usage would report
+  // them), where every choice finished without an error.
+  std::optional<int64_t> prompt_tokens, completion_tokens;
 };
 
 // One call's responses -> the client's. Not copyable or movable (the builder names logprob

@@ -72,6 +72,10 @@ class GrpcRelayCall final : public UpstreamCall, public std::enable_shared_from_
       callbacks_.data(std::move(ending.body));
       if (quiet_) return;
     }
+    if (ending.prompt_tokens && ending.completion_tokens && callbacks_.usage) {
+      callbacks_.usage(*ending.prompt_tokens, *ending.completion_tokens);
+      if (quiet_) return;
+    }
     End(absl::OkStatus());
   }
 

@@ -63,7 +63,8 @@ class HealthProber::Probe : public std::enable_shared_from_this<Probe> {
     auto self = shared_from_this();
     call_ = UpstreamCall::Start(strand_, std::move(request),
                                 {nullptr, nullptr, [self](int status, std::string) { self->status_ = status; },
-                                 [](std::string) {}, [self](absl::Status status) { self->Done(std::move(status)); }});
+                                 [](std::string) {}, [self](absl::Status status) { self->Done(std::move(status)); },
+                                 nullptr});
     // The whole probe, connecting to the last byte, within the timeout.
     deadline_.expires_after(absl::ToChronoMilliseconds(target_.options.timeout));
     deadline_.async_wait(boost::asio::bind_executor(strand_, [self](boost::system::error_code ec) {

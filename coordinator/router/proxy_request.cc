@@ -135,7 +135,11 @@ UpstreamCallbacks ProxyRequest::Callbacks() {
           [self] { self->core_.Stale(); },
           [self](int status, std::string content_type) { self->OnHead(status, std::move(content_type)); },
           [self](std::string piece) { self->OnData(std::move(piece)); },
-          [self](absl::Status status) { self->OnEnd(std::move(status)); }};
+          [self](absl::Status status) { self->OnEnd(std::move(status)); },
+          [self](int64_t prompt_tokens, int64_t completion_tokens) {
+            self->call_prompt_tokens_ = prompt_tokens;
+            self->call_completion_tokens_ = completion_tokens;
+          }};
 }
 
 void ProxyRequest::OnHead(int status, std::string content_type) {
@@ -188,11 +192,13 @@ void ProxyRequest::OnEnd(absl::Status status) {
   }
   if (streaming_) {
     exchange_->End();
+    // The stream's usage chunk where the client asked for one, else the call's own count.
+    const bool chunk = usage_.prompt_tokens() && usage_.completion_tokens();
     return Finish({.outcome = RequestOutcome::kSuccess,
                    .status = 200,
                    .answered = true,
-                   .prompt_tokens = usage_.prompt_tokens(),
-                   .completion_tokens = usage_.completion_tokens()});
+                   .prompt_tokens = chunk ? usage_.prompt_tokens() : call_prompt_tokens_,
+                   .completion_tokens = chunk ? usage_.completion_tokens() : call_completion_tokens_});
   }
   ProxyEnd end;
   end.status = status_;

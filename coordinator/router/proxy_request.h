@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,9 @@ class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
   bool streaming_ = false;  // the SSE response started: no failover any more
   std::string whole_;       // a non-streamed response's body, until it ends
   StreamUsage usage_;       // a streamed one's usage chunk
+  // The answer's tokens as the call itself counted them (grpc:// backends; UpstreamCallbacks::
+  // usage), for a stream without a usage chunk.
+  std::optional<int64_t> call_prompt_tokens_, call_completion_tokens_;
   std::shared_ptr<ProxyRequest> self_;  // kept alive until finished
 };
 

@@ -44,6 +44,10 @@ struct UpstreamCallbacks {
   std::function<void(int status, std::string content_type)> head;
   std::function<void(std::string piece)> data;
   std::function<void(absl::Status status)> end;
+  // Where the call knows the answer's token counts itself (a grpc:// backend's messages carry
+  // them whether or not the client asked for a usage chunk): called once before a successful
+  // `end`. HTTP backends never call it (their usage is in the body or the stream).
+  std::function<void(int64_t prompt_tokens, int64_t completion_tokens)> usage;
 };
 
 using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
