@@ -161,7 +161,11 @@ got=$(python3 -c 'import json, sys; print("|".join(json.loads(l) for l in open(s
 [ "$got" = "$sent|{\"max_tokens\":2,\"model\":\"mock-name\",\"prompt\":\"Hello\"}" ] \
   && ok "the backend gets the client's body as sent, or with its own model name put in" || bad "bodies sent: $got"
 seen=$(busy_complete busy-local)
-[ "$seen" = "200 $A1" ] && ok "a busy model's fallback answers" || bad "busy-local: $seen $(cat "$WORK/b3")"
+[ "$seen" = "200 $A1" ] && grep -qi '^x-tpserve-fallback: tiny-fb' "$WORK/h3" \
+  && ok "a busy model's fallback answers, named in x-tpserve-fallback" || bad "busy-local: $seen $(cat "$WORK/h3" "$WORK/b3")"
+seen=$(busy_complete busy-or-a1)
+[ "$seen" = "200 $A1" ] && ! grep -qi '^x-tpserve-fallback' "$WORK/h3" \
+  && ok "a model's own replica answers without x-tpserve-fallback" || bad "busy-or-a1: $seen $(cat "$WORK/h3")"
 m3=$(curl -s "http://127.0.0.1:$PORT_R3/metrics")
 busy=$(echo "$m3" | metric "tpserve_router_backend_errors_total{model=\"busy-or-a1\",backend=\"$BUSY\",kind=\"busy\"}" -)
 healthy=$(echo "$m3" | metric "tpserve_router_backend_healthy{model=\"busy-or-a1\",backend=\"$BUSY\"}" -)

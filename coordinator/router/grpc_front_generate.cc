@@ -177,6 +177,9 @@ void GrpcFrontGenerate::Answering() {
   core_->Answering();
   // Before the first write or the Finish, which send the initial metadata: as HTTP's header.
   server_->AddInitialMetadata(kBackendMetadata, core_->url());
+  if (std::string fallback = core_->fallback_model(); !fallback.empty()) {
+    server_->AddInitialMetadata("x-tpserve-fallback", fallback);
+  }
 }
 
 void GrpcFrontGenerate::OnMessage(v1::GenerateResponse message) {

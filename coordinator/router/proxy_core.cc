@@ -77,6 +77,12 @@ void ProxyCore::Answering() {
   if (answering != model_) metrics_.FallbackTaken(model_, answering);
 }
 
+std::string ProxyCore::fallback_model() const {
+  if (!answering_) return "";
+  const std::string& answering = current_->pool->model().name;
+  return answering == model_ ? "" : answering;
+}
+
 void ProxyCore::BrokeWhileAnswering(BackendErrorKind kind) {
   current_->pool->Eject(current_->index, absl::Now());
   metrics_.BackendFailed(*current_->pool, current_->index, kind, /*moved_on=*/false);

@@ -91,6 +91,8 @@ class ProxyCore {
   // is counted when the backend is a fallback model's.
   void Answering();
   bool answering() const { return answering_; }
+  // Once Answering: the fallback model whose backend answers; "" when the requested model's own.
+  std::string fallback_model() const;
   // The backend broke after part of its answer reached the client: ejected, counted as `kind`
   // (not a retry).
   void BrokeWhileAnswering(BackendErrorKind kind);

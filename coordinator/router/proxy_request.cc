@@ -15,6 +15,8 @@ namespace tpserve {
 namespace {
 
 constexpr char kBackendHeader[] = "x-tpserve-backend";
+// Where a fallback model answered: its name (docs/router.md).
+constexpr char kFallbackHeader[] = "x-tpserve-fallback";
 
 nlohmann::ordered_json RouterError(absl::string_view message, absl::string_view type) {
   return {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}}}};
@@ -126,6 +128,14 @@ std::shared_ptr<UpstreamCall> ProxyRequest::StartGrpc(const ProxyCandidate& c) {
   return StartGrpcCall(strand_, std::move(request), Callbacks());
 }
 
+std::vector<HttpHeader> ProxyRequest::AnswerHeaders(std::vector<HttpHeader> headers) const {
+  headers.push_back({kBackendHeader, core_.url()});
+  if (std::string fallback = core_.fallback_model(); !fallback.empty()) {
+    headers.push_back({kFallbackHeader, std::move(fallback)});
+  }
+  return headers;
+}
+
 UpstreamCallbacks ProxyRequest::Callbacks() {
   // The callbacks hold the request alive while the call runs; Cancel() ends them.
   auto self = shared_from_this();
@@ -165,7 +175,7 @@ void ProxyRequest::OnData(std::string piece) {
       streaming_ = true;
       core_.Answering();
       exchange_->StartStream(200, content_type_.empty() ? "text/event-stream" : content_type_,
-                             {{"Cache-Control", "no-cache"}, {kBackendHeader, core_.url()}});
+                             AnswerHeaders({{"Cache-Control", "no-cache"}}));
     }
     usage_.Feed(piece);
     exchange_->Write(std::move(piece));
@@ -217,9 +227,9 @@ void ProxyRequest::OnEnd(absl::Status status) {
       }
     }
   }
-  exchange_->Respond(status_, content_type_.empty() ? "application/json" : content_type_, std::move(whole_),
-                     {{kBackendHeader, core_.url()}});
   core_.Answering();
+  exchange_->Respond(status_, content_type_.empty() ? "application/json" : content_type_, std::move(whole_),
+                     AnswerHeaders({}));
   Finish(std::move(end));
 }
 

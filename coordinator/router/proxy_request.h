@@ -45,6 +45,9 @@ class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
   std::shared_ptr<UpstreamCall> StartHttp(const ProxyCandidate& c);
   std::shared_ptr<UpstreamCall> StartGrpc(const ProxyCandidate& c);
   UpstreamCallbacks Callbacks();
+  // An answer's headers: `headers`, the answering backend (x-tpserve-backend) and, where a
+  // fallback model's backend answers, its name (x-tpserve-fallback). After core_.Answering().
+  std::vector<HttpHeader> AnswerHeaders(std::vector<HttpHeader> headers) const;
   void OnHead(int status, std::string content_type);
   void OnData(std::string piece);
   void OnEnd(absl::Status status);
