@@ -222,6 +222,24 @@ TEST_F(RouterGrpcTest, AStreamWithoutAUsageChunkIsCountedFromTheMessages) {
                                                              labels, " 1"))));
 }
 
+// max_in_flight: with the backend's one place taken by a stream, the next request finds no
+// backend with room (busy: 429 naming the cap) and the count goes back when the stream ends.
+TEST_F(RouterGrpcTest, MaxInFlightTurnsAwayWhatPassesTheCap) {
+  FakeEngineOptions o;
+  o.token_delay = absl::Milliseconds(40);
+  StartServers(o);
+  StartRouter(R"(, "max_in_flight": 1)");
+  HttpResult second;
+  const std::string sse = StreamFromRouter(
+      R"({"model": "relayed", "prompt": "Hello", "max_tokens": 12, "stream": true})",
+      [&] { second = RouterPost("/v1/completions", R"({"model": "relayed", "prompt": "Hi", "max_tokens": 2})"); });
+  EXPECT_THAT(sse, HasSubstr("[DONE]"));
+  EXPECT_EQ(second.status, 429) << second.body;
+  EXPECT_THAT(second.body, HasSubstr("max_in_flight (1)"));
+  const HttpResult third = RouterPost("/v1/completions", R"({"model": "relayed", "prompt": "Hi", "max_tokens": 2})");
+  EXPECT_EQ(third.status, 200) << third.body;
+}
+
 TEST_F(RouterGrpcTest, WhatTheGrpcApiCannotCarryIsA400NamingTheField) {
   StartServers();
   StartRouter();

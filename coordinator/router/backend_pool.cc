@@ -156,6 +156,13 @@ bool BackendPool::Healthy(size_t i, absl::Time now) const {
 }
 
 void BackendPool::Begin(size_t i) { in_flight_[i].fetch_add(1); }
+bool BackendPool::TryBegin(size_t i, int64_t cap) {
+  int64_t n = in_flight_[i].load();
+  while (n < cap) {
+    if (in_flight_[i].compare_exchange_weak(n, n + 1)) return true;
+  }
+  return false;
+}
 void BackendPool::End(size_t i) { in_flight_[i].fetch_sub(1); }
 int64_t BackendPool::in_flight(size_t i) const { return in_flight_[i].load(); }
 

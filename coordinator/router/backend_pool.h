@@ -55,6 +55,9 @@ class BackendPool {
 
   // A request to backend i started / ended (least_load's count).
   void Begin(size_t i);
+  // Begin where backend i has fewer than `cap` requests in flight (cap > 0); false, and nothing
+  // counted, where it is full.
+  bool TryBegin(size_t i, int64_t cap);
   void End(size_t i);
   int64_t in_flight(size_t i) const;
   // Backend i failed (connection, timeout, 5xx): skipped by Order until now + its cooldown

@@ -21,11 +21,24 @@ ProxyCore::ProxyCore(std::string model, FrontDoor door, std::vector<ProxyCandida
 
 const ProxyCandidate* ProxyCore::Next() {
   EndTry();
-  if (next_ >= candidates_.size()) return nullptr;
-  current_ = &candidates_[next_++];
-  connected_ = false;
-  try_start_ = absl::Now();
-  return current_;
+  while (next_ < candidates_.size()) {
+    const ProxyCandidate& c = candidates_[next_++];
+    const RouterBackend& b = c.pool->model().backends[c.index];
+    if (b.connection.max_in_flight > 0) {
+      // The place is taken now, so that requests arriving together cannot pass the cap.
+      if (!c.pool->TryBegin(c.index, b.connection.max_in_flight)) {
+        Skip(absl::ResourceExhaustedError(absl::StrCat("backend ", b.url, " has its max_in_flight (",
+                                                       b.connection.max_in_flight, ") requests in flight")));
+        continue;
+      }
+      reserved_ = true;
+    }
+    current_ = &c;
+    connected_ = false;
+    try_start_ = absl::Now();
+    return current_;
+  }
+  return nullptr;
 }
 
 std::string ProxyCore::RemoteModel() const {
@@ -40,7 +53,8 @@ void ProxyCore::Skip(const absl::Status& why) {
 void ProxyCore::BeginTry() {
   in_try_ = true;
   try_start_ = absl::Now();
-  current_->pool->Begin(current_->index);
+  if (!reserved_) current_->pool->Begin(current_->index);
+  reserved_ = false;
   metrics_.BackendStarted(*current_->pool, current_->index);
 }
 
@@ -65,6 +79,10 @@ void ProxyCore::TryFailed(const std::string& error, BackendErrorKind kind, bool 
 }
 
 void ProxyCore::EndTry() {
+  if (reserved_) {  // a place Next took for a try that never began
+    reserved_ = false;
+    current_->pool->End(current_->index);
+  }
   if (!in_try_) return;
   in_try_ = false;
   current_->pool->End(current_->index);

@@ -120,6 +120,7 @@ class ProxyCore {
   size_t next_ = 0;  // the next candidate to try
   const ProxyCandidate* current_ = nullptr;
   bool in_try_ = false;     // the current candidate's in-flight count holds this request
+  bool reserved_ = false;   // Next took a place under the candidate's max_in_flight (BeginTry's)
   absl::Time try_start_;    // the current try's start (time to first byte)
   bool connected_ = false;  // the current try's connection is up (a failure is not "connect")
   bool answering_ = false;

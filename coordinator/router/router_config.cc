@@ -130,7 +130,7 @@ absl::StatusOr<absl::Duration> ParseSeconds(const Json& v, const std::string& fi
 // model and in a backend object.
 const std::set<std::string>& ConnectionKeys() {
   static const std::set<std::string> keys = {"connect_timeout_s", "timeout_s", "cooldown_s", "max_idle_connections",
-                                             "idle_timeout_s"};
+                                             "idle_timeout_s", "max_in_flight"};
   return keys;
 }
 
@@ -162,6 +162,14 @@ absl::StatusOr<BackendConnectionOptions> ParseConnectionOptions(const Json& j, c
                                          "not ejected)");
     }
     o.cooldown = absl::Seconds(v.get<double>());
+  }
+  if (j.contains("max_in_flight")) {
+    const Json& v = j["max_in_flight"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1000000) {
+      return Invalid(name("max_in_flight"),
+                     "must be a whole number in 0..1000000 (requests in flight to the backend at most; 0: no cap)");
+    }
+    o.max_in_flight = v.get<int64_t>();
   }
   if (j.contains("max_idle_connections")) {
     const Json& v = j["max_idle_connections"];

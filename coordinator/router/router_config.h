@@ -57,6 +57,10 @@ struct BackendConnectionOptions {
   // "idle_timeout_s" (http(s):// only): an idle connection older than this is closed, never
   // reused.
   absl::Duration idle_timeout = absl::Seconds(60);
+  // "max_in_flight": requests this router has in flight to the backend at most; a request that
+  // finds it full tries the next candidate (then the fallback) as if the backend were busy, and
+  // gets 429 when every one is. 0: no cap.
+  int64_t max_in_flight = 0;
 };
 
 struct RouterBackend {
