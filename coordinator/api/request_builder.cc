@@ -204,13 +204,13 @@ absl::StatusOr<std::vector<int32_t>> RequestBuilder::Tokenize(const Prompt& prom
   // non-whitespace bytes of the text. The exact check on the token count follows in Build.
   const int64_t max_model_len = engine_.Info().max_model_len;
   const std::optional<int64_t> bytes_per_token = tokenizer_.max_text_bytes_per_token();
-  const std::optional<int64_t> max_text_bytes =
-      max_model_len > 0 && bytes_per_token ? std::optional<int64_t>(max_model_len * *bytes_per_token) : std::nullopt;
+  // 0: no bound (no max_model_len, or a tokenizer without the figure).
+  const int64_t max_text_bytes = max_model_len > 0 && bytes_per_token ? max_model_len * *bytes_per_token : 0;
   if (const auto* text = std::get_if<std::string>(&prompt)) {
     if (text->empty()) return FieldError("prompt", "prompt must not be empty");
-    if (max_text_bytes && static_cast<int64_t>(text->size()) > *max_text_bytes) {
+    if (max_text_bytes > 0 && static_cast<int64_t>(text->size()) > max_text_bytes) {
       const int64_t bytes = Tokenizer::NonWhitespaceBytes(*text);
-      if (bytes > *max_text_bytes) {
+      if (bytes > max_text_bytes) {
         return FieldError("prompt", absl::StrCat("prompt: ", bytes, " bytes of text (not counting whitespace) cannot fit in "
                                                  "max_model_len ", max_model_len, " tokens: this model's tokens hold at most ",
                                                  *bytes_per_token, " bytes each; shorten the prompt"));
@@ -244,9 +244,9 @@ absl::StatusOr<std::vector<int32_t>> RequestBuilder::Tokenize(const Prompt& prom
                                                max_model_len, ": every message takes at least one token; send at most ",
                                                max_model_len, " messages (drop or summarize earlier turns)"));
   }
-  if (max_text_bytes) {
+  if (max_text_bytes > 0) {
     const int64_t bytes = ChatContentBytes(chat.messages);
-    if (bytes > *max_text_bytes) {
+    if (bytes > max_text_bytes) {
       return FieldError("messages",
                         absl::StrCat("messages: the message contents hold ", bytes,
                                      " bytes of text (not counting whitespace), which cannot fit in max_model_len ",
