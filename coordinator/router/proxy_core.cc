@@ -23,16 +23,17 @@ const ProxyCandidate* ProxyCore::Next() {
   EndTry();
   while (next_ < candidates_.size()) {
     const ProxyCandidate& c = candidates_[next_++];
-    const RouterBackend& b = c.pool->model().backends[c.index];
-    if (b.connection.max_in_flight > 0) {
-      // The place is taken now, so that requests arriving together cannot pass the cap.
-      if (!c.pool->TryBegin(c.index, b.connection.max_in_flight)) {
-        Skip(absl::ResourceExhaustedError(absl::StrCat("backend ", b.url, " has its max_in_flight (",
-                                                       b.connection.max_in_flight, ") requests in flight")));
-        continue;
-      }
-      reserved_ = true;
+    const RouterBackend& b = c.pool->backend(c.index);
+    // The candidate's place among its requests in flight is taken as it is chosen, so that
+    // requests arriving together cannot pass its max_in_flight.
+    if (b.connection.max_in_flight == 0) {
+      c.pool->Begin(c.index);
+    } else if (!c.pool->TryBegin(c.index, b.connection.max_in_flight)) {
+      Skip(absl::ResourceExhaustedError(absl::StrCat("backend ", b.url, " has its max_in_flight (",
+                                                     b.connection.max_in_flight, ") requests in flight")));
+      continue;
     }
+    holds_place_ = true;
     current_ = &c;
     connected_ = false;
     try_start_ = absl::Now();
@@ -51,10 +52,7 @@ void ProxyCore::Skip(const absl::Status& why) {
 }
 
 void ProxyCore::BeginTry() {
-  in_try_ = true;
   try_start_ = absl::Now();
-  if (!reserved_) current_->pool->Begin(current_->index);
-  reserved_ = false;
   metrics_.BackendStarted(*current_->pool, current_->index);
 }
 
@@ -79,12 +77,8 @@ void ProxyCore::TryFailed(const std::string& error, BackendErrorKind kind, bool 
 }
 
 void ProxyCore::EndTry() {
-  if (reserved_) {  // a place Next took for a try that never began
-    reserved_ = false;
-    current_->pool->End(current_->index);
-  }
-  if (!in_try_) return;
-  in_try_ = false;
+  if (!holds_place_) return;
+  holds_place_ = false;
   current_->pool->End(current_->index);
 }
 

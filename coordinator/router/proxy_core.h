@@ -60,8 +60,9 @@ class ProxyCore {
   const std::string& model() const { return model_; }
   absl::Time arrival() const { return arrival_; }
 
-  // Makes the next candidate current and returns it; null when none is left (Exhausted()
-  // then says what the client gets).
+  // Makes the next candidate with room current (its place among its requests in flight taken,
+  // until EndTry; one at its max_in_flight is skipped as busy) and returns it; null when none is
+  // left (Exhausted() then says what the client gets).
   const ProxyCandidate* Next();
   // The current candidate: its backend, URL, and the model name it is sent (its `model`, else
   // the name of the model it is listed under).
@@ -72,7 +73,7 @@ class ProxyCore {
   // The current candidate cannot take the request (`why`: e.g. a field its API cannot carry):
   // not a try and not a failure; the first such reason is kept for Exhausted().
   void Skip(const absl::Status& why);
-  // A try of the current candidate starts (its in-flight count, its requests metric).
+  // A try of the current candidate starts (its requests metric, the time to first byte's start).
   void BeginTry();
   // Its connection is up (reused: an idle kept-alive one); a reused one was stale (a new one is
   // being opened: a failure to connect it is "connect").
@@ -85,7 +86,8 @@ class ProxyCore {
   // `eject` is false: a busy one) and `error` is kept for the client's error; the caller goes on
   // with Next().
   void TryFailed(const std::string& error, BackendErrorKind kind, bool eject = true);
-  // The try ends without failing (its answer ended, or the client went away). Idempotent.
+  // The try ends without failing (its answer ended, or the client went away), or never began
+  // (the candidate could not take the request): its place is given back. Idempotent.
   void EndTry();
   // The current backend's answer starts reaching the client: no failover any more; a fallback
   // is counted when the backend is a fallback model's.
@@ -119,8 +121,7 @@ class ProxyCore {
   RouterMetrics& metrics_;
   size_t next_ = 0;  // the next candidate to try
   const ProxyCandidate* current_ = nullptr;
-  bool in_try_ = false;     // the current candidate's in-flight count holds this request
-  bool reserved_ = false;   // Next took a place under the candidate's max_in_flight (BeginTry's)
+  bool holds_place_ = false;  // the current candidate's in-flight count holds this request (Next..EndTry)
   absl::Time try_start_;    // the current try's start (time to first byte)
   bool connected_ = false;  // the current try's connection is up (a failure is not "connect")
   bool answering_ = false;
