@@ -23,18 +23,6 @@ constexpr char kBackendMetadata[] = "x-tpserve-backend";
 
 std::string CodeName(const absl::Status& status) { return absl::StatusCodeToString(status.code()); }
 
-// "gRPC CODE: message", as the HTTP side names a grpc:// backend's failure.
-std::string Described(const absl::Status& status) {
-  return absl::StrCat("gRPC ", CodeName(status), ": ", status.message());
-}
-
-// The codes of a server that broke, could not be reached or stopped answering (as
-// grpc_relay.cc's BackendBroke), as against one that answered about the request.
-bool BackendBroke(absl::StatusCode code) {
-  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded ||
-         code == absl::StatusCode::kCancelled || code == absl::StatusCode::kUnknown;
-}
-
 // The deadline the client set on its call; InfiniteFuture when it set none.
 absl::Time ClientDeadline(const grpc::CallbackServerContext& server) {
   const std::chrono::system_clock::time_point deadline = server.deadline();
@@ -217,21 +205,21 @@ void GrpcFrontGenerate::OnBackendEnd(const absl::Status& status) {
   core_->EndTry();
   if (!core_->answering() && !status.ok()) {
     // Nothing reached the client: the HTTP side's failover, with gRPC's codes.
-    if (BackendBroke(code)) {
+    if (GrpcBackendBroke(code)) {
       const BackendErrorKind kind = !core_->connected()                       ? BackendErrorKind::kConnect
                                     : code == absl::StatusCode::kDeadlineExceeded ? BackendErrorKind::kTimeout
                                                                               : BackendErrorKind::kStreamBroken;
-      core_->TryFailed(Described(status), kind);
+      core_->TryFailed(DescribeGrpcFailure(status), kind);
       return TryNext();
     }
     if (code == absl::StatusCode::kResourceExhausted) {
       // Over its queue limit: the next replica or the fallback; the backend stays in routing.
-      core_->TryFailed(absl::StrCat(Described(status), " (over its queue limit)"), BackendErrorKind::kBusy,
+      core_->TryFailed(absl::StrCat(DescribeGrpcFailure(status), " (over its queue limit)"), BackendErrorKind::kBusy,
                        /*eject=*/false);
       return TryNext();
     }
     if (ToHttpError(status).status >= 500) {  // INTERNAL and the like: as an HTTP backend's 5xx
-      core_->TryFailed(Described(status), BackendErrorKind::kHttp5xx);
+      core_->TryFailed(DescribeGrpcFailure(status), BackendErrorKind::kHttp5xx);
       return TryNext();
     }
     // The backend answered about the request (INVALID_ARGUMENT, NOT_FOUND, UNAUTHENTICATED, ...):
@@ -240,13 +228,13 @@ void GrpcFrontGenerate::OnBackendEnd(const absl::Status& status) {
   Answering();
   absl::Status client_status = status;
   bool answered = true;
-  if (!status.ok() && BackendBroke(code)) {
+  if (!status.ok() && GrpcBackendBroke(code)) {
     // Broken after part of the answer reached the client: no failover; the backend is ejected
     // and the client's status names it.
     core_->BrokeWhileAnswering(code == absl::StatusCode::kDeadlineExceeded ? BackendErrorKind::kTimeout
                                                                            : BackendErrorKind::kStreamBroken);
     client_status = absl::Status(code, absl::StrCat("the backend ", core_->url(),
-                                                    " failed in the middle of the stream: ", Described(status)));
+                                                    " failed in the middle of the stream: ", DescribeGrpcFailure(status)));
     answered = false;
   } else if (!status.ok() && ToHttpError(status).status >= 500) {
     answered = false;  // the engine failed the request: passed through, not a whole answer

@@ -11,15 +11,11 @@
 #include "boost/asio/bind_executor.hpp"
 #include "boost/asio/post.hpp"
 #include "boost/asio/steady_timer.hpp"
+#include "coordinator/api/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 
 namespace tpserve {
 namespace {
-
-absl::Status FromGrpc(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-}
 
 class GenerateCall final : public GrpcGenerateCall,
                            public GrpcBackend::Call,
@@ -108,7 +104,7 @@ class GenerateCall final : public GrpcGenerateCall,
     // The posted handler may run, and free this, at once: nothing of `this` is read after it.
     // And no reference to it stays on this thread: once untracked, the router may destroy the
     // proxy io_context, which must outlive this object's strand and timer.
-    boost::asio::post(strand_, [self = std::move(self_), s = backend.Described(FromGrpc(status))] { self->Finish(s); });
+    boost::asio::post(strand_, [self = std::move(self_), s = backend.Described(FromGrpcStatus(status))] { self->Finish(s); });
     backend.Untrack(this);
   }
 
@@ -210,6 +206,15 @@ std::shared_ptr<GrpcGenerateCall> GrpcGenerateCall::Start(Strand strand, GrpcGen
   auto call = std::make_shared<GenerateCall>(std::move(strand), std::move(request), std::move(callbacks));
   call->Run();
   return call;
+}
+
+bool GrpcBackendBroke(absl::StatusCode code) {
+  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded ||
+         code == absl::StatusCode::kCancelled || code == absl::StatusCode::kUnknown;
+}
+
+std::string DescribeGrpcFailure(const absl::Status& status) {
+  return absl::StrCat("gRPC ", absl::StatusCodeToString(status.code()), ": ", status.message());
 }
 
 }  // namespace tpserve

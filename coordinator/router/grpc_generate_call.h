@@ -47,6 +47,15 @@ struct GrpcGenerateCallbacks {
   std::function<void(absl::Status status)> end;
 };
 
+// What a call's end status says of the backend: true for the codes a server that breaks, is
+// unreachable or stops answering ends a call with (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED,
+// UNKNOWN: gRPC's own, or tpserve's for "this server can serve nothing now"), as against one that
+// answered about the request (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, INTERNAL: the
+// engine failed it, ...). The router fails over on the first kind.
+bool GrpcBackendBroke(absl::StatusCode code);
+// "gRPC CODE: message": a backend call's failure as the router names it to its clients and log.
+std::string DescribeGrpcFailure(const absl::Status& status);
+
 class GrpcGenerateCall {
  public:
   // Starts the call; must be called on `strand`.

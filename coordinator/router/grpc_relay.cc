@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/api/generate_proto.h"
 #include "coordinator/engine/field_error.h"
+#include "coordinator/router/grpc_generate_call.h"
 
 namespace tpserve {
 namespace {
@@ -23,15 +24,6 @@ FinishReason FromProto(v1::FinishReason r) {
     default:
       return FinishReason::kNone;
   }
-}
-
-// The codes a server that breaks, is unreachable or stops answering ends a call with (gRPC's
-// own, or tpserve's for "this server can serve nothing now"), as against one that answers
-// about the request (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, INTERNAL: the engine
-// failed it, ...), which the client gets as serve's HTTP front end would write it.
-bool BackendBroke(absl::StatusCode code) {
-  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded ||
-         code == absl::StatusCode::kCancelled || code == absl::StatusCode::kUnknown;
 }
 
 }  // namespace
@@ -125,7 +117,7 @@ GrpcRelayEnding GrpcRelay::FailResponse(const absl::Status& failure) {
 
 GrpcRelayEnding GrpcRelay::End(const absl::Status& status) {
   GrpcRelayEnding out;
-  if (!status.ok() && BackendBroke(status.code())) {
+  if (!status.ok() && GrpcBackendBroke(status.code())) {
     out.failure = status;
     return out;
   }

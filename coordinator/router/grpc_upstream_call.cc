@@ -83,8 +83,7 @@ class GrpcRelayCall final : public UpstreamCall, public std::enable_shared_from_
   void End(const absl::Status& status) {
     quiet_ = true;
     if (status.ok()) return callbacks_.end(status);
-    callbacks_.end(absl::Status(status.code(), absl::StrCat("gRPC ", absl::StatusCodeToString(status.code()), ": ",
-                                                            status.message())));
+    callbacks_.end(absl::Status(status.code(), DescribeGrpcFailure(status)));
   }
 
   const std::unique_ptr<GrpcRelay> relay_;

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/api/grpc_status.h"
 #include "boost/asio/bind_executor.hpp"
 #include "boost/asio/post.hpp"
 #include "boost/asio/steady_timer.hpp"
@@ -102,8 +103,7 @@ class HealthProber::Probe : public std::enable_shared_from_this<Probe> {
     if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
       what = absl::StrCat("no answer within ", absl::FormatDuration(target_.options.timeout));
     } else if (!passed) {
-      const absl::Status described = target_.grpc->Described(
-          absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message()));
+      const absl::Status described = target_.grpc->Described(FromGrpcStatus(status));
       what = absl::StrCat(absl::StatusCodeToString(described.code()), ": ", described.message());
     }
     Verdict(passed, what);

@@ -14,6 +14,7 @@
 #include "coordinator/api/grpc_service.h"
 #include "coordinator/api/grpc_status.h"
 #include "coordinator/api/openai_json.h"
+#include "coordinator/router/grpc_generate_call.h"
 #include "grpcpp/grpcpp.h"
 
 namespace tpserve {
@@ -106,10 +107,10 @@ class ModelInfoForward final : public grpc::ServerUnaryReactor {
       current_.reset();
       cancelled = cancelled_;
     }
-    const absl::Status s(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+    const absl::Status s = FromGrpcStatus(status);
     if (!status.ok() && !cancelled &&
         (ToHttpError(s).status >= 500 || s.code() == absl::StatusCode::kResourceExhausted)) {
-      errors_.push_back(absl::StrCat(url, ": gRPC ", absl::StatusCodeToString(s.code()), ": ", s.message()));
+      errors_.push_back(absl::StrCat(url, ": ", DescribeGrpcFailure(s)));
       return TryNext();
     }
     if (status.ok()) {
