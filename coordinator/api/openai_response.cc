@@ -148,8 +148,7 @@ int64_t OpenAiResponseBuilder::completion_tokens() const {
 }
 
 Json OpenAiResponseBuilder::UsageJson() const {
-  int32_t completion = 0;
-  for (const Choice& c : choices_) completion += c.completion_tokens;
+  const int64_t completion = completion_tokens();
   return Json{{"prompt_tokens", prompt_tokens_},
               {"completion_tokens", completion},
               {"total_tokens", prompt_tokens_ + completion}};

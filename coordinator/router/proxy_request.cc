@@ -24,6 +24,12 @@ nlohmann::ordered_json RouterError(absl::string_view message, absl::string_view 
 
 // A try that ended in `status` (not OK): before its connection was up (a connect timeout
 // included), after it past a deadline, or broken.
+void SetUsage(const std::optional<UsageTokens>& usage, ProxyEnd& end) {
+  if (!usage.has_value()) return;
+  end.prompt_tokens = usage->prompt_tokens;
+  end.completion_tokens = usage->completion_tokens;
+}
+
 BackendErrorKind FailureKind(bool connected, const absl::Status& status) {
   if (!connected) return BackendErrorKind::kConnect;
   if (status.code() == absl::StatusCode::kDeadlineExceeded) return BackendErrorKind::kTimeout;
@@ -147,8 +153,7 @@ UpstreamCallbacks ProxyRequest::Callbacks() {
           [self](std::string piece) { self->OnData(std::move(piece)); },
           [self](absl::Status status) { self->OnEnd(std::move(status)); },
           [self](int64_t prompt_tokens, int64_t completion_tokens) {
-            self->call_prompt_tokens_ = prompt_tokens;
-            self->call_completion_tokens_ = completion_tokens;
+            self->call_usage_ = UsageTokens{prompt_tokens, completion_tokens};
           }};
 }
 
@@ -203,12 +208,9 @@ void ProxyRequest::OnEnd(absl::Status status) {
   if (streaming_) {
     exchange_->End();
     // The stream's usage chunk where the client asked for one, else the call's own count.
-    const bool chunk = usage_.prompt_tokens() && usage_.completion_tokens();
-    return Finish({.outcome = RequestOutcome::kSuccess,
-                   .status = 200,
-                   .answered = true,
-                   .prompt_tokens = chunk ? usage_.prompt_tokens() : call_prompt_tokens_,
-                   .completion_tokens = chunk ? usage_.completion_tokens() : call_completion_tokens_});
+    ProxyEnd end{.outcome = RequestOutcome::kSuccess, .status = 200, .answered = true};
+    SetUsage(usage_.usage() ? usage_.usage() : call_usage_, end);
+    return Finish(std::move(end));
   }
   ProxyEnd end;
   end.status = status_;
@@ -216,16 +218,10 @@ void ProxyRequest::OnEnd(absl::Status status) {
   end.answered = true;
   if (status_ >= 400) end.error = absl::StrCat("the backend answered HTTP ", status_);
   if (status_ < 400) {
-    nlohmann::json parsed = nlohmann::json::parse(whole_, nullptr, /*allow_exceptions=*/false);
-    if (parsed.is_object() && parsed.contains("usage") && parsed["usage"].is_object()) {
-      const nlohmann::json& usage = parsed["usage"];
-      if (usage.contains("prompt_tokens") && usage["prompt_tokens"].is_number_integer()) {
-        end.prompt_tokens = usage["prompt_tokens"].get<int64_t>();
-      }
-      if (usage.contains("completion_tokens") && usage["completion_tokens"].is_number_integer()) {
-        end.completion_tokens = usage["completion_tokens"].get<int64_t>();
-      }
-    }
+    // A grpc:// backend's call counted the tokens itself; an HTTP backend's body says them.
+    SetUsage(call_usage_ ? call_usage_
+                         : ReadUsage(nlohmann::json::parse(whole_, nullptr, /*allow_exceptions=*/false)),
+             end);
   }
   core_.Answering();
   exchange_->Respond(status_, content_type_.empty() ? "application/json" : content_type_, std::move(whole_),

@@ -69,7 +69,7 @@ class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
   StreamUsage usage_;       // a streamed one's usage chunk
   // The answer's tokens as the call itself counted them (grpc:// backends; UpstreamCallbacks::
   // usage), for a stream without a usage chunk.
-  std::optional<int64_t> call_prompt_tokens_, call_completion_tokens_;
+  std::optional<UsageTokens> call_usage_;
   std::shared_ptr<ProxyRequest> self_;  // kept alive until finished
 };
 

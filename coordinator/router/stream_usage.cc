@@ -5,7 +5,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
-#include "nlohmann/json.hpp"
 
 namespace tpserve {
 namespace {
@@ -27,6 +26,16 @@ bool MayHoldUsage(absl::string_view line) {
 }
 
 }  // namespace
+
+std::optional<UsageTokens> ReadUsage(const nlohmann::json& response) {
+  if (!response.is_object() || !response.contains("usage") || !response["usage"].is_object()) return std::nullopt;
+  const nlohmann::json& usage = response["usage"];
+  if (!usage.contains("prompt_tokens") || !usage["prompt_tokens"].is_number_integer() ||
+      !usage.contains("completion_tokens") || !usage["completion_tokens"].is_number_integer()) {
+    return std::nullopt;
+  }
+  return UsageTokens{usage["prompt_tokens"].get<int64_t>(), usage["completion_tokens"].get<int64_t>()};
+}
 
 void StreamUsage::Feed(absl::string_view piece) {
   while (!piece.empty()) {
@@ -55,15 +64,9 @@ void StreamUsage::Feed(absl::string_view piece) {
 
 void StreamUsage::Line(absl::string_view line) {
   if (!absl::ConsumePrefix(&line, "data:") || !MayHoldUsage(line)) return;
-  const nlohmann::json chunk = nlohmann::json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
-  if (!chunk.is_object() || !chunk.contains("usage") || !chunk["usage"].is_object()) return;
-  const nlohmann::json& usage = chunk["usage"];
-  if (!usage.contains("prompt_tokens") || !usage["prompt_tokens"].is_number_integer() ||
-      !usage.contains("completion_tokens") || !usage["completion_tokens"].is_number_integer()) {
-    return;
-  }
-  prompt_tokens_ = usage["prompt_tokens"].get<int64_t>();
-  completion_tokens_ = usage["completion_tokens"].get<int64_t>();
+  const std::optional<UsageTokens> usage =
+      ReadUsage(nlohmann::json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false));
+  if (usage.has_value()) usage_ = usage;
 }
 
 }  // namespace tpserve

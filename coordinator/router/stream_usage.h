@@ -10,24 +10,37 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
 
 namespace tpserve {
+
+struct UsageTokens {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+// An OpenAI response's or chunk's `usage` (`response` is the whole object): its token counts
+// where it has both as integers; none otherwise.
+std::optional<UsageTokens> ReadUsage(const nlohmann::json& response);
 
 class StreamUsage {
  public:
   // The next bytes of the stream (any split: a line may span pieces).
   void Feed(absl::string_view piece);
   // The latest usage seen with both counts; none before one.
-  std::optional<int64_t> prompt_tokens() const { return prompt_tokens_; }
-  std::optional<int64_t> completion_tokens() const { return completion_tokens_; }
+  const std::optional<UsageTokens>& usage() const { return usage_; }
+  std::optional<int64_t> prompt_tokens() const {
+    return usage_ ? std::optional<int64_t>(usage_->prompt_tokens) : std::nullopt;
+  }
+  std::optional<int64_t> completion_tokens() const {
+    return usage_ ? std::optional<int64_t>(usage_->completion_tokens) : std::nullopt;
+  }
 
  private:
   void Line(absl::string_view line);
 
   std::string partial_;        // the current line's start, until its newline
   bool skipping_ = false;      // the current line outgrew 1 MiB (no usage chunk): ignored up to its newline
-  std::optional<int64_t> prompt_tokens_;
-  std::optional<int64_t> completion_tokens_;
+  std::optional<UsageTokens> usage_;
 };
 
 }  // namespace tpserve
