@@ -204,25 +204,35 @@ void RouterServer::Proxy(const std::shared_ptr<HttpExchange>& exchange, std::str
   request->Start();
 }
 
-absl::StatusOr<std::vector<ProxyCandidate>> RouterServer::Candidates(const std::string& model,
-                                                                     absl::string_view prompt, FrontDoor door) {
+absl::StatusOr<std::vector<BackendPool*>> RouterServer::PoolChain(const std::string& model) const {
   auto it = pools_.find(model);
   if (it == pools_.end()) {
     return absl::NotFoundError(absl::StrCat("The model `", model, "` does not exist. Available models: ",
                                             absl::StrJoin(model_names_, ", ")));
   }
+  std::vector<BackendPool*> chain;
+  for (BackendPool* pool = it->second.get(); pool != nullptr;) {
+    chain.push_back(pool);
+    const std::string& fallback = pool->model().fallback;
+    pool = fallback.empty() ? nullptr : pools_.at(fallback).get();
+  }
+  return chain;
+}
+
+absl::StatusOr<std::vector<ProxyCandidate>> RouterServer::Candidates(const std::string& model,
+                                                                     absl::string_view prompt, FrontDoor door) {
+  absl::StatusOr<std::vector<BackendPool*>> chain = PoolChain(model);
+  if (!chain.ok()) return chain.status();
   // The model's healthy backends in its policy's order, then each fallback's.
   const absl::Time now = absl::Now();
   std::vector<ProxyCandidate> candidates;
   std::vector<std::string> ejected, probe_failing;
-  for (BackendPool* pool = it->second.get(); pool != nullptr;) {
+  for (BackendPool* pool : *chain) {
     for (size_t i : pool->Order(now, prompt)) {
       candidates.push_back({pool, i, endpoint_of_.at(pool)[i], grpc_of_.at(pool)[i]});
     }
     for (std::string& url : pool->Ejected(now)) ejected.push_back(std::move(url));
     for (std::string& url : pool->ProbeFailing()) probe_failing.push_back(std::move(url));
-    const std::string& fallback = pool->model().fallback;
-    pool = fallback.empty() ? nullptr : pools_.at(fallback).get();
   }
   if (!candidates.empty()) return candidates;
   metrics_->RequestFinished(model, door, RequestOutcome::kError);
@@ -238,19 +248,14 @@ absl::StatusOr<std::vector<ProxyCandidate>> RouterServer::Candidates(const std::
 }
 
 absl::StatusOr<std::vector<ProxyCandidate>> RouterServer::Backends(const std::string& model) {
-  auto it = pools_.find(model);
-  if (it == pools_.end()) {
-    return absl::NotFoundError(absl::StrCat("The model `", model, "` does not exist. Available models: ",
-                                            absl::StrJoin(model_names_, ", ")));
-  }
+  absl::StatusOr<std::vector<BackendPool*>> chain = PoolChain(model);
+  if (!chain.ok()) return chain.status();
   const absl::Time now = absl::Now();
   std::vector<ProxyCandidate> backends;
-  for (BackendPool* pool = it->second.get(); pool != nullptr;) {
+  for (BackendPool* pool : *chain) {
     for (size_t i = 0; i < pool->model().backends.size(); ++i) {
       if (pool->Healthy(i, now)) backends.push_back({pool, i, endpoint_of_.at(pool)[i], grpc_of_.at(pool)[i]});
     }
-    const std::string& fallback = pool->model().fallback;
-    pool = fallback.empty() ? nullptr : pools_.at(fallback).get();
   }
   if (backends.empty()) {
     return absl::UnavailableError(absl::StrCat("every backend of model \"", model,

@@ -23,9 +23,9 @@
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/io_context.hpp"
 #include "coordinator/api/api_keys.h"
+#include "coordinator/api/grpc_server_start.h"
 #include "coordinator/api/http_transport.h"
 #include "coordinator/router/backend_pool.h"
-#include "coordinator/api/grpc_server_start.h"
 #include "coordinator/router/grpc_backend.h"
 #include "coordinator/router/health_prober.h"
 #include "coordinator/router/proxy_request.h"
@@ -91,6 +91,9 @@ class RouterServer : public RouterRoutes {
  private:
   void Handle(std::shared_ptr<HttpExchange> exchange);
   void Proxy(const std::shared_ptr<HttpExchange>& exchange, std::string path_suffix);
+  // `model`'s pool, then its fallback's, and so on (the config has no cycles); NOT_FOUND naming
+  // the configured models.
+  absl::StatusOr<std::vector<BackendPool*>> PoolChain(const std::string& model) const;
 
   const RouterOptions options_;
   const std::vector<std::string> model_names_;
