@@ -3,6 +3,7 @@
 #include "coordinator/router/router_config.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -148,12 +149,13 @@ absl::StatusOr<BackendConnectionOptions> ParseConnectionOptions(const Json& j, c
                                                                 bool grpc_backend) {
   BackendConnectionOptions o = inherited;
   auto name = [&](const char* key) { return field.empty() ? std::string(key) : absl::StrCat(field, ".", key); };
-  for (const char* key : {"connect_timeout_s", "timeout_s", "idle_timeout_s"}) {
+  for (auto [key, member] : {std::pair{"connect_timeout_s", &BackendConnectionOptions::connect_timeout},
+                              std::pair{"timeout_s", &BackendConnectionOptions::timeout},
+                              std::pair{"idle_timeout_s", &BackendConnectionOptions::idle_timeout}}) {
     if (!j.contains(key)) continue;
     absl::StatusOr<absl::Duration> d = ParseSeconds(j[key], name(key));
     if (!d.ok()) return d.status();
-    const std::string k = key;
-    (k == "connect_timeout_s" ? o.connect_timeout : k == "timeout_s" ? o.timeout : o.idle_timeout) = *d;
+    o.*member = *d;
   }
   if (j.contains("cooldown_s")) {
     const Json& v = j["cooldown_s"];
@@ -163,22 +165,23 @@ absl::StatusOr<BackendConnectionOptions> ParseConnectionOptions(const Json& j, c
     }
     o.cooldown = absl::Seconds(v.get<double>());
   }
-  if (j.contains("max_in_flight")) {
-    const Json& v = j["max_in_flight"];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1000000) {
-      return Invalid(name("max_in_flight"),
-                     "must be a whole number in 0..1000000 (requests in flight to the backend at most; 0: no cap)");
+  // Whole numbers from 0 to `max`; `what`: what the number counts, for the error.
+  auto count = [&](const char* key, int64_t max, const char* what) -> absl::StatusOr<std::optional<int64_t>> {
+    if (!j.contains(key)) return std::nullopt;
+    const Json& v = j[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > max) {
+      return Invalid(name(key), absl::StrCat("must be a whole number in 0..", max, " (", what, ")"));
     }
-    o.max_in_flight = v.get<int64_t>();
-  }
-  if (j.contains("max_idle_connections")) {
-    const Json& v = j["max_idle_connections"];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 65536) {
-      return Invalid(name("max_idle_connections"),
-                     "must be a whole number in 0..65536 (idle keep-alive connections kept; 0: none)");
-    }
-    o.max_idle_connections = static_cast<size_t>(v.get<int64_t>());
-  }
+    return v.get<int64_t>();
+  };
+  absl::StatusOr<std::optional<int64_t>> in_flight =
+      count("max_in_flight", 1000000, "requests in flight to the backend at most; 0: no cap");
+  if (!in_flight.ok()) return in_flight.status();
+  if (in_flight->has_value()) o.max_in_flight = **in_flight;
+  absl::StatusOr<std::optional<int64_t>> idle =
+      count("max_idle_connections", 65536, "idle keep-alive connections kept; 0: none");
+  if (!idle.ok()) return idle.status();
+  if (idle->has_value()) o.max_idle_connections = static_cast<size_t>(**idle);
   if (grpc_backend) {
     for (const char* key : {"max_idle_connections", "idle_timeout_s"}) {
       if (j.contains(key)) {
