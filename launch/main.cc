@@ -274,11 +274,21 @@ int EngineOptionsFromFlags(tpserve::EngineOptions& e) {
 }
 
 #if TPSERVE_HAVE_SERVING
-// TLS on the gRPC port, as `serve` and `router` both take it.
-tpserve::GrpcServerTlsOptions GrpcServerTlsFromFlags() {
-  return {.cert_file = absl::GetFlag(FLAGS_grpc_tls_certfile),
-          .key_file = absl::GetFlag(FLAGS_grpc_tls_keyfile),
-          .client_ca_file = absl::GetFlag(FLAGS_grpc_tls_client_ca_file)};
+// TLS on the gRPC port, as `serve` and `router` both take it, checked before anything starts (a
+// model loads): a wrong file is found at once. `command`: "serve" or "router"; `grpc_port`: -1
+// when the port is off (then no TLS flag may be set).
+absl::StatusOr<tpserve::GrpcServerTlsOptions> GrpcServerTlsFromFlags(const char* command, int grpc_port) {
+  tpserve::GrpcServerTlsOptions tls{.cert_file = absl::GetFlag(FLAGS_grpc_tls_certfile),
+                                    .key_file = absl::GetFlag(FLAGS_grpc_tls_keyfile),
+                                    .client_ca_file = absl::GetFlag(FLAGS_grpc_tls_client_ca_file)};
+  if (!tls.enabled() && tls.client_ca_file.empty()) return tls;
+  if (grpc_port < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        command, ": --grpc-tls-* set TLS on the gRPC port, which is off",
+        std::string_view(command) == "router" ? ": give --grpc-port Q" : " (--grpc-port -1)"));
+  }
+  if (absl::Status s = tpserve::CheckGrpcServerTls(command, tls); !s.ok()) return s;
+  return tls;
 }
 
 // The HTTP transport flags, as `serve` and `router` both take them.
@@ -321,13 +331,9 @@ int RunRouterFromFlags(bool grpc_port_given) {
   if (o.grpc_port > 65535 || o.grpc_port < -1) {
     return Fail(absl::StrCat("router: --grpc-port ", o.grpc_port, ": a port, 0 (any free one) or -1 (off)"));
   }
-  o.grpc_tls = GrpcServerTlsFromFlags();
-  if (o.grpc_tls.enabled() || !o.grpc_tls.client_ca_file.empty()) {
-    if (o.grpc_port < 0) return Fail("router: --grpc-tls-* set TLS on the gRPC port, which is off: give --grpc-port Q");
-    if (absl::Status s = tpserve::CheckGrpcServerTls("router", o.grpc_tls); !s.ok()) {
-      return Fail(std::string(s.message()));
-    }
-  }
+  absl::StatusOr<tpserve::GrpcServerTlsOptions> tls = GrpcServerTlsFromFlags("router", o.grpc_port);
+  if (!tls.ok()) return Fail(std::string(tls.status().message()));
+  o.grpc_tls = *std::move(tls);
   if (o.transport.port < 0 && o.grpc_port < 0) {
     return Fail("router: --http-port -1 turns the HTTP port off, and the gRPC port is off too (--grpc-port not "
                 "given, or -1): give --grpc-port Q for a gRPC-only router, or an --http-port");
@@ -446,14 +452,10 @@ int main(int argc, char** argv) {
     o.tokenizer = absl::GetFlag(FLAGS_tokenizer);
     o.http = HttpTransportFromFlags();
     o.grpc_port = absl::GetFlag(FLAGS_grpc_port);
-    o.grpc_tls = GrpcServerTlsFromFlags();
-    if (code == 0 && (o.grpc_tls.enabled() || !o.grpc_tls.client_ca_file.empty())) {
-      // Before the model loads: a wrong file is found at once.
-      if (o.grpc_port < 0) {
-        code = Fail("serve: --grpc-tls-* set TLS on the gRPC port, which is off (--grpc-port -1)");
-      } else if (absl::Status s = tpserve::CheckGrpcServerTls("serve", o.grpc_tls); !s.ok()) {
-        code = Fail(std::string(s.message()));
-      }
+    if (absl::StatusOr<tpserve::GrpcServerTlsOptions> tls = GrpcServerTlsFromFlags("serve", o.grpc_port); tls.ok()) {
+      o.grpc_tls = *std::move(tls);
+    } else if (code == 0) {
+      code = Fail(std::string(tls.status().message()));
     }
     o.port_file = absl::GetFlag(FLAGS_port_file);
     for (absl::string_view n : absl::StrSplit(absl::GetFlag(FLAGS_served_model_name), ',', absl::SkipWhitespace())) {
