@@ -38,28 +38,18 @@ if(TPSERVE_HAVE_SERVING)
   if(TARGET tpbench)
     set(ROUTER_TEST_TPBENCH $<TARGET_FILE:tpbench>)
   endif()
-  add_test(NAME router_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_test.sh $<TARGET_FILE:tpserve>
-           ${TPSERVE_FIXTURES} ${ROUTER_TEST_TPBENCH})
-  set_tests_properties(router_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
-  add_test(NAME router_tls_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_tls_test.sh $<TARGET_FILE:tpserve>
-           ${TPSERVE_FIXTURES})
-  set_tests_properties(router_tls_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  # The router's shell tests: real processes (tpserve router and serve replicas), one at a time.
+  function(tp_add_router_shell_test name script)
+    add_test(NAME ${name} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/${script} $<TARGET_FILE:tpserve> ${ARGN})
+    set_tests_properties(${name} PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  endfunction()
+  tp_add_router_shell_test(router_test router_test.sh ${TPSERVE_FIXTURES} ${ROUTER_TEST_TPBENCH})
+  tp_add_router_shell_test(router_tls_test router_tls_test.sh ${TPSERVE_FIXTURES})
   # TLS on serve's and the router's gRPC ports, and grpcs:// backends.
-  add_test(NAME router_grpc_tls_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/grpc_tls_test.sh $<TARGET_FILE:tpserve>
-           ${TPSERVE_FIXTURES})
-  set_tests_properties(router_grpc_tls_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
-  add_test(NAME router_health_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_health_test.sh
-           $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES})
-  set_tests_properties(router_health_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
-  add_test(NAME router_grpc_test_sh COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_grpc_test.sh
-           $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES})
-  set_tests_properties(router_grpc_test_sh PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
-  add_test(NAME router_grpc_front_test_sh COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_grpc_front_test.sh
-           $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES})
-  set_tests_properties(router_grpc_front_test_sh PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
-  add_test(NAME router_grpc_only_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_grpc_only_test.sh
-           $<TARGET_FILE:tpserve> ${TPSERVE_FIXTURES})
-  set_tests_properties(router_grpc_only_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
-  add_test(NAME router_knobs_test COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/router_knobs_test.sh $<TARGET_FILE:tpserve>)
-  set_tests_properties(router_knobs_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  tp_add_router_shell_test(router_grpc_tls_test grpc_tls_test.sh ${TPSERVE_FIXTURES})
+  tp_add_router_shell_test(router_health_test router_health_test.sh ${TPSERVE_FIXTURES})
+  tp_add_router_shell_test(router_grpc_test_sh router_grpc_test.sh ${TPSERVE_FIXTURES})
+  tp_add_router_shell_test(router_grpc_front_test_sh router_grpc_front_test.sh ${TPSERVE_FIXTURES})
+  tp_add_router_shell_test(router_grpc_only_test router_grpc_only_test.sh ${TPSERVE_FIXTURES})
+  tp_add_router_shell_test(router_knobs_test router_knobs_test.sh)
 endif()
