@@ -66,6 +66,42 @@ TEST(GgufFileTest, ReadsMetadataAndTensors) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(embed->data) % (*f)->alignment(), 0u);
 }
 
+// Arrays longer than held_array_elements are checked on open and read when asked, not held:
+// the same values, the same tokenizer, and a damaged one is still an error on open.
+TEST(GgufFileTest, LongArraysAreReadWhenAsked) {
+  const std::string path = (kModels / "qwen2.gguf").string();
+  auto held = GgufFile::Open(path);
+  auto lazy = GgufFile::Open(path, GgufOpenOptions{.held_array_elements = 8});
+  ASSERT_TRUE(held.ok() && lazy.ok()) << held.status() << lazy.status();
+  const nlohmann::json* tokens = (*held)->Find("tokenizer.ggml.tokens");
+  ASSERT_NE(tokens, nullptr);
+  ASSERT_GT(tokens->size(), 8u);
+  EXPECT_EQ((*lazy)->Find("tokenizer.ggml.tokens"), nullptr);
+  EXPECT_EQ((*lazy)->metadata().count("tokenizer.ggml.tokens"), 0u);
+  auto read = (*lazy)->ReadArray("tokenizer.ggml.tokens");
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_TRUE(read->has_value());
+  EXPECT_EQ(**read, *tokens);
+  EXPECT_EQ(**(*held)->ReadArray("tokenizer.ggml.tokens"), *tokens);  // held ones too
+  EXPECT_FALSE((*lazy)->ReadArray("no.such.key")->has_value());
+  auto all = (*lazy)->MetadataWithLargeArrays();
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(*all, (*held)->metadata());
+  EXPECT_EQ(*(*lazy)->GetInt("qwen2.block_count"), 4);  // scalars are held
+
+  // Cut inside the tokens array: an error on open, held or not.
+  const std::string good = ReadBytes(kModels / "qwen2.gguf");
+  const size_t in_tokens = good.find("tokenizer.ggml.tokens") + 200;
+  TempDir dir;
+  const fs::path cut = dir.Write("cut.gguf", good.substr(0, in_tokens));
+  for (uint64_t limit : {uint64_t{8}, uint64_t{1} << 20}) {
+    auto f = GgufFile::Open(cut.string(), GgufOpenOptions{.held_array_elements = limit});
+    ASSERT_FALSE(f.ok()) << limit;
+    EXPECT_TRUE(absl::StrContains(f.status().message(), "truncated or corrupt")) << f.status();
+    EXPECT_TRUE(absl::StrContains(f.status().message(), "cut.gguf")) << f.status();
+  }
+}
+
 TEST(GgufFileTest, DamagedFilesAreErrorsNamingTheFile) {
   const std::string good = ReadBytes(kModels / "qwen2.gguf");
   TempDir dir;

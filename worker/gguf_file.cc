@@ -81,6 +81,13 @@ class Reader {
 
   size_t remaining() const { return size_ - pos_; }
 
+  absl::Status Skip(uint64_t n, absl::string_view what) {
+    if (n > size_ - pos_) return Truncated(what);
+    pos_ += n;
+    return absl::OkStatus();
+  }
+  void Seek(size_t pos) { pos_ = std::min(pos, size_); }
+
  private:
   const uint8_t* data_;
   size_t size_;
@@ -155,6 +162,38 @@ absl::Status ReadValue(Reader& r, uint32_t kind, nlohmann::json* out, absl::stri
   return absl::OkStatus();
 }
 
+// Walks over one value of `kind` (an array's elements included) without building it, with
+// the bounds checks ReadValue makes: a held-back array is as well-formed as a held one.
+absl::Status SkipValue(Reader& r, uint32_t kind, absl::string_view what, int depth) {
+  switch (kind) {
+    case kString: {
+      uint64_t n = 0;
+      TP_RETURN_IF_ERROR(r.Read(&n, what));
+      return r.Skip(n, what);
+    }
+    case kArray: {
+      if (depth > 4) return absl::InvalidArgumentError(absl::StrCat("arrays nested too deep in ", what));
+      uint32_t elem_kind = 0;
+      uint64_t n = 0;
+      TP_RETURN_IF_ERROR(r.Read(&elem_kind, what));
+      TP_RETURN_IF_ERROR(r.Read(&n, what));
+      if (n > r.remaining() / MinValueBytes(elem_kind)) return r.Truncated(what);
+      if (elem_kind != kString && elem_kind != kArray) {
+        if (MinValueBytes(elem_kind) == 12) {  // not a scalar kind either
+          return absl::InvalidArgumentError(absl::StrCat("unknown metadata value type ", elem_kind, " in ", what));
+        }
+        return r.Skip(n * MinValueBytes(elem_kind), what);
+      }
+      for (uint64_t i = 0; i < n; ++i) TP_RETURN_IF_ERROR(SkipValue(r, elem_kind, what, depth + 1));
+      return absl::OkStatus();
+    }
+    default: {
+      nlohmann::json scalar;
+      return ReadScalar(r, kind, &scalar, what);
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<GgmlTypeLayout> GgmlLayout(uint32_t type) {
@@ -179,9 +218,10 @@ GgufFile::~GgufFile() {
   if (map_ != nullptr) munmap(map_, map_bytes_);
 }
 
-absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path, const GgufOpenOptions& options) {
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
+  f->held_array_elements_ = options.held_array_elements;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
   struct stat st {};
@@ -224,12 +264,28 @@ absl::Status GgufFile::Parse() {
     TP_RETURN_IF_ERROR(r.ReadString(&key, absl::StrCat("metadata key #", i)));
     uint32_t kind = 0;
     TP_RETURN_IF_ERROR(r.Read(&kind, key));
-    nlohmann::json value;
-    absl::Status s = ReadValue(r, kind, &value, absl::StrCat("metadata \"", key, "\""), 0);
-    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(path_, ": ", s.message()));
-    if (!metadata_.emplace(key, std::move(value)).second) {
+    if (metadata_.count(key) != 0 || large_arrays_.count(key) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(path_, ": metadata key \"", key, "\" appears twice"));
     }
+    const std::string what = absl::StrCat("metadata \"", key, "\"");
+    if (kind == kArray && r.remaining() >= 12) {
+      const size_t at = r.offset();
+      uint32_t elem_kind = 0;
+      uint64_t n = 0;
+      TP_RETURN_IF_ERROR(r.Read(&elem_kind, what));
+      TP_RETURN_IF_ERROR(r.Read(&n, what));
+      r.Seek(at);
+      if (n > held_array_elements_) {
+        absl::Status s = SkipValue(r, kind, what, 0);
+        if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(path_, ": ", s.message()));
+        large_arrays_.emplace(key, at);
+        continue;
+      }
+    }
+    nlohmann::json value;
+    absl::Status s = ReadValue(r, kind, &value, what, 0);
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(path_, ": ", s.message()));
+    metadata_.emplace(key, std::move(value));
   }
   if (const nlohmann::json* a = Find("general.alignment")) {
     if (!a->is_number_integer() || a->get<int64_t>() <= 0 || (a->get<int64_t>() & (a->get<int64_t>() - 1)) != 0) {
@@ -291,6 +347,27 @@ absl::Status GgufFile::Parse() {
     t.data = base + data_start + off;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<nlohmann::json>> GgufFile::ReadArray(absl::string_view key) const {
+  if (const nlohmann::json* held = Find(key)) return *held;
+  const auto it = large_arrays_.find(key);
+  if (it == large_arrays_.end()) return std::nullopt;
+  Reader r(static_cast<const uint8_t*>(map_), map_bytes_, path_);
+  r.Seek(it->second);
+  nlohmann::json value;
+  absl::Status s = ReadValue(r, kArray, &value, absl::StrCat("metadata \"", key, "\""), 0);
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(path_, ": ", s.message()));
+  return value;
+}
+
+absl::StatusOr<std::map<std::string, nlohmann::json, std::less<>>> GgufFile::MetadataWithLargeArrays() const {
+  std::map<std::string, nlohmann::json, std::less<>> all = metadata_;
+  for (const auto& [key, offset] : large_arrays_) {
+    TP_ASSIGN_OR_RETURN(std::optional<nlohmann::json> value, ReadArray(key));
+    all.emplace(key, *std::move(value));
+  }
+  return all;
 }
 
 const nlohmann::json* GgufFile::Find(absl::string_view key) const {

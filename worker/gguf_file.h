@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include "absl/strings/string_view.h"
 #include <vector>
@@ -77,11 +78,19 @@ struct GgufTensor {
   size_t row_bytes() const;
 };
 
+struct GgufOpenOptions {
+  // Metadata arrays of more values than this are checked on open but not held: a vocabulary's
+  // tokens, scores, types and merges (262,144 strings in Gemma's files) took ~21 MB of heap for
+  // the whole run as JSON, while only the tokenizer, built once at start-up, reads them
+  // (ReadArray, MetadataWithLargeArrays). Per-layer arrays are far below it.
+  uint64_t held_array_elements = 65536;
+};
+
 // Metadata values keep their GGUF kind coarsely: integers (signed or not) as JSON integers,
 // floats as JSON numbers, bool, string, and arrays of those.
 class GgufFile {
  public:
-  static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path, const GgufOpenOptions& options = {});
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -90,9 +99,15 @@ class GgufFile {
   uint32_t version() const { return version_; }
   size_t alignment() const { return alignment_; }
 
-  // Metadata: nullptr when the key is absent.
+  // Metadata: nullptr when the key is absent or is an array too long to hold
+  // (GgufOpenOptions::held_array_elements; read those with ReadArray).
   const nlohmann::json* Find(absl::string_view key) const;
+  // The held metadata: every key but the long arrays.
   const std::map<std::string, nlohmann::json, std::less<>>& metadata() const { return metadata_; }
+  // An array value read now from the mapping (held or not); nullopt when the key is absent.
+  absl::StatusOr<std::optional<nlohmann::json>> ReadArray(absl::string_view key) const;
+  // Every key, the long arrays read now: a copy for a caller that needs the vocabulary once.
+  absl::StatusOr<std::map<std::string, nlohmann::json, std::less<>>> MetadataWithLargeArrays() const;
   // Typed access with errors that name the file and the key.
   absl::StatusOr<std::string> GetString(absl::string_view key) const;
   absl::StatusOr<int64_t> GetInt(absl::string_view key) const;
@@ -112,7 +127,10 @@ class GgufFile {
   size_t map_bytes_ = 0;
   uint32_t version_ = 0;
   size_t alignment_ = 32;
+  uint64_t held_array_elements_ = 0;
   std::map<std::string, nlohmann::json, std::less<>> metadata_;
+  // The arrays not held: key -> offset of the value (its element kind) in the mapping.
+  std::map<std::string, size_t, std::less<>> large_arrays_;
   std::vector<GgufTensor> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;
 };

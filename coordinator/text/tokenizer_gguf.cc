@@ -513,7 +513,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGgufMetadata(const GgufM
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGguf(const GgufFile& file) {
-  return TokenizerFromGgufMetadata(file.metadata(), file.path());
+  // The vocabulary arrays are not held by the file (GgufOpenOptions): read them for this once.
+  TP_ASSIGN_OR_RETURN(const GgufMetadata metadata, file.MetadataWithLargeArrays());
+  return TokenizerFromGgufMetadata(metadata, file.path());
 }
 
 }  // namespace tpserve
