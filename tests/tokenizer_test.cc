@@ -260,6 +260,22 @@ TEST(Tokenizer, GenerationConfigTextAddsEosIds) {
   EXPECT_FALSE(Tokenizer::FromJson(json, "inline.json", "", R"({"eos_token_id": [3]})").ok());
 }
 
+// One id listed for two tokens: the later names the id (decoding), both encode to it (the
+// tokenizers library's token -> id map keeps the earlier), and the earlier still counts as a
+// single-character token.
+TEST(Tokenizer, AnIdListedTwiceKeepsBothTokensEncoding) {
+  tokenizer_internal::BpeVocabulary v;
+  v.tokens = {{"x", 0}, {"a", 0}, {"b", 1}, {"ab", 2}};
+  v.merges = {{0, 1, 2}};
+  auto tokenizer = Tokenizer::FromJsonWithVocabulary(R"({"model": {"type": "BPE"}})", "inline.json", "", "",
+                                                     std::move(v));
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ((*tokenizer)->IdToToken(0), "a");
+  EXPECT_EQ((*tokenizer)->TokenToId("a"), 0);
+  EXPECT_EQ((*tokenizer)->TokenToId("x"), 0);
+  EXPECT_EQ((*tokenizer)->Encode("abx", false), std::vector<int32_t>({2, 0}));
+}
+
 // The vocabulary and merges as data: the same model as the JSON would give.
 TEST(Tokenizer, FromJsonWithVocabularyTakesTheModelAsData) {
   const auto vocabulary = [] {

@@ -65,14 +65,26 @@ void BpeModel::AddToken(std::string token, int32_t id) {
     id_to_token_.resize(id + 1);
     has_id_.resize(id + 1, false);
   }
-  const auto [it, inserted] = vocab_.try_emplace(token, id);
-  if (!inserted && it->second != id) {  // a repeated token: its earlier id no longer decodes
-    has_id_[it->second] = false;
-    id_to_token_[it->second].clear();
-    it->second = id;
+  if (const auto it = vocab_.find(absl::string_view(token)); it != vocab_.end()) {
+    const int32_t earlier = *it;
+    if (earlier == id) return;
+    // A repeated token: its earlier id no longer decodes (erased before its string changes,
+    // which the set hashes).
+    vocab_.erase(it);
+    has_id_[earlier] = false;
+    id_to_token_[earlier].clear();
+  } else {
+    aliases_.erase(token);
+  }
+  if (has_id_[id]) {
+    // The id was another token's: that token still encodes to it (as the tokenizers library's
+    // token -> id map keeps it) but no longer names it.
+    vocab_.erase(id);
+    aliases_[std::move(id_to_token_[id])] = id;
   }
   id_to_token_[id] = std::move(token);
   has_id_[id] = true;
+  vocab_.insert(id);
 }
 
 absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j, const JsonPath& at) {
@@ -181,14 +193,19 @@ absl::Status BpeModel::Finish(const Json& j, const JsonPath& at) {
   }
   if (splittable_) {  // ids of single BMP characters, looked up for every character
     char_ids_.assign(0x10000, -1);
-    for (const auto& [token, id] : vocab_) {
+    const auto single_char = [&](const std::string& token, int32_t id) {
       size_t pos = 0;
-      if (token.empty()) continue;
+      if (token.empty()) return;
       const char32_t c = NextCodePoint(token, &pos);
       if (pos == token.size() && c < 0x10000) char_ids_[c] = id;
-    }
+    };
+    for (const int32_t id : vocab_) single_char(id_to_token_[id], id);
+    for (const auto& [token, id] : aliases_) single_char(token, id);
   }
-  for (const auto& [token, id] : vocab_) {
+  for (const int32_t id : vocab_) {
+    max_token_bytes_ = std::max(max_token_bytes_, static_cast<int64_t>(id_to_token_[id].size()));
+  }
+  for (const auto& [token, id] : aliases_) {
     max_token_bytes_ = std::max(max_token_bytes_, static_cast<int64_t>(token.size()));
   }
   for (int b = 0; b < 256; ++b) {
@@ -214,8 +231,10 @@ bool BpeModel::fuses_unknown_runs() const {
 
 std::optional<int32_t> BpeModel::TokenToId(std::string_view token) const {
   const auto it = vocab_.find(absl::string_view(token.data(), token.size()));
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
+  if (it != vocab_.end()) return *it;
+  const auto alias = aliases_.find(absl::string_view(token.data(), token.size()));
+  if (alias == aliases_.end()) return std::nullopt;
+  return alias->second;
 }
 
 const std::string* BpeModel::IdToToken(int32_t id) const {
