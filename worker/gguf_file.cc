@@ -346,7 +346,17 @@ absl::Status GgufFile::Parse() {
     }
     t.data = base + data_start + off;
   }
+  header_bytes_ = std::min(data_start, map_bytes_);
+  ReleaseHeaderPages();
   return absl::OkStatus();
+}
+
+void GgufFile::ReleaseHeaderPages() const {
+  // Whole pages only, so that the first tensor's are left alone; advice only: where the
+  // kernel refuses, the pages stay resident.
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t bytes = header_bytes_ / page * page;
+  if (bytes > 0) madvise(map_, bytes, MADV_DONTNEED);
 }
 
 absl::StatusOr<std::optional<nlohmann::json>> GgufFile::ReadArray(absl::string_view key) const {
@@ -367,6 +377,7 @@ absl::StatusOr<std::map<std::string, nlohmann::json, std::less<>>> GgufFile::Met
     TP_ASSIGN_OR_RETURN(std::optional<nlohmann::json> value, ReadArray(key));
     all.emplace(key, *std::move(value));
   }
+  ReleaseHeaderPages();
   return all;
 }
 

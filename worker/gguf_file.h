@@ -121,12 +121,16 @@ class GgufFile {
  private:
   GgufFile() = default;
   absl::Status Parse();
+  // The metadata's pages of the mapping (read once into metadata_ or by
+  // MetadataWithLargeArrays) out of the resident set: a vocabulary's are several MB.
+  void ReleaseHeaderPages() const;
 
   std::string path_;
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
   uint32_t version_ = 0;
   size_t alignment_ = 32;
+  size_t header_bytes_ = 0;  // header, metadata and tensor infos: up to the data section
   uint64_t held_array_elements_ = 0;
   std::map<std::string, nlohmann::json, std::less<>> metadata_;
   // The arrays not held: key -> offset of the value (its element kind) in the mapping.
