@@ -144,19 +144,30 @@ size_t MinValueBytes(uint32_t kind) {
   }
 }
 
-absl::Status ReadValue(Reader& r, uint32_t kind, nlohmann::json* out, absl::string_view what, int depth) {
-  if (kind != kArray) return ReadScalar(r, kind, out, what);
-  if (depth > 4) return absl::InvalidArgumentError(absl::StrCat("arrays nested too deep in ", what));
+struct ArrayHeader {
   uint32_t elem_kind = 0;
   uint64_t n = 0;
-  TP_RETURN_IF_ERROR(r.Read(&elem_kind, what));
-  TP_RETURN_IF_ERROR(r.Read(&n, what));
-  if (n > r.remaining() / MinValueBytes(elem_kind)) return r.Truncated(what);
+};
+
+// An array value's element kind and count, checked against the nesting depth and against the
+// bytes left (to reject absurd lengths before allocating for them).
+absl::StatusOr<ArrayHeader> ReadArrayHeader(Reader& r, absl::string_view what, int depth) {
+  if (depth > 4) return absl::InvalidArgumentError(absl::StrCat("arrays nested too deep in ", what));
+  ArrayHeader h;
+  TP_RETURN_IF_ERROR(r.Read(&h.elem_kind, what));
+  TP_RETURN_IF_ERROR(r.Read(&h.n, what));
+  if (h.n > r.remaining() / MinValueBytes(h.elem_kind)) return r.Truncated(what);
+  return h;
+}
+
+absl::Status ReadValue(Reader& r, uint32_t kind, nlohmann::json* out, absl::string_view what, int depth) {
+  if (kind != kArray) return ReadScalar(r, kind, out, what);
+  TP_ASSIGN_OR_RETURN(const ArrayHeader h, ReadArrayHeader(r, what, depth));
   *out = nlohmann::json::array();
-  out->get_ref<nlohmann::json::array_t&>().reserve(n);
-  for (uint64_t i = 0; i < n; ++i) {
+  out->get_ref<nlohmann::json::array_t&>().reserve(h.n);
+  for (uint64_t i = 0; i < h.n; ++i) {
     nlohmann::json v;
-    TP_RETURN_IF_ERROR(ReadValue(r, elem_kind, &v, what, depth + 1));
+    TP_RETURN_IF_ERROR(ReadValue(r, h.elem_kind, &v, what, depth + 1));
     out->push_back(std::move(v));
   }
   return absl::OkStatus();
@@ -172,19 +183,14 @@ absl::Status SkipValue(Reader& r, uint32_t kind, absl::string_view what, int dep
       return r.Skip(n, what);
     }
     case kArray: {
-      if (depth > 4) return absl::InvalidArgumentError(absl::StrCat("arrays nested too deep in ", what));
-      uint32_t elem_kind = 0;
-      uint64_t n = 0;
-      TP_RETURN_IF_ERROR(r.Read(&elem_kind, what));
-      TP_RETURN_IF_ERROR(r.Read(&n, what));
-      if (n > r.remaining() / MinValueBytes(elem_kind)) return r.Truncated(what);
-      if (elem_kind != kString && elem_kind != kArray) {
-        if (MinValueBytes(elem_kind) == 12) {  // not a scalar kind either
-          return absl::InvalidArgumentError(absl::StrCat("unknown metadata value type ", elem_kind, " in ", what));
+      TP_ASSIGN_OR_RETURN(const ArrayHeader h, ReadArrayHeader(r, what, depth));
+      if (h.elem_kind != kString && h.elem_kind != kArray) {
+        if (MinValueBytes(h.elem_kind) == 12) {  // not a scalar kind either
+          return absl::InvalidArgumentError(absl::StrCat("unknown metadata value type ", h.elem_kind, " in ", what));
         }
-        return r.Skip(n * MinValueBytes(elem_kind), what);
+        return r.Skip(h.n * MinValueBytes(h.elem_kind), what);
       }
-      for (uint64_t i = 0; i < n; ++i) TP_RETURN_IF_ERROR(SkipValue(r, elem_kind, what, depth + 1));
+      for (uint64_t i = 0; i < h.n; ++i) TP_RETURN_IF_ERROR(SkipValue(r, h.elem_kind, what, depth + 1));
       return absl::OkStatus();
     }
     default: {
@@ -268,14 +274,12 @@ absl::Status GgufFile::Parse() {
       return absl::InvalidArgumentError(absl::StrCat(path_, ": metadata key \"", key, "\" appears twice"));
     }
     const std::string what = absl::StrCat("metadata \"", key, "\"");
-    if (kind == kArray && r.remaining() >= 12) {
+    if (kind == kArray) {
       const size_t at = r.offset();
-      uint32_t elem_kind = 0;
-      uint64_t n = 0;
-      TP_RETURN_IF_ERROR(r.Read(&elem_kind, what));
-      TP_RETURN_IF_ERROR(r.Read(&n, what));
+      absl::StatusOr<ArrayHeader> h = ReadArrayHeader(r, what, 0);
+      if (!h.ok()) return absl::InvalidArgumentError(absl::StrCat(path_, ": ", h.status().message()));
       r.Seek(at);
-      if (n > held_array_elements_) {
+      if (h->n > held_array_elements_) {
         absl::Status s = SkipValue(r, kind, what, 0);
         if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(path_, ": ", s.message()));
         large_arrays_.emplace(key, at);
