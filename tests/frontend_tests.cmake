@@ -28,6 +28,7 @@ if(TPSERVE_HAVE_SERVING)
   tp_add_test(upstream_call_test SOURCES upstream_call_test.cc LIBS tpserve_router GTest::gmock)
   tp_add_test(stream_usage_test SOURCES stream_usage_test.cc LIBS tpserve_router GTest::gmock)
   tp_add_test(grpc_relay_test SOURCES grpc_relay_test.cc LIBS tpserve_router GTest::gmock)
+  tp_add_test(router_grpc_to_openai_test SOURCES router_grpc_to_openai_test.cc LIBS tpserve_router GTest::gmock)
   tp_add_test(router_grpc_test SOURCES router_grpc_test.cc LIBS tpserve_router PkgConfig::HTTPLIB GTest::gmock)
   # The router's own gRPC port in front of serve's gRPC server on a fake engine.
   tp_add_test(router_grpc_front_test SOURCES router_grpc_front_test.cc
