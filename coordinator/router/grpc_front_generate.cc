@@ -20,6 +20,8 @@ namespace tpserve {
 namespace {
 
 constexpr char kBackendMetadata[] = "x-tpserve-backend";
+// The most of an http(s):// backend's error body kept for the client's message.
+constexpr size_t kMaxErrorBody = 64 << 10;
 
 std::string CodeName(const absl::Status& status) { return absl::StatusCodeToString(status.code()); }
 
@@ -121,13 +123,10 @@ void GrpcFrontGenerate::Refuse(const std::string& model, const absl::Status& sta
 void GrpcFrontGenerate::TryNext() {
   while (const ProxyCandidate* c = core_->Next()) {
     if (c->grpc == nullptr) {
-      core_->Skip(absl::FailedPreconditionError(absl::StrCat(
-          "the router's gRPC port forwards to grpc:// backends only, and model \"", c->pool->model().name,
-          "\" lists ", core_->url(), " (a tpserve.v1 GenerateRequest and its responses have no faithful OpenAI "
-          "HTTP form: token ids, logprobs, usage per message); send this request to the router's HTTP port, or "
-          "list the backend's gRPC port (grpc://HOST:PORT) for the model")));
+      if (StartHttp(*c)) return;
       continue;
     }
+    http_try_ = false;
     const RouterBackend& b = core_->backend();
     GrpcGenerateRequest generate;
     generate.backend = c->grpc;
@@ -159,9 +158,119 @@ void GrpcFrontGenerate::TryNext() {
                          .error = std::string(why.message())});
 }
 
+bool GrpcFrontGenerate::StartHttp(const ProxyCandidate& c) {
+  absl::StatusOr<OpenAiHttpRequest> http = GenerateToOpenAi(request_, core_->RemoteModel());
+  if (!http.ok()) {
+    core_->Skip(http.status());
+    return false;
+  }
+  const RouterBackend& b = core_->backend();
+  UpstreamRequest upstream;
+  upstream.endpoint = c.endpoint;
+  upstream.target = b.base_path + http->path;
+  upstream.body = std::move(http->body);
+  if (!b.api_key.empty()) upstream.authorization = "Bearer " + b.api_key;
+  upstream.connect_timeout = b.connection.connect_timeout;
+  upstream.response_timeout = b.connection.timeout;
+  http_try_ = true;
+  http_status_ = 0;
+  http_error_body_.clear();
+  http_stream_.emplace(http->endpoint, request_.n());
+  core_->BeginTry();
+  std::weak_ptr<GrpcFrontGenerate> weak = weak_from_this();
+  UpstreamCallbacks callbacks;
+  callbacks.connected = [weak](bool reused) {
+    if (auto self = weak.lock()) self->core_->Connected(reused);
+  };
+  // A pooled connection the backend had closed: not its failure; a new one is being opened.
+  callbacks.stale = [weak] {
+    if (auto self = weak.lock()) self->core_->Stale();
+  };
+  callbacks.head = [weak](int status, std::string) {
+    if (auto self = weak.lock()) self->OnHttpHead(status);
+  };
+  callbacks.data = [weak](std::string piece) {
+    if (auto self = weak.lock()) self->OnHttpData(std::move(piece));
+  };
+  callbacks.end = [weak](absl::Status status) {
+    if (auto self = weak.lock()) self->OnHttpEnd(status);
+  };
+  http_call_ = UpstreamCall::Start(strand_, std::move(upstream), std::move(callbacks));
+  return true;
+}
+
+void GrpcFrontGenerate::OnHttpHead(int status) {
+  if (ending_.has_value()) return;
+  http_status_ = status;
+  core_->FirstByte();
+  if (status < 500 && status != 429) return;
+  http_call_->Cancel();
+  http_call_.reset();
+  if (status == 429) {
+    // Over its queue limit: the next replica or the fallback; the backend stays in routing.
+    core_->TryFailed("HTTP 429 (over its queue limit)", BackendErrorKind::kBusy, /*eject=*/false);
+  } else {
+    core_->TryFailed(absl::StrCat("HTTP ", status), BackendErrorKind::kHttp5xx);
+  }
+  TryNext();
+}
+
+void GrpcFrontGenerate::OnHttpData(std::string piece) {
+  if (ending_.has_value()) return;
+  if (http_status_ != 200) {
+    // An error's body, for the client's message.
+    if (http_error_body_.size() < kMaxErrorBody) http_error_body_ += piece;
+    return;
+  }
+  std::vector<v1::GenerateResponse> messages;
+  const absl::Status status = http_stream_->Feed(piece, &messages);
+  for (v1::GenerateResponse& m : messages) Send(std::move(m));
+  if (status.ok()) return;
+  http_call_->Cancel();
+  http_call_.reset();
+  HttpEnded(status);
+}
+
+void GrpcFrontGenerate::OnHttpEnd(const absl::Status& status) {
+  http_call_.reset();
+  if (ending_.has_value()) return;
+  if (status.ok() && http_status_ != 200) {
+    // The backend refused the request (a 4xx; 5xx and 429 failed over at the head): the
+    // client's answer, with the gRPC code for the HTTP status.
+    core_->EndTry();
+    const absl::Status refusal = StatusFromHttpError(http_status_, http_error_body_, core_->url());
+    Answering();
+    return Complete(refusal, ProxyEnd{.outcome = RequestOutcome::kError,
+                                      .status = http_status_,
+                                      .grpc_status = CodeName(refusal),
+                                      .error = std::string(refusal.message()),
+                                      .answered = true});
+  }
+  absl::Status ended = status;
+  if (ended.ok()) {
+    std::vector<v1::GenerateResponse> messages;
+    ended = http_stream_->End(&messages);
+    for (v1::GenerateResponse& m : messages) Send(std::move(m));
+  }
+  HttpEnded(ended);
+}
+
+void GrpcFrontGenerate::HttpEnded(const absl::Status& status) {
+  // The stream's usage chunk: the answer's tokens (all choices together).
+  if (const std::optional<UsageTokens>& usage = http_stream_->usage(); usage.has_value()) {
+    prompt_tokens_ = usage->prompt_tokens;
+    completion_tokens_ = {{0, usage->completion_tokens}};
+  }
+  OnBackendEnd(status);
+}
+
+std::string GrpcFrontGenerate::DescribeFailure(const absl::Status& status) const {
+  return http_try_ ? std::string(status.message()) : DescribeGrpcFailure(status);
+}
+
 void GrpcFrontGenerate::Answering() {
   if (core_->answering()) return;
-  core_->FirstByte();
+  if (!http_try_) core_->FirstByte();  // an HTTP try's came with its response head
   core_->Answering();
   // Before the first write or the Finish, which send the initial metadata: as HTTP's header.
   server_->AddInitialMetadata(kBackendMetadata, core_->url());
@@ -172,9 +281,31 @@ void GrpcFrontGenerate::Answering() {
 
 void GrpcFrontGenerate::OnMessage(v1::GenerateResponse message) {
   if (ending_.has_value()) return;
-  Answering();
   prompt_tokens_ = std::max<int64_t>(prompt_tokens_, message.usage().prompt_tokens());
   completion_tokens_[message.index()] = message.usage().completion_tokens();
+  Send(std::move(message));
+}
+
+void GrpcFrontGenerate::Send(v1::GenerateResponse message) {
+  Answering();
+  if (!write_in_flight_) return Write(message);
+  // Text of the same unfinished choice joins the last waiting message, as serve merges what its
+  // client has not read yet.
+  if (!pending_.empty()) {
+    v1::GenerateResponse& last = pending_.back();
+    const auto text_only = [](const v1::GenerateResponse& m) {
+      return m.finish_reason() == v1::FINISH_REASON_UNSPECIFIED && m.token_ids_size() == 0 && m.logprobs_size() == 0 &&
+             m.tool_calls_size() == 0;
+    };
+    if (last.index() == message.index() && text_only(last) && text_only(message)) {
+      last.mutable_text()->append(message.text());
+      return;
+    }
+  }
+  pending_.push_back(std::move(message));
+}
+
+void GrpcFrontGenerate::Write(const v1::GenerateResponse& message) {
   const std::string bytes = message.SerializeAsString();
   grpc::Slice slice(bytes);
   wire_ = grpc::ByteBuffer(&slice, 1);
@@ -184,6 +315,12 @@ void GrpcFrontGenerate::OnMessage(v1::GenerateResponse message) {
 
 void GrpcFrontGenerate::WriteDone(bool ok) {
   write_in_flight_ = false;
+  if (ok && !pending_.empty()) {
+    // Waiting messages go before the call's end (which waits for them).
+    v1::GenerateResponse next = std::move(pending_.front());
+    pending_.pop_front();
+    return Write(next);
+  }
   if (ending_.has_value()) {
     if (!finished_) {
       finished_ = true;
@@ -209,17 +346,17 @@ void GrpcFrontGenerate::OnBackendEnd(const absl::Status& status) {
       const BackendErrorKind kind = !core_->connected()                       ? BackendErrorKind::kConnect
                                     : code == absl::StatusCode::kDeadlineExceeded ? BackendErrorKind::kTimeout
                                                                               : BackendErrorKind::kStreamBroken;
-      core_->TryFailed(DescribeGrpcFailure(status), kind);
+      core_->TryFailed(DescribeFailure(status), kind);
       return TryNext();
     }
     if (code == absl::StatusCode::kResourceExhausted) {
       // Over its queue limit: the next replica or the fallback; the backend stays in routing.
-      core_->TryFailed(absl::StrCat(DescribeGrpcFailure(status), " (over its queue limit)"), BackendErrorKind::kBusy,
+      core_->TryFailed(absl::StrCat(DescribeFailure(status), " (over its queue limit)"), BackendErrorKind::kBusy,
                        /*eject=*/false);
       return TryNext();
     }
     if (ToHttpError(status).status >= 500) {  // INTERNAL and the like: as an HTTP backend's 5xx
-      core_->TryFailed(DescribeGrpcFailure(status), BackendErrorKind::kHttp5xx);
+      core_->TryFailed(DescribeFailure(status), BackendErrorKind::kHttp5xx);
       return TryNext();
     }
     // The backend answered about the request (INVALID_ARGUMENT, NOT_FOUND, UNAUTHENTICATED, ...):
@@ -234,7 +371,7 @@ void GrpcFrontGenerate::OnBackendEnd(const absl::Status& status) {
     core_->BrokeWhileAnswering(code == absl::StatusCode::kDeadlineExceeded ? BackendErrorKind::kTimeout
                                                                            : BackendErrorKind::kStreamBroken);
     client_status = absl::Status(code, absl::StrCat("the backend ", core_->url(),
-                                                    " failed in the middle of the stream: ", DescribeGrpcFailure(status)));
+                                                    " failed in the middle of the stream: ", DescribeFailure(status)));
     answered = false;
   } else if (!status.ok() && ToHttpError(status).status >= 500) {
     answered = false;  // the engine failed the request: passed through, not a whole answer
@@ -257,10 +394,7 @@ void GrpcFrontGenerate::ClientGone() {
   if (ending_.has_value()) return;
   // gRPC cancels a call whose deadline passed as one the client cancelled.
   if (DeadlineReached(deadline_)) return DeadlinePassed();
-  if (call_ != nullptr) {
-    call_->Cancel();
-    call_.reset();
-  }
+  CancelBackendCall();
   const absl::Status cancelled = absl::CancelledError("the client cancelled the call");
   std::optional<ProxyEnd> end;
   if (core_.has_value()) {
@@ -274,10 +408,7 @@ void GrpcFrontGenerate::ClientGone() {
 
 void GrpcFrontGenerate::DeadlinePassed() {
   if (ending_.has_value()) return;
-  if (call_ != nullptr) {
-    call_->Cancel();
-    call_.reset();
-  }
+  CancelBackendCall();
   const absl::Status passed = absl::DeadlineExceededError(
       absl::StrCat("the client's deadline (", absl::FormatDuration(deadline_ - arrival_), " after the call arrived) ",
                    "passed; the backend's call was cancelled"));
@@ -290,6 +421,18 @@ void GrpcFrontGenerate::DeadlinePassed() {
                    .error = std::string(passed.message())};
   }
   Complete(passed, std::move(end));
+}
+
+void GrpcFrontGenerate::CancelBackendCall() {
+  if (call_ != nullptr) {
+    call_->Cancel();
+    call_.reset();
+  }
+  if (http_call_ != nullptr) {
+    http_call_->Cancel();
+    http_call_.reset();
+  }
+  pending_.clear();  // nobody to read them
 }
 
 void GrpcFrontGenerate::Complete(const absl::Status& status, std::optional<ProxyEnd> end) {

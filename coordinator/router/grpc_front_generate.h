@@ -1,16 +1,21 @@
 // One Generate call to the router's own gRPC port: the gRPC client's side of a ProxyCore
-// (proxy_core.h). The GenerateRequest is routed by its `model` and forwarded to a grpc://
-// backend unchanged but for `model` (the backend's name for it); the backend's messages go back
+// (proxy_core.h). The GenerateRequest is routed by its `model`. To a grpc:// backend it goes
+// unchanged but for `model` (the backend's name for it), and the backend's messages come back
 // unchanged, one write in flight (the next backend read waits for the client's write: a slow
-// client holds one message, and the backend merges what it produces meanwhile). The client's
-// deadline goes with each backend call (what is left of it). Before the first
-// message the router fails over as for HTTP clients; after it, the backend's final status is the
-// client's. http(s):// backends are skipped (their OpenAI API cannot carry a GenerateRequest
-// back and forth). Lives on a strand of the router's proxy io_context; gRPC's reactions only
-// post to it. Tested by tests/router_grpc_front_test.cc and tests/router_grpc_front_test.sh.
+// client holds one message, and the backend merges what it produces meanwhile). To an http(s)://
+// backend it goes as the OpenAI request grpc_to_openai.h writes (a field that request cannot
+// carry is INVALID_ARGUMENT naming it, when no other candidate can take the request), and the
+// backend's server-sent events come back as GenerateResponse messages; those that arrive while
+// a write is in flight wait (merged where they are text of the same choice). The client's
+// deadline goes with each grpc:// backend call (what is left of it), and cancels an http(s)://
+// one when it passes. Before the first message the router fails over as for HTTP clients; after
+// it, the backend's final status (or the failure of its stream) is the client's. Lives on a
+// strand of the router's proxy io_context; gRPC's reactions only post to it. Tested by
+// tests/router_grpc_front_test.cc and tests/router_grpc_front_test.sh.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -20,10 +25,12 @@
 #include "absl/time/time.h"
 #include "boost/asio/io_context.hpp"
 #include "coordinator/router/grpc_generate_call.h"
+#include "coordinator/router/grpc_to_openai.h"
 #include "coordinator/router/proxy_core.h"
 #include "coordinator/router/request_log.h"
 #include "coordinator/router/router_metrics.h"
 #include "coordinator/router/router_routes.h"
+#include "coordinator/router/upstream_call.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/tpserve.pb.h"
 
@@ -59,10 +66,26 @@ class GrpcFrontGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void Begin(const std::string& wire);
   // Ends a call refused before any backend was tried (logged).
   void Refuse(const std::string& model, const absl::Status& status);
-  // Starts the next grpc:// candidate, or ends the call when none is left.
+  // Starts the next candidate that can take the request, or ends the call when none is left.
   void TryNext();
+  // An http(s):// candidate: false (after ProxyCore::Skip) when the request cannot be sent to it.
+  bool StartHttp(const ProxyCandidate& c);
   void OnMessage(v1::GenerateResponse message);
+  // The http(s):// backend's response head, body pieces and end.
+  void OnHttpHead(int status);
+  void OnHttpData(std::string piece);
+  void OnHttpEnd(const absl::Status& status);
+  // The http(s):// try ended with `status` (its stream's end or failure).
+  void HttpEnded(const absl::Status& status);
+  // A message for the client: written, or queued while a write is in flight.
+  void Send(v1::GenerateResponse message);
+  void Write(const v1::GenerateResponse& message);
+  // The current try ended with `status`: failover while nothing reached the client, else the
+  // client's status.
   void OnBackendEnd(const absl::Status& status);
+  // A try's failure as the router names it: "gRPC CODE: message" for a grpc:// backend, the
+  // HTTP call's own message for an http(s):// one.
+  std::string DescribeFailure(const absl::Status& status) const;
   void WriteDone(bool ok);
   void ClientGone();
   // The client's deadline passed: the backend's call is cancelled (if gRPC has not ended it
@@ -70,7 +93,10 @@ class GrpcFrontGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void DeadlinePassed();
   // The backend's answer (a message, or a refusal passed through) starts reaching the client.
   void Answering();
-  // Ends the call with `status` once no write is in flight, after `end` went to the core.
+  // Cancels the backend's call (either kind) and drops the messages waiting for the client.
+  void CancelBackendCall();
+  // Ends the call with `status` once no write is in flight (and the waiting messages went),
+  // after `end` went to the core.
   void Complete(const absl::Status& status, std::optional<ProxyEnd> end);
 
   const Context& context_;
@@ -84,8 +110,16 @@ class GrpcFrontGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   std::optional<ProxyCore> core_;  // once routed
   v1::GenerateRequest request_;    // as the client sent it
   std::shared_ptr<GrpcGenerateCall> call_;
+  // The current try is an http(s):// backend's: its call, its stream read back, its response's
+  // HTTP status and (not 200) body.
+  bool http_try_ = false;
+  std::shared_ptr<UpstreamCall> http_call_;
+  std::optional<GenerateFromOpenAiStream> http_stream_;
+  int http_status_ = 0;
+  std::string http_error_body_;
   grpc::ByteBuffer wire_;  // the write in flight (gRPC reads it until OnWriteDone)
   bool write_in_flight_ = false;
+  std::deque<v1::GenerateResponse> pending_;  // messages waiting for the write in flight
   std::optional<grpc::Status> ending_;  // decided; Finish once no write is in flight
   bool finished_ = false;               // Finish called
   int64_t prompt_tokens_ = -1;          // from the messages' usage
