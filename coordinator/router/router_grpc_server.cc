@@ -1,6 +1,6 @@
-// RouterGrpcServer: the service's three methods (ModelInfo forwarded here); the server starts and
-// stops as serve's (coordinator/api/grpc_server_start.h). Tested by
-// tests/router_grpc_front_test.cc and tests/router_grpc_front_test.sh.
+// RouterGrpcServer: the service's three methods (ModelInfo forwarded here, Stats answered from the
+// router's metrics); the server starts and stops as serve's (coordinator/api/grpc_server_start.h).
+// Tested by tests/router_grpc_front_test.cc and tests/router_grpc_front_test.sh.
 #include "coordinator/router/router_grpc_server.h"
 
 #include <chrono>
@@ -14,6 +14,7 @@
 #include "coordinator/api/grpc_service.h"
 #include "coordinator/api/grpc_status.h"
 #include "coordinator/api/openai_json.h"
+#include "coordinator/api/process_info.h"
 #include "coordinator/router/grpc_generate_call.h"
 #include "grpcpp/grpcpp.h"
 
@@ -134,6 +135,25 @@ class ModelInfoForward final : public grpc::ServerUnaryReactor {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// running: the router's requests at a backend now (a request between tries, or refused, is
+// in none); waiting 0: the router queues nothing (a request goes to a backend at once, or is
+// refused); prompt_tokens and generation_tokens: its backends' answers' usage (streams without
+// a usage chunk not counted); requests_finished: requests to configured models that ended,
+// whatever their outcome; rss_bytes and peak_rss_bytes: the router process's.
+v1::StatsResponse RouterStats(const RouterMetrics& metrics) {
+  const RouterMetrics::Totals t = metrics.totals();
+  v1::StatsResponse r;
+  r.set_running(static_cast<int32_t>(t.in_flight));
+  r.set_waiting(0);
+  r.set_prompt_tokens(t.prompt_tokens);
+  r.set_generation_tokens(t.completion_tokens);
+  r.set_requests_finished(t.requests_finished);
+  const ProcessMemory memory = ReadProcessMemory();
+  r.set_rss_bytes(memory.rss_bytes);
+  r.set_peak_rss_bytes(memory.peak_rss_bytes);
+  return r;
+}
+
 grpc::ServerUnaryReactor* Refused(grpc::CallbackServerContext* context, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
@@ -182,13 +202,17 @@ class RouterGrpcService final : public TpServeServiceBase {
     return reactor;
   }
 
+  // The router's own numbers, as far as StatsResponse has room for them: the rest are an
+  // engine's (KV cache, steps, preemptions, weights, speculative decoding), and stay zero. A
+  // backend's engine statistics are on its own gRPC port: StatsRequest names no model, and a
+  // router's backends are many, http(s):// ones with no Stats at all.
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context, const v1::StatsRequest*,
-                                  v1::StatsResponse*) override {
+                                  v1::StatsResponse* response) override {
     if (absl::Status key = AuthorizeGrpcCall(api_keys_, *context); !key.ok()) return Refused(context, key);
-    return Refused(context, absl::UnimplementedError(
-                                "the router runs no engine, so it has no engine statistics: its own numbers are GET "
-                                "/metrics on its HTTP port (tpserve_router_*: per backend requests, errors, latency, "
-                                "health); a backend's Stats are on that backend's gRPC port"));
+    *response = RouterStats(context_.metrics);
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
   }
 
  private:

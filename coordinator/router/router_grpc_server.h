@@ -1,9 +1,10 @@
 // `tpserve router --grpc-port Q`: the router's gRPC front end, serving tpserve.v1.TpServe as
 // `tpserve serve` does, so that a gRPC client talks to the router as to one server. Generate is
 // routed by its `model` to the model's backends, grpc:// and http(s):// (grpc_front_generate.h);
-// ModelInfo is answered by a routable grpc:// backend of the model; Stats is UNIMPLEMENTED (the
-// router's numbers are its HTTP /metrics). With API keys, every method needs "authorization:
-// Bearer KEY" metadata (serve's check). grpc.health.v1 answers SERVING until shutdown; server
+// ModelInfo is answered by a routable grpc:// backend of the model; Stats answers the router's
+// own numbers (its requests at backends now, the requests that ended and their tokens, its
+// memory; the engine's fields zero). With API keys, every method needs "authorization: Bearer
+// KEY" metadata (serve's check). grpc.health.v1 answers SERVING until shutdown; server
 // reflection is on. Tested by tests/router_grpc_front_test.cc and tests/router_grpc_front_test.sh.
 #pragma once
 

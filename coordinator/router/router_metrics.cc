@@ -232,4 +232,24 @@ void RouterMetrics::FallbackTaken(const std::string& model, const std::string& a
   f->second->Increment();
 }
 
+RouterMetrics::Totals RouterMetrics::totals() const {
+  Totals t;
+  for (const auto& [pool, series] : backends_) {
+    for (size_t i = 0; i < series.size(); ++i) t.in_flight += pool->in_flight(i);
+  }
+  // A URL listed twice under one model is one series: each series counted once.
+  for (const std::unique_ptr<BackendSeries>& s : backend_series_) {
+    t.prompt_tokens += static_cast<int64_t>(s->prompt_tokens->value());
+    t.completion_tokens += static_cast<int64_t>(s->completion_tokens->value());
+  }
+  for (const auto& [model, m] : models_) {
+    for (const auto& by_outcome : m.outcomes) {
+      for (const Counter* c : by_outcome) {
+        if (c != nullptr) t.requests_finished += static_cast<int64_t>(c->value());
+      }
+    }
+  }
+  return t;
+}
+
 }  // namespace tpserve

@@ -84,6 +84,17 @@ class RouterMetrics {
   // fallback chain).
   void FallbackTaken(const std::string& model, const std::string& answering);
 
+  // The router's whole load, for its gRPC Stats (router_grpc_server.h): its requests to backends
+  // in flight now, and since start the requests to configured models that ended (both doors,
+  // every outcome) and the tokens its backends' answers reported (their usage).
+  struct Totals {
+    int64_t in_flight = 0;
+    int64_t requests_finished = 0;
+    int64_t prompt_tokens = 0;
+    int64_t completion_tokens = 0;
+  };
+  Totals totals() const;
+
  private:
   struct BackendSeries {
     Counter* requests;
