@@ -4,8 +4,9 @@
 # "localhost" signed by a CA made here with openssl. Through the router: a chat, streamed and
 # not, with the CA in tls_ca_file (and kept-alive TLS connections reused); a 502 naming the
 # certificate verification failure with another CA, and with a name the certificate does not
-# hold; tls_insecure_skip_verify answers and warns; the router keeps serving after the
-# failures; an unreadable tls_ca_file stops it at start naming the field.
+# hold; tls_insecure_skip_verify answers and warns; a chat through the router's gRPC port over
+# the same https:// backend, and its certificate failure with another CA; the router keeps
+# serving after the failures; an unreadable tls_ca_file stops it at start naming the field.
 # Usage: router_tls_test.sh TPSERVE_BINARY FIXTURES_DIR   (run by ctest)
 set -u
 TPSERVE=$1
@@ -33,13 +34,15 @@ cat >"$WORK/router.json" <<JSON
 {"models": {
   "gemma-4-tiny": {"backends": [{"url": "$GOOD", "tls_ca_file": "$WORK/ca.pem"}]},
   "wrong-ca": {"backends": [{"url": "$GOOD", "model": "gemma-4-tiny", "tls_ca_file": "$WORK/other.pem"}]},
+  "wrong-ca-grpc": {"backends": [{"url": "$GOOD", "model": "gemma-4-tiny", "tls_ca_file": "$WORK/other.pem"}]},
   "wrong-name": {"backends": [{"url": "https://127.0.0.1:$PORT_T/v1", "model": "gemma-4-tiny",
                                "tls_ca_file": "$WORK/ca.pem"}]},
   "insecure": {"backends": [{"url": "https://127.0.0.1:$PORT_T/v1", "model": "gemma-4-tiny",
                              "tls_insecure_skip_verify": true}]}}}
 JSON
-start_http R router --config "$WORK/router.json"
+start_http R router --config "$WORK/router.json" --grpc-port 0
 R="http://127.0.0.1:$PORT_R"
+GRPC_R=$(grpc_port R)
 
 # chat MODEL [STREAM]: a chat through the router; prints the status, the body in $WORK/body.
 chat() {
@@ -62,6 +65,18 @@ code=$(chat wrong-name)
 code=$(chat insecure)
 [ "$code" = 200 ] && grep -q 'WARNING: router config: models\["insecure"\].backends\[0\].*tls_insecure_skip_verify' "$WORK/R.log" \
   && ok "tls_insecure_skip_verify answers, and the router warned at start" || bad "insecure: $code $(cat "$WORK/R.log")"
+# The router's gRPC port to the same https:// backend (its OpenAI API, over the same TLS client).
+timeout 60 "$TPSERVE" client --grpc "127.0.0.1:$GRPC_R" --model gemma-4-tiny --prompt Hi --max-tokens 5 --chat \
+  >"$WORK/grpc.out" 2>"$WORK/grpc.err"
+rc=$?
+[ $rc -eq 0 ] && [ -s "$WORK/grpc.out" ] && ok "Generate on the router's gRPC port to the https:// backend" \
+  || bad "gRPC to https: rc $rc $(cat "$WORK/grpc.err")"
+timeout 60 "$TPSERVE" client --grpc "127.0.0.1:$GRPC_R" --model wrong-ca-grpc --prompt Hi --max-tokens 5 --chat \
+  >"$WORK/grpc.out" 2>"$WORK/grpc.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "the backend's certificate failed verification: unable to get local issuer certificate" \
+  "$WORK/grpc.err" && ok "gRPC port, another CA: the call fails naming the certificate verification failure" \
+  || bad "gRPC wrong CA: rc $rc $(cat "$WORK/grpc.err")"
 codes=""
 for i in 1 2 3; do codes="$codes$(chat gemma-4-tiny) "; done
 metrics=$(curl -s "$R/metrics")
