@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "coordinator/router/backend_pool.h"
+#include "coordinator/router/proxy_core.h"
 #include "coordinator/router/router_config.h"
 
 namespace tpserve {
@@ -30,6 +31,17 @@ constexpr char kConfig[] = R"({"cooldown_s": 60, "models": {
    "mid": {"fallback": "cloud", "backends": ["http://m:3/v1"]},
    "cloud": {"backends": [{"url": "http://c:4/v1", "price_per_mtok": {"input": 3, "output": 15}}]}}})";
 
+// The value of the series `name{labels}` in a fresh scrape of `metrics`; "absent" when there is
+// none, "duplicate" when there are several.
+std::string SeriesValue(const RouterMetrics& metrics, const std::string& series) {
+  std::istringstream text(metrics.RenderPrometheus());
+  std::string line, found = "absent";
+  while (std::getline(text, line)) {
+    if (line.rfind(series + " ", 0) == 0) found = found == "absent" ? line.substr(series.size() + 1) : "duplicate";
+  }
+  return found;
+}
+
 class RouterMetricsTest : public ::testing::Test {
  protected:
   RouterMetricsTest() {
@@ -39,16 +51,7 @@ class RouterMetricsTest : public ::testing::Test {
   }
   BackendPool& pool(const std::string& name) { return *pools_.at(name); }
 
-  // The value of the series `name{labels}` in a fresh scrape; "absent" when there is none,
-  // "duplicate" when there are several.
-  std::string Value(const std::string& series) const {
-    std::istringstream text(metrics_->RenderPrometheus());
-    std::string line, found = "absent";
-    while (std::getline(text, line)) {
-      if (line.rfind(series + " ", 0) == 0) found = found == "absent" ? line.substr(series.size() + 1) : "duplicate";
-    }
-    return found;
-  }
+  std::string Value(const std::string& series) const { return SeriesValue(*metrics_, series); }
 
   std::map<std::string, std::unique_ptr<BackendPool>> pools_;
   std::unique_ptr<RouterMetrics> metrics_;
@@ -68,6 +71,7 @@ TEST_F(RouterMetricsTest, EverySeriesStartsAtZeroAndHealthy) {
     for (const char* c : {"opened", "reused", "stale"}) {
       EXPECT_EQ(Value("tpserve_router_backend_connections_" + std::string(c) + "_total{" + l + "}"), "0") << c;
     }
+    EXPECT_EQ(Value("tpserve_router_backend_turned_away_total{" + l + "}"), "0");
     EXPECT_EQ(Value("tpserve_router_backend_requests_in_flight{" + l + "}"), "0");
     EXPECT_EQ(Value("tpserve_router_backend_healthy{" + l + "}"), "1");
     EXPECT_EQ(Value("tpserve_router_backend_time_to_first_byte_seconds_count{" + l + "}"), "0");
@@ -207,6 +211,35 @@ TEST_F(RouterMetricsTest, GaugesFollowThePoolsAtScrapeTime) {
   EXPECT_EQ(Value("tpserve_router_backend_healthy{" + std::string(kA) + "}"), "1");
   g.Eject(1, absl::Now() - absl::Seconds(61));  // the cooldown is over
   EXPECT_EQ(Value("tpserve_router_backend_healthy{" + b + "}"), "1");
+}
+
+// A request that finds a backend at its max_in_flight passes it over (ProxyCore::Next): counted
+// on that backend as turned away, not as a try; the next candidate takes the request.
+TEST(RouterMetricsProxyTest, ARequestTurnedAwayByMaxInFlightIsCountedOnTheFullBackend) {
+  RouterConfig config = *ParseRouterConfig(R"({"models": {"m": {"backends": [
+      {"url": "http://full:1/v1", "max_in_flight": 1}, "http://free:2/v1"]}}})");
+  std::map<std::string, std::unique_ptr<BackendPool>> pools;
+  for (auto& [name, model] : config.models) pools.emplace(name, std::make_unique<BackendPool>(std::move(model)));
+  RouterMetrics metrics(pools, {FrontDoor::kHttp});
+  BackendPool* m = pools.at("m").get();
+  const std::vector<ProxyCandidate> candidates = {{m, 0}, {m, 1}};
+  auto value = [&](const std::string& series) { return SeriesValue(metrics, series); };
+  const std::string full = R"(model="m",backend="http://full:1/v1")", free = R"(model="m",backend="http://free:2/v1")";
+
+  ProxyCore first("m", FrontDoor::kHttp, candidates, absl::Now(), nullptr, metrics);
+  ASSERT_NE(first.Next(), nullptr);
+  EXPECT_EQ(first.url(), "http://full:1/v1");  // its one place taken
+  ProxyCore second("m", FrontDoor::kHttp, candidates, absl::Now(), nullptr, metrics);
+  ASSERT_NE(second.Next(), nullptr);
+  EXPECT_EQ(second.url(), "http://free:2/v1");
+  EXPECT_EQ(value("tpserve_router_backend_turned_away_total{" + full + "}"), "1");
+  EXPECT_EQ(value("tpserve_router_backend_turned_away_total{" + free + "}"), "0");
+  EXPECT_EQ(value("tpserve_router_backend_requests_total{" + full + "}"), "0");  // not a try
+  first.EndTry();
+  ProxyCore third("m", FrontDoor::kHttp, candidates, absl::Now(), nullptr, metrics);
+  ASSERT_NE(third.Next(), nullptr);
+  EXPECT_EQ(third.url(), "http://full:1/v1");  // the place is free again
+  EXPECT_EQ(value("tpserve_router_backend_turned_away_total{" + full + "}"), "1");
 }
 
 // A URL listed twice in one model is one series (not two with the same labels): its tries and

@@ -29,6 +29,7 @@ const ProxyCandidate* ProxyCore::Next() {
     if (b.connection.max_in_flight == 0) {
       c.pool->Begin(c.index);
     } else if (!c.pool->TryBegin(c.index, b.connection.max_in_flight)) {
+      metrics_.BackendTurnedAway(*c.pool, c.index);
       Skip(absl::ResourceExhaustedError(absl::StrCat("backend ", b.url, " has its max_in_flight (",
                                                      b.connection.max_in_flight, ") requests in flight")));
       continue;

@@ -24,6 +24,7 @@ constexpr char kRetries[] = "tpserve_router_backend_retries_total";
 constexpr char kOpened[] = "tpserve_router_backend_connections_opened_total";
 constexpr char kReused[] = "tpserve_router_backend_connections_reused_total";
 constexpr char kStale[] = "tpserve_router_backend_connections_stale_total";
+constexpr char kTurnedAway[] = "tpserve_router_backend_turned_away_total";
 constexpr char kInFlight[] = "tpserve_router_backend_requests_in_flight";
 constexpr char kHealthy[] = "tpserve_router_backend_healthy";
 constexpr char kFirstByte[] = "tpserve_router_backend_time_to_first_byte_seconds";
@@ -81,6 +82,11 @@ RouterMetrics::RouterMetrics(const std::map<std::string, std::unique_ptr<Backend
             kStale,
             "Reused connections the backend had closed while idle (failed before any response byte); the try "
             "went on with a new connection, not counted as an error.",
+            l);
+        series->turned_away = &registry_.AddCounter(
+            kTurnedAway,
+            "Requests that found this backend at its max_in_flight and passed it over (to the next candidate, the "
+            "fallback, or a 429); not tries.",
             l);
         series->prompt_tokens = &registry_.AddCounter(
             kPromptTokens,
@@ -195,6 +201,10 @@ void RouterMetrics::BackendConnection(const BackendPool& pool, size_t index, boo
 
 void RouterMetrics::BackendStaleConnection(const BackendPool& pool, size_t index) {
   Series(pool, index).connections_stale->Increment();
+}
+
+void RouterMetrics::BackendTurnedAway(const BackendPool& pool, size_t index) {
+  Series(pool, index).turned_away->Increment();
 }
 
 std::optional<double> RouterMetrics::BackendUsage(const BackendPool& pool, size_t index, int64_t prompt_tokens,

@@ -1,6 +1,7 @@
 // `tpserve router`'s own Prometheus metrics (GET /metrics, docs/router.md "Metrics"), on the
 // registry of coordinator/api/metrics.h: per backend (model, backend) requests started, errors
-// by kind, retries, connections opened, reused and found stale, requests in flight, health, time
+// by kind, retries, connections opened, reused and found stale, requests turned away at
+// max_in_flight, requests in flight, health, time
 // to first byte and latency, and the tokens the answers used and their cost; per model and front
 // door the requests' final outcomes; per model the fallbacks taken; ModelInfo calls on the gRPC
 // port. Thread-safe. Tested by tests/router_metrics_test.cc and the router's shell tests.
@@ -67,6 +68,8 @@ class RouterMetrics {
   // reused one had been closed by the backend (stale: the try goes on with a new connection).
   void BackendConnection(const BackendPool& pool, size_t index, bool reused);
   void BackendStaleConnection(const BackendPool& pool, size_t index);
+  // A request found backend `index` at its max_in_flight and passed it over (not a try).
+  void BackendTurnedAway(const BackendPool& pool, size_t index);
   // Backend `index` answered a request whose response said it used `prompt_tokens` and
   // `completion_tokens` (its usage): their counts, and where the backend is priced their cost.
   // Returns the cost in USD (none: not priced).
@@ -103,6 +106,7 @@ class RouterMetrics {
     Counter* connections_opened;
     Counter* connections_reused;
     Counter* connections_stale;
+    Counter* turned_away;
     Counter* prompt_tokens;
     Counter* completion_tokens;
     Counter* cost_usd;  // null: no listing of the backend in the model is priced
