@@ -68,13 +68,13 @@ TEST(RouterConfigTest, GrpcsBackendsAreGrpcWithTlsAndTakeTheCaFile) {
 }
 
 TEST(RouterConfigTest, ConnectionOptionsDefaultAndAreOverriddenTopModelBackend) {
-  absl::StatusOr<RouterConfig> c = ParseRouterConfig(R"({"timeout_s": 120, "cooldown_s": 0,
+  absl::StatusOr<RouterConfig> c = ParseRouterConfig(R"({"timeout_s": 120, "cooldown_s": 0, "max_retries": 2,
     "models": {
       "plain": {"backends": ["http://p/v1"]},
       "tuned": {"connect_timeout_s": 0.5, "max_idle_connections": 4,
                 "backends": ["http://t/v1",
                              {"url": "http://u/v1", "timeout_s": 2.5, "cooldown_s": 30, "max_idle_connections": 0,
-                              "idle_timeout_s": 7, "max_in_flight": 3},
+                              "idle_timeout_s": 7, "max_in_flight": 3, "max_retries": 0},
                              {"url": "grpc://g:50051", "connect_timeout_s": 1}]}}})");
   ASSERT_TRUE(c.ok()) << c.status();
   // The built-in defaults, where nothing is set.
@@ -88,6 +88,7 @@ TEST(RouterConfigTest, ConnectionOptionsDefaultAndAreOverriddenTopModelBackend) 
   EXPECT_EQ(d.max_idle_connections, 1024u);
   EXPECT_EQ(d.idle_timeout, absl::Seconds(60));
   EXPECT_EQ(d.max_in_flight, 0);
+  EXPECT_FALSE(d.max_retries.has_value());  // every candidate once
   // The top level's over the defaults.
   const BackendConnectionOptions& p = c->models.at("plain").backends[0].connection;
   EXPECT_EQ(p.connect_timeout, absl::Seconds(5));
@@ -108,6 +109,9 @@ TEST(RouterConfigTest, ConnectionOptionsDefaultAndAreOverriddenTopModelBackend) 
   EXPECT_EQ(t[1].connection.idle_timeout, absl::Seconds(7));
   EXPECT_EQ(t[1].connection.max_in_flight, 3);
   EXPECT_EQ(t[0].connection.max_in_flight, 0);
+  EXPECT_EQ(p.max_retries, 2);
+  EXPECT_EQ(t[0].connection.max_retries, 2);
+  EXPECT_EQ(t[1].connection.max_retries, 0);
   EXPECT_EQ(t[2].connection.connect_timeout, absl::Seconds(1));
   EXPECT_EQ(t[2].connection.timeout, absl::Seconds(120));
   EXPECT_EQ(t[2].connection.max_idle_connections, 4u);  // the model's; a grpc:// backend does not use it
@@ -313,11 +317,16 @@ INSTANTIATE_TEST_SUITE_P(
                   "models[\"m\"].backends[0].idle_timeout_s: applies to http(s):// backends only"},
         BadConfig{R"({"timeout": 30, "models": {"m": {"backends": ["http://h/v1"]}}})",
                   "(top level): unknown key \"timeout\" (known: connect_timeout_s, cooldown_s, idle_timeout_s, "
-                  "max_idle_connections, max_in_flight, models, timeout_s)"},
+                  "max_idle_connections, max_in_flight, max_retries, models, timeout_s)"},
         BadConfig{R"({"models": {"m": {"max_in_flight": 1.5, "backends": ["http://h/v1"]}}})",
                   "models[\"m\"].max_in_flight: must be a whole number in 0..1000000"},
         BadConfig{R"({"models": {"m": {"backends": [{"url": "grpc://h:1", "max_in_flight": -2}]}}})",
                   "models[\"m\"].backends[0].max_in_flight: must be a whole number in 0..1000000"},
+        BadConfig{R"({"models": {"m": {"max_retries": -1, "backends": ["http://h/v1"]}}})",
+                  "models[\"m\"].max_retries: must be a whole number in 0..1000 (further tries after a request's "
+                  "first failed one"},
+        BadConfig{R"({"max_retries": "2", "models": {"m": {"backends": ["http://h/v1"]}}})",
+                  "router config: max_retries: must be a whole number in 0..1000"},
         BadConfig{R"({"models": {"m": {"policy": "random", "backends": ["http://h/v1"]}}})",
                   "models[\"m\"].policy: random is not one of"},
         BadConfig{R"({"models": {"m": {"fallback": "x", "backends": ["http://h/v1"]}}})",

@@ -7,8 +7,9 @@
 # 1 s (not the default 600 s) and is answered by the stand-in; the stalling backend stays out of
 # routing for its 30 s cooldown. A whole response, a stream with include_usage and one without:
 # /metrics has their exact tokens and cost under door="http" (the router has no gRPC port, so no
-# door="grpc" series), and the request log their cost_usd. A config with a bad knob stops the
-# router at start naming the field.
+# door="grpc" series), and the request log their cost_usd. `max_retries` 0, 1 and 2 in front of
+# two refusing backends and a fallback: the tries stop where the cap says (the 502 names it).
+# A config with a bad knob stops the router at start naming the field.
 # Usage: router_knobs_test.sh TPSERVE_BINARY   (run by ctest)
 set -u
 TPSERVE=$1
@@ -76,6 +77,40 @@ sed -n 1p "$WORK/requests.jsonl" | grep -q "\"backend\":\"$MOCK\".*\"prompt_toke
   && sed -n 3p "$WORK/requests.jsonl" | grep -q '"prompt_tokens":null,"completion_tokens":null,.*"cost_usd":null' \
   && ok "the request log: each request's tokens and cost_usd (null: a stream without usage)" \
   || bad "request log: $(cat "$WORK/requests.jsonl")"
+
+# max_retries: two backends that refuse connections (never ejected: cooldown_s 0) and the
+# stand-in behind them as the fallback. With max_retries 0 the first refusal is the client's 502
+# (the second backend and the fallback not tried, no retry counted); with 1, one move on and the
+# 502; with 2 the fallback answers.
+DEAD1="http://127.0.0.1:1/v1"
+DEAD2="http://127.0.0.1:2/v1"
+cat >"$WORK/retries.json" <<JSON
+{"cooldown_s": 0,
+ "models": {"r0": {"max_retries": 0, "fallback": "live", "backends": ["$DEAD1", "$DEAD2"]},
+            "r1": {"max_retries": 1, "fallback": "live", "backends": ["$DEAD1", "$DEAD2"]},
+            "r2": {"max_retries": 2, "fallback": "live", "backends": ["$DEAD1", "$DEAD2"]},
+            "live": {"backends": ["$MOCK"]}}}
+JSON
+start_http RETRY router --config "$WORK/retries.json"
+for model in r0 r1 r2; do
+  curl -s -o "$WORK/$model.body" -w '%{http_code}' --max-time 30 "http://127.0.0.1:$PORT_RETRY/v1/completions" \
+    -d "{\"model\": \"$model\", \"prompt\": \"hi\", \"max_tokens\": 2}" >"$WORK/$model.code"
+done
+curl -s "http://127.0.0.1:$PORT_RETRY/metrics" >"$WORK/metrics"
+tries() { sum "tpserve_router_backend_requests_total{model=\"$1\""; }
+retries() { sum "tpserve_router_backend_retries_total{model=\"$1\""; }
+[ "$(cat "$WORK/r0.code")" = 502 ] && grep -q 'max_retries (0) allows no further try' "$WORK/r0.body" \
+  && [ "$(tries r0)" = 1 ] && [ "$(retries r0)" = 0 ] && [ "$(tries live)" = 1 ] \
+  && ok "max_retries 0: the first refusal is the client's 502, one try, no retry" \
+  || bad "max_retries 0: HTTP $(cat "$WORK/r0.code"): $(cat "$WORK/r0.body"); tries $(tries r0), retries $(retries r0)"
+[ "$(cat "$WORK/r1.code")" = 502 ] && grep -q "max_retries (1) allows no further try (not tried: $MOCK)" "$WORK/r1.body" \
+  && [ "$(tries r1)" = 2 ] && [ "$(retries r1)" = 1 ] \
+  && ok "max_retries 1: both refusing backends tried, one retry, the fallback not tried" \
+  || bad "max_retries 1: HTTP $(cat "$WORK/r1.code"): $(cat "$WORK/r1.body"); tries $(tries r1), retries $(retries r1)"
+[ "$(cat "$WORK/r2.code")" = 200 ] && [ "$(tries r2)" = 2 ] && [ "$(retries r2)" = 2 ] \
+  && [ "$(metric 'tpserve_router_fallbacks_total{model="r2",fallback="live"}')" = 1 ] \
+  && ok "max_retries 2: two retries, the fallback answers" \
+  || bad "max_retries 2: HTTP $(cat "$WORK/r2.code"): $(cat "$WORK/r2.body"); retries $(retries r2)"
 
 # A bad knob: the router exits 2 before listening, naming the field and the model.
 echo "{\"models\": {\"m\": {\"backends\": [{\"url\": \"$MOCK\", \"timeout_s\": \"30\"}]}}}" >"$WORK/bad.json"

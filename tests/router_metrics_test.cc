@@ -242,6 +242,59 @@ TEST(RouterMetricsProxyTest, ARequestTurnedAwayByMaxInFlightIsCountedOnTheFullBa
   EXPECT_EQ(value("tpserve_router_backend_turned_away_total{" + full + "}"), "1");
 }
 
+// max_retries caps the moves on from failed tries before the first byte (ProxyCore::TryFailed):
+// with 0 the first failure is the answer (no retry counted, the others not tried); with 1 one
+// move on; unset, every candidate once.
+TEST(RouterMetricsProxyTest, MaxRetriesStopsTheTriesAndNamesWhatWasNotTried) {
+  RouterConfig config = *ParseRouterConfig(R"({"cooldown_s": 0, "models": {
+      "none": {"max_retries": 0, "backends": ["http://a:1/v1", "http://b:2/v1", "http://c:3/v1"]},
+      "one": {"max_retries": 1, "backends": ["http://a:1/v1", "http://b:2/v1", "http://c:3/v1"]},
+      "all": {"backends": ["http://a:1/v1", "http://b:2/v1", "http://c:3/v1"]}}})");
+  std::map<std::string, std::unique_ptr<BackendPool>> pools;
+  for (auto& [name, model] : config.models) pools.emplace(name, std::make_unique<BackendPool>(std::move(model)));
+  RouterMetrics metrics(pools, {FrontDoor::kHttp});
+  // Fails every candidate it is given; returns the URLs tried and what the client gets.
+  auto fail_all = [&](const std::string& model, BackendErrorKind kind) {
+    BackendPool* p = pools.at(model).get();
+    ProxyCore core(model, FrontDoor::kHttp, {{p, 0}, {p, 1}, {p, 2}}, absl::Now(), nullptr, metrics);
+    std::vector<std::string> tried;
+    while (core.Next() != nullptr) {
+      core.BeginTry();
+      tried.push_back(core.url());
+      core.TryFailed("connecting: refused", kind, /*eject=*/kind != BackendErrorKind::kBusy);
+    }
+    return std::pair{tried, core.Exhausted()};
+  };
+  auto retries = [&](const std::string& model, const std::string& url) {
+    return SeriesValue(metrics, "tpserve_router_backend_retries_total{model=\"" + model + "\",backend=\"" + url + "\"}");
+  };
+
+  auto [none_tried, none] = fail_all("none", BackendErrorKind::kConnect);
+  EXPECT_EQ(none_tried, std::vector<std::string>{"http://a:1/v1"});
+  EXPECT_EQ(none.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(none.message(),
+            "model \"none\" (and its fallbacks): failed, and its max_retries (0) allows no further try (not tried: "
+            "http://b:2/v1, http://c:3/v1): http://a:1/v1: connecting: refused");
+  EXPECT_EQ(retries("none", "http://a:1/v1"), "0");
+
+  auto [one_tried, one] = fail_all("one", BackendErrorKind::kConnect);
+  EXPECT_EQ(one_tried, (std::vector<std::string>{"http://a:1/v1", "http://b:2/v1"}));
+  EXPECT_THAT(one.message(), HasSubstr("max_retries (1) allows no further try (not tried: http://c:3/v1)"));
+  EXPECT_EQ(retries("one", "http://a:1/v1"), "1");
+  EXPECT_EQ(retries("one", "http://b:2/v1"), "0");
+
+  // Busy tries count as retries too, and a stop among busy ones is still the 429's code.
+  auto [busy_tried, busy] = fail_all("none", BackendErrorKind::kBusy);
+  EXPECT_EQ(busy_tried.size(), 1u);
+  EXPECT_EQ(busy.code(), absl::StatusCode::kResourceExhausted);
+
+  auto [all_tried, all] = fail_all("all", BackendErrorKind::kConnect);
+  EXPECT_EQ(all_tried.size(), 3u);
+  EXPECT_THAT(all.message(), HasSubstr("every backend of model \"all\" (and its fallbacks) failed: "));
+  EXPECT_EQ(retries("all", "http://a:1/v1"), "1");
+  EXPECT_EQ(retries("all", "http://c:3/v1"), "0");  // nothing left to move on to
+}
+
 // A URL listed twice in one model is one series (not two with the same labels): its tries and
 // in-flight requests add up over both entries.
 TEST_F(RouterMetricsTest, ARepeatedUrlIsOneSeries) {

@@ -73,8 +73,19 @@ void ProxyCore::TryFailed(const std::string& error, BackendErrorKind kind, bool 
   EndTry();
   if (kind == BackendErrorKind::kBusy) ++busy_;
   if (eject) current_->pool->Eject(current_->index, absl::Now());
-  metrics_.BackendFailed(*current_->pool, current_->index, kind, /*moved_on=*/next_ < candidates_.size());
   errors_.push_back(absl::StrCat(url(), ": ", error));
+  bool moved_on = next_ < candidates_.size();
+  const std::optional<int64_t>& cap = backend().connection.max_retries;
+  if (moved_on && cap.has_value() && retries_ >= *cap) {
+    // The failed backend's max_retries is spent: the candidates left are not tried.
+    retries_cap_ = *cap;
+    for (; next_ < candidates_.size(); ++next_) {
+      untried_.push_back(candidates_[next_].pool->backend(candidates_[next_].index).url);
+    }
+    moved_on = false;
+  }
+  if (moved_on) ++retries_;
+  metrics_.BackendFailed(*current_->pool, current_->index, kind, moved_on);
 }
 
 void ProxyCore::EndTry() {
@@ -106,8 +117,13 @@ absl::Status ProxyCore::Exhausted() const {
   // Every one busy: RESOURCE_EXHAUSTED (HTTP 429), so that the client backs off and retries as
   // it would against one server; any other failure among them: UNAVAILABLE.
   const bool all_busy = busy_ > 0 && busy_ == static_cast<int>(errors_.size());
-  std::string message = absl::StrCat("every backend of model \"", model_, "\" (and its fallbacks) ",
-                                     all_busy ? "is over its queue limit: " : "failed: ", absl::StrJoin(errors_, "; "));
+  std::string message =
+      retries_cap_.has_value()
+          ? absl::StrCat("model \"", model_, "\" (and its fallbacks): ", all_busy ? "busy" : "failed",
+                         ", and its max_retries (", *retries_cap_, ") allows no further try (not tried: ",
+                         absl::StrJoin(untried_, ", "), "): ", absl::StrJoin(errors_, "; "))
+          : absl::StrCat("every backend of model \"", model_, "\" (and its fallbacks) ",
+                         all_busy ? "is over its queue limit: " : "failed: ", absl::StrJoin(errors_, "; "));
   if (!skipped_.ok()) absl::StrAppend(&message, "; some backends were not tried: ", skipped_.message());
   return all_busy ? absl::ResourceExhaustedError(message) : absl::UnavailableError(message);
 }

@@ -84,7 +84,8 @@ class ProxyCore {
   void FirstByte();
   // The try failed before anything reached the client: it ends, the backend is ejected (unless
   // `eject` is false: a busy one) and `error` is kept for the client's error; the caller goes on
-  // with Next().
+  // with Next(), which finds no candidate left when the failed backend's max_retries is spent
+  // (the request's retries so far reached it).
   void TryFailed(const std::string& error, BackendErrorKind kind, bool eject = true);
   // The try ends without failing (its answer ended, or the client went away), or never began
   // (the candidate could not take the request): its place is given back. Idempotent.
@@ -101,7 +102,8 @@ class ProxyCore {
 
   // No candidate is left: what the client gets. The first Skip reason when no candidate was
   // tried; RESOURCE_EXHAUSTED when every one tried was busy; else UNAVAILABLE (the HTTP side
-  // answers 502). The message names each backend and what failed.
+  // answers 502). The message names each backend and what failed, and where a max_retries
+  // stopped the request, the cap and the candidates not tried.
   absl::Status Exhausted() const;
   // Some candidate was tried and failed (else Exhausted() is the first Skip reason).
   bool any_failed() const { return !errors_.empty(); }
@@ -127,6 +129,11 @@ class ProxyCore {
   bool answering_ = false;
   std::vector<std::string> errors_;  // "URL: what failed", per candidate tried
   int busy_ = 0;                     // candidates that were busy (HTTP 429, RESOURCE_EXHAUSTED)
+  int64_t retries_ = 0;              // failed tries the request moved on from
+  // Where a failed backend's max_retries ended the request's tries: that cap, and the candidates
+  // left untried (by URL).
+  std::optional<int64_t> retries_cap_;
+  std::vector<std::string> untried_;
   absl::Status skipped_;             // why the first skipped candidate was skipped; OK: none
   bool finished_ = false;
 };

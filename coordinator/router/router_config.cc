@@ -131,7 +131,7 @@ absl::StatusOr<absl::Duration> ParseSeconds(const Json& v, const std::string& fi
 // model and in a backend object.
 const std::set<std::string>& ConnectionKeys() {
   static const std::set<std::string> keys = {"connect_timeout_s", "timeout_s", "cooldown_s", "max_idle_connections",
-                                             "idle_timeout_s", "max_in_flight"};
+                                             "idle_timeout_s", "max_in_flight", "max_retries"};
   return keys;
 }
 
@@ -178,6 +178,11 @@ absl::StatusOr<BackendConnectionOptions> ParseConnectionOptions(const Json& j, c
       count("max_in_flight", 1000000, "requests in flight to the backend at most; 0: no cap");
   if (!in_flight.ok()) return in_flight.status();
   if (in_flight->has_value()) o.max_in_flight = **in_flight;
+  absl::StatusOr<std::optional<int64_t>> retries =
+      count("max_retries", 1000, "further tries after a request's first failed one; 0: none; leave it out for every "
+                                 "candidate once");
+  if (!retries.ok()) return retries.status();
+  if (retries->has_value()) o.max_retries = **retries;
   absl::StatusOr<std::optional<int64_t>> idle =
       count("max_idle_connections", 65536, "idle keep-alive connections kept; 0: none");
   if (!idle.ok()) return idle.status();

@@ -61,6 +61,11 @@ struct BackendConnectionOptions {
   // finds it full tries the next candidate (then the fallback) as if the backend were busy, and
   // gets 429 when every one is. 0: no cap.
   int64_t max_in_flight = 0;
+  // "max_retries": after a try of this backend failed (or was busy) before anything reached the
+  // client, the request moves on to its next candidate only while it has taken fewer retries
+  // (moves on) than this; none: no cap (every candidate is tried once). 0: the first failure
+  // is the client's answer. Never a second try of one backend within a request.
+  std::optional<int64_t> max_retries;
 };
 
 struct RouterBackend {
