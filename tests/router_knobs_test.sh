@@ -5,9 +5,10 @@
 # tokens) behind model "m" with `timeout_s: 1` and `cooldown_s: 30`; the stand-in priced at $3 /
 # $15 per million tokens. The first request goes to the stalling backend, times out within its
 # 1 s (not the default 600 s) and is answered by the stand-in; the stalling backend stays out of
-# routing for its 30 s cooldown. A whole response, a stream with include_usage and one without:
-# /metrics has their exact tokens and cost under door="http" (the router has no gRPC port, so no
-# door="grpc" series), and the request log their cost_usd. `max_retries` 0, 1 and 2 in front of
+# routing for its 30 s cooldown. A whole response, a stream with include_usage and one without
+# (the router asks for its usage, its client gets none): /metrics has their exact tokens and
+# cost under door="http" (the router has no gRPC port, so no door="grpc" series), and the
+# request log their cost_usd. `max_retries` 0, 1 and 2 in front of
 # two refusing backends and a fallback: the tries stop where the cap says (the 502 names it).
 # A config with a bad knob stops the router at start naming the field.
 # Usage: router_knobs_test.sh TPSERVE_BINARY   (run by ctest)
@@ -38,14 +39,17 @@ took=$((SECONDS - start))
   && ok "timeout_s 1: the stalling backend is given up after 1 s and the stand-in answers (${took}s)" \
   || bad "timeout_s: HTTP $code after ${took}s: $(cat "$WORK/body")"
 
-# A stream with include_usage: 40 bytes (10 tokens), 6 completion tokens. One without: not counted.
+# A stream with include_usage: 40 bytes (10 tokens), 6 completion tokens. One without: the router
+# asks for its usage (request_usage) and counts it; its client gets no usage chunk.
 curl -s --max-time 30 "$R/v1/completions" -o "$WORK/stream" \
   -d '{"model": "m", "prompt": "0123456789012345678901234567890123456789", "max_tokens": 6, "stream": true,
        "stream_options": {"include_usage": true}}'
 curl -s --max-time 30 "$R/v1/completions" -o "$WORK/stream2" \
   -d '{"model": "m", "prompt": "0123456789012345678901234567890123456789", "max_tokens": 6, "stream": true}'
 grep -q '"usage":{"prompt_tokens":10,"completion_tokens":6' "$WORK/stream" && grep -q '\[DONE\]' "$WORK/stream2" \
-  && ok "two streams through the router, the first with its usage chunk" || bad "streams: $(cat "$WORK/stream")"
+  && ! grep -q usage "$WORK/stream2" && [ "$(grep -c '^data: {' "$WORK/stream2")" = 6 ] \
+  && ok "two streams through the router, the first with its usage chunk, the second without" \
+  || bad "streams: $(cat "$WORK/stream") / $(cat "$WORK/stream2")"
 
 # Past the default 5 s cooldown: the stalling backend is still out (its cooldown_s is 30).
 sleep 6
@@ -60,13 +64,14 @@ M="model=\"m\",backend=\"$MOCK\""
   && [ "$(metric "tpserve_router_backend_requests_total{$M}")" = 3 ] \
   && ok "/metrics: one timeout on the stalling backend, retried; still out 6 s later (cooldown_s 30)" \
   || bad "timeout metrics: $(grep "$PORT_STALL" "$WORK/metrics")"
-# 100 + 10 prompt and 50 + 6 completion tokens; (100 x 3 + 50 x 15) / 1e6 + (10 x 3 + 6 x 15) / 1e6.
-[ "$(metric "tpserve_router_backend_prompt_tokens_total{$M}")" = 110 ] \
-  && [ "$(metric "tpserve_router_backend_completion_tokens_total{$M}")" = 56 ] \
-  && [ "$(metric "tpserve_router_backend_cost_usd_total{$M}")" = 0.00117 ] \
-  && [ "$(metric "tpserve_router_backend_requests_without_usage_total{$M}")" = 1 ] \
+# 100 + 2 x 10 prompt and 50 + 2 x 6 completion tokens;
+# (100 x 3 + 50 x 15) / 1e6 + 2 x (10 x 3 + 6 x 15) / 1e6 (0.0012900000000000001 in doubles).
+[ "$(metric "tpserve_router_backend_prompt_tokens_total{$M}")" = 120 ] \
+  && [ "$(metric "tpserve_router_backend_completion_tokens_total{$M}")" = 62 ] \
+  && awk -v v="$(metric "tpserve_router_backend_cost_usd_total{$M}")" 'BEGIN { exit !(v - 0.00129 < 1e-15 && 0.00129 - v < 1e-15) }' \
+  && [ "$(metric "tpserve_router_backend_requests_without_usage_total{$M}")" = 0 ] \
   && [ -z "$(metric "tpserve_router_backend_cost_usd_total{$S}")" ] \
-  && ok "/metrics: 110 prompt and 56 completion tokens, \$0.00117; the stream without usage counted apart" \
+  && ok "/metrics: 120 prompt and 62 completion tokens, \$0.00129 (the stream whose client asked no usage too)" \
   || bad "cost metrics: $(grep 'tokens_total\|cost_usd\|without_usage' "$WORK/metrics")"
 [ "$(metric 'tpserve_router_requests_total{model="m",door="http",outcome="success"}')" = 3 ] \
   && ! grep -q 'door="grpc"' "$WORK/metrics" && ! grep -q model_info "$WORK/metrics" \
@@ -74,8 +79,8 @@ M="model=\"m\",backend=\"$MOCK\""
   || bad "doors: $(grep '^tpserve_router_requests_total' "$WORK/metrics")"
 sed -n 1p "$WORK/requests.jsonl" | grep -q "\"backend\":\"$MOCK\".*\"prompt_tokens\":100,\"completion_tokens\":50,.*\"cost_usd\":0.00105" \
   && sed -n 2p "$WORK/requests.jsonl" | grep -q '"prompt_tokens":10,"completion_tokens":6,.*"cost_usd":0.00012' \
-  && sed -n 3p "$WORK/requests.jsonl" | grep -q '"prompt_tokens":null,"completion_tokens":null,.*"cost_usd":null' \
-  && ok "the request log: each request's tokens and cost_usd (null: a stream without usage)" \
+  && sed -n 3p "$WORK/requests.jsonl" | grep -q '"prompt_tokens":10,"completion_tokens":6,.*"cost_usd":0.00012' \
+  && ok "the request log: each request's tokens and cost_usd" \
   || bad "request log: $(cat "$WORK/requests.jsonl")"
 
 # max_retries: two backends that refuse connections (never ejected: cooldown_s 0) and the

@@ -11,7 +11,9 @@
 # counted); config errors exit non-zero naming the field before listening. With TPBENCH, through
 # a second router: `tpbench run` over two backends records each request's backend and splits the
 # summary by backend; `tpbench compare` of two model names (replicas with the same weights) with
-# prices reports no errors, the cost the prices imply and 100% greedy agreement.
+# prices reports no errors, the cost the prices imply and 100% greedy agreement. A stream whose
+# client did not ask for usage: the router asks the replica for it and counts its tokens, and the
+# client's stream has no usage chunk (unless `request_usage: false`).
 # Usage: router_test.sh TPSERVE_BINARY FIXTURES_DIR [TPBENCH_BINARY]   (run by ctest)
 set -u
 TPSERVE=$1
@@ -173,6 +175,66 @@ healthy=$(echo "$m3" | metric "tpserve_router_backend_healthy{model=\"busy-or-a1
   || bad "busy metrics: busy=$busy healthy=$healthy: $(echo "$m3" | grep "$BUSY" | head -5)"
 kill_session TERM "$SID_R3"
 kill_session TERM "$SID_BUSY"
+
+# A stream whose client did not ask for usage, from an http:// backend: the router asks A1 for
+# it (request_usage, by default), counts its tokens, and the client's stream is the one A1 sends
+# without include_usage (no usage chunk); a client that asked gets A1's usage chunk; with
+# request_usage false the request goes as sent and is counted in requests_without_usage.
+cat >"$WORK/usage_router.json" <<JSON
+{"models": {"asked": {"backends": [{"url": "$A1", "model": "gemma-4-tiny"}]},
+            "not-asked": {"request_usage": false, "backends": [{"url": "$A1", "model": "gemma-4-tiny"}]}}}
+JSON
+start_http R4 router --config "$WORK/usage_router.json"
+# chat_stream API_ROOT MODEL [JSON_TAIL]: a greedy streamed chat's SSE.
+chat_stream() {
+  curl -s -m 60 "$1/chat/completions" -H 'Content-Type: application/json' -d "{\"model\": \"$2\", \"messages\": \
+    [{\"role\": \"user\", \"content\": \"Hello\"}], \"max_tokens\": 6, \"temperature\": 0, \"stream\": true${3:-}}"
+}
+# same_events A B: the two streams' data events are the same, ids and times aside.
+same_events() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+def events(path):
+    out = []
+    for line in open(path):
+        if line.startswith("data:"):
+            data = line[5:].strip()
+            chunk = data if data == "[DONE]" else json.loads(data)
+            if isinstance(chunk, dict):
+                chunk.pop("id", None)
+                chunk.pop("created", None)
+            out.append(chunk)
+    return out
+a, b = events(sys.argv[1]), events(sys.argv[2])
+sys.exit(0 if a == b and len(a) > 2 and a[-1] == "[DONE]" else 1)
+PY
+}
+INCLUDE=', "stream_options": {"include_usage": true}'
+chat_stream "$A1" gemma-4-tiny >"$WORK/direct.sse"
+chat_stream "$A1" gemma-4-tiny "$INCLUDE" >"$WORK/direct_usage.sse"
+chat_stream "http://127.0.0.1:$PORT_R4/v1" asked >"$WORK/asked.sse"
+chat_stream "http://127.0.0.1:$PORT_R4/v1" asked "$INCLUDE" >"$WORK/asked_usage.sse"
+chat_stream "http://127.0.0.1:$PORT_R4/v1" not-asked >"$WORK/not_asked.sse"
+usage=$(sed -n 's/.*"usage":{"prompt_tokens":\([0-9]*\),"completion_tokens":\([0-9]*\).*/\1 \2/p' "$WORK/direct_usage.sse")
+read -r USAGE_P USAGE_C <<<"${usage:-x x}"
+m4=$(curl -s "http://127.0.0.1:$PORT_R4/metrics")
+asked="model=\"asked\",backend=\"$A1\""
+not_asked="model=\"not-asked\",backend=\"$A1\""
+same_events "$WORK/direct.sse" "$WORK/asked.sse" && ! grep -q usage "$WORK/asked.sse" \
+  && same_events "$WORK/direct_usage.sse" "$WORK/asked_usage.sse" \
+  && ok "request_usage: the client that did not ask gets A1's stream without usage, the one that asked its usage chunk" \
+  || bad "request_usage streams: $(cat "$WORK/asked.sse") / direct: $(cat "$WORK/direct.sse")"
+[ -n "$usage" ] && [ "$(echo "$m4" | metric "tpserve_router_backend_prompt_tokens_total{$asked}" -)" = $((2 * USAGE_P)) ] \
+  && [ "$(echo "$m4" | metric "tpserve_router_backend_completion_tokens_total{$asked}" -)" = $((2 * USAGE_C)) ] \
+  && [ "$(echo "$m4" | metric "tpserve_router_backend_requests_without_usage_total{$asked}" -)" = 0 ] \
+  && ok "request_usage: both streams' tokens counted ($USAGE_P prompt and $USAGE_C completion tokens each)" \
+  || bad "request_usage metrics (usage '$usage'): $(echo "$m4" | grep "$asked" | grep 'tokens\|usage')"
+same_events "$WORK/direct.sse" "$WORK/not_asked.sse" \
+  && [ "$(echo "$m4" | metric "tpserve_router_backend_requests_without_usage_total{$not_asked}" -)" = 1 ] \
+  && [ "$(echo "$m4" | metric "tpserve_router_backend_prompt_tokens_total{$not_asked}" -)" = 0 ] \
+  && ok "request_usage false: the stream goes as sent, its tokens unknown (requests_without_usage 1)" \
+  || bad "request_usage false: $(echo "$m4" | grep "$not_asked" | grep 'tokens\|usage')"
+kill_session TERM "$SID_R4"
 
 code=$(curl -s -o /dev/null -w '%{http_code}' "$R/v1/models")
 [ "$code" = 401 ] && ok "no key -> 401" || bad "no key -> $code"

@@ -1,6 +1,8 @@
 // StreamUsage (coordinator/router/stream_usage.h): the usage chunk of an OpenAI SSE stream is
 // found however the stream is split into pieces; "usage": null chunks, other lines and a line
 // too long to be a usage chunk are passed over; a later usage (vLLM's continuous usage) wins.
+// Strip (the router asked for the usage, the client did not): the client gets the stream without
+// it, whatever the split: no usage chunk, no "usage" key, every other byte as the backend sent it.
 #include "coordinator/router/stream_usage.h"
 
 #include <gtest/gtest.h>
@@ -63,6 +65,66 @@ TEST(StreamUsageTest, ALineTooLongForAUsageChunkIsSkippedToItsEnd) {
   usage.Feed("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":8,\"completion_tokens\":9}}\n\n");
   EXPECT_EQ(*usage.prompt_tokens(), 8);
   EXPECT_EQ(*usage.completion_tokens(), 9);
+}
+
+// kStream as the client that did not ask for usage gets it: the first chunk without its
+// "usage": null (written back compact, key order kept), the usage chunk and its blank line gone.
+constexpr char kStripped[] =
+    "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n"
+    "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n"
+    "data: [DONE]\n\n";
+
+TEST(StreamUsageTest, StripTakesTheUsageOutOfTheClientsStreamWhateverTheSplit) {
+  const std::string stream = kStream;
+  for (size_t step : {size_t{1}, size_t{2}, size_t{7}, size_t{64}, stream.size()}) {
+    SCOPED_TRACE(step);
+    StreamUsage usage;
+    std::string client;
+    for (size_t at = 0; at < stream.size(); at += step) client += usage.Strip(stream.substr(at, step));
+    client += usage.Rest();
+    EXPECT_EQ(client, kStripped);
+    ASSERT_TRUE(usage.prompt_tokens().has_value());
+    EXPECT_EQ(*usage.prompt_tokens(), 17);
+    EXPECT_EQ(*usage.completion_tokens(), 5);
+  }
+}
+
+TEST(StreamUsageTest, StripKeepsEveryOtherLineAsSentAndEachLineWhole) {
+  StreamUsage usage;
+  // Spacing, a comment, an event name, a "usage" inside the text (escaped quotes: not a key),
+  // CRLF endings: passed byte for byte, each once its newline came.
+  EXPECT_EQ(usage.Strip("data: {\"choices\": [{\"text\": \"the \\\"usage\\\" word\"}]}\r\n"),
+            "data: {\"choices\": [{\"text\": \"the \\\"usage\\\" word\"}]}\r\n");
+  EXPECT_EQ(usage.Strip("\r\n: keep-alive\n"), "\r\n: keep-alive\n");
+  EXPECT_EQ(usage.Strip("event: x\ndata: {\"choi"), "event: x\n");
+  EXPECT_EQ(usage.Strip("ces\":[{\"text\":\"a\"}]}\n\n"), "data: {\"choices\":[{\"text\":\"a\"}]}\n\n");
+  // vLLM's continuous usage: every chunk's running total is read, and taken out; CRLF kept.
+  EXPECT_EQ(usage.Strip("data: {\"choices\":[{\"text\":\"b\"}],\"usage\":{\"prompt_tokens\":3,"
+                        "\"completion_tokens\":2}}\r\n\r\n"),
+            "data: {\"choices\":[{\"text\":\"b\"}]}\r\n\r\n");
+  EXPECT_EQ(*usage.completion_tokens(), 2);
+  EXPECT_EQ(usage.Strip("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\r\n\r\n"
+                        "data: [DONE]\r\n\r\n"),
+            "data: [DONE]\r\n\r\n");
+  EXPECT_EQ(*usage.completion_tokens(), 4);
+  // An unterminated last line is the stream's end.
+  EXPECT_EQ(usage.Strip("data: [DO"), "");
+  EXPECT_EQ(usage.Rest(), "data: [DO");
+}
+
+TEST(StreamUsageTest, StripPassesALineTooLongForAUsageChunkAsItComes) {
+  StreamUsage usage;
+  const std::string start = "data: {\"usage\":null,\"text\":\"";
+  const std::string filler(64 * 1024, 'x');
+  std::string client = usage.Strip(start);
+  EXPECT_EQ(client, "");
+  for (int i = 0; i < 32; ++i) client += usage.Strip(filler);
+  EXPECT_GT(client.size(), size_t{1} << 20);  // not held whole
+  client += usage.Strip("\"}\n\n");
+  std::string whole = start;
+  for (int i = 0; i < 32; ++i) whole += filler;
+  EXPECT_EQ(client, whole + "\"}\n\n");
+  EXPECT_FALSE(usage.prompt_tokens().has_value());
 }
 
 }  // namespace

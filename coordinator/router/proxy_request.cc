@@ -30,6 +30,18 @@ void SetUsage(const std::optional<UsageTokens>& usage, ProxyEnd& end) {
   end.completion_tokens = usage->completion_tokens;
 }
 
+// Whether the router may ask for a stream's usage on its client's behalf: "stream_options"
+// absent (or null), or an object whose include_usage is absent or false. A client that asked
+// already gets its usage chunk as the backend sends it; a malformed stream_options goes as sent,
+// for the backend to refuse.
+bool UsageToAsk(const nlohmann::json& body) {
+  const auto options = body.find("stream_options");
+  if (options == body.end() || options->is_null()) return true;
+  if (!options->is_object()) return false;
+  const auto include = options->find("include_usage");
+  return include == options->end() || (include->is_boolean() && !include->get<bool>());
+}
+
 BackendErrorKind FailureKind(bool connected, const absl::Status& status) {
   if (!connected) return BackendErrorKind::kConnect;
   if (status.code() == absl::StatusCode::kDeadlineExceeded) return BackendErrorKind::kTimeout;
@@ -69,6 +81,7 @@ void ProxyRequest::TryNext() {
   if (core_.finished()) return;
   while (const ProxyCandidate* c = core_.Next()) {
     status_ = 0;
+    strip_usage_ = false;
     whole_.clear();
     std::shared_ptr<UpstreamCall> call = c->grpc != nullptr ? StartGrpc(*c) : StartHttp(*c);
     if (call != nullptr) {
@@ -97,13 +110,17 @@ std::shared_ptr<UpstreamCall> ProxyRequest::StartHttp(const ProxyCandidate& c) {
   UpstreamRequest request;
   request.endpoint = c.endpoint;
   request.target = b.base_path + path_suffix_;
-  if (remote_model == core_.model()) {
+  // A stream whose client did not ask for usage: asked of the backend (request_usage), so that
+  // its tokens are counted, and taken out of the client's stream (OnData).
+  strip_usage_ = stream_ && b.connection.request_usage && UsageToAsk(body_);
+  if (remote_model == core_.model() && !strip_usage_) {
     // The backend knows the model by the client's name: the client's bytes go as they came
     // (they parsed as this JSON object), without a copy of the parsed body and a new dump.
     request.body = exchange_->request().body;
   } else {
     nlohmann::json body = body_;
     body["model"] = remote_model;
+    if (strip_usage_) body["stream_options"]["include_usage"] = true;
     request.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
   if (!b.api_key.empty()) request.authorization = "Bearer " + b.api_key;
@@ -182,6 +199,11 @@ void ProxyRequest::OnData(std::string piece) {
       exchange_->StartStream(200, content_type_.empty() ? "text/event-stream" : content_type_,
                              AnswerHeaders({{"Cache-Control", "no-cache"}}));
     }
+    if (strip_usage_) {
+      std::string out = usage_.Strip(piece);
+      if (!out.empty()) exchange_->Write(std::move(out));
+      return;
+    }
     usage_.Feed(piece);
     exchange_->Write(std::move(piece));
     return;
@@ -206,7 +228,7 @@ void ProxyRequest::OnEnd(absl::Status status) {
     return Finish({.outcome = RequestOutcome::kError, .status = 200, .error = message});
   }
   if (streaming_) {
-    exchange_->End();
+    exchange_->End(strip_usage_ ? usage_.Rest() : "");
     // The stream's usage chunk where the client asked for one, else the call's own count.
     ProxyEnd end{.outcome = RequestOutcome::kSuccess, .status = 200, .answered = true};
     SetUsage(usage_.usage() ? usage_.usage() : call_usage_, end);

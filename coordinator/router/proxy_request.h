@@ -67,6 +67,9 @@ class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
   bool streaming_ = false;  // the SSE response started: no failover any more
   std::string whole_;       // a non-streamed response's body, until it ends
   StreamUsage usage_;       // a streamed one's usage chunk
+  // The current try asked the backend for the stream's usage on the client's behalf
+  // (RouterBackend::connection.request_usage): usage_ strips it from the client's stream.
+  bool strip_usage_ = false;
   // The answer's tokens as the call itself counted them (grpc:// backends; UpstreamCallbacks::
   // usage), for a stream without a usage chunk.
   std::optional<UsageTokens> call_usage_;

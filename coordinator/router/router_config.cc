@@ -131,7 +131,7 @@ absl::StatusOr<absl::Duration> ParseSeconds(const Json& v, const std::string& fi
 // model and in a backend object.
 const std::set<std::string>& ConnectionKeys() {
   static const std::set<std::string> keys = {"connect_timeout_s", "timeout_s", "cooldown_s", "max_idle_connections",
-                                             "idle_timeout_s", "max_in_flight", "max_retries"};
+                                             "idle_timeout_s", "max_in_flight", "max_retries", "request_usage"};
   return keys;
 }
 
@@ -187,12 +187,23 @@ absl::StatusOr<BackendConnectionOptions> ParseConnectionOptions(const Json& j, c
       count("max_idle_connections", 65536, "idle keep-alive connections kept; 0: none");
   if (!idle.ok()) return idle.status();
   if (idle->has_value()) o.max_idle_connections = static_cast<size_t>(**idle);
+  if (j.contains("request_usage")) {
+    if (!j["request_usage"].is_boolean()) {
+      return Invalid(name("request_usage"), "must be true or false (false: a stream's usage is not asked of the "
+                                            "backend for a client that did not ask for it)");
+    }
+    o.request_usage = j["request_usage"].get<bool>();
+  }
   if (grpc_backend) {
     for (const char* key : {"max_idle_connections", "idle_timeout_s"}) {
       if (j.contains(key)) {
         return Invalid(name(key), "applies to http(s):// backends only: a grpc:// backend's calls share one HTTP/2 "
                                   "connection; leave it out");
       }
+    }
+    if (j.contains("request_usage")) {
+      return Invalid(name("request_usage"), "applies to http(s):// backends only: a grpc:// backend's messages "
+                                            "always carry their usage; leave it out");
     }
   }
   return o;

@@ -66,6 +66,12 @@ struct BackendConnectionOptions {
   // (moves on) than this; none: no cap (every candidate is tried once). 0: the first failure
   // is the client's answer. Never a second try of one backend within a request.
   std::optional<int64_t> max_retries;
+  // "request_usage" (http(s):// backends): a streamed request whose client did not ask for usage
+  // is sent with stream_options.include_usage added, so that its tokens are counted and priced;
+  // the usage it brings is taken out of the client's stream (StreamUsage::Strip). false: sent as
+  // the client sent it (for an API that refuses stream_options): such a stream's tokens are
+  // unknown.
+  bool request_usage = true;
 };
 
 struct RouterBackend {

@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
 namespace tpserve {
@@ -25,17 +26,21 @@ bool MayHoldUsage(absl::string_view line) {
   return false;
 }
 
-}  // namespace
-
-std::optional<UsageTokens> ReadUsage(const nlohmann::json& response) {
+// ReadUsage for either of nlohmann's object types (Strip keeps a chunk's key order).
+template <class Json>
+std::optional<UsageTokens> ReadUsageOf(const Json& response) {
   if (!response.is_object() || !response.contains("usage") || !response["usage"].is_object()) return std::nullopt;
-  const nlohmann::json& usage = response["usage"];
+  const Json& usage = response["usage"];
   if (!usage.contains("prompt_tokens") || !usage["prompt_tokens"].is_number_integer() ||
       !usage.contains("completion_tokens") || !usage["completion_tokens"].is_number_integer()) {
     return std::nullopt;
   }
-  return UsageTokens{usage["prompt_tokens"].get<int64_t>(), usage["completion_tokens"].get<int64_t>()};
+  return UsageTokens{usage["prompt_tokens"].template get<int64_t>(), usage["completion_tokens"].template get<int64_t>()};
 }
+
+}  // namespace
+
+std::optional<UsageTokens> ReadUsage(const nlohmann::json& response) { return ReadUsageOf(response); }
 
 void StreamUsage::Feed(absl::string_view piece) {
   while (!piece.empty()) {
@@ -67,6 +72,76 @@ void StreamUsage::Line(absl::string_view line) {
   const std::optional<UsageTokens> usage =
       ReadUsage(nlohmann::json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false));
   if (usage.has_value()) usage_ = usage;
+}
+
+std::string StreamUsage::Strip(absl::string_view piece) {
+  std::string out;
+  while (!piece.empty()) {
+    const size_t newline = piece.find('\n');
+    if (newline == absl::string_view::npos) {
+      if (skipping_) {
+        out.append(piece.data(), piece.size());
+        return out;
+      }
+      partial_.append(piece.data(), piece.size());
+      if (partial_.size() > kMaxLine) {  // not a usage chunk: passed on without waiting for its end
+        out += partial_;
+        partial_.clear();
+        skipping_ = true;
+      }
+      return out;
+    }
+    const absl::string_view line = piece.substr(0, newline + 1);
+    piece.remove_prefix(newline + 1);
+    if (skipping_) {
+      out.append(line.data(), line.size());
+      skipping_ = false;
+      drop_blank_ = false;
+    } else if (partial_.empty()) {
+      StripLine(line, out);
+    } else {
+      partial_.append(line.data(), line.size());
+      StripLine(partial_, out);
+    }
+    partial_.clear();
+  }
+  return out;
+}
+
+std::string StreamUsage::Rest() {
+  std::string rest;
+  rest.swap(partial_);
+  return rest;
+}
+
+void StreamUsage::StripLine(absl::string_view line, std::string& out) {
+  absl::string_view text = line.substr(0, line.size() - 1);
+  const bool cr = absl::ConsumeSuffix(&text, "\r");
+  if (drop_blank_) {
+    drop_blank_ = false;
+    if (text.empty()) return;
+  }
+  absl::string_view data = text;
+  // A "usage" key holds a quote right after "usage"; inside a JSON string that quote is escaped.
+  if (!absl::ConsumePrefix(&data, "data:") || data.find("\"usage\"") == absl::string_view::npos) {
+    out.append(line.data(), line.size());
+    return;
+  }
+  nlohmann::ordered_json chunk =
+      nlohmann::ordered_json::parse(data.begin(), data.end(), nullptr, /*allow_exceptions=*/false);
+  if (!chunk.is_object() || !chunk.contains("usage")) {
+    out.append(line.data(), line.size());
+    return;
+  }
+  if (std::optional<UsageTokens> usage = ReadUsageOf(chunk)) usage_ = usage;
+  chunk.erase("usage");
+  const auto choices = chunk.find("choices");
+  if (choices == chunk.end() || (choices->is_array() && choices->empty())) {
+    drop_blank_ = true;  // the usage chunk: the client did not ask for it
+    return;
+  }
+  absl::StrAppend(&out, "data: ", chunk.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
+                  cr ? "\r\n" : "\n");
 }
 
 }  // namespace tpserve

@@ -2,7 +2,9 @@
 // (the last chunk's, with `stream_options.include_usage`; vLLM's continuous usage, each chunk's
 // running total), read as the stream passes through the router so that streamed requests are
 // counted and priced as whole responses are. Only lines that hold "usage" followed by an object
-// are parsed. Not thread-safe (a request's strand owns it). Tested by tests/stream_usage_test.cc.
+// are parsed. Where the router itself asked the backend for usage (the client did not), Strip
+// also takes that usage out of what the client gets. Not thread-safe (a request's strand owns
+// it). Tested by tests/stream_usage_test.cc.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,16 @@ class StreamUsage {
  public:
   // The next bytes of the stream (any split: a line may span pieces).
   void Feed(absl::string_view piece);
+  // For a stream whose usage the router asked for (stream_options.include_usage added to the
+  // client's request): reads `piece` as Feed does and returns what the client gets, the stream
+  // as it would be without include_usage: each data chunk without its "usage" key (OpenAI's
+  // null in every chunk, vLLM's continuous usage), and the usage chunk (no choices) dropped
+  // whole with the blank line that ends its event. Other lines pass byte for byte; a chunk that
+  // loses its key is written back as compact JSON, its key order kept. A line is returned once
+  // its newline came (a line past 1 MiB, no usage chunk, as it comes); Rest() returns an
+  // unterminated last line at the stream's end.
+  std::string Strip(absl::string_view piece);
+  std::string Rest();
   // The latest usage seen with both counts; none before one.
   const std::optional<UsageTokens>& usage() const { return usage_; }
   std::optional<int64_t> prompt_tokens() const {
@@ -37,9 +49,13 @@ class StreamUsage {
 
  private:
   void Line(absl::string_view line);
+  // Strip's line, `line` with its newline: appended to `out` as the client gets it.
+  void StripLine(absl::string_view line, std::string& out);
 
   std::string partial_;        // the current line's start, until its newline
   bool skipping_ = false;      // the current line outgrew 1 MiB (no usage chunk): ignored up to its newline
+                               // (Strip: passed on as it comes)
+  bool drop_blank_ = false;    // Strip dropped a usage chunk: the blank line ending its event goes too
   std::optional<UsageTokens> usage_;
 };
 
