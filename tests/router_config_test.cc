@@ -71,10 +71,11 @@ TEST(RouterConfigTest, ConnectionOptionsDefaultAndAreOverriddenTopModelBackend) 
   absl::StatusOr<RouterConfig> c = ParseRouterConfig(R"({"timeout_s": 120, "cooldown_s": 0, "max_retries": 2,
     "models": {
       "plain": {"backends": ["http://p/v1"]},
-      "tuned": {"connect_timeout_s": 0.5, "max_idle_connections": 4,
+      "tuned": {"connect_timeout_s": 0.5, "max_idle_connections": 4, "request_timeout_s": 30.5,
                 "backends": ["http://t/v1",
                              {"url": "http://u/v1", "timeout_s": 2.5, "cooldown_s": 30, "max_idle_connections": 0,
-                              "idle_timeout_s": 7, "max_in_flight": 3, "max_retries": 0, "request_usage": false},
+                              "idle_timeout_s": 7, "max_in_flight": 3, "max_retries": 0, "request_usage": false,
+                              "request_timeout_s": 90},
                              {"url": "grpc://g:50051", "connect_timeout_s": 1}]}}})");
   ASSERT_TRUE(c.ok()) << c.status();
   // The built-in defaults, where nothing is set.
@@ -90,6 +91,7 @@ TEST(RouterConfigTest, ConnectionOptionsDefaultAndAreOverriddenTopModelBackend) 
   EXPECT_EQ(d.max_in_flight, 0);
   EXPECT_FALSE(d.max_retries.has_value());  // every candidate once
   EXPECT_TRUE(d.request_usage);
+  EXPECT_FALSE(d.request_timeout.has_value());  // no bound on the whole request
   // The top level's over the defaults.
   const BackendConnectionOptions& p = c->models.at("plain").backends[0].connection;
   EXPECT_EQ(p.connect_timeout, absl::Seconds(5));
@@ -115,6 +117,9 @@ TEST(RouterConfigTest, ConnectionOptionsDefaultAndAreOverriddenTopModelBackend) 
   EXPECT_EQ(t[1].connection.max_retries, 0);
   EXPECT_FALSE(t[1].connection.request_usage);
   EXPECT_TRUE(t[0].connection.request_usage);
+  EXPECT_FALSE(p.request_timeout.has_value());
+  EXPECT_EQ(t[0].connection.request_timeout, absl::Milliseconds(30500));
+  EXPECT_EQ(t[1].connection.request_timeout, absl::Seconds(90));
   EXPECT_EQ(t[2].connection.connect_timeout, absl::Seconds(1));
   EXPECT_EQ(t[2].connection.timeout, absl::Seconds(120));
   EXPECT_EQ(t[2].connection.max_idle_connections, 4u);  // the model's; a grpc:// backend does not use it
@@ -320,7 +325,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "models[\"m\"].backends[0].idle_timeout_s: applies to http(s):// backends only"},
         BadConfig{R"({"timeout": 30, "models": {"m": {"backends": ["http://h/v1"]}}})",
                   "(top level): unknown key \"timeout\" (known: connect_timeout_s, cooldown_s, idle_timeout_s, "
-                  "max_idle_connections, max_in_flight, max_retries, models, request_usage, timeout_s)"},
+                  "max_idle_connections, max_in_flight, max_retries, models, request_timeout_s, request_usage, "
+                  "timeout_s)"},
         BadConfig{R"({"models": {"m": {"max_in_flight": 1.5, "backends": ["http://h/v1"]}}})",
                   "models[\"m\"].max_in_flight: must be a whole number in 0..1000000"},
         BadConfig{R"({"models": {"m": {"backends": [{"url": "grpc://h:1", "max_in_flight": -2}]}}})",
@@ -330,6 +336,10 @@ INSTANTIATE_TEST_SUITE_P(
                   "first failed one"},
         BadConfig{R"({"max_retries": "2", "models": {"m": {"backends": ["http://h/v1"]}}})",
                   "router config: max_retries: must be a whole number in 0..1000"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "grpc://h:1", "request_timeout_s": 0}]}}})",
+                  "models[\"m\"].backends[0].request_timeout_s: must be a number of seconds > 0 (at most 86400)"},
+        BadConfig{R"({"request_timeout_s": "60", "models": {"m": {"backends": ["http://h/v1"]}}})",
+                  "router config: request_timeout_s: must be a number of seconds > 0"},
         BadConfig{R"({"models": {"m": {"request_usage": "no", "backends": ["http://h/v1"]}}})",
                   "models[\"m\"].request_usage: must be true or false"},
         BadConfig{R"({"models": {"m": {"backends": [{"url": "grpc://h:1", "request_usage": false}]}}})",

@@ -3,7 +3,8 @@
 // router gives the backend's own messages; a dead replica is failed over; an unknown model is
 // NOT_FOUND naming the available ones; the router's key is checked; a client's cancel cancels the
 // backend's request; a client's deadline goes on to the backend's call and ends it (a stalling
-// fake backend); a busy backend, failures after the first message; a model whose backend is
+// fake backend), and so does the router's request_timeout_s, before or after the first message;
+// a busy backend, failures after the first message; a model whose backend is
 // serve's HTTP port (the same answers as its gRPC port, what it cannot answer refused or sent to
 // a grpc:// backend, failover, refusals, failures, a cancel and a deadline); ModelInfo, Stats
 // (the router's own numbers), health, shutdown with a call open, the request log and the metrics
@@ -468,6 +469,63 @@ TEST_F(RouterGrpcFrontTest, TheClientsDeadlineGoesToTheBackendAndEndsItsCall) {
                                                 "\"} 0")));
   }
   EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_healthy{", labels, "} 1")));
+  StopGrpcServer(*backend->server, absl::ZeroDuration());
+}
+
+// request_timeout_s on the gRPC port: the router's bound goes to the backend's call as its
+// deadline (before the client's); when it passes the client gets DEADLINE_EXCEEDED naming it,
+// before or after the first message, the backend's call is cancelled, and the backend is counted
+// as timed out but stays in routing.
+TEST_F(RouterGrpcFrontTest, TheRequestTimeoutEndsTheCallBeforeAndAfterTheFirstMessage) {
+  StartServers(Slow());
+  StallingBackend stalling;
+  GrpcListenOptions listen;
+  listen.address = "127.0.0.1:0";
+  absl::StatusOr<StartedGrpcServer> backend = StartGrpcServer("stalling backend", listen, stalling);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  StartRouter(absl::StrCat(R"({"stalled": {"request_timeout_s": 1, "backends": ["grpc://127.0.0.1:)", backend->port,
+                           R"("]}, "relayed": {"request_timeout_s": 1, "backends": [{"url": "$G", "model": "fake-model"}]}})"));
+  const auto start = std::chrono::system_clock::now();
+  std::vector<v1::GenerateResponse> responses;
+  v1::GenerateRequest stalled = TextRequest("Hi", 5);
+  stalled.set_model("stalled");
+  grpc::Status s = RouterGenerate(stalled, &responses);  // the client's deadline: 60 s
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat("the request passed its request_timeout_s (1s from its arrival "
+                                                        "at the router) before the backend grpc://127.0.0.1:",
+                                                        backend->port, " answered")));
+  EXPECT_TRUE(responses.empty());
+  EXPECT_LT(std::chrono::system_clock::now() - start, std::chrono::seconds(5));
+  ASSERT_EQ(stalling.calls(), 1u);
+  const auto off = stalling.deadline(0) - (start + std::chrono::seconds(1));
+  EXPECT_LT(off, std::chrono::milliseconds(300));
+  EXPECT_GT(off, std::chrono::milliseconds(-300));
+  EXPECT_TRUE(Eventually([&] { return stalling.cancelled() == 1; }));
+
+  // After the first message: a 200-token stream at 20 ms a token outlasts the second.
+  v1::GenerateRequest request = TextRequest("Hi", 200);
+  request.mutable_sampling()->set_ignore_eos(true);
+  request.set_model("relayed");
+  responses.clear();
+  s = RouterGenerate(request, &responses);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat("request_timeout_s (1s from its arrival at the router) while the "
+                                                        "backend ", BackendUrl(), " was streaming")));
+  EXPECT_FALSE(responses.empty());
+  EXPECT_TRUE(engine_->WaitForCancelled(1, absl::Seconds(10)));
+
+  const std::string metrics = Metrics();
+  for (const std::string labels : {absl::StrCat("model=\"stalled\",backend=\"grpc://127.0.0.1:", backend->port, "\""),
+                                   absl::StrCat("model=\"relayed\",backend=\"", BackendUrl(), "\"")}) {
+    EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_errors_total{", labels, ",kind=\"timeout\"} 1")));
+    EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_healthy{", labels, "} 1")));
+  }
+  EXPECT_THAT(metrics, HasSubstr("tpserve_router_requests_total{model=\"relayed\",door=\"grpc\",outcome=\"error\"} 1"));
+  EXPECT_TRUE(Eventually([this] {
+    const std::vector<std::string> lines = LogLines();
+    return lines.size() == 2 && lines[1].find(R"("grpc_status":"DEADLINE_EXCEEDED")") != std::string::npos &&
+           lines[1].find("request_timeout_s") != std::string::npos;
+  }));
   StopGrpcServer(*backend->server, absl::ZeroDuration());
 }
 

@@ -10,7 +10,9 @@
 # cost under door="http" (the router has no gRPC port, so no door="grpc" series), and the
 # request log their cost_usd. `max_retries` 0, 1 and 2 in front of
 # two refusing backends and a fallback: the tries stop where the cap says (the 502 names it).
-# A config with a bad knob stops the router at start naming the field.
+# `request_timeout_s` 1.5 against a backend that never answers (504), over two tries (504 at
+# 1.5 s, not 1 + 30 s), and after a stream's first chunk (the router's error event, the backend's
+# connection closed). A config with a bad knob stops the router at start naming the field.
 # Usage: router_knobs_test.sh TPSERVE_BINARY   (run by ctest)
 set -u
 TPSERVE=$1
@@ -116,6 +118,57 @@ retries() { sum "tpserve_router_backend_retries_total{model=\"$1\""; }
   && [ "$(metric 'tpserve_router_fallbacks_total{model="r2",fallback="live"}')" = 1 ] \
   && ok "max_retries 2: two retries, the fallback answers" \
   || bad "max_retries 2: HTTP $(cat "$WORK/r2.code"): $(cat "$WORK/r2.body"); retries $(retries r2)"
+
+# request_timeout_s bounds the whole request. A backend that never answers (timeout_s 30): 504
+# at 1.5 s, counted as its timeout, not ejected. Two tries, 1 s (timeout_s) on the first and the
+# fallback's backend then: 504 at 1.5 s from the arrival, not 1 + 30 s. A backend that sends a
+# stream's first chunk and then nothing: the client has the chunk, then the router's error
+# event and [DONE] at 1.5 s, and the backend's connection is closed (its request cancelled).
+start_session FIRST "$WORK/first.port" python3 "$ROOT/tests/stall_server.py" --first-chunk \
+  --events "$WORK/first.events" --port-file "$WORK/first.port"
+FIRST="http://127.0.0.1:$PORT_FIRST/v1"
+cat >"$WORK/deadline.json" <<JSON
+{"timeout_s": 30, "request_timeout_s": 1.5,
+ "models": {"stalls": {"backends": ["$STALL"]},
+            "spans": {"timeout_s": 1, "fallback": "stalls", "backends": ["$STALL"]},
+            "cut": {"backends": ["$FIRST"]}}}
+JSON
+start_http DEADLINE router --config "$WORK/deadline.json"
+D="http://127.0.0.1:$PORT_DEADLINE"
+# in_time SECONDS: 1.4 <= SECONDS <= 10 (1.5 s and a loaded machine's slack, far below 30 s).
+in_time() { awk -v t="$1" 'BEGIN { exit !(t >= 1.4 && t <= 10) }'; }
+chat='"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4'
+read -r code took < <(curl -s -o "$WORK/stalls.body" -w '%{http_code} %{time_total}' --max-time 40 \
+  "$D/v1/chat/completions" -d "{\"model\": \"stalls\", $chat}")
+[ "$code" = 504 ] && in_time "$took" && grep -q '"type":"server_error"' "$WORK/stalls.body" \
+  && grep -q "request_timeout_s (1.5s from its arrival at the router) before the backend $STALL answered" \
+    "$WORK/stalls.body" \
+  && ok "request_timeout_s 1.5: a backend that never answers is a 504 after ${took}s" \
+  || bad "request_timeout_s: HTTP $code after ${took}s: $(cat "$WORK/stalls.body")"
+read -r code took < <(curl -s -o "$WORK/spans.body" -w '%{http_code} %{time_total}' --max-time 40 \
+  "$D/v1/chat/completions" -d "{\"model\": \"spans\", $chat}")
+[ "$code" = 504 ] && in_time "$took" && grep -q "before the backend $STALL answered" "$WORK/spans.body" \
+  && ok "request_timeout_s spans the tries: a 1 s timeout, then the fallback's backend, 504 after ${took}s" \
+  || bad "request_timeout_s over two tries: HTTP $code after ${took}s: $(cat "$WORK/spans.body")"
+read -r code took < <(curl -s -N -o "$WORK/cut.sse" -w '%{http_code} %{time_total}' --max-time 40 \
+  "$D/v1/chat/completions" -d "{\"model\": \"cut\", $chat, \"stream\": true}")
+# The first chunk, then the error event, then [DONE], in that order.
+order=$(grep -o '"content":"first"\|request_timeout_s (1.5s from its arrival at the router) while the backend\|\[DONE\]' \
+  "$WORK/cut.sse" | tr '\n' '|')
+[ "$code" = 200 ] && in_time "$took" \
+  && [ "$order" = '"content":"first"|request_timeout_s (1.5s from its arrival at the router) while the backend|[DONE]|' ] \
+  && poll 10 grep -q closed "$WORK/first.events" \
+  && ok "request_timeout_s after the first byte: the chunk, the error event and [DONE] after ${took}s; the backend's connection closed" \
+  || bad "request_timeout_s mid-stream: HTTP $code after ${took}s: $(cat "$WORK/cut.sse"); events: $(cat "$WORK/first.events" 2>&1)"
+curl -s "$D/metrics" >"$WORK/metrics"
+[ "$(metric "tpserve_router_backend_errors_total{model=\"stalls\",backend=\"$STALL\",kind=\"timeout\"}")" = 2 ] \
+  && [ "$(metric "tpserve_router_backend_healthy{model=\"stalls\",backend=\"$STALL\"}")" = 1 ] \
+  && [ "$(metric "tpserve_router_backend_retries_total{model=\"stalls\",backend=\"$STALL\"}")" = 0 ] \
+  && [ "$(metric "tpserve_router_backend_retries_total{model=\"spans\",backend=\"$STALL\"}")" = 1 ] \
+  && [ "$(metric "tpserve_router_backend_errors_total{model=\"cut\",backend=\"$FIRST\",kind=\"timeout\"}")" = 1 ] \
+  && [ "$(metric 'tpserve_router_requests_total{model="cut",door="http",outcome="error"}')" = 1 ] \
+  && ok "/metrics: each request timeout a timeout of the backend tried then, not ejected, not a retry" \
+  || bad "request_timeout_s metrics: $(grep 'errors_total.*timeout\|retries\|healthy' "$WORK/metrics")"
 
 # A bad knob: the router exits 2 before listening, naming the field and the model.
 echo "{\"models\": {\"m\": {\"backends\": [{\"url\": \"$MOCK\", \"timeout_s\": \"30\"}]}}}" >"$WORK/bad.json"

@@ -136,7 +136,10 @@ void GrpcFrontGenerate::TryNext() {
     generate.connect_timeout = b.connection.connect_timeout;
     generate.response_timeout = b.connection.timeout;
     generate.read_ahead = false;  // one message at a time: WriteDone reads the next
-    generate.deadline = deadline_;
+    // The router's own bound on the request goes to the backend as its deadline where it comes
+    // before the client's: the backend stops the request itself when it passes.
+    request_deadline_ = core_->request_deadline();
+    generate.deadline = std::min(deadline_, request_deadline_);
     core_->BeginTry();
     std::weak_ptr<GrpcFrontGenerate> weak = weak_from_this();
     call_ = GrpcGenerateCall::Start(strand_, std::move(generate),
@@ -339,6 +342,11 @@ void GrpcFrontGenerate::OnBackendEnd(const absl::Status& status) {
   // The client's own deadline, passed on, ended the backend's call: the client's doing, not the
   // backend's failure (the client sees DEADLINE_EXCEEDED from its own side too).
   if (code == absl::StatusCode::kDeadlineExceeded && DeadlineReached(deadline_)) return DeadlinePassed();
+  // The router's request_timeout_s, given to the call as its deadline, passed.
+  if (code == absl::StatusCode::kDeadlineExceeded && request_deadline_ < deadline_ &&
+      DeadlineReached(request_deadline_)) {
+    return RequestTimedOut();
+  }
   core_->EndTry();
   if (!core_->answering() && !status.ok()) {
     // Nothing reached the client: the HTTP side's failover, with gRPC's codes.
@@ -433,6 +441,18 @@ void GrpcFrontGenerate::CancelBackendCall() {
     http_call_.reset();
   }
   pending_.clear();  // nobody to read them
+}
+
+void GrpcFrontGenerate::RequestTimedOut() {
+  core_->RequestTimedOut();
+  const absl::Status passed = absl::DeadlineExceededError(absl::StrCat(
+      "the request passed its request_timeout_s (", absl::FormatDuration(request_deadline_ - arrival_),
+      " from its arrival at the router) ", core_->answering() ? "while the backend " : "before the backend ",
+      core_->url(), core_->answering() ? " was streaming" : " answered", "; the backend's call was cancelled"));
+  Complete(passed, ProxyEnd{.outcome = RequestOutcome::kError,
+                            .status = ToHttpError(passed).status,
+                            .grpc_status = CodeName(passed),
+                            .error = std::string(passed.message())});
 }
 
 void GrpcFrontGenerate::Complete(const absl::Status& status, std::optional<ProxyEnd> end) {

@@ -91,6 +91,10 @@ class GrpcFrontGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   // The client's deadline passed: the backend's call is cancelled (if gRPC has not ended it
   // already), and the call ends DEADLINE_EXCEEDED, the backend not counted as failed.
   void DeadlinePassed();
+  // The current candidate's request_timeout_s passed (the backend's call, given it as its
+  // deadline, ended DEADLINE_EXCEEDED): the call ends DEADLINE_EXCEEDED, before or after the
+  // first message, counted as the backend's `timeout` without ejecting it.
+  void RequestTimedOut();
   // The backend's answer (a message, or a refusal passed through) starts reaching the client.
   void Answering();
   // Cancels the backend's call (either kind) and drops the messages waiting for the client.
@@ -106,6 +110,9 @@ class GrpcFrontGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   const absl::Time deadline_;
   const Strand strand_;
   std::shared_ptr<GrpcFrontGenerate> self_;  // from Start until OnDone
+  // The current try's request_timeout_s deadline (ProxyCore::request_deadline); InfiniteFuture:
+  // none. Strand-only.
+  absl::Time request_deadline_ = absl::InfiniteFuture();
   // Strand-only.
   std::optional<ProxyCore> core_;  // once routed
   v1::GenerateRequest request_;    // as the client sent it

@@ -112,6 +112,17 @@ void ProxyCore::BrokeWhileAnswering(BackendErrorKind kind) {
   metrics_.BackendFailed(*current_->pool, current_->index, kind, /*moved_on=*/false);
 }
 
+void ProxyCore::RequestTimedOut() {
+  EndTry();
+  next_ = candidates_.size();
+  metrics_.BackendFailed(*current_->pool, current_->index, BackendErrorKind::kTimeout, /*moved_on=*/false);
+}
+
+absl::Time ProxyCore::request_deadline() const {
+  const std::optional<absl::Duration>& limit = backend().connection.request_timeout;
+  return limit.has_value() ? arrival_ + *limit : absl::InfiniteFuture();
+}
+
 absl::Status ProxyCore::Exhausted() const {
   if (errors_.empty() && !skipped_.ok()) return skipped_;
   // Every one busy: RESOURCE_EXHAUSTED (HTTP 429), so that the client backs off and retries as

@@ -99,6 +99,12 @@ class ProxyCore {
   // The backend broke after part of its answer reached the client: ejected, counted as `kind`
   // (not a retry).
   void BrokeWhileAnswering(BackendErrorKind kind);
+  // The request's request_timeout_s passed during the current try (before or after its answer
+  // began): the try ends, counted as a `timeout` error of its backend, neither ejected (earlier
+  // tries may have spent the time) nor a retry; no candidate is tried after it.
+  void RequestTimedOut();
+  // The current candidate's request_timeout_s counted from the arrival; InfiniteFuture: none.
+  absl::Time request_deadline() const;
 
   // No candidate is left: what the client gets. The first Skip reason when no candidate was
   // tried; RESOURCE_EXHAUSTED when every one tried was busy; else UNAVAILABLE (the HTTP side

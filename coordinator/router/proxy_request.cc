@@ -2,6 +2,7 @@
 // tests/router_grpc_test.*.
 #include "coordinator/router/proxy_request.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -58,7 +59,8 @@ ProxyRequest::ProxyRequest(Strand strand, std::shared_ptr<HttpExchange> exchange
       body_(std::move(body)),
       path_suffix_(std::move(path_suffix)),
       stream_(body_.contains("stream") && body_["stream"].is_boolean() && body_["stream"].get<bool>()),
-      core_(std::move(model), FrontDoor::kHttp, std::move(candidates), exchange_->request().arrival, log, metrics) {}
+      core_(std::move(model), FrontDoor::kHttp, std::move(candidates), exchange_->request().arrival, log, metrics),
+      request_timer_(strand_) {}
 
 void ProxyRequest::Start() {
   // Begin is on the strand before OnClientGone can be: a client already gone finishes the
@@ -83,6 +85,7 @@ void ProxyRequest::TryNext() {
     status_ = 0;
     strip_usage_ = false;
     whole_.clear();
+    ArmRequestTimeout();
     std::shared_ptr<UpstreamCall> call = c->grpc != nullptr ? StartGrpc(*c) : StartHttp(*c);
     if (call != nullptr) {
       call_ = std::move(call);
@@ -262,7 +265,46 @@ void ProxyRequest::OnClientGone() {
           .error = "the client disconnected; the backend request was cancelled"});
 }
 
+void ProxyRequest::ArmRequestTimeout() {
+  const absl::Time deadline = core_.request_deadline();
+  if (deadline == request_deadline_) return;
+  request_deadline_ = deadline;
+  const uint64_t generation = ++timer_generation_;
+  if (deadline == absl::InfiniteFuture()) {
+    request_timer_.cancel();
+    return;
+  }
+  request_timer_.expires_after(absl::ToChronoNanoseconds(std::max(deadline - absl::Now(), absl::ZeroDuration())));
+  request_timer_.async_wait([self = shared_from_this(), generation](const boost::system::error_code& ec) {
+    if (!ec && generation == self->timer_generation_) self->OnRequestTimeout();
+  });
+}
+
+void ProxyRequest::OnRequestTimeout() {
+  if (core_.finished()) return;
+  if (call_ != nullptr) {
+    call_->Cancel();
+    call_.reset();
+  }
+  core_.RequestTimedOut();
+  const std::string limit = absl::FormatDuration(request_deadline_ - core_.arrival());
+  if (streaming_) {
+    const std::string message = absl::StrCat("the request passed its request_timeout_s (", limit,
+                                             " from its arrival at the router) while the backend ", core_.url(),
+                                             " was streaming; the backend request was cancelled");
+    exchange_->End(absl::StrCat(SseEvent(RouterError(message, "server_error").dump()), kSseDone));
+    return Finish({.outcome = RequestOutcome::kError, .status = 200, .error = message});
+  }
+  const std::string message =
+      absl::StrCat("the request passed its request_timeout_s (", limit, " from its arrival at the router) before the ",
+                   "backend ", core_.url(), " answered; the backend request was cancelled");
+  exchange_->Respond(504, "application/json", RouterError(message, "server_error").dump());
+  Finish({.outcome = RequestOutcome::kError, .status = 504, .error = message});
+}
+
 void ProxyRequest::Finish(ProxyEnd end) {
+  ++timer_generation_;
+  request_timer_.cancel();
   core_.Finish(std::move(end));
   self_.reset();
 }

@@ -6,12 +6,14 @@
 // tests/router_grpc_test.*.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "boost/asio/steady_timer.hpp"
 #include "coordinator/api/http_transport.h"
 #include "coordinator/router/proxy_core.h"
 #include "coordinator/router/request_log.h"
@@ -52,6 +54,12 @@ class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
   void OnData(std::string piece);
   void OnEnd(absl::Status status);
   void OnClientGone();
+  // Sets request_timer_ to the current candidate's request_timeout_s (ProxyCore::
+  // request_deadline), when that differs from what it is set to.
+  void ArmRequestTimeout();
+  // The request's request_timeout_s passed: the backend's call is cancelled; the client gets 504
+  // when nothing reached it yet, else the stream ends with an error event.
+  void OnRequestTimeout();
   void Finish(ProxyEnd end);
 
   const Strand strand_;
@@ -73,6 +81,11 @@ class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
   // The answer's tokens as the call itself counted them (grpc:// backends; UpstreamCallbacks::
   // usage), for a stream without a usage chunk.
   std::optional<UsageTokens> call_usage_;
+  // request_timeout_s: fires at request_deadline_ (InfiniteFuture: not set); a wait whose
+  // generation is not timer_generation_ any more was replaced or cancelled.
+  boost::asio::steady_timer request_timer_;
+  absl::Time request_deadline_ = absl::InfiniteFuture();
+  uint64_t timer_generation_ = 0;
   std::shared_ptr<ProxyRequest> self_;  // kept alive until finished
 };
 

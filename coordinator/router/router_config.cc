@@ -131,7 +131,8 @@ absl::StatusOr<absl::Duration> ParseSeconds(const Json& v, const std::string& fi
 // model and in a backend object.
 const std::set<std::string>& ConnectionKeys() {
   static const std::set<std::string> keys = {"connect_timeout_s", "timeout_s", "cooldown_s", "max_idle_connections",
-                                             "idle_timeout_s", "max_in_flight", "max_retries", "request_usage"};
+                                             "idle_timeout_s", "max_in_flight", "max_retries", "request_usage",
+                                             "request_timeout_s"};
   return keys;
 }
 
@@ -156,6 +157,11 @@ absl::StatusOr<BackendConnectionOptions> ParseConnectionOptions(const Json& j, c
     absl::StatusOr<absl::Duration> d = ParseSeconds(j[key], name(key));
     if (!d.ok()) return d.status();
     o.*member = *d;
+  }
+  if (j.contains("request_timeout_s")) {
+    absl::StatusOr<absl::Duration> d = ParseSeconds(j["request_timeout_s"], name("request_timeout_s"));
+    if (!d.ok()) return d.status();
+    o.request_timeout = *d;
   }
   if (j.contains("cooldown_s")) {
     const Json& v = j["cooldown_s"];

@@ -61,6 +61,11 @@ struct BackendConnectionOptions {
   // finds it full tries the next candidate (then the fallback) as if the backend were busy, and
   // gets 429 when every one is. 0: no cap.
   int64_t max_in_flight = 0;
+  // "request_timeout_s": the whole request, from its arrival at the router to the answer's last
+  // byte, across every try; none: no bound but each try's timeouts. Past it before anything
+  // reached the client: 504 (gRPC: DEADLINE_EXCEEDED); after: the stream ends with an error.
+  // The backend being tried when it passes decides (its value, counted against the arrival).
+  std::optional<absl::Duration> request_timeout;
   // "max_retries": after a try of this backend failed (or was busy) before anything reached the
   // client, the request moves on to its next candidate only while it has taken fewer retries
   // (moves on) than this; none: no cap (every candidate is tried once). 0: the first failure
