@@ -151,6 +151,9 @@ ABSL_FLAG(std::string, api_key, "",
 // `tpserve router` (also --host, --http-port, --port-file, --api-key and the HTTP server's flags).
 ABSL_FLAG(std::string, config, "", "router: the JSON file naming the models and their backends (docs/router.md)");
 ABSL_FLAG(std::string, request_log, "", "router: append one JSON line per proxied request to this file (empty: off)");
+ABSL_FLAG(int, metrics_port, -1,
+          "router: a port serving only GET /metrics and /health, with --api-key as on the HTTP port (0: any free "
+          "port, see --port-file; -1: off); with or without --http-port (a gRPC-only router's metrics)");
 
 // `tpserve client` (also --model: the served model name, --prompt, --max-tokens).
 ABSL_FLAG(std::string, grpc, "", "client: the server's gRPC address, HOST:PORT");
@@ -183,10 +186,11 @@ constexpr char kUsage[] =
     "      [--max-tokens N] [--temperature T] [--api-key KEY]\n"
     "      [--grpc-tls [--grpc-tls-ca-file CA] [--grpc-tls-certfile CERT --grpc-tls-keyfile KEY]]\n"
     "  tpserve router --config FILE [--http-port 8000] [--grpc-port Q] [--host H] [--api-key KEY]\n"
-    "                 [--request-log FILE] [--port-file FILE]\n"
+    "                 [--request-log FILE] [--port-file FILE] [--metrics-port P]\n"
     "      one OpenAI HTTP door (and with --grpc-port, one tpserve.v1 gRPC door; --http-port -1: gRPC\n"
-    "      only, no /metrics) routing by model name to many backends; per-backend timeouts, cooldown,\n"
-    "      keep-alive pool and prices in the config; cost and tokens in /metrics (docs/router.md)\n"
+    "      only) routing by model name to many backends; per-backend timeouts, cooldown, retries,\n"
+    "      keep-alive pool and prices in the config; cost and tokens in /metrics (also on --metrics-port,\n"
+    "      a port of its own: /metrics and /health only) (docs/router.md)\n"
     "  serve --api-key KEY[,KEY...] (or $TPSERVE_API_KEY): requests need \"Authorization: Bearer KEY\".\n"
     "  tpserve devices: what this binary and machine offer (the CUDA backend and GPUs, the CPU's units)\n\n"
     "Run `tpserve --helpfull` for every flag.";
@@ -340,6 +344,10 @@ int RunRouterFromFlags(bool grpc_port_given) {
   }
   if (absl::Status valid = tpserve::ValidateHttpTransportFlags(o.transport); !valid.ok()) {
     return Fail(absl::StrCat("router: ", valid.message()));
+  }
+  o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (o.metrics_port > 65535 || o.metrics_port < -1) {
+    return Fail(absl::StrCat("router: --metrics-port ", o.metrics_port, ": a port, 0 (any free one) or -1 (off)"));
   }
   o.port_file = absl::GetFlag(FLAGS_port_file);
   o.request_log = absl::GetFlag(FLAGS_request_log);

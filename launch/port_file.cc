@@ -19,13 +19,15 @@ absl::Status FileError(const std::string& what, const std::string& path, int err
 }  // namespace
 
 std::string PortFileJson(const ListeningPorts& ports) {
-  return absl::StrCat("{\"http\": ", PortOrNull(ports.http), ", \"grpc\": ", PortOrNull(ports.grpc), "}\n");
+  return absl::StrCat("{\"http\": ", PortOrNull(ports.http), ", \"grpc\": ", PortOrNull(ports.grpc),
+                      ports.metrics >= 0 ? absl::StrCat(", \"metrics\": ", ports.metrics) : "", "}\n");
 }
 
 std::string ListeningLines(const std::string& host, const ListeningPorts& ports) {
   std::string out;
   if (ports.http >= 0) absl::StrAppend(&out, "tpserve: HTTP listening on ", host, ":", ports.http, "\n");
   if (ports.grpc >= 0) absl::StrAppend(&out, "tpserve: gRPC listening on ", host, ":", ports.grpc, "\n");
+  if (ports.metrics >= 0) absl::StrAppend(&out, "tpserve: metrics listening on ", host, ":", ports.metrics, "\n");
   return out;
 }
 

@@ -13,13 +13,15 @@ namespace tpserve {
 struct ListeningPorts {
   int http = -1;
   int grpc = -1;
+  int metrics = -1;  // `tpserve router --metrics-port`: GET /metrics and /health only
 };
 
-// {"http": P, "grpc": Q}; a server that is off is null.
+// {"http": P, "grpc": Q}; a server that is off is null; with a metrics port,
+// {"http": P, "grpc": Q, "metrics": M} (no key without one).
 std::string PortFileJson(const ListeningPorts& ports);
 
 // "tpserve: HTTP listening on HOST:P\ntpserve: gRPC listening on HOST:Q\n", a line per
-// server that is on.
+// server that is on ("tpserve: metrics listening on HOST:M" for a metrics port).
 std::string ListeningLines(const std::string& host, const ListeningPorts& ports);
 
 // Writes PortFileJson(ports) to path + ".tmp", then renames it to `path`, so a reader that

@@ -34,6 +34,7 @@ int RunRouter(const RouterCommandOptions& o) {
   RouterOptions options;
   options.transport = o.transport;
   options.grpc_port = o.grpc_port;
+  options.metrics_port = o.metrics_port;
   options.grpc_tls = o.grpc_tls;
   options.api_keys = o.api_keys;
   options.request_log = o.request_log;
@@ -47,12 +48,15 @@ int RunRouter(const RouterCommandOptions& o) {
     std::fprintf(stderr, "tpserve: router: %s\n", std::string(started.message()).c_str());
     return 1;
   }
-  const ListeningPorts ports{server.port(), server.grpc_port()};
+  const ListeningPorts ports{server.port(), server.grpc_port(), server.metrics_port()};
   std::fprintf(stderr, "tpserve: router serving %s\n%s", absl::StrJoin(names, ", ").c_str(),
                ListeningLines(o.transport.host, ports).c_str());
-  if (ports.http < 0) {
-    std::fprintf(stderr, "tpserve: router: no HTTP port (--http-port -1): no /metrics or /health; the gRPC port "
-                         "answers grpc.health.v1\n");
+  if (ports.http < 0 && ports.metrics >= 0) {
+    std::fprintf(stderr, "tpserve: router: no HTTP port (--http-port -1): /metrics and /health on the metrics port "
+                         "only; the gRPC port answers grpc.health.v1\n");
+  } else if (ports.http < 0) {
+    std::fprintf(stderr, "tpserve: router: no HTTP port (--http-port -1): no /metrics or /health (give "
+                         "--metrics-port P for them); the gRPC port answers grpc.health.v1\n");
   }
   if (!o.port_file.empty()) {
     if (absl::Status written = WritePortFile(o.port_file, ports); !written.ok()) {

@@ -21,8 +21,11 @@ struct RouterCommandOptions {
   HttpTransportOptions transport;
   // --grpc-port: the tpserve.v1 gRPC front end on transport.host (0: a free port); -1: off.
   int grpc_port = -1;
+  // --metrics-port: GET /metrics and /health on a port of their own (0: a free port); -1: off.
+  int metrics_port = -1;
   GrpcServerTlsOptions grpc_tls;  // TLS on the gRPC port (--grpc-tls-*); default: plaintext
-  // Where the router listens, as serve's --port-file: {"http": P, "grpc": Q or null}; empty: off.
+  // Where the router listens, as serve's --port-file: {"http": P, "grpc": Q or null}, with
+  // "metrics": M where it has a metrics port; empty: off.
   std::string port_file;
   std::vector<std::string> api_keys;  // the router's own (--api-key); empty: open
   std::string request_log;            // JSON lines; empty: off

@@ -40,6 +40,9 @@ TEST(PortFileJsonTest, BothPortsOrNull) {
   EXPECT_EQ(PortFileJson({.http = 41234, .grpc = 41235}), "{\"http\": 41234, \"grpc\": 41235}\n");
   EXPECT_EQ(PortFileJson({.http = 8000, .grpc = -1}), "{\"http\": 8000, \"grpc\": null}\n");
   EXPECT_EQ(PortFileJson({}), "{\"http\": null, \"grpc\": null}\n");
+  // The router's metrics port, where it has one.
+  EXPECT_EQ(PortFileJson({.http = -1, .grpc = 50051, .metrics = 9100}),
+            "{\"http\": null, \"grpc\": 50051, \"metrics\": 9100}\n");
 }
 
 TEST(ListeningLinesTest, ALinePerServerThatIsOn) {
@@ -47,6 +50,8 @@ TEST(ListeningLinesTest, ALinePerServerThatIsOn) {
             "tpserve: HTTP listening on 127.0.0.1:41234\ntpserve: gRPC listening on 127.0.0.1:41235\n");
   EXPECT_EQ(ListeningLines("0.0.0.0", {.http = -1, .grpc = 50051}), "tpserve: gRPC listening on 0.0.0.0:50051\n");
   EXPECT_EQ(ListeningLines("0.0.0.0", {}), "");
+  EXPECT_EQ(ListeningLines("h", {.http = -1, .grpc = 2, .metrics = 3}),
+            "tpserve: gRPC listening on h:2\ntpserve: metrics listening on h:3\n");
 }
 
 TEST_F(PortFileTest, WritesTheFileAndLeavesNoTemporary) {

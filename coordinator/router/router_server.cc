@@ -31,7 +31,7 @@ RouterServer::RouterServer(RouterConfig config, RouterOptions options)
       started_unix_s_(absl::ToUnixSeconds(absl::Now())),
       proxy_work_(boost::asio::make_work_guard(proxy_io_)),
       transport_(
-          options_.transport, [this](std::shared_ptr<HttpExchange> e) { Handle(std::move(e)); },
+          options_.transport, [this](std::shared_ptr<HttpExchange> e) { Handle(std::move(e), /*metrics_port=*/false); },
           [](int, const absl::Status& error) { return ToHttpError(error).body; }) {
   for (auto& [name, model] : config.models) {
     pools_.emplace(name, std::make_unique<BackendPool>(std::move(model)));
@@ -76,6 +76,17 @@ absl::Status RouterServer::Start() {
     grpc_ = std::make_unique<RouterGrpcServer>(
         GrpcFrontGenerate::Context{proxy_io_, *this, *metrics_, log_.get()}, std::move(g));
     if (absl::Status s = grpc_->Start(); !s.ok()) return s;
+  }
+  if (options_.metrics_port >= 0) {
+    HttpTransportOptions m = options_.transport;
+    m.port = options_.metrics_port;
+    m.io_threads = 1;  // a scrape now and then
+    metrics_transport_ = std::make_unique<HttpTransport>(
+        m, [this](std::shared_ptr<HttpExchange> e) { Handle(std::move(e), /*metrics_port=*/true); },
+        [](int, const absl::Status& error) { return ToHttpError(error).body; });
+    if (absl::Status s = metrics_transport_->Start(); !s.ok()) {
+      return absl::UnavailableError(absl::StrCat("the metrics port: ", s.message()));
+    }
   }
   if (options_.transport.port < 0) return absl::OkStatus();  // gRPC only
   return transport_.Start();
@@ -132,6 +143,7 @@ absl::Status RouterServer::MakeEndpoints() {
 void RouterServer::Shutdown() {
   if (stopped_) return;
   stopped_ = true;
+  if (metrics_transport_ != nullptr) metrics_transport_->Shutdown();
   transport_.Shutdown();  // exchanges see their client gone: their backend calls are cancelled
   if (grpc_ != nullptr) grpc_->Shutdown();  // the same for gRPC calls; their last reactions run on proxy_io_
   // gRPC calls (and probes) still running are cancelled, their last callbacks run on the proxy
@@ -143,8 +155,8 @@ void RouterServer::Shutdown() {
 }
 
 // On an I/O thread: cheap routes are answered here; a proxied request is parsed and routed here
-// too, then runs on the proxy loop (Proxy).
-void RouterServer::Handle(std::shared_ptr<HttpExchange> exchange) {
+// too, then runs on the proxy loop (Proxy). The metrics port has /metrics and /health only.
+void RouterServer::Handle(std::shared_ptr<HttpExchange> exchange, bool metrics_port) {
   const HttpRequest& req = exchange->request();
   if (req.path != "/health") {  // /health stays open, as serve's does
     if (absl::Status key = api_keys_.Check(req.authorization); !key.ok()) {
@@ -152,14 +164,15 @@ void RouterServer::Handle(std::shared_ptr<HttpExchange> exchange) {
     }
   }
   const bool get = req.method == "GET", post = req.method == "POST";
-  const bool post_route = req.path == "/v1/completions" || req.path == "/v1/chat/completions";
-  const bool get_route = req.path == "/health" || req.path == "/v1/models" || req.path == "/metrics";
+  const bool post_route = !metrics_port && (req.path == "/v1/completions" || req.path == "/v1/chat/completions");
+  const bool get_route =
+      req.path == "/health" || req.path == "/metrics" || (!metrics_port && req.path == "/v1/models");
   if (post && post_route) return Proxy(exchange, req.path.substr(3));
   if (get && req.path == "/health") return exchange->Respond(200, kJson, "{}");
   if (get && req.path == "/metrics") {
     return exchange->Respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics_->RenderPrometheus());
   }
-  if (get && req.path == "/v1/models") {
+  if (get && get_route && req.path == "/v1/models") {
     nlohmann::ordered_json data = nlohmann::ordered_json::array();
     for (const std::string& name : model_names_) {
       data.push_back({{"id", name}, {"object", "model"}, {"created", started_unix_s_}, {"owned_by", "tpserve-router"}});
@@ -172,7 +185,11 @@ void RouterServer::Handle(std::shared_ptr<HttpExchange> exchange) {
         absl::StrCat("method ", req.method, " is not allowed for ", req.path, "; use ", allowed)));
     return exchange->Respond(405, kJson, body.dump(), {{"Allow", allowed}});
   }
-  nlohmann::ordered_json body = ErrorJson(absl::NotFoundError(absl::StrCat("no route for ", req.method, " ", req.path)));
+  nlohmann::ordered_json body = ErrorJson(absl::NotFoundError(
+      absl::StrCat("no route for ", req.method, " ", req.path,
+                   metrics_port ? " on the router's metrics port (it serves GET /metrics and /health; the API is on "
+                                  "its HTTP port)"
+                                : "")));
   body["error"]["code"] = nullptr;
   exchange->Respond(404, kJson, body.dump());
 }

@@ -2,7 +2,8 @@
 // event-driven transport as `serve` (coordinator/api/http_transport.h), and with a gRPC port one
 // tpserve.v1 door too (router_grpc_server.h), both routed by model name through the same
 // candidates (RouterRoutes).
-// /health (open), /v1/models (the configured names), /metrics (router_metrics.h), and /v1/chat/completions and
+// /health (open), /v1/models (the configured names), /metrics (router_metrics.h; also on a
+// metrics port of its own, with /health), and /v1/chat/completions and
 // /v1/completions proxied by model name to a backend the model's policy picks, failing over
 // to its other backends and its fallback model (proxy_request.h; a grpc:// backend gets the
 // request as tpserve.v1 Generate, grpc_relay.h); models with a health_check
@@ -45,6 +46,10 @@ struct RouterOptions {
   // --grpc-port: the tpserve.v1 gRPC front end on transport.host (0: a free port; -1: off). Its
   // largest request is transport.max_body_bytes.
   int grpc_port = -1;
+  // --metrics-port: a listener on transport.host serving GET /metrics and /health only (0: a free
+  // port; -1: off), with the HTTP port's key rules (api_keys: /metrics needs one, /health is
+  // open); with or without the HTTP port: a gRPC-only router's metrics.
+  int metrics_port = -1;
   // --grpc-tls-certfile, --grpc-tls-keyfile, --grpc-tls-client-ca-file: TLS on the gRPC port
   // (default: plaintext).
   GrpcServerTlsOptions grpc_tls;
@@ -70,7 +75,8 @@ class RouterServer : public RouterRoutes {
   RouterServer& operator=(const RouterServer&) = delete;
 
   // Opens the request log, sets up the backends' endpoints (loading https:// backends' CAs),
-  // binds and starts serving (HTTP with a port, gRPC with a grpc_port). UNAVAILABLE when it
+  // binds and starts serving (HTTP with a port, gRPC with a grpc_port, /metrics and /health
+  // with a metrics_port). UNAVAILABLE when it
   // cannot bind or open; INVALID_ARGUMENT naming the backend when its tls_ca_file cannot be
   // loaded, or when neither port is on.
   absl::Status Start();
@@ -78,6 +84,8 @@ class RouterServer : public RouterRoutes {
   int port() const { return options_.transport.port < 0 ? -1 : transport_.port(); }
   // The gRPC port bound; -1 when off.
   int grpc_port() const { return grpc_ == nullptr ? -1 : grpc_->port(); }
+  // The metrics port bound; -1 when off.
+  int metrics_port() const { return metrics_transport_ == nullptr ? -1 : metrics_transport_->port(); }
   // Stops accepting, closes every connection and cancels every gRPC call (cancelling backend
   // requests) and joins the threads. Idempotent.
   void Shutdown();
@@ -89,7 +97,9 @@ class RouterServer : public RouterRoutes {
   absl::StatusOr<std::vector<ProxyCandidate>> Backends(const std::string& model) override;
 
  private:
-  void Handle(std::shared_ptr<HttpExchange> exchange);
+  // A request to the HTTP port, or with `metrics_port` to the metrics port (GET /metrics and
+  // /health only; the same key rules).
+  void Handle(std::shared_ptr<HttpExchange> exchange, bool metrics_port);
   void Proxy(const std::shared_ptr<HttpExchange>& exchange, std::string path_suffix);
   // `model`'s pool, then its fallback's, and so on (the config has no cycles); NOT_FOUND naming
   // the configured models.
@@ -120,7 +130,10 @@ class RouterServer : public RouterRoutes {
   // and proxy_io_.
   std::unique_ptr<RouterGrpcServer> grpc_;
   bool stopped_ = false;
-  HttpTransport transport_;  // last: its threads call into the members above
+  // The metrics port (metrics_port >= 0), and the HTTP port: last, their threads call into the
+  // members above.
+  std::unique_ptr<HttpTransport> metrics_transport_;
+  HttpTransport transport_;
 };
 
 }  // namespace tpserve
