@@ -50,6 +50,28 @@ int DeadPort() {
   return ntohs(addr.sin_port);
 }
 
+// A loopback port that takes connections (the kernel's backlog) and never answers; closed with
+// the object.
+class SilentPort {
+ public:
+  SilentPort() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    ::listen(fd_, 16);
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~SilentPort() { ::close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  const int fd_;
+  int port_ = 0;
+};
+
 // A message as the client compares it: without what differs between two runs of a request.
 v1::GenerateResponse Comparable(v1::GenerateResponse r) {
   r.clear_request_id();
@@ -791,6 +813,48 @@ TEST_F(RouterGrpcFrontTest, AClientsCancelOrDeadlineCancelsAnHttpBackendsRequest
   }));
   EXPECT_THAT(Metrics(),
               HasSubstr(absl::StrCat("tpserve_router_backend_healthy{model=\"h\",backend=\"", http, "\"} 1")));
+}
+
+// request_timeout_s with an http(s):// backend: an HTTP call carries no deadline, so the router's
+// own timer ends it: DEADLINE_EXCEEDED naming the bound before the head came (a backend that never
+// answers) and after the first message (serve's HTTP port streaming 200 tokens at 20 ms), the
+// backend's request cancelled, the backend counted as timed out and not ejected.
+TEST_F(RouterGrpcFrontTest, TheRequestTimeoutEndsAnHttpBackendsCall) {
+  StartServers(Slow());
+  SilentPort silent;
+  const std::string silent_url = absl::StrCat("http://127.0.0.1:", silent.port(), "/v1");
+  const std::string http = absl::StrCat("http://127.0.0.1:", http_->port(), "/v1");
+  StartRouter(absl::StrCat(R"({"silent": {"request_timeout_s": 1, "backends": [")", silent_url,
+                           R"("]}, "h": {"request_timeout_s": 1, "backends": [{"url": ")", http,
+                           R"(", "model": "fake-model"}]}})"));
+  const auto start = std::chrono::system_clock::now();
+  std::vector<v1::GenerateResponse> responses;
+  v1::GenerateRequest request = TextRequest("Hi", 5);
+  request.set_model("silent");
+  grpc::Status s = RouterGenerate(request, &responses);  // the client's deadline: 60 s
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat("the request passed its request_timeout_s (1s from its arrival "
+                                                        "at the router) before the backend ", silent_url, " answered")));
+  EXPECT_TRUE(responses.empty());
+  EXPECT_LT(std::chrono::system_clock::now() - start, std::chrono::seconds(5));
+
+  request = TextRequest("Hi", 200);
+  request.mutable_sampling()->set_ignore_eos(true);
+  request.set_model("h");
+  responses.clear();
+  s = RouterGenerate(request, &responses);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat("request_timeout_s (1s from its arrival at the router) while the "
+                                                        "backend ", http, " was streaming")));
+  EXPECT_FALSE(responses.empty());
+  EXPECT_TRUE(engine_->WaitForCancelled(1, absl::Seconds(10)));
+
+  const std::string metrics = Metrics();
+  for (const std::string labels : {absl::StrCat("model=\"silent\",backend=\"", silent_url, "\""),
+                                   absl::StrCat("model=\"h\",backend=\"", http, "\"")}) {
+    EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_errors_total{", labels, ",kind=\"timeout\"} 1")));
+    EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_healthy{", labels, "} 1")));
+  }
 }
 
 // Stats: the router's own numbers (the requests that ended and their tokens, its requests at

@@ -145,6 +145,9 @@ TEST(GrpcToOpenAiTest, TheBodyUsesOpenAisAndVllmsNames) {
   const Json chat = Json::parse(GenerateToOpenAi(ChatRequest({{"user", "Hi"}}), "m")->body);
   EXPECT_EQ(chat["messages"], Json::parse(R"([{"role": "user", "content": "Hi"}])"));
   EXPECT_FALSE(chat.contains("prompt"));
+  // A backend with request_usage: false is not asked for usage.
+  EXPECT_EQ(Json::parse(GenerateToOpenAi(TextRequest("Hi"), "m", /*request_usage=*/false)->body),
+            Json::parse(R"({"model": "m", "prompt": "Hi", "stream": true})"));
 }
 
 TEST(GrpcToOpenAiTest, WhatTheAnswerCannotCarryOrServeWouldRefuseIsRefusedNamingTheField) {

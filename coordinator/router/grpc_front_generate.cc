@@ -67,7 +67,8 @@ GrpcFrontGenerate::GrpcFrontGenerate(const Context& context, grpc::CallbackServe
       server_(server),
       arrival_(arrival),
       deadline_(ClientDeadline(*server)),
-      strand_(boost::asio::make_strand(context.proxy_io)) {}
+      strand_(boost::asio::make_strand(context.proxy_io)),
+      request_timer_(strand_) {}
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcFrontGenerate::Start(const Context& context,
                                                                      grpc::CallbackServerContext* server,
@@ -140,6 +141,7 @@ void GrpcFrontGenerate::TryNext() {
     // before the client's: the backend stops the request itself when it passes.
     request_deadline_ = core_->request_deadline();
     generate.deadline = std::min(deadline_, request_deadline_);
+    ArmRequestTimer(/*http=*/false);
     core_->BeginTry();
     std::weak_ptr<GrpcFrontGenerate> weak = weak_from_this();
     call_ = GrpcGenerateCall::Start(strand_, std::move(generate),
@@ -162,7 +164,8 @@ void GrpcFrontGenerate::TryNext() {
 }
 
 bool GrpcFrontGenerate::StartHttp(const ProxyCandidate& c) {
-  absl::StatusOr<OpenAiHttpRequest> http = GenerateToOpenAi(request_, core_->RemoteModel());
+  absl::StatusOr<OpenAiHttpRequest> http =
+      GenerateToOpenAi(request_, core_->RemoteModel(), core_->backend().connection.request_usage);
   if (!http.ok()) {
     core_->Skip(http.status());
     return false;
@@ -199,7 +202,29 @@ bool GrpcFrontGenerate::StartHttp(const ProxyCandidate& c) {
     if (auto self = weak.lock()) self->OnHttpEnd(status);
   };
   http_call_ = UpstreamCall::Start(strand_, std::move(upstream), std::move(callbacks));
+  request_deadline_ = core_->request_deadline();
+  ArmRequestTimer(/*http=*/true);
   return true;
+}
+
+void GrpcFrontGenerate::ArmRequestTimer(bool http) {
+  const uint64_t generation = ++timer_generation_;
+  if (!http || request_deadline_ == absl::InfiniteFuture()) {
+    request_timer_.cancel();
+    return;
+  }
+  request_timer_.expires_after(absl::ToChronoNanoseconds(std::max(request_deadline_ - absl::Now(), absl::ZeroDuration())));
+  std::weak_ptr<GrpcFrontGenerate> weak = weak_from_this();
+  request_timer_.async_wait([weak, generation](const boost::system::error_code& ec) {
+    std::shared_ptr<GrpcFrontGenerate> self = weak.lock();
+    if (ec || self == nullptr || generation != self->timer_generation_ || self->ending_.has_value() ||
+        self->http_call_ == nullptr) {
+      return;
+    }
+    self->http_call_->Cancel();
+    self->http_call_.reset();
+    self->RequestTimedOut();
+  });
 }
 
 void GrpcFrontGenerate::OnHttpHead(int status) {
@@ -457,6 +482,7 @@ void GrpcFrontGenerate::RequestTimedOut() {
 
 void GrpcFrontGenerate::Complete(const absl::Status& status, std::optional<ProxyEnd> end) {
   ending_ = ToGrpcStatus(status);
+  request_timer_.cancel();
   if (end.has_value()) core_->Finish(*std::move(end));
   if (write_in_flight_) return;  // WriteDone finishes
   finished_ = true;

@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "boost/asio/io_context.hpp"
+#include "boost/asio/steady_timer.hpp"
 #include "coordinator/router/grpc_generate_call.h"
 #include "coordinator/router/grpc_to_openai.h"
 #include "coordinator/router/proxy_core.h"
@@ -91,10 +92,14 @@ class GrpcFrontGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   // The client's deadline passed: the backend's call is cancelled (if gRPC has not ended it
   // already), and the call ends DEADLINE_EXCEEDED, the backend not counted as failed.
   void DeadlinePassed();
-  // The current candidate's request_timeout_s passed (the backend's call, given it as its
-  // deadline, ended DEADLINE_EXCEEDED): the call ends DEADLINE_EXCEEDED, before or after the
-  // first message, counted as the backend's `timeout` without ejecting it.
+  // The current candidate's request_timeout_s passed (a grpc:// backend's call, given it as its
+  // deadline, ended DEADLINE_EXCEEDED; an http(s):// backend's, cancelled by request_timer_): the
+  // call ends DEADLINE_EXCEEDED, before or after the first message, counted as the backend's
+  // `timeout` without ejecting it.
   void RequestTimedOut();
+  // An http(s):// try: request_timer_ set to request_deadline_ (an HTTP call has no deadline of
+  // its own to carry it); any other try: the timer's earlier setting void.
+  void ArmRequestTimer(bool http);
   // The backend's answer (a message, or a refusal passed through) starts reaching the client.
   void Answering();
   // Cancels the backend's call (either kind) and drops the messages waiting for the client.
@@ -110,6 +115,8 @@ class GrpcFrontGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   const absl::Time deadline_;
   const Strand strand_;
   std::shared_ptr<GrpcFrontGenerate> self_;  // from Start until OnDone
+  boost::asio::steady_timer request_timer_;  // on strand_
+  uint64_t timer_generation_ = 0;            // a firing of an older setting is void
   // The current try's request_timeout_s deadline (ProxyCore::request_deadline); InfiniteFuture:
   // none. Strand-only.
   absl::Time request_deadline_ = absl::InfiniteFuture();

@@ -209,7 +209,8 @@ absl::StatusOr<OpenAiChoicePiece> ReadChoice(OpenAiEndpoint endpoint, const Json
 
 }  // namespace
 
-absl::StatusOr<OpenAiHttpRequest> GenerateToOpenAi(const v1::GenerateRequest& request, const std::string& model) {
+absl::StatusOr<OpenAiHttpRequest> GenerateToOpenAi(const v1::GenerateRequest& request, const std::string& model,
+                                                   bool request_usage) {
   // What serve's gRPC port refuses first (no prompt, an empty role, ...), in its words.
   if (absl::StatusOr<GenerateInput> input = GenerateInputFromProto(request); !input.ok()) return input.status();
   if (request.n() < 0 || request.n() > kMaxChoices) {
@@ -240,7 +241,7 @@ absl::StatusOr<OpenAiHttpRequest> GenerateToOpenAi(const v1::GenerateRequest& re
   if (absl::Status s = AddTools(request, body); !s.ok()) return s;
   if (request.n() > 1) body["n"] = request.n();
   body["stream"] = true;
-  body["stream_options"] = Json{{"include_usage", true}};
+  if (request_usage) body["stream_options"] = Json{{"include_usage", true}};
   out.path = out.endpoint == OpenAiEndpoint::kCompletions ? "/completions" : "/chat/completions";
   out.body = body.dump(-1, ' ', false, Json::error_handler_t::replace);
   return out;

@@ -25,7 +25,7 @@ namespace tpserve {
 struct OpenAiHttpRequest {
   OpenAiEndpoint endpoint = OpenAiEndpoint::kCompletions;
   std::string path;  // "/completions" or "/chat/completions": after the backend's base path (".../v1")
-  std::string body;  // JSON, "stream": true with stream_options.include_usage
+  std::string body;  // JSON, "stream": true (with stream_options.include_usage: request_usage)
 };
 
 // `request` for the backend's model `model`. Every field set is sent, never dropped: the
@@ -39,7 +39,10 @@ struct OpenAiHttpRequest {
 // OpenAI answer cannot carry back: sampling.logprobs (its logprobs name tokens by text, where a
 // GenerateResponse names them by id), and tools with a prompt that is not chat (OpenAI's
 // completions take no tools).
-absl::StatusOr<OpenAiHttpRequest> GenerateToOpenAi(const v1::GenerateRequest& request, const std::string& model);
+// `request_usage` false (the backend's `request_usage: false`, for an API that refuses
+// stream_options): no include_usage is asked, and the messages carry no usage.
+absl::StatusOr<OpenAiHttpRequest> GenerateToOpenAi(const v1::GenerateRequest& request, const std::string& model,
+                                                   bool request_usage = true);
 
 // What one event of an OpenAI stream says for one choice.
 struct OpenAiChoicePiece {
