@@ -14,23 +14,11 @@ FIX=$2
 source "$(dirname "$0")/harness.sh"
 replica_model "$FIX"
 
-pki() { openssl "$@" >>"$WORK/openssl.log" 2>&1 || { bad "openssl $1 failed: $(cat "$WORK/openssl.log")"; finish; exit 1; }; }
-# ca NAME: a CA (NAME.pem, NAME.key); cert NAME CA USAGE: a certificate for DNS:localhost signed by CA.
-ca() {
-  pki req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=$1 test CA" -keyout "$WORK/$1.key" -out "$WORK/$1.pem" \
-    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign"
-}
-cert() {
-  pki req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout "$WORK/$1.key" -out "$WORK/$1.csr"
-  printf 'subjectAltName=DNS:localhost\nextendedKeyUsage=%s\n' "$3" >"$WORK/$1.ext"
-  pki x509 -req -in "$WORK/$1.csr" -CA "$WORK/$2.pem" -CAkey "$WORK/$2.key" -CAcreateserial -days 2 \
-    -extfile "$WORK/$1.ext" -out "$WORK/$1.pem"
-}
-ca ca
-ca other
-cert a ca serverAuth
-cert b other serverAuth
-cert client ca clientAuth
+make_ca ca
+make_ca other
+make_cert a ca serverAuth
+make_cert b other serverAuth
+make_cert client ca clientAuth
 
 start_http A serve "${MODEL[@]}" --grpc-port 0 --grpc-tls-certfile "$WORK/a.pem" --grpc-tls-keyfile "$WORK/a.key"
 start_http B serve "${MODEL[@]}" --grpc-port 0 --grpc-tls-certfile "$WORK/b.pem" --grpc-tls-keyfile "$WORK/b.key"

@@ -2,7 +2,7 @@
 # tpbench_test.sh, client_conformance_test.sh, router_*test.sh): MPI settings for a 2-core CI
 # machine, a scratch directory, PASS/FAIL counting, the ports a server got, and ending exactly
 # the processes a test started; at the end, what the router tests share (their replicas, the
-# router's start and stop, its /metrics).
+# router's start and stop, its /metrics) and the TLS tests' CAs and certificates.
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
 MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
 WORK=$(mktemp -d)
@@ -193,3 +193,21 @@ router_stops() {
 # name{labels} starts with PREFIX.
 metric() { awk -v s="$1" 'index($0, s " ") == 1 { print $2 }' "${2:-$WORK/metrics}"; }
 sum() { awk -v p="$1" 'index($0, p) == 1 { t += $2 } END { print t + 0 }' "${2:-$WORK/metrics}"; }
+
+# TLS material for the TLS tests (router_tls_test.sh, grpc_tls_test.sh), made in $WORK with
+# openssl. pki ARGS...: `openssl ARGS`; a failure ends the test.
+pki() { openssl "$@" >>"$WORK/openssl.log" 2>&1 || { bad "openssl $1 failed: $(cat "$WORK/openssl.log")"; finish; exit 1; }; }
+# make_ca NAME: a CA, $WORK/NAME.pem and its key $WORK/NAME.key.
+make_ca() {
+  pki req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=$1 test CA" -keyout "$WORK/$1.key" -out "$WORK/$1.pem" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign"
+}
+# make_cert NAME CA USAGE [SAN]: a certificate signed by CA ($WORK/NAME.pem, its key
+# $WORK/NAME.key) for USAGE (extendedKeyUsage: serverAuth, clientAuth) holding the names SAN
+# (subjectAltName; default DNS:localhost).
+make_cert() {
+  pki req -newkey rsa:2048 -nodes -subj "/CN=$1" -keyout "$WORK/$1.key" -out "$WORK/$1.csr"
+  printf 'subjectAltName=%s\nextendedKeyUsage=%s\n' "${4:-DNS:localhost}" "$3" >"$WORK/$1.ext"
+  pki x509 -req -in "$WORK/$1.csr" -CA "$WORK/$2.pem" -CAkey "$WORK/$2.key" -CAcreateserial -days 2 \
+    -extfile "$WORK/$1.ext" -out "$WORK/$1.pem"
+}
