@@ -175,6 +175,29 @@ TEST(RouterConfigTest, ParsesHttpsBackends) {
   EXPECT_TRUE(b[2].tls_insecure_skip_verify);
 }
 
+TEST(RouterConfigTest, TlsBackendsTakeAClientCertificateAndAServerName) {
+  absl::StatusOr<RouterConfig> c = ParseRouterConfig(R"({"models": {"m": {"backends": [
+      {"url": "https://10.0.0.7:8443/v1", "tls_ca_file": "/etc/ca.pem", "tls_cert_file": "/etc/router.pem",
+       "tls_key_file": "/etc/router.key", "tls_server_name": "backend.internal"},
+      {"url": "grpcs://10.0.0.8:50051", "tls_cert_file": "/etc/router.pem", "tls_key_file": "/etc/router.key",
+       "tls_server_name": "replica.internal"},
+      "https://h/v1"]}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::vector<RouterBackend>& b = c->models.at("m").backends;
+  EXPECT_EQ(b[0].host, "10.0.0.7");  // what the router connects to; the name checked is another
+  EXPECT_EQ(b[0].tls_cert_file, "/etc/router.pem");
+  EXPECT_EQ(b[0].tls_key_file, "/etc/router.key");
+  EXPECT_EQ(b[0].tls_server_name, "backend.internal");
+  EXPECT_TRUE(b[1].grpc);
+  EXPECT_EQ(b[1].tls_cert_file, "/etc/router.pem");
+  EXPECT_EQ(b[1].tls_key_file, "/etc/router.key");
+  EXPECT_EQ(b[1].tls_server_name, "replica.internal");
+  EXPECT_TRUE(b[1].tls_ca_file.empty());
+  EXPECT_TRUE(b[2].tls_cert_file.empty());  // no client certificate, the URL's host checked
+  EXPECT_TRUE(b[2].tls_key_file.empty());
+  EXPECT_TRUE(b[2].tls_server_name.empty());
+}
+
 TEST(RouterConfigTest, ParsesHealthChecks) {
   absl::StatusOr<RouterConfig> c = ParseRouterConfig(R"({"models": {
       "a": {"health_check": {}, "backends": ["http://h/v1"]},
@@ -259,6 +282,29 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{R"({"models": {"m": {"backends": [{"url": "https://h/v1", "tls_ca_file": "ca.pem",
                                                        "tls_insecure_skip_verify": true}]}}})",
                   "tls_insecure_skip_verify: contradicts tls_ca_file"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "tls_cert_file": "c.pem",
+                                                       "tls_key_file": "c.key"}]}}})",
+                  "backends[0].tls_cert_file: applies to https:// and grpcs:// backends only (url is \"http://h/v1\")"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "grpc://h:1", "tls_key_file": "c.key"}]}}})",
+                  "backends[0].tls_key_file: applies to https:// and grpcs:// backends only"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "grpc://h:1", "tls_server_name": "b.test"}]}}})",
+                  "backends[0].tls_server_name: applies to https:// and grpcs:// backends only"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "http://h/v1", "tls_server_name": "b.test"}]}}})",
+                  "backends[0].tls_server_name: applies to https:// and grpcs:// backends only"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "https://h/v1", "tls_cert_file": "c.pem"}]}}})",
+                  "backends[0].tls_key_file: is required with tls_cert_file"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "grpcs://h:1", "tls_key_file": "c.key"}]}}})",
+                  "backends[0].tls_cert_file: is required with tls_key_file"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "grpcs://h:1", "tls_cert_file": "",
+                                                       "tls_key_file": "c.key"}]}}})",
+                  "backends[0].tls_cert_file: must be the path of a PEM file"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "https://h/v1", "tls_cert_file": "c.pem",
+                                                       "tls_key_file": 7}]}}})",
+                  "backends[0].tls_key_file: must be the path of a PEM file"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "https://h/v1", "tls_server_name": ""}]}}})",
+                  "backends[0].tls_server_name: must be the host name (or IP address)"},
+        BadConfig{R"({"models": {"m": {"backends": [{"url": "grpcs://h:1", "tls_server_name": "a b"}]}}})",
+                  "backends[0].tls_server_name: must be the host name (or IP address)"},
         BadConfig{R"({"models": {"m": {"backends": ["http://h:8000"]}}})", "must be the OpenAI API root, ending in /v1"},
         BadConfig{R"({"models": {"m": {"backends": ["http://h:80x/v1"]}}})", "the port is not a number"},
         BadConfig{R"({"models": {"m": {"backends": ["http://h:0/v1"]}}})", "the port is not a number"},

@@ -21,24 +21,33 @@ namespace tpserve {
 
 // TLS to a grpcs:// backend: its certificate is verified against `ca_file` (PEM) where set, else
 // the system's CA store (OpenSSL's default file, as for https:// backends), and its name against
-// the host.
+// `server_name` where set (gRPC's ssl_target_name_override), else the host.
 struct GrpcBackendTls {
   bool enabled = false;  // false: plaintext (grpc://)
   std::string ca_file;
+  // Set: the router's client certificate chain and its key (PEM), presented when the backend
+  // asks for one (`serve --grpc-tls-client-ca-file`); both or neither.
+  std::string cert_file;
+  std::string key_file;
+  std::string server_name;
 };
 
 class GrpcBackend {
  public:
   // `host` as the URL names it (an IPv6 address in brackets); nothing connects until a call.
-  // INVALID_ARGUMENT when TLS's CA file (or the system's) cannot be read as PEM certificates.
+  // INVALID_ARGUMENT starting with the config key ("tls_ca_file", "tls_cert_file",
+  // "tls_key_file") when TLS's CA file (or the system's) cannot be read as PEM certificates, or
+  // the client certificate and its key cannot (client_certificate.h).
   static absl::StatusOr<std::unique_ptr<GrpcBackend>> Create(std::string host, int port, GrpcBackendTls tls);
   GrpcBackend(const GrpcBackend&) = delete;
   GrpcBackend& operator=(const GrpcBackend&) = delete;
 
   // "host:port", as the URL names the server.
   const std::string& target() const { return target_; }
-  // `status` (a call's, from gRPC) with what the router's TLS trusts added where the call failed
-  // in the TLS handshake (grpcs://), so that the message says what to change; else unchanged.
+  // `status` (a call's, from gRPC) with what to change added where the call failed in setting up
+  // TLS (grpcs://): the CAs the router trusts for a failed handshake, the name checked for a
+  // certificate that does not hold it, the client certificate for a connection the backend
+  // closed while none is configured; else unchanged.
   absl::Status Described(absl::Status status) const;
   v1::TpServe::Stub& stub() const { return *stub_; }
   // The channel's connection is up now: a call started now goes out on it at once.
@@ -59,12 +68,16 @@ class GrpcBackend {
   void Shutdown();
 
  private:
+  // `tls`: for the server name and whether a client certificate is presented (the credentials
+  // carry the files' contents).
   GrpcBackend(std::string host, int port, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
-              std::string trust);
+              std::string trust, const GrpcBackendTls& tls);
 
   const std::string target_;
   // grpcs://: where the CAs came from ("tls_ca_file F", "the system's CAs (F)"); empty: plaintext.
   const std::string trust_;
+  const std::string checked_name_;  // for errors: "NAME (tls_server_name)" or "HOST (the URL's host)"
+  const bool client_certificate_;  // grpcs://: a client certificate is presented
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::TpServe::Stub> stub_;
   mutable absl::Mutex mu_;

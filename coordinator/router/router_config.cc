@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -87,9 +88,12 @@ absl::Status ParseUrl(const std::string& url, absl::string_view field, RouterBac
   return absl::OkStatus();
 }
 
-// "tls_ca_file" and "tls_insecure_skip_verify" of an https:// or grpcs:// backend object.
+// The TLS options of a backend object: "tls_ca_file", "tls_insecure_skip_verify" (https:// only),
+// "tls_cert_file" with "tls_key_file", and "tls_server_name"; each applies to https:// and
+// grpcs:// backends only.
 absl::Status ParseTls(const Json& j, const std::string& field, RouterBackend& b) {
-  for (const char* key : {"tls_ca_file", "tls_insecure_skip_verify"}) {
+  for (const char* key :
+       {"tls_ca_file", "tls_insecure_skip_verify", "tls_cert_file", "tls_key_file", "tls_server_name"}) {
     if (j.contains(key) && !b.tls) {
       return Invalid(absl::StrCat(field, ".", key),
                      absl::StrCat("applies to https:// and grpcs:// backends only (url is \"", b.url, "\")"));
@@ -100,11 +104,36 @@ absl::Status ParseTls(const Json& j, const std::string& field, RouterBackend& b)
                    "is not available for grpcs:// backends (gRPC's TLS always verifies the certificate); give "
                    "tls_ca_file, the CA that signed the backend's certificate");
   }
-  if (j.contains("tls_ca_file")) {
-    if (!j["tls_ca_file"].is_string() || j["tls_ca_file"].get<std::string>().empty()) {
-      return Invalid(field + ".tls_ca_file", "must be the path of a PEM file of CA certificates");
+  // The file-valued keys: a non-empty path each.
+  for (auto [key, member, what] :
+       {std::tuple{"tls_ca_file", &RouterBackend::tls_ca_file, "a PEM file of CA certificates"},
+        std::tuple{"tls_cert_file", &RouterBackend::tls_cert_file,
+                   "a PEM file of the router's client certificate (chain)"},
+        std::tuple{"tls_key_file", &RouterBackend::tls_key_file,
+                   "a PEM file of the client certificate's private key"}}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_string() || j[key].get<std::string>().empty()) {
+      return Invalid(absl::StrCat(field, ".", key), absl::StrCat("must be the path of ", what));
     }
-    b.tls_ca_file = j["tls_ca_file"].get<std::string>();
+    b.*member = j[key].get<std::string>();
+  }
+  if (b.tls_cert_file.empty() != b.tls_key_file.empty()) {
+    const bool cert = !b.tls_cert_file.empty();
+    return Invalid(absl::StrCat(field, ".", cert ? "tls_key_file" : "tls_cert_file"),
+                   cert ? "is required with tls_cert_file: give the client certificate's private key too (or "
+                          "neither)"
+                        : "is required with tls_key_file: give the client certificate that key belongs to too "
+                          "(or neither)");
+  }
+  if (j.contains("tls_server_name")) {
+    const Json& v = j["tls_server_name"];
+    if (!v.is_string() || v.get<std::string>().empty() ||
+        v.get<std::string>().find_first_of(" \t\r\n/") != std::string::npos) {
+      return Invalid(field + ".tls_server_name",
+                     "must be the host name (or IP address) the backend's certificate holds, e.g. "
+                     "\"backend.example.com\"");
+    }
+    b.tls_server_name = v.get<std::string>();
   }
   if (j.contains("tls_insecure_skip_verify")) {
     if (!j["tls_insecure_skip_verify"].is_boolean()) {
@@ -252,7 +281,8 @@ absl::StatusOr<RouterBackend> ParseBackend(const Json& j, const std::string& fie
   if (!j.is_object()) return Invalid(field, "must be a URL string or an object with \"url\"");
   if (absl::Status s = CheckKeys(j,
                                  WithConnectionKeys({"url", "model", "api_key_env", "price_per_mtok", "tls_ca_file",
-                                                     "tls_insecure_skip_verify"}),
+                                                     "tls_insecure_skip_verify", "tls_cert_file",
+                                                     "tls_key_file", "tls_server_name"}),
                                  field);
       !s.ok()) {
     return s;

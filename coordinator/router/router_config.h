@@ -94,6 +94,17 @@ struct RouterBackend {
   // "tls_insecure_skip_verify" (https:// only): true: no certificate or name check (the router
   // warns at start).
   bool tls_insecure_skip_verify = false;
+  // "tls_cert_file" and "tls_key_file" (https:// and grpcs://): a client certificate chain (PEM,
+  // the router's own certificate first) and its private key (PEM, not encrypted), presented to a
+  // backend that asks for one (mutual TLS). Both or neither; empty: none. Read and checked to
+  // match when the router starts.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // "tls_server_name" (https:// and grpcs://): the name the backend's certificate must hold and
+  // the router sends as SNI, in place of `host` (a backend reached by IP address, or through a
+  // name its certificate does not list); empty: `host`. An https:// backend's Host header still
+  // names `host`.
+  std::string tls_server_name;
   std::string base_path;  // the URL's path, ending in "/v1" ("/v1" itself for http://h:p/v1)
   // The "model" sent to this backend; empty: the router's model name, as the client sent it.
   std::string remote_model;
@@ -143,12 +154,13 @@ struct RouterConfig {
 // Parses and validates the config's JSON text. INVALID_ARGUMENT naming the field (e.g.
 // models["gemma"].backends[1].url) and saying what to change: unknown keys, a backend URL that
 // is neither http(s)://HOST[:PORT]/.../v1 nor grpc(s)://HOST:PORT, TLS options on a backend that
-// is not https:// or grpcs:// (tls_insecure_skip_verify on a grpcs:// one), an unknown policy, a
+// is not https:// or grpcs:// (tls_insecure_skip_verify on a grpcs:// one), tls_cert_file without
+// tls_key_file or the other way round, an unknown policy, a
 // health_check key that is unknown or a value that is not positive (a "path" in a model whose
 // backends are all grpc://: they are probed with the Stats RPC), a fallback that is not a
 // configured model or that leads back to the model, a connection option (BackendConnectionOptions)
-// that is not a number in its range, or a pool option on a grpc:// backend object. (A
-// tls_ca_file is read when the router starts.)
+// that is not a number in its range, or a pool option on a grpc:// backend object. (The TLS
+// files, tls_ca_file, tls_cert_file and tls_key_file, are read when the router starts.)
 absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view json_text);
 
 // Fills every backend's api_key from its api_key_env through `lookup` (main passes getenv).

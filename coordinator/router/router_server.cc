@@ -99,13 +99,18 @@ absl::Status RouterServer::MakeEndpoints() {
     for (size_t i = 0; i < pool->model().backends.size(); ++i) {
       const RouterBackend& b = pool->backend(i);
       const std::string field = absl::StrCat("router config: models[\"", name, "\"].backends[", i, "]");
+      // The TLS options that make a connection to the server differ between two listings of it.
+      const std::string tls_key = absl::StrCat(b.tls_ca_file, " ", b.tls_cert_file, " ", b.tls_key_file, " ",
+                                               b.tls_server_name);
       if (b.grpc) {
-        // Listings of one server with different CA files get a channel each.
+        // Listings of one server with different TLS options get a channel each.
         std::unique_ptr<GrpcBackend>& g =
-            grpc_backends_[absl::StrCat(b.tls ? "grpcs://" : "grpc://", b.host, ":", b.port, " ", b.tls_ca_file)];
+            grpc_backends_[absl::StrCat(b.tls ? "grpcs://" : "grpc://", b.host, ":", b.port, " ", tls_key)];
         if (g == nullptr) {
           absl::StatusOr<std::unique_ptr<GrpcBackend>> made =
-              GrpcBackend::Create(b.host, b.port, {.enabled = b.tls, .ca_file = b.tls_ca_file});
+              GrpcBackend::Create(b.host, b.port,
+                                  {.enabled = b.tls, .ca_file = b.tls_ca_file, .cert_file = b.tls_cert_file,
+                                   .key_file = b.tls_key_file, .server_name = b.tls_server_name});
           if (!made.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ".", made.status().message()));
           g = *std::move(made);
         }
@@ -117,15 +122,18 @@ absl::Status RouterServer::MakeEndpoints() {
       // Listings of one server with different pool options get a pool each.
       const ConnectionPoolOptions pool_options{b.connection.max_idle_connections, b.connection.idle_timeout};
       std::unique_ptr<UpstreamEndpoint>& e =
-          endpoints_[absl::StrCat(b.tls ? "https://" : "http://", b.host, ":", b.port, " ", b.tls_ca_file,
+          endpoints_[absl::StrCat(b.tls ? "https://" : "http://", b.host, ":", b.port, " ", tls_key,
                                   b.tls_insecure_skip_verify ? " insecure" : "", " ", pool_options.max_idle, " ",
                                   absl::FormatDuration(pool_options.idle_timeout))];
       if (e == nullptr && !b.tls) e = std::make_unique<UpstreamEndpoint>(b.host, b.port, pool_options);
       if (e == nullptr) {
-        absl::StatusOr<std::unique_ptr<UpstreamEndpoint>> tls =
-            UpstreamEndpoint::Tls(b.host, b.port, {b.tls_ca_file, b.tls_insecure_skip_verify}, pool_options);
+        absl::StatusOr<std::unique_ptr<UpstreamEndpoint>> tls = UpstreamEndpoint::Tls(
+            b.host, b.port,
+            {.ca_file = b.tls_ca_file, .insecure_skip_verify = b.tls_insecure_skip_verify,
+             .cert_file = b.tls_cert_file, .key_file = b.tls_key_file, .server_name = b.tls_server_name},
+            pool_options);
         if (!tls.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat(field, ".tls_ca_file: ", tls.status().message()));
+          return absl::InvalidArgumentError(absl::StrCat(field, ".", tls.status().message()));
         }
         e = *std::move(tls);
       }

@@ -74,11 +74,11 @@ class RouterServer : public RouterRoutes {
   RouterServer(const RouterServer&) = delete;
   RouterServer& operator=(const RouterServer&) = delete;
 
-  // Opens the request log, sets up the backends' endpoints (loading https:// backends' CAs),
-  // binds and starts serving (HTTP with a port, gRPC with a grpc_port, /metrics and /health
-  // with a metrics_port). UNAVAILABLE when it
-  // cannot bind or open; INVALID_ARGUMENT naming the backend when its tls_ca_file cannot be
-  // loaded, or when neither port is on.
+  // Opens the request log, sets up the backends' endpoints (loading TLS backends' CAs and
+  // client certificates), binds and starts serving (HTTP with a port, gRPC with a grpc_port,
+  // /metrics and /health with a metrics_port). UNAVAILABLE when it cannot bind or open;
+  // INVALID_ARGUMENT naming the backend and the key when its tls_ca_file, tls_cert_file or
+  // tls_key_file cannot be loaded (or the key is not the certificate's), or when neither port is on.
   absl::Status Start();
   // The HTTP port bound; -1 when off.
   int port() const { return options_.transport.port < 0 ? -1 : transport_.port(); }

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "openssl/err.h"
 #include "openssl/ssl.h"
 #include "openssl/x509_vfy.h"
 #include "boost/asio/bind_executor.hpp"
@@ -30,6 +31,26 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
 std::chrono::steady_clock::duration ToChrono(absl::Duration d) { return absl::ToChronoMilliseconds(d); }
+
+// What to change where an https:// backend ended the connection with a TLS alert about the
+// router's client certificate (over TLS 1.3 the client's handshake is through before the
+// server checks it, so the alert comes at the first read); empty for any other error.
+std::string ClientCertificateHint(const beast::error_code& ec, const UpstreamTlsOptions& tls) {
+  if (ec.category() != asio::error::get_ssl_category()) return "";
+  switch (ERR_GET_REASON(static_cast<unsigned long>(ec.value()))) {
+    case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
+      if (!tls.cert_file.empty()) return "";
+      return " (the backend requires a client certificate: set tls_cert_file and tls_key_file)";
+    case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
+    case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN:
+      if (tls.cert_file.empty()) return "";
+      return absl::StrCat(" (the backend refused the client certificate in tls_cert_file ", tls.cert_file,
+                          ": is it signed by a CA the backend trusts?)");
+    default:
+      return "";
+  }
+}
 
 class BeastUpstreamCall : public UpstreamCall, public std::enable_shared_from_this<BeastUpstreamCall> {
  public:
@@ -119,20 +140,21 @@ class BeastUpstreamCall : public UpstreamCall, public std::enable_shared_from_th
     Connected();
   }
 
-  // TLS: SNI, and the certificate's name checked against the host by OpenSSL itself during
-  // verification (SSL_set1_host; an IP address against the certificate's IP entries), which
-  // names a mismatch in the verify result where asio's host_name_verification callback would
-  // only say "certificate verify failed".
+  // TLS: SNI, and the certificate's name checked against the host (or tls_server_name) by
+  // OpenSSL itself during verification (SSL_set1_host; an IP address against the certificate's
+  // IP entries), which names a mismatch in the verify result where asio's
+  // host_name_verification callback would only say "certificate verify failed".
   void Handshake() {
     SSL* ssl = connection_->tls->native_handle();
+    const std::string& name = endpoint_.tls_server_name();
     beast::error_code not_ip;
-    asio::ip::make_address(endpoint_.host(), not_ip);
-    if (not_ip) SSL_set_tlsext_host_name(ssl, endpoint_.host().c_str());  // no SNI for an IP (RFC 6066)
+    asio::ip::make_address(name, not_ip);
+    if (not_ip) SSL_set_tlsext_host_name(ssl, name.c_str());  // no SNI for an IP (RFC 6066)
     if (!endpoint_.tls_options().insecure_skip_verify) {
       if (not_ip) {
-        SSL_set1_host(ssl, endpoint_.host().c_str());
+        SSL_set1_host(ssl, name.c_str());
       } else {
-        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), endpoint_.host().c_str());
+        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str());
       }
     }
     connection_->tcp().expires_after(ToChrono(request_.connect_timeout));
@@ -148,6 +170,14 @@ class BeastUpstreamCall : public UpstreamCall, public std::enable_shared_from_th
     const long verify = SSL_get_verify_result(connection_->tls->native_handle());
     if (verify == X509_V_OK) return Fail("the TLS handshake", ec);
     const UpstreamTlsOptions& tls = endpoint_.tls_options();
+    if (verify == X509_V_ERR_HOSTNAME_MISMATCH || verify == X509_V_ERR_IP_ADDRESS_MISMATCH) {
+      return Fail("the TLS handshake", ec,
+                  absl::StrCat("the backend's certificate failed verification: ",
+                               X509_verify_cert_error_string(verify), " (the name checked: ",
+                               endpoint_.tls_server_name(),
+                               tls.server_name.empty() ? ", the URL's host" : ", tls_server_name",
+                               "; set tls_server_name to a name the certificate holds)"));
+    }
     Fail("the TLS handshake", ec,
          absl::StrCat("the backend's certificate failed verification: ", X509_verify_cert_error_string(verify),
                       " (trusted CAs: ", tls.ca_file.empty() ? "the system's store" : "tls_ca_file " + tls.ca_file,
@@ -281,7 +311,8 @@ class BeastUpstreamCall : public UpstreamCall, public std::enable_shared_from_th
     done_ = true;
     const std::string message = absl::StrCat(what, " (", endpoint_.host(), ":", endpoint_.port(),
                                              reused_ ? ", a reused connection" : "", "): ",
-                                             detail.empty() ? ec.message() : detail);
+                                             detail.empty() ? ec.message() : detail,
+                                             ClientCertificateHint(ec, endpoint_.tls_options()));
     Close();
     callbacks_.end(ec == beast::error::timeout ? absl::DeadlineExceededError(message)
                                                : absl::UnavailableError(message));

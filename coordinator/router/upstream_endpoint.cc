@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/router/client_certificate.h"
 
 namespace tpserve {
 
@@ -35,15 +36,31 @@ absl::StatusOr<std::unique_ptr<UpstreamEndpoint>> UpstreamEndpoint::Tls(std::str
     if (!tls.ca_file.empty()) {
       context->load_verify_file(tls.ca_file, ec);
       if (ec) {
-        return absl::InvalidArgumentError(absl::StrCat("cannot load CA certificates from ", tls.ca_file, " (",
-                                                       ec.message(), "); it must be a readable PEM file"));
+        return absl::InvalidArgumentError(absl::StrCat("tls_ca_file: cannot load CA certificates from ", tls.ca_file,
+                                                       " (", ec.message(), "); it must be a readable PEM file"));
       }
     } else {
       context->set_default_verify_paths(ec);
       if (ec) {
-        return absl::InvalidArgumentError(absl::StrCat("cannot load the system's CA certificates (", ec.message(),
+        return absl::InvalidArgumentError(absl::StrCat("tls_ca_file (not set): cannot load the system's CA ",
+                                                       "certificates (", ec.message(),
                                                        "); install ca-certificates or set tls_ca_file"));
       }
+    }
+  }
+  if (!tls.cert_file.empty()) {
+    // Sent only when the backend asks for a certificate (OpenSSL's client side).
+    absl::StatusOr<ClientCertificate> client = ReadClientCertificate(tls.cert_file, tls.key_file);
+    if (!client.ok()) return client.status();
+    context->use_certificate_chain(boost::asio::buffer(client->chain_pem), ec);
+    if (ec) {
+      return absl::InvalidArgumentError(absl::StrCat("tls_cert_file: cannot use the certificate chain in ",
+                                                     tls.cert_file, " (", ec.message(), ")"));
+    }
+    context->use_private_key(boost::asio::buffer(client->key_pem), ssl::context::pem, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tls_key_file: cannot use the private key in ", tls.key_file, " (", ec.message(), ")"));
     }
   }
   std::unique_ptr<UpstreamEndpoint> e(new UpstreamEndpoint(std::move(host), port, pool));

@@ -32,10 +32,16 @@ struct ConnectionPoolOptions {
 };
 
 // TLS to a backend (https://): its certificate is verified against `ca_file` (PEM) where set,
-// else the system's CA store, and its name against the host, unless insecure_skip_verify.
+// else the system's CA store, and its name against `server_name` where set, else the host,
+// unless insecure_skip_verify. That name is the SNI too.
 struct UpstreamTlsOptions {
   std::string ca_file;
   bool insecure_skip_verify = false;
+  // Set: the router's client certificate chain and its key (PEM), presented when the backend
+  // asks for one (mutual TLS); both or neither.
+  std::string cert_file;
+  std::string key_file;
+  std::string server_name;
 };
 
 // An open connection to a backend, used by one call at a time or idle in its endpoint's pool:
@@ -53,8 +59,10 @@ class UpstreamEndpoint {
  public:
   // Plain HTTP.
   UpstreamEndpoint(std::string host, int port, ConnectionPoolOptions pool);
-  // HTTPS: loads the CAs (`ca_file`, else the system's store). INVALID_ARGUMENT naming the
-  // file when it cannot be read as PEM certificates.
+  // HTTPS: loads the CAs (`ca_file`, else the system's store) and the client certificate
+  // (ReadClientCertificate). INVALID_ARGUMENT starting with the config key ("tls_ca_file: ",
+  // "tls_cert_file: ", "tls_key_file: ") and naming the file when it cannot be read as PEM
+  // certificates, or its key (client_certificate.h).
   static absl::StatusOr<std::unique_ptr<UpstreamEndpoint>> Tls(std::string host, int port, UpstreamTlsOptions tls,
                                                                ConnectionPoolOptions pool);
   UpstreamEndpoint(const UpstreamEndpoint&) = delete;
@@ -65,6 +73,9 @@ class UpstreamEndpoint {
   // Null for plain HTTP.
   boost::asio::ssl::context* tls_context() const { return tls_context_.get(); }
   const UpstreamTlsOptions& tls_options() const { return tls_; }
+  // The name the backend's certificate is checked against and sent as SNI: the configured
+  // server name, else the host.
+  const std::string& tls_server_name() const { return tls_.server_name.empty() ? host_ : tls_.server_name; }
   // The Host header's value: the host, with the port unless it is the scheme's default.
   std::string host_header() const;
 
