@@ -164,10 +164,10 @@ router_exit bad '{"models": {"m": {"backends": [{"url": "https://localhost:1/v1"
   "$WORK/bad.out" && ! grep -q "listening" "$WORK/bad.out" \
   && ok "an unreadable tls_ca_file stops the router at start (exit $RC)" || bad "bad ca file: rc $RC $(cat "$WORK/bad.out")"
 # start_refused NAME URL TLS_KEYS PATTERN: a router with one backend (URL and TLS_KEYS) stops at
-# start with PATTERN in its output, before listening.
+# start with PATTERN in its output, before listening, and exits 1 (no crash on the way out).
 start_refused() {
   router_exit "$1" "{\"models\": {\"m\": {\"backends\": [{\"url\": \"$2\", $3}]}}}"
-  [ $RC -ne 0 ] && grep -q "$4" "$WORK/$1.out" && ! grep -q "listening" "$WORK/$1.out" \
+  [ $RC -eq 1 ] && grep -q "$4" "$WORK/$1.out" && ! grep -q "listening" "$WORK/$1.out" \
     && ok "$1: the router stops at start (exit $RC)" || bad "$1: rc $RC $(cat "$WORK/$1.out")"
 }
 start_refused https-cert-unreadable "https://localhost:1/v1" \

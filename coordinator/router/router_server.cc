@@ -103,19 +103,20 @@ absl::Status RouterServer::MakeEndpoints() {
       const std::string tls_key = absl::StrCat(b.tls_ca_file, " ", b.tls_cert_file, " ", b.tls_key_file, " ",
                                                b.tls_server_name);
       if (b.grpc) {
-        // Listings of one server with different TLS options get a channel each.
-        std::unique_ptr<GrpcBackend>& g =
-            grpc_backends_[absl::StrCat(b.tls ? "grpcs://" : "grpc://", b.host, ":", b.port, " ", tls_key)];
-        if (g == nullptr) {
+        // Listings of one server with different TLS options get a channel each. Only a channel
+        // made goes into the map: Shutdown stops every one there.
+        const std::string key = absl::StrCat(b.tls ? "grpcs://" : "grpc://", b.host, ":", b.port, " ", tls_key);
+        auto g = grpc_backends_.find(key);
+        if (g == grpc_backends_.end()) {
           absl::StatusOr<std::unique_ptr<GrpcBackend>> made =
               GrpcBackend::Create(b.host, b.port,
                                   {.enabled = b.tls, .ca_file = b.tls_ca_file, .cert_file = b.tls_cert_file,
                                    .key_file = b.tls_key_file, .server_name = b.tls_server_name});
           if (!made.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ".", made.status().message()));
-          g = *std::move(made);
+          g = grpc_backends_.emplace(key, *std::move(made)).first;
         }
         of.push_back(nullptr);
-        grpc_of.push_back(g.get());
+        grpc_of.push_back(g->second.get());
         continue;
       }
       grpc_of.push_back(nullptr);
