@@ -155,12 +155,12 @@ struct RouterConfig {
 // models["gemma"].backends[1].url) and saying what to change: unknown keys, a backend URL that
 // is neither http(s)://HOST[:PORT]/.../v1 nor grpc(s)://HOST:PORT, TLS options on a backend that
 // is not https:// or grpcs:// (tls_insecure_skip_verify on a grpcs:// one), tls_cert_file without
-// tls_key_file or the other way round, an unknown policy, a
-// health_check key that is unknown or a value that is not positive (a "path" in a model whose
-// backends are all grpc://: they are probed with the Stats RPC), a fallback that is not a
-// configured model or that leads back to the model, a connection option (BackendConnectionOptions)
-// that is not a number in its range, or a pool option on a grpc:// backend object. (The TLS
-// files, tls_ca_file, tls_cert_file and tls_key_file, are read when the router starts.)
+// tls_key_file or the other way round, an unknown policy, a health_check key that is unknown or
+// a value that is not positive (a "path" in a model whose backends are all grpc://: they are
+// probed with the Stats RPC), a fallback that is not a configured model or that leads back to
+// the model, a connection option (BackendConnectionOptions) that is not a number in its range,
+// or a pool option on a grpc:// backend object. (The TLS files, tls_ca_file, tls_cert_file and
+// tls_key_file, are read when the router starts.)
 absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view json_text);
 
 // Fills every backend's api_key from its api_key_env through `lookup` (main passes getenv).
