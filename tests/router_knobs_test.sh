@@ -152,13 +152,14 @@ read -r code took < <(curl -s -o "$WORK/spans.body" -w '%{http_code} %{time_tota
   || bad "request_timeout_s over two tries: HTTP $code after ${took}s: $(cat "$WORK/spans.body")"
 read -r code took < <(curl -s -N -o "$WORK/cut.sse" -w '%{http_code} %{time_total}' --max-time 40 \
   "$D/v1/chat/completions" -d "{\"model\": \"cut\", $chat, \"stream\": true}")
-# The first chunk, then the error event, then [DONE], in that order.
-order=$(grep -o '"content":"first"\|request_timeout_s (1.5s from its arrival at the router) while the backend\|\[DONE\]' \
+# The first chunk, the choice ended with finish_reason "error" (in a chunk as the backend's, its
+# id), then the error event, then [DONE], in that order.
+order=$(grep -o '"content":"first"\|{"id":"stall","object":"chat.completion.chunk","created":0,"model":"stall","choices":\[{"index":0,"delta":{},"finish_reason":"error"}\]}\|request_timeout_s (1.5s from its arrival at the router) while the backend\|\[DONE\]' \
   "$WORK/cut.sse" | tr '\n' '|')
 [ "$code" = 200 ] && in_time "$took" \
-  && [ "$order" = '"content":"first"|request_timeout_s (1.5s from its arrival at the router) while the backend|[DONE]|' ] \
+  && [ "$order" = '"content":"first"|{"id":"stall","object":"chat.completion.chunk","created":0,"model":"stall","choices":[{"index":0,"delta":{},"finish_reason":"error"}]}|request_timeout_s (1.5s from its arrival at the router) while the backend|[DONE]|' ] \
   && poll 10 grep -q closed "$WORK/first.events" \
-  && ok "request_timeout_s after the first byte: the chunk, the error event and [DONE] after ${took}s; the backend's connection closed" \
+  && ok "request_timeout_s after the first byte: the chunk, finish_reason error, the error event and [DONE] after ${took}s; the backend's connection closed" \
   || bad "request_timeout_s mid-stream: HTTP $code after ${took}s: $(cat "$WORK/cut.sse"); events: $(cat "$WORK/first.events" 2>&1)"
 curl -s "$D/metrics" >"$WORK/metrics"
 [ "$(metric "tpserve_router_backend_errors_total{model=\"stalls\",backend=\"$STALL\",kind=\"timeout\"}")" = 2 ] \

@@ -129,3 +129,44 @@ TEST(StreamUsageTest, StripPassesALineTooLongForAUsageChunkAsItComes) {
 
 }  // namespace
 }  // namespace tpserve
+
+namespace tpserve {
+namespace {
+
+// A stream the router ends early: the choices it did not finish end with finish_reason "error",
+// in a chunk like the backend's own (id, object, created, model), whether the stream was fed or
+// stripped; nothing before any chunk came or once every choice finished.
+TEST(StreamUsageTest, ErrorChunkEndsTheUnfinishedChoices) {
+  const std::string chat =
+      "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"m\","
+      "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":null}]}\n\n"
+      "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"m\","
+      "\"choices\":[{\"index\":1,\"delta\":{},\"finish_reason\": \"stop\"}]}\n\n";
+  for (bool strip : {false, true}) {
+    StreamUsage u;
+    EXPECT_EQ(u.ErrorChunk(2), "");
+    for (char c : chat) {
+      if (strip) {
+        u.Strip(std::string(1, c));
+      } else {
+        u.Feed(std::string(1, c));
+      }
+    }
+    EXPECT_EQ(u.ErrorChunk(2),
+              "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"m\","
+              "\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"error\"}]}\n\n")
+        << strip;
+    EXPECT_EQ(u.ErrorChunk(1), u.ErrorChunk(2));
+    u.Feed("data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n");
+    EXPECT_EQ(u.ErrorChunk(2), "");
+  }
+  StreamUsage completions;
+  completions.Feed("data: {\"id\":\"t\",\"object\":\"text_completion\",\"created\":1,\"model\":\"m\","
+                   "\"choices\":[{\"index\":0,\"text\":\"x\",\"finish_reason\":null}]}\n\n");
+  EXPECT_EQ(completions.ErrorChunk(1),
+            "data: {\"id\":\"t\",\"object\":\"text_completion\",\"created\":1,\"model\":\"m\","
+            "\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"error\"}]}\n\n");
+}
+
+}  // namespace
+}  // namespace tpserve

@@ -227,7 +227,7 @@ void ProxyRequest::OnEnd(absl::Status status) {
     core_.BrokeWhileAnswering(kind);
     const std::string message =
         absl::StrCat("the backend ", core_.url(), " failed in the middle of the stream: ", status.message());
-    exchange_->End(absl::StrCat(SseEvent(RouterError(message, "server_error").dump()), kSseDone));
+    EndStreamWithError(message);
     return Finish({.outcome = RequestOutcome::kError, .status = 200, .error = message});
   }
   if (streaming_) {
@@ -252,6 +252,17 @@ void ProxyRequest::OnEnd(absl::Status status) {
   exchange_->Respond(status_, content_type_.empty() ? "application/json" : content_type_, std::move(whole_),
                      AnswerHeaders({}));
   Finish(std::move(end));
+}
+
+void ProxyRequest::EndStreamWithError(const std::string& message) {
+  // The client's choices (OpenAI's n) that the stream has not finished end with finish_reason
+  // "error", then the error event says why: never a silent cut.
+  const auto n = body_.find("n");
+  const int choices = n != body_.end() && n->is_number_integer() && n->get<int64_t>() > 0 && n->get<int64_t>() <= 1024
+                          ? static_cast<int>(n->get<int64_t>())
+                          : 1;
+  exchange_->End(absl::StrCat(usage_.ErrorChunk(choices), SseEvent(RouterError(message, "server_error").dump()),
+                              kSseDone));
 }
 
 void ProxyRequest::OnClientGone() {
@@ -292,7 +303,7 @@ void ProxyRequest::OnRequestTimeout() {
     const std::string message = absl::StrCat("the request passed its request_timeout_s (", limit,
                                              " from its arrival at the router) while the backend ", core_.url(),
                                              " was streaming; the backend request was cancelled");
-    exchange_->End(absl::StrCat(SseEvent(RouterError(message, "server_error").dump()), kSseDone));
+    EndStreamWithError(message);
     return Finish({.outcome = RequestOutcome::kError, .status = 200, .error = message});
   }
   const std::string message =

@@ -53,6 +53,9 @@ class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
   void OnHead(int status, std::string content_type);
   void OnData(std::string piece);
   void OnEnd(absl::Status status);
+  // Ends a stream that reached the client before its backend ended it: the unfinished choices'
+  // finish_reason "error" chunk, the router's error event and [DONE].
+  void EndStreamWithError(const std::string& message);
   void OnClientGone();
   // Sets request_timer_ to the current candidate's request_timeout_s (ProxyCore::
   // request_deadline), when that differs from what it is set to.

@@ -26,6 +26,20 @@ bool MayHoldUsage(absl::string_view line) {
   return false;
 }
 
+// Whether `data` holds "finish_reason" with a string (not null): a chunk that finishes a choice.
+bool MayFinish(absl::string_view data) {
+  constexpr absl::string_view kKey = "\"finish_reason\"";
+  for (size_t at = data.find(kKey); at != absl::string_view::npos; at = data.find(kKey, at + 1)) {
+    size_t i = at + kKey.size();
+    while (i < data.size() && std::isspace(static_cast<unsigned char>(data[i]))) ++i;
+    if (i >= data.size() || data[i] != ':') continue;
+    ++i;
+    while (i < data.size() && std::isspace(static_cast<unsigned char>(data[i]))) ++i;
+    if (i < data.size() && data[i] == '"') return true;
+  }
+  return false;
+}
+
 // ReadUsage for either of nlohmann's object types (Strip keeps a chunk's key order).
 template <class Json>
 std::optional<UsageTokens> ReadUsageOf(const Json& response) {
@@ -67,8 +81,49 @@ void StreamUsage::Feed(absl::string_view piece) {
   }
 }
 
+void StreamUsage::Note(absl::string_view data) {
+  if (head_.has_value() && !MayFinish(data)) return;
+  const nlohmann::ordered_json chunk =
+      nlohmann::ordered_json::parse(data.begin(), data.end(), nullptr, /*allow_exceptions=*/false);
+  if (!chunk.is_object()) return;
+  if (!head_.has_value() && chunk.contains("id") && chunk.contains("object")) {
+    head_ = nlohmann::ordered_json::object();
+    for (const char* key : {"id", "object", "created", "model"}) {
+      if (chunk.contains(key)) (*head_)[key] = chunk[key];
+    }
+  }
+  const auto choices = chunk.find("choices");
+  if (choices == chunk.end() || !choices->is_array()) return;
+  for (const auto& choice : *choices) {
+    if (!choice.is_object() || !choice.contains("finish_reason") || !choice["finish_reason"].is_string()) continue;
+    finished_.insert(choice.value("index", int64_t{0}));
+  }
+}
+
+std::string StreamUsage::ErrorChunk(int n) const {
+  if (!head_.has_value()) return "";
+  const bool chat = head_->value("object", "") == "chat.completion.chunk";
+  nlohmann::ordered_json chunk = *head_;
+  chunk["choices"] = nlohmann::ordered_json::array();
+  for (int i = 0; i < n; ++i) {
+    if (finished_.count(i) != 0) continue;
+    nlohmann::ordered_json choice = {{"index", i}};
+    if (chat) {
+      choice["delta"] = nlohmann::ordered_json::object();
+    } else {
+      choice["text"] = "";
+    }
+    choice["finish_reason"] = "error";
+    chunk["choices"].push_back(std::move(choice));
+  }
+  if (chunk["choices"].empty()) return "";
+  return absl::StrCat("data: ", chunk.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace), "\n\n");
+}
+
 void StreamUsage::Line(absl::string_view line) {
-  if (!absl::ConsumePrefix(&line, "data:") || !MayHoldUsage(line)) return;
+  if (!absl::ConsumePrefix(&line, "data:")) return;
+  Note(line);
+  if (!MayHoldUsage(line)) return;
   const std::optional<UsageTokens> usage =
       ReadUsage(nlohmann::json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false));
   if (usage.has_value()) usage_ = usage;
@@ -122,8 +177,10 @@ void StreamUsage::StripLine(absl::string_view line, std::string& out) {
     if (text.empty()) return;
   }
   absl::string_view data = text;
+  const bool is_data = absl::ConsumePrefix(&data, "data:");
+  if (is_data) Note(data);
   // A "usage" key holds a quote right after "usage"; inside a JSON string that quote is escaped.
-  if (!absl::ConsumePrefix(&data, "data:") || data.find("\"usage\"") == absl::string_view::npos) {
+  if (!is_data || data.find("\"usage\"") == absl::string_view::npos) {
     out.append(line.data(), line.size());
     return;
   }

@@ -3,12 +3,15 @@
 // running total), read as the stream passes through the router so that streamed requests are
 // counted and priced as whole responses are. Only lines that hold "usage" followed by an object
 // are parsed. Where the router itself asked the backend for usage (the client did not), Strip
-// also takes that usage out of what the client gets. Not thread-safe (a request's strand owns
-// it). Tested by tests/stream_usage_test.cc.
+// also takes that usage out of what the client gets. It also notes which choices the stream
+// finished, so that a stream the router must end early ends each of the others with
+// finish_reason "error" (ErrorChunk). Not thread-safe (a request's strand owns it). Tested by
+// tests/stream_usage_test.cc.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -38,6 +41,12 @@ class StreamUsage {
   // unterminated last line at the stream's end.
   std::string Strip(absl::string_view piece);
   std::string Rest();
+  // For a stream the router ends before the backend did (the backend broke, or the request's
+  // request_timeout_s passed): one `data:` event, as the backend's own chunks are written (its
+  // id, object, created and model), that ends every choice of [0, n) the stream has not finished
+  // with finish_reason "error" (chat: an empty delta; completions: empty text). Empty when every
+  // choice finished or no chunk of the stream has been read yet.
+  std::string ErrorChunk(int n) const;
   // The latest usage seen with both counts; none before one.
   const std::optional<UsageTokens>& usage() const { return usage_; }
   std::optional<int64_t> prompt_tokens() const {
@@ -49,6 +58,9 @@ class StreamUsage {
 
  private:
   void Line(absl::string_view line);
+  // A data line's JSON (after "data:"): the stream's id and kind from its first chunk, and the
+  // choices it finishes. Only the first chunk and chunks with a finish_reason string are parsed.
+  void Note(absl::string_view data);
   // Strip's line, `line` with its newline: appended to `out` as the client gets it.
   void StripLine(absl::string_view line, std::string& out);
 
@@ -57,6 +69,8 @@ class StreamUsage {
                                // (Strip: passed on as it comes)
   bool drop_blank_ = false;    // Strip dropped a usage chunk: the blank line ending its event goes too
   std::optional<UsageTokens> usage_;
+  std::optional<nlohmann::ordered_json> head_;  // the first chunk's id, object, created, model
+  std::set<int64_t> finished_;                  // choice indexes with a finish_reason
 };
 
 }  // namespace tpserve
