@@ -72,6 +72,27 @@ class SilentPort {
   int port_ = 0;
 };
 
+// A text prompt, a chat with two choices (with logprobs where asked) and a token-id prompt with a
+// stop token: the three kinds of Generate request.
+std::vector<v1::GenerateRequest> ThreePrompts(bool logprobs) {
+  std::vector<v1::GenerateRequest> requests;
+  requests.push_back(TextRequest("Hello world, this is a test", 12));
+  v1::GenerateRequest chat;
+  v1::ChatMessage* m = chat.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("Hi there");
+  chat.mutable_sampling()->set_max_tokens(6);
+  if (logprobs) chat.mutable_sampling()->set_logprobs(1);
+  chat.set_n(2);
+  requests.push_back(chat);
+  v1::GenerateRequest ids;
+  for (int id : {11, 12, 13, 14}) ids.mutable_token_ids()->add_ids(id);
+  ids.mutable_sampling()->set_max_tokens(8);
+  ids.mutable_sampling()->add_stop_token_ids(13);
+  requests.push_back(ids);
+  return requests;
+}
+
 // A message as the client compares it: without what differs between two runs of a request.
 v1::GenerateResponse Comparable(v1::GenerateResponse r) {
   r.clear_request_id();
@@ -127,6 +148,35 @@ class StallingBackend : public v1::TpServe::CallbackService {
 
 class RouterGrpcFrontTest : public FrontendTest {
  protected:
+  // A 200-token streamed Generate through the router, cancelled by the client after three
+  // messages: CANCELLED.
+  void CancelAfterThreeMessages() {
+    grpc::ClientContext context;
+    v1::GenerateRequest request = TextRequest("Hi", 200);
+    request.mutable_sampling()->set_ignore_eos(true);
+    auto reader = router_stub_->Generate(&context, request);
+    v1::GenerateResponse r;
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(reader->Read(&r));
+    context.TryCancel();
+    while (reader->Read(&r)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  // A 200-token streamed Generate to `model` (empty: the router's only one) whose engine request
+  // fails with `code` and `error` after the first message: the call's status.
+  grpc::Status FailAfterFirstMessage(const std::string& model, absl::StatusCode code, const std::string& error) {
+    grpc::ClientContext context;
+    v1::GenerateRequest request = TextRequest("Hi", 200);
+    if (!model.empty()) request.set_model(model);
+    request.mutable_sampling()->set_ignore_eos(true);
+    auto reader = router_stub_->Generate(&context, request);
+    v1::GenerateResponse r;
+    EXPECT_TRUE(reader->Read(&r));
+    engine_->EndAll(FinishReason::kError, error, code);
+    while (reader->Read(&r)) {
+    }
+    return reader->Finish();
+  }
   void TearDown() override {
     router_.reset();
     std::remove(log_path_.c_str());
@@ -202,21 +252,7 @@ class RouterGrpcFrontTest : public FrontendTest {
 TEST_F(RouterGrpcFrontTest, StreamedGenerateEqualsStraightToTheBackend) {
   StartServers();
   StartRelayRouter();
-  std::vector<v1::GenerateRequest> requests;
-  requests.push_back(TextRequest("Hello world, this is a test", 12));
-  v1::GenerateRequest chat;
-  v1::ChatMessage* m = chat.mutable_chat()->add_messages();
-  m->set_role("user");
-  m->set_content("Hi there");
-  chat.mutable_sampling()->set_max_tokens(6);
-  chat.mutable_sampling()->set_logprobs(1);
-  chat.set_n(2);
-  requests.push_back(chat);
-  v1::GenerateRequest ids;
-  for (int id : {11, 12, 13, 14}) ids.mutable_token_ids()->add_ids(id);
-  ids.mutable_sampling()->set_max_tokens(8);
-  ids.mutable_sampling()->add_stop_token_ids(13);
-  requests.push_back(ids);
+  const std::vector<v1::GenerateRequest> requests = ThreePrompts(/*logprobs=*/true);
   for (v1::GenerateRequest request : requests) {
     SCOPED_TRACE(request.ShortDebugString());
     std::vector<v1::GenerateResponse> relayed, direct;
@@ -426,18 +462,7 @@ TEST_F(RouterGrpcFrontTest, ModelInfoComesFromABackendUnderTheRoutersName) {
 TEST_F(RouterGrpcFrontTest, AClientsCancelCancelsTheBackendsRequest) {
   StartServers(Slow());
   StartRelayRouter();
-  {
-    grpc::ClientContext context;
-    v1::GenerateRequest request = TextRequest("Hi", 200);
-    request.mutable_sampling()->set_ignore_eos(true);
-    auto reader = router_stub_->Generate(&context, request);
-    v1::GenerateResponse r;
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(reader->Read(&r));
-    context.TryCancel();
-    while (reader->Read(&r)) {
-    }
-    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
-  }
+  CancelAfterThreeMessages();
   EXPECT_TRUE(engine_->WaitForCancelled(1, absl::Seconds(10)));
   EXPECT_TRUE(Eventually([this] { return engine_->running() == 0; }));
   EXPECT_TRUE(Eventually([this] {
@@ -590,18 +615,7 @@ TEST_F(RouterGrpcFrontTest, ABusyBackendIsResourceExhaustedNotEjected) {
 TEST_F(RouterGrpcFrontTest, FailuresAfterTheFirstMessage) {
   StartServers(Slow());
   StartRelayRouter();
-  auto run = [this](absl::StatusCode code, const std::string& error) {
-    grpc::ClientContext context;
-    v1::GenerateRequest request = TextRequest("Hi", 200);
-    request.mutable_sampling()->set_ignore_eos(true);
-    auto reader = router_stub_->Generate(&context, request);
-    v1::GenerateResponse r;
-    EXPECT_TRUE(reader->Read(&r));
-    engine_->EndAll(FinishReason::kError, error, code);
-    while (reader->Read(&r)) {
-    }
-    return reader->Finish();
-  };
+  auto run = [this](absl::StatusCode code, const std::string& error) { return FailAfterFirstMessage("", code, error); };
   // The engine failed the request: serve's status, passed through.
   grpc::Status s = run(absl::StatusCode::kInternal, "the engine failed this request");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
@@ -620,20 +634,7 @@ TEST_F(RouterGrpcFrontTest, AnHttpBackendAnswersAsItsGrpcPortWould) {
   StartServers();
   const std::string http = absl::StrCat("http://127.0.0.1:", http_->port(), "/v1");
   StartRouter(absl::StrCat(R"({"h": {"backends": [{"url": ")", http, R"(", "model": "fake-model"}]}})"));
-  std::vector<v1::GenerateRequest> requests;
-  requests.push_back(TextRequest("Hello world, this is a test", 12));
-  v1::GenerateRequest chat;
-  v1::ChatMessage* m = chat.mutable_chat()->add_messages();
-  m->set_role("user");
-  m->set_content("Hi there");
-  chat.mutable_sampling()->set_max_tokens(6);
-  chat.set_n(2);
-  requests.push_back(chat);
-  v1::GenerateRequest ids;
-  for (int id : {11, 12, 13, 14}) ids.mutable_token_ids()->add_ids(id);
-  ids.mutable_sampling()->set_max_tokens(8);
-  ids.mutable_sampling()->add_stop_token_ids(13);
-  requests.push_back(ids);
+  const std::vector<v1::GenerateRequest> requests = ThreePrompts(/*logprobs=*/false);
   for (v1::GenerateRequest request : requests) {
     SCOPED_TRACE(request.ShortDebugString());
     std::vector<v1::GenerateResponse> relayed, direct;
@@ -746,19 +747,7 @@ TEST_F(RouterGrpcFrontTest, AnHttpBackendsFailuresAndRefusals) {
   EXPECT_THAT(s.error_message(), HasSubstr("temperature"));
   // After the first message: the engine's failure passes through; a backend that can serve
   // nothing now is named, and ejected.
-  auto run = [this](absl::StatusCode code, const std::string& error) {
-    grpc::ClientContext context;
-    v1::GenerateRequest request = TextRequest("Hi", 200);
-    request.set_model("h");
-    request.mutable_sampling()->set_ignore_eos(true);
-    auto reader = router_stub_->Generate(&context, request);
-    v1::GenerateResponse r;
-    EXPECT_TRUE(reader->Read(&r));
-    engine_->EndAll(FinishReason::kError, error, code);
-    while (reader->Read(&r)) {
-    }
-    return reader->Finish();
-  };
+  auto run = [this](absl::StatusCode code, const std::string& error) { return FailAfterFirstMessage("h", code, error); };
   s = run(absl::StatusCode::kInternal, "the engine failed this request");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
   EXPECT_EQ(s.error_message(), "the engine failed this request");
@@ -775,18 +764,7 @@ TEST_F(RouterGrpcFrontTest, AClientsCancelOrDeadlineCancelsAnHttpBackendsRequest
   StartServers(Slow());
   const std::string http = absl::StrCat("http://127.0.0.1:", http_->port(), "/v1");
   StartRouter(absl::StrCat(R"({"h": {"backends": [{"url": ")", http, R"(", "model": "fake-model"}]}})"));
-  {
-    grpc::ClientContext context;
-    v1::GenerateRequest request = TextRequest("Hi", 200);
-    request.mutable_sampling()->set_ignore_eos(true);
-    auto reader = router_stub_->Generate(&context, request);
-    v1::GenerateResponse r;
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(reader->Read(&r));
-    context.TryCancel();
-    while (reader->Read(&r)) {
-    }
-    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
-  }
+  CancelAfterThreeMessages();
   EXPECT_TRUE(engine_->WaitForCancelled(1, absl::Seconds(10)));
   EXPECT_TRUE(Eventually([this] { return engine_->running() == 0; }));
   EXPECT_TRUE(Eventually([this] {

@@ -13,32 +13,25 @@ namespace {
 // A usage chunk is a few hundred bytes; a longer line (a big content delta) is not one.
 constexpr size_t kMaxLine = 1 << 20;
 
-// Whether `line` holds "usage" followed by an object (not null): the only lines worth parsing.
-bool MayHoldUsage(absl::string_view line) {
-  for (size_t at = line.find("\"usage\""); at != absl::string_view::npos; at = line.find("\"usage\"", at + 1)) {
-    size_t i = at + 7;
+// Whether `line` holds the JSON key `key` (quoted) whose value starts with `first`: a cheap test
+// that says which lines are worth parsing. (Inside a JSON string the key's quotes are escaped.)
+bool HoldsKeyWithValue(absl::string_view line, absl::string_view key, char first) {
+  for (size_t at = line.find(key); at != absl::string_view::npos; at = line.find(key, at + 1)) {
+    size_t i = at + key.size();
     while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i]))) ++i;
     if (i >= line.size() || line[i] != ':') continue;
     ++i;
     while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i]))) ++i;
-    if (i < line.size() && line[i] == '{') return true;
+    if (i < line.size() && line[i] == first) return true;
   }
   return false;
 }
 
-// Whether `data` holds "finish_reason" with a string (not null): a chunk that finishes a choice.
-bool MayFinish(absl::string_view data) {
-  constexpr absl::string_view kKey = "\"finish_reason\"";
-  for (size_t at = data.find(kKey); at != absl::string_view::npos; at = data.find(kKey, at + 1)) {
-    size_t i = at + kKey.size();
-    while (i < data.size() && std::isspace(static_cast<unsigned char>(data[i]))) ++i;
-    if (i >= data.size() || data[i] != ':') continue;
-    ++i;
-    while (i < data.size() && std::isspace(static_cast<unsigned char>(data[i]))) ++i;
-    if (i < data.size() && data[i] == '"') return true;
-  }
-  return false;
-}
+// "usage" followed by an object (not null): the only lines worth parsing for usage.
+bool MayHoldUsage(absl::string_view line) { return HoldsKeyWithValue(line, "\"usage\"", '{'); }
+
+// "finish_reason" with a string (not null): a chunk that finishes a choice.
+bool MayFinish(absl::string_view data) { return HoldsKeyWithValue(data, "\"finish_reason\"", '"'); }
 
 // ReadUsage for either of nlohmann's object types (Strip keeps a chunk's key order).
 template <class Json>
