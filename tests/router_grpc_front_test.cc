@@ -562,7 +562,7 @@ TEST_F(RouterGrpcFrontTest, TheRequestTimeoutEndsTheCallBeforeAndAfterTheFirstMe
   EXPECT_TRUE(engine_->WaitForCancelled(1, absl::Seconds(10)));
 
   const std::string metrics = Metrics();
-  for (const std::string labels : {absl::StrCat("model=\"stalled\",backend=\"grpc://127.0.0.1:", backend->port, "\""),
+  for (const std::string& labels : {absl::StrCat("model=\"stalled\",backend=\"grpc://127.0.0.1:", backend->port, "\""),
                                    absl::StrCat("model=\"relayed\",backend=\"", BackendUrl(), "\"")}) {
     EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_errors_total{", labels, ",kind=\"timeout\"} 1")));
     EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_healthy{", labels, "} 1")));
@@ -828,7 +828,7 @@ TEST_F(RouterGrpcFrontTest, TheRequestTimeoutEndsAnHttpBackendsCall) {
   EXPECT_TRUE(engine_->WaitForCancelled(1, absl::Seconds(10)));
 
   const std::string metrics = Metrics();
-  for (const std::string labels : {absl::StrCat("model=\"silent\",backend=\"", silent_url, "\""),
+  for (const std::string& labels : {absl::StrCat("model=\"silent\",backend=\"", silent_url, "\""),
                                    absl::StrCat("model=\"h\",backend=\"", http, "\"")}) {
     EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_errors_total{", labels, ",kind=\"timeout\"} 1")));
     EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_healthy{", labels, "} 1")));
