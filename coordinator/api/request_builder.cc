@@ -19,7 +19,6 @@ namespace tpserve {
 namespace {
 
 constexpr int32_t kDefaultCompletionTokens = 16;
-constexpr int32_t kMaxChoices = 64;  // n
 
 // The field that names the prompt in both APIs' error messages.
 const char* PromptField(const Prompt& prompt) {

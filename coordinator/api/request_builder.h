@@ -24,6 +24,9 @@
 
 namespace tpserve {
 
+// The most choices (OpenAI's `n`) one request may ask for; RequestBuilder::Build refuses more.
+inline constexpr int32_t kMaxChoices = 64;
+
 struct ChatPrompt {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // message objects
   bool add_generation_prompt = true;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "coordinator/api/generate_proto.h"
+#include "coordinator/api/request_builder.h"
 #include "coordinator/engine/field_error.h"
 #include "nlohmann/json.hpp"
 
@@ -18,9 +19,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// tpserve.v1's most choices (serve's RequestBuilder refuses more, the backend would too): the
-// bound on the choices a stream is read for.
-constexpr int kMaxChoices = 64;
 // The most of a non-streamed error body kept for the client's message.
 constexpr size_t kMaxQuotedBody = 512;
 
@@ -318,36 +316,19 @@ absl::Status StatusFromHttpError(int http_status, absl::string_view body, absl::
 }
 
 GenerateFromOpenAiStream::GenerateFromOpenAiStream(OpenAiEndpoint endpoint, int n)
-    : endpoint_(endpoint), choices_(static_cast<size_t>(n < 1 ? 1 : n)) {}
+    : endpoint_(endpoint),
+      choices_(static_cast<size_t>(n < 1 ? 1 : n)),
+      sse_([this](const std::string& data) {
+        status_ = Event(data, out_);
+        return status_.ok();
+      }) {}
 
 absl::Status GenerateFromOpenAiStream::Feed(absl::string_view piece, std::vector<v1::GenerateResponse>* out) {
-  while (!piece.empty()) {
-    const size_t newline = piece.find('\n');
-    if (newline == absl::string_view::npos) {
-      line_.append(piece.data(), piece.size());
-      return absl::OkStatus();
-    }
-    line_.append(piece.data(), newline);
-    piece.remove_prefix(newline + 1);
-    absl::string_view line = line_;
-    absl::ConsumeSuffix(&line, "\r");
-    if (line.empty()) {
-      // The event's end: its data lines joined (SSE).
-      if (has_data_) {
-        has_data_ = false;
-        const std::string data = std::move(data_);
-        data_.clear();
-        if (absl::Status s = Event(data, out); !s.ok()) return s;
-      }
-    } else if (absl::ConsumePrefix(&line, "data:")) {
-      absl::ConsumePrefix(&line, " ");
-      if (has_data_) data_.push_back('\n');
-      data_.append(line.data(), line.size());
-      has_data_ = true;
-    }  // else a comment (":") or a field the stream does not need (event, id, retry)
-    line_.clear();
-  }
-  return absl::OkStatus();
+  if (!status_.ok()) return status_;
+  out_ = out;
+  sse_.Feed(piece);
+  out_ = nullptr;
+  return status_;
 }
 
 absl::Status GenerateFromOpenAiStream::Event(absl::string_view data, std::vector<v1::GenerateResponse>* out) {
@@ -409,13 +390,13 @@ void GenerateFromOpenAiStream::Release(std::vector<v1::GenerateResponse>* out) {
 }
 
 absl::Status GenerateFromOpenAiStream::End(std::vector<v1::GenerateResponse>* out) {
-  // An event whose blank line never came (the body ended right after it).
-  if (!line_.empty()) {
-    if (absl::Status s = Feed("\n", out); !s.ok()) return s;
-  }
-  if (has_data_) {
-    if (absl::Status s = Feed("\n", out); !s.ok()) return s;
-  }
+  // A last line without its newline, and an event whose blank line never came (the body ended
+  // right after it), are read too.
+  if (absl::Status s = Feed("\n", out); !s.ok()) return s;
+  out_ = out;
+  sse_.Finish();
+  out_ = nullptr;
+  if (!status_.ok()) return status_;
   for (size_t i = 0; i < choices_.size(); ++i) {
     if (!choices_[i].finished) {
       return absl::UnavailableError(absl::StrCat("the backend's stream ended before choice ", i, " finished",

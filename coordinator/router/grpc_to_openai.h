@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "coordinator/api/openai_json.h"
+#include "coordinator/api/sse_parser.h"
 #include "coordinator/router/stream_usage.h"
 #include "proto/tpserve.pb.h"
 
@@ -98,6 +99,8 @@ class GenerateFromOpenAiStream {
  public:
   // `n`: the choices asked for (GenerateRequest.n, 0 read as 1).
   GenerateFromOpenAiStream(OpenAiEndpoint endpoint, int n);
+  GenerateFromOpenAiStream(const GenerateFromOpenAiStream&) = delete;  // sse_ calls back into it
+  GenerateFromOpenAiStream& operator=(const GenerateFromOpenAiStream&) = delete;
 
   // The next bytes of the body (any split). Appends the messages now ready to `out`. Not OK
   // ends the stream: an error event's status, ReadOpenAiEvent's refusal of an event, or
@@ -119,9 +122,9 @@ class GenerateFromOpenAiStream {
   };
   const OpenAiEndpoint endpoint_;
   std::vector<Choice> choices_;
-  std::string line_;  // the current line, until its newline
-  std::string data_;  // the current event's data lines, until its blank line
-  bool has_data_ = false;
+  SseParser sse_;                                // calls Event with out_
+  std::vector<v1::GenerateResponse>* out_ = nullptr;  // Feed's, while it runs
+  absl::Status status_;                            // the first event that ended the stream
   bool done_ = false;  // "[DONE]" came
   std::string request_id_;
   std::vector<v1::GenerateResponse> held_;  // finished choices' last messages

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "boost/asio/post.hpp"
 #include "coordinator/api/openai_json.h"
+#include "coordinator/api/request_builder.h"
 #include "coordinator/router/grpc_relay.h"
 #include "coordinator/router/grpc_upstream_call.h"
 
@@ -258,7 +259,7 @@ void ProxyRequest::EndStreamWithError(const std::string& message) {
   // The client's choices (OpenAI's n) that the stream has not finished end with finish_reason
   // "error", then the error event says why: never a silent cut.
   const auto n = body_.find("n");
-  const int choices = n != body_.end() && n->is_number_integer() && n->get<int64_t>() > 0 && n->get<int64_t>() <= 1024
+  const int choices = n != body_.end() && n->is_number_integer() && n->get<int64_t>() > 0 && n->get<int64_t>() <= kMaxChoices
                           ? static_cast<int>(n->get<int64_t>())
                           : 1;
   exchange_->End(absl::StrCat(usage_.ErrorChunk(choices), SseEvent(RouterError(message, "server_error").dump()),
