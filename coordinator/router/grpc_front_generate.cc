@@ -208,19 +208,11 @@ bool GrpcFrontGenerate::StartHttp(const ProxyCandidate& c) {
 }
 
 void GrpcFrontGenerate::ArmRequestTimer(bool http) {
-  const uint64_t generation = ++timer_generation_;
-  if (!http || request_deadline_ == absl::InfiniteFuture()) {
-    request_timer_.cancel();
-    return;
-  }
-  request_timer_.expires_after(absl::ToChronoNanoseconds(std::max(request_deadline_ - absl::Now(), absl::ZeroDuration())));
+  if (!http) return request_timer_.Cancel();
   std::weak_ptr<GrpcFrontGenerate> weak = weak_from_this();
-  request_timer_.async_wait([weak, generation](const boost::system::error_code& ec) {
+  request_timer_.Set(request_deadline_, [weak] {
     std::shared_ptr<GrpcFrontGenerate> self = weak.lock();
-    if (ec || self == nullptr || generation != self->timer_generation_ || self->ending_.has_value() ||
-        self->http_call_ == nullptr) {
-      return;
-    }
+    if (self == nullptr || self->ending_.has_value() || self->http_call_ == nullptr) return;
     self->http_call_->Cancel();
     self->http_call_.reset();
     self->RequestTimedOut();
@@ -230,16 +222,9 @@ void GrpcFrontGenerate::ArmRequestTimer(bool http) {
 void GrpcFrontGenerate::OnHttpHead(int status) {
   if (ending_.has_value()) return;
   http_status_ = status;
-  core_->FirstByte();
-  if (status < 500 && status != 429) return;
+  if (!core_->HttpHead(status)) return;
   http_call_->Cancel();
   http_call_.reset();
-  if (status == 429) {
-    // Over its queue limit: the next replica or the fallback; the backend stays in routing.
-    core_->TryFailed("HTTP 429 (over its queue limit)", BackendErrorKind::kBusy, /*eject=*/false);
-  } else {
-    core_->TryFailed(absl::StrCat("HTTP ", status), BackendErrorKind::kHttp5xx);
-  }
   TryNext();
 }
 
@@ -482,7 +467,7 @@ void GrpcFrontGenerate::RequestTimedOut() {
 
 void GrpcFrontGenerate::Complete(const absl::Status& status, std::optional<ProxyEnd> end) {
   ending_ = ToGrpcStatus(status);
-  request_timer_.cancel();
+  request_timer_.Cancel();
   if (end.has_value()) core_->Finish(*std::move(end));
   if (write_in_flight_) return;  // WriteDone finishes
   finished_ = true;

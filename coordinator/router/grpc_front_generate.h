@@ -24,7 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "boost/asio/io_context.hpp"
-#include "boost/asio/steady_timer.hpp"
+#include "coordinator/router/deadline_timer.h"
 #include "coordinator/router/grpc_generate_call.h"
 #include "coordinator/router/grpc_to_openai.h"
 #include "coordinator/router/proxy_core.h"
@@ -115,8 +115,7 @@ class GrpcFrontGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   const absl::Time deadline_;
   const Strand strand_;
   std::shared_ptr<GrpcFrontGenerate> self_;  // from Start until OnDone
-  boost::asio::steady_timer request_timer_;  // on strand_
-  uint64_t timer_generation_ = 0;            // a firing of an older setting is void
+  DeadlineTimer request_timer_;  // on strand_
   // The current try's request_timeout_s deadline (ProxyCore::request_deadline); InfiniteFuture:
   // none. Strand-only.
   absl::Time request_deadline_ = absl::InfiniteFuture();

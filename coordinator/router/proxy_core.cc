@@ -69,6 +69,21 @@ void ProxyCore::Stale() {
 
 void ProxyCore::FirstByte() { metrics_.BackendFirstByte(*current_->pool, current_->index, absl::Now() - try_start_); }
 
+bool ProxyCore::HttpHead(int status) {
+  FirstByte();
+  if (status >= 500) {
+    TryFailed(absl::StrCat("HTTP ", status), BackendErrorKind::kHttp5xx);
+    return true;
+  }
+  if (status == 429) {
+    // Over its queue limit (tpserve's --max-queue, vLLM's): the next replica or the fallback
+    // takes the request; the backend is healthy and stays in routing.
+    TryFailed("HTTP 429 (over its queue limit)", BackendErrorKind::kBusy, /*eject=*/false);
+    return true;
+  }
+  return false;
+}
+
 void ProxyCore::TryFailed(const std::string& error, BackendErrorKind kind, bool eject) {
   EndTry();
   if (kind == BackendErrorKind::kBusy) ++busy_;

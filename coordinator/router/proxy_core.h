@@ -87,6 +87,10 @@ class ProxyCore {
   // with Next(), which finds no candidate left when the failed backend's max_retries is spent
   // (the request's retries so far reached it).
   void TryFailed(const std::string& error, BackendErrorKind kind, bool eject = true);
+  // An http(s):// backend's response head came with HTTP `status` (FirstByte): true when that
+  // fails the try (TryFailed: a 5xx ejects the backend, a 429 is busy and does not) and the
+  // caller cancels the call and goes on with Next(); false for an answer that is the client's.
+  bool HttpHead(int status);
   // The try ends without failing (its answer ended, or the client went away), or never began
   // (the candidate could not take the request): its place is given back. Idempotent.
   void EndTry();

@@ -181,16 +181,8 @@ UpstreamCallbacks ProxyRequest::Callbacks() {
 void ProxyRequest::OnHead(int status, std::string content_type) {
   status_ = status;
   content_type_ = std::move(content_type);
-  core_.FirstByte();
-  if (status_ >= 500) {
+  if (core_.HttpHead(status_)) {
     call_->Cancel();
-    core_.TryFailed(absl::StrCat("HTTP ", status_), BackendErrorKind::kHttp5xx);
-    TryNext();
-  } else if (status_ == 429) {
-    // Over its queue limit (tpserve's --max-queue, vLLM's): the next replica or the fallback
-    // takes the request; the backend is healthy and stays in routing.
-    call_->Cancel();
-    core_.TryFailed("HTTP 429 (over its queue limit)", BackendErrorKind::kBusy, /*eject=*/false);
     TryNext();
   }
 }
@@ -281,15 +273,7 @@ void ProxyRequest::ArmRequestTimeout() {
   const absl::Time deadline = core_.request_deadline();
   if (deadline == request_deadline_) return;
   request_deadline_ = deadline;
-  const uint64_t generation = ++timer_generation_;
-  if (deadline == absl::InfiniteFuture()) {
-    request_timer_.cancel();
-    return;
-  }
-  request_timer_.expires_after(absl::ToChronoNanoseconds(std::max(deadline - absl::Now(), absl::ZeroDuration())));
-  request_timer_.async_wait([self = shared_from_this(), generation](const boost::system::error_code& ec) {
-    if (!ec && generation == self->timer_generation_) self->OnRequestTimeout();
-  });
+  request_timer_.Set(deadline, [self = shared_from_this()] { self->OnRequestTimeout(); });
 }
 
 void ProxyRequest::OnRequestTimeout() {
@@ -315,8 +299,7 @@ void ProxyRequest::OnRequestTimeout() {
 }
 
 void ProxyRequest::Finish(ProxyEnd end) {
-  ++timer_generation_;
-  request_timer_.cancel();
+  request_timer_.Cancel();
   core_.Finish(std::move(end));
   self_.reset();
 }

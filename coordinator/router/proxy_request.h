@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "boost/asio/steady_timer.hpp"
 #include "coordinator/api/http_transport.h"
+#include "coordinator/router/deadline_timer.h"
 #include "coordinator/router/proxy_core.h"
 #include "coordinator/router/request_log.h"
 #include "coordinator/router/router_metrics.h"
@@ -84,11 +84,9 @@ class ProxyRequest : public std::enable_shared_from_this<ProxyRequest> {
   // The answer's tokens as the call itself counted them (grpc:// backends; UpstreamCallbacks::
   // usage), for a stream without a usage chunk.
   std::optional<UsageTokens> call_usage_;
-  // request_timeout_s: fires at request_deadline_ (InfiniteFuture: not set); a wait whose
-  // generation is not timer_generation_ any more was replaced or cancelled.
-  boost::asio::steady_timer request_timer_;
+  // request_timeout_s: fires at request_deadline_ (InfiniteFuture: not set).
+  DeadlineTimer request_timer_;
   absl::Time request_deadline_ = absl::InfiniteFuture();
-  uint64_t timer_generation_ = 0;
   std::shared_ptr<ProxyRequest> self_;  // kept alive until finished
 };
 
