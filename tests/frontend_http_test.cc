@@ -609,6 +609,19 @@ TEST_F(FrontendTest, MetricsMeasureFromTheFrontEndsArrival) {
   EXPECT_LT(s.Model("vllm:request_prefill_time_seconds_sum"), 0.2);
 }
 
+// tpserve_model_info carries the storage the engine reports once it is ready (serve builds
+// the metrics while the weights load, before the engine can say), and only then.
+TEST_F(FrontendTest, ModelInfoGaugeAppearsOnceTheEngineIsReady) {
+  StartServers({}, {}, /*ready=*/false);
+  EXPECT_FALSE(absl::StrContains(metrics_->RenderPrometheus(), "tpserve_model_info{"));
+  engine_->SetReady(true);
+  const Samples s(metrics_->RenderPrometheus());
+  EXPECT_EQ(s.Model("tpserve_model_info", "quantization=\"\",dtype=\"bfloat16\",kv_cache_dtype=\"\""), 1);
+  // Once: a later scrape has the same one series.
+  const std::string again = metrics_->RenderPrometheus();
+  EXPECT_EQ(again.find("tpserve_model_info{"), again.rfind("tpserve_model_info{"));
+}
+
 TEST_F(FrontendTest, MetricsCountHttpRequestsByRouteAndStatus) {
   StartServers();
   ASSERT_EQ(Post("/v1/completions", R"({"prompt": "Hello", "max_tokens": 2})").status, 200);

@@ -457,6 +457,8 @@ RunRecord FullRun() {
   r.engine_version = "tpserve 0.1.0 (abc123)";
   r.tpbench_version = "tpbench 0.1.0";
   r.dtype = "bf16";
+  r.quantization = "q4_k+q6_k";
+  r.kv_cache_dtype = "fp8_e4m3";
   r.driver_version = "550.54";
   r.cuda_version = "12.4";
   r.kernels = "cuda: tuned+pdl, CUDA graphs";
@@ -599,6 +601,8 @@ TEST(RecordTest, RunRoundTripAndErrors) {
   EXPECT_EQ(ToJson(*back), ToJson(run));
   EXPECT_EQ(back->gpu_model, "NVIDIA H200");
   EXPECT_EQ(back->kernels, "cuda: tuned+pdl, CUDA graphs");
+  EXPECT_EQ(back->quantization, "q4_k+q6_k");
+  EXPECT_EQ(back->kv_cache_dtype, "fp8_e4m3");
   EXPECT_EQ(back->speculative_config, R"({"method":"ngram","num_speculative_tokens":4})");
   EXPECT_EQ(back->levels[0].server.spec_accepted_tokens, 0);
   EXPECT_EQ(back->max_model_len, 8192);
@@ -615,11 +619,14 @@ TEST(RecordTest, RunRoundTripAndErrors) {
   nlohmann::json j = ToJson(run);
   j.erase("pp_size");
   j.erase("pipeline_stages");
+  j.erase("quantization");
+  j.erase("kv_cache_dtype");
   j["levels"][0]["server"].erase("pipeline_ms");
   absl::StatusOr<RunRecord> old = RunRecordFromJson(j);
   ASSERT_TRUE(old.ok()) << old.status();
   EXPECT_EQ(old->pp_size, 0);
   EXPECT_EQ(old->pipeline_stages, "");
+  EXPECT_EQ(old->quantization, "") << "unknown in a record from before the field";
   EXPECT_EQ(old->levels[0].server.pipeline_ms, 0);
   j["pp_size"] = "two";
   EXPECT_THAT(std::string(RunRecordFromJson(j).status().message()), HasSubstr("pp_size"));

@@ -95,6 +95,7 @@ struct Script {
   absl::Duration gap{};               // before every piece but the first
   End end = End::kClose;
   std::string backend_header{};       // sent as X-Tpserve-Backend (mixed case on purpose) when set
+  std::string metrics_page{};         // served at GET /metrics when set (else 404)
 };
 
 // What the fake server received.
@@ -117,6 +118,11 @@ class OpenAiTargetTest : public ::testing::Test {
 
   // Answers both endpoints with `script` and starts listening.
   void Serve(Script script) {
+    if (!script.metrics_page.empty()) {
+      server_.Get("/metrics", [page = script.metrics_page](const httplib::Request&, httplib::Response& res) {
+        res.set_content(page, "text/plain; version=0.0.4");
+      });
+    }
     auto shared = std::make_shared<const Script>(std::move(script));
     auto handler = [this, shared](const httplib::Request& req, httplib::Response& res) {
       {
@@ -266,6 +272,42 @@ TEST_F(OpenAiTargetTest, InfoReadsTheModelList) {
   absl::StatusOr<ServerInfo> none = (*MakeOpenAiTarget(dead))->Info();
   EXPECT_FALSE(none.ok());
   EXPECT_THAT(std::string(none.status().message()), HasSubstr("/v1/models"));
+}
+
+// Without a /metrics page (404 here) the storage is unknown, not an error.
+TEST_F(OpenAiTargetTest, InfoWithoutAMetricsPageLeavesTheStorageUnknown) {
+  Serve(Script{});
+  absl::StatusOr<ServerInfo> info = (*MakeOpenAiTarget(Options()))->Info();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->model, "fake-model");
+  EXPECT_EQ(info->quantization, "");
+  EXPECT_EQ(info->kv_cache_dtype, "");
+  EXPECT_EQ(info->dtype, "");
+}
+
+// tpserve's tpserve_model_info gauge names the weights' and the KV cache's storage (the run
+// record's quantization and kv_cache_dtype); vLLM's cache_config_info names its cache_dtype.
+TEST_F(OpenAiTargetTest, InfoReadsTheStorageFromTheMetricsPage) {
+  Serve(Script{.metrics_page = "# HELP tpserve_model_info The served model's weight and KV cache storage.\n"
+                               "# TYPE tpserve_model_info gauge\n"
+                               "tpserve_model_info{model_name=\"fake \\\"m\\\"\",quantization=\"q4_k+q6_k\","
+                               "dtype=\"bfloat16\",kv_cache_dtype=\"fp8_e4m3\"} 1\n"
+                               "vllm:cache_config_info{cache_dtype=\"fp8\",block_size=\"16\"} 1\n"});
+  absl::StatusOr<ServerInfo> info = (*MakeOpenAiTarget(Options()))->Info();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->quantization, "q4_k+q6_k");
+  EXPECT_EQ(info->kv_cache_dtype, "fp8_e4m3") << "tpserve's own label, not vLLM's";
+  EXPECT_EQ(info->dtype, "bfloat16");
+}
+
+TEST_F(OpenAiTargetTest, InfoReadsVllmsCacheDtype) {
+  Serve(Script{.metrics_page = "vllm:cache_config_info{block_size=\"16\",cache_dtype=\"fp8_e5m2\","
+                               "enable_prefix_caching=\"True\"} 1.0\n"
+                               "vllm:num_requests_running{model_name=\"fake-model\"} 0.0\n"});
+  absl::StatusOr<ServerInfo> info = (*MakeOpenAiTarget(Options()))->Info();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->kv_cache_dtype, "fp8_e5m2");
+  EXPECT_EQ(info->quantization, "");
 }
 
 TEST_F(OpenAiTargetTest, ConnectionsAreReusedUnlessTurnedOff) {

@@ -17,7 +17,8 @@ count() { grep -c "$1" "$2" 2>/dev/null || true; }
 # timeout: a hang guard (ctest's TIMEOUT is 600 s too).
 setsid timeout -k 10 600 "${MPIRUN[@]}" -np 2 "$TPSERVE" serve --model gemma-4-tiny \
   --load-format dummy --tokenizer "$TOK" --host 127.0.0.1 --http-port 0 --grpc-port 0 \
-  --port-file "$WORK/ports.json" --kv-cache-memory 128MiB --max-num-seqs 8 >"$WORK/server.log" 2>&1 &
+  --port-file "$WORK/ports.json" --kv-cache-memory 128MiB --max-num-seqs 8 \
+  --quantization int8 --kv-cache-dtype fp8 >"$WORK/server.log" 2>&1 &
 SERVER=$!
 SESSIONS+=("$SERVER")
 wait_ports "$WORK/ports.json" $SERVER || { bad "no port file: $(cat "$WORK/server.log")"; finish; exit 1; }
@@ -47,6 +48,10 @@ grep -q '"engine_version": "tpserve' "$WORK/grpc/run.json" && grep -q '"tp_size"
   && grep -q '"available": true' "$WORK/grpc/run.json" && grep -q '"kernels": "cpu"' "$WORK/grpc/run.json" \
   && ok "run.json: server version, tp 2, pp 1 (one stage), step split, kernels" \
   || bad "run.json: $(head -c 1500 "$WORK/grpc/run.json")"
+# The weights' and the KV cache's storage: from ModelInfo over gRPC, from /metrics over HTTP.
+grep -q '"quantization": "q8_0' "$WORK/grpc/run.json" && grep -q '"kv_cache_dtype": "fp8_e4m3"' "$WORK/grpc/run.json" \
+  && ok "run.json (gRPC): quantization and KV cache dtype from ModelInfo" \
+  || bad "gRPC run.json storage: $(grep -n 'quantization\|kv_cache' "$WORK/grpc/run.json")"
 grep -q "TTFT" "$WORK/grpc.out" && ok "run prints the level table" || bad "no table: $(cat "$WORK/grpc.out")"
 
 # 2. HTTP completions (token ids as the prompt array) and chat.
@@ -57,6 +62,9 @@ n=$(count '"success":true' "$WORK/http/requests.jsonl")
   && ok "HTTP completions: 7 successful records of 8 tokens" || bad "HTTP completions: $n/7 ok"
 grep -q '"model": "gemma-4-tiny"' "$WORK/http/run.json" && grep -q '"max_model_len": 4096' "$WORK/http/run.json" \
   && ok "HTTP: model and max_model_len from /v1/models" || bad "HTTP run.json: $(head -c 600 "$WORK/http/run.json")"
+grep -q '"quantization": "q8_0' "$WORK/http/run.json" && grep -q '"kv_cache_dtype": "fp8_e4m3"' "$WORK/http/run.json" \
+  && ok "run.json (HTTP): quantization and KV cache dtype from /metrics" \
+  || bad "HTTP run.json storage: $(grep -n 'quantization\|kv_cache' "$WORK/http/run.json")"
 if "$TPBENCH" run --target "http://127.0.0.1:$HTTP/v1" --api chat "${COMMON[@]}" --concurrency 2 --fail-on-error \
      --out "$WORK/chat" >"$WORK/chat.out" 2>&1; then ok "tpbench run over HTTP chat exits 0"; else bad "chat: $(tail -5 "$WORK/chat.out")"; fi
 [ "$(count '"success":true' "$WORK/chat/requests.jsonl")" = 5 ] && ok "HTTP chat: 5 successful records" \
@@ -102,6 +110,8 @@ if "$TPBENCH" report "$WORK/grpc" "$WORK/http" "$WORK/dead" --baselines "$(dirna
      --out "$WORK/report" >"$WORK/report.out" 2>&1; then ok "tpbench report exits 0"; else bad "report: $(cat "$WORK/report.out")"; fi
 grep -q "TTFT" "$WORK/report/report.md" && grep -q "Groq" "$WORK/report/report.md" && ls "$WORK"/report/*.svg >/dev/null 2>&1 \
   && ok "report.md has level tables, baselines and SVG plots" || bad "report: $(head -40 "$WORK/report/report.md")"
+grep -q "KV cache dtype | fp8_e4m3" "$WORK/report/report.md" && ok "report: the KV cache dtype" \
+  || bad "report KV cache: $(grep -n "KV cache\|quantization" "$WORK/report/report.md")"
 grep -q "(no GPU)" "$WORK/report/report.md" && grep -q "Server memory (rank 0 peak RSS) | [1-9]" "$WORK/report/report.md" \
   && ok "report: the CPU device and the server's peak memory" || bad "report environment: $(grep -n "Device\|memory" "$WORK/report/report.md")"
 

@@ -91,6 +91,8 @@ class GrpcTarget : public Target {
     info.model = r.served_model_names_size() > 0 ? r.served_model_names(0) : "";
     info.engine_version = r.engine_version();
     info.dtype = r.dtype();
+    info.quantization = r.quantization();
+    info.kv_cache_dtype = r.kv_cache_dtype();
     info.weights = r.weights();
     info.tp_size = r.tensor_parallel_size();
     info.pp_size = r.pipeline_parallel_size();

@@ -71,7 +71,13 @@ ABSL_FLAG(bool, progress, true, "Progress on stderr");
 ABSL_FLAG(std::string, out, "", "Directory for run.json, requests.jsonl and summary.json (run) or report.md (report)");
 ABSL_FLAG(std::string, label, "", "Run label in reports (default: from api, tp and nodes)");
 ABSL_FLAG(std::string, weights_source, "", "Checkpoint or source of the weights (default: what the server says)");
-ABSL_FLAG(std::string, dtype, "", "dtype/quantization (default: what the server says)");
+ABSL_FLAG(std::string, dtype, "", "The model's dtype, e.g. bfloat16 (default: what the server says)");
+ABSL_FLAG(std::string, quantization, "",
+          "How the weights are held, e.g. q4_k+q6_k, fp8, int4-awq (default: what the server says: tpserve's ModelInfo "
+          "or /metrics)");
+ABSL_FLAG(std::string, kv_cache_dtype, "",
+          "The KV cache's dtype, e.g. fp8 (default: what the server says: tpserve's ModelInfo or /metrics, vLLM's "
+          "/metrics)");
 ABSL_FLAG(std::string, gpu_model, "", "GPU model (default: what the server says, else unknown)");
 ABSL_FLAG(int, gpu_count, -1, "GPU count (default: what the server says)");
 ABSL_FLAG(std::string, driver_version, "", "GPU driver version (default: what the server says)");
@@ -217,6 +223,8 @@ void FillEnvironment(Target& target, RunRecord* run) {
   run->engine_version = pick("", i.engine_version, "unknown");
   run->weights_source = pick(absl::GetFlag(FLAGS_weights_source), i.weights, "unknown");
   run->dtype = pick(absl::GetFlag(FLAGS_dtype), i.dtype, "unknown");
+  run->quantization = pick(absl::GetFlag(FLAGS_quantization), i.quantization, "unknown");
+  run->kv_cache_dtype = pick(absl::GetFlag(FLAGS_kv_cache_dtype), i.kv_cache_dtype, "unknown");
   run->gpu_model = pick(absl::GetFlag(FLAGS_gpu_model), i.device, "unknown");
   run->driver_version = pick(absl::GetFlag(FLAGS_driver_version), i.driver_version, "unknown");
   run->cuda_version = pick(absl::GetFlag(FLAGS_cuda_version), i.cuda_version, "unknown");

@@ -19,6 +19,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "coordinator/api/sse_parser.h"
@@ -71,6 +73,52 @@ std::string HttpErrorMessage(const std::string& body) {
 
 // JSON prints 0.7f as 0.699999988079071; go through the float's shortest decimal form.
 double FloatForJson(float f) { return std::strtod(absl::StrCat(f).c_str(), nullptr); }
+
+// The labels of one Prometheus text-format series line, `name{k="v",...} value`: each value
+// unescaped (\\, \", \n); empty where the line has none or they do not parse.
+std::vector<std::pair<std::string, std::string>> SeriesLabels(absl::string_view line) {
+  std::vector<std::pair<std::string, std::string>> labels;
+  size_t i = line.find('{');
+  if (i == absl::string_view::npos) return labels;
+  ++i;
+  while (i < line.size() && line[i] != '}') {
+    const size_t eq = line.find("=\"", i);
+    if (eq == absl::string_view::npos) return {};
+    std::string key(absl::StripAsciiWhitespace(line.substr(i, eq - i)));
+    std::string value;
+    size_t j = eq + 2;
+    for (; j < line.size() && line[j] != '"'; ++j) {
+      if (line[j] == '\\' && j + 1 < line.size()) {
+        ++j;
+        value += line[j] == 'n' ? '\n' : line[j];
+      } else {
+        value += line[j];
+      }
+    }
+    if (j >= line.size()) return {};  // no closing quote
+    labels.emplace_back(std::move(key), std::move(value));
+    i = j + 1;
+    if (i < line.size() && line[i] == ',') ++i;
+  }
+  return labels;
+}
+
+// What a server's /metrics page says of its storage: tpserve's `tpserve_model_info` (labels
+// quantization, kv_cache_dtype, dtype) and vLLM's `vllm:cache_config_info` (cache_dtype).
+// Fields the page does not name stay as they are.
+void ReadStorageLabels(absl::string_view metrics, ServerInfo* info) {
+  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+    const bool ours = absl::StartsWith(line, "tpserve_model_info{");
+    if (!ours && !absl::StartsWith(line, "vllm:cache_config_info{")) continue;
+    for (auto& [key, value] : SeriesLabels(line)) {
+      if (value.empty()) continue;
+      if (ours && key == "quantization") info->quantization = value;
+      if (ours && key == "kv_cache_dtype") info->kv_cache_dtype = value;
+      if (ours && key == "dtype" && info->dtype.empty()) info->dtype = value;
+      if (!ours && key == "cache_dtype" && info->kv_cache_dtype.empty()) info->kv_cache_dtype = value;
+    }
+  }
+}
 
 bool IsConnectError(CURLcode rc) {
   switch (rc) {
@@ -269,34 +317,14 @@ class OpenAiTarget : public Target {
   bool AcceptsTokenIds() const override { return !options_.chat && options_.send_token_ids; }
 
   // GET {base}/models: the served model (the requested one, else the first) and, where
-  // the server says (vLLM, tpserve), its max_model_len.
+  // the server says (vLLM, tpserve), its max_model_len. Then, where the server has one, its
+  // Prometheus page (the base without a trailing /v1, + /metrics): the weights' and the KV
+  // cache's storage (ReadStorageLabels). A server without it (a hosted API) says nothing there.
   absl::StatusOr<ServerInfo> Info() override {
     const std::string url = absl::StrCat(options_.base_url, "/models");
-    std::unique_ptr<CURL, CurlEasyDeleter> curl(curl_easy_init());
-    std::unique_ptr<curl_slist, CurlSlistDeleter> headers = Headers();
-    if (curl == nullptr || headers == nullptr) return absl::InternalError("cannot set up a libcurl request");
-    std::string body;
-    char curl_error[CURL_ERROR_SIZE] = {};
-    CURL* c = curl.get();
-    curl_easy_setopt(c, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
-    curl_easy_setopt(c, CURLOPT_USERAGENT, "tpbench");
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, curl_error);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, +[](char* data, size_t size, size_t n, void* out) {
-      static_cast<std::string*>(out)->append(data, size * n);
-      return size * n;
-    });
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
-    const CURLcode rc = curl_easy_perform(c);
-    long status = 0;
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-    if (rc != CURLE_OK) {
-      return absl::UnavailableError(absl::StrCat("GET ", url, ": ", curl_error[0] ? curl_error : curl_easy_strerror(rc)));
-    }
-    if (status != 200) return absl::UnavailableError(absl::StrCat("GET ", url, ": HTTP ", status));
-    const Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+    absl::StatusOr<std::string> body = Get(url);
+    if (!body.ok()) return body.status();
+    const Json j = Json::parse(*body, nullptr, /*allow_exceptions=*/false);
     const Json* data = Find(j, "data");
     if (data == nullptr || !data->is_array() || data->empty()) {
       return absl::UnavailableError(absl::StrCat("GET ", url, ": no \"data\" list of models"));
@@ -309,6 +337,11 @@ class OpenAiTarget : public Target {
     if (const Json* id = Find(*model, "id"); NonEmptyString(id)) info.model = id->get<std::string>();
     if (const Json* len = Find(*model, "max_model_len"); len != nullptr && len->is_number_integer()) {
       info.max_model_len = len->get<int64_t>();
+    }
+    absl::string_view root = options_.base_url;
+    absl::ConsumeSuffix(&root, "/v1");
+    if (absl::StatusOr<std::string> metrics = Get(absl::StrCat(root, "/metrics")); metrics.ok()) {
+      ReadStorageLabels(*metrics, &info);
     }
     return info;
   }
@@ -352,6 +385,35 @@ class OpenAiTarget : public Target {
 
  private:
   // An idle handle (its connection still open, options reset) or a new one.
+  // The body of a GET that answered 200 within 10 s; UNAVAILABLE naming the URL otherwise.
+  absl::StatusOr<std::string> Get(const std::string& url) const {
+    std::unique_ptr<CURL, CurlEasyDeleter> curl(curl_easy_init());
+    std::unique_ptr<curl_slist, CurlSlistDeleter> headers = Headers();
+    if (curl == nullptr || headers == nullptr) return absl::InternalError("cannot set up a libcurl request");
+    std::string body;
+    char curl_error[CURL_ERROR_SIZE] = {};
+    CURL* c = curl.get();
+    curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
+    curl_easy_setopt(c, CURLOPT_USERAGENT, "tpbench");
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, curl_error);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, +[](char* data, size_t size, size_t n, void* out) {
+      static_cast<std::string*>(out)->append(data, size * n);
+      return size * n;
+    });
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+    const CURLcode rc = curl_easy_perform(c);
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    if (rc != CURLE_OK) {
+      return absl::UnavailableError(absl::StrCat("GET ", url, ": ", curl_error[0] ? curl_error : curl_easy_strerror(rc)));
+    }
+    if (status != 200) return absl::UnavailableError(absl::StrCat("GET ", url, ": HTTP ", status));
+    return body;
+  }
+
   std::unique_ptr<CURL, CurlEasyDeleter> TakeHandle() {
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -276,6 +276,8 @@ nlohmann::json ToJson(const RunRecord& r) {
               {"engine_version", r.engine_version},
               {"tpbench_version", r.tpbench_version},
               {"dtype", r.dtype},
+              {"quantization", r.quantization},
+              {"kv_cache_dtype", r.kv_cache_dtype},
               {"driver_version", r.driver_version},
               {"cuda_version", r.cuda_version},
               {"kernels", r.kernels},
@@ -313,6 +315,8 @@ absl::StatusOr<RunRecord> RunRecordFromJson(const nlohmann::json& j) {
   TP_RETURN_IF_ERROR(f.Get("engine_version", kOptional, &r.engine_version));
   TP_RETURN_IF_ERROR(f.Get("tpbench_version", kOptional, &r.tpbench_version));
   TP_RETURN_IF_ERROR(f.Get("dtype", kOptional, &r.dtype));
+  TP_RETURN_IF_ERROR(f.Get("quantization", kOptional, &r.quantization));
+  TP_RETURN_IF_ERROR(f.Get("kv_cache_dtype", kOptional, &r.kv_cache_dtype));
   TP_RETURN_IF_ERROR(f.Get("driver_version", kOptional, &r.driver_version));
   TP_RETURN_IF_ERROR(f.Get("cuda_version", kOptional, &r.cuda_version));
   TP_RETURN_IF_ERROR(f.Get("kernels", kOptional, &r.kernels));

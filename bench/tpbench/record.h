@@ -92,7 +92,9 @@ struct RunRecord {
   std::string weights_source;   // checkpoint directory or "dummy"
   std::string engine_version;   // server's version string, plus git hash where known
   std::string tpbench_version;  // this client's version and git hash
-  std::string dtype;            // dtype / quantization
+  std::string dtype;            // the model's (activations') dtype
+  std::string quantization;     // the weights as held, e.g. "q4_k+q6_k"; "" = unknown
+  std::string kv_cache_dtype;   // e.g. "fp32", "fp8_e4m3"; "" = unknown
   std::string driver_version;   // GPU driver, or "none" (CPU), or "unknown"
   std::string cuda_version;
   std::string kernels;          // the server's kernel configuration, e.g. "cuda: tuned+pdl, CUDA graphs"

@@ -114,6 +114,8 @@ std::string EnvironmentTable(const RunView& v) {
       {"Engine version", or_unknown(r.engine_version)},
       {"tpbench version", or_unknown(r.tpbench_version)},
       {"Dtype", or_unknown(r.dtype)},
+      {"Weights as held (quantization)", or_unknown(r.quantization)},
+      {"KV cache dtype", or_unknown(r.kv_cache_dtype)},
       {"GPU driver", or_unknown(r.driver_version)},
       {"CUDA", or_unknown(r.cuda_version)},
       {"Kernels", or_unknown(r.kernels)},

@@ -32,6 +32,11 @@ struct ServerInfo {
   std::string engine_version;
   std::string dtype;
   std::string weights;
+  // How the weights are held, e.g. "q4_k+q6_k" (a Q4_K_M GGUF kept quantized) or "bfloat16",
+  // and the KV cache's storage ("fp32", "bf16", "fp8_e4m3"; vLLM's cache_dtype, e.g. "auto",
+  // "fp8"); empty where the server does not say.
+  std::string quantization;
+  std::string kv_cache_dtype;
   int tp_size = 0;
   int pp_size = 0;                 // pipeline stages; 0 = the server did not say (one stage)
   std::string pipeline_stages;     // each stage's layers, e.g. "layers 0-4 | 5"

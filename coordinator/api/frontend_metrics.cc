@@ -178,12 +178,21 @@ FrontendMetrics::FrontendMetrics(const EngineApi& engine, const std::string& mod
                                                  "Draft tokens accepted, by position in the draft.",
                                                  Labels(model_name, {{"position", absl::StrCat(i)}})));
   }
-  // What the weights are stored as (vLLM's *_info gauges: constant 1, the facts in labels).
-  registry_.AddGauge("tpserve_model_info", "The served model's weight and KV cache storage: constant 1.",
-                     Labels(model_name, {{"quantization", engine.Info().quantization},
-                                         {"dtype", engine.Info().dtype},
-                                         {"kv_cache_dtype", engine.Info().kv_cache_dtype}}))
-      .Set(1);
+  // What the weights are stored as (vLLM's *_info gauges: constant 1, the facts in labels),
+  // added at the first scrape once the engine is ready: `serve` builds these metrics before
+  // the weights load (the front ends answer 503 meanwhile), when the engine cannot say yet.
+  registry_.AddCollector([this, &engine, model_name] {
+    if (!engine.Ready()) return;
+    absl::MutexLock lock(&model_info_mu_);
+    if (model_info_added_) return;
+    const ModelInfo& info = engine.Info();
+    registry_.AddGauge("tpserve_model_info", "The served model's weight and KV cache storage: constant 1.",
+                       Labels(model_name, {{"quantization", info.quantization},
+                                           {"dtype", info.dtype},
+                                           {"kv_cache_dtype", info.kv_cache_dtype}}))
+        .Set(1);
+    model_info_added_ = true;
+  });
   // The process collector's standard name (no labels), and our peak beside it.
   Gauge* rss = &registry_.AddGauge("process_resident_memory_bytes", "Resident memory of rank 0's process.");
   Gauge* peak_rss = &registry_.AddGauge("tpserve_process_peak_resident_memory_bytes",

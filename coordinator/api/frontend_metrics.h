@@ -52,6 +52,9 @@ class FrontendMetrics {
   Counter& finished_abort_;
   Counter& finished_error_;
 
+  absl::Mutex model_info_mu_;
+  bool model_info_added_ ABSL_GUARDED_BY(model_info_mu_) = false;  // tpserve_model_info, once ready
+
   absl::Mutex http_mu_;
   // (handler, method, status class) -> its series in registry_.
   std::map<std::tuple<std::string, std::string, std::string>, Counter*> http_requests_ ABSL_GUARDED_BY(http_mu_);
