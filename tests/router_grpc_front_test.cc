@@ -4,6 +4,7 @@
 // NOT_FOUND naming the available ones; the router's key is checked; a client's cancel cancels the
 // backend's request; a client's deadline goes on to the backend's call and ends it (a stalling
 // fake backend), and so does the router's request_timeout_s, before or after the first message;
+// a grpc:// backend's timeout_s ends its call;
 // a busy backend, failures after the first message; a model whose backend is
 // serve's HTTP port (the same answers as its gRPC port, what it cannot answer refused or sent to
 // a grpc:// backend, failover, refusals, failures, a cancel and a deadline); ModelInfo, Stats
@@ -145,6 +146,13 @@ class StallingBackend : public v1::TpServe::CallbackService {
   std::vector<std::chrono::system_clock::time_point> deadlines_ ABSL_GUARDED_BY(mu_);
   int cancelled_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// `stalling` served on a free loopback port.
+absl::StatusOr<StartedGrpcServer> ServeOnLoopback(StallingBackend& stalling) {
+  GrpcListenOptions listen;
+  listen.address = "127.0.0.1:0";
+  return StartGrpcServer("stalling backend", listen, stalling);
+}
 
 class RouterGrpcFrontTest : public FrontendTest {
  protected:
@@ -477,9 +485,7 @@ TEST_F(RouterGrpcFrontTest, AClientsCancelCancelsTheBackendsRequest) {
 TEST_F(RouterGrpcFrontTest, TheClientsDeadlineGoesToTheBackendAndEndsItsCall) {
   StartServers();
   StallingBackend stalling;
-  GrpcListenOptions listen;
-  listen.address = "127.0.0.1:0";
-  absl::StatusOr<StartedGrpcServer> backend = StartGrpcServer("stalling backend", listen, stalling);
+  absl::StatusOr<StartedGrpcServer> backend = ServeOnLoopback(stalling);
   ASSERT_TRUE(backend.ok()) << backend.status();
   StartRouter(absl::StrCat(R"({"stalled": {"backends": ["grpc://127.0.0.1:)", backend->port, R"("]}})"));
   const auto start = std::chrono::system_clock::now();
@@ -519,6 +525,38 @@ TEST_F(RouterGrpcFrontTest, TheClientsDeadlineGoesToTheBackendAndEndsItsCall) {
   StopGrpcServer(*backend->server, absl::ZeroDuration());
 }
 
+// A grpc:// backend's own timeouts, kept by its call (grpc_generate_call.cc): a backend that
+// never answers is given up after its timeout_s counted from the call's start (connect_timeout_s
+// spent connecting, the rest waiting for the first message), UNAVAILABLE naming the wait, and
+// ejected.
+TEST_F(RouterGrpcFrontTest, AGrpcBackendsTimeoutEndsItsCall) {
+  StartServers();
+  StallingBackend stalling;
+  absl::StatusOr<StartedGrpcServer> backend = ServeOnLoopback(stalling);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  const std::string url = absl::StrCat("grpc://127.0.0.1:", backend->port);
+  StartRouter(absl::StrCat(R"({"stalled": {"backends": [{"url": ")", url,
+                           R"(", "connect_timeout_s": 0.5, "timeout_s": 1.5}]}})"));
+  std::vector<v1::GenerateResponse> responses;
+  v1::GenerateRequest request = TextRequest("Hi", 5);
+  request.set_model("stalled");
+  const auto start = std::chrono::steady_clock::now();
+  const grpc::Status s = RouterGenerate(request, &responses);  // the client's deadline: 60 s
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr(absl::StrCat("every backend of model \"stalled\" (and its fallbacks) failed: ", url,
+                                     ": gRPC DEADLINE_EXCEEDED: no response from 127.0.0.1:", backend->port,
+                                     " within 1s")));
+  EXPECT_TRUE(responses.empty());
+  EXPECT_GT(took, std::chrono::milliseconds(1400));
+  EXPECT_LT(took, std::chrono::milliseconds(3500));
+  EXPECT_TRUE(Eventually([&] { return stalling.cancelled() == 1; }));
+  EXPECT_THAT(Metrics(), HasSubstr(absl::StrCat("tpserve_router_backend_healthy{model=\"stalled\",backend=\"", url,
+                                                "\"} 0")));
+  StopGrpcServer(*backend->server, absl::ZeroDuration());
+}
+
 // request_timeout_s on the gRPC port: the router's bound goes to the backend's call as its
 // deadline (before the client's); when it passes the client gets DEADLINE_EXCEEDED naming it,
 // before or after the first message, the backend's call is cancelled, and the backend is counted
@@ -526,9 +564,7 @@ TEST_F(RouterGrpcFrontTest, TheClientsDeadlineGoesToTheBackendAndEndsItsCall) {
 TEST_F(RouterGrpcFrontTest, TheRequestTimeoutEndsTheCallBeforeAndAfterTheFirstMessage) {
   StartServers(Slow());
   StallingBackend stalling;
-  GrpcListenOptions listen;
-  listen.address = "127.0.0.1:0";
-  absl::StatusOr<StartedGrpcServer> backend = StartGrpcServer("stalling backend", listen, stalling);
+  absl::StatusOr<StartedGrpcServer> backend = ServeOnLoopback(stalling);
   ASSERT_TRUE(backend.ok()) << backend.status();
   StartRouter(absl::StrCat(R"({"stalled": {"request_timeout_s": 1, "backends": ["grpc://127.0.0.1:)", backend->port,
                            R"("]}, "relayed": {"request_timeout_s": 1, "backends": [{"url": "$G", "model": "fake-model"}]}})"));

@@ -1,8 +1,9 @@
-// A timer on a request's strand that runs a callback once at a deadline (the router's
-// request_timeout_s, for both front ends: proxy_request.h, grpc_front_generate.h). Setting it
+// A timer on a request's strand that runs a callback once at a deadline: the router's
+// request_timeout_s, for both front ends (proxy_request.h, grpc_front_generate.h), and a
+// grpc:// backend call's connect and response timeouts (grpc_generate_call.cc). Setting it
 // again, or cancelling it, voids the earlier setting, even one whose callback is already
-// queued on the strand. Header-only; tested through tests/router_knobs_test.sh and
-// tests/router_grpc_front_test.cc.
+// queued on the strand. Header-only; tested through tests/router_knobs_test.sh,
+// tests/router_grpc_test.cc and tests/router_grpc_front_test.cc.
 #pragma once
 
 #include <algorithm>

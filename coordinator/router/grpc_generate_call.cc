@@ -4,14 +4,12 @@
 #include "coordinator/router/grpc_generate_call.h"
 
 #include <atomic>
-#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "boost/asio/bind_executor.hpp"
 #include "boost/asio/post.hpp"
-#include "boost/asio/steady_timer.hpp"
 #include "coordinator/api/grpc_status.h"
+#include "coordinator/router/deadline_timer.h"
 #include "grpcpp/grpcpp.h"
 
 namespace tpserve {
@@ -76,7 +74,7 @@ class GenerateCall final : public GrpcGenerateCall,
   void Cancel() override {
     quiet_ = true;
     finished_ = true;
-    timer_.cancel();
+    timer_.Cancel();
     context_.TryCancel();
     Release();
   }
@@ -125,8 +123,7 @@ class GenerateCall final : public GrpcGenerateCall,
     if (read_ahead_) {
       Arm(response_timeout_, /*connecting=*/false);
     } else {
-      ++timer_generation_;  // no timeout while the reader holds the message
-      timer_.cancel();
+      timer_.Cancel();  // no timeout while the reader holds the message
     }
     callbacks_.message(std::move(message));
   }
@@ -141,7 +138,7 @@ class GenerateCall final : public GrpcGenerateCall,
   void Finish(const absl::Status& status) {
     if (finished_) return;
     finished_ = true;
-    timer_.cancel();
+    timer_.Cancel();
     Release();
     if (quiet_) return;
     quiet_ = true;
@@ -149,17 +146,13 @@ class GenerateCall final : public GrpcGenerateCall,
   }
 
   // The timeout now running: connecting (no connection yet), or waiting for the backend's
-  // next message.
+  // next message. Replaces the one before.
   void Arm(absl::Duration timeout, bool connecting) {
-    const uint64_t generation = ++timer_generation_;
-    timer_.expires_after(absl::ToChronoMilliseconds(timeout));
-    std::weak_ptr<GenerateCall> weak = weak_from_this();
-    timer_.async_wait(boost::asio::bind_executor(strand_, [weak, generation, connecting, timeout](
-                                                              boost::system::error_code ec) {
+    timer_.Set(absl::Now() + timeout, [weak = weak_from_this(), connecting, timeout] {
       std::shared_ptr<GenerateCall> self = weak.lock();
-      if (ec || self == nullptr || generation != self->timer_generation_ || self->finished_) return;
+      if (self == nullptr || self->finished_) return;
       self->TimedOut(timeout, connecting);
-    }));
+    });
   }
 
   void TimedOut(absl::Duration timeout, bool connecting) {
@@ -190,8 +183,7 @@ class GenerateCall final : public GrpcGenerateCall,
   std::shared_ptr<GenerateCall> self_;      // from Run until OnDone
   std::atomic<bool> holding_{false};        // Run's hold (no read-ahead), until Release
   // Strand-only.
-  boost::asio::steady_timer timer_;
-  uint64_t timer_generation_ = 0;
+  DeadlineTimer timer_;  // the connect or response timeout now running (Arm)
   bool reused_ = false;     // the channel was connected when the call started
   bool connected_ = false;  // the backend answered
   bool reading_ = false;    // a read is outstanding (without read-ahead: until its message arrived)
