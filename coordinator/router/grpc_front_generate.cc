@@ -170,14 +170,6 @@ bool GrpcFrontGenerate::StartHttp(const ProxyCandidate& c) {
     core_->Skip(http.status());
     return false;
   }
-  const RouterBackend& b = core_->backend();
-  UpstreamRequest upstream;
-  upstream.endpoint = c.endpoint;
-  upstream.target = b.base_path + http->path;
-  upstream.body = std::move(http->body);
-  if (!b.api_key.empty()) upstream.authorization = "Bearer " + b.api_key;
-  upstream.connect_timeout = b.connection.connect_timeout;
-  upstream.response_timeout = b.connection.timeout;
   http_try_ = true;
   http_status_ = 0;
   http_error_body_.clear();
@@ -201,7 +193,8 @@ bool GrpcFrontGenerate::StartHttp(const ProxyCandidate& c) {
   callbacks.end = [weak](absl::Status status) {
     if (auto self = weak.lock()) self->OnHttpEnd(status);
   };
-  http_call_ = UpstreamCall::Start(strand_, std::move(upstream), std::move(callbacks));
+  http_call_ = UpstreamCall::Start(strand_, HttpBackendRequest(c, http->path, std::move(http->body)),
+                                   std::move(callbacks));
   request_deadline_ = core_->request_deadline();
   ArmRequestTimer(/*http=*/true);
   return true;

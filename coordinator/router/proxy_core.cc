@@ -10,6 +10,18 @@
 
 namespace tpserve {
 
+UpstreamRequest HttpBackendRequest(const ProxyCandidate& c, absl::string_view path, std::string body) {
+  const RouterBackend& b = c.pool->backend(c.index);
+  UpstreamRequest request;
+  request.endpoint = c.endpoint;
+  request.target = absl::StrCat(b.base_path, path);
+  request.body = std::move(body);
+  if (!b.api_key.empty()) request.authorization = "Bearer " + b.api_key;
+  request.connect_timeout = b.connection.connect_timeout;
+  request.response_timeout = b.connection.timeout;
+  return request;
+}
+
 ProxyCore::ProxyCore(std::string model, FrontDoor door, std::vector<ProxyCandidate> candidates, absl::Time arrival,
                      RequestLog* log, RouterMetrics& metrics)
     : model_(std::move(model)),

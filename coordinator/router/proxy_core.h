@@ -14,11 +14,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "coordinator/router/backend_pool.h"
 #include "coordinator/router/grpc_backend.h"
 #include "coordinator/router/request_log.h"
 #include "coordinator/router/router_metrics.h"
+#include "coordinator/router/upstream_call.h"
 #include "coordinator/router/upstream_endpoint.h"
 
 namespace tpserve {
@@ -31,6 +33,13 @@ struct ProxyCandidate {
   UpstreamEndpoint* endpoint = nullptr;
   GrpcBackend* grpc = nullptr;
 };
+
+// What candidate `c`, an http(s):// backend, is sent for an OpenAI request: `body` (its JSON,
+// already naming the backend's model) POSTed on its endpoint to its base path + `path`
+// ("/completions", "/chat/completions"), with its api_key as the bearer token and its connect
+// and response timeouts. Both front ends' http(s):// tries (proxy_request.h,
+// grpc_front_generate.h).
+UpstreamRequest HttpBackendRequest(const ProxyCandidate& c, absl::string_view path, std::string body);
 
 // How a request ended, for its metrics and its request-log line.
 struct ProxyEnd {

@@ -111,27 +111,22 @@ void ProxyRequest::TryNext() {
 std::shared_ptr<UpstreamCall> ProxyRequest::StartHttp(const ProxyCandidate& c) {
   const RouterBackend& b = core_.backend();
   const std::string remote_model = core_.RemoteModel();
-  UpstreamRequest request;
-  request.endpoint = c.endpoint;
-  request.target = b.base_path + path_suffix_;
   // A stream whose client did not ask for usage: asked of the backend (request_usage), so that
   // its tokens are counted, and taken out of the client's stream (OnData).
   strip_usage_ = stream_ && b.connection.request_usage && UsageToAsk(body_);
+  std::string body;
   if (remote_model == core_.model() && !strip_usage_) {
     // The backend knows the model by the client's name: the client's bytes go as they came
     // (they parsed as this JSON object), without a copy of the parsed body and a new dump.
-    request.body = exchange_->request().body;
+    body = exchange_->request().body;
   } else {
-    nlohmann::json body = body_;
-    body["model"] = remote_model;
-    if (strip_usage_) body["stream_options"]["include_usage"] = true;
-    request.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    nlohmann::json renamed = body_;
+    renamed["model"] = remote_model;
+    if (strip_usage_) renamed["stream_options"]["include_usage"] = true;
+    body = renamed.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
-  if (!b.api_key.empty()) request.authorization = "Bearer " + b.api_key;
-  request.connect_timeout = b.connection.connect_timeout;
-  request.response_timeout = b.connection.timeout;
   core_.BeginTry();
-  return UpstreamCall::Start(strand_, std::move(request), Callbacks());
+  return UpstreamCall::Start(strand_, HttpBackendRequest(c, path_suffix_, std::move(body)), Callbacks());
 }
 
 std::shared_ptr<UpstreamCall> ProxyRequest::StartGrpc(const ProxyCandidate& c) {
