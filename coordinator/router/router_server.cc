@@ -22,6 +22,23 @@ void Reply(HttpExchange& exchange, const absl::Status& error, std::vector<HttpHe
   exchange.Respond(e.status, kJson, std::move(e.body), std::move(headers));
 }
 
+// 405 for a route that takes only `allowed`.
+void MethodNotAllowed(HttpExchange& exchange, const char* allowed) {
+  const HttpRequest& req = exchange.request();
+  nlohmann::ordered_json body = ErrorJson(absl::InvalidArgumentError(
+      absl::StrCat("method ", req.method, " is not allowed for ", req.path, "; use ", allowed)));
+  exchange.Respond(405, kJson, body.dump(), {{"Allow", allowed}});
+}
+
+// 404 for a path the port does not serve; `where` ends the message.
+void NoRoute(HttpExchange& exchange, absl::string_view where) {
+  const HttpRequest& req = exchange.request();
+  nlohmann::ordered_json body =
+      ErrorJson(absl::NotFoundError(absl::StrCat("no route for ", req.method, " ", req.path, where)));
+  body["error"]["code"] = nullptr;
+  exchange.Respond(404, kJson, body.dump());
+}
+
 }  // namespace
 
 RouterServer::RouterServer(RouterConfig config, RouterOptions options)
@@ -31,7 +48,7 @@ RouterServer::RouterServer(RouterConfig config, RouterOptions options)
       started_unix_s_(absl::ToUnixSeconds(absl::Now())),
       proxy_work_(boost::asio::make_work_guard(proxy_io_)),
       transport_(
-          options_.transport, [this](std::shared_ptr<HttpExchange> e) { Handle(std::move(e), /*metrics_port=*/false); },
+          options_.transport, [this](std::shared_ptr<HttpExchange> e) { Handle(std::move(e)); },
           [](int, const absl::Status& error) { return ToHttpError(error).body; }) {
   for (auto& [name, model] : config.models) {
     pools_.emplace(name, std::make_unique<BackendPool>(std::move(model)));
@@ -82,7 +99,7 @@ absl::Status RouterServer::Start() {
     m.port = options_.metrics_port;
     m.io_threads = 1;  // a scrape now and then
     metrics_transport_ = std::make_unique<HttpTransport>(
-        m, [this](std::shared_ptr<HttpExchange> e) { Handle(std::move(e), /*metrics_port=*/true); },
+        m, [this](std::shared_ptr<HttpExchange> e) { HandleMetricsPort(std::move(e)); },
         [](int, const absl::Status& error) { return ToHttpError(error).body; });
     if (absl::Status s = metrics_transport_->Start(); !s.ok()) {
       return absl::UnavailableError(absl::StrCat("the metrics port: ", s.message()));
@@ -164,43 +181,51 @@ void RouterServer::Shutdown() {
 }
 
 // On an I/O thread: cheap routes are answered here; a proxied request is parsed and routed here
-// too, then runs on the proxy loop (Proxy). The metrics port has /metrics and /health only.
-void RouterServer::Handle(std::shared_ptr<HttpExchange> exchange, bool metrics_port) {
+// too, then runs on the proxy loop (Proxy).
+void RouterServer::Handle(std::shared_ptr<HttpExchange> exchange) {
+  if (!KeyAccepted(*exchange)) return;
   const HttpRequest& req = exchange->request();
-  if (req.path != "/health") {  // /health stays open, as serve's does
-    if (absl::Status key = api_keys_.Check(req.authorization); !key.ok()) {
-      return Reply(*exchange, key, {{"WWW-Authenticate", "Bearer"}});
-    }
+  if (req.path == "/v1/completions" || req.path == "/v1/chat/completions") {
+    if (req.method != "POST") return MethodNotAllowed(*exchange, "POST");
+    return Proxy(exchange, req.path.substr(3));
   }
-  const bool get = req.method == "GET", post = req.method == "POST";
-  const bool post_route = !metrics_port && (req.path == "/v1/completions" || req.path == "/v1/chat/completions");
-  const bool get_route =
-      req.path == "/health" || req.path == "/metrics" || (!metrics_port && req.path == "/v1/models");
-  if (post && post_route) return Proxy(exchange, req.path.substr(3));
-  if (get && req.path == "/health") return exchange->Respond(200, kJson, "{}");
-  if (get && req.path == "/metrics") {
-    return exchange->Respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics_->RenderPrometheus());
-  }
-  if (get && get_route && req.path == "/v1/models") {
+  if (req.path == "/v1/models") {
+    if (req.method != "GET") return MethodNotAllowed(*exchange, "GET");
     nlohmann::ordered_json data = nlohmann::ordered_json::array();
     for (const std::string& name : model_names_) {
       data.push_back({{"id", name}, {"object", "model"}, {"created", started_unix_s_}, {"owned_by", "tpserve-router"}});
     }
     return exchange->Respond(200, kJson, nlohmann::ordered_json{{"object", "list"}, {"data", data}}.dump());
   }
-  if (post_route || get_route) {
-    const char* allowed = post_route ? "POST" : "GET";
-    nlohmann::ordered_json body = ErrorJson(absl::InvalidArgumentError(
-        absl::StrCat("method ", req.method, " is not allowed for ", req.path, "; use ", allowed)));
-    return exchange->Respond(405, kJson, body.dump(), {{"Allow", allowed}});
+  if (HealthOrMetrics(*exchange)) return;
+  NoRoute(*exchange, "");
+}
+
+// On the metrics port's I/O thread.
+void RouterServer::HandleMetricsPort(std::shared_ptr<HttpExchange> exchange) {
+  if (!KeyAccepted(*exchange) || HealthOrMetrics(*exchange)) return;
+  NoRoute(*exchange, " on the router's metrics port (it serves GET /metrics and /health; the API is on its HTTP port)");
+}
+
+bool RouterServer::KeyAccepted(HttpExchange& exchange) const {
+  const HttpRequest& req = exchange.request();
+  if (req.path == "/health") return true;  // /health stays open, as serve's does
+  absl::Status key = api_keys_.Check(req.authorization);
+  if (!key.ok()) Reply(exchange, key, {{"WWW-Authenticate", "Bearer"}});
+  return key.ok();
+}
+
+bool RouterServer::HealthOrMetrics(HttpExchange& exchange) const {
+  const HttpRequest& req = exchange.request();
+  if (req.path != "/health" && req.path != "/metrics") return false;
+  if (req.method != "GET") {
+    MethodNotAllowed(exchange, "GET");
+  } else if (req.path == "/health") {
+    exchange.Respond(200, kJson, "{}");
+  } else {
+    exchange.Respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics_->RenderPrometheus());
   }
-  nlohmann::ordered_json body = ErrorJson(absl::NotFoundError(
-      absl::StrCat("no route for ", req.method, " ", req.path,
-                   metrics_port ? " on the router's metrics port (it serves GET /metrics and /health; the API is on "
-                                  "its HTTP port)"
-                                : "")));
-  body["error"]["code"] = nullptr;
-  exchange->Respond(404, kJson, body.dump());
+  return true;
 }
 
 // On the exchange's I/O thread (no hop to another thread to refuse a request, and the

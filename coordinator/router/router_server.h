@@ -97,9 +97,15 @@ class RouterServer : public RouterRoutes {
   absl::StatusOr<std::vector<ProxyCandidate>> Backends(const std::string& model) override;
 
  private:
-  // A request to the HTTP port, or with `metrics_port` to the metrics port (GET /metrics and
-  // /health only; the same key rules).
-  void Handle(std::shared_ptr<HttpExchange> exchange, bool metrics_port);
+  // A request to the HTTP port.
+  void Handle(std::shared_ptr<HttpExchange> exchange);
+  // A request to the metrics port: GET /metrics and /health only, with the HTTP port's key rules.
+  void HandleMetricsPort(std::shared_ptr<HttpExchange> exchange);
+  // Both ports' shared routes. KeyAccepted: false after answering 401 (every path but /health
+  // needs a key when the router has keys). HealthOrMetrics: false, answering nothing, for a path
+  // that is neither /health nor /metrics.
+  bool KeyAccepted(HttpExchange& exchange) const;
+  bool HealthOrMetrics(HttpExchange& exchange) const;
   void Proxy(const std::shared_ptr<HttpExchange>& exchange, std::string path_suffix);
   // `model`'s pool, then its fallback's, and so on (the config has no cycles); NOT_FOUND naming
   // the configured models.
