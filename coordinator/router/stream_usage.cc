@@ -13,25 +13,42 @@ namespace {
 // A usage chunk is a few hundred bytes; a longer line (a big content delta) is not one.
 constexpr size_t kMaxLine = 1 << 20;
 
-// Whether `line` holds the JSON key `key` (quoted) whose value starts with `first`: a cheap test
-// that says which lines are worth parsing. (Inside a JSON string the key's quotes are escaped.)
-bool HoldsKeyWithValue(absl::string_view line, absl::string_view key, char first) {
-  for (size_t at = line.find(key); at != absl::string_view::npos; at = line.find(key, at + 1)) {
-    size_t i = at + key.size();
-    while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i]))) ++i;
-    if (i >= line.size() || line[i] != ':') continue;
-    ++i;
-    while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i]))) ++i;
-    if (i < line.size() && line[i] == first) return true;
-  }
-  return false;
+// What one scan of a data line's JSON finds of the keys StreamUsage reads: a cheap test that says
+// which lines are worth parsing. (Inside a JSON string a key's quotes are escaped.)
+struct LineKeys {
+  bool usage = false;         // a "usage" key (Strip takes it out, whatever its value)
+  bool usage_object = false;  // one followed by an object (not null): the only usage worth reading
+  bool finish = false;        // "finish_reason" with a string (not null): a chunk that finishes a choice
+};
+
+// Whether the JSON value after the key that ends at `i` in `data` starts with `first`.
+bool ValueStartsWith(absl::string_view data, size_t i, char first) {
+  while (i < data.size() && std::isspace(static_cast<unsigned char>(data[i]))) ++i;
+  if (i >= data.size() || data[i] != ':') return false;
+  ++i;
+  while (i < data.size() && std::isspace(static_cast<unsigned char>(data[i]))) ++i;
+  return i < data.size() && data[i] == first;
 }
 
-// "usage" followed by an object (not null): the only lines worth parsing for usage.
-bool MayHoldUsage(absl::string_view line) { return HoldsKeyWithValue(line, "\"usage\"", '{'); }
+// Every key starts at a quote: one pass over the quotes finds both.
+LineKeys ScanKeys(absl::string_view data) {
+  constexpr absl::string_view kUsage = "\"usage\"", kFinish = "\"finish_reason\"";
+  LineKeys keys;
+  for (size_t at = data.find('"'); at != absl::string_view::npos; at = data.find('"', at + 1)) {
+    const absl::string_view rest = data.substr(at);
+    if (absl::StartsWith(rest, kUsage)) {
+      keys.usage = true;
+      keys.usage_object = keys.usage_object || ValueStartsWith(data, at + kUsage.size(), '{');
+    } else if (absl::StartsWith(rest, kFinish)) {
+      keys.finish = keys.finish || ValueStartsWith(data, at + kFinish.size(), '"');
+    }
+  }
+  return keys;
+}
 
-// "finish_reason" with a string (not null): a chunk that finishes a choice.
-bool MayFinish(absl::string_view data) { return HoldsKeyWithValue(data, "\"finish_reason\"", '"'); }
+nlohmann::ordered_json ParseChunk(absl::string_view data) {
+  return nlohmann::ordered_json::parse(data.begin(), data.end(), nullptr, /*allow_exceptions=*/false);
+}
 
 // ReadUsage for either of nlohmann's object types (Strip keeps a chunk's key order).
 template <class Json>
@@ -74,10 +91,9 @@ void StreamUsage::Feed(absl::string_view piece) {
   }
 }
 
-void StreamUsage::Note(absl::string_view data) {
-  if (head_.has_value() && !MayFinish(data)) return;
-  const nlohmann::ordered_json chunk =
-      nlohmann::ordered_json::parse(data.begin(), data.end(), nullptr, /*allow_exceptions=*/false);
+bool StreamUsage::ToNote(bool finishes) const { return !head_.has_value() || finishes; }
+
+void StreamUsage::Note(const nlohmann::ordered_json& chunk) {
   if (!chunk.is_object()) return;
   if (!head_.has_value() && chunk.contains("id") && chunk.contains("object")) {
     head_ = nlohmann::ordered_json::object();
@@ -115,11 +131,13 @@ std::string StreamUsage::ErrorChunk(int n) const {
 
 void StreamUsage::Line(absl::string_view line) {
   if (!absl::ConsumePrefix(&line, "data:")) return;
-  Note(line);
-  if (!MayHoldUsage(line)) return;
-  const std::optional<UsageTokens> usage =
-      ReadUsage(nlohmann::json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false));
-  if (usage.has_value()) usage_ = usage;
+  const LineKeys keys = ScanKeys(line);
+  const bool note = ToNote(keys.finish);
+  if (!note && !keys.usage_object) return;
+  const nlohmann::ordered_json chunk = ParseChunk(line);
+  if (note) Note(chunk);
+  if (!keys.usage_object) return;
+  if (std::optional<UsageTokens> usage = ReadUsageOf(chunk)) usage_ = usage;
 }
 
 std::string StreamUsage::Strip(absl::string_view piece) {
@@ -171,15 +189,15 @@ void StreamUsage::StripLine(absl::string_view line, std::string& out) {
   }
   absl::string_view data = text;
   const bool is_data = absl::ConsumePrefix(&data, "data:");
-  if (is_data) Note(data);
-  // A "usage" key holds a quote right after "usage"; inside a JSON string that quote is escaped.
-  if (!is_data || data.find("\"usage\"") == absl::string_view::npos) {
+  const LineKeys keys = is_data ? ScanKeys(data) : LineKeys{};
+  const bool note = is_data && ToNote(keys.finish);
+  if (!note && !keys.usage) {
     out.append(line.data(), line.size());
     return;
   }
-  nlohmann::ordered_json chunk =
-      nlohmann::ordered_json::parse(data.begin(), data.end(), nullptr, /*allow_exceptions=*/false);
-  if (!chunk.is_object() || !chunk.contains("usage")) {
+  nlohmann::ordered_json chunk = ParseChunk(data);
+  if (note) Note(chunk);
+  if (!keys.usage || !chunk.is_object() || !chunk.contains("usage")) {
     out.append(line.data(), line.size());
     return;
   }

@@ -1,12 +1,13 @@
 // The token usage an OpenAI server-sent-event stream reports: the `usage` object of its chunks
 // (the last chunk's, with `stream_options.include_usage`; vLLM's continuous usage, each chunk's
 // running total), read as the stream passes through the router so that streamed requests are
-// counted and priced as whole responses are. Only lines that hold "usage" followed by an object
-// are parsed. Where the router itself asked the backend for usage (the client did not), Strip
-// also takes that usage out of what the client gets. It also notes which choices the stream
-// finished, so that a stream the router must end early ends each of the others with
-// finish_reason "error" (ErrorChunk). Not thread-safe (a request's strand owns it). Tested by
-// tests/stream_usage_test.cc.
+// counted and priced as whole responses are. Each line is scanned once for the keys that matter
+// and parsed at most once: only the first chunk, chunks that finish a choice and lines that hold
+// "usage" followed by an object (Strip: any "usage" key). Where the router itself asked the
+// backend for usage (the client did not), Strip also takes that usage out of what the client
+// gets. It also notes which choices the stream finished, so that a stream the router must end
+// early ends each of the others with finish_reason "error" (ErrorChunk). Not thread-safe (a
+// request's strand owns it). Tested by tests/stream_usage_test.cc.
 #pragma once
 
 #include <cstdint>
@@ -57,10 +58,14 @@ class StreamUsage {
   }
 
  private:
+  // Feed's line, without its newline.
   void Line(absl::string_view line);
-  // A data line's JSON (after "data:"): the stream's id and kind from its first chunk, and the
-  // choices it finishes. Only the first chunk and chunks with a finish_reason string are parsed.
-  void Note(absl::string_view data);
+  // Whether a data line's chunk is one Note reads: the first chunk (until one gave the stream's
+  // id and kind), or one with a finish_reason string (`finishes`).
+  bool ToNote(bool finishes) const;
+  // A data line's parsed JSON (after "data:"): the stream's id and kind from its first chunk, and
+  // the choices it finishes.
+  void Note(const nlohmann::ordered_json& chunk);
   // Strip's line, `line` with its newline: appended to `out` as the client gets it.
   void StripLine(absl::string_view line, std::string& out);
 
