@@ -527,8 +527,8 @@ TEST_F(RouterGrpcFrontTest, TheClientsDeadlineGoesToTheBackendAndEndsItsCall) {
 
 // A grpc:// backend's own timeouts, kept by its call (grpc_generate_call.cc): a backend that
 // never answers is given up after its timeout_s counted from the call's start (connect_timeout_s
-// spent connecting, the rest waiting for the first message), UNAVAILABLE naming the wait, and
-// ejected.
+// spent connecting, the rest waiting for the first message), UNAVAILABLE naming its timeout_s,
+// counted as a timeout (its channel came up: not a failure to connect), and ejected.
 TEST_F(RouterGrpcFrontTest, AGrpcBackendsTimeoutEndsItsCall) {
   StartServers();
   StallingBackend stalling;
@@ -547,13 +547,18 @@ TEST_F(RouterGrpcFrontTest, AGrpcBackendsTimeoutEndsItsCall) {
   EXPECT_THAT(s.error_message(),
               HasSubstr(absl::StrCat("every backend of model \"stalled\" (and its fallbacks) failed: ", url,
                                      ": gRPC DEADLINE_EXCEEDED: no response from 127.0.0.1:", backend->port,
-                                     " within 1s")));
+                                     " within 1.5s")));
   EXPECT_TRUE(responses.empty());
   EXPECT_GT(took, std::chrono::milliseconds(1400));
   EXPECT_LT(took, std::chrono::milliseconds(3500));
   EXPECT_TRUE(Eventually([&] { return stalling.cancelled() == 1; }));
-  EXPECT_THAT(Metrics(), HasSubstr(absl::StrCat("tpserve_router_backend_healthy{model=\"stalled\",backend=\"", url,
-                                                "\"} 0")));
+  const std::string metrics = Metrics();
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_healthy{model=\"stalled\",backend=\"", url,
+                                              "\"} 0")));
+  // Connected (the channel came up), then silent: a timeout, not a failure to connect.
+  const std::string labels = absl::StrCat("model=\"stalled\",backend=\"", url, "\"");
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_errors_total{", labels, ",kind=\"timeout\"} 1")));
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("tpserve_router_backend_errors_total{", labels, ",kind=\"connect\"} 0")));
   StopGrpcServer(*backend->server, absl::ZeroDuration());
 }
 

@@ -3,6 +3,7 @@
 // tests/router_grpc_test.cc, tests/router_grpc_front_test.cc and the router's gRPC shell tests.
 #include "coordinator/router/grpc_generate_call.h"
 
+#include <algorithm>
 #include <atomic>
 #include <utility>
 
@@ -148,23 +149,28 @@ class GenerateCall final : public GrpcGenerateCall,
   // The timeout now running: connecting (no connection yet), or waiting for the backend's
   // next message. Replaces the one before.
   void Arm(absl::Duration timeout, bool connecting) {
-    timer_.Set(absl::Now() + timeout, [weak = weak_from_this(), connecting, timeout] {
+    timer_.Set(absl::Now() + timeout, [weak = weak_from_this(), connecting] {
       std::shared_ptr<GenerateCall> self = weak.lock();
       if (self == nullptr || self->finished_) return;
-      self->TimedOut(timeout, connecting);
+      self->TimedOut(connecting);
     });
   }
 
-  void TimedOut(absl::Duration timeout, bool connecting) {
+  void TimedOut(bool connecting) {
     if (connecting && backend_.connected()) {
-      // Connected, waiting for the first token: from now on the response's timeout.
-      return Arm(response_timeout_ - connect_timeout_, /*connecting=*/false);
+      // The channel is up and the backend silent: a connection (so that the proxy counts what
+      // follows as a timeout, not a failure to connect), whose response timeout runs on from
+      // the call's start (none is left where timeout_s is below connect_timeout_s).
+      Connected();
+      if (quiet_ || finished_) return;
+      return Arm(std::max(response_timeout_ - connect_timeout_, absl::ZeroDuration()), /*connecting=*/false);
     }
     context_.TryCancel();  // its OnDone finds the call finished
+    // The configured bounds (connect_timeout_s, timeout_s), not what was left of them.
     const std::string what = connecting ? absl::StrCat("no connection to ", backend_.target(), " within ",
-                                                       absl::FormatDuration(timeout))
+                                                       absl::FormatDuration(connect_timeout_))
                                         : absl::StrCat("no response from ", backend_.target(), " within ",
-                                                       absl::FormatDuration(timeout));
+                                                       absl::FormatDuration(response_timeout_));
     // Not connected: UNAVAILABLE, which the proxy counts as a failure to connect.
     Finish(connecting ? absl::UnavailableError(what) : absl::DeadlineExceededError(what));
   }
