@@ -453,6 +453,35 @@ TEST(SpeculativeEngineTest, AdaptiveDraftLengthKeepsTheGreedyTokens) {
   }
 }
 
+// On quantized weights (compressed-tensors int4 as Q4_0 blocks, FP8 blocks) a verification step's
+// rows run the quantized kernels several rows at a time (each row's x quantized on its own),
+// and each row's logits are those a one-row decode step gives: the same greedy tokens and
+// logprobs with drafts as without.
+TEST(SpeculativeEngineTest, VerifyingDraftsOnQuantizedWeightsIsPlainDecoding) {
+  for (const std::string fixture : {"ct_w4a16", "ct_fp8_block"}) {
+    for (int tp : {1, 2}) {
+      testing::WithFixtureModel(fixture, tp, 256, [&](Model& model, StepExecutor& exec) {
+        ASSERT_TRUE(model.weight_formats().any_quantized()) << fixture;
+        SamplingParams p;
+        p.temperature = 0.0f;
+        p.max_tokens = 16;
+        p.ignore_eos = true;
+        p.logprobs = 0;
+        auto both = DecodeBothWays(model, exec, p, /*adaptive=*/false);
+        ASSERT_TRUE(both.ok()) << both.status();
+        const GenerationOutput &plain = both->plain.outputs[0], &drafted = both->drafted.outputs[0];
+        EXPECT_EQ(drafted.output_ids, plain.output_ids) << fixture << " tp " << tp;
+        EXPECT_GT(both->drafted.spec.num_accepted_tokens, 0) << fixture << " tp " << tp;
+        ASSERT_EQ(drafted.output_logprobs.size(), plain.output_logprobs.size());
+        for (size_t i = 0; i < plain.output_logprobs.size(); ++i) {
+          EXPECT_NEAR(drafted.output_logprobs[i], plain.output_logprobs[i], 1e-4)
+              << fixture << " tp " << tp << " token " << i;
+        }
+      });
+    }
+  }
+}
+
 // Stops inside a kept run end the sequence exactly where decoding without drafts would:
 // max_tokens mid-draft, and a stop token id that is a kept draft.
 TEST(SpeculativeEngineTest, StopsInsideAKeptRunEndWhereTheyWouldWithoutDrafts) {
