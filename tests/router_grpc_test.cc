@@ -133,10 +133,13 @@ Json Fold(const std::vector<std::string>& payloads) {
           }
         }
       }
-      if (!choice["logprobs"].is_null()) c["logprobs"].push_back(choice["logprobs"]);
-      if (!choice["finish_reason"].is_null()) {
+      // (choice is const: operator[] on a key it lacks is undefined, and the router's own error
+      // chunk has neither logprobs nor stop_reason.)
+      const Json none;
+      if (!choice.value("logprobs", none).is_null()) c["logprobs"].push_back(choice["logprobs"]);
+      if (!choice.value("finish_reason", none).is_null()) {
         c["finish_reason"] = choice["finish_reason"];
-        c["stop_reason"] = choice["stop_reason"];
+        c["stop_reason"] = choice.value("stop_reason", none);
       }
     }
   }
