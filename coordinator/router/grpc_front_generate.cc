@@ -447,11 +447,7 @@ void GrpcFrontGenerate::CancelBackendCall() {
 }
 
 void GrpcFrontGenerate::RequestTimedOut() {
-  core_->RequestTimedOut();
-  const absl::Status passed = absl::DeadlineExceededError(absl::StrCat(
-      "the request passed its request_timeout_s (", absl::FormatDuration(request_deadline_ - arrival_),
-      " from its arrival at the router) ", core_->answering() ? "while the backend " : "before the backend ",
-      core_->url(), core_->answering() ? " was streaming" : " answered", "; the backend's call was cancelled"));
+  const absl::Status passed = absl::DeadlineExceededError(core_->RequestTimedOut(core_->answering()));
   Complete(passed, ProxyEnd{.outcome = RequestOutcome::kError,
                             .status = ToHttpError(passed).status,
                             .grpc_status = CodeName(passed),

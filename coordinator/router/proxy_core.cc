@@ -139,10 +139,13 @@ void ProxyCore::BrokeWhileAnswering(BackendErrorKind kind) {
   metrics_.BackendFailed(*current_->pool, current_->index, kind, /*moved_on=*/false);
 }
 
-void ProxyCore::RequestTimedOut() {
+std::string ProxyCore::RequestTimedOut(bool streaming) {
   EndTry();
   next_ = candidates_.size();
   metrics_.BackendFailed(*current_->pool, current_->index, BackendErrorKind::kTimeout, /*moved_on=*/false);
+  return absl::StrCat("the request passed its request_timeout_s (", absl::FormatDuration(request_deadline() - arrival_),
+                      " from its arrival at the router) ", streaming ? "while the backend " : "before the backend ", url(),
+                      streaming ? " was streaming" : " answered", "; the backend's request was cancelled");
 }
 
 absl::Time ProxyCore::request_deadline() const {

@@ -114,8 +114,9 @@ class ProxyCore {
   void BrokeWhileAnswering(BackendErrorKind kind);
   // The request's request_timeout_s passed during the current try (before or after its answer
   // began): the try ends, counted as a `timeout` error of its backend, neither ejected (earlier
-  // tries may have spent the time) nor a retry; no candidate is tried after it.
-  void RequestTimedOut();
+  // tries may have spent the time) nor a retry; no candidate is tried after it. Returns the
+  // client's message: the limit, and whether the backend was `streaming` or had not answered.
+  std::string RequestTimedOut(bool streaming);
   // The current candidate's request_timeout_s counted from the arrival; InfiniteFuture: none.
   absl::Time request_deadline() const;
 

@@ -277,18 +277,11 @@ void ProxyRequest::OnRequestTimeout() {
     call_->Cancel();
     call_.reset();
   }
-  core_.RequestTimedOut();
-  const std::string limit = absl::FormatDuration(request_deadline_ - core_.arrival());
+  const std::string message = core_.RequestTimedOut(streaming_);
   if (streaming_) {
-    const std::string message = absl::StrCat("the request passed its request_timeout_s (", limit,
-                                             " from its arrival at the router) while the backend ", core_.url(),
-                                             " was streaming; the backend request was cancelled");
     EndStreamWithError(message);
     return Finish({.outcome = RequestOutcome::kError, .status = 200, .error = message});
   }
-  const std::string message =
-      absl::StrCat("the request passed its request_timeout_s (", limit, " from its arrival at the router) before the ",
-                   "backend ", core_.url(), " answered; the backend request was cancelled");
   exchange_->Respond(504, "application/json", RouterError(message, "server_error").dump());
   Finish({.outcome = RequestOutcome::kError, .status = 504, .error = message});
 }
