@@ -66,29 +66,39 @@ std::optional<UsageTokens> ReadUsageOf(const Json& response) {
 
 std::optional<UsageTokens> ReadUsage(const nlohmann::json& response) { return ReadUsageOf(response); }
 
-void StreamUsage::Feed(absl::string_view piece) {
+template <class OnLine, class OnPass>
+void StreamUsage::Split(absl::string_view piece, OnLine on_line, OnPass pass) {
   while (!piece.empty()) {
     const size_t newline = piece.find('\n');
     if (newline == absl::string_view::npos) {
-      if (!skipping_) partial_.append(piece.data(), piece.size());
-      if (partial_.size() > kMaxLine) {
+      if (skipping_) return pass(piece);
+      partial_.append(piece.data(), piece.size());
+      if (partial_.size() > kMaxLine) {  // not a usage chunk: not held until its end
+        pass(partial_);
         partial_.clear();
         skipping_ = true;
       }
       return;
     }
-    const absl::string_view head = piece.substr(0, newline);
+    const absl::string_view line = piece.substr(0, newline + 1);
     piece.remove_prefix(newline + 1);
     if (skipping_) {
+      pass(line);
       skipping_ = false;
+      drop_blank_ = false;
     } else if (partial_.empty()) {
-      Line(head);
+      on_line(line);
     } else {
-      partial_.append(head.data(), head.size());
-      Line(partial_);
+      partial_.append(line.data(), line.size());
+      on_line(partial_);
     }
     partial_.clear();
   }
+}
+
+void StreamUsage::Feed(absl::string_view piece) {
+  Split(
+      piece, [this](absl::string_view line) { Line(line.substr(0, line.size() - 1)); }, [](absl::string_view) {});
 }
 
 bool StreamUsage::ToNote(bool finishes) const { return !head_.has_value() || finishes; }
@@ -142,35 +152,9 @@ void StreamUsage::Line(absl::string_view line) {
 
 std::string StreamUsage::Strip(absl::string_view piece) {
   std::string out;
-  while (!piece.empty()) {
-    const size_t newline = piece.find('\n');
-    if (newline == absl::string_view::npos) {
-      if (skipping_) {
-        out.append(piece.data(), piece.size());
-        return out;
-      }
-      partial_.append(piece.data(), piece.size());
-      if (partial_.size() > kMaxLine) {  // not a usage chunk: passed on without waiting for its end
-        out += partial_;
-        partial_.clear();
-        skipping_ = true;
-      }
-      return out;
-    }
-    const absl::string_view line = piece.substr(0, newline + 1);
-    piece.remove_prefix(newline + 1);
-    if (skipping_) {
-      out.append(line.data(), line.size());
-      skipping_ = false;
-      drop_blank_ = false;
-    } else if (partial_.empty()) {
-      StripLine(line, out);
-    } else {
-      partial_.append(line.data(), line.size());
-      StripLine(partial_, out);
-    }
-    partial_.clear();
-  }
+  Split(
+      piece, [this, &out](absl::string_view line) { StripLine(line, out); },
+      [&out](absl::string_view bytes) { out.append(bytes.data(), bytes.size()); });
   return out;
 }
 

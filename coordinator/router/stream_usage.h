@@ -58,6 +58,10 @@ class StreamUsage {
   }
 
  private:
+  // Splits the stream into lines for Feed and Strip: `on_line` gets each whole line with its
+  // newline (a line over 1 MiB is no usage chunk: `pass` gets its bytes as they come instead).
+  template <class OnLine, class OnPass>
+  void Split(absl::string_view piece, OnLine on_line, OnPass pass);
   // Feed's line, without its newline.
   void Line(absl::string_view line);
   // Whether a data line's chunk is one Note reads: the first chunk (until one gave the stream's
