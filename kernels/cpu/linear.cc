@@ -291,10 +291,11 @@ void PanelSgemm(const float* x, int64_t m, int64_t k, const void* w, DType w_dty
 // the product sees are those the GGUF loader used to widen to bf16 at load: the same numbers.
 // A panel is ~4 MiB of bf16 (kQuantPanelBytes): past L2, but oneDNN's product gains more from
 // wider panels than the widened rows lose by coming back from L3. On the EPYC Zen 4 VM, a
-// 512-token prefill alternated 6 rounds (`tpserve generate --max-tokens 1`, medians; each size
-// this constant changed), 1 MiB -> 2 -> 4 MiB panels: Llama-3.2-1B Q4_K_M 156 -> 162 -> 167 tok/s
-// (widened at load: 178, an earlier 5-round run), Q8_0 158 -> 171 (5 rounds); Gemma 3 270M
-// Q4_K_M level (1068 -> 1042, within its spread); peak RSS +2 to +11 MiB.
+// 512-token prefill alternated 6 rounds (`tpserve generate --max-tokens 1`, medians; a temporary
+// build read this constant from the environment), 1 MiB -> 2 -> 4 MiB panels: Llama-3.2-1B
+// Q4_K_M 156 -> 162 -> 167 tok/s (widened at load: 178, an earlier 5-round run), Q8_0
+// 158 -> 171 (5 rounds); Gemma 3 270M Q4_K_M level (1068 -> 1042, within its spread); peak RSS
+// +2 to +11 MiB.
 constexpr int64_t kQuantPanelBytes = int64_t{4} << 20;
 // count values of x rounded to bf16, to nearest even (vectorized where the CPU has AVX512-BF16).
 void RoundToBf16(const float* x, int64_t count, uint16_t* out) {
