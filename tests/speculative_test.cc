@@ -404,36 +404,44 @@ absl::StatusOr<PlainAndDrafted> DecodeBothWays(Model& model, StepExecutor& exec,
   return r;
 }
 
+// `body` on each fixture model at TP 1 and 2 (a 256-block KV cache).
+void OnFixturesAtTp1And2(std::initializer_list<const char*> fixtures,
+                         const std::function<void(const std::string&, int, Model&, StepExecutor&)>& body) {
+  for (const std::string fixture : fixtures) {
+    for (int tp : {1, 2}) {
+      testing::WithFixtureModel(fixture, tp, 256,
+                                [&](Model& model, StepExecutor& exec) { body(fixture, tp, model, exec); });
+    }
+  }
+}
+
 // A seeded request at temperature 1 (top-p, top-k and a repetition penalty on) samples
 // the same tokens with drafts as without: each row draws with its output position's
 // uniform, so whichever step computes a position, it draws the same token.
 TEST(SpeculativeEngineTest, SeededSamplingIsTheSameWithAndWithoutDrafts) {
-  for (const std::string fixture : {"qwen3", "gemma4_text"}) {
-    for (int tp : {1, 2}) {
-      testing::WithFixtureModel(fixture, tp, 256, [&](Model& model, StepExecutor& exec) {
-        SamplingParams p;
-        p.temperature = 1.0f;
-        p.top_p = 0.95f;
-        p.top_k = 50;
-        p.repetition_penalty = 1.1f;
-        p.seed = 2024;
-        p.max_tokens = 16;
-        p.ignore_eos = true;
-        p.logprobs = 2;
-        auto both = DecodeBothWays(model, exec, p, /*adaptive=*/false);
-        ASSERT_TRUE(both.ok()) << both.status();
-        const OfflineResult *base = &both->plain, *with = &both->drafted;
-        EXPECT_EQ(with->outputs[0].output_ids, base->outputs[0].output_ids) << fixture << " tp " << tp;
-        EXPECT_GT(with->spec.num_accepted_tokens, 0);
-        // Logprobs are computed from each token's own row: they agree too.
-        ASSERT_EQ(with->outputs[0].output_logprobs.size(), base->outputs[0].output_logprobs.size());
-        for (size_t i = 0; i < base->outputs[0].output_logprobs.size(); ++i) {
-          EXPECT_NEAR(with->outputs[0].output_logprobs[i], base->outputs[0].output_logprobs[i], 2e-3)
-              << fixture << " tp " << tp << " token " << i;
-        }
-      });
+  OnFixturesAtTp1And2({"qwen3", "gemma4_text"},
+                      [](const std::string& fixture, int tp, Model& model, StepExecutor& exec) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.top_p = 0.95f;
+    p.top_k = 50;
+    p.repetition_penalty = 1.1f;
+    p.seed = 2024;
+    p.max_tokens = 16;
+    p.ignore_eos = true;
+    p.logprobs = 2;
+    auto both = DecodeBothWays(model, exec, p, /*adaptive=*/false);
+    ASSERT_TRUE(both.ok()) << both.status();
+    const OfflineResult *base = &both->plain, *with = &both->drafted;
+    EXPECT_EQ(with->outputs[0].output_ids, base->outputs[0].output_ids) << fixture << " tp " << tp;
+    EXPECT_GT(with->spec.num_accepted_tokens, 0);
+    // Logprobs are computed from each token's own row: they agree too.
+    ASSERT_EQ(with->outputs[0].output_logprobs.size(), base->outputs[0].output_logprobs.size());
+    for (size_t i = 0; i < base->outputs[0].output_logprobs.size(); ++i) {
+      EXPECT_NEAR(with->outputs[0].output_logprobs[i], base->outputs[0].output_logprobs[i], 2e-3)
+          << fixture << " tp " << tp << " token " << i;
     }
-  }
+  });
 }
 
 // Adaptive speculation changes how many drafts each step verifies, never the tokens:
@@ -458,28 +466,25 @@ TEST(SpeculativeEngineTest, AdaptiveDraftLengthKeepsTheGreedyTokens) {
 // and each row's logits are those a one-row decode step gives: the same greedy tokens and
 // logprobs with drafts as without.
 TEST(SpeculativeEngineTest, VerifyingDraftsOnQuantizedWeightsIsPlainDecoding) {
-  for (const std::string fixture : {"ct_w4a16", "ct_fp8_block"}) {
-    for (int tp : {1, 2}) {
-      testing::WithFixtureModel(fixture, tp, 256, [&](Model& model, StepExecutor& exec) {
-        ASSERT_TRUE(model.weight_formats().any_quantized()) << fixture;
-        SamplingParams p;
-        p.temperature = 0.0f;
-        p.max_tokens = 16;
-        p.ignore_eos = true;
-        p.logprobs = 0;
-        auto both = DecodeBothWays(model, exec, p, /*adaptive=*/false);
-        ASSERT_TRUE(both.ok()) << both.status();
-        const GenerationOutput &plain = both->plain.outputs[0], &drafted = both->drafted.outputs[0];
-        EXPECT_EQ(drafted.output_ids, plain.output_ids) << fixture << " tp " << tp;
-        EXPECT_GT(both->drafted.spec.num_accepted_tokens, 0) << fixture << " tp " << tp;
-        ASSERT_EQ(drafted.output_logprobs.size(), plain.output_logprobs.size());
-        for (size_t i = 0; i < plain.output_logprobs.size(); ++i) {
-          EXPECT_NEAR(drafted.output_logprobs[i], plain.output_logprobs[i], 1e-4)
-              << fixture << " tp " << tp << " token " << i;
-        }
-      });
+  OnFixturesAtTp1And2({"ct_w4a16", "ct_fp8_block"},
+                      [](const std::string& fixture, int tp, Model& model, StepExecutor& exec) {
+    ASSERT_TRUE(model.weight_formats().any_quantized()) << fixture;
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.max_tokens = 16;
+    p.ignore_eos = true;
+    p.logprobs = 0;
+    auto both = DecodeBothWays(model, exec, p, /*adaptive=*/false);
+    ASSERT_TRUE(both.ok()) << both.status();
+    const GenerationOutput &plain = both->plain.outputs[0], &drafted = both->drafted.outputs[0];
+    EXPECT_EQ(drafted.output_ids, plain.output_ids) << fixture << " tp " << tp;
+    EXPECT_GT(both->drafted.spec.num_accepted_tokens, 0) << fixture << " tp " << tp;
+    ASSERT_EQ(drafted.output_logprobs.size(), plain.output_logprobs.size());
+    for (size_t i = 0; i < plain.output_logprobs.size(); ++i) {
+      EXPECT_NEAR(drafted.output_logprobs[i], plain.output_logprobs[i], 1e-4)
+          << fixture << " tp " << tp << " token " << i;
     }
-  }
+  });
 }
 
 // Stops inside a kept run end the sequence exactly where decoding without drafts would:
