@@ -206,8 +206,7 @@ void GrpcFrontGenerate::ArmRequestTimer(bool http) {
   request_timer_.Set(request_deadline_, [weak] {
     std::shared_ptr<GrpcFrontGenerate> self = weak.lock();
     if (self == nullptr || self->ending_.has_value() || self->http_call_ == nullptr) return;
-    self->http_call_->Cancel();
-    self->http_call_.reset();
+    self->CancelHttpCall();
     self->RequestTimedOut();
   });
 }
@@ -216,8 +215,7 @@ void GrpcFrontGenerate::OnHttpHead(int status) {
   if (ending_.has_value()) return;
   http_status_ = status;
   if (!core_->HttpHead(status)) return;
-  http_call_->Cancel();
-  http_call_.reset();
+  CancelHttpCall();
   TryNext();
 }
 
@@ -232,8 +230,7 @@ void GrpcFrontGenerate::OnHttpData(std::string piece) {
   const absl::Status status = http_stream_->Feed(piece, &messages);
   for (v1::GenerateResponse& m : messages) Send(std::move(m));
   if (status.ok()) return;
-  http_call_->Cancel();
-  http_call_.reset();
+  CancelHttpCall();
   HttpEnded(status);
 }
 
@@ -439,11 +436,14 @@ void GrpcFrontGenerate::CancelBackendCall() {
     call_->Cancel();
     call_.reset();
   }
-  if (http_call_ != nullptr) {
-    http_call_->Cancel();
-    http_call_.reset();
-  }
+  CancelHttpCall();
   pending_.clear();  // nobody to read them
+}
+
+void GrpcFrontGenerate::CancelHttpCall() {
+  if (http_call_ == nullptr) return;
+  http_call_->Cancel();
+  http_call_.reset();
 }
 
 void GrpcFrontGenerate::RequestTimedOut() {

@@ -104,6 +104,8 @@ class GrpcFrontGenerate : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void Answering();
   // Cancels the backend's call (either kind) and drops the messages waiting for the client.
   void CancelBackendCall();
+  // Cancels the http(s):// backend's call, if one runs.
+  void CancelHttpCall();
   // Ends the call with `status` once no write is in flight (and the waiting messages went),
   // after `end` went to the core.
   void Complete(const absl::Status& status, std::optional<ProxyEnd> end);
