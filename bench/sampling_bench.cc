@@ -1,5 +1,6 @@
 // Time per row of cpu::SampleRows (kernels/cpu/sampling.cc) beside the pre-change naive
-// implementation, kept below as the baseline, in one run: V = 32,000 and 262,144, peaked
+// implementation, kept below as the baseline, in one run (and the host logprobs' passes,
+// cpu::LogSumExp and cpu::TopN, beside coordinator/engine/logprobs.cc's old loops): V = 32,000 and 262,144, peaked
 // (LLM-like) and flat rows, the usual filter mixes. Not a test; tests/cpu_sampling_test.cc
 // checks the results. Usage: sampling_bench [--min_seconds S]
 #include <algorithm>
@@ -101,6 +102,29 @@ void SampleRows(float* logits, int64_t rows, int64_t vocab, const RowSampling* p
     }
     out[r] = SampleRow(l, vocab, params[r], s, w, cand);
   }
+}
+
+// The host logprobs of coordinator/engine/logprobs.cc at commit 6ba2c3e without penalties
+// (a copy of the row, a scalar max pass, exp in doubles, a scalar top-N scan): the log-softmax
+// at `token` and the top_n largest, written to top.
+double LogprobsRow(const float* logits, int64_t V, int32_t token, int64_t top_n,
+                   std::vector<std::pair<int32_t, float>>& top) {
+  std::vector<float> x(logits, logits + V);
+  float max = -INFINITY;
+  for (int64_t i = 0; i < V; ++i) max = std::max(max, x[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(x[i]) - max);
+  const double log_z = max + std::log(sum);
+  top.clear();
+  for (int64_t i = 0; i < V && top_n > 0; ++i) {
+    if (static_cast<int64_t>(top.size()) == top_n && !(x[i] > top.back().second)) continue;
+    const auto pos = std::upper_bound(top.begin(), top.end(), x[i],
+                                      [](float v, const std::pair<int32_t, float>& e) { return v > e.second; });
+    top.insert(pos, {static_cast<int32_t>(i), x[i]});
+    if (static_cast<int64_t>(top.size()) > top_n) top.pop_back();
+  }
+  for (auto& [id, value] : top) value = static_cast<float>(value - log_z);
+  return x[token] - log_z;
 }
 
 }  // namespace baseline
@@ -241,6 +265,48 @@ void Run(double min_seconds) {
         std::printf("%-8lld %-7s %-29s %12.0f %12.0f %7.1fx %d/%lld\n", static_cast<long long>(V),
                     peaked ? "peaked" : "flat", c.name.c_str(), old_t.best_ns_per_row, new_t.best_ns_per_row,
                     old_t.best_ns_per_row / new_t.best_ns_per_row, same, static_cast<long long>(kRows));
+      }
+    }
+  }
+
+  // Host logprobs (coordinator/engine/logprobs.cc): the log-softmax at the sampled token and
+  // the top 5 and 20, per row, old and new interleaved.
+  std::printf("\nhost logprobs per row (coordinator/engine/logprobs.cc), ns: old = a copy, scalar max, "
+              "exp in doubles, scalar top-N scan; new = cpu::LogSumExp + cpu::TopN\n");
+  std::printf("%-8s %-7s %-6s %12s %12s %8s %s\n", "V", "rows", "top_n", "old ns/row", "new ns/row", "old/new",
+              "max |diff|");
+  for (const int64_t V : {32000, 262144}) {
+    for (const bool peaked : {true, false}) {
+      const std::vector<float> rows = MakeRows(V, peaked, static_cast<uint32_t>(V) + peaked);
+      for (const int64_t top_n : {int64_t{0}, int64_t{5}, int64_t{20}}) {
+        double best[2] = {1e30, 1e30}, spent[2] = {0, 0}, diff = 0;
+        int calls[2] = {0, 0};
+        std::vector<std::pair<int32_t, float>> top;
+        std::vector<int32_t> ids(top_n);
+        std::vector<float> values(top_n);
+        std::vector<double> got[2] = {std::vector<double>(kRows), std::vector<double>(kRows)};
+        while (std::min(calls[0], calls[1]) < 3 || std::min(spent[0], spent[1]) < min_seconds) {
+          const int which = spent[0] <= spent[1] ? 0 : 1;
+          const auto start = Clock::now();
+          for (int64_t r = 0; r < kRows; ++r) {
+            const float* l = rows.data() + r * V;
+            const int32_t token = static_cast<int32_t>((r * 7919) % V);
+            if (which == 0) {
+              got[0][r] = baseline::LogprobsRow(l, V, token, top_n, top);
+            } else {
+              got[1][r] = l[token] - cpu::LogSumExp(l, V);
+              cpu::TopN(l, V, top_n, ids.data(), values.data());
+            }
+          }
+          const double sec = std::chrono::duration<double>(Clock::now() - start).count();
+          best[which] = std::min(best[which], sec);
+          spent[which] += sec;
+          ++calls[which];
+        }
+        for (int64_t r = 0; r < kRows; ++r) diff = std::max(diff, std::abs(got[0][r] - got[1][r]));
+        std::printf("%-8lld %-7s %-6lld %12.0f %12.0f %7.1fx %.2g\n", static_cast<long long>(V),
+                    peaked ? "peaked" : "flat", static_cast<long long>(top_n), best[0] * 1e9 / kRows,
+                    best[1] * 1e9 / kRows, best[0] / best[1], diff);
       }
     }
   }

@@ -629,5 +629,52 @@ TEST(CpuSamplingTest, NoFiniteLogitTakesTheFirstArgmax) {
   }
 }
 
+// cpu::LogSumExp and cpu::TopN (the host logprobs' passes) against plain loops at every
+// length around the vector width, with ties, masked (-inf) tokens in vector lanes and tails,
+// and a NaN or +inf in either part.
+TEST(CpuSamplingTest, LogSumExpAndTopNMatchPlainLoops) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  std::mt19937 rng(7);
+  for (int64_t n : {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 257, 1000, 262144}) {
+    std::vector<float> x(n);
+    for (auto& v : x) v = static_cast<float>(static_cast<int>(rng() % 64) - 32) / 4.0f;  // many ties
+    for (int64_t i = 3; i < n; i += 5) x[i] = -kInf;
+    double max = -kInf;
+    for (float v : x) max = std::max<double>(max, v);
+    double z = 0;
+    for (float v : x) z += std::exp(static_cast<double>(v) - max);
+    EXPECT_NEAR(cpu::LogSumExp(x.data(), n), max + std::log(z), 1e-5) << n;
+
+    for (int64_t top_n : {1, 3, 8, 20}) {
+      std::vector<int32_t> order;
+      for (int32_t i = 0; i < n; ++i) {
+        if (x[i] != -kInf) order.push_back(i);
+      }
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return x[a] > x[b]; });
+      order.resize(std::min<size_t>(order.size(), top_n));
+      std::vector<int32_t> ids(top_n, -1);
+      std::vector<float> values(top_n);
+      const int64_t listed = cpu::TopN(x.data(), n, top_n, ids.data(), values.data());
+      ASSERT_EQ(listed, static_cast<int64_t>(order.size())) << n << " " << top_n;
+      for (int64_t i = 0; i < listed; ++i) {
+        EXPECT_EQ(ids[i], order[i]) << n << " " << top_n << " " << i;
+        EXPECT_EQ(values[i], x[order[i]]);
+      }
+    }
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), kInf}) {
+      for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
+        std::vector<float> y = x;
+        y[at] = bad;
+        EXPECT_TRUE(std::isnan(cpu::LogSumExp(y.data(), n))) << n << " " << at;
+      }
+    }
+  }
+  const std::vector<float> masked(20, -kInf);
+  EXPECT_EQ(cpu::LogSumExp(masked.data(), 20), -kInf);
+  int32_t id = -1;
+  float value = 0;
+  EXPECT_EQ(cpu::TopN(masked.data(), 20, 1, &id, &value), 0);
+}
+
 }  // namespace
 }  // namespace tpserve

@@ -169,6 +169,18 @@ void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
 // Index of the largest element (the first one on ties).
 int64_t Argmax(const float* x, int64_t n);
 
+// log(sum_i e^x[i]) over x[0, n), n >= 1: the normalizer of a log-softmax. The row max is
+// subtracted first; e^(x - max) in fp32 within a few ulp, summed in fp32 over at most 32
+// elements a lane and then in fp64 (relative error ~1e-6 at worst). -inf when every element
+// is -inf; NaN when any is NaN or +inf (the caller finds which).
+double LogSumExp(const float* x, int64_t n);
+
+// The top_n largest of x[0, n) into ids and values, largest first and the lower index first
+// on ties; -inf and NaN are never listed. Returns how many were written (fewer than top_n
+// when fewer elements qualify). A vector test skips the (usually all) elements at or below
+// the current top_n-th.
+int64_t TopN(const float* x, int64_t n, int64_t top_n, int32_t* ids, float* values);
+
 // Rule 0 of kernels/row_sampling.h over fp32 rows [rows, vocab], in place. Row r adds
 // bias_values[e] to token bias_tokens[e] for e in [bias_offsets[r], bias_offsets[r + 1])
 // (bias_offsets null: no bias), then, when mask_index (null: no masks) gives r a mask m >= 0,

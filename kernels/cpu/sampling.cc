@@ -606,4 +606,48 @@ void SampleRows(float* logits, int64_t rows, int64_t vocab, const RowSampling* p
   }
 }
 
+
+double LogSumExp(const float* x, int64_t n) {
+  // The max, and whether any element is NaN or +inf, in one pass.
+  const __m256 inf = _mm256_set1_ps(kInf);
+  __m256 acc = _mm256_set1_ps(-kInf);
+  __m256 bad = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    acc = _mm256_max_ps(v, acc);
+    bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(v, inf, _CMP_EQ_OQ)));
+  }
+  bool any_bad = _mm256_movemask_ps(bad) != 0;
+  float m = avx2::HorizontalMax(acc);
+  for (; i < n; ++i) {
+    any_bad = any_bad || std::isnan(x[i]) || x[i] == kInf;
+    if (x[i] > m) m = x[i];
+  }
+  if (any_bad) return std::numeric_limits<double>::quiet_NaN();
+  if (m == -kInf) return -kInf;
+  std::vector<double> block_sums((n + kBlock - 1) / kBlock);
+  return m + std::log(Weigh<false, false>(x, n, -kInf, 1.0f, m, nullptr, block_sums.data()));
+}
+
+int64_t TopN(const float* x, int64_t n, int64_t top_n, int32_t* ids, float* values) {
+  if (top_n <= 0) return 0;
+  int64_t count = 0;
+  float threshold = -kInf;  // > -inf: never a masked token or NaN
+  ForEachAbove(x, 0, n, &threshold, [&](int64_t i) {
+    // After the kept values >= x[i]: on ties the lower index stays ahead.
+    const int64_t pos = std::upper_bound(values, values + count, x[i], std::greater<float>()) - values;
+    const int64_t last = std::min(count, top_n - 1);  // the element that falls off, if full
+    for (int64_t j = last; j > pos; --j) {
+      values[j] = values[j - 1];
+      ids[j] = ids[j - 1];
+    }
+    values[pos] = x[i];
+    ids[pos] = static_cast<int32_t>(i);
+    if (count < top_n) ++count;
+    if (count == top_n) threshold = values[top_n - 1];
+  });
+  return count;
+}
+
 }  // namespace tpserve::cpu
