@@ -6,6 +6,7 @@
 //
 //   build/bench/engine_bench --model gemma-4-1b --tp 1,2 --batch 1 --context 128
 //   build/bench/engine_bench --model ~/.cache/tpserve/models/gemma-3-270m --tp 1,2   (real GGUF weights)
+//   build/bench/engine_bench --model FILE.gguf --tp 1 --batch 1,8 --op_profile   (where a decode step's time goes)
 //   build/bench/engine_bench --backend cuda --model gemma-4-31b --tp 1 --batch 1,8,64,256 --context 1024
 #include <algorithm>
 #include <cstdio>
@@ -16,9 +17,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/engine_bench_gpu.h"
 #include "bench/median.h"
+#include "bench/op_profile.h"
 #include "bench/stream.h"
 #include "coordinator/engine/offline.h"
 #include "nlohmann/json.hpp"
@@ -52,8 +55,8 @@ ABSL_FLAG(int, prefill_tokens, 2048, "cuda: tokens of the prefill measurement's 
 ABSL_FLAG(std::string, decode_mode, "both", "cuda: decode steps replayed from CUDA graphs (graphs), eager as "
                                            "--enforce-eager (eager), or both side by side (both)");
 ABSL_FLAG(bool, op_profile, false,
-          "cuda, TP 1: also time one prefill step and one eager decode step at the first and the last batch op by "
-          "op (each op synchronized)");
+          "TP 1: also time steps op by op (each op synchronized). cuda: one prefill step and one eager decode step "
+          "at the first and the last batch; cpu: after each batch's measured run, 8 decode steps of the same batch");
 ABSL_FLAG(std::string, kernels, "split",
           "cuda: kernel choices measured side by side on one engine (prefill and decode), comma-separated: split | "
           "bulk | tuned, each optionally +pdl (bulk: GEMVs stream weights with bulk copies; tuned: the fastest "
@@ -85,8 +88,15 @@ struct Result {
   double coordinator_ms = 0;
   double coordinator_share = 0;
   int64_t weight_bytes = 0;     // all ranks together
+  // --op_profile at TP 1: kProfiledSteps decode steps of the same batch, op by op, and the
+  // cost of an empty synchronize pair (the floor of every row).
+  std::vector<OpProfileRow> op_rows;
+  double profiled_steps_ms = 0;
+  double sync_us = 0;
   bool ok = false;
 };
+
+constexpr int kProfiledSteps = 8;
 
 using bench::Median;
 
@@ -101,8 +111,39 @@ absl::StatusOr<std::unique_ptr<WeightSource>> OpenSource(const std::string& mode
   return OpenCheckpointSource(model);
 }
 
+// The same batch again: its prefill untimed, then kProfiledSteps decode steps through the op
+// profiler, then the rest of its tokens untimed (the core is left idle).
+absl::Status ProfileDecode(EngineCore& core, const std::vector<std::vector<int32_t>>& prompts, SamplingParams params,
+                           OpProfileBackend& profiler, Result* r) {
+  params.max_tokens = kProfiledSteps + 2;
+  const absl::Time now = absl::Now();
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    TP_RETURN_IF_ERROR(core.AddRequest(absl::StrCat("profile-", b), prompts[b], params, now));
+  }
+  size_t started = 0;  // sequences with their first token: the prefill is done
+  while (started < prompts.size()) {
+    const EngineStep step = core.Step();
+    if (step.num_seqs == 0) return absl::InternalError("the profiled batch did not start");
+    for (const EngineOutput& o : step.outputs) {
+      if (o.finish == FinishReason::kError) return absl::InternalError(o.error);
+      if (!o.token_ids.empty() && o.num_output_tokens == static_cast<int32_t>(o.token_ids.size())) ++started;
+    }
+  }
+  profiler.Start();
+  for (int i = 0; i < kProfiledSteps; ++i) {
+    const EngineStep step = core.Step();
+    if (step.num_prefill_tokens > 0) return absl::InternalError("a profiled decode step had prefill tokens");
+    r->profiled_steps_ms += step.forward_ms;
+  }
+  profiler.Stop();
+  while (core.HasUnfinished()) core.Step();
+  r->op_rows = profiler.Rows();
+  r->sync_us = profiler.SyncUs();
+  return absl::OkStatus();
+}
+
 Result RunOne(const std::string& model_name, const ModelConfig& config, DType dtype, int tp, int threads_per_rank,
-              int batch, int context, int decode_steps, cpu::GemmPath gemm, bool keep_quantized,
+              int batch, int context, int decode_steps, cpu::GemmPath gemm, bool keep_quantized, bool op_profile,
               std::string* formats) {
   Result r;
   r.tp = tp;
@@ -121,7 +162,13 @@ Result RunOne(const std::string& model_name, const ModelConfig& config, DType dt
         if (rank == 0) std::fprintf(stderr, "engine_bench: %s\n", std::string(st.message()).c_str());
         return;
       }
-      auto backend = MakeCpuBackend(BackendOptions{.threads = threads_per_rank, .cpu_gemm = gemm});
+      std::unique_ptr<Backend> backend = MakeCpuBackend(BackendOptions{.threads = threads_per_rank, .cpu_gemm = gemm});
+      OpProfileBackend* profiler = nullptr;
+      if (op_profile && tp == 1) {
+        auto wrapped = std::make_unique<OpProfileBackend>(std::move(backend));
+        profiler = wrapped.get();
+        backend = std::move(wrapped);
+      }
       ModelOptions mo;
       mo.weight_dtype = dtype;
       mo.keep_quantized = keep_quantized;
@@ -156,6 +203,10 @@ Result RunOne(const std::string& model_name, const ModelConfig& config, DType dt
       gp.max_tokens = decode_steps + 1;
       gp.ignore_eos = true;
       auto outs = GenerateOffline(core, prompts, gp);
+      if (outs.ok() && profiler != nullptr) {
+        absl::Status profiled = ProfileDecode(core, prompts, gp, *profiler, &r);
+        if (!profiled.ok()) outs = profiled;
+      }
       exec.Shutdown();
       if (!outs.ok()) {
         std::fprintf(stderr, "engine_bench: %s\n", std::string(outs.status().message()).c_str());
@@ -261,7 +312,7 @@ int Main() {
       const int per_rank = std::max(1, threads / tp);
       std::string formats;
       Result r = RunOne(eo.model, *config, *dtype, tp, per_rank, batch, context, steps, gemm->path, keep_quantized,
-                        &formats);
+                        absl::GetFlag(FLAGS_op_profile), &formats);
       if (!r.ok) return 1;
       if (results.empty()) std::printf("weights in memory (rank 0): %s\n", formats.c_str());
       // Each decode step streams every weight once (the tied embedding as the LM head).
@@ -281,6 +332,25 @@ int Main() {
         std::printf("%s\n", j.dump().c_str());
       }
       results.push_back(r);
+    }
+  }
+  for (const Result& r : results) {
+    if (r.op_rows.empty()) continue;
+    double sum_us = 0;
+    int64_t calls = 0;
+    for (const OpProfileRow& row : r.op_rows) {
+      sum_us += row.total_us;
+      calls += row.calls;
+    }
+    std::printf("\nop profile: batch %d, %d decode steps, each op synchronized (%lld ops; the steps took %.2f ms "
+                "a step timed so, the ops %.2f ms, of which %.2f ms synchronization at %.1f us per op)\n",
+                r.batch, kProfiledSteps, static_cast<long long>(calls), r.profiled_steps_ms / kProfiledSteps,
+                sum_us / 1e3 / kProfiledSteps, calls * r.sync_us / 1e3 / kProfiledSteps, r.sync_us);
+    std::printf("%-52s %9s %12s %10s %7s\n", "op", "per step", "ms per step", "us/call", "share");
+    for (const OpProfileRow& row : r.op_rows) {
+      std::printf("%-52s %9.1f %12.3f %10.1f %6.1f%%\n", row.op.c_str(),
+                  static_cast<double>(row.calls) / kProfiledSteps, row.total_us / 1e3 / kProfiledSteps,
+                  row.total_us / row.calls, 100.0 * row.total_us / sum_us);
     }
   }
   // TP scaling at each batch: step time at TP = t over TP = first.

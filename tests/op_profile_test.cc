@@ -81,5 +81,19 @@ TEST(OpProfileTest, CountsEveryOpOfAStepAndChangesNothing) {
   });
 }
 
+// A decorator asks the backend it wraps which weights it reads quantized, so that a wrapped
+// backend loads a GGUF file's blocks as they are rather than widening them (engine_bench
+// --op_profile on a Q4_K_M file once timed a bf16 model).
+TEST(OpProfileTest, KeepsTheInnerBackendsQuantizedWeights) {
+  std::unique_ptr<Backend> inner = MakeCpuBackend(BackendOptions{.threads = 1});
+  const bool q4_k = inner->SupportsQuantizedWeights(DType::kQ4_K);
+  const bool q8_0 = inner->SupportsQuantizedWeights(DType::kQ8_0);
+  ASSERT_TRUE(q4_k && q8_0) << "the CPU backend reads Q4_K and Q8_0 blocks";
+  OpProfileBackend wrapped(std::move(inner));
+  EXPECT_EQ(wrapped.SupportsQuantizedWeights(DType::kQ4_K), q4_k);
+  EXPECT_EQ(wrapped.SupportsQuantizedWeights(DType::kQ8_0), q8_0);
+  EXPECT_FALSE(wrapped.SupportsQuantizedWeights(DType::kBF16));
+}
+
 }  // namespace
 }  // namespace tpserve

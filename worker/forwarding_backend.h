@@ -20,6 +20,7 @@ class ForwardingBackend : public Backend {
   std::string name() const override { return inner_->name(); }
   DType activation_dtype() const override { return inner_->activation_dtype(); }
   bool device_is_host() const override { return inner_->device_is_host(); }
+  bool SupportsQuantizedWeights(DType t) const override { return inner_->SupportsQuantizedWeights(t); }
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override { return inner_->Allocate(bytes); }
   absl::StatusOr<std::unique_ptr<Buffer>> AllocateWeights(size_t bytes) override {
     return inner_->AllocateWeights(bytes);
