@@ -354,15 +354,15 @@ std::string Tokenizer::Decode(absl::Span<const int32_t> ids, bool skip_special_t
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (const int32_t id : ids) {
-    const std::string* token = nullptr;
+    std::optional<absl::string_view> token;
     if (const AddedToken* added = added_->FindById(id)) {
-      token = &added_->DecodeString(*added);
+      token = added_->DecodeString(*added);
     } else {
       token = model_->IdToToken(id);
     }
-    if (token == nullptr) continue;
+    if (!token) continue;
     if (skip_special_tokens && special_contents_.contains(*token)) continue;
-    tokens.push_back(*token);
+    tokens.emplace_back(*token);
   }
   if (decoder_ == nullptr) return absl::StrJoin(tokens, " ");
   decoder_->DecodeChain(&tokens);
@@ -376,8 +376,8 @@ std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
 
 std::string Tokenizer::IdToToken(int32_t id) const {
   if (const AddedToken* added = added_->FindById(id)) return added_->DecodeString(*added);
-  const std::string* token = model_->IdToToken(id);
-  return token == nullptr ? std::string() : *token;
+  const std::optional<absl::string_view> token = model_->IdToToken(id);
+  return token ? std::string(*token) : std::string();
 }
 
 bool Tokenizer::IsSpecial(int32_t id) const {

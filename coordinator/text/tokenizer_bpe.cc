@@ -60,31 +60,125 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::WithOptions(const Json& j, c
   return model;
 }
 
-void BpeModel::AddToken(std::string token, int32_t id) {
-  if (static_cast<size_t>(id) >= id_to_token_.size()) {
-    id_to_token_.resize(id + 1);
-    has_id_.resize(id + 1, false);
+void BpeModel::TokenStrings::Assign(absl::Span<const absl::string_view> by_id) {
+  size_t total = 0;
+  for (const absl::string_view token : by_id) total += token.size();
+  bytes_.clear();
+  bytes_.reserve(total);
+  offsets_.clear();
+  offsets_.reserve(by_id.size() + 1);
+  offsets_.push_back(0);
+  for (const absl::string_view token : by_id) {
+    bytes_.append(token.data(), token.size());
+    offsets_.push_back(static_cast<uint32_t>(bytes_.size()));
   }
-  if (const auto it = vocab_.find(absl::string_view(token)); it != vocab_.end()) {
-    const int32_t earlier = *it;
-    if (earlier == id) return;
-    // A repeated token: its earlier id no longer decodes (erased before its string changes,
-    // which the set hashes).
-    vocab_.erase(it);
-    has_id_[earlier] = false;
-    id_to_token_[earlier].clear();
-  } else {
-    aliases_.erase(token);
+}
+
+absl::Status BpeModel::SetTokens(absl::Span<const std::pair<absl::string_view, int32_t>> tokens,
+                                 const JsonPath& at) {
+  // The listing is resolved over views of the caller's strings, then copied end to end.
+  int32_t max_id = -1;
+  size_t total_bytes = 0;
+  for (const auto& [token, id] : tokens) {
+    if (id < 0) {
+      return at.Field("vocab").Error(
+          absl::StrCat("token \"", std::string(token), "\" has invalid id ", id));
+    }
+    max_id = std::max(max_id, id);
+    total_bytes += token.size();
   }
-  if (has_id_[id]) {
-    // The id was another token's: that token still encodes to it (as the tokenizers library's
-    // token -> id map keeps it) but no longer names it.
-    vocab_.erase(id);
-    aliases_[std::move(id_to_token_[id])] = id;
+  if (total_bytes > UINT32_MAX) {
+    return at.Field("vocab").Error(
+        absl::StrCat("the tokens take ", total_bytes, " bytes; at most 4 GiB is supported"));
   }
-  id_to_token_[id] = std::move(token);
-  has_id_[id] = true;
-  vocab_.insert(id);
+  std::vector<absl::string_view> by_id(max_id + 1);
+  has_id_.assign(max_id + 1, false);
+  using ByView = IdByToken<std::vector<absl::string_view>>;
+  IdSet<std::vector<absl::string_view>> index(tokens.size(), ByView{&by_id}, ByView{&by_id});
+  absl::flat_hash_map<absl::string_view, int32_t> aliases;
+  for (const auto& [token, id] : tokens) {
+    if (const auto it = index.find(token); it != index.end()) {
+      const int32_t earlier = *it;
+      if (earlier == id) continue;
+      // A repeated token: its earlier id no longer decodes (erased before its string changes,
+      // which the set hashes).
+      index.erase(it);
+      has_id_[earlier] = false;
+      by_id[earlier] = absl::string_view();
+    } else {
+      aliases.erase(token);
+    }
+    if (has_id_[id]) {
+      // The id was another token's: that token still encodes to it (as the tokenizers library's
+      // token -> id map keeps it) but no longer names it.
+      index.erase(id);
+      aliases[by_id[id]] = id;
+    }
+    by_id[id] = token;
+    has_id_[id] = true;
+    index.insert(id);
+  }
+  tokens_.Assign(by_id);
+  vocab_.reserve(index.size());
+  for (const int32_t id : index) vocab_.insert(id);
+  for (const auto& [token, id] : aliases) aliases_.emplace(std::string(token), id);
+  return absl::OkStatus();
+}
+
+void BpeModel::SetMerges(absl::Span<const BpeVocabulary::Merge> merges) {
+  // Counting sort by left id.
+  merge_rows_.assign(static_cast<size_t>(max_id()) + 2, 0);
+  for (const BpeVocabulary::Merge& m : merges) ++merge_rows_[m.left + 1];
+  for (size_t i = 1; i < merge_rows_.size(); ++i) merge_rows_[i] += merge_rows_[i - 1];
+  merges_.resize(merges.size());
+  {
+    std::vector<uint32_t> next(merge_rows_.begin(), merge_rows_.end() - 1);
+    for (size_t rank = 0; rank < merges.size(); ++rank) {
+      const BpeVocabulary::Merge& m = merges[rank];
+      merges_[next[m.left]++] = Merge{m.right, static_cast<uint32_t>(rank), m.merged};
+    }
+  }
+  // Sort each row by right id, keeping the last (highest rank) of each pair, and close the gaps
+  // left behind.
+  uint32_t out = 0;
+  for (size_t a = 0; a + 1 < merge_rows_.size(); ++a) {
+    const auto begin = merges_.begin() + merge_rows_[a];
+    const auto end = merges_.begin() + merge_rows_[a + 1];
+    std::sort(begin, end, [](const Merge& x, const Merge& y) {
+      return x.right != y.right ? x.right < y.right : x.rank < y.rank;
+    });
+    merge_rows_[a] = out;
+    for (auto it = begin; it != end; ++it) {
+      if (it + 1 != end && (it + 1)->right == it->right) continue;
+      merges_[out++] = *it;
+    }
+  }
+  merge_rows_.back() = out;
+  if (out < merges_.size()) {  // repeated pairs
+    merges_.resize(out);
+    merges_.shrink_to_fit();
+  }
+  // Directories of the long rows, whose entries are re-sorted by bucket: buckets >= len / 4.
+  for (size_t a = 0; a + 1 < merge_rows_.size(); ++a) {
+    const uint32_t begin = merge_rows_[a];
+    const uint32_t end = merge_rows_[a + 1];
+    if (end - begin <= kDirectoryRow) continue;
+    RowDirectory d{static_cast<uint32_t>(directory_.size()), 1};
+    while ((1u << d.bits) * 4 < end - begin) ++d.bits;
+    std::sort(merges_.begin() + begin, merges_.begin() + end, [&](const Merge& x, const Merge& y) {
+      const uint32_t bx = DirectoryBucket(x.right, d.bits);
+      const uint32_t by = DirectoryBucket(y.right, d.bits);
+      return bx != by ? bx < by : x.right < y.right;
+    });
+    uint32_t k = begin;
+    for (uint32_t bucket = 0; bucket < (1u << d.bits); ++bucket) {
+      while (k < end && DirectoryBucket(merges_[k].right, d.bits) < bucket) ++k;
+      directory_.push_back(k);
+    }
+    directory_.push_back(end);
+    row_directories_.emplace(static_cast<int32_t>(a), d);
+  }
+  directory_.shrink_to_fit();
 }
 
 absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j, const JsonPath& at) {
@@ -95,21 +189,23 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j, cons
   if (vocab == j.end() || !vocab->is_object()) {
     return at.Field("vocab").Error("missing: expected an object mapping token strings to ids");
   }
-  model->vocab_.reserve(vocab->size());
-  for (const auto& [token, id_json] : vocab->items()) {
+  std::vector<std::pair<absl::string_view, int32_t>> tokens;
+  tokens.reserve(vocab->size());
+  for (const auto& [token, id_json] : vocab->get_ref<const Json::object_t&>()) {
     if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
         id_json.get<int64_t>() > INT32_MAX) {
       return at.Field("vocab").Error(
           absl::StrCat("token \"", token, "\" has invalid id ", id_json.dump()));
     }
-    model->AddToken(token, static_cast<int32_t>(id_json.get<int64_t>()));
+    tokens.emplace_back(token, static_cast<int32_t>(id_json.get<int64_t>()));
   }
+  TP_RETURN_IF_ERROR(model->SetTokens(tokens, at));
 
   // Merges: rank = position; a later duplicate of a pair replaces the earlier one.
   TP_ASSIGN_OR_RETURN(const Json* merges, RequireArray(j, "merges", at));
-  model->merges_.reserve(merges->size());
+  std::vector<BpeVocabulary::Merge> resolved;
+  resolved.reserve(merges->size());
   const size_t prefix_len = model->continuing_subword_prefix_.size();
-  uint32_t rank = 0;
   for (size_t i = 0; i < merges->size(); ++i) {
     const JsonPath merge_at = at.Field("merges").Index(i);
     const Json& m = (*merges)[i];
@@ -124,8 +220,9 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j, cons
                                       std::make_pair(merged, merged_id)}) {
       if (!found) return merge_at.Error(absl::StrCat("token \"", name, "\" is not in model.vocab"));
     }
-    model->merges_[PairKey(*a, *b)] = Merge{rank++, *merged_id};
+    resolved.push_back({*a, *b, *merged_id});
   }
+  model->SetMerges(resolved);
   TP_RETURN_IF_ERROR(model->Finish(j, at));
   return model;
 }
@@ -143,27 +240,25 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromVocabulary(const Json& j
     return at.Field("continuing_subword_prefix")
         .Error("must be empty when merges are given as ids");
   }
-  model->vocab_.reserve(vocabulary.tokens.size());
-  int32_t max_id = -1;
-  for (const auto& [token, id] : vocabulary.tokens) max_id = std::max(max_id, id);
-  model->id_to_token_.reserve(max_id + 1);
-  model->has_id_.reserve(max_id + 1);
-  for (auto& [token, id] : vocabulary.tokens) {
-    if (id < 0)
-      return at.Field("vocab").Error(absl::StrCat("token \"", token, "\" has invalid id ", id));
-    model->AddToken(std::move(token), id);
+  {
+    std::vector<std::pair<absl::string_view, int32_t>> tokens;
+    tokens.reserve(vocabulary.tokens.size());
+    for (const auto& [token, id] : vocabulary.tokens) tokens.emplace_back(token, id);
+    TP_RETURN_IF_ERROR(model->SetTokens(tokens, at));
   }
-  model->merges_.reserve(vocabulary.merges.size());
-  uint32_t rank = 0;
-  for (const BpeVocabulary::Merge& m : vocabulary.merges) {
+  // The model has its copy: free the strings before the merge tables grow.
+  std::vector<std::pair<std::string, int32_t>>().swap(vocabulary.tokens);
+  for (size_t rank = 0; rank < vocabulary.merges.size(); ++rank) {
+    const BpeVocabulary::Merge& m = vocabulary.merges[rank];
     for (const int32_t id : {m.left, m.right, m.merged}) {
-      if (model->IdToToken(id) == nullptr) {
+      if (!model->HasToken(id)) {
         return at.Field("merges").Index(rank).Error(
             absl::StrCat("id ", id, " is not in the vocabulary"));
       }
     }
-    model->merges_[PairKey(m.left, m.right)] = Merge{rank++, m.merged};
   }
+  model->SetMerges(vocabulary.merges);
+  std::vector<BpeVocabulary::Merge>().swap(vocabulary.merges);
   TP_RETURN_IF_ERROR(model->Finish(j, at));
   return model;
 }
@@ -175,10 +270,12 @@ absl::Status BpeModel::Finish(const Json& j, const JsonPath& at) {
   if (splittable_) {
     // Each token's first and last character, read in id order: looking them up per merge
     // instead would visit the token strings in random order, once per merge.
-    std::vector<char32_t> first_char(id_to_token_.size(), 0);
-    std::vector<char32_t> last_char(id_to_token_.size(), 0);
-    for (size_t id = 0; id < id_to_token_.size(); ++id) {
-      const std::string& token = id_to_token_[id];
+    const size_t n = static_cast<size_t>(max_id() + 1);
+    std::vector<char32_t> first_char(n, 0);
+    std::vector<char32_t> last_char(n, 0);
+    for (size_t id = 0; id < n; ++id) {
+      const absl::string_view view = tokens_[static_cast<int32_t>(id)];
+      const std::string_view token(view.data(), view.size());
       if (token.empty()) continue;
       size_t first = 0;
       first_char[id] = NextCodePoint(token, &first);
@@ -186,24 +283,27 @@ absl::Status BpeModel::Finish(const Json& j, const JsonPath& at) {
       while (last > 0 && (static_cast<unsigned char>(token[last]) & 0xC0) == 0x80) --last;
       last_char[id] = NextCodePoint(token, &last);
     }
-    for (const auto& [pair, merge] : merges_) {
-      junctions_.insert(PairKey(static_cast<int32_t>(last_char[pair >> 32]),
-                                static_cast<int32_t>(first_char[pair & 0xFFFFFFFFu])));
+    for (size_t left = 0; left + 1 < merge_rows_.size(); ++left) {
+      for (uint32_t k = merge_rows_[left]; k < merge_rows_[left + 1]; ++k) {
+        junctions_.insert(PairKey(static_cast<int32_t>(last_char[left]),
+                                  static_cast<int32_t>(first_char[merges_[k].right])));
+      }
     }
   }
   if (splittable_) {  // ids of single BMP characters, looked up for every character
     char_ids_.assign(0x10000, -1);
-    const auto single_char = [&](const std::string& token, int32_t id) {
+    const auto single_char = [&](absl::string_view view, int32_t id) {
+      const std::string_view token(view.data(), view.size());
       size_t pos = 0;
       if (token.empty()) return;
       const char32_t c = NextCodePoint(token, &pos);
       if (pos == token.size() && c < 0x10000) char_ids_[c] = id;
     };
-    for (const int32_t id : vocab_) single_char(id_to_token_[id], id);
+    for (const int32_t id : vocab_) single_char(tokens_[id], id);
     for (const auto& [token, id] : aliases_) single_char(token, id);
   }
   for (const int32_t id : vocab_) {
-    max_token_bytes_ = std::max(max_token_bytes_, static_cast<int64_t>(id_to_token_[id].size()));
+    max_token_bytes_ = std::max(max_token_bytes_, static_cast<int64_t>(tokens_[id].size()));
   }
   for (const auto& [token, id] : aliases_) {
     max_token_bytes_ = std::max(max_token_bytes_, static_cast<int64_t>(token.size()));
@@ -237,9 +337,9 @@ std::optional<int32_t> BpeModel::TokenToId(std::string_view token) const {
   return alias->second;
 }
 
-const std::string* BpeModel::IdToToken(int32_t id) const {
-  if (id < 0 || static_cast<size_t>(id) >= id_to_token_.size() || !has_id_[id]) return nullptr;
-  return &id_to_token_[id];
+std::optional<absl::string_view> BpeModel::IdToToken(int32_t id) const {
+  if (!HasToken(id)) return std::nullopt;
+  return tokens_[id];
 }
 
 void BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) const {
