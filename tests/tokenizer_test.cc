@@ -307,6 +307,83 @@ TEST(Tokenizer, FromJsonWithVocabularyTakesTheModelAsData) {
       << unknown.status();
 }
 
+// What the model's compact tables (token strings end to end; merges in rows by left id, a long
+// row hashed into buckets) must keep: tokens that are empty or hold NUL bytes, ids with gaps, an
+// id listed twice, a left token with 200 merges (far more than one bucket holds) among which a
+// pair listed twice keeps its later rank, and one with 16 (the longest row searched without
+// buckets). The same model is built from data and from JSON.
+TEST(Tokenizer, CompactTablesKeepEveryTokenAndMerge) {
+  constexpr int kChars = 200;
+  // Character i is U+0100 + i (two UTF-8 bytes) with id 20 + 2 i; "a" + character i has id
+  // 1000 + 3 i, "b" + character i (i < 16) 3000 + i. The gaps in between have no token.
+  const auto chr = [](int i) {
+    const char32_t c = 0x100 + i;
+    return std::string{static_cast<char>(0xC0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3F))};
+  };
+  const std::string nul(1, '\0');
+  const std::string n_nul = "n" + nul;
+  const std::string n_nul_l = "n" + nul + "l";
+  const std::string c1c2 = chr(1) + chr(2);
+  tokenizer_internal::BpeVocabulary v;
+  v.tokens = {{"a", 0}, {"n", 2}, {nul, 3}, {"l", 4}, {"", 5}, {n_nul, 6}, {n_nul_l, 7},
+              {"b", 8}, {c1c2, 9}, {"q", 950}, {"r", 950}, {"z", 5000}};
+  for (int i = 0; i < kChars; ++i) v.tokens.push_back({chr(i), 20 + 2 * i});
+  for (int i = 0; i < kChars; ++i) v.tokens.push_back({"a" + chr(i), 1000 + 3 * i});
+  for (int i = 0; i < 16; ++i) v.tokens.push_back({"b" + chr(i), 3000 + i});
+  // (a, character 1) first ranks above (character 1, character 2), then is listed again below
+  // it: the later entry wins, so "a" + characters 1 and 2 merges the characters first.
+  v.merges = {{0, 22, 1003}, {2, 3, 6}, {6, 4, 7}, {22, 24, 9}};
+  for (int i = kChars - 1; i >= 0; --i) v.merges.push_back({0, 20 + 2 * i, 1000 + 3 * i});
+  for (int i = 0; i < 16; ++i) v.merges.push_back({8, 20 + 2 * i, 3000 + i});
+
+  Json vocab = Json::object();
+  for (const auto& [token, id] : v.tokens) {
+    if (token != "q") vocab[token] = id;  // a JSON object cannot list "q" and "r" in order
+  }
+  Json merges = Json::array();
+  std::vector<std::string> by_id(5001);
+  for (const auto& [token, id] : v.tokens) by_id[id] = token;
+  for (const auto& m : v.merges) merges.push_back(Json::array({by_id[m.left], by_id[m.right]}));
+  const std::string json =
+      Json{{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}}.dump();
+
+  auto from_data = Tokenizer::FromJsonWithVocabulary(R"({"model": {"type": "BPE"}})", "inline.json",
+                                                     "", "", std::move(v));
+  ASSERT_TRUE(from_data.ok()) << from_data.status();
+  auto from_json = Tokenizer::FromJson(json, "inline.json");
+  ASSERT_TRUE(from_json.ok()) << from_json.status();
+  for (const Tokenizer* tokenizer : {from_data->get(), from_json->get()}) {
+    EXPECT_EQ(tokenizer->vocab_size(), 5001);
+    for (int i = 0; i < kChars; ++i) {
+      EXPECT_EQ(tokenizer->IdToToken(20 + 2 * i), chr(i));
+      EXPECT_EQ(tokenizer->IdToToken(21 + 2 * i), "");
+      EXPECT_EQ(tokenizer->TokenToId("a" + chr(i)), 1000 + 3 * i);
+      EXPECT_EQ(tokenizer->Encode("a" + chr(i), false), std::vector<int32_t>({1000 + 3 * i})) << i;
+      EXPECT_EQ(tokenizer->Encode(chr(i) + "a", false), std::vector<int32_t>({20 + 2 * i, 0})) << i;
+      const std::vector<int32_t> b_ids =
+          i < 16 ? std::vector<int32_t>{3000 + i} : std::vector<int32_t>{8, 20 + 2 * i};
+      EXPECT_EQ(tokenizer->Encode("b" + chr(i), false), b_ids) << i;
+    }
+    EXPECT_EQ(tokenizer->Encode("a" + c1c2, false), std::vector<int32_t>({0, 9}));
+    EXPECT_EQ(tokenizer->Encode("a" + c1c2 + "a" + chr(3), false),
+              std::vector<int32_t>({0, 9, 1009}));
+    EXPECT_EQ(tokenizer->Encode(n_nul_l + "n" + nul, false), std::vector<int32_t>({7, 6}));
+    EXPECT_EQ(tokenizer->Decode({7, 1, 6}, false), n_nul_l + " " + n_nul);
+    EXPECT_EQ(tokenizer->IdToToken(3), nul);
+    EXPECT_EQ(tokenizer->IdToToken(7), n_nul_l);
+    EXPECT_EQ(tokenizer->TokenToId(n_nul_l), 7);
+    EXPECT_EQ(tokenizer->TokenToId(n_nul), 6);
+    EXPECT_EQ(tokenizer->TokenToId(""), 5);
+    EXPECT_EQ(tokenizer->IdToToken(5), "");
+    EXPECT_EQ(tokenizer->IdToToken(950), "r");
+    EXPECT_EQ(tokenizer->TokenToId("r"), 950);
+    EXPECT_EQ(tokenizer->IdToToken(4999), "");
+    EXPECT_EQ(tokenizer->IdToToken(5000), "z");
+    EXPECT_EQ(tokenizer->TokenToId("n" + nul + "x"), std::nullopt);
+  }
+  EXPECT_EQ((*from_data)->TokenToId("q"), 950);  // listed before "r" took its id
+}
+
 TEST(Tokenizer, TextBytesPerTokenIsAbsentWhereTextCanVanish) {
   const auto bound = [](const std::string& sections) {
     auto t = Tokenizer::FromJson(
