@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "coordinator/text/tokenizer_bpe.h"
@@ -310,12 +311,14 @@ TEST(Tokenizer, FromJsonWithVocabularyTakesTheModelAsData) {
 // What the model's compact tables (token strings end to end; merges in rows by left id, a long
 // row hashed into buckets) must keep: tokens that are empty or hold NUL bytes, ids with gaps, an
 // id listed twice, a left token with 200 merges (far more than one bucket holds) among which a
-// pair listed twice keeps its later rank, and one with 16 (the longest row searched without
-// buckets). The same model is built from data and from JSON.
+// pair listed twice keeps its later rank, two more with buckets (one in the same 64 ids as the
+// first, for the rank dictionary that finds a row's buckets), and one with 16 merges (the longest
+// row searched without buckets). The same model is built from data and from JSON.
 TEST(Tokenizer, CompactTablesKeepEveryTokenAndMerge) {
   constexpr int kChars = 200;
   // Character i is U+0100 + i (two UTF-8 bytes) with id 20 + 2 i; "a" + character i has id
-  // 1000 + 3 i, "b" + character i (i < 16) 3000 + i. The gaps in between have no token.
+  // 1000 + 3 i, "b" + character i (i < 16) 3000 + i, "d" + character i (i < 17) 4000 + i, "c" +
+  // character i (i < 20) 4100 + i. The gaps in between have no token.
   const auto chr = [](int i) {
     const char32_t c = 0x100 + i;
     return std::string{static_cast<char>(0xC0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3F))};
@@ -326,15 +329,19 @@ TEST(Tokenizer, CompactTablesKeepEveryTokenAndMerge) {
   const std::string c1c2 = chr(1) + chr(2);
   tokenizer_internal::BpeVocabulary v;
   v.tokens = {{"a", 0}, {"n", 2}, {nul, 3}, {"l", 4}, {"", 5}, {n_nul, 6}, {n_nul_l, 7},
-              {"b", 8}, {c1c2, 9}, {"q", 950}, {"r", 950}, {"z", 5000}};
+              {"b", 8}, {c1c2, 9}, {"d", 10}, {"c", 1999}, {"q", 950}, {"r", 950}, {"z", 5000}};
   for (int i = 0; i < kChars; ++i) v.tokens.push_back({chr(i), 20 + 2 * i});
   for (int i = 0; i < kChars; ++i) v.tokens.push_back({"a" + chr(i), 1000 + 3 * i});
   for (int i = 0; i < 16; ++i) v.tokens.push_back({"b" + chr(i), 3000 + i});
+  for (int i = 0; i < 17; ++i) v.tokens.push_back({"d" + chr(i), 4000 + i});
+  for (int i = 0; i < 20; ++i) v.tokens.push_back({"c" + chr(i), 4100 + i});
   // (a, character 1) first ranks above (character 1, character 2), then is listed again below
   // it: the later entry wins, so "a" + characters 1 and 2 merges the characters first.
   v.merges = {{0, 22, 1003}, {2, 3, 6}, {6, 4, 7}, {22, 24, 9}};
   for (int i = kChars - 1; i >= 0; --i) v.merges.push_back({0, 20 + 2 * i, 1000 + 3 * i});
   for (int i = 0; i < 16; ++i) v.merges.push_back({8, 20 + 2 * i, 3000 + i});
+  for (int i = 0; i < 17; ++i) v.merges.push_back({10, 20 + 2 * i, 4000 + i});
+  for (int i = 0; i < 20; ++i) v.merges.push_back({1999, 20 + 2 * i, 4100 + i});
 
   Json vocab = Json::object();
   for (const auto& [token, id] : v.tokens) {
@@ -360,9 +367,14 @@ TEST(Tokenizer, CompactTablesKeepEveryTokenAndMerge) {
       EXPECT_EQ(tokenizer->TokenToId("a" + chr(i)), 1000 + 3 * i);
       EXPECT_EQ(tokenizer->Encode("a" + chr(i), false), std::vector<int32_t>({1000 + 3 * i})) << i;
       EXPECT_EQ(tokenizer->Encode(chr(i) + "a", false), std::vector<int32_t>({20 + 2 * i, 0})) << i;
-      const std::vector<int32_t> b_ids =
-          i < 16 ? std::vector<int32_t>{3000 + i} : std::vector<int32_t>{8, 20 + 2 * i};
-      EXPECT_EQ(tokenizer->Encode("b" + chr(i), false), b_ids) << i;
+      for (const auto& [left, left_id, merges, first_id] :
+           {std::tuple("b", 8, 16, 3000), std::tuple("d", 10, 17, 4000),
+            std::tuple("c", 1999, 20, 4100)}) {
+        const std::vector<int32_t> expected = i < merges
+                                                  ? std::vector<int32_t>{first_id + i}
+                                                  : std::vector<int32_t>{left_id, 20 + 2 * i};
+        EXPECT_EQ(tokenizer->Encode(left + chr(i), false), expected) << left << " " << i;
+      }
     }
     EXPECT_EQ(tokenizer->Encode("a" + c1c2, false), std::vector<int32_t>({0, 9}));
     EXPECT_EQ(tokenizer->Encode("a" + c1c2 + "a" + chr(3), false),

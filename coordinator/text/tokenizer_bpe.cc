@@ -159,7 +159,11 @@ void BpeModel::SetMerges(absl::Span<const BpeVocabulary::Merge> merges) {
     merges_.shrink_to_fit();
   }
   // Directories of the long rows, whose entries are re-sorted by bucket: buckets >= len / 4.
+  const size_t words = (merge_rows_.size() - 1 + 63) / 64;
+  directory_rows_.assign(words, 0);
+  directory_rank_.assign(words, 0);
   for (size_t a = 0; a + 1 < merge_rows_.size(); ++a) {
+    if (a % 64 == 0) directory_rank_[a / 64] = static_cast<uint32_t>(row_directories_.size());
     const uint32_t begin = merge_rows_[a];
     const uint32_t end = merge_rows_[a + 1];
     if (end - begin <= kDirectoryRow) continue;
@@ -176,9 +180,11 @@ void BpeModel::SetMerges(absl::Span<const BpeVocabulary::Merge> merges) {
       directory_.push_back(k);
     }
     directory_.push_back(end);
-    row_directories_.emplace(static_cast<int32_t>(a), d);
+    directory_rows_[a / 64] |= uint64_t{1} << (a % 64);
+    row_directories_.push_back(d);
   }
   directory_.shrink_to_fit();
+  row_directories_.shrink_to_fit();
 }
 
 absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& j, const JsonPath& at) {
