@@ -74,8 +74,8 @@ void BpeModel::TokenStrings::Assign(absl::Span<const absl::string_view> by_id) {
   }
 }
 
-absl::Status BpeModel::SetTokens(absl::Span<const std::pair<absl::string_view, int32_t>> tokens,
-                                 const JsonPath& at) {
+template <typename Listing>
+absl::Status BpeModel::SetTokens(const Listing& tokens, const JsonPath& at) {
   // The listing is resolved over views of the caller's strings, then copied end to end.
   int32_t max_id = -1;
   size_t total_bytes = 0;
@@ -96,7 +96,8 @@ absl::Status BpeModel::SetTokens(absl::Span<const std::pair<absl::string_view, i
   using ByView = IdByToken<std::vector<absl::string_view>>;
   IdSet<std::vector<absl::string_view>> index(tokens.size(), ByView{&by_id}, ByView{&by_id});
   absl::flat_hash_map<absl::string_view, int32_t> aliases;
-  for (const auto& [token, id] : tokens) {
+  for (const auto& [string, id] : tokens) {
+    const absl::string_view token(string);
     if (const auto it = index.find(token); it != index.end()) {
       const int32_t earlier = *it;
       if (earlier == id) continue;
@@ -246,12 +247,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromVocabulary(const Json& j
     return at.Field("continuing_subword_prefix")
         .Error("must be empty when merges are given as ids");
   }
-  {
-    std::vector<std::pair<absl::string_view, int32_t>> tokens;
-    tokens.reserve(vocabulary.tokens.size());
-    for (const auto& [token, id] : vocabulary.tokens) tokens.emplace_back(token, id);
-    TP_RETURN_IF_ERROR(model->SetTokens(tokens, at));
-  }
+  TP_RETURN_IF_ERROR(model->SetTokens(vocabulary.tokens, at));
   // The model has its copy: free the strings before the merge tables grow.
   std::vector<std::pair<std::string, int32_t>>().swap(vocabulary.tokens);
   for (size_t rank = 0; rank < vocabulary.merges.size(); ++rank) {

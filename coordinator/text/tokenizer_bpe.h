@@ -145,8 +145,9 @@ class BpeModel {
   static absl::StatusOr<std::unique_ptr<BpeModel>> WithOptions(const Json& j, const JsonPath& at);
   // The vocabulary from (token, id) entries in the order listed; a token listed twice keeps its
   // last id, an id listed twice names its last token (see aliases_). The strings are copied.
-  absl::Status SetTokens(absl::Span<const std::pair<absl::string_view, int32_t>> tokens,
-                         const JsonPath& at);
+  // `Listing` is a vector of (string or string_view, id) pairs.
+  template <typename Listing>
+  absl::Status SetTokens(const Listing& tokens, const JsonPath& at);
   // The merges in rank order, all ids already checked to name tokens; a later entry for the
   // same pair replaces an earlier one.
   void SetMerges(absl::Span<const BpeVocabulary::Merge> merges);
