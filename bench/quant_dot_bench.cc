@@ -240,7 +240,7 @@ int Main(int argc, char** argv) {
       }
       const uint8_t* weights = static_cast<const uint8_t*>(alloc->data());
       RandomBlocks(w, n * row_bytes, static_cast<uint8_t*>(alloc->data()));
-      for (int m : {1, 4}) {
+      for (int m : {1, 4, 8, 16}) {
         std::vector<float> x(m * k);
         for (int64_t j = 0; j < m * k; ++j) x[j] = static_cast<float>((j * 7919) % 2001 - 1000) / 1000.0f;
         const size_t xq_bytes = cpu::QuantizedXRowBytes(w, k);

@@ -45,6 +45,7 @@ absl::StatusOr<TokenLogprob> ComputeLogprobs(absl::Span<const float> logits, con
                                                 "checkpoint, its dtype and the kernels)"));
       }
     }
+    return absl::InternalError("the logits row's log-sum-exp is NaN without a NaN or +inf logit");
   }
   if (log_z == -std::numeric_limits<double>::infinity()) {
     return absl::InvalidArgumentError(
