@@ -336,22 +336,8 @@ int Main() {
   }
   for (const Result& r : results) {
     if (r.op_rows.empty()) continue;
-    double sum_us = 0;
-    int64_t calls = 0;
-    for (const OpProfileRow& row : r.op_rows) {
-      sum_us += row.total_us;
-      calls += row.calls;
-    }
-    std::printf("\nop profile: batch %d, %d decode steps, each op synchronized (%lld ops; the steps took %.2f ms "
-                "a step timed so, the ops %.2f ms, of which %.2f ms synchronization at %.1f us per op)\n",
-                r.batch, kProfiledSteps, static_cast<long long>(calls), r.profiled_steps_ms / kProfiledSteps,
-                sum_us / 1e3 / kProfiledSteps, calls * r.sync_us / 1e3 / kProfiledSteps, r.sync_us);
-    std::printf("%-52s %9s %12s %10s %7s\n", "op", "per step", "ms per step", "us/call", "share");
-    for (const OpProfileRow& row : r.op_rows) {
-      std::printf("%-52s %9.1f %12.3f %10.1f %6.1f%%\n", row.op.c_str(),
-                  static_cast<double>(row.calls) / kProfiledSteps, row.total_us / 1e3 / kProfiledSteps,
-                  row.total_us / row.calls, 100.0 * row.total_us / sum_us);
-    }
+    PrintOpProfile(absl::StrCat("batch ", r.batch, ", ", kProfiledSteps, " decode steps"), r.op_rows,
+                   kProfiledSteps, r.profiled_steps_ms / kProfiledSteps, r.sync_us);
   }
   // TP scaling at each batch: step time at TP = t over TP = first.
   std::printf("\n");

@@ -479,21 +479,7 @@ int RunGpuEngineBench(const GpuBenchOptions& o) {
       std::printf("(KV shared: the batch's own context blocks do not fit, so its sequences read one copy of them)\n");
     }
     for (const TpResult::OpProfile& p : r.op_profiles) {
-      double sum_us = 0;
-      int64_t calls = 0;
-      for (const OpProfileRow& row : p.rows) {
-        sum_us += row.total_us;
-        calls += row.calls;
-      }
-      std::printf("\nop profile: %s, each op synchronized (%lld ops; the step took %.2f ms timed so, the ops "
-                  "%.2f ms, of which %.2f ms synchronization at %.1f us per op)\n",
-                  p.step.c_str(), static_cast<long long>(calls), p.step_ms, sum_us / 1e3, calls * p.sync_us / 1e3,
-                  p.sync_us);
-      std::printf("%-52s %6s %10s %10s %7s\n", "op", "calls", "total_ms", "us/call", "share");
-      for (const OpProfileRow& row : p.rows) {
-        std::printf("%-52s %6lld %10.3f %10.1f %6.1f%%\n", row.op.c_str(), static_cast<long long>(row.calls),
-                    row.total_us / 1e3, row.total_us / row.calls, 100.0 * row.total_us / sum_us);
-      }
+      PrintOpProfile(p.step, p.rows, 1, p.step_ms, p.sync_us);
     }
     if (o.json) {
       nlohmann::json j = {{"backend", "cuda"},

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 
@@ -140,6 +141,26 @@ void OpProfileBackend::SampleShards(const void* shards, int tp, int64_t rows, in
                                     const int32_t* counts, int32_t* out) {
   Timed([&] { return std::string("sample"); },
         [&] { inner().SampleShards(shards, tp, rows, shard_cols, vocab, params, offsets, token_ids, counts, out); });
+}
+
+void PrintOpProfile(const std::string& what, const std::vector<OpProfileRow>& rows, int steps, double step_ms,
+                    double sync_us) {
+  double sum_us = 0;
+  int64_t calls = 0;
+  for (const OpProfileRow& row : rows) {
+    sum_us += row.total_us;
+    calls += row.calls;
+  }
+  const double per_step = 1.0 / std::max(1, steps);
+  std::printf("\nop profile: %s, each op synchronized (%.0f ops a step; a step took %.2f ms timed so, its ops "
+              "%.2f ms, of which %.2f ms synchronization at %.1f us per op)\n",
+              what.c_str(), calls * per_step, step_ms, sum_us / 1e3 * per_step, calls * sync_us / 1e3 * per_step,
+              sync_us);
+  std::printf("%-52s %9s %10s %10s %7s\n", "op", "calls", "ms", "us/call", "share");
+  for (const OpProfileRow& row : rows) {
+    std::printf("%-52s %9.1f %10.3f %10.1f %6.1f%%\n", row.op.c_str(), row.calls * per_step,
+                row.total_us / 1e3 * per_step, row.total_us / row.calls, 100.0 * row.total_us / sum_us);
+  }
 }
 
 }  // namespace tpserve

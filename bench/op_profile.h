@@ -72,4 +72,11 @@ class OpProfileBackend : public ForwardingBackend {
   std::map<std::string, OpProfileRow> rows_;
 };
 
+// Prints `rows`, recorded over `steps` steps, as a table under a line naming `what` and
+// saying how long a step took timed so (`step_ms`), what its ops add up to and how much of
+// that is synchronization (`sync_us` a call): calls and milliseconds per step, microseconds a
+// call, share of the ops' total.
+void PrintOpProfile(const std::string& what, const std::vector<OpProfileRow>& rows, int steps, double step_ms,
+                    double sync_us);
+
 }  // namespace tpserve

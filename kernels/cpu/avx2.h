@@ -47,6 +47,27 @@ inline float HorizontalMax(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// The largest of x[0, n), NaN ignored (-inf when there is none), and in *has_nan whether any
+// element is NaN: one pass for callers that treat NaN rows apart (Argmax, LogSumExp).
+inline float MaxNoticingNan(const float* x, int64_t n, bool* has_nan) {
+  __m256 vmax = _mm256_set1_ps(-__builtin_inff());
+  __m256 vnan = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    vmax = _mm256_max_ps(v, vmax);  // the second operand when either is NaN: NaN never enters
+    vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  }
+  float max = HorizontalMax(vmax);
+  bool nan = _mm256_movemask_ps(vnan) != 0;
+  for (; i < n; ++i) {
+    nan = nan || x[i] != x[i];
+    if (x[i] > max) max = x[i];
+  }
+  *has_nan = nan;
+  return max;
+}
+
 // Lane mask selecting the first `count` (0..8) lanes, for maskload/maskstore tails.
 inline __m256i TailMask(int64_t count) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

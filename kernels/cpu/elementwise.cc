@@ -211,20 +211,8 @@ int64_t Argmax(const float* x, int64_t n) {
   TP_CHECK(n > 0);
   // Pass 1: the maximum, and whether any NaN is present (torch.argmax treats NaN as the
   // largest value, so the first NaN wins).
-  __m256 vmax = _mm256_set1_ps(-INFINITY);
-  __m256 vnan = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    vmax = _mm256_max_ps(vmax, v);
-    vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  }
-  float max = avx2::HorizontalMax(vmax);
-  bool has_nan = _mm256_movemask_ps(vnan) != 0;
-  for (int64_t j = i; j < n; ++j) {
-    has_nan |= std::isnan(x[j]);
-    max = std::max(max, x[j]);
-  }
+  bool has_nan = false;
+  const float max = avx2::MaxNoticingNan(x, n, &has_nan);
   if (has_nan) {
     for (int64_t j = 0; j < n; ++j) {
       if (std::isnan(x[j])) return j;
@@ -232,7 +220,8 @@ int64_t Argmax(const float* x, int64_t n) {
   }
   // Pass 2: the first element equal to the maximum.
   const __m256 target = _mm256_set1_ps(max);
-  for (i = 0; i + 8 <= n; i += 8) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
     const int hits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), target, _CMP_EQ_OQ));
     if (hits != 0) return i + std::countr_zero(static_cast<unsigned>(hits));
   }

@@ -608,23 +608,9 @@ void SampleRows(float* logits, int64_t rows, int64_t vocab, const RowSampling* p
 
 
 double LogSumExp(const float* x, int64_t n) {
-  // The max, and whether any element is NaN or +inf, in one pass.
-  const __m256 inf = _mm256_set1_ps(kInf);
-  __m256 acc = _mm256_set1_ps(-kInf);
-  __m256 bad = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    acc = _mm256_max_ps(v, acc);
-    bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(v, inf, _CMP_EQ_OQ)));
-  }
-  bool any_bad = _mm256_movemask_ps(bad) != 0;
-  float m = avx2::HorizontalMax(acc);
-  for (; i < n; ++i) {
-    any_bad = any_bad || std::isnan(x[i]) || x[i] == kInf;
-    if (x[i] > m) m = x[i];
-  }
-  if (any_bad) return std::numeric_limits<double>::quiet_NaN();
+  bool has_nan = false;
+  const float m = avx2::MaxNoticingNan(x, n, &has_nan);  // +inf when any element is
+  if (has_nan || m == kInf) return std::numeric_limits<double>::quiet_NaN();
   if (m == -kInf) return -kInf;
   std::vector<double> block_sums((n + kBlock - 1) / kBlock);
   return m + std::log(Weigh<false, false>(x, n, -kInf, 1.0f, m, nullptr, block_sums.data()));
