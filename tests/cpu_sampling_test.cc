@@ -228,6 +228,32 @@ TEST(CpuSamplingTest, MatchesReferenceAcrossParameterMixes) {
   EXPECT_GT(checked, 200) << ambiguous << " ambiguous rows";
 }
 
+// The rows of a step without penalty entries, sampled where they are (the CPU backend at TP 1)
+// and in many threads' hands: the same tokens as SampleRows over a copy, the rows unchanged.
+TEST(CpuSamplingTest, UnpenalizedRowsAreSampledInPlaceAlike) {
+  const int64_t V = 262144, rows = 12;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> logits(rows * V);
+  for (float& x : logits) x = normal(rng);
+  std::vector<RowSampling> params(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    params[r].temperature = r % 3 == 0 ? 0.0f : 0.8f;
+    params[r].top_k = r % 4 == 1 ? 50 : 0;
+    params[r].top_p = r % 4 == 2 ? 0.9f : 1.0f;
+    params[r].seed = 1000 + r;
+    params[r].step = 7;
+  }
+  std::vector<int32_t> offsets(rows + 1, 0);
+  std::vector<float> copy = logits;
+  std::vector<int32_t> want(rows, -1), got(rows, -2);
+  cpu::SampleRows(copy.data(), rows, V, params.data(), offsets.data(), nullptr, nullptr, want.data());
+  const std::vector<float> before = logits;
+  cpu::SampleUnpenalizedRows(logits.data(), rows, V, params.data(), got.data());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(logits, before);
+}
+
 // 20000 seeded draws at T = 1 from 8 logits: each token's share within 5 standard
 // errors of its softmax probability (a wrong weight or an off-by-one in the draw fails).
 TEST(CpuSamplingTest, DrawFrequenciesFollowTheSoftmax) {

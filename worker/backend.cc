@@ -10,6 +10,7 @@
 #include "worker/backend.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace tpserve {
 
@@ -103,9 +104,14 @@ void Backend::CopyShardsToHost(const void* shards, int tp, int64_t rows, int64_t
     CopyToHost(copy.data(), shards, copy.size());
     raw = copy.data();
   }
+  // On a host backend the rows are split among its threads (a 262,144-token row is 1 MiB; a
+  // device's rows come after one copy, converted by this thread alone).
+  const bool host = device_is_host();
   for (int k = 0; k < tp; ++k) {
     const int64_t cols = std::min(shard_cols, vocab - k * shard_cols);
-    for (int64_t r = 0; r < rows && cols > 0; ++r) {
+    if (cols <= 0) continue;
+#pragma omp parallel for schedule(static) if (host && rows > 1)
+    for (int64_t r = 0; r < rows; ++r) {
       ToF32(raw + ((k * rows * shard_cols) + r * cols) * es, dt, cols, &out[r * vocab + k * shard_cols]);
     }
   }
@@ -115,6 +121,12 @@ void Backend::SampleShards(const void* shards, int tp, int64_t rows, int64_t sha
                            const RowSampling* params, const int32_t* offsets, const int32_t* token_ids,
                            const int32_t* counts, int32_t* out) {
   if (rows == 0) return;
+  if (device_is_host() && tp == 1 && activation_dtype() == DType::kF32 && offsets[rows] == 0) {
+    // Nothing to penalize: the rows are read where the head wrote them, not copied first (a
+    // 262,144-token row is 1 MiB; copying a 16-row step's took as long as sampling it).
+    cpu::SampleUnpenalizedRows(static_cast<const float*>(shards), rows, vocab, params, out);
+    return;
+  }
   // Kept between steps: a buffer allocated per step (5 MB for a 5-row verification step over
   // a 262,144-token vocabulary) came from fresh pages each time, and faulting them in cost
   // more than the sampling. It stays at the largest step's size, which was that step's peak

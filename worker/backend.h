@@ -244,7 +244,9 @@ class Backend {
   // [k * shard_cols, ...) stored [rows, min(shard_cols, vocab - k * shard_cols)]. params
   // [rows] and the penalty entries (CSR, offsets [rows + 1]) are host arrays; writes rows
   // token ids to host `out`, complete when the call returns. This default copies the rows
-  // to the host and samples there (cpu::SampleRows); the CUDA backend samples on its device.
+  // to the host and samples there (cpu::SampleRows), or, on a host backend at TP 1 with no
+  // penalty entries, samples the fp32 rows where they are (cpu::SampleUnpenalizedRows); the
+  // shards are never written. The CUDA backend samples on its device.
   virtual void SampleShards(const void* shards, int tp, int64_t rows, int64_t shard_cols, int64_t vocab,
                             const RowSampling* params, const int32_t* offsets, const int32_t* token_ids,
                             const int32_t* counts, int32_t* out);

@@ -195,5 +195,7 @@ void ApplyLogitEdits(float* logits, int64_t rows, int64_t vocab, const int32_t* 
 // writes the sampled token to out[r].
 void SampleRows(float* logits, int64_t rows, int64_t vocab, const RowSampling* params, const int32_t* offsets,
                 const int32_t* token_ids, const int32_t* counts, int32_t* out);
+// SampleRows for rows without penalty entries: the rows are only read, where they are.
+void SampleUnpenalizedRows(const float* logits, int64_t rows, int64_t vocab, const RowSampling* params, int32_t* out);
 
 }  // namespace tpserve::cpu

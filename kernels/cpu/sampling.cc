@@ -21,6 +21,7 @@
 // at most 32 tokens first): the draw can differ from the reference's only where
 // tests/sampling_reference.h calls it ambiguous.
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <array>
@@ -595,8 +596,11 @@ void ApplyLogitEdits(float* logits, int64_t rows, int64_t vocab, const int32_t* 
 
 void SampleRows(float* logits, int64_t rows, int64_t vocab, const RowSampling* params, const int32_t* offsets,
                 const int32_t* token_ids, const int32_t* counts, int32_t* out) {
-  thread_local Scratch scratch;
+  // Rows are independent (each draw is SampleUniform(seed, step) of its own row), so they are
+  // split among the threads: a decode step of 16 rows over 262,144 tokens took 3.3 ms on one.
+#pragma omp parallel for schedule(static) if (rows > 1)
   for (int64_t r = 0; r < rows; ++r) {
+    thread_local Scratch scratch;  // each thread's own, kept between steps
     float* l = logits + r * vocab;
     for (int32_t e = offsets[r]; e < offsets[r + 1]; ++e) {
       const int32_t id = token_ids[e];
@@ -634,6 +638,14 @@ int64_t TopN(const float* x, int64_t n, int64_t top_n, int32_t* ids, float* valu
     if (count == top_n) threshold = values[top_n - 1];
   });
   return count;
+}
+
+void SampleUnpenalizedRows(const float* logits, int64_t rows, int64_t vocab, const RowSampling* params, int32_t* out) {
+#pragma omp parallel for schedule(static) if (rows > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    thread_local Scratch scratch;
+    out[r] = SampleRow(logits + r * vocab, vocab, params[r], scratch);
+  }
 }
 
 }  // namespace tpserve::cpu
