@@ -21,7 +21,6 @@
 // at most 32 tokens first): the draw can differ from the reference's only where
 // tests/sampling_reference.h calls it ambiguous.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <array>
@@ -609,7 +608,6 @@ void SampleRows(float* logits, int64_t rows, int64_t vocab, const RowSampling* p
     out[r] = SampleRow(l, vocab, params[r], scratch);
   }
 }
-
 
 double LogSumExp(const float* x, int64_t n) {
   bool has_nan = false;
