@@ -404,6 +404,19 @@ absl::StatusOr<PlainAndDrafted> DecodeBothWays(Model& model, StepExecutor& exec,
   return r;
 }
 
+// What drafting must not change: the tokens, and each token's logprob (within `tolerance`);
+// and drafts were accepted at all.
+void ExpectDraftsChangeNothing(const PlainAndDrafted& both, const std::string& fixture, int tp, double tolerance) {
+  const GenerationOutput &plain = both.plain.outputs[0], &drafted = both.drafted.outputs[0];
+  EXPECT_EQ(drafted.output_ids, plain.output_ids) << fixture << " tp " << tp;
+  EXPECT_GT(both.drafted.spec.num_accepted_tokens, 0) << fixture << " tp " << tp;
+  ASSERT_EQ(drafted.output_logprobs.size(), plain.output_logprobs.size());
+  for (size_t i = 0; i < plain.output_logprobs.size(); ++i) {
+    EXPECT_NEAR(drafted.output_logprobs[i], plain.output_logprobs[i], tolerance)
+        << fixture << " tp " << tp << " token " << i;
+  }
+}
+
 // `body` on each fixture model at TP 1 and 2 (a 256-block KV cache).
 void OnFixturesAtTp1And2(std::initializer_list<const char*> fixtures,
                          const std::function<void(const std::string&, int, Model&, StepExecutor&)>& body) {
@@ -432,15 +445,8 @@ TEST(SpeculativeEngineTest, SeededSamplingIsTheSameWithAndWithoutDrafts) {
     p.logprobs = 2;
     auto both = DecodeBothWays(model, exec, p, /*adaptive=*/false);
     ASSERT_TRUE(both.ok()) << both.status();
-    const OfflineResult *base = &both->plain, *with = &both->drafted;
-    EXPECT_EQ(with->outputs[0].output_ids, base->outputs[0].output_ids) << fixture << " tp " << tp;
-    EXPECT_GT(with->spec.num_accepted_tokens, 0);
     // Logprobs are computed from each token's own row: they agree too.
-    ASSERT_EQ(with->outputs[0].output_logprobs.size(), base->outputs[0].output_logprobs.size());
-    for (size_t i = 0; i < base->outputs[0].output_logprobs.size(); ++i) {
-      EXPECT_NEAR(with->outputs[0].output_logprobs[i], base->outputs[0].output_logprobs[i], 2e-3)
-          << fixture << " tp " << tp << " token " << i;
-    }
+    ExpectDraftsChangeNothing(*both, fixture, tp, 2e-3);
   });
 }
 
@@ -476,14 +482,7 @@ TEST(SpeculativeEngineTest, VerifyingDraftsOnQuantizedWeightsIsPlainDecoding) {
     p.logprobs = 0;
     auto both = DecodeBothWays(model, exec, p, /*adaptive=*/false);
     ASSERT_TRUE(both.ok()) << both.status();
-    const GenerationOutput &plain = both->plain.outputs[0], &drafted = both->drafted.outputs[0];
-    EXPECT_EQ(drafted.output_ids, plain.output_ids) << fixture << " tp " << tp;
-    EXPECT_GT(both->drafted.spec.num_accepted_tokens, 0) << fixture << " tp " << tp;
-    ASSERT_EQ(drafted.output_logprobs.size(), plain.output_logprobs.size());
-    for (size_t i = 0; i < plain.output_logprobs.size(); ++i) {
-      EXPECT_NEAR(drafted.output_logprobs[i], plain.output_logprobs[i], 1e-4)
-          << fixture << " tp " << tp << " token " << i;
-    }
+    ExpectDraftsChangeNothing(*both, fixture, tp, 1e-4);
   });
 }
 

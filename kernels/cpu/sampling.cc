@@ -92,19 +92,6 @@ inline void AddWidened(__m256 e, __m256d& lo, __m256d& hi) {
   hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
 }
 
-// The largest logit, NaN ignored (-inf when all are NaN).
-float MaxIgnoringNan(const float* l, int64_t n) {
-  __m256 acc = _mm256_set1_ps(-kInf);
-  int64_t i = 0;
-  // max_ps returns its second operand when either is NaN: the accumulator survives.
-  for (; i + 8 <= n; i += 8) acc = _mm256_max_ps(_mm256_loadu_ps(l + i), acc);
-  float m = avx2::HorizontalMax(acc);
-  for (; i < n; ++i) {
-    if (l[i] > m) m = l[i];
-  }
-  return m;
-}
-
 // The smallest float l with l / T >= t (T > 0): division by T is monotone, so a logit is
 // kept by the threshold t on s iff it is >= this. Binary search over the order of the floats
 // (their bit patterns mapped to increasing integers), so tiny or huge T cost nothing extra.
@@ -548,7 +535,8 @@ int32_t SampleRow(const float* l, int64_t V, const RowSampling& p, Scratch& sc) 
   if (p.top_k > 0 && p.top_k < V) {
     kth = KthLargest(l, V, p.top_k, sc.heap, &lmax);
   } else {
-    lmax = MaxIgnoringNan(l, V);
+    bool has_nan = false;  // NaN is ignored here, as the rule has it
+    lmax = avx2::MaxNoticingNan(l, V, &has_nan);
   }
   // No finite logit (or a scaled one that overflows): nothing to weigh.
   if (!std::isfinite(lmax / p.temperature)) return static_cast<int32_t>(Argmax(l, V));
@@ -595,18 +583,14 @@ void ApplyLogitEdits(float* logits, int64_t rows, int64_t vocab, const int32_t* 
 
 void SampleRows(float* logits, int64_t rows, int64_t vocab, const RowSampling* params, const int32_t* offsets,
                 const int32_t* token_ids, const int32_t* counts, int32_t* out) {
-  // Rows are independent (each draw is SampleUniform(seed, step) of its own row), so they are
-  // split among the threads: a decode step of 16 rows over 262,144 tokens took 3.3 ms on one.
-#pragma omp parallel for schedule(static) if (rows > 1)
   for (int64_t r = 0; r < rows; ++r) {
-    thread_local Scratch scratch;  // each thread's own, kept between steps
     float* l = logits + r * vocab;
     for (int32_t e = offsets[r]; e < offsets[r + 1]; ++e) {
       const int32_t id = token_ids[e];
       if (id >= 0 && id < vocab) l[id] = PenalizedLogit(l[id], params[r], counts[e]);
     }
-    out[r] = SampleRow(l, vocab, params[r], scratch);
   }
+  SampleUnpenalizedRows(logits, rows, vocab, params, out);
 }
 
 double LogSumExp(const float* x, int64_t n) {
@@ -614,8 +598,9 @@ double LogSumExp(const float* x, int64_t n) {
   const float m = avx2::MaxNoticingNan(x, n, &has_nan);  // +inf when any element is
   if (has_nan || m == kInf) return std::numeric_limits<double>::quiet_NaN();
   if (m == -kInf) return -kInf;
-  std::vector<double> block_sums((n + kBlock - 1) / kBlock);
-  return m + std::log(Weigh<false, false>(x, n, -kInf, 1.0f, m, nullptr, block_sums.data()));
+  thread_local std::vector<double> block_sums;  // kept between rows: no allocation per token
+  double* sums = Ensure(block_sums, (n + kBlock - 1) / kBlock);
+  return m + std::log(Weigh<false, false>(x, n, -kInf, 1.0f, m, nullptr, sums));
 }
 
 int64_t TopN(const float* x, int64_t n, int64_t top_n, int32_t* ids, float* values) {
@@ -639,9 +624,11 @@ int64_t TopN(const float* x, int64_t n, int64_t top_n, int32_t* ids, float* valu
 }
 
 void SampleUnpenalizedRows(const float* logits, int64_t rows, int64_t vocab, const RowSampling* params, int32_t* out) {
+  // Rows are independent (each draw is SampleUniform(seed, step) of its own row), so they are
+  // split among the threads: a decode step of 16 rows over 262,144 tokens took 3.3 ms on one.
 #pragma omp parallel for schedule(static) if (rows > 1)
   for (int64_t r = 0; r < rows; ++r) {
-    thread_local Scratch scratch;
+    thread_local Scratch scratch;  // each thread's own, kept between steps
     out[r] = SampleRow(logits + r * vocab, vocab, params[r], scratch);
   }
 }
