@@ -173,7 +173,7 @@ class BpeModel {
   // merges_[merge_rows_[a], merge_rows_[a + 1]), sorted by right id (a row with a directory, below:
   // by bucket, then right id). 12 bytes a merge and 4 an id (Gemma's 514,906 merges: 7.3 MiB with
   // the directories, where a hash map keyed by the pair took 17 MiB). Half of Gemma's rows have 1
-  // or 2 entries. Encoding takes about 1.05x the time it took with that map (a long row's
+  // or 2 entries. Encoding takes about 1.04x the time it took with that map (a long row's
   // directory is one more memory access a lookup).
   std::vector<uint32_t> merge_rows_;
   std::vector<Merge> merges_;
