@@ -118,7 +118,7 @@ Json Fold(const std::vector<std::string>& payloads) {
     if (chunk.contains("usage")) out["usage"] = chunk["usage"];
     for (const Json& choice : chunk["choices"]) {
       Json& c = out["choices"][std::to_string(choice["index"].get<int>())];
-      if (c.is_null()) c = {{"text", ""}, {"calls", Json::array()}, {"logprobs", Json::array()}};
+      if (c.is_null()) c = {{"text", ""}, {"calls", Json::array()}, {"logprobs", Json::object()}};
       if (choice.contains("text")) c["text"] = c["text"].get<std::string>() + choice["text"].get<std::string>();
       if (choice.contains("delta")) {
         const Json& d = choice["delta"];
@@ -136,7 +136,13 @@ Json Fold(const std::vector<std::string>& payloads) {
       // (choice is const: operator[] on a key it lacks is undefined, and the router's own error
       // chunk has neither logprobs nor stop_reason.)
       const Json none;
-      if (!choice.value("logprobs", none).is_null()) c["logprobs"].push_back(choice["logprobs"]);
+      // Logprobs token by token (each array of the object joined): how many tokens one chunk
+      // carries depends on timing (a server sends what is ready).
+      if (!choice.value("logprobs", none).is_null()) {
+        for (const auto& [key, values] : choice["logprobs"].items()) {
+          for (const Json& v : values) c["logprobs"][key].push_back(v);
+        }
+      }
       if (!choice.value("finish_reason", none).is_null()) {
         c["finish_reason"] = choice["finish_reason"];
         c["stop_reason"] = choice.value("stop_reason", none);
