@@ -3,6 +3,8 @@
 // tests/cpu_attention_test.cc).
 #include "kernels/cpu/cpu_kernels.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -433,9 +435,9 @@ TEST(GatedActivation, MatchesReference) {
   std::mt19937 rng(4);
   constexpr Tolerance kTol{1e-6, 1e-5};
   for (const Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
-    for (const int64_t dim : {1, 7, 8, 9, 33, 1024}) {
+    for (const int64_t dim : {1, 7, 8, 9, 33, 1000, 1024}) {
       SCOPED_TRACE(::testing::Message() << "act=" << static_cast<int>(act) << " dim=" << dim);
-      const int64_t rows = dim == 1024 ? 40 : 4;
+      const int64_t rows = dim >= 1000 ? 40 : 4;  // 40 rows: split among the threads
       std::vector<float> gate_up = RandomFloats(rows * 2 * dim, rng, -12.0f, 12.0f);
       // Extremes and the small-|x| branch of tanh.
       const float specials[] = {0.0f, -0.0f, 1e-4f, -1e-3f, 0.3f, -95.0f, 95.0f, 20.0f, -7.0f};
@@ -453,6 +455,17 @@ TEST(GatedActivation, MatchesReference) {
       std::vector<float> out(rows * dim, kNaN);
       GatedActivation(gate_up.data(), rows, dim, act, out.data());
       EXPECT_TRUE(AllClose(out, want, kTol));
+      // In place (out = gate_up's first rows * dim floats): the same bits, whatever the
+      // number of threads that split the columns.
+      const int threads = omp_get_max_threads();
+      for (const int n : {1, 2, 3, 7}) {
+        omp_set_num_threads(n);
+        std::vector<float> in_place = gate_up;
+        GatedActivation(in_place.data(), rows, dim, act, in_place.data());
+        in_place.resize(rows * dim);
+        EXPECT_EQ(std::memcmp(in_place.data(), out.data(), out.size() * sizeof(float)), 0) << n << " threads";
+      }
+      omp_set_num_threads(threads);
     }
   }
 }

@@ -203,6 +203,9 @@ class Backend {
                     float attn_factor) = 0;
   // gate_up [rows, 2 * dim] -> out [rows, dim].
   virtual void GatedActivation(const Tensor& gate_up, cpu::Activation act, Tensor out) = 0;
+  // Whether GatedActivation takes out on gate_up's own bytes (out.data == gate_up.data): the
+  // MLP then needs no second buffer.
+  virtual bool GatedActivationInPlace() const { return false; }
   virtual void Softcap(Tensor x, float cap) = 0;
   virtual void Add(const Tensor& a, const Tensor& b, Tensor out) = 0;
   virtual void Scale(Tensor x, float s) = 0;

@@ -86,6 +86,7 @@ class CpuBackend : public Backend {
   void GatedActivation(const Tensor& gate_up, cpu::Activation act, Tensor out) override {
     cpu::GatedActivation(F32(gate_up), gate_up.rows, out.cols, act, F32(out));
   }
+  bool GatedActivationInPlace() const override { return true; }
   void Softcap(Tensor x, float cap) override { cpu::Softcap(F32(x), x.numel(), cap); }
   void Add(const Tensor& a, const Tensor& b, Tensor out) override { cpu::Add(F32(a), F32(b), a.numel(), F32(out)); }
   void Scale(Tensor x, float s) override { cpu::Scale(F32(x), x.numel(), s); }

@@ -52,6 +52,7 @@ class ForwardingBackend : public Backend {
   void GatedActivation(const Tensor& gate_up, cpu::Activation act, Tensor out) override {
     inner_->GatedActivation(gate_up, act, out);
   }
+  bool GatedActivationInPlace() const override { return inner_->GatedActivationInPlace(); }
   void Softcap(Tensor x, float cap) override { inner_->Softcap(x, cap); }
   void Add(const Tensor& a, const Tensor& b, Tensor out) override { inner_->Add(a, b, out); }
   void Scale(Tensor x, float s) override { inner_->Scale(x, s); }

@@ -221,8 +221,8 @@ absl::Status Model::EnsureScratch(int64_t tokens, int64_t logit_rows) {
     const int32_t chunk = weight_formats_.any_quantized() && options_.quantized_mlp_chunk_tokens > 0 ? options_.quantized_mlp_chunk_tokens
                                                                                 : options_.mlp_chunk_tokens;
     s.mlp_rows = chunk > 0 ? std::min<int64_t>(T, chunk) : T;
-    s.act_at = round(s.mlp_rows * 2 * I * act);
-    const size_t mlp_bytes = s.act_at + s.mlp_rows * I * act;
+    s.act_at = backend_.GatedActivationInPlace() ? 0 : round(s.mlp_rows * 2 * I * act);
+    const size_t mlp_bytes = std::max(s.mlp_rows * 2 * I * act, s.act_at + s.mlp_rows * I * act);
     s.layer.reset();  // before its successor is allocated: never both resident
     TP_RETURN_IF_ERROR(alloc(s.layer, std::max(attention_bytes, mlp_bytes)));
     s.token_capacity = T;

@@ -101,7 +101,8 @@ void Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, const int32
 
 enum class Activation : uint8_t { kSilu, kGeluTanh };
 // gate_up: [rows, 2 * dim], the gate in the first `dim` columns, up in the rest.
-// out[r, i] = act(gate[r, i]) * up[r, i]; out: [rows, dim].
+// out[r, i] = act(gate[r, i]) * up[r, i]; out: [rows, dim]. out may be gate_up itself: the
+// results then fill the buffer's first rows * dim floats.
 void GatedActivation(const float* gate_up, int64_t rows, int64_t dim, Activation act, float* out);
 
 // x = cap * tanh(x / cap), in place.

@@ -2,6 +2,7 @@
 // scale, embedding lookup, argmax and the KV-cache write. Tested by
 // tests/cpu_kernels_test.cc.
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <bit>
@@ -152,13 +153,22 @@ void Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, const int32
 }
 
 void GatedActivation(const float* gate_up, int64_t rows, int64_t dim, Activation act, float* out) {
-#pragma omp parallel for schedule(static) if (rows * dim >= kMinParallelElems)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* gate = gate_up + r * 2 * dim;
-    if (act == Activation::kSilu) {
-      GatedRow(gate, gate + dim, dim, Silu, out + r * dim);
-    } else {
-      GatedRow(gate, gate + dim, dim, GeluTanh, out + r * dim);
+  // The threads split the columns (in 16-float steps) and each walks the rows in order. With
+  // out == gate_up, row r's result then lands on its own gate (r = 0, element by element
+  // after reading it) or on the gate or up half of row r / 2, in the columns this thread has
+  // already read.
+#pragma omp parallel if (rows * dim >= kMinParallelElems)
+  {
+    const int64_t threads = omp_get_num_threads();
+    const int64_t per = (dim + 16 * threads - 1) / (16 * threads) * 16;
+    const int64_t c0 = std::min(dim, omp_get_thread_num() * per), c1 = std::min(dim, c0 + per);
+    for (int64_t r = 0; r < rows && c0 < c1; ++r) {
+      const float* gate = gate_up + r * 2 * dim + c0;
+      if (act == Activation::kSilu) {
+        GatedRow(gate, gate + dim, c1 - c0, Silu, out + r * dim + c0);
+      } else {
+        GatedRow(gate, gate + dim, c1 - c0, GeluTanh, out + r * dim + c0);
+      }
     }
   }
 }
