@@ -245,11 +245,11 @@ int Main(int argc, char** argv) {
         for (int64_t j = 0; j < m * k; ++j) x[j] = static_cast<float>((j * 7919) % 2001 - 1000) / 1000.0f;
         const size_t xq_bytes = cpu::QuantizedXRowBytes(w, k);
         std::vector<uint8_t> xq(m * xq_bytes);
-        cpu::QuantizeX(w, x.data(), m, k, xq.data());
         std::vector<float> y(m * n);
         for (QuantIsa isa : isas) {
           const cpu::QuantDotFn dot = cpu::FindQuantDot(w, isa);
           if (dot == nullptr) continue;
+          cpu::QuantizeX(w, isa, x.data(), m, k, xq.data());
           // Scalar is the reference, not a decode path: one row is enough to show its rate.
           if (isa == QuantIsa::kScalar && m > 1) continue;
           constexpr int64_t kChunk = 64;
@@ -285,7 +285,7 @@ int Main(int argc, char** argv) {
     std::vector<float> x(k);
     for (int64_t j = 0; j < k; ++j) x[j] = static_cast<float>((j * 7919) % 2001 - 1000) / 1000.0f;
     std::vector<uint8_t> xq(cpu::QuantizedXRowBytes(w, k));
-    const double s = BestSeconds(200, [&] { cpu::QuantizeX(w, x.data(), 1, k, xq.data()); });
+    const double s = BestSeconds(200, [&] { cpu::QuantizeX(w, cpu::BestQuantIsa(), x.data(), 1, k, xq.data()); });
     std::printf("QuantizeX %s activations, k %lld: %.2f us\n",
                 w == DType::kQ8_0 ? "q8 (32)" : w == DType::kQ4_1 ? "q8_1 (32)" : "q8_K (256)",
                 static_cast<long long>(k), s * 1e6);

@@ -95,16 +95,17 @@ struct DequantizedX {
   std::vector<double> d;
 };
 
-DequantizedX DequantizeX(DType w, const uint8_t* row, int64_t k) {
+DequantizedX DequantizeX(QuantX format, const uint8_t* row, int64_t k) {
   DequantizedX out{std::vector<double>(k), std::vector<double>(k)};
-  // Block type B's d and qs, `elems` to a block.
-  const auto widen = [&]<class B>(const B* blocks, int64_t elems) {
+  // Block type B's d and qs (less `bias`), `elems` to a block.
+  const auto widen = [&]<class B>(const B* blocks, int64_t elems, int bias = 0) {
     for (int64_t j = 0; j < k; ++j) {
+      const int q = bias != 0 ? static_cast<uint8_t>(blocks[j / elems].qs[j % elems]) - bias : blocks[j / elems].qs[j % elems];
       out.d[j] = blocks[j / elems].d;
-      out.x[j] = out.d[j] * blocks[j / elems].qs[j % elems];
+      out.x[j] = out.d[j] * q;
     }
   };
-  switch (QuantXFor(w)) {
+  switch (format) {
     case QuantX::kF32: {
       const auto* x = reinterpret_cast<const float*>(row);
       for (int64_t j = 0; j < k; ++j) out.x[j] = x[j];
@@ -113,6 +114,7 @@ DequantizedX DequantizeX(DType w, const uint8_t* row, int64_t k) {
     case QuantX::kQ8K: widen(reinterpret_cast<const BlockQ8K*>(row), 256); break;
     case QuantX::kQ8_1: widen(reinterpret_cast<const BlockQ8_1*>(row), 32); break;
     case QuantX::kQ8: widen(reinterpret_cast<const BlockQ8*>(row), 32); break;
+    case QuantX::kQ8U: widen(reinterpret_cast<const BlockQ8*>(row), 32, 128); break;
   }
   return out;
 }
@@ -131,11 +133,11 @@ TEST(QuantizeXTest, RoundTripWithinHalfAStep) {
                          : w == DType::kQ4_1 ? k / 32 * sizeof(BlockQ8_1)
                                              : k / 32 * sizeof(BlockQ8));
     std::vector<uint8_t> xq(m * row_bytes);
-    QuantizeX(w, x.data(), m, k, xq.data());
+    QuantizeX(w, QuantIsa::kScalar, x.data(), m, k, xq.data());
     const int64_t block = IsKQuant(w) ? 256 : 32;
     for (int64_t i = 0; i < m; ++i) {
       const uint8_t* row = xq.data() + i * row_bytes;
-      const DequantizedX dq = DequantizeX(w, row, k);
+      const DequantizedX dq = DequantizeX(QuantXFor(w, QuantIsa::kScalar, m), row, k);
       for (int64_t b = 0; b < k / block; ++b) {
         const float* xb = &x[i * k + b * block];
         float amax = 0.0f;
@@ -190,7 +192,7 @@ TEST(QuantizeXTest, TiesRoundAwayFromZero) {
     x[5] = 0.49999997f;
     x[6] = 126.5f;
     std::vector<uint8_t> xq(QuantizedXRowBytes(w, k));
-    QuantizeX(w, x.data(), 1, k, xq.data());
+    QuantizeX(w, QuantIsa::kScalar, x.data(), 1, k, xq.data());
     const int8_t* qs = IsKQuant(w)           ? reinterpret_cast<BlockQ8K*>(xq.data())->qs
                        : w == DType::kQ4_1 ? reinterpret_cast<BlockQ8_1*>(xq.data())->qs
                                            : reinterpret_cast<BlockQ8*>(xq.data())->qs;
@@ -213,8 +215,37 @@ TEST(QuantizeXTest, F8ActivationsAreCopied) {
   const std::vector<float> x = RandomFloats(m * k, rng, -5.0f, 5.0f);
   ASSERT_EQ(QuantizedXRowBytes(DType::kF8_E4M3, k), static_cast<size_t>(4 * k));
   std::vector<float> xq(m * k, NAN);
-  QuantizeX(DType::kF8_E4M3, x.data(), m, k, xq.data());
+  QuantizeX(DType::kF8_E4M3, QuantIsa::kScalar, x.data(), m, k, xq.data());
   EXPECT_EQ(0, std::memcmp(xq.data(), x.data(), x.size() * 4));
+}
+
+// The AVX-512 VNNI kernels of the signed 32-element types take x's bytes as q + 128 (kQ8U)
+// over more than one row; every other path, type and one row, the blocks above. (A format, not a run: any CPU can write it.)
+TEST(QuantizeXTest, TheVnniPathsSignedTypesTakeXPlus128) {
+  std::mt19937 rng(3);
+  const int64_t k = 256, m = 2;
+  const std::vector<float> x = RandomFloats(m * k, rng, -3.0f, 3.0f);
+  for (DType w : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_1, DType::kQ4_K, DType::kF8_E4M3}) {
+    const bool is_signed_legacy = w == DType::kQ4_0 || w == DType::kQ5_0 || w == DType::kQ8_0;
+    EXPECT_EQ(QuantXFor(w, QuantIsa::kAvx512Vnni, m) == QuantX::kQ8U, is_signed_legacy) << DTypeName(w);
+    EXPECT_NE(QuantXFor(w, QuantIsa::kAvx512Vnni, 1), QuantX::kQ8U) << DTypeName(w);  // one row: the sign trick
+    EXPECT_NE(QuantXFor(w, QuantIsa::kAvx2, m), QuantX::kQ8U) << DTypeName(w);
+    EXPECT_NE(QuantXFor(w, QuantIsa::kScalar, m), QuantX::kQ8U) << DTypeName(w);
+    const size_t bytes = m * QuantizedXRowBytes(w, k);
+    std::vector<uint8_t> plain(bytes), vnni(bytes);
+    QuantizeX(w, QuantIsa::kScalar, x.data(), m, k, plain.data());
+    QuantizeX(w, QuantIsa::kAvx512Vnni, x.data(), m, k, vnni.data());
+    if (!is_signed_legacy) {
+      EXPECT_EQ(plain, vnni) << DTypeName(w);
+      continue;
+    }
+    for (int64_t b = 0; b < m * k / 32; ++b) {
+      const BlockQ8& p = reinterpret_cast<const BlockQ8*>(plain.data())[b];
+      const BlockQ8& v = reinterpret_cast<const BlockQ8*>(vnni.data())[b];
+      ASSERT_EQ(p.d, v.d) << "block " << b;
+      for (int j = 0; j < 32; ++j) ASSERT_EQ(static_cast<uint8_t>(v.qs[j]), p.qs[j] + 128) << "block " << b << " element " << j;
+    }
+  }
 }
 
 // ---- Dot kernels ----
@@ -238,9 +269,12 @@ class QuantDotTest : public ::testing::TestWithParam<std::tuple<DType, QuantIsa>
     const DType w = std::get<0>(GetParam());
     const size_t min_bytes = QuantizedXRowBytes(w, k), row_bytes = min_bytes + pad;
     std::vector<uint8_t> xq(m * row_bytes, 0xA5);  // the padding stays garbage
-    for (int i = 0; i < m; ++i) QuantizeX(w, &x[i * k], 1, k, &xq[i * row_bytes]);
+    const QuantIsa isa = std::get<1>(GetParam());
+    std::vector<uint8_t> dense(m * min_bytes);  // the m rows for one call, then spread out
+    QuantizeX(w, isa, x.data(), m, k, dense.data());
+    for (int i = 0; i < m; ++i) std::memcpy(&xq[i * row_bytes], &dense[i * min_bytes], min_bytes);
     std::vector<DequantizedX> dx;
-    for (int i = 0; i < m; ++i) dx.push_back(DequantizeX(w, &xq[i * row_bytes], k));
+    for (int i = 0; i < m; ++i) dx.push_back(DequantizeX(QuantXFor(w, isa, m), &xq[i * row_bytes], k));
     std::vector<float> wf(k);
     constexpr float kSentinel = -12345.0f;
     for (int64_t r = 0; r < rows; ++r) {
@@ -336,12 +370,41 @@ TEST_P(QuantDotTest, AgreesWithScalar) {
   const int m = 4;
   const std::vector<uint8_t> weights = RandomWeights(w, 1, k, rng);
   const std::vector<float> x = RandomFloats(m * k, rng);
-  std::vector<uint8_t> xq(m * QuantizedXRowBytes(w, k));
-  QuantizeX(w, x.data(), m, k, xq.data());
+  std::vector<uint8_t> xq(m * QuantizedXRowBytes(w, k)), xq_scalar(xq.size());
+  QuantizeX(w, std::get<1>(GetParam()), x.data(), m, k, xq.data());
+  QuantizeX(w, QuantIsa::kScalar, x.data(), m, k, xq_scalar.data());
   std::vector<float> y(m), y_scalar(m);
   dot_(weights.data(), xq.data(), QuantizedXRowBytes(w, k), m, k, y.data(), 1);
-  FindQuantDot(w, QuantIsa::kScalar)(weights.data(), xq.data(), QuantizedXRowBytes(w, k), m, k, y_scalar.data(), 1);
+  FindQuantDot(w, QuantIsa::kScalar)(weights.data(), xq_scalar.data(), QuantizedXRowBytes(w, k), m, k, y_scalar.data(), 1);
   for (int i = 0; i < m; ++i) EXPECT_NEAR(y[i], y_scalar[i], 1e-4 * (std::abs(y_scalar[i]) + 1)) << "row " << i;
+}
+
+// The signed 32-element types' integer sums are the same per 32-bit lane on both vector paths
+// (AVX2: the sign trick through vpmaddubsw; AVX-512 VNNI: x + 128 through vpdpbusd, less 128
+// times the weights' sums), and so are the fp32 steps after them: the same bits.
+TEST(QuantDotPathsTest, SignedLegacyTypesGiveTheSameBitsOnBothVectorPaths) {
+  if (!QuantIsaAvailable(QuantIsa::kAvx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(11);
+  const int64_t k = 2048 + 32;  // an odd number of blocks
+  for (DType w : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0}) {
+    for (int fill : {-1, 0x80, 0x7f}) {  // random bytes; Q8_0's -128 and 127 everywhere
+      const std::vector<uint8_t> weights = RandomWeights(w, 1, k, rng, fill);
+      for (int m : {1, 3, 8, 11}) {
+        const std::vector<float> x = RandomFloats(m * k, rng);
+        std::vector<float> y[2];
+        int path = 0;
+        for (QuantIsa isa : {QuantIsa::kAvx2, QuantIsa::kAvx512Vnni}) {
+          std::vector<uint8_t> xq(m * QuantizedXRowBytes(w, k));
+          QuantizeX(w, isa, x.data(), m, k, xq.data());
+          y[path].assign(m, 0.0f);
+          FindQuantDot(w, isa)(weights.data(), xq.data(), QuantizedXRowBytes(w, k), m, k, y[path].data(), 1);
+          ++path;
+        }
+        EXPECT_EQ(std::memcmp(y[0].data(), y[1].data(), m * sizeof(float)), 0)
+            << DTypeName(w) << " fill " << fill << " m " << m << ": " << y[0][0] << " vs " << y[1][0];
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(TypesAndPaths, QuantDotTest,

@@ -84,15 +84,15 @@ std::vector<float> RandomX(int64_t n, std::mt19937& rng) {
 std::vector<double> RoundedX(DType t, const std::vector<float>& x, int64_t m, int64_t k) {
   if (t == DType::kF8_E4M3) return std::vector<double>(x.begin(), x.end());
   std::vector<uint8_t> xq(m * QuantizedXRowBytes(t, k));
-  QuantizeX(t, x.data(), m, k, xq.data());
+  QuantizeX(t, QuantIsa::kScalar, x.data(), m, k, xq.data());  // the values every path's blocks hold
   std::vector<double> out(m * k);
   for (int64_t i = 0; i < m; ++i) {
     const uint8_t* row = xq.data() + i * QuantizedXRowBytes(t, k);
     for (int64_t j = 0; j < k; ++j) {
-      if (QuantXFor(t) == QuantX::kQ8K) {
+      if (QuantXFor(t, QuantIsa::kScalar, m) == QuantX::kQ8K) {
         const BlockQ8K& b = reinterpret_cast<const BlockQ8K*>(row)[j / 256];
         out[i * k + j] = static_cast<double>(b.d) * b.qs[j % 256];
-      } else if (QuantXFor(t) == QuantX::kQ8_1) {
+      } else if (QuantXFor(t, QuantIsa::kScalar, m) == QuantX::kQ8_1) {
         const BlockQ8_1& b = reinterpret_cast<const BlockQ8_1*>(row)[j / 32];
         out[i * k + j] = static_cast<double>(b.d) * b.qs[j % 32];
       } else {

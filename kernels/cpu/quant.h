@@ -62,12 +62,6 @@ struct BlockQ8K {
 };
 static_assert(sizeof(BlockQ8K) == 292);
 
-// The activation blocks QuantizeX writes for a weight type: BlockQ8 (Q4_0, Q5_0, Q8_0),
-// BlockQ8_1 (Q4_1, Q5_1), BlockQ8K (the K-quants), or x as it is (kF32: F8_E4M3).
-enum class QuantX : uint8_t { kQ8, kQ8_1, kQ8K, kF32 };
-// The weight type must have kernels (HasQuantDot).
-QuantX QuantXFor(DType w);
-
 // The instruction-set paths of the dot kernels. kScalar runs everywhere (the reference);
 // kAvx2 needs AVX2 + FMA (+ F16C for FP8); kAvx512Vnni needs AVX-512 F/BW/VL + VNNI (its
 // FP8 kernel uses only F/BW and the 512-bit vcvtph2ps, but sits in the same slot).
@@ -78,6 +72,16 @@ bool QuantIsaAvailable(QuantIsa isa);
 // The fastest available path.
 QuantIsa BestQuantIsa();
 
+// The activation blocks a dot kernel call over m rows of x takes, by weight type and path:
+// BlockQ8 (Q4_0, Q5_0, Q8_0), BlockQ8_1 (Q4_1, Q5_1), BlockQ8K (the K-quants), or x as it is
+// (kF32: F8_E4M3). kQ8U: BlockQ8 with each q stored as the byte q + 128, for the AVX-512 VNNI
+// kernels of Q4_0, Q5_0 and Q8_0 over m > 1 rows (their vpdpbusd takes x's bytes as unsigned
+// and the signed weights as they are, less 128 times the weights' sums once per block for all
+// rows; at one row the sign trick on kQ8 measured faster). The weight type must have kernels
+// (HasQuantDot).
+enum class QuantX : uint8_t { kQ8, kQ8U, kQ8_1, kQ8K, kF32 };
+QuantX QuantXFor(DType w, QuantIsa isa, int64_t m);
+
 // Whether the weight type has dot kernels: every ggml block type tpserve reads (Q4_0, Q4_1,
 // Q5_0, Q5_1, Q8_0, Q2_K ... Q6_K) and F8_E4M3. Weights of other types are widened at load
 // (the loader says so).
@@ -87,10 +91,10 @@ bool HasQuantDot(DType w);
 // (k / 32 BlockQ8 or BlockQ8_1, or k / 256 BlockQ8K; 4 k for F8_E4M3: fp32); k is a multiple
 // of BlockElems(w).
 size_t QuantizedXRowBytes(DType w, int64_t k);
-// Quantizes x [m, k] fp32 for weight type w: row i at xq + i * QuantizedXRowBytes(w, k).
-// Round to nearest (ties away from zero, as ggml's roundf); an all-zero block gets d = 0.
-// For F8_E4M3 the rows are copied unchanged.
-void QuantizeX(DType w, const float* x, int64_t m, int64_t k, void* xq);
+// Quantizes x [m, k] fp32 for one call of path isa's kernel for weight type w over these m rows
+// (the blocks QuantXFor(w, isa, m) names): row i at xq + i * QuantizedXRowBytes(w, k). Round to nearest (ties away from zero, as ggml's roundf);
+// an all-zero block gets d = 0. For F8_E4M3 the rows are copied unchanged.
+void QuantizeX(DType w, QuantIsa isa, const float* x, int64_t m, int64_t k, void* xq);
 
 // y[i * ldy] = w_row · x_i for i < m, where w_row is one weight row of k elements of type w
 // and x_i is row i of a QuantizeX output (rows xq_row_bytes apart). A kernel may share each

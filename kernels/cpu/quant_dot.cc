@@ -385,17 +385,19 @@ QuantIsa BestQuantIsa() {
 
 bool HasQuantDot(DType w) { return FindScalar(w) != nullptr; }
 
-QuantX QuantXFor(DType w) {
+QuantX QuantXFor(DType w, QuantIsa isa, int64_t m) {
   TP_CHECK(HasQuantDot(w));
   if (w == DType::kF8_E4M3) return QuantX::kF32;
   if (w == DType::kQ4_1 || w == DType::kQ5_1) return QuantX::kQ8_1;
-  return BlockElems(w) == 256 ? QuantX::kQ8K : QuantX::kQ8;
+  if (BlockElems(w) == 256) return QuantX::kQ8K;
+  return isa == QuantIsa::kAvx512Vnni && m > 1 ? QuantX::kQ8U : QuantX::kQ8;  // DotSigned's choice
 }
 
 size_t QuantizedXRowBytes(DType w, int64_t k) {
   TP_CHECK(HasQuantDot(w) && k % BlockElems(w) == 0);
-  switch (QuantXFor(w)) {
-    case QuantX::kQ8: return static_cast<size_t>(k / 32) * sizeof(BlockQ8);
+  switch (QuantXFor(w, QuantIsa::kScalar, 1)) {  // kQ8U's blocks are kQ8's size
+    case QuantX::kQ8:
+    case QuantX::kQ8U: return static_cast<size_t>(k / 32) * sizeof(BlockQ8);
     case QuantX::kQ8_1: return static_cast<size_t>(k / 32) * sizeof(BlockQ8_1);
     case QuantX::kQ8K: return static_cast<size_t>(k / 256) * sizeof(BlockQ8K);
     case QuantX::kF32: return static_cast<size_t>(k) * sizeof(float);
@@ -403,9 +405,9 @@ size_t QuantizedXRowBytes(DType w, int64_t k) {
   return 0;
 }
 
-void QuantizeX(DType w, const float* x, int64_t m, int64_t k, void* xq) {
+void QuantizeX(DType w, QuantIsa isa, const float* x, int64_t m, int64_t k, void* xq) {
   const size_t row_bytes = QuantizedXRowBytes(w, k);
-  const QuantX kind = QuantXFor(w);
+  const QuantX kind = QuantXFor(w, isa, m);
   if (kind == QuantX::kF32) {  // x as it is: row i at i * 4k bytes
     std::memcpy(xq, x, static_cast<size_t>(m) * row_bytes);
     return;
@@ -423,6 +425,11 @@ void QuantizeX(DType w, const float* x, int64_t m, int64_t k, void* xq) {
     } else {
       auto* blocks = static_cast<BlockQ8*>(out);
       avx2 ? quant_paths::QuantizeQ8Avx2(xi, k / 32, blocks) : QuantizeQ8Scalar(xi, k / 32, blocks);
+      if (kind == QuantX::kQ8U) {
+        for (int64_t b = 0; b < k / 32; ++b) {
+          for (int8_t& q : blocks[b].qs) q = static_cast<int8_t>(static_cast<uint8_t>(q) ^ 0x80);  // q + 128
+        }
+      }
     }
   }
 }

@@ -26,6 +26,7 @@ namespace {
 
 // 16 registers: 4 rows' fp32 and int32 accumulators beside the unpacked weights.
 constexpr int kMaxRows = 4;
+constexpr bool kUnsignedX = false;  // vpmaddubsw's pair sums would saturate at (q + 128) * w
 
 inline __m256i DotBytes(__m256i acc, __m256i u, __m256i s) {
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));

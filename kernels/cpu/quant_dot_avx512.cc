@@ -29,6 +29,7 @@ namespace tpserve::cpu::quant_paths {
 namespace {
 
 constexpr int kMaxRows = 8;
+constexpr bool kUnsignedX = true;  // vpdpbusd sums (q + 128) * w in int32 without saturating
 
 inline __m256i DotBytes(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
 inline __m256i DotPairs(__m256i acc, __m256i u, __m256i s, __m256i sc16) {

@@ -13,7 +13,8 @@
 namespace tpserve::cpu {
 
 void QuantGemv(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, float* y) {
-  const QuantDotFn dot = FindQuantDot(w_dtype, BestQuantIsa());
+  const QuantIsa isa = BestQuantIsa();
+  const QuantDotFn dot = FindQuantDot(w_dtype, isa);
   TP_CHECK(dot != nullptr);
   const size_t x_row_bytes = QuantizedXRowBytes(w_dtype, k);
   const size_t w_row_bytes = RowBytes(w_dtype, k);
@@ -21,7 +22,7 @@ void QuantGemv(const float* x, int64_t m, int64_t k, const void* w, DType w_dtyp
   if (w_dtype != DType::kF8_E4M3) {
     thread_local std::vector<uint8_t> xq;
     if (xq.size() < m * x_row_bytes) xq.resize(m * x_row_bytes);
-    QuantizeX(w_dtype, x, m, k, xq.data());
+    QuantizeX(w_dtype, isa, x, m, k, xq.data());
     xb = xq.data();
   }
   const uint8_t* wb = static_cast<const uint8_t*>(w);
