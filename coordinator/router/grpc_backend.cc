@@ -14,11 +14,13 @@
 
 namespace tpserve {
 
-absl::StatusOr<std::unique_ptr<GrpcBackend>> GrpcBackend::Create(std::string host, int port, GrpcBackendTls tls) {
-  if (!tls.enabled) {
+absl::StatusOr<std::unique_ptr<GrpcBackend>> GrpcBackend::Create(std::string host, int port,
+                                                                 const std::optional<BackendTls>& given) {
+  if (!given.has_value()) {
     return std::unique_ptr<GrpcBackend>(
-        new GrpcBackend(std::move(host), port, grpc::InsecureChannelCredentials(), "", tls));
+        new GrpcBackend(std::move(host), port, grpc::InsecureChannelCredentials(), "", BackendTls{}));
   }
+  const BackendTls& tls = *given;
   // gRPC's own default roots are a bundle of its install (roots.pem), not the system's store the
   // https:// backends trust: read OpenSSL's default CA file, as they do.
   const bool system = tls.ca_file.empty();
@@ -65,7 +67,7 @@ absl::Status GrpcBackend::Described(absl::Status status) const {
 }
 
 GrpcBackend::GrpcBackend(std::string host, int port, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
-                         std::string trust, const GrpcBackendTls& tls)
+                         std::string trust, const BackendTls& tls)
     : target_(absl::StrCat(host, ":", port)),
       trust_(std::move(trust)),
       checked_name_(tls.server_name.empty() ? absl::StrCat(host, " (the URL's host)")

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -14,31 +15,20 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/router/client_certificate.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/tpserve.grpc.pb.h"
 
 namespace tpserve {
 
-// TLS to a grpcs:// backend: its certificate is verified against `ca_file` (PEM) where set, else
-// the system's CA store (OpenSSL's default file, as for https:// backends), and its name against
-// `server_name` where set (gRPC's ssl_target_name_override), else the host.
-struct GrpcBackendTls {
-  bool enabled = false;  // false: plaintext (grpc://)
-  std::string ca_file;
-  // Set: the router's client certificate chain and its key (PEM), presented when the backend
-  // asks for one (`serve --grpc-tls-client-ca-file`); both or neither.
-  std::string cert_file;
-  std::string key_file;
-  std::string server_name;
-};
-
 class GrpcBackend {
  public:
   // `host` as the URL names it (an IPv6 address in brackets); nothing connects until a call.
-  // INVALID_ARGUMENT starting with the config key ("tls_ca_file", "tls_cert_file",
+  // `tls`: none for grpc:// (plaintext); grpcs:// takes no insecure_skip_verify (the router
+  // config refuses it). INVALID_ARGUMENT starting with the config key ("tls_ca_file", "tls_cert_file",
   // "tls_key_file") when TLS's CA file (or the system's) cannot be read as PEM certificates, or
   // the client certificate and its key cannot (client_certificate.h).
-  static absl::StatusOr<std::unique_ptr<GrpcBackend>> Create(std::string host, int port, GrpcBackendTls tls);
+  static absl::StatusOr<std::unique_ptr<GrpcBackend>> Create(std::string host, int port, const std::optional<BackendTls>& tls);
   GrpcBackend(const GrpcBackend&) = delete;
   GrpcBackend& operator=(const GrpcBackend&) = delete;
 
@@ -71,7 +61,7 @@ class GrpcBackend {
   // `tls`: for the server name and whether a client certificate is presented (the credentials
   // carry the files' contents).
   GrpcBackend(std::string host, int port, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
-              std::string trust, const GrpcBackendTls& tls);
+              std::string trust, const BackendTls& tls);
 
   const std::string target_;
   // grpcs://: where the CAs came from ("tls_ca_file F", "the system's CAs (F)"); empty: plaintext.

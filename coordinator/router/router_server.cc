@@ -116,19 +116,19 @@ absl::Status RouterServer::MakeEndpoints() {
     for (size_t i = 0; i < pool->model().backends.size(); ++i) {
       const RouterBackend& b = pool->backend(i);
       const std::string field = absl::StrCat("router config: models[\"", name, "\"].backends[", i, "]");
-      // The TLS options that make a connection to the server differ between two listings of it.
-      const std::string tls_key = absl::StrCat(b.tls_ca_file, " ", b.tls_cert_file, " ", b.tls_key_file, " ",
-                                               b.tls_server_name);
+      const BackendTls tls{.ca_file = b.tls_ca_file,
+                           .insecure_skip_verify = b.tls_insecure_skip_verify,
+                           .cert_file = b.tls_cert_file,
+                           .key_file = b.tls_key_file,
+                           .server_name = b.tls_server_name};
       if (b.grpc) {
         // Listings of one server with different TLS options get a channel each. Only a channel
         // made goes into the map: Shutdown stops every one there.
-        const std::string key = absl::StrCat(b.tls ? "grpcs://" : "grpc://", b.host, ":", b.port, " ", tls_key);
+        const std::string key = absl::StrCat(b.tls ? "grpcs://" : "grpc://", b.host, ":", b.port, " ", tls.Key());
         auto g = grpc_backends_.find(key);
         if (g == grpc_backends_.end()) {
           absl::StatusOr<std::unique_ptr<GrpcBackend>> made =
-              GrpcBackend::Create(b.host, b.port,
-                                  {.enabled = b.tls, .ca_file = b.tls_ca_file, .cert_file = b.tls_cert_file,
-                                   .key_file = b.tls_key_file, .server_name = b.tls_server_name});
+              GrpcBackend::Create(b.host, b.port, b.tls ? std::optional<BackendTls>(tls) : std::nullopt);
           if (!made.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ".", made.status().message()));
           g = grpc_backends_.emplace(key, *std::move(made)).first;
         }
@@ -140,20 +140,13 @@ absl::Status RouterServer::MakeEndpoints() {
       // Listings of one server with different pool options get a pool each.
       const ConnectionPoolOptions pool_options{b.connection.max_idle_connections, b.connection.idle_timeout};
       std::unique_ptr<UpstreamEndpoint>& e =
-          endpoints_[absl::StrCat(b.tls ? "https://" : "http://", b.host, ":", b.port, " ", tls_key,
-                                  b.tls_insecure_skip_verify ? " insecure" : "", " ", pool_options.max_idle, " ",
-                                  absl::FormatDuration(pool_options.idle_timeout))];
+          endpoints_[absl::StrCat(b.tls ? "https://" : "http://", b.host, ":", b.port, " ", tls.Key(), " ",
+                                  pool_options.max_idle, " ", absl::FormatDuration(pool_options.idle_timeout))];
       if (e == nullptr && !b.tls) e = std::make_unique<UpstreamEndpoint>(b.host, b.port, pool_options);
       if (e == nullptr) {
-        absl::StatusOr<std::unique_ptr<UpstreamEndpoint>> tls = UpstreamEndpoint::Tls(
-            b.host, b.port,
-            {.ca_file = b.tls_ca_file, .insecure_skip_verify = b.tls_insecure_skip_verify,
-             .cert_file = b.tls_cert_file, .key_file = b.tls_key_file, .server_name = b.tls_server_name},
-            pool_options);
-        if (!tls.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat(field, ".", tls.status().message()));
-        }
-        e = *std::move(tls);
+        absl::StatusOr<std::unique_ptr<UpstreamEndpoint>> made = UpstreamEndpoint::Tls(b.host, b.port, tls, pool_options);
+        if (!made.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ".", made.status().message()));
+        e = *std::move(made);
       }
       if (b.tls_insecure_skip_verify) {
         options_.log(absl::StrCat("WARNING: ", field, " (", b.url, "): tls_insecure_skip_verify: its certificate ",

@@ -35,7 +35,7 @@ std::chrono::steady_clock::duration ToChrono(absl::Duration d) { return absl::To
 // What to change where an https:// backend ended the connection with a TLS alert about the
 // router's client certificate (over TLS 1.3 the client's handshake is through before the
 // server checks it, so the alert comes at the first read); empty for any other error.
-std::string ClientCertificateHint(const beast::error_code& ec, const UpstreamTlsOptions& tls) {
+std::string ClientCertificateHint(const beast::error_code& ec, const BackendTls& tls) {
   if (ec.category() != asio::error::get_ssl_category()) return "";
   switch (ERR_GET_REASON(static_cast<unsigned long>(ec.value()))) {
     case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
@@ -169,7 +169,7 @@ class BeastUpstreamCall : public UpstreamCall, public std::enable_shared_from_th
     if (!ec) return Connected();
     const long verify = SSL_get_verify_result(connection_->tls->native_handle());
     if (verify == X509_V_OK) return Fail("the TLS handshake", ec);
-    const UpstreamTlsOptions& tls = endpoint_.tls_options();
+    const BackendTls& tls = endpoint_.tls_options();
     if (verify == X509_V_ERR_HOSTNAME_MISMATCH || verify == X509_V_ERR_IP_ADDRESS_MISMATCH) {
       return Fail("the TLS handshake", ec,
                   absl::StrCat("the backend's certificate failed verification: ",

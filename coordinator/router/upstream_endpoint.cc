@@ -22,7 +22,7 @@ UpstreamEndpoint::UpstreamEndpoint(std::string host, int port, ConnectionPoolOpt
     : host_(std::move(host)), port_(port), pool_(pool) {}
 
 absl::StatusOr<std::unique_ptr<UpstreamEndpoint>> UpstreamEndpoint::Tls(std::string host, int port,
-                                                                        UpstreamTlsOptions tls,
+                                                                        BackendTls tls,
                                                                         ConnectionPoolOptions pool) {
   namespace ssl = boost::asio::ssl;
   auto context = std::make_unique<ssl::context>(ssl::context::tls_client);

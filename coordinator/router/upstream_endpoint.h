@@ -16,6 +16,7 @@
 #include "boost/asio/ssl/context.hpp"
 #include "boost/beast/core/tcp_stream.hpp"
 #include "boost/beast/ssl/ssl_stream.hpp"
+#include "coordinator/router/client_certificate.h"
 
 namespace tpserve {
 
@@ -29,19 +30,6 @@ struct ConnectionPoolOptions {
   // put). Servers close idle connections on their own timers too (vLLM's uvicorn after 5 s,
   // `tpserve serve` after its --timeout-keep-alive); a call finds that out and retries.
   absl::Duration idle_timeout = absl::Seconds(60);
-};
-
-// TLS to a backend (https://): its certificate is verified against `ca_file` (PEM) where set,
-// else the system's CA store, and its name against `server_name` where set, else the host,
-// unless insecure_skip_verify. That name is the SNI too.
-struct UpstreamTlsOptions {
-  std::string ca_file;
-  bool insecure_skip_verify = false;
-  // Set: the router's client certificate chain and its key (PEM), presented when the backend
-  // asks for one (mutual TLS); both or neither.
-  std::string cert_file;
-  std::string key_file;
-  std::string server_name;
 };
 
 // An open connection to a backend, used by one call at a time or idle in its endpoint's pool:
@@ -59,11 +47,12 @@ class UpstreamEndpoint {
  public:
   // Plain HTTP.
   UpstreamEndpoint(std::string host, int port, ConnectionPoolOptions pool);
-  // HTTPS: loads the CAs (`ca_file`, else the system's store) and the client certificate
+  // HTTPS (the backend's name checked and sent as SNI, client_certificate.h's BackendTls):
+  // loads the CAs (`ca_file`, else the system's store) and the client certificate
   // (ReadClientCertificate). INVALID_ARGUMENT starting with the config key ("tls_ca_file: ",
   // "tls_cert_file: ", "tls_key_file: ") and naming the file when it cannot be read as PEM
   // certificates, or its key (client_certificate.h).
-  static absl::StatusOr<std::unique_ptr<UpstreamEndpoint>> Tls(std::string host, int port, UpstreamTlsOptions tls,
+  static absl::StatusOr<std::unique_ptr<UpstreamEndpoint>> Tls(std::string host, int port, BackendTls tls,
                                                                ConnectionPoolOptions pool);
   UpstreamEndpoint(const UpstreamEndpoint&) = delete;
   UpstreamEndpoint& operator=(const UpstreamEndpoint&) = delete;
@@ -72,7 +61,7 @@ class UpstreamEndpoint {
   int port() const { return port_; }
   // Null for plain HTTP.
   boost::asio::ssl::context* tls_context() const { return tls_context_.get(); }
-  const UpstreamTlsOptions& tls_options() const { return tls_; }
+  const BackendTls& tls_options() const { return tls_; }
   // The name the backend's certificate is checked against and sent as SNI: the configured
   // server name, else the host.
   const std::string& tls_server_name() const { return tls_.server_name.empty() ? host_ : tls_.server_name; }
@@ -93,7 +82,7 @@ class UpstreamEndpoint {
   const std::string host_;
   const int port_;
   const ConnectionPoolOptions pool_;
-  UpstreamTlsOptions tls_;
+  BackendTls tls_;
   std::unique_ptr<boost::asio::ssl::context> tls_context_;
   mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<UpstreamConnection>> idle_ ABSL_GUARDED_BY(mu_);  // oldest first
