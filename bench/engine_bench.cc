@@ -47,6 +47,8 @@ ABSL_FLAG(bool, json, false, "Also print one JSON object per configuration");
 ABSL_FLAG(bool, dequantize_weights, false,
           "cpu: widen a GGUF file's quantized weights to --dtype at load (as tpserve --dequantize-weights) instead "
           "of keeping the blocks");
+ABSL_FLAG(std::string, kv_cache_dtype, "fp32",
+          "cpu: how the KV cache holds K and V, fp32 | bf16 | fp8_e4m3 (tpserve --kv-cache-dtype auto | bfloat16 | fp8)");
 ABSL_FLAG(std::string, cpu_gemm, "sgemm", "cpu: the matmul path, auto | sgemm | onednn-bf16 | amx-bf16 (tpserve --cpu-gemm)");
 ABSL_FLAG(std::string, backend, "cpu", "cpu | cuda (the GPU measurements: copy bandwidth, cuBLAS GEMM, prefill "
                                        "TFLOP/s, decode roofline, peak memory, KV blocks)");
@@ -142,8 +144,9 @@ absl::Status ProfileDecode(EngineCore& core, const std::vector<std::vector<int32
   return absl::OkStatus();
 }
 
-Result RunOne(const std::string& model_name, const ModelConfig& config, DType dtype, int tp, int threads_per_rank,
-              int batch, int context, int decode_steps, cpu::GemmPath gemm, bool keep_quantized, bool op_profile,
+// `mo`: the weights' dtype, whether GGUF blocks stay quantized, the KV cache's dtype.
+Result RunOne(const std::string& model_name, const ModelConfig& config, const ModelOptions& mo, int tp,
+              int threads_per_rank, int batch, int context, int decode_steps, cpu::GemmPath gemm, bool op_profile,
               std::string* formats) {
   Result r;
   r.tp = tp;
@@ -169,9 +172,6 @@ Result RunOne(const std::string& model_name, const ModelConfig& config, DType dt
         profiler = wrapped.get();
         backend = std::move(wrapped);
       }
-      ModelOptions mo;
-      mo.weight_dtype = dtype;
-      mo.keep_quantized = keep_quantized;
       auto model = Model::Load(config, **source, *backend, *comm, mo);
       st = comm->AgreeOnStatus(model.status());
       if (!st.ok()) {
@@ -182,7 +182,7 @@ Result RunOne(const std::string& model_name, const ModelConfig& config, DType dt
       st = comm->AgreeOnStatus((*model)->AllocateKvCache(per_seq_blocks * batch + 1));
       if (!st.ok()) return;
       rank_weight_bytes[rank] = (*model)->weight_bytes();
-      if (rank == 0) *formats = (*model)->weight_formats().Describe(dtype);
+      if (rank == 0) *formats = (*model)->weight_formats().Describe(*mo.weight_dtype);
       if (rank != 0) {
         (void)RunWorkerLoop(**model, *comm);
         return;
@@ -260,6 +260,10 @@ int MainGpu() {
     }
   }
   if (o.kernels.empty()) o.kernels = {"split"};
+  if (absl::GetFlag(FLAGS_kv_cache_dtype) != "fp32") {
+    std::fprintf(stderr, "engine_bench: --kv_cache_dtype is a CPU measurement (the CUDA backend's cache is bf16)\n");
+    return 2;
+  }
   if (o.decode_mode != "graphs" && o.decode_mode != "eager" && o.decode_mode != "both") {
     std::fprintf(stderr, "engine_bench: --decode_mode \"%s\" is not one of graphs, eager, both\n", o.decode_mode.c_str());
     return 2;
@@ -292,7 +296,17 @@ int Main() {
     std::fprintf(stderr, "engine_bench: %s\n", std::string(gemm.status().message()).c_str());
     return 2;
   }
-  const bool keep_quantized = !absl::GetFlag(FLAGS_dequantize_weights);
+  ModelOptions mo;
+  mo.weight_dtype = *dtype;
+  mo.keep_quantized = !absl::GetFlag(FLAGS_dequantize_weights);
+  const std::string kv = absl::GetFlag(FLAGS_kv_cache_dtype);
+  for (cpu::KvCacheDType t : {cpu::KvCacheDType::kF32, cpu::KvCacheDType::kBf16, cpu::KvCacheDType::kFp8E4M3}) {
+    if (kv == cpu::KvCacheDTypeName(t)) mo.kv_cache_dtype = t;
+  }
+  if (kv != cpu::KvCacheDTypeName(mo.kv_cache_dtype)) {
+    std::fprintf(stderr, "engine_bench: --kv_cache_dtype %s: fp32, bf16 or fp8_e4m3\n", kv.c_str());
+    return 2;
+  }
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int context = absl::GetFlag(FLAGS_context);
@@ -301,7 +315,7 @@ int Main() {
   std::printf("engine_bench: %s (%.2fB params, %s weights, %s), %d CPU threads in all, context %d, %d decode steps\n",
               eo.model.c_str(), config->ParameterCount() / 1e9, eo.load_format == "dummy" ? "dummy" : "real",
               std::string(DTypeName(*dtype)).c_str(), threads, context, steps);
-  std::printf("matmuls: %s\n", gemm->description.c_str());
+  std::printf("matmuls: %s; KV cache %s\n", gemm->description.c_str(), cpu::KvCacheDTypeName(mo.kv_cache_dtype));
   const double triad_gbs = bench::MeasureTriadBandwidthGBs(threads);
   std::printf("STREAM triad bandwidth (%d threads): %.2f GB/s\n\n", threads, triad_gbs);
   std::printf("%4s %7s %6s %9s %11s %11s %10s %12s %9s %10s %9s %8s\n", "tp", "thr/rk", "batch", "load s",
@@ -311,7 +325,7 @@ int Main() {
     for (int tp : ParseList(absl::GetFlag(FLAGS_tp))) {
       const int per_rank = std::max(1, threads / tp);
       std::string formats;
-      Result r = RunOne(eo.model, *config, *dtype, tp, per_rank, batch, context, steps, gemm->path, keep_quantized,
+      Result r = RunOne(eo.model, *config, mo, tp, per_rank, batch, context, steps, gemm->path,
                         absl::GetFlag(FLAGS_op_profile), &formats);
       if (!r.ok) return 1;
       if (results.empty()) std::printf("weights in memory (rank 0): %s\n", formats.c_str());
@@ -328,7 +342,7 @@ int Main() {
                             {"weight_gbs", weight_gbs}, {"triad_gbs", triad_gbs}, {"allreduce_share", r.allreduce_share},
                             {"coordinator_ms", r.coordinator_ms}, {"coordinator_share", r.coordinator_share},
                             {"weight_bytes", r.weight_bytes}, {"weight_formats", formats},
-                            {"cpu_gemm", gemm->description}};
+                            {"cpu_gemm", gemm->description}, {"kv_cache_dtype", cpu::KvCacheDTypeName(mo.kv_cache_dtype)}};
         std::printf("%s\n", j.dump().c_str());
       }
       results.push_back(r);
