@@ -100,7 +100,8 @@ DequantizedX DequantizeX(QuantX format, const uint8_t* row, int64_t k) {
   // Block type B's d and qs (less `bias`), `elems` to a block.
   const auto widen = [&]<class B>(const B* blocks, int64_t elems, int bias = 0) {
     for (int64_t j = 0; j < k; ++j) {
-      const int q = bias != 0 ? static_cast<uint8_t>(blocks[j / elems].qs[j % elems]) - bias : blocks[j / elems].qs[j % elems];
+      const int8_t stored = blocks[j / elems].qs[j % elems];
+      const int q = bias != 0 ? static_cast<uint8_t>(stored) - bias : stored;
       out.d[j] = blocks[j / elems].d;
       out.x[j] = out.d[j] * q;
     }
@@ -220,7 +221,8 @@ TEST(QuantizeXTest, F8ActivationsAreCopied) {
 }
 
 // The AVX-512 VNNI kernels of the signed 32-element types take x's bytes as q + 128 (kQ8U)
-// over more than one row; every other path, type and one row, the blocks above. (A format, not a run: any CPU can write it.)
+// over more than one row; every other path, type and one row, the blocks above. (A format, not
+// a run: any CPU can write it.)
 TEST(QuantizeXTest, TheVnniPathsSignedTypesTakeXPlus128) {
   std::mt19937 rng(3);
   const int64_t k = 256, m = 2;
@@ -243,7 +245,9 @@ TEST(QuantizeXTest, TheVnniPathsSignedTypesTakeXPlus128) {
       const BlockQ8& p = reinterpret_cast<const BlockQ8*>(plain.data())[b];
       const BlockQ8& v = reinterpret_cast<const BlockQ8*>(vnni.data())[b];
       ASSERT_EQ(p.d, v.d) << "block " << b;
-      for (int j = 0; j < 32; ++j) ASSERT_EQ(static_cast<uint8_t>(v.qs[j]), p.qs[j] + 128) << "block " << b << " element " << j;
+      for (int j = 0; j < 32; ++j) {
+        ASSERT_EQ(static_cast<uint8_t>(v.qs[j]), p.qs[j] + 128) << "block " << b << " element " << j;
+      }
     }
   }
 }

@@ -82,8 +82,9 @@ if "$TPBENCH" run --target "http://127.0.0.1:$HTTP/v1" --api chat "${COMMON[@]}"
 [ "$(count '"request_rate":20' "$WORK/both/requests.jsonl")" = 1 ] && [ "$(count '"concurrency":16' "$WORK/both/requests.jsonl")" -ge 1 ] \
   && ok "explicit default --concurrency runs beside --request-rate" || bad "both: $(tail -5 "$WORK/both.out")"
 
-# 4. Faults: a timeout shorter than any request, an unreachable target, bad flags.
-"$TPBENCH" run --target "grpc://127.0.0.1:$GRPC" "${COMMON[@]}" --concurrency 1 --rounds 2 --timeout 0.001 \
+# 4. Faults: a timeout shorter than any request (64 tokens: 8 could all come within the 1 ms), an
+# unreachable target, bad flags.
+"$TPBENCH" run --target "grpc://127.0.0.1:$GRPC" "${COMMON[@]}" --output-len 64 --concurrency 1 --rounds 2 --timeout 0.001 \
   --out "$WORK/timeout" >"$WORK/timeout.out" 2>&1
 rc=$?
 [ $rc = 0 ] && [ "$(count '"timeout":true' "$WORK/timeout/requests.jsonl")" = 3 ] \

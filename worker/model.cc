@@ -27,8 +27,9 @@ struct Model::Scratch {
   std::unique_ptr<Buffer> h, x, o, sel, logits;
   // One buffer for a layer's two blocks, which never need their buffers at once: the
   // attention block's q, k, v and attn, then the MLP's gate_up and act (of at most
-  // mlp_rows tokens) over the same bytes, at these byte offsets. Separate buffers held
-  // both sets through the whole step.
+  // mlp_rows tokens) over the same bytes, at these byte offsets (act_at 0: act over gate_up
+  // itself, Backend::GatedActivationInPlace). Separate buffers held both sets through the
+  // whole step.
   std::unique_ptr<Buffer> layer;
   size_t k_at = 0, v_at = 0, attn_at = 0, act_at = 0;
   int64_t mlp_rows = 0;

@@ -91,9 +91,10 @@ bool HasQuantDot(DType w);
 // (k / 32 BlockQ8 or BlockQ8_1, or k / 256 BlockQ8K; 4 k for F8_E4M3: fp32); k is a multiple
 // of BlockElems(w).
 size_t QuantizedXRowBytes(DType w, int64_t k);
-// Quantizes x [m, k] fp32 for one call of path isa's kernel for weight type w over these m rows
-// (the blocks QuantXFor(w, isa, m) names): row i at xq + i * QuantizedXRowBytes(w, k). Round to nearest (ties away from zero, as ggml's roundf);
-// an all-zero block gets d = 0. For F8_E4M3 the rows are copied unchanged.
+// Quantizes x [m, k] fp32 for one call of path isa's kernel for weight type w over these m
+// rows (the blocks QuantXFor(w, isa, m) names): row i at xq + i * QuantizedXRowBytes(w, k).
+// Round to nearest (ties away from zero, as ggml's roundf); an all-zero block gets d = 0. For
+// F8_E4M3 the rows are copied unchanged.
 void QuantizeX(DType w, QuantIsa isa, const float* x, int64_t m, int64_t k, void* xq);
 
 // y[i * ldy] = w_row · x_i for i < m, where w_row is one weight row of k elements of type w
