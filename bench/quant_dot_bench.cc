@@ -240,7 +240,7 @@ int Main(int argc, char** argv) {
       }
       const uint8_t* weights = static_cast<const uint8_t*>(alloc->data());
       RandomBlocks(w, n * row_bytes, static_cast<uint8_t*>(alloc->data()));
-      for (int m : {1, 4, 8, 16}) {
+      for (int m : {1, 4, 8, 12, 16}) {
         std::vector<float> x(m * k);
         for (int64_t j = 0; j < m * k; ++j) x[j] = static_cast<float>((j * 7919) % 2001 - 1000) / 1000.0f;
         const size_t xq_bytes = cpu::QuantizedXRowBytes(w, k);
@@ -265,6 +265,19 @@ int Main(int argc, char** argv) {
           char label[64];
           std::snprintf(label, sizeof(label), "%-8s %-12s %2d", std::string(DTypeName(w)).c_str(),
                         cpu::QuantIsaName(isa), m);
+          results.push_back({label, static_cast<double>(n * row_bytes) / s / 1e9});
+        }
+        // The row tiles (quant.h), where the type has them: QuantGemv's path from
+        // kQuantTileRowsFrom rows on.
+        if (const cpu::QuantTileFn tile = cpu::FindQuantTile(w, cpu::BestQuantIsa()); tile != nullptr && m > 1) {
+          std::vector<uint8_t> xt(cpu::QuantizedXTileBytes(w, k));
+          cpu::QuantizeXTile(w, x.data(), m, k, xt.data());
+          const double s = BestSeconds(5, [&] {
+#pragma omp parallel for schedule(static)
+            for (int64_t r = 0; r < n; ++r) tile(weights + r * row_bytes, xt.data(), m, k, y.data() + r, n);
+          });
+          char label[64];
+          std::snprintf(label, sizeof(label), "%-8s %-12s %2d", std::string(DTypeName(w)).c_str(), "tiles", m);
           results.push_back({label, static_cast<double>(n * row_bytes) / s / 1e9});
         }
       }

@@ -411,6 +411,54 @@ TEST(QuantDotPathsTest, SignedLegacyTypesGiveTheSameBitsOnBothVectorPaths) {
   }
 }
 
+// The row tiles (AVX-512 VNNI, signed 32-element types) give the QuantDotFn's bits for every row
+// count, one block or an odd number of them, writing y's m rows and nothing else.
+TEST(QuantTileTest, TilesGiveTheDotKernelsBitsAtEveryRowCount) {
+  if (!QuantIsaAvailable(QuantIsa::kAvx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(13);
+  constexpr float kSentinel = -12345.0f;
+  constexpr int64_t kLdy = 3;
+  for (DType w : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0}) {
+    const QuantTileFn tile = FindQuantTile(w, QuantIsa::kAvx512Vnni);
+    ASSERT_NE(tile, nullptr) << DTypeName(w);
+    const QuantDotFn dot = FindQuantDot(w, QuantIsa::kAvx512Vnni);
+    for (int64_t k : {int64_t{32}, int64_t{2048 + 32}}) {
+      for (int fill : {-1, 0x80, 0x7f}) {  // random bytes; Q8_0's -128 and 127 everywhere
+        const std::vector<uint8_t> weights = RandomWeights(w, 1, k, rng, fill);
+        for (int m : {1, 2, 7, 8, 11, 16}) {
+          const std::vector<float> x = RandomFloats(m * k, rng, -4.0f, 4.0f);
+          std::vector<uint8_t> xq(m * QuantizedXRowBytes(w, k)), xt(QuantizedXTileBytes(w, k), 0xA5);
+          QuantizeX(w, QuantIsa::kAvx512Vnni, x.data(), m, k, xq.data());
+          QuantizeXTile(w, x.data(), m, k, xt.data());
+          std::vector<float> want(m), got(kQuantTileRows * kLdy, kSentinel);
+          dot(weights.data(), xq.data(), QuantizedXRowBytes(w, k), m, k, want.data(), 1);
+          tile(weights.data(), xt.data(), m, k, got.data(), kLdy);
+          for (int i = 0; i < kQuantTileRows * kLdy; ++i) {
+            if (i % kLdy == 0 && i / kLdy < m) {
+              EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i / kLdy]))
+                  << DTypeName(w) << " k " << k << " fill " << fill << " m " << m << " row " << i / kLdy << ": "
+                  << got[i] << " vs " << want[i / kLdy];
+            } else {
+              EXPECT_EQ(got[i], kSentinel) << DTypeName(w) << " m " << m << ": y[" << i << "] written";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantTileTest, OnlyTheSignedLegacyTypesOnTheVnniPathHaveTiles) {
+  for (DType w : kDotTypes) {
+    const bool signed_legacy = w == DType::kQ4_0 || w == DType::kQ5_0 || w == DType::kQ8_0;
+    EXPECT_EQ(FindQuantTile(w, QuantIsa::kAvx512Vnni) != nullptr,
+              signed_legacy && QuantIsaAvailable(QuantIsa::kAvx512Vnni))
+        << DTypeName(w);
+    EXPECT_EQ(FindQuantTile(w, QuantIsa::kAvx2), nullptr) << DTypeName(w);
+    EXPECT_EQ(FindQuantTile(w, QuantIsa::kScalar), nullptr) << DTypeName(w);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(TypesAndPaths, QuantDotTest,
                          ::testing::Combine(::testing::ValuesIn(kDotTypes), ::testing::ValuesIn(kIsas)),
                          [](const ::testing::TestParamInfo<std::tuple<DType, QuantIsa>>& info) {

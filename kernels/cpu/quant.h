@@ -106,6 +106,28 @@ using QuantDotFn = void (*)(const void* w_row, const void* xq, size_t xq_row_byt
 // on this CPU.
 QuantDotFn FindQuantDot(DType w, QuantIsa isa);
 
+// Row tiles: up to kQuantTileRows rows of x against one weight row with the rows in the
+// vector lanes (one 32-bit lane a row), for Q4_0, Q5_0 and Q8_0 on the AVX-512 VNNI path. A
+// QuantDotFn pays per row and block an integer dot, a conversion, a scale and an FMA on 8
+// lanes; a tile pays them once per block for all its rows on 16 lanes, each weight dword
+// broadcast against the 16 rows' bytes of x. The tile keeps the fp32 sums of that QuantDotFn's
+// lanes (its 8 groups of 4 elements, even and odd blocks) apart and adds them in its order, so
+// y is bit for bit the QuantDotFn's at any m: a row's result does not depend on the batch.
+inline constexpr int kQuantTileRows = 16;
+// QuantGemv takes the tiles from this many rows of x on: 1.1-1.2x the QuantDotFn at 12 rows,
+// slower at 8 (bench/quant_dot_bench.cc on a Sapphire Rapids VM; docs/quantization.md).
+inline constexpr int kQuantTileRowsFrom = 12;
+// The tile of m <= kQuantTileRows rows of x, per 32-element block: [8 groups of 4 elements]
+// [16 rows][4 bytes] of q + 128 (512 bytes), then the 16 rows' d (fp32); rows m.. hold q = 0,
+// d = 0. q and d are QuantizeX's for the same rows.
+size_t QuantizedXTileBytes(DType w, int64_t k);  // k / 32 * 576
+void QuantizeXTile(DType w, const float* x, int64_t m, int64_t k, void* tile);
+// y[i * ldy] = w_row · x_i for i < m, x_i row i of a QuantizeXTile tile.
+using QuantTileFn = void (*)(const void* w_row, const void* tile, int m, int64_t k, float* y, int64_t ldy);
+// The tile kernel for (w, isa); null where there is none (every type but Q4_0, Q5_0, Q8_0; every
+// path but kAvx512Vnni) or the path is not available on this CPU.
+QuantTileFn FindQuantTile(DType w, QuantIsa isa);
+
 // Linear's decode rows (kernels/cpu/cpu_kernels.h; m <= kMaxStreamingRows) for a weight type
 // that HasQuantDot: x quantized once (QuantizeX), then the best dot kernel over the weight
 // rows, split among the OpenMP threads in contiguous ranges. Defined in quant_linear.cc;

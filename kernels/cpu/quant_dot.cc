@@ -11,6 +11,7 @@
 // quant_dot_fp8.inc): the paths differ only in how their fp32 sums round.
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kernels/base.h"
 #include "kernels/cpu/cpu_features.h"
@@ -432,6 +433,45 @@ void QuantizeX(DType w, QuantIsa isa, const float* x, int64_t m, int64_t k, void
       }
     }
   }
+}
+
+// The tile's signed legacy types, whose x blocks are BlockQ8.
+static bool HasQuantTile(DType w) { return w == DType::kQ4_0 || w == DType::kQ5_0 || w == DType::kQ8_0; }
+
+size_t QuantizedXTileBytes(DType w, int64_t k) {
+  TP_CHECK(HasQuantTile(w) && k % 32 == 0);
+  return static_cast<size_t>(k / 32) * kQuantTileRows * sizeof(BlockQ8);
+}
+
+void QuantizeXTile(DType w, const float* x, int64_t m, int64_t k, void* tile) {
+  TP_CHECK(HasQuantTile(w) && k % 32 == 0 && m >= 1 && m <= kQuantTileRows);
+  const int64_t nb = k / 32;
+  // One row's blocks at a time (QuantizeX's numbers), then spread over the tile.
+  thread_local std::vector<BlockQ8> row;
+  row.resize(nb);
+  const bool avx2 = QuantIsaAvailable(QuantIsa::kAvx2);
+  auto* out = static_cast<uint8_t*>(tile);
+  constexpr int64_t kBlockBytes = kQuantTileRows * sizeof(BlockQ8);  // 512 bytes of q, 64 of d
+  for (int64_t i = 0; i < kQuantTileRows; ++i) {
+    if (i < m) {
+      avx2 ? quant_paths::QuantizeQ8Avx2(x + i * k, nb, row.data()) : QuantizeQ8Scalar(x + i * k, nb, row.data());
+    } else {
+      std::memset(row.data(), 0, nb * sizeof(BlockQ8));  // q = 0, d = 0
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* blk = out + b * kBlockBytes;
+      for (int g = 0; g < 8; ++g) {
+        uint8_t* lane = blk + (g * kQuantTileRows + i) * 4;
+        for (int e = 0; e < 4; ++e) lane[e] = static_cast<uint8_t>(row[b].qs[4 * g + e]) ^ 0x80;  // q + 128
+      }
+      std::memcpy(blk + 512 + i * sizeof(float), &row[b].d, sizeof(float));
+    }
+  }
+}
+
+QuantTileFn FindQuantTile(DType w, QuantIsa isa) {
+  if (!HasQuantTile(w) || isa != QuantIsa::kAvx512Vnni || !QuantIsaAvailable(isa)) return nullptr;
+  return quant_paths::FindAvx512VnniTile(w);
 }
 
 QuantDotFn FindQuantDot(DType w, QuantIsa isa) {

@@ -87,9 +87,82 @@ struct F8Vec {
 #include "kernels/cpu/quant_dot_fp8.inc"
 #include "kernels/cpu/quant_dot_table.inc"
 
+// quant.h's tile kernel: block b of a signed legacy type against the 16 rows of a
+// QuantizeXTile tile, into acc[g] (lane i: row i's sum for the block's elements 4g..4g+3, as lane
+// g of LegacyBlock's acc for row i). Per group g, vpdpbusd starts from LegacyBlock's start
+// (-128 times the dword's sum of weights, vpermd'd from a register) and multiplies the rows'
+// biased bytes by the weights' dword g broadcast from memory: Q8_0's as stored, the others'
+// unpacked into a buffer. Broadcasts from registers cost a shuffle each on the port the zmm
+// arithmetic needs; GCC makes them out of a stored buffer too unless told the buffer is read
+// (the asm statement). On the Sapphire Rapids VM, Q8_0 at 16 rows in L2 (quant_dot_bench --mib
+// 1): shuffles for both 5.0 GB/s, both from memory 7.1, the start by vpermd 7.8.
+template <class U>
+inline void TileBlock(const uint8_t* blk, const uint8_t* xb, __m512* acc) {
+  const __m256i wv = U::Weights(blk), zero = _mm256_setzero_si256();
+  const __m512i start = _mm512_castsi256_si512(
+      _mm256_sub_epi32(zero, DotBytes(zero, _mm256_set1_epi8(static_cast<char>(0x80)), wv)));
+  alignas(32) int32_t unpacked[8];
+  const int32_t* dwords = unpacked;
+  if constexpr (__is_same(U, UnpackQ8_0)) {
+    dwords = reinterpret_cast<const int32_t*>(blk + 2);  // the weights as stored (read by memcpy)
+  } else {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked), wv);
+    asm volatile("" : : "m"(unpacked) : "memory");
+  }
+  const __m512 scale =  // d_w d_x per row, as LegacyBlock's product
+      _mm512_mul_ps(_mm512_set1_ps(LoadHalf(blk)), _mm512_loadu_ps(reinterpret_cast<const float*>(xb + 512)));
+#pragma GCC unroll 8
+  for (int g = 0; g < 8; ++g) {
+    int32_t w4;
+    __builtin_memcpy(&w4, dwords + g, 4);
+    const __m512i p = _mm512_dpbusd_epi32(_mm512_maskz_permutexvar_epi32(0xffff, _mm512_set1_epi32(g), start),
+                                          _mm512_loadu_si512(xb + 64 * g), _mm512_set1_epi32(w4));
+    acc[g] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, p), scale, acc[g]);  // masked forms: see F8Vec
+  }
+}
+
+// LegacyRows' sums with the rows in the lanes: even blocks into acc[0], odd ones into acc[1],
+// then added as LegacyRows adds them and as Finish's HorizontalSum adds a row's 8 lanes.
+template <class U>
+void TileRows(const void* w_row, const void* tile, int m, int64_t k, float* y, int64_t ldy) {
+  const uint8_t* w = static_cast<const uint8_t*>(w_row);
+  const uint8_t* t = static_cast<const uint8_t*>(tile);
+  constexpr int64_t kTileBlockBytes = kQuantTileRows * sizeof(BlockQ8);
+  const int64_t nb = k / 32;
+  __m512 acc[2][8];
+#pragma GCC unroll 8
+  for (int g = 0; g < 8; ++g) acc[0][g] = acc[1][g] = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const uint8_t* blk = w + U::kBytes * b;
+    PrefetchAhead<2 * U::kBytes>(blk);
+    TileBlock<U>(blk, t + kTileBlockBytes * b, acc[0]);
+    TileBlock<U>(blk + U::kBytes, t + kTileBlockBytes * (b + 1), acc[1]);
+  }
+  if (b < nb) TileBlock<U>(w + U::kBytes * b, t + kTileBlockBytes * b, acc[0]);
+  __m512 v[8];
+#pragma GCC unroll 8
+  for (int g = 0; g < 8; ++g) v[g] = _mm512_add_ps(acc[0][g], acc[1][g]);
+  // HorizontalSum: lanes g and g + 4, then 0 + 2 and 1 + 3, then 0 + 1.
+  const __m512 s0 = _mm512_add_ps(_mm512_add_ps(v[0], v[4]), _mm512_add_ps(v[2], v[6]));
+  const __m512 s1 = _mm512_add_ps(_mm512_add_ps(v[1], v[5]), _mm512_add_ps(v[3], v[7]));
+  alignas(64) float out[kQuantTileRows];
+  _mm512_store_ps(out, _mm512_add_ps(s0, s1));
+  for (int i = 0; i < m; ++i) y[i * ldy] = out[i];
+}
+
 }  // namespace
 
 QuantDotFn FindAvx512Vnni(DType w) { return FindKernel(w); }
+
+QuantTileFn FindAvx512VnniTile(DType w) {
+  switch (w) {
+    case DType::kQ4_0: return TileRows<UnpackQ4_0>;
+    case DType::kQ5_0: return TileRows<UnpackQ5_0>;
+    case DType::kQ8_0: return TileRows<UnpackQ8_0>;
+    default: return nullptr;
+  }
+}
 
 }  // namespace tpserve::cpu::quant_paths
 

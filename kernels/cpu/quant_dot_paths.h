@@ -14,6 +14,8 @@ namespace tpserve::cpu::quant_paths {
 // F/BW/VL + VNNI (quant_dot_avx512.cc); null where w has no kernel. The caller checks the CPU.
 QuantDotFn FindAvx2(DType w);
 QuantDotFn FindAvx512Vnni(DType w);
+// quant.h's tile kernel for Q4_0, Q5_0 or Q8_0 on AVX-512 VNNI (quant_dot_avx512.cc).
+QuantTileFn FindAvx512VnniTile(DType w);
 
 // QuantizeX's blocks on AVX2 (quant_dot_avx2.cc), bit-identical to the scalar ones in
 // quant_dot.cc: `blocks` consecutive 32- or 256-element blocks of x.
