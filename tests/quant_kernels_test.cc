@@ -383,15 +383,16 @@ TEST_P(QuantDotTest, AgreesWithScalar) {
   for (int i = 0; i < m; ++i) EXPECT_NEAR(y[i], y_scalar[i], 1e-4 * (std::abs(y_scalar[i]) + 1)) << "row " << i;
 }
 
-// The signed 32-element types' integer sums are the same per 32-bit lane on both vector paths
-// (AVX2: the sign trick through vpmaddubsw; AVX-512 VNNI: x + 128 through vpdpbusd, less 128
-// times the weights' sums), and so are the fp32 steps after them: the same bits.
-TEST(QuantDotPathsTest, SignedLegacyTypesGiveTheSameBitsOnBothVectorPaths) {
+// The vector paths compute the same integers per 32-bit lane, and the same fp32 steps after
+// them: the same bits. The signed 32-element types: AVX2's sign trick through vpmaddubsw, AVX-512
+// VNNI's x + 128 through vpdpbusd less 128 times the weights' sums. Q4_K, Q5_K, Q6_K: the
+// sub-block scales through vpmaddwd and an add on AVX2, vpdpwssd on AVX-512 VNNI.
+TEST(QuantDotPathsTest, VectorPathsGiveTheSameBits) {
   if (!QuantIsaAvailable(QuantIsa::kAvx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   std::mt19937 rng(11);
-  const int64_t k = 2048 + 32;  // an odd number of blocks
-  for (DType w : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0}) {
-    for (int fill : {-1, 0x80, 0x7f}) {  // random bytes; Q8_0's -128 and 127 everywhere
+  for (DType w : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    const int64_t k = 2048 + BlockElems(w);  // an odd number of blocks
+    for (int fill : {-1, 0x80, 0x7f}) {  // random bytes; the extreme bytes everywhere
       const std::vector<uint8_t> weights = RandomWeights(w, 1, k, rng, fill);
       for (int m : {1, 3, 8, 11}) {
         const std::vector<float> x = RandomFloats(m * k, rng);
