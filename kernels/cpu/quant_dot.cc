@@ -461,8 +461,10 @@ void QuantizeXTile(DType w, const float* x, int64_t m, int64_t k, void* tile) {
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* blk = out + b * kBlockBytes;
       for (int g = 0; g < 8; ++g) {
-        uint8_t* lane = blk + (g * kQuantTileRows + i) * 4;
-        for (int e = 0; e < 4; ++e) lane[e] = static_cast<uint8_t>(row[b].qs[4 * g + e]) ^ 0x80;  // q + 128
+        uint32_t q4;
+        std::memcpy(&q4, &row[b].qs[4 * g], 4);
+        q4 ^= 0x80808080u;  // q + 128, byte by byte
+        std::memcpy(blk + (g * kQuantTileRows + i) * 4, &q4, 4);
       }
       std::memcpy(blk + 512 + i * sizeof(float), &row[b].d, sizeof(float));
     }
