@@ -111,7 +111,8 @@ TEST(QuantLinear, DecodeRowsMatchTheDequantizedProductOnRoundedX) {
     ASSERT_TRUE(HasQuantDot(t)) << DTypeName(t);
     const std::vector<uint8_t> w = RandomBlocks(t, n, k, rng);
     const std::vector<float> wf = Widen(t, w, n, k);
-    for (int64_t m : {1, 3, 9, 16}) {  // 9 and 16: QuantGemv's row tiles where the type has them
+    // The last two take QuantGemv's row tiles where the type has them (Q4_0, Q5_0, Q8_0).
+    for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{kQuantTileRowsFrom}, int64_t{kQuantTileRows}}) {
       SCOPED_TRACE(::testing::Message() << DTypeName(t) << " m " << m);
       const std::vector<float> x = RandomX(m * k, rng);
       const std::vector<double> xr = RoundedX(t, x, m, k);
