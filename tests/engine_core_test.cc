@@ -5,6 +5,7 @@
 // ends every request with an error.
 #include "coordinator/engine/engine_core.h"
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -68,6 +69,32 @@ TEST(EngineCoreTest, SeededSamplingIsTheSameAtTp1AndTp2AndAtBatch1And32) {
     EXPECT_EQ(ProbeTokens(fixture, 2, 0), alone) << fixture << ": batch 1 at TP 2";
     EXPECT_EQ(ProbeTokens(fixture, 2, 31), alone) << fixture << ": batch 32 at TP 2";
   }
+}
+
+// A sequence's logits do not depend on how many sequences share its steps, on block-quantized
+// weights too (llama3_quant.gguf: Q8_0, Q4_0, Q5_0, Q4_1, Q5_1). With prefill chunks of at most
+// 16 tokens every product runs the decode kernels: one row alone, 16 beside 15 other sequences,
+// where Q4_0 / Q5_0 / Q8_0 take the row tiles (kernels/cpu/quant.h), bit for bit the dot kernels'.
+TEST(EngineCoreTest, QuantizedLogitsAreTheSameAloneAndBeside15Others) {
+  testing::WithFixtureModel("llama3_quant.gguf", 1, 256, [&](Model& model, StepExecutor& exec) {
+    testing::OfflineOptions o;
+    o.max_num_batched_tokens = 16;
+    std::vector<std::vector<int32_t>> prompts = {Prompt(0, 9)};
+    auto alone = testing::GreedyGenerate(model, exec, prompts, 8, o);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    for (int i = 1; i < 16; ++i) prompts.push_back(Prompt(i, 3 + i % 5));
+    auto batched = testing::GreedyGenerate(model, exec, prompts, 8, o);
+    ASSERT_TRUE(batched.ok()) << batched.status();
+    const GenerationOutput& a = alone->outputs[0];
+    const GenerationOutput& b = batched->outputs[0];
+    EXPECT_EQ(a.output_ids, b.output_ids);
+    ASSERT_EQ(a.logits.size(), b.logits.size());
+    for (size_t st = 0; st < a.logits.size(); ++st) {
+      ASSERT_EQ(a.logits[st].size(), b.logits[st].size());
+      EXPECT_EQ(std::memcmp(a.logits[st].data(), b.logits[st].data(), a.logits[st].size() * sizeof(float)), 0)
+          << "step " << st;
+    }
+  });
 }
 
 TEST(EngineCoreTest, DifferentSeedsDrawDifferentTokens) {

@@ -11,11 +11,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "coordinator/engine/offline.h"
 #include "coordinator/engine/speculative.h"
 #include "gtest/gtest.h"
 #include "tests/tp_harness.h"
 #include "worker/backend.h"
+#include "worker/gguf_file.h"
+#include "worker/gguf_model.h"
 #include "worker/mtp_drafter.h"
 #include "worker/weight_source.h"
 
@@ -35,17 +38,29 @@ struct OfflineOptions {
   int32_t sliding_lookback = 0;
 };
 
-// Loads `fixture` on `tp` thread-ranks and runs `body(model, exec)` on rank 0. `drafter`:
+// A fixture checkpoint directory (tests/fixtures/models/NAME), or a GGUF fixture file
+// (tests/fixtures/gguf/models/NAME.gguf) where `fixture` names one: its config and weights.
+inline absl::StatusOr<ModelConfig> FixtureModelConfig(const std::string& fixture) {
+  if (!absl::EndsWith(fixture, ".gguf")) return LoadModelConfig(FixtureDir(fixture));
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(GgufFixturePath(fixture)));
+  return GgufModelConfig(*file);
+}
+inline absl::StatusOr<std::unique_ptr<WeightSource>> FixtureWeights(const std::string& fixture) {
+  if (!absl::EndsWith(fixture, ".gguf")) return OpenCheckpointSource(FixtureDir(fixture));
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(GgufFixturePath(fixture)));
+  return OpenGgufSource(std::move(file));
+}
+
+// Loads `fixture` (FixtureModelConfig's) on `tp` thread-ranks and runs `body(model, exec)` on rank 0. `drafter`:
 // an MTP drafter fixture (e.g. "gemma4_mtp/assistant") loaded beside the model on every
 // rank; the executor and the worker loops then run draft passes.
 inline void WithFixtureModel(const std::string& fixture, int tp, int64_t kv_blocks,
                              const std::function<void(Model&, StepExecutor&)>& body, int32_t block_size = 16,
                              const std::string& drafter = "") {
   RunThreads(tp, [&](Communicator& comm) {
-    const std::string dir = FixtureDir(fixture);
-    auto config = LoadModelConfig(dir);
+    auto config = FixtureModelConfig(fixture);
     ASSERT_TRUE(config.ok()) << config.status();
-    auto source = OpenCheckpointSource(dir);
+    auto source = FixtureWeights(fixture);
     ASSERT_TRUE(source.ok()) << source.status();
     auto backend = MakeCpuBackend(BackendOptions{.threads = 1});
     ModelOptions mo;

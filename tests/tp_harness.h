@@ -26,6 +26,10 @@ struct Reference {
 };
 
 inline std::string FixtureDir(const std::string& name) { return std::string(TPSERVE_FIXTURES) + "/models/" + name; }
+// tests/fixtures/gguf/models/FILE (FILE: e.g. "llama3_quant.gguf").
+inline std::string GgufFixturePath(const std::string& file) {
+  return std::string(TPSERVE_FIXTURES) + "/gguf/models/" + file;
+}
 
 // A reference.json written by tools/make_model_fixtures.py.
 inline Reference LoadReferenceFile(const std::string& path) {
