@@ -95,7 +95,8 @@ struct F8Vec {
 // unpacked into a buffer. Broadcasts from registers cost a shuffle each on the port the zmm
 // arithmetic needs; GCC makes them out of a stored buffer too unless told the buffer is read
 // (the asm statement). On the Sapphire Rapids VM, Q8_0 at 16 rows in L2 (quant_dot_bench --mib
-// 1): shuffles for both 5.0 GB/s, both from memory 7.1, the start by vpermd 7.8.
+// 1): shuffles for both 5.0 GB/s, both from memory 7.1, the start by vpermd (a shuffle, but no
+// store for the broadcasts to wait on) 7.8.
 template <class U>
 inline void TileBlock(const uint8_t* blk, const uint8_t* xb, __m512* acc) {
   const __m256i wv = U::Weights(blk), zero = _mm256_setzero_si256();
