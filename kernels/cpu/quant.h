@@ -114,8 +114,8 @@ QuantDotFn FindQuantDot(DType w, QuantIsa isa);
 // lanes (its 8 groups of 4 elements, even and odd blocks) apart and adds them in its order, so
 // y is bit for bit the QuantDotFn's at any m: a row's result does not depend on the batch.
 inline constexpr int kQuantTileRows = 16;
-// QuantGemv takes the tiles from this many rows of x on: 1.1-1.2x the QuantDotFn at 12 rows,
-// slower at 8 (bench/quant_dot_bench.cc on a Sapphire Rapids VM; docs/quantization.md).
+// QuantGemv takes the tiles from this many rows of x on: 0.98-1.25x the QuantDotFn at 12 rows,
+// 0.61-0.85x at 8 (bench/quant_dot_bench.cc on a Sapphire Rapids VM; docs/quantization.md).
 inline constexpr int kQuantTileRowsFrom = 12;
 // The tile of m <= kQuantTileRows rows of x, per 32-element block: [8 groups of 4 elements]
 // [16 rows][4 bytes] of q + 128 (512 bytes), then the 16 rows' d (fp32); rows m.. hold q = 0,
