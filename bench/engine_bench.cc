@@ -47,8 +47,8 @@ ABSL_FLAG(bool, json, false, "Also print one JSON object per configuration");
 ABSL_FLAG(bool, dequantize_weights, false,
           "cpu: widen a GGUF file's quantized weights to --dtype at load (as tpserve --dequantize-weights) instead "
           "of keeping the blocks");
-ABSL_FLAG(std::string, kv_cache_dtype, "fp32",
-          "cpu: how the KV cache holds K and V, fp32 | bf16 | fp8_e4m3 (tpserve --kv-cache-dtype auto | bfloat16 | fp8)");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto",
+          "cpu: how the KV cache holds K and V, as tpserve --kv-cache-dtype: auto (fp32) | bfloat16 | fp8");
 ABSL_FLAG(std::string, cpu_gemm, "sgemm", "cpu: the matmul path, auto | sgemm | onednn-bf16 | amx-bf16 (tpserve --cpu-gemm)");
 ABSL_FLAG(std::string, backend, "cpu", "cpu | cuda (the GPU measurements: copy bandwidth, cuBLAS GEMM, prefill "
                                        "TFLOP/s, decode roofline, peak memory, KV blocks)");
@@ -260,7 +260,7 @@ int MainGpu() {
     }
   }
   if (o.kernels.empty()) o.kernels = {"split"};
-  if (absl::GetFlag(FLAGS_kv_cache_dtype) != "fp32") {
+  if (absl::GetFlag(FLAGS_kv_cache_dtype) != "auto") {
     std::fprintf(stderr, "engine_bench: --kv_cache_dtype is a CPU measurement (the CUDA backend's cache is bf16)\n");
     return 2;
   }
@@ -299,14 +299,12 @@ int Main() {
   ModelOptions mo;
   mo.weight_dtype = *dtype;
   mo.keep_quantized = !absl::GetFlag(FLAGS_dequantize_weights);
-  const std::string kv = absl::GetFlag(FLAGS_kv_cache_dtype);
-  for (cpu::KvCacheDType t : {cpu::KvCacheDType::kF32, cpu::KvCacheDType::kBf16, cpu::KvCacheDType::kFp8E4M3}) {
-    if (kv == cpu::KvCacheDTypeName(t)) mo.kv_cache_dtype = t;
-  }
-  if (kv != cpu::KvCacheDTypeName(mo.kv_cache_dtype)) {
-    std::fprintf(stderr, "engine_bench: --kv_cache_dtype %s: fp32, bf16 or fp8_e4m3\n", kv.c_str());
+  const absl::StatusOr<cpu::KvCacheDType> kv = KvCacheDTypeFor(absl::GetFlag(FLAGS_kv_cache_dtype), DeviceKind::kCpu);
+  if (!kv.ok()) {
+    std::fprintf(stderr, "engine_bench: %s\n", std::string(kv.status().message()).c_str());
     return 2;
   }
+  mo.kv_cache_dtype = *kv;
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int context = absl::GetFlag(FLAGS_context);

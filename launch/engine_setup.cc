@@ -119,9 +119,6 @@ std::vector<int32_t> EngineCudaGraphBatchSizes(const EngineOptions& o, DeviceKin
   return sizes;
 }
 
-namespace {
-
-// --kv-cache-dtype on `device`: how the model's KV cache holds K and V.
 absl::StatusOr<cpu::KvCacheDType> KvCacheDTypeFor(const std::string& spec, DeviceKind device) {
   const bool cuda = device == DeviceKind::kCuda;
   if (spec == "auto" || spec.empty()) return cpu::KvCacheDType::kF32;  // as the activations
@@ -138,6 +135,8 @@ absl::StatusOr<cpu::KvCacheDType> KvCacheDTypeFor(const std::string& spec, Devic
                                                  "\" is not supported: auto, bfloat16, fp8, fp8_e4m3 (fp8_e5m2 and "
                                                  "the other fp8 variants are not implemented)"));
 }
+
+namespace {
 
 // Options, model config, device and weight source on this rank; no collectives.
 absl::Status PrepareLocal(absl::StatusOr<ModelConfig> config, const EngineOptions& o, Engine& e) {

@@ -102,6 +102,10 @@ struct EngineOptions {
 // none, e.g. on the CPU or with enforce_eager). Pure; tested by tests/decode_graphs_test.cc.
 std::vector<int32_t> EngineCudaGraphBatchSizes(const EngineOptions& options, DeviceKind device);
 
+// --kv-cache-dtype (auto | bfloat16 | fp8 | fp8_e4m3) on `device`: how the model's KV cache holds
+// K and V; INVALID_ARGUMENT for a value not implemented there (fp8 on cuda, fp8_e5m2).
+absl::StatusOr<cpu::KvCacheDType> KvCacheDTypeFor(const std::string& spec, DeviceKind device);
+
 // One rank's host memory at start-up (issue 21: a loaded rank holds its weights once).
 // Ranks that are threads of one process (--tensor-parallel-size without mpirun) see the same
 // process numbers, compared with the weights of all of them (process_weight_bytes).

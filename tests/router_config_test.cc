@@ -58,11 +58,11 @@ TEST(RouterConfigTest, GrpcsBackendsAreGrpcWithTlsAndTakeTheCaFile) {
   EXPECT_TRUE(b[0].tls);
   EXPECT_EQ(b[0].host, "node1");
   EXPECT_EQ(b[0].port, 50051);
-  EXPECT_TRUE(b[0].tls_ca_file.empty());  // the system's CAs
+  EXPECT_TRUE(b[0].tls_options.ca_file.empty());  // the system's CAs
   EXPECT_TRUE(b[1].tls);
   EXPECT_EQ(b[1].host, "[::1]");
   EXPECT_EQ(b[1].port, 50052);
-  EXPECT_EQ(b[1].tls_ca_file, "/etc/ca.pem");
+  EXPECT_EQ(b[1].tls_options.ca_file, "/etc/ca.pem");
   EXPECT_TRUE(b[2].grpc);
   EXPECT_FALSE(b[2].tls);
 }
@@ -168,11 +168,11 @@ TEST(RouterConfigTest, ParsesHttpsBackends) {
   EXPECT_EQ(b[0].host, "api.groq.com");
   EXPECT_EQ(b[0].port, 443);
   EXPECT_EQ(b[0].base_path, "/openai/v1");
-  EXPECT_TRUE(b[0].tls_ca_file.empty());
-  EXPECT_FALSE(b[0].tls_insecure_skip_verify);
+  EXPECT_TRUE(b[0].tls_options.ca_file.empty());
+  EXPECT_FALSE(b[0].tls_options.insecure_skip_verify);
   EXPECT_EQ(b[1].port, 8443);
-  EXPECT_EQ(b[1].tls_ca_file, "/etc/ca.pem");
-  EXPECT_TRUE(b[2].tls_insecure_skip_verify);
+  EXPECT_EQ(b[1].tls_options.ca_file, "/etc/ca.pem");
+  EXPECT_TRUE(b[2].tls_options.insecure_skip_verify);
 }
 
 TEST(RouterConfigTest, TlsBackendsTakeAClientCertificateAndAServerName) {
@@ -185,17 +185,17 @@ TEST(RouterConfigTest, TlsBackendsTakeAClientCertificateAndAServerName) {
   ASSERT_TRUE(c.ok()) << c.status();
   const std::vector<RouterBackend>& b = c->models.at("m").backends;
   EXPECT_EQ(b[0].host, "10.0.0.7");  // what the router connects to; the name checked is another
-  EXPECT_EQ(b[0].tls_cert_file, "/etc/router.pem");
-  EXPECT_EQ(b[0].tls_key_file, "/etc/router.key");
-  EXPECT_EQ(b[0].tls_server_name, "backend.internal");
+  EXPECT_EQ(b[0].tls_options.cert_file, "/etc/router.pem");
+  EXPECT_EQ(b[0].tls_options.key_file, "/etc/router.key");
+  EXPECT_EQ(b[0].tls_options.server_name, "backend.internal");
   EXPECT_TRUE(b[1].grpc);
-  EXPECT_EQ(b[1].tls_cert_file, "/etc/router.pem");
-  EXPECT_EQ(b[1].tls_key_file, "/etc/router.key");
-  EXPECT_EQ(b[1].tls_server_name, "replica.internal");
-  EXPECT_TRUE(b[1].tls_ca_file.empty());
-  EXPECT_TRUE(b[2].tls_cert_file.empty());  // no client certificate, the URL's host checked
-  EXPECT_TRUE(b[2].tls_key_file.empty());
-  EXPECT_TRUE(b[2].tls_server_name.empty());
+  EXPECT_EQ(b[1].tls_options.cert_file, "/etc/router.pem");
+  EXPECT_EQ(b[1].tls_options.key_file, "/etc/router.key");
+  EXPECT_EQ(b[1].tls_options.server_name, "replica.internal");
+  EXPECT_TRUE(b[1].tls_options.ca_file.empty());
+  EXPECT_TRUE(b[2].tls_options.cert_file.empty());  // no client certificate, the URL's host checked
+  EXPECT_TRUE(b[2].tls_options.key_file.empty());
+  EXPECT_TRUE(b[2].tls_options.server_name.empty());
 }
 
 TEST(RouterConfigTest, ParsesHealthChecks) {

@@ -106,19 +106,19 @@ absl::Status ParseTls(const Json& j, const std::string& field, RouterBackend& b)
   }
   // The file-valued keys: a non-empty path each.
   for (auto [key, member, what] :
-       {std::tuple{"tls_ca_file", &RouterBackend::tls_ca_file, "a PEM file of CA certificates"},
-        std::tuple{"tls_cert_file", &RouterBackend::tls_cert_file,
+       {std::tuple{"tls_ca_file", &BackendTls::ca_file, "a PEM file of CA certificates"},
+        std::tuple{"tls_cert_file", &BackendTls::cert_file,
                    "a PEM file of the router's client certificate (chain)"},
-        std::tuple{"tls_key_file", &RouterBackend::tls_key_file,
+        std::tuple{"tls_key_file", &BackendTls::key_file,
                    "a PEM file of the client certificate's private key"}}) {
     if (!j.contains(key)) continue;
     if (!j[key].is_string() || j[key].get<std::string>().empty()) {
       return Invalid(absl::StrCat(field, ".", key), absl::StrCat("must be the path of ", what));
     }
-    b.*member = j[key].get<std::string>();
+    b.tls_options.*member = j[key].get<std::string>();
   }
-  if (b.tls_cert_file.empty() != b.tls_key_file.empty()) {
-    const bool cert = !b.tls_cert_file.empty();
+  if (b.tls_options.cert_file.empty() != b.tls_options.key_file.empty()) {
+    const bool cert = !b.tls_options.cert_file.empty();
     return Invalid(absl::StrCat(field, ".", cert ? "tls_key_file" : "tls_cert_file"),
                    cert ? "is required with tls_cert_file: give the client certificate's private key too (or "
                           "neither)"
@@ -133,14 +133,14 @@ absl::Status ParseTls(const Json& j, const std::string& field, RouterBackend& b)
                      "must be the host name (or IP address) the backend's certificate holds, e.g. "
                      "\"backend.example.com\"");
     }
-    b.tls_server_name = v.get<std::string>();
+    b.tls_options.server_name = v.get<std::string>();
   }
   if (j.contains("tls_insecure_skip_verify")) {
     if (!j["tls_insecure_skip_verify"].is_boolean()) {
       return Invalid(field + ".tls_insecure_skip_verify", "must be true or false");
     }
-    b.tls_insecure_skip_verify = j["tls_insecure_skip_verify"].get<bool>();
-    if (b.tls_insecure_skip_verify && !b.tls_ca_file.empty()) {
+    b.tls_options.insecure_skip_verify = j["tls_insecure_skip_verify"].get<bool>();
+    if (b.tls_options.insecure_skip_verify && !b.tls_options.ca_file.empty()) {
       return Invalid(field + ".tls_insecure_skip_verify",
                      "contradicts tls_ca_file (nothing is verified); keep one of them");
     }

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "coordinator/router/client_certificate.h"
 
 namespace tpserve {
 
@@ -90,21 +91,15 @@ struct RouterBackend {
   // https:// and grpcs://: TLS, the backend's certificate verified against tls_ca_file (a PEM
   // bundle) where set, else the system's CA store, and its name checked against `host`.
   bool tls = false;
-  std::string tls_ca_file;
-  // "tls_insecure_skip_verify" (https:// only): true: no certificate or name check (the router
-  // warns at start).
-  bool tls_insecure_skip_verify = false;
-  // "tls_cert_file" and "tls_key_file" (https:// and grpcs://): a client certificate chain (PEM,
-  // the router's own certificate first) and its private key (PEM, not encrypted), presented to a
-  // backend that asks for one (mutual TLS). Both or neither; empty: none. Read and checked to
-  // match when the router starts.
-  std::string tls_cert_file;
-  std::string tls_key_file;
-  // "tls_server_name" (https:// and grpcs://): the name the backend's certificate must hold and
-  // the router sends as SNI, in place of `host` (a backend reached by IP address, or through a
-  // name its certificate does not list); empty: `host`. An https:// backend's Host header still
-  // names `host`.
-  std::string tls_server_name;
+  // The backend object's tls_* keys (https:// and grpcs:// only): "tls_ca_file" -> ca_file;
+  // "tls_insecure_skip_verify" (https:// only; true: no certificate or name check, the router
+  // warns at start); "tls_cert_file" and "tls_key_file": a client certificate chain (PEM, the
+  // router's own certificate first) and its private key (PEM, not encrypted), presented to a
+  // backend that asks for one (mutual TLS), both or neither, read and checked to match when the
+  // router starts; "tls_server_name": the name the backend's certificate must hold and the
+  // router sends as SNI, in place of `host` (a backend reached by IP address, or through a name
+  // its certificate does not list; an https:// backend's Host header still names `host`).
+  BackendTls tls_options;
   std::string base_path;  // the URL's path, ending in "/v1" ("/v1" itself for http://h:p/v1)
   // The "model" sent to this backend; empty: the router's model name, as the client sent it.
   std::string remote_model;

@@ -116,11 +116,7 @@ absl::Status RouterServer::MakeEndpoints() {
     for (size_t i = 0; i < pool->model().backends.size(); ++i) {
       const RouterBackend& b = pool->backend(i);
       const std::string field = absl::StrCat("router config: models[\"", name, "\"].backends[", i, "]");
-      const BackendTls tls{.ca_file = b.tls_ca_file,
-                           .insecure_skip_verify = b.tls_insecure_skip_verify,
-                           .cert_file = b.tls_cert_file,
-                           .key_file = b.tls_key_file,
-                           .server_name = b.tls_server_name};
+      const BackendTls& tls = b.tls_options;
       if (b.grpc) {
         // Listings of one server with different TLS options get a channel each. Only a channel
         // made goes into the map: Shutdown stops every one there.
@@ -148,7 +144,7 @@ absl::Status RouterServer::MakeEndpoints() {
         if (!made.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ".", made.status().message()));
         e = *std::move(made);
       }
-      if (b.tls_insecure_skip_verify) {
+      if (tls.insecure_skip_verify) {
         options_.log(absl::StrCat("WARNING: ", field, " (", b.url, "): tls_insecure_skip_verify: its certificate ",
                                   "is not verified; anyone between the router and it can read and change the ",
                                   "traffic, its API key included"));

@@ -391,7 +391,7 @@ QuantX QuantXFor(DType w, QuantIsa isa, int64_t m) {
   if (w == DType::kF8_E4M3) return QuantX::kF32;
   if (w == DType::kQ4_1 || w == DType::kQ5_1) return QuantX::kQ8_1;
   if (BlockElems(w) == 256) return QuantX::kQ8K;
-  return isa == QuantIsa::kAvx512Vnni && m > 1 ? QuantX::kQ8U : QuantX::kQ8;  // DotSigned's choice
+  return isa == QuantIsa::kAvx512Vnni && m >= quant_paths::kBiasedXRowsFrom ? QuantX::kQ8U : QuantX::kQ8;
 }
 
 size_t QuantizedXRowBytes(DType w, int64_t k) {

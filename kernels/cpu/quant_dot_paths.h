@@ -10,6 +10,10 @@
 
 namespace tpserve::cpu::quant_paths {
 
+// From this many rows of x on, the AVX-512 VNNI kernels of Q4_0, Q5_0 and Q8_0 take x as
+// QuantX::kQ8U (quant.h): QuantXFor's choice and quant_dot_table.inc's DotSigned's, one rule.
+inline constexpr int kBiasedXRowsFrom = 2;
+
 // The dot kernel for weight type w on AVX2 + FMA + F16C (quant_dot_avx2.cc) and on AVX-512
 // F/BW/VL + VNNI (quant_dot_avx512.cc); null where w has no kernel. The caller checks the CPU.
 QuantDotFn FindAvx2(DType w);
