@@ -50,6 +50,8 @@ ABSL_FLAG(bool, dequantize_weights, false,
 ABSL_FLAG(std::string, kv_cache_dtype, "auto",
           "cpu: how the KV cache holds K and V, as tpserve --kv-cache-dtype: auto (fp32) | bfloat16 | fp8");
 ABSL_FLAG(std::string, cpu_gemm, "sgemm", "cpu: the matmul path, auto | sgemm | onednn-bf16 | amx-bf16 (tpserve --cpu-gemm)");
+ABSL_FLAG(std::string, cpu_quant_prefill, "auto", "cpu: prefill over quantized weights, auto | widen | int8 (tpserve "
+          "--cpu-quant-prefill)");
 ABSL_FLAG(std::string, backend, "cpu", "cpu | cuda (the GPU measurements: copy bandwidth, cuBLAS GEMM, prefill "
                                        "TFLOP/s, decode roofline, peak memory, KV blocks)");
 ABSL_FLAG(double, gpu_memory_utilization, 0.9, "cuda: fraction of the GPU's memory the engine may use");
@@ -146,7 +148,7 @@ absl::Status ProfileDecode(EngineCore& core, const std::vector<std::vector<int32
 
 // `mo`: the weights' dtype, whether GGUF blocks stay quantized, the KV cache's dtype.
 Result RunOne(const std::string& model_name, const ModelConfig& config, const ModelOptions& mo, int tp,
-              int threads_per_rank, int batch, int context, int decode_steps, cpu::GemmPath gemm, bool op_profile,
+              int threads_per_rank, int batch, int context, int decode_steps, const cpu::GemmChoice& gemm, bool op_profile,
               std::string* formats) {
   Result r;
   r.tp = tp;
@@ -165,7 +167,7 @@ Result RunOne(const std::string& model_name, const ModelConfig& config, const Mo
         if (rank == 0) std::fprintf(stderr, "engine_bench: %s\n", std::string(st.message()).c_str());
         return;
       }
-      std::unique_ptr<Backend> backend = MakeCpuBackend(BackendOptions{.threads = threads_per_rank, .cpu_gemm = gemm});
+      std::unique_ptr<Backend> backend = MakeCpuBackend(BackendOptions{.threads = threads_per_rank, .cpu_gemm = gemm.path, .cpu_quant_prefill = gemm.quant_prefill});
       OpProfileBackend* profiler = nullptr;
       if (op_profile && tp == 1) {
         auto wrapped = std::make_unique<OpProfileBackend>(std::move(backend));
@@ -291,7 +293,7 @@ int Main() {
     std::fprintf(stderr, "engine_bench: %s\n", std::string(dtype.status().message()).c_str());
     return 2;
   }
-  auto gemm = cpu::ChooseGemmPath(absl::GetFlag(FLAGS_cpu_gemm));
+  auto gemm = cpu::ChooseGemmPath(absl::GetFlag(FLAGS_cpu_gemm), absl::GetFlag(FLAGS_cpu_quant_prefill));
   if (!gemm.ok()) {
     std::fprintf(stderr, "engine_bench: %s\n", std::string(gemm.status().message()).c_str());
     return 2;
@@ -323,7 +325,7 @@ int Main() {
     for (int tp : ParseList(absl::GetFlag(FLAGS_tp))) {
       const int per_rank = std::max(1, threads / tp);
       std::string formats;
-      Result r = RunOne(eo.model, *config, mo, tp, per_rank, batch, context, steps, gemm->path,
+      Result r = RunOne(eo.model, *config, mo, tp, per_rank, batch, context, steps, *gemm,
                         absl::GetFlag(FLAGS_op_profile), &formats);
       if (!r.ok) return 1;
       if (results.empty()) std::printf("weights in memory (rank 0): %s\n", formats.c_str());

@@ -41,7 +41,7 @@ ABSL_FLAG(int, threads, 0, "CPU threads per model (0: all cores)");
 ABSL_FLAG(std::string, dtype, "auto", "Weight dtype of both models: auto | bfloat16 | float16 | float32");
 ABSL_FLAG(std::string, ref_options, "",
           "Engine settings for the reference alone, key=value[,key=value] (after --dtype): dtype, "
-          "load_format, cpu_gemm, cpu_huge_pages, quantization, kv_cache_dtype, dequantize_weights, threads");
+          "load_format, cpu_gemm, cpu_quant_prefill, cpu_huge_pages, quantization, kv_cache_dtype, dequantize_weights, threads");
 ABSL_FLAG(std::string, candidate_options, "", "Engine settings for the candidate alone, as --ref_options");
 ABSL_FLAG(bool, json, false, "Also print one JSON line with every number");
 ABSL_FLAG(int, candidate_step_tokens, 0,

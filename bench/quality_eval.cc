@@ -49,6 +49,8 @@ absl::Status ApplyEngineSettings(absl::string_view settings, EngineOptions& o) {
       o.load_format = value;
     } else if (key == "cpu_gemm") {
       o.cpu_gemm = value;
+    } else if (key == "cpu_quant_prefill") {
+      o.cpu_quant_prefill = value;
     } else if (key == "cpu_huge_pages") {
       TP_ASSIGN_OR_RETURN(o.cpu_huge_pages, ParseBool(key, value));
     } else if (key == "quantization") {
@@ -63,7 +65,7 @@ absl::Status ApplyEngineSettings(absl::string_view settings, EngineOptions& o) {
       }
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown engine setting \"", key,
-                                                     "\"; known: dtype, load_format, cpu_gemm, cpu_huge_pages, quantization, kv_cache_dtype, dequantize_weights, "
+                                                     "\"; known: dtype, load_format, cpu_gemm, cpu_quant_prefill, cpu_huge_pages, quantization, kv_cache_dtype, dequantize_weights, "
                                                      "threads"));
     }
   }

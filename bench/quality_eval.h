@@ -33,7 +33,7 @@ std::vector<std::vector<int32_t>> SplitIntoChunks(const std::vector<int32_t>& to
 inline int32_t FirstScoredPosition(int32_t ctx) { return ctx / 2; }
 
 // Applies "key=value,key=value" engine settings to `o` (--ref_options, --candidate_options):
-// dtype, load_format, cpu_gemm, cpu_huge_pages (true|false), threads. Unknown keys are
+// dtype, load_format, cpu_gemm, cpu_quant_prefill, cpu_huge_pages (true|false), threads. Unknown keys are
 // errors that list the known ones. New EngineOptions knobs (a weight quantization, say) are
 // one line each here.
 absl::Status ApplyEngineSettings(absl::string_view settings, EngineOptions& o);

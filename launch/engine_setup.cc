@@ -189,8 +189,9 @@ absl::Status MakeBackend(const EngineOptions& o, const WorldConfig& world, Engin
     TP_ASSIGN_OR_RETURN(e.backend, MakeCudaEngineBackend(BackendOptions{.device = e.gpu, .kernels = o.kernels}));
   } else {
     BackendOptions bo;
-    TP_ASSIGN_OR_RETURN(const cpu::GemmChoice gemm, cpu::ChooseGemmPath(o.cpu_gemm));
+    TP_ASSIGN_OR_RETURN(const cpu::GemmChoice gemm, cpu::ChooseGemmPath(o.cpu_gemm, o.cpu_quant_prefill));
     bo.cpu_gemm = gemm.path;
+    bo.cpu_quant_prefill = gemm.quant_prefill;
     e.cpu_gemm = gemm;
     const ThpMode thp = ReadThpMode();
     bo.cpu_huge_pages = o.cpu_huge_pages && ThpModeAllowsHugePages(thp);

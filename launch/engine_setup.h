@@ -53,6 +53,9 @@ struct EngineOptions {
   // prefill matmul and AVX512-BF16 decode dot products. auto: onednn-bf16 where the CPU has AMX-BF16 or AVX512-BF16, sgemm elsewhere
   // (on an AVX512-BF16 EPYC: 2.8-3.1x sgemm's prefill, docs/cpu_backend.md).
   std::string cpu_gemm = "auto";
+  // CPU: how prefill multiplies block-quantized weights, auto | widen | int8 (cpu::QuantPrefill,
+  // chosen with the path by cpu::ChooseGemmPath).
+  std::string cpu_quant_prefill = "auto";
   // CPU: weights (not the KV cache) on transparent huge pages (BackendOptions::cpu_huge_pages);
   // where the kernel's THP policy is "never" it has no effect (Engine::cpu_huge_pages says so).
   bool cpu_huge_pages = true;

@@ -52,6 +52,10 @@ ABSL_FLAG(std::string, cpu_gemm, "auto", "CPU: matmuls with fp32 activations (sg
           "prefill matmul on AMX / AVX512-BF16, AVX512-BF16 dot products in decode) | amx-bf16 (onednn-bf16's "
           "numbers with tpserve's own AMX-BF16 prefill tiles; CPUs with AMX) | auto (onednn-bf16 where the CPU "
           "has bf16 units, else sgemm)");
+ABSL_FLAG(std::string, cpu_quant_prefill, "auto", "CPU: how prefill multiplies quantized (GGUF block) weights: "
+          "widen (blocks widened to --cpu-gemm's precision for its GEMM) | int8 (activations quantized to int8 per "
+          "block and decode's dot kernels, as llama.cpp) | auto (int8 on Intel CPUs with AVX-512 VNNI but no AMX, "
+          "where it measured faster; widen elsewhere). FP8 weights always widen");
 ABSL_FLAG(std::string, cpu_huge_pages, "on", "CPU: on | off. on: weight buffers of >= 2 MiB are 2 MiB-aligned "
           "and madvised for transparent huge pages (no effect where the kernel's THP policy is never; the start-up "
           "log says which). The KV cache and activations are on 4 KiB pages either way");
@@ -253,6 +257,7 @@ int EngineOptionsFromFlags(tpserve::EngineOptions& e) {
   e.gpu_memory_utilization = absl::GetFlag(FLAGS_gpu_memory_utilization);
   e.threads = absl::GetFlag(FLAGS_threads);
   e.cpu_gemm = absl::GetFlag(FLAGS_cpu_gemm);
+  e.cpu_quant_prefill = absl::GetFlag(FLAGS_cpu_quant_prefill);
   const std::string huge_pages = absl::GetFlag(FLAGS_cpu_huge_pages);
   if (huge_pages != "on" && huge_pages != "off") {
     return Fail("--cpu-huge-pages \"" + huge_pages + "\" is not one of on, off");

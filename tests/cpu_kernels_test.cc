@@ -16,10 +16,12 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/cpu_test_util.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_amx.h"
+#include "kernels/cpu/quant.h"
 
 namespace tpserve {
 // Names dtypes in parameterized test output.
@@ -340,6 +342,30 @@ TEST(GemmChoice, ForcedPathsAndErrors) {
   const auto bad = ChooseGemmPath("amx");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("auto, sgemm, onednn-bf16, amx-bf16"), std::string::npos);
+}
+
+// The quantized prefill: auto follows the measured rule (int8 with AVX-512 VNNI, off AMX and
+// off AMD), the forced ones hold on every path, and the description says which was taken.
+TEST(GemmChoice, QuantPrefillRuleAndErrors) {
+  const CpuFeatures& cpu = DetectCpuFeatures();
+  for (const GemmPath path : AvailableGemmPaths()) {
+    const auto a = ChooseGemmPath(GemmPathName(path), "auto");
+    ASSERT_TRUE(a.ok()) << a.status();
+    const bool int8 = QuantIsaAvailable(QuantIsa::kAvx512Vnni) && path != GemmPath::kAmxBf16 && !cpu.amd;
+    EXPECT_EQ(a->quant_prefill, int8 ? QuantPrefill::kInt8 : QuantPrefill::kWiden) << a->description;
+    EXPECT_NE(a->description.find(absl::StrCat("quantized prefill: ", QuantPrefillName(a->quant_prefill))),
+              std::string::npos)
+        << a->description;
+    for (const QuantPrefill q : {QuantPrefill::kWiden, QuantPrefill::kInt8}) {
+      const auto forced = ChooseGemmPath(GemmPathName(path), QuantPrefillName(q));
+      ASSERT_TRUE(forced.ok()) << forced.status();  // the CPU kernels assume AVX2 (above)
+      EXPECT_EQ(forced->quant_prefill, q);
+      EXPECT_EQ(forced->path, path);
+    }
+  }
+  const auto bad = ChooseGemmPath("sgemm", "int4");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("auto, int8, widen"), std::string::npos) << bad.status();
 }
 
 // ---------------------------------------------------------------------------------------

@@ -97,6 +97,41 @@ TEST(EngineCoreTest, QuantizedLogitsAreTheSameAloneAndBeside15Others) {
   });
 }
 
+// The int8 quantized prefill (cpu::QuantPrefill::kInt8) is decode's product per 16 rows: a
+// 40-token prompt prefilled in one step gives the logits of the same prompt fed 16 tokens a
+// step (rows the decode kernels take), but for the order of attention's fp32 sums, which
+// depends on where a prefill chunk starts (measured: 1.4e-6 here). With the widening prefill
+// the one-step logits differ by the int8 rounding of x (0.2 here): checked too, so that the
+// test fails where the int8 path is not taken.
+TEST(EngineCoreTest, Int8QuantizedPrefillIsDecodesProductPer16Tokens) {
+  for (const cpu::QuantPrefill q : {cpu::QuantPrefill::kInt8, cpu::QuantPrefill::kWiden}) {
+    SCOPED_TRACE(cpu::QuantPrefillName(q));
+    testing::WithFixtureModel(
+        "llama3_quant.gguf", 1, 256,
+        [&](Model& model, StepExecutor& exec) {
+          const std::vector<std::vector<int32_t>> prompts = {Prompt(0, 40)};
+          testing::OfflineOptions o;
+          o.max_num_batched_tokens = 64;
+          auto whole = testing::GreedyGenerate(model, exec, prompts, 2, o);
+          ASSERT_TRUE(whole.ok()) << whole.status();
+          o.max_num_batched_tokens = 16;
+          auto chunked = testing::GreedyGenerate(model, exec, prompts, 2, o);
+          ASSERT_TRUE(chunked.ok()) << chunked.status();
+          const std::vector<float>& a = whole->outputs[0].logits.at(0);
+          const std::vector<float>& b = chunked->outputs[0].logits.at(0);
+          ASSERT_EQ(a.size(), b.size());
+          float diff = 0;
+          for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::abs(a[i] - b[i]));
+          if (q == cpu::QuantPrefill::kInt8) {
+            EXPECT_LT(diff, 2e-5f);
+          } else {
+            EXPECT_GT(diff, 1e-2f);
+          }
+        },
+        16, "", BackendOptions{.threads = 1, .cpu_quant_prefill = q});
+  }
+}
+
 TEST(EngineCoreTest, DifferentSeedsDrawDifferentTokens) {
   testing::WithFixtureModel("qwen3", 1, 64, [&](Model& model, StepExecutor& exec) {
     EngineCore core(exec, SchedulerConfigFor(model, 8, 256));

@@ -53,16 +53,18 @@ inline absl::StatusOr<std::unique_ptr<WeightSource>> FixtureWeights(const std::s
 
 // Loads `fixture` (FixtureModelConfig's) on `tp` thread-ranks and runs `body(model, exec)` on rank 0. `drafter`:
 // an MTP drafter fixture (e.g. "gemma4_mtp/assistant") loaded beside the model on every
-// rank; the executor and the worker loops then run draft passes.
+// rank; the executor and the worker loops then run draft passes. `backend_options`: every
+// rank's CPU backend.
 inline void WithFixtureModel(const std::string& fixture, int tp, int64_t kv_blocks,
                              const std::function<void(Model&, StepExecutor&)>& body, int32_t block_size = 16,
-                             const std::string& drafter = "") {
+                             const std::string& drafter = "",
+                             const BackendOptions& backend_options = BackendOptions{.threads = 1}) {
   RunThreads(tp, [&](Communicator& comm) {
     auto config = FixtureModelConfig(fixture);
     ASSERT_TRUE(config.ok()) << config.status();
     auto source = FixtureWeights(fixture);
     ASSERT_TRUE(source.ok()) << source.status();
-    auto backend = MakeCpuBackend(BackendOptions{.threads = 1});
+    auto backend = MakeCpuBackend(backend_options);
     ModelOptions mo;
     mo.block_size = block_size;
     auto model = Model::Load(*config, **source, *backend, comm, mo);

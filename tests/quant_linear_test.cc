@@ -3,6 +3,7 @@
 // product on the widened weights (bit for bit on sgemm), for every type with dot kernels.
 // The dot kernels themselves, per instruction set: tests/quant_kernels_test.cc.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -167,6 +168,33 @@ TEST(QuantLinear, PrefillIsTheProductOfTheWidenedWeights) {
       for (int64_t i = 0; i < m * n; ++i) {
         const double bound = 1e-4 * (1 + std::abs(want[i])) + 1e-5 * std::sqrt(x_norm[i / n] * w_norm[i % n]);
         ASSERT_NEAR(got[i], want[i], bound) << GemmPathName(path) << " element " << i;
+      }
+    }
+  }
+}
+
+// The int8 prefill (QuantGemm) is the decode kernels' product chunk by chunk: every 16 rows of x
+// give QuantGemv's bits for those rows alone, whatever the panels and threads. m = 61 ends
+// in a chunk of 13 rows (row tiles where the type has them), m = 39 in one of 7 (dot kernels
+// on the multi-row x layout), m = 33 in one row; n = 700 at k = 2048 is several panels of
+// weight rows for every type, the last a partial one.
+TEST(QuantLinear, Int8PrefillIsTheDecodeProductPerChunkOfRows) {
+  std::mt19937 rng(13);
+  const int64_t n = 700, k = 2048;
+  for (DType t : kTypes) {
+    const std::vector<uint8_t> w = RandomBlocks(t, n, k, rng);
+    for (const int64_t m : {int64_t{61}, int64_t{39}, int64_t{33}}) {
+      SCOPED_TRACE(absl::StrCat(std::string(DTypeName(t)), " m ", m));
+      const std::vector<float> x = RandomX(m * k, rng);
+      std::vector<float> got(m * n, NAN), want(m * n, NAN);
+      QuantGemm(x.data(), m, k, w.data(), t, n, got.data());
+      for (int64_t i0 = 0; i0 < m; i0 += kQuantTileRows) {
+        QuantGemv(x.data() + i0 * k, std::min<int64_t>(kQuantTileRows, m - i0), k, w.data(), t, n,
+                  want.data() + i0 * n);
+      }
+      for (int64_t i = 0; i < m * n; ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+            << "row " << i / n << " col " << i % n << ": " << got[i] << " vs " << want[i];
       }
     }
   }

@@ -120,6 +120,9 @@ struct BackendOptions {
   // CPU: how Linear computes products, in what precision of x (cpu::GemmPath; launch
   // resolves --cpu-gemm with cpu::ChooseGemmPath). Default: the fp32 sgemm reference.
   cpu::GemmPath cpu_gemm = cpu::GemmPath::kSgemm;
+  // CPU: how prefill multiplies block-quantized weights (cpu::QuantPrefill, chosen with the
+  // path by cpu::ChooseGemmPath). Default: widened, as the path multiplies bf16 weights.
+  cpu::QuantPrefill cpu_quant_prefill = cpu::QuantPrefill::kWiden;
   // CPU: weight buffers of >= 2 MiB (AllocateWeights) on 2 MiB-aligned mappings madvised
   // for transparent huge pages (worker/host_memory.h; launch turns it off where the
   // kernel's THP policy is "never"). Off: the C heap, 4 KiB pages under THP "madvise".

@@ -37,6 +37,7 @@ class CpuBackend : public Backend {
   explicit CpuBackend(const BackendOptions& o) : options_(o) { omp_set_num_threads(std::max(1, o.threads)); }
   std::string name() const override {
     return absl::StrCat("cpu(threads=", options_.threads, ", gemm=", cpu::GemmPathName(options_.cpu_gemm),
+                        ", quant_prefill=", cpu::QuantPrefillName(options_.cpu_quant_prefill),
                         ", huge_pages=", options_.cpu_huge_pages ? "on" : "off", ")");
   }
   DType activation_dtype() const override { return DType::kF32; }
@@ -62,7 +63,7 @@ class CpuBackend : public Backend {
   }
   void Linear(const Tensor& x, const Tensor& w, const float* bias, Tensor y) override {
     TP_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows);
-    cpu::Linear(options_.cpu_gemm, F32(x), x.rows, x.cols, w.data, w.dtype, w.rows, F32(y));
+    cpu::Linear(options_.cpu_gemm, options_.cpu_quant_prefill, F32(x), x.rows, x.cols, w.data, w.dtype, w.rows, F32(y));
     if (bias != nullptr) {
       for (int64_t r = 0; r < y.rows; ++r) cpu::Add(F32(y) + r * y.cols, bias, y.cols, F32(y) + r * y.cols);
     }

@@ -17,6 +17,8 @@ uint64_t Xgetbv0() {
 CpuFeatures Probe() {
   CpuFeatures f;
   unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return f;
+  f.amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "Auth" "enti" "cAMD"
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   const bool fma = c & (1u << 12);
   const bool f16c = c & (1u << 29);
@@ -52,12 +54,13 @@ std::string CpuFeaturesName(const CpuFeatures& f) {
     if (!s.empty()) s += ' ';
     s += name;
   };
+  add(f.amd, "amd");
   add(f.avx2, "avx2");
   add(f.avx512, "avx512");
   add(f.avx512_vnni, "avx512_vnni");
   add(f.avx512_bf16, "avx512_bf16");
   add(f.amx_bf16, "amx_bf16");
-  return s.empty() ? "no avx2" : s;
+  return f.avx2 ? s : (s.empty() ? "no avx2" : s + " (no avx2)");
 }
 
 }  // namespace tpserve::cpu

@@ -50,17 +50,35 @@ inline bool RoundsXToBf16(GemmPath path) { return path != GemmPath::kSgemm; }
 // The paths this build can run on this CPU, kSgemm first.
 std::vector<GemmPath> AvailableGemmPaths();
 
+// How prefill (more than kMaxStreamingRows rows of x) multiplies block-quantized weights of the
+// integer types (every HasQuantDot type but F8_E4M3, which always widens).
+enum class QuantPrefill : uint8_t {
+  // Panels of blocks widened to the GemmPath's precision, then its GEMM (sgemm on fp32,
+  // oneDNN or AMX tiles on bf16): Linear.
+  kWiden,
+  // x quantized per block to int8 and the decode dot kernels, 16 rows of x at a time against
+  // panels of weight rows held in L2 (QuantGemm, kernels/cpu/quant.h): decode's numbers.
+  kInt8,
+};
+const char* QuantPrefillName(QuantPrefill q);  // "widen" | "int8"
+
 struct GemmChoice {
   GemmPath path = GemmPath::kSgemm;
   // What was chosen and why, for the start-up log and ModelInfo, e.g. "onednn-bf16
-  // (oneDNN 2.6.3 brg:avx512_core_amx; CPU: avx2 avx512 avx512_bf16 amx_bf16)".
+  // (oneDNN 2.6.3 brg:avx512_core_amx; CPU: avx2 avx512 avx512_bf16 amx_bf16); quantized
+  // prefill: widen (...)".
   std::string description;
+  QuantPrefill quant_prefill = QuantPrefill::kWiden;
 };
-// "auto": kAmxBf16 where the CPU has AMX-BF16 (and the OS grants the tiles); else
+// spec, "auto": kAmxBf16 where the CPU has AMX-BF16 (and the OS grants the tiles); else
 // kOneDnnBf16 where it has AVX512-BF16 and oneDNN has a JIT kernel for it (not its reference
-// loop); else kSgemm. "sgemm" / "onednn-bf16" / "amx-bf16": that path;
-// an error says what this build and CPU offer where it is not available.
-absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec);
+// loop); else kSgemm. "sgemm" / "onednn-bf16" / "amx-bf16": that path.
+// quant_prefill_spec, "auto": kInt8 where the dot kernels have AVX-512 VNNI, the path is not
+// kAmxBf16 and the CPU is not AMD's (measured: 1.4-1.7x oneDNN's bf16 prefill on a Sapphire
+// Rapids without AMX, 0.6-0.8x on Zen 4; docs/quantization.md); else kWiden. "widen" / "int8":
+// that one (int8 needs the AVX-512 VNNI or AVX2 dot kernels).
+// An error says what this build and CPU offer where a choice is not available.
+absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec, std::string_view quant_prefill_spec = "auto");
 
 // y[M, N] = x[M, K] · w[N, K]^T, w in dtype `w_dtype` (dense rows of K elements; for a
 // block-quantized dtype, rows of K / BlockElems blocks, a type with kernels/cpu/quant.h's dot
@@ -69,6 +87,10 @@ absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec);
 // speed, on `path` (which must be available; see AvailableGemmPaths).
 void Linear(GemmPath path, const float* x, int64_t m, int64_t k, const void* w, DType w_dtype,
             int64_t n, float* y);
+// Linear with the quantized prefill chosen: QuantGemm (kernels/cpu/quant.h) where quant_prefill
+// is kInt8, m > kMaxStreamingRows and w is of an integer block type; otherwise the above.
+void Linear(GemmPath path, QuantPrefill quant_prefill, const float* x, int64_t m, int64_t k, const void* w,
+            DType w_dtype, int64_t n, float* y);
 // kOneDnnBf16's decode GEMV (m <= kMaxStreamingRows, bf16 w) where the CPU lacks
 // AVX512-BF16: x rounded to bf16, then the AVX2 kernel, the same products summed in fp32.
 // Linear picks it by DetectCpuFeatures(); declared here so that tests run it on every CPU.

@@ -404,7 +404,11 @@ std::vector<GemmPath> AvailableGemmPaths() {
   return paths;
 }
 
-absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec) {
+const char* QuantPrefillName(QuantPrefill q) { return q == QuantPrefill::kInt8 ? "int8" : "widen"; }
+
+namespace {
+
+absl::StatusOr<GemmChoice> ChoosePath(std::string_view spec) {
   const CpuFeatures& cpu = DetectCpuFeatures();
   const std::string cpu_name = absl::StrCat("CPU: ", CpuFeaturesName(cpu));
   const std::string impl = onednn::Bf16Implementation(kProbeM, kProbeK, kProbeN);
@@ -450,6 +454,48 @@ absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec) {
                                                                  impl.empty() ? "no bf16 matmul" : impl)
                                                   : "tpserve was built without oneDNN",
                                  "; ", cpu_name, ")")};
+}
+
+}  // namespace
+
+absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec, std::string_view quant_prefill_spec) {
+  TP_ASSIGN_OR_RETURN(GemmChoice choice, ChoosePath(spec));
+  const CpuFeatures& cpu = DetectCpuFeatures();
+  const QuantIsa isa = BestQuantIsa();
+  if (quant_prefill_spec == "auto") {
+    // docs/quantization.md, "Quantized prefill": the int8 path measured 1.4-1.7x oneDNN's bf16
+    // widening on a Sapphire Rapids VM without AMX, 0.6-0.8x on Zen 4 (and level with sgemm's
+    // there); AMX's bf16 tiles were not raced against it.
+    const bool int8 = isa == QuantIsa::kAvx512Vnni && choice.path != GemmPath::kAmxBf16 && !cpu.amd;
+    choice.quant_prefill = int8 ? QuantPrefill::kInt8 : QuantPrefill::kWiden;
+  } else if (quant_prefill_spec == "int8") {
+    if (isa == QuantIsa::kScalar) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--cpu-quant-prefill int8 is not available here: the int8 dot kernels need AVX2 or AVX-512 "
+                       "VNNI (CPU: ", CpuFeaturesName(cpu), "); use --cpu-quant-prefill auto or widen"));
+    }
+    choice.quant_prefill = QuantPrefill::kInt8;
+  } else if (quant_prefill_spec == "widen") {
+    choice.quant_prefill = QuantPrefill::kWiden;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--cpu-quant-prefill \"", std::string(quant_prefill_spec),
+                                                   "\" is not one of auto, int8, widen"));
+  }
+  absl::StrAppend(&choice.description, "; quantized prefill: ",
+                  choice.quant_prefill == QuantPrefill::kInt8
+                      ? absl::StrCat("int8 (", QuantIsaName(isa), " dot kernels on int8 x, as decode)")
+                      : absl::StrCat("widen (blocks widened to ", choice.path == GemmPath::kSgemm ? "fp32" : "bf16",
+                                     " for ", GemmPathName(choice.path), "'s GEMM)"));
+  return choice;
+}
+
+void Linear(GemmPath path, QuantPrefill quant_prefill, const float* x, int64_t m, int64_t k, const void* w,
+            DType w_dtype, int64_t n, float* y) {
+  if (quant_prefill == QuantPrefill::kInt8 && m > kMaxStreamingRows && k > 0 && n > 0 && IsQuantized(w_dtype) &&
+      w_dtype != DType::kF8_E4M3) {
+    return QuantGemm(x, m, k, w, w_dtype, n, y);
+  }
+  Linear(path, x, m, k, w, w_dtype, n, y);
 }
 
 void Linear(GemmPath path, const float* x, int64_t m, int64_t k, const void* w, DType w_dtype,

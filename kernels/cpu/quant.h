@@ -3,7 +3,8 @@
 // to int8 (as llama.cpp's Q8_0 / Q8_K activations), each weight block's integer dot product
 // with it is exact, and the blocks' scales are applied in fp32. Decode GEMVs stream the blocks
 // (1 byte per element for Q8_0, ~0.56 for Q4_K: the bytes per token decide decode speed);
-// prefill widens panels of blocks (Linear, linear.cc).
+// prefill either widens panels of blocks (Linear, linear.cc) or runs the same dot kernels on
+// int8 x (QuantGemm), as cpu::QuantPrefill chooses.
 //
 // Exactness: a dot kernel's result is dequant(w) · dequant(quantize(x)) computed in exact
 // integer arithmetic per block (per sub-block for the K-quants), then summed in fp32, so every
@@ -130,8 +131,12 @@ QuantTileFn FindQuantTile(DType w, QuantIsa isa);
 
 // Linear's decode rows (kernels/cpu/cpu_kernels.h; m <= kMaxStreamingRows) for a weight type
 // that HasQuantDot: x quantized once (QuantizeX), then the best dot kernel over the weight
-// rows, split among the OpenMP threads in contiguous ranges. Defined in quant_linear.cc;
-// Linear widens panels of blocks for prefill instead.
+// rows, split among the OpenMP threads in contiguous ranges. Defined in quant_linear.cc.
 void QuantGemv(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, float* y);
+// Prefill rows over the same kernels: x in chunks of kQuantTileRows rows, each quantized and
+// multiplied as QuantGemv takes that many rows (so y is QuantGemv's per chunk, bit for bit),
+// with panels of weight rows outer so that each weight block is read from memory once and
+// reused from L2 by every chunk.
+void QuantGemm(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, float* y);
 
 }  // namespace tpserve::cpu
