@@ -403,6 +403,10 @@ absl::StatusOr<Engine> StartWith(absl::StatusOr<ModelConfig> config, const Engin
     // Block-quantized weights are widened panel by panel inside every GEMM: a 512-token
     // prompt in 128-token chunks widened the MLP's blocks 4 times (Llama-3.2-1B Q4_K_M
     // prefill 103-108 tok/s against 176 for the file widened at load, docs/quantization.md).
+    // The int8 prefill widens nothing, so it keeps mlp_chunk_tokens (Backend::PrefillWidens):
+    // on the EPYC VM the 1B Q4_K_M with --cpu-quant-prefill int8 in 128-token chunks against 512,
+    // 3 rounds alternated, prefilled 512 tokens in 3.8-4.3 s against 4.2-4.7 s and peaked 26 MiB
+    // lower (867 against 893 MiB; docs/results/2026-12-08-int8-prefill-epyc/).
     mo.quantized_mlp_chunk_tokens = 512;
   }
   auto model = Model::Load(e.config, *e.source, *e.backend, *model_comm, mo, &comm);

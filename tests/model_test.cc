@@ -277,6 +277,22 @@ struct KeptQuantFixture {
   double decode_tol = 0.4;
 };
 
+// Which kept weights the CPU's prefill widens (the model then runs its MLP in the larger
+// quantized chunks): every block type when widening, only FP8 with the int8 prefill.
+TEST(ModelTest, CpuPrefillWidensWhatItsQuantizedPrefillSays) {
+  const auto widen = MakeCpuBackend(BackendOptions{.cpu_quant_prefill = cpu::QuantPrefill::kWiden});
+  const auto int8 = MakeCpuBackend(BackendOptions{.cpu_quant_prefill = cpu::QuantPrefill::kInt8});
+  for (const DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    EXPECT_TRUE(widen->PrefillWidens(t)) << DTypeName(t);
+    EXPECT_FALSE(int8->PrefillWidens(t)) << DTypeName(t);
+  }
+  EXPECT_TRUE(int8->PrefillWidens(DType::kF8_E4M3));
+  for (const auto& b : {&widen, &int8}) {
+    EXPECT_FALSE((*b)->PrefillWidens(DType::kBF16));
+    EXPECT_FALSE((*b)->PrefillWidens(DType::kF32));
+  }
+}
+
 TEST(ModelTest, QuantizedGgufMatchesTheFileWidened) {
   const Reference ref = LoadReference("llama3");  // its prompt and greedy length
   const std::vector<KeptQuantFixture> fixtures = {

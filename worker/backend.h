@@ -162,6 +162,11 @@ class Backend {
   // stored (the loader keeps such weights quantized only then; otherwise it widens them to
   // the model's float dtype at load). Default: none.
   virtual bool SupportsQuantizedWeights(DType /*t*/) const { return false; }
+  // Whether Linear's prefill products (more than cpu::kMaxStreamingRows rows) widen kept
+  // weights of dtype `t` panel by panel, work repeated by every call (the model then runs its
+  // MLP in chunks of ModelOptions::quantized_mlp_chunk_tokens), rather than reading them as
+  // stored. Default: every block-quantized dtype.
+  virtual bool PrefillWidens(DType t) const { return IsQuantized(t); }
 
   // Working memory: the KV cache, activations, step inputs.
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) = 0;

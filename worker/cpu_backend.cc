@@ -42,6 +42,9 @@ class CpuBackend : public Backend {
   }
   DType activation_dtype() const override { return DType::kF32; }
   bool SupportsQuantizedWeights(DType t) const override { return cpu::HasQuantDot(t); }
+  bool PrefillWidens(DType t) const override {
+    return IsQuantized(t) && (options_.cpu_quant_prefill != cpu::QuantPrefill::kInt8 || t == DType::kF8_E4M3);
+  }
   bool device_is_host() const override { return true; }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {

@@ -219,8 +219,10 @@ absl::Status Model::EnsureScratch(int64_t tokens, int64_t logit_rows) {
     s.v_at = s.k_at + round(T * max_kv * act);
     s.attn_at = s.v_at + round(T * max_kv * act);
     const size_t attention_bytes = s.attn_at + T * max_q * act;
-    const int32_t chunk = weight_formats_.any_quantized() && options_.quantized_mlp_chunk_tokens > 0 ? options_.quantized_mlp_chunk_tokens
-                                                                                : options_.mlp_chunk_tokens;
+    const bool widens = std::any_of(weight_formats_.bytes.begin(), weight_formats_.bytes.end(),
+                                    [&](const auto& e) { return backend_.PrefillWidens(e.first); });
+    const int32_t chunk = widens && options_.quantized_mlp_chunk_tokens > 0 ? options_.quantized_mlp_chunk_tokens
+                                                                           : options_.mlp_chunk_tokens;
     s.mlp_rows = chunk > 0 ? std::min<int64_t>(T, chunk) : T;
     s.act_at = backend_.GatedActivationInPlace() ? 0 : round(s.mlp_rows * 2 * I * act);
     const size_t mlp_bytes = std::max(s.mlp_rows * 2 * I * act, s.act_at + s.mlp_rows * I * act);

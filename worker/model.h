@@ -50,9 +50,10 @@ struct ModelOptions {
   // once over the whole step. The CPU sets it (EngineOptions), where host memory is the
   // budget and GEMMs of 128 rows are as fast per row; a GPU runs whole steps.
   int32_t mlp_chunk_tokens = 0;
-  // The chunk used instead where weights are kept block-quantized (0: mlp_chunk_tokens): each
-  // chunk's GEMMs widen the MLP's blocks again (kernels/cpu/quant.h), so small chunks repeat
-  // that work; the CPU sets 512.
+  // The chunk used instead where some kept block-quantized weights are widened by the
+  // prefill's GEMMs (Backend::PrefillWidens; 0: mlp_chunk_tokens): each chunk's GEMMs widen the
+  // MLP's blocks again (kernels/cpu/linear.cc), so small chunks repeat that work; the CPU sets
+  // 512. The int8 prefill (cpu::QuantPrefill::kInt8) reads the blocks as stored: mlp_chunk_tokens.
   int32_t quantized_mlp_chunk_tokens = 0;
   // This rank's pipeline stage (worker/pipeline.h); one stage (the default) holds every
   // layer. With several, Load needs the world communicator for the stage-to-stage
