@@ -75,7 +75,7 @@ struct GemmChoice {
 // loop); else kSgemm. "sgemm" / "onednn-bf16" / "amx-bf16": that path.
 // quant_prefill_spec, "auto": kInt8 where the dot kernels have AVX-512 VNNI, the path is not
 // kAmxBf16 and the CPU is not AMD's (measured: 1.4-1.7x oneDNN's bf16 prefill on a Sapphire
-// Rapids without AMX, 0.69-0.96x on Zen 4; docs/quantization.md); else kWiden. "widen" / "int8":
+// Rapids without AMX, 0.65-0.96x on Zen 4; docs/quantization.md); else kWiden. "widen" / "int8":
 // that one (int8 needs the AVX-512 VNNI or AVX2 dot kernels).
 // An error says what this build and CPU offer where a choice is not available.
 absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec, std::string_view quant_prefill_spec = "auto");

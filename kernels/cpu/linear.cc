@@ -464,7 +464,7 @@ absl::StatusOr<GemmChoice> ChooseGemmPath(std::string_view spec, std::string_vie
   const QuantIsa isa = BestQuantIsa();
   if (quant_prefill_spec == "auto") {
     // docs/quantization.md, "Int8 prefill": the int8 path measured 1.4-1.7x oneDNN's bf16
-    // widening on a Sapphire Rapids VM without AMX, 0.69-0.96x on Zen 4 (and level with sgemm's
+    // widening on a Sapphire Rapids VM without AMX, 0.65-0.96x on Zen 4 (and level with sgemm's
     // widening there); AMX's bf16 tiles were not raced against it.
     const bool int8 = isa == QuantIsa::kAvx512Vnni && choice.path != GemmPath::kAmxBf16 && !cpu.amd;
     choice.quant_prefill = int8 ? QuantPrefill::kInt8 : QuantPrefill::kWiden;

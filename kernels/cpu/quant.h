@@ -117,7 +117,7 @@ QuantDotFn FindQuantDot(DType w, QuantIsa isa);
 inline constexpr int kQuantTileRows = 16;
 // QuantGemv takes the tiles from this many rows of x on: 0.98-1.25x the QuantDotFn at 12 rows,
 // 0.61-0.85x at 8 (bench/quant_dot_bench.cc on a Sapphire Rapids VM; docs/quantization.md). On a
-// Zen 4 VM 0.82-1.04x at 12 and 1.0-1.3x at 16 (crossing near 13 rows there; not split by CPU).
+// Zen 4 VM 0.82-1.04x at 12 and 0.96-1.29x at 16 (crossing near 13 rows there; not split by CPU).
 inline constexpr int kQuantTileRowsFrom = 12;
 // The tile of m <= kQuantTileRows rows of x, per 32-element block: [8 groups of 4 elements]
 // [16 rows][4 bytes] of q + 128 (512 bytes), then the 16 rows' d (fp32); rows m.. hold q = 0,
